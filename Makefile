@@ -1,0 +1,35 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Every target provisions libtorch first (idempotent; cached under ~/.cache/mapf-ledger).
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: all libtorch build test demo bench bench-peers schemas fmt clean-ledgers
+
+all: build
+
+# Keep target/libtorch pointing at the provisioned libtorch (see .cargo/config.toml).
+libtorch:
+	@dir=$$(tools/libtorch.sh) && mkdir -p target && \
+	if [[ -n "$$dir" ]]; then ln -sfn "$$dir" target/libtorch; fi
+
+build: libtorch
+	$(CARGO) build --release
+
+test: libtorch
+	$(CARGO) test
+
+demo: build
+	tools/demo.sh
+
+bench: libtorch
+	$(CARGO) bench
+
+bench-peers: build
+	tools/bench-peers
+
+# Regenerate the checked-in JSON Schemas after changing a schema'd type.
+schemas: build
+	./target/release/ledger schemas --out schemas
+
+fmt:
+	$(CARGO) fmt --all

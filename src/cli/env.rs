@@ -1,0 +1,438 @@
+//! `ledger env ...`: the MAPF-FrozenLake testbed on its own: generate, solve, check,
+//! suite, import-movingai, prompt. Every command takes `--json`.
+//!
+//! Exit codes: 0 success; 1 when the thing checked fails (`check`: the plan is invalid;
+//! `solve`: the instance is unsolvable or the budget ran out); 2 bad input, with a
+//! message naming the file, line or field.
+use super::{CliError, CliResult};
+use crate::env::{
+    self, generator, movingai, suite, table, text, Budget, CostMetric, GeneratorConfig, Instance,
+    Plan, SolveError,
+};
+use crate::seed::Seed;
+use clap::{Subcommand, ValueEnum};
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand, Debug)]
+pub enum EnvCommand {
+    /// Generate solved instances from a generator config (or one size given by flags).
+    Generate {
+        /// A GeneratorConfig JSON file (schemas/generator-config.json); overrides the flags below.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long, default_value_t = 5)]
+        size: usize,
+        #[arg(long, default_value_t = 2)]
+        agents: usize,
+        /// Hole ratio in [0, 0.5].
+        #[arg(long, default_value_t = 0.2)]
+        holes: f64,
+        /// Share of instances that need coordination, in [0, 1].
+        #[arg(long, default_value_t = 0.0)]
+        wait: f64,
+        #[arg(long, default_value_t = 10)]
+        count: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Solve an instance (JSON file) optimally with CBS.
+    Solve {
+        file: PathBuf,
+        /// Most high-level CBS nodes per search.
+        #[arg(long, default_value_t = 200_000)]
+        max_nodes: u64,
+        /// Wall-clock limit in milliseconds.
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a plan (JSON `{"moves": [...]}` or text `agent 1: R D ...`) against an instance.
+    Check {
+        plan: PathBuf,
+        instance: PathBuf,
+        /// Cost that "optimal" refers to.
+        #[arg(long, value_enum, default_value_t = Metric::Makespan)]
+        metric: Metric,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Build a benchmark suite of the paper's protocol and print its statistics.
+    Suite {
+        /// `val` (2 agents, sizes 3..max) or `test` (3, 4, 5 agents).
+        #[arg(long)]
+        name: String,
+        /// Instances per (agents, size) cell.
+        #[arg(long, default_value_t = 150)]
+        per_cell: usize,
+        #[arg(long, default_value_t = 10)]
+        max_size: usize,
+        #[arg(long, default_value_t = 2026)]
+        seed: u64,
+        /// Write the whole suite (instances, optima, plans) as JSON to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Also score the independent-shortest-paths baseline (valid/optimal per cell).
+        #[arg(long)]
+        baseline: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Import a MovingAI `.map` + `.scen` pair as an instance (first K scenario lines).
+    ImportMovingai {
+        map: PathBuf,
+        scen: PathBuf,
+        #[arg(long, default_value_t = 2)]
+        agents: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Render an instance as the prompt text an LLM reads.
+    Prompt { instance: PathBuf },
+    /// Measure the batched step API: random actions on generated instances, observation
+    /// planes updated every step, finished instances auto-reset.
+    Throughput {
+        #[arg(long, default_value_t = 8)]
+        size: usize,
+        #[arg(long, default_value_t = 2)]
+        agents: usize,
+        #[arg(long, default_value_t = 0.3)]
+        holes: f64,
+        /// Instances stepped together.
+        #[arg(long, default_value_t = 256)]
+        batch: usize,
+        /// Steps of the whole batch.
+        #[arg(long, default_value_t = 2000)]
+        steps: usize,
+        /// Step lanes in parallel with rayon (RAYON_NUM_THREADS sets the threads).
+        #[arg(long)]
+        parallel: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Metric {
+    Makespan,
+    SumOfCosts,
+}
+
+impl From<Metric> for CostMetric {
+    fn from(m: Metric) -> Self {
+        match m {
+            Metric::Makespan => CostMetric::Makespan,
+            Metric::SumOfCosts => CostMetric::SumOfCosts,
+        }
+    }
+}
+
+pub fn run(cmd: EnvCommand) -> CliResult {
+    match cmd {
+        EnvCommand::Generate {
+            config,
+            size,
+            agents,
+            holes,
+            wait,
+            count,
+            seed,
+            json,
+        } => {
+            let cfg = match config {
+                Some(path) => read_json::<GeneratorConfig>(&path)?,
+                None => GeneratorConfig::uniform(agents, [size], holes, wait),
+            };
+            if let Err(e) = cfg.validate() {
+                return Err(CliError::input(format!(
+                    "generator config out of range: {e}"
+                )));
+            }
+            let items = generator::generate(&cfg, count, Seed::root(seed), Budget::default())
+                .map_err(|e| CliError::input(e.to_string()))?;
+            if json {
+                print_json(&items);
+            } else {
+                for (i, it) in items.iter().enumerate() {
+                    println!(
+                        "# instance {i}: {n}x{n}, {} agents, {} holes, optimal makespan {}, sum-of-costs {}{}",
+                        it.instance.agents(),
+                        it.instance.hole_count(),
+                        it.reference.makespan,
+                        it.reference.sum_of_costs,
+                        if it.needs_coordination { ", needs coordination" } else { "" },
+                        n = it.instance.size()
+                    );
+                    print!("{}", text::render_prompt(&it.instance));
+                    println!("optimal plan:\n{}", text::render_plan(&it.plan));
+                }
+            }
+            Ok(())
+        }
+        EnvCommand::Solve {
+            file,
+            max_nodes,
+            timeout_ms,
+            json,
+        } => {
+            let inst: Instance = read_json(&file)?;
+            let budget = Budget {
+                max_nodes,
+                max_millis: timeout_ms,
+            };
+            match env::solve(&inst, budget) {
+                Ok(sol) => {
+                    if json {
+                        print_json(&serde_json::json!({
+                            "status": "solved",
+                            "sum_of_costs": sol.reference.sum_of_costs,
+                            "makespan": sol.reference.makespan,
+                            "independent_sum": sol.independent_sum,
+                            "needs_coordination": sol.needs_coordination(),
+                            "nodes": sol.nodes,
+                            "plan": sol.plan,
+                        }));
+                    } else {
+                        println!(
+                            "optimal sum-of-costs {}, optimal makespan {} (independent paths {}, {} CBS nodes)",
+                            sol.reference.sum_of_costs, sol.reference.makespan, sol.independent_sum, sol.nodes
+                        );
+                        print!("{}", text::render_plan(&sol.plan));
+                    }
+                    Ok(())
+                }
+                Err(e) => {
+                    if json {
+                        let status = match e {
+                            SolveError::Unreachable { .. } | SolveError::Unsolvable { .. } => {
+                                "unsolvable"
+                            }
+                            SolveError::Unknown { .. } => "unknown",
+                        };
+                        print_json(
+                            &serde_json::json!({ "status": status, "reason": e.to_string() }),
+                        );
+                    }
+                    Err(CliError::check(format!("{}: {e}", file.display())))
+                }
+            }
+        }
+        EnvCommand::Check {
+            plan,
+            instance,
+            metric,
+            json,
+        } => {
+            let inst: Instance = read_json(&instance)?;
+            let plan_text = read_text(&plan)?;
+            let parsed = parse_plan_file(&plan, &plan_text, inst.agents())?;
+            let outcome = match &parsed {
+                Ok(p) => env::simulate(&inst, p),
+                Err(pe) => env::Outcome::failed(pe.to_failure()),
+            };
+            let reference = match env::solve(&inst, Budget::default()) {
+                Ok(s) => Some(s.reference),
+                Err(_) => None,
+            };
+            let optimal = reference.map(|r| outcome.optimal(&r, metric.into()));
+            if json {
+                print_json(&serde_json::json!({
+                    "valid": outcome.valid,
+                    "optimal": optimal,
+                    "failure": outcome.failure,
+                    "sum_of_costs": outcome.sum_of_costs,
+                    "makespan": outcome.makespan,
+                    "reference": reference,
+                }));
+            } else if outcome.valid {
+                println!(
+                    "valid: sum-of-costs {}, makespan {}{}",
+                    outcome.sum_of_costs,
+                    outcome.makespan,
+                    match (optimal, reference) {
+                        (Some(true), _) => " (optimal)".to_string(),
+                        (Some(false), Some(r)) => format!(
+                            " (not optimal: optimum sum-of-costs {}, makespan {})",
+                            r.sum_of_costs, r.makespan
+                        ),
+                        _ => " (optimum unknown)".to_string(),
+                    }
+                );
+            } else {
+                let f = outcome
+                    .failure
+                    .as_ref()
+                    .expect("invalid outcomes carry a failure");
+                println!(
+                    "invalid: {} at t={} (agents {:?}): {}",
+                    f.kind, f.t, f.agents, f.detail
+                );
+            }
+            if outcome.valid {
+                Ok(())
+            } else {
+                Err(CliError::check(format!(
+                    "{}: plan is invalid",
+                    plan.display()
+                )))
+            }
+        }
+        EnvCommand::Suite {
+            name,
+            per_cell,
+            max_size,
+            seed,
+            out,
+            baseline,
+            json,
+        } => {
+            let Some(suite_name) = suite::SuiteName::parse(&name) else {
+                return Err(CliError::input(format!(
+                    "--name {name:?}: expected `val` or `test`"
+                )));
+            };
+            if !(5..=crate::env::instance::MAX_SIZE).contains(&max_size) {
+                return Err(CliError::input(format!(
+                    "--max-size {max_size}: expected 5..=32"
+                )));
+            }
+            let spec = suite::SuiteSpec {
+                name: suite_name,
+                per_cell,
+                max_size,
+                seed,
+            };
+            let s = suite::build(&spec, Budget::default())
+                .map_err(|e| CliError::input(e.to_string()))?;
+            if let Some(path) = &out {
+                let text = serde_json::to_string(&s).expect("suite serializes");
+                std::fs::write(path, text)
+                    .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
+            }
+            let scores = baseline.then(|| baseline_table(&s));
+            if json {
+                print_json(&serde_json::json!({
+                    "name": suite_name,
+                    "hash": s.hash,
+                    "instances": s.len(),
+                    "cells": table::suite_stats(&s),
+                    "baseline": scores.as_ref().map(|t| t.cells.iter().map(|(&(agents, size), c)| {
+                        serde_json::json!({"agents": agents, "size": size, "total": c.total, "valid": c.valid, "optimal": c.optimal})
+                    }).collect::<Vec<_>>()),
+                }));
+            } else {
+                print!("{}", table::render_suite_stats(&s));
+                if let Some(t) = scores {
+                    println!();
+                    print!(
+                        "{}",
+                        t.render(
+                            "independent shortest paths baseline (valid % / optimal %, makespan)"
+                        )
+                    );
+                }
+            }
+            Ok(())
+        }
+        EnvCommand::ImportMovingai {
+            map,
+            scen,
+            agents,
+            json,
+        } => {
+            let inst = movingai::import(
+                &map.display().to_string(),
+                &read_text(&map)?,
+                &scen.display().to_string(),
+                &read_text(&scen)?,
+                agents,
+            )
+            .map_err(|e| CliError::input(e.to_string()))?;
+            if json {
+                print_json(&inst);
+            } else {
+                print!("{}", text::render_prompt(&inst));
+            }
+            Ok(())
+        }
+        EnvCommand::Throughput {
+            size,
+            agents,
+            holes,
+            batch,
+            steps,
+            parallel,
+            json,
+        } => {
+            let cfg = GeneratorConfig::uniform(agents, [size], holes, 0.0);
+            cfg.validate()
+                .map_err(|e| CliError::input(format!("throughput config out of range: {e}")))?;
+            let r = env::batch::measure_throughput(&cfg, batch, steps, parallel)
+                .map_err(|e| CliError::input(e.to_string()))?;
+            if json {
+                print_json(&r);
+            } else {
+                println!(
+                    "{}x{} maps, {} agents, {:.0}% holes, batch {}, {} steps{}: {:.0} agent-steps/s ({:.0} env-steps/s, {} episodes finished)",
+                    size, size, agents, holes * 100.0, batch, steps,
+                    if parallel { format!(", rayon x{}", rayon::current_num_threads()) } else { ", 1 thread".into() },
+                    r.agent_steps_per_sec, r.env_steps_per_sec, r.episodes
+                );
+            }
+            Ok(())
+        }
+        EnvCommand::Prompt { instance } => {
+            let inst: Instance = read_json(&instance)?;
+            print!("{}", text::render_prompt(&inst));
+            Ok(())
+        }
+    }
+}
+
+/// Score the independent-shortest-paths baseline on every suite item.
+fn baseline_table(s: &suite::Suite) -> table::ResultTable {
+    let mut t = table::ResultTable::default();
+    for c in &s.cells {
+        let e = t.cells.entry((c.agents, c.size)).or_default();
+        for it in &c.items {
+            e.total += 1;
+            if let Some(p) = env::baseline::independent_plan(&it.instance) {
+                let o = env::simulate(&it.instance, &p);
+                e.valid += o.valid as u32;
+                e.optimal += o.optimal(&it.reference, CostMetric::Makespan) as u32;
+            }
+        }
+    }
+    t
+}
+
+/// A plan file is JSON when its first non-blank character is `{`, else plan text.
+/// JSON errors are input errors (exit 2); text parse errors are plan failures.
+fn parse_plan_file(
+    path: &Path,
+    content: &str,
+    agents: usize,
+) -> Result<Result<Plan, text::ParseError>, CliError> {
+    if content.trim_start().starts_with('{') {
+        serde_json::from_str::<Plan>(content)
+            .map(Ok)
+            .map_err(|e| CliError::input(format!("{}: {e}", path.display())))
+    } else {
+        Ok(text::parse_plan(content, agents))
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CliError> {
+    let text = read_text(path)?;
+    serde_json::from_str(&text).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
+}
+
+fn print_json<T: serde::Serialize>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serializable"));
+}

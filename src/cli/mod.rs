@@ -1,0 +1,104 @@
+//! The `ledger` command line: argument parsing and dispatch, thin over the library.
+//!
+//! One file per command family. Every command returns `Result<(), CliError>`; the error
+//! carries the exit code of the contract (1 a failed check, 2 usage or input error) and
+//! a message naming the bad input.
+pub mod env;
+pub mod store;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// An error that ends the command with a contract exit code.
+#[derive(Debug)]
+pub struct CliError {
+    pub code: i32,
+    pub message: String,
+}
+
+impl CliError {
+    /// Usage or input error (exit 2); the message must name the bad input.
+    pub fn input(message: impl Into<String>) -> CliError {
+        CliError {
+            code: 2,
+            message: message.into(),
+        }
+    }
+    /// A check that failed (exit 1): verify or replay mismatch.
+    pub fn check(message: impl Into<String>) -> CliError {
+        CliError {
+            code: 1,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+pub type CliResult = Result<(), CliError>;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ledger",
+    version,
+    about = "Event-sourced experiment ledger for LLM-designed MAPF-FrozenLake curricula"
+)]
+pub struct Cli {
+    /// Ledger directory (default: $LEDGER, else ledgers/default).
+    #[arg(long, global = true, env = "LEDGER", value_name = "DIR")]
+    pub ledger: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+impl Cli {
+    pub fn ledger_dir(&self) -> PathBuf {
+        self.ledger
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("ledgers/default"))
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// The MAPF-FrozenLake testbed on its own (generate, solve, check, suites, import).
+    #[command(subcommand)]
+    Env(env::EnvCommand),
+    /// Write the JSON Schemas of every interchange format into a directory.
+    Schemas {
+        #[arg(long, default_value = "schemas")]
+        out: PathBuf,
+    },
+    #[command(flatten)]
+    Store(store::StoreCommand),
+}
+
+/// Parse the command line, run it, and exit with the contract's code.
+pub fn main() {
+    let cli = Cli::parse();
+    let ledger_dir = cli.ledger_dir();
+    let result = match cli.command {
+        Command::Env(cmd) => env::run(cmd),
+        Command::Schemas { out } => write_schemas(&out),
+        Command::Store(cmd) => store::run(cmd, &ledger_dir),
+    };
+    if let Err(e) = result {
+        eprintln!("ledger: {}", e.message);
+        std::process::exit(e.code);
+    }
+}
+
+fn write_schemas(out: &std::path::Path) -> CliResult {
+    std::fs::create_dir_all(out).map_err(|e| CliError::input(format!("{}: {e}", out.display())))?;
+    for (name, text) in crate::schemas::all() {
+        let path = out.join(format!("{name}.json"));
+        std::fs::write(&path, text)
+            .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,398 @@
+//! Ledger store commands: init, log, show, branches, verify, export, rebuild. Thin over
+//! `crate::ledger`; every read command takes `--json`.
+use super::{CliError, CliResult};
+use crate::ledger::event::{EventBody, GradientStep, InstancesGenerated};
+use crate::ledger::export::{self, EventRecord, Format};
+use crate::ledger::{Hash, Ledger, LedgerError, Meta, Resolved};
+use clap::{Subcommand, ValueEnum};
+use serde_json::json;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand, Debug)]
+pub enum StoreCommand {
+    /// Create a ledger from a plan file (see ledgers/README.md).
+    Init {
+        #[arg(long, value_name = "FILE")]
+        plan: PathBuf,
+    },
+    /// A branch's events, newest first.
+    Log {
+        #[arg(long, default_value = "main")]
+        branch: String,
+        /// Show at most this many events.
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One event (hash prefix), a branch (its state), or a stage (`branch@stageN`).
+    Show {
+        #[arg(value_name = "REF")]
+        reference: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every branch with its head and fork point.
+    Branches {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recompute every event hash, parent link, ref and blob (exit 1 naming the first bad one).
+    Verify {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export events as JSON lines or CSV (all events, or one branch's history).
+    Export {
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ExportFormat,
+        #[arg(long)]
+        branch: Option<String>,
+        /// Write here instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Recompute every projection from the log.
+    Rebuild {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Test helper: append batches to `main` forever (or N times), printing
+    /// "<batch> <head> <events>" after each durable batch.
+    #[command(hide = true)]
+    DebugAppendLoop {
+        #[arg(long, default_value_t = 50)]
+        batch: usize,
+        #[arg(long)]
+        batches: Option<u64>,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum ExportFormat {
+    Jsonl,
+    Csv,
+}
+
+fn err(e: LedgerError) -> CliError {
+    match e {
+        LedgerError::Corrupt { .. } | LedgerError::Decode { .. } => CliError::check(e.to_string()),
+        _ => CliError::input(e.to_string()),
+    }
+}
+
+fn out_err(e: std::io::Error) -> CliError {
+    CliError::input(format!("writing output: {e}"))
+}
+
+fn print_json(v: &impl serde::Serialize) -> CliResult {
+    let s = serde_json::to_string_pretty(v).map_err(|e| CliError::input(e.to_string()))?;
+    println!("{s}");
+    Ok(())
+}
+
+pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
+    match cmd {
+        StoreCommand::Init { plan } => init(&plan, ledger),
+        StoreCommand::Log {
+            branch,
+            limit,
+            json,
+        } => log(ledger, &branch, limit, json),
+        StoreCommand::Show { reference, json } => show(ledger, &reference, json),
+        StoreCommand::Branches { json } => branches(ledger, json),
+        StoreCommand::Verify { json } => verify(ledger, json),
+        StoreCommand::Export {
+            format,
+            branch,
+            out,
+        } => {
+            let l = Ledger::open_read_only(ledger).map_err(err)?;
+            let fmt = match format {
+                ExportFormat::Jsonl => Format::Jsonl,
+                ExportFormat::Csv => Format::Csv,
+            };
+            match out {
+                Some(p) => {
+                    let f = std::fs::File::create(&p)
+                        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+                    let mut w = std::io::BufWriter::new(f);
+                    export::export(&l, branch.as_deref(), fmt, &mut w).map_err(err)?;
+                    w.flush().map_err(out_err)?;
+                }
+                None => {
+                    let stdout = std::io::stdout();
+                    let mut w = std::io::BufWriter::new(stdout.lock());
+                    export::export(&l, branch.as_deref(), fmt, &mut w).map_err(err)?;
+                    w.flush().map_err(out_err)?;
+                }
+            }
+            Ok(())
+        }
+        StoreCommand::Rebuild { json } => {
+            let mut l = Ledger::open(ledger).map_err(err)?;
+            let r = l.rebuild().map_err(err)?;
+            if json {
+                print_json(&r)
+            } else {
+                println!(
+                    "rebuilt projections of {} branches from {} events in {:.3}s",
+                    r.branches, r.events, r.seconds
+                );
+                Ok(())
+            }
+        }
+        StoreCommand::DebugAppendLoop { batch, batches } => append_loop(ledger, batch, batches),
+    }
+}
+
+fn init(plan: &Path, ledger: &Path) -> CliResult {
+    let bytes =
+        std::fs::read(plan).map_err(|e| CliError::input(format!("{}: {e}", plan.display())))?;
+    let l = Ledger::create(ledger, &bytes).map_err(|e| match e {
+        LedgerError::Plan(p) => CliError::input(format!("{}: {p}", plan.display())),
+        e => err(e),
+    })?;
+    let head = l.head("main").map_err(err)?;
+    println!(
+        "created ledger {} from {} (genesis {})",
+        ledger.display(),
+        plan.display(),
+        head.short()
+    );
+    Ok(())
+}
+
+fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
+    let l = Ledger::open_read_only(ledger).map_err(err)?;
+    let head = l.head(branch).map_err(err)?;
+    let mut hs = l.ancestry(&head).map_err(err)?;
+    if let Some(n) = limit {
+        hs.truncate(n);
+    }
+    if json {
+        let recs = hs
+            .iter()
+            .map(|h| {
+                l.event_with_meta(h)
+                    .map(|(event, meta)| EventRecord::new(*h, event, meta))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err)?;
+        return print_json(&recs);
+    }
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
+    for h in hs {
+        let e = l.event(&h).map_err(err)?;
+        writeln!(
+            w,
+            "{}  stage {:<3} {:<20} {}",
+            h.short(),
+            e.stage,
+            e.body.kind(),
+            e.body.summary()
+        )
+        .map_err(out_err)?;
+    }
+    w.flush().map_err(out_err)
+}
+
+fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
+    let mut l = Ledger::open_read_only(ledger).map_err(err)?;
+    match l.resolve(reference).map_err(err)? {
+        Resolved::Event(h) => {
+            let (event, meta) = l.event_with_meta(&h).map_err(err)?;
+            let rec = EventRecord::new(h, event, meta);
+            if json {
+                return print_json(&rec);
+            }
+            println!("event   {}", rec.hash);
+            println!(
+                "parent  {}",
+                rec.parent
+                    .map(|p| p.to_hex())
+                    .unwrap_or_else(|| "(none)".into())
+            );
+            println!("stage   {}", rec.stage);
+            println!("kind    {}", rec.body.kind());
+            println!("summary {}", rec.body.summary());
+            let body = serde_json::to_string_pretty(&rec.body)
+                .map_err(|e| CliError::input(e.to_string()))?;
+            println!("{body}");
+            let meta =
+                serde_json::to_string(&rec.meta).map_err(|e| CliError::input(e.to_string()))?;
+            println!("meta    {meta}");
+            Ok(())
+        }
+        Resolved::Branch { name, head } => {
+            let s = l.projection(&name).map_err(err)?;
+            if json {
+                return print_json(&json!({ "branch": name, "head": head, "state": s }));
+            }
+            println!("branch  {name}");
+            println!("head    {head}");
+            println!("plan    {} (seed {})", s.plan_name, s.seed);
+            println!("events  {}", s.events);
+            if let Some((b, at, e)) = &s.forked_from {
+                println!("forked  from {b} at {} (engineer {e})", at.short());
+            }
+            for st in &s.stages {
+                println!(
+                    "stage {}: engineer {} decision {} steps {} trajectories {} ({} valid){}",
+                    st.stage,
+                    st.engineer.as_deref().unwrap_or("-"),
+                    st.decision_status.as_deref().unwrap_or("-"),
+                    st.gradient_steps,
+                    st.trajectories,
+                    st.valid,
+                    if st.completed.is_some() {
+                        " completed"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            Ok(())
+        }
+        Resolved::Stage { branch, stage } => {
+            let s = l.projection(&branch).map_err(err)?;
+            let st = s.stage(stage).ok_or_else(|| {
+                CliError::input(format!(
+                    "branch `{branch}` has no stage {stage} (it has {})",
+                    s.stages.len()
+                ))
+            })?;
+            if json {
+                return print_json(&json!({ "branch": branch, "stage": st }));
+            }
+            let s = serde_json::to_string_pretty(st).map_err(|e| CliError::input(e.to_string()))?;
+            println!("{branch}@stage{stage}");
+            println!("{s}");
+            Ok(())
+        }
+    }
+}
+
+fn branches(ledger: &Path, json: bool) -> CliResult {
+    let mut l = Ledger::open_read_only(ledger).map_err(err)?;
+    let mut rows = Vec::new();
+    for (name, head) in l.branches().map_err(err)? {
+        let s = l.projection(&name).map_err(err)?;
+        rows.push(json!({
+            "name": name,
+            "head": head,
+            "events": s.events,
+            "stages": s.stages.len(),
+            "forked_from": s.forked_from.as_ref().map(|(b, at, e)| json!({"branch": b, "at": at, "engineer": e})),
+        }));
+    }
+    if json {
+        return print_json(&rows);
+    }
+    for r in rows {
+        let fork = match &r["forked_from"] {
+            serde_json::Value::Null => String::new(),
+            f => format!(
+                "  forked from {} at {}",
+                f["branch"].as_str().unwrap_or(""),
+                &f["at"].as_str().unwrap_or("")[..12]
+            ),
+        };
+        println!(
+            "{:<20} {}  {} events  {} stages{fork}",
+            r["name"].as_str().unwrap_or(""),
+            &r["head"].as_str().unwrap_or("")[..12],
+            r["events"],
+            r["stages"]
+        );
+    }
+    Ok(())
+}
+
+fn verify(ledger: &Path, json: bool) -> CliResult {
+    let l = Ledger::open_read_only(ledger).map_err(err)?;
+    let r = l.verify();
+    if json {
+        print_json(&r)?;
+    } else if r.ok() {
+        println!(
+            "ledger {} verified: {} events ({:.1} MB), {} blobs ({:.1} MB), {} branches in {:.3}s ({:.0} MB/s)",
+            ledger.display(),
+            r.events,
+            r.event_bytes as f64 / 1e6,
+            r.blobs,
+            r.blob_bytes as f64 / 1e6,
+            r.branches,
+            r.seconds,
+            r.bytes_per_second() / 1e6
+        );
+    } else {
+        for p in r.problems.iter().take(20) {
+            println!("BAD {p}");
+        }
+        if r.problems.len() > 20 {
+            println!("... and {} more problems", r.problems.len() - 20);
+        }
+    }
+    match r.first() {
+        None => Ok(()),
+        Some(p) => Err(CliError::check(format!(
+            "verify failed for ledger {}: {p}",
+            ledger.display()
+        ))),
+    }
+}
+
+fn append_loop(ledger: &Path, batch: usize, batches: Option<u64>) -> CliResult {
+    let mut l = Ledger::open(ledger).map_err(err)?;
+    let mut total = l
+        .ancestry(&l.head("main").map_err(err)?)
+        .map_err(err)?
+        .len() as u64;
+    let mut i = 0u64;
+    let stdout = std::io::stdout();
+    while batches.is_none_or(|n| i < n) {
+        // One large (file) and one small (sled) blob per batch, referenced by an event.
+        let big: Vec<u8> = (0..6000u64)
+            .map(|k| (k.wrapping_mul(31).wrapping_add(i * 7919) % 251) as u8)
+            .collect();
+        let small = format!("instance {i}").into_bytes();
+        let b1 = l.put_blob(&big).map_err(err)?;
+        let b2 = l.put_blob(&small).map_err(err)?;
+        let mut items = vec![(
+            EventBody::InstancesGenerated(InstancesGenerated {
+                split: "train".into(),
+                config: b2,
+                instances: vec![b1, b2],
+            }),
+            1,
+            Meta::default(),
+        )];
+        for k in 1..batch.max(1) {
+            items.push((
+                EventBody::GradientStep(GradientStep {
+                    step: i * batch as u64 + k as u64,
+                    params: Hash::of_blob(&i.to_le_bytes()),
+                    loss: (k as f64).to_bits(),
+                    policy_loss: 0,
+                    kl: 0,
+                    entropy: 0,
+                    grad_norm: 0,
+                    reward_mean: 0,
+                }),
+                1,
+                Meta::default(),
+            ));
+        }
+        let n = items.len() as u64;
+        let hs = l.append("main", items).map_err(err)?;
+        total += n;
+        let mut w = stdout.lock();
+        writeln!(w, "{i} {} {total}", hs.last().expect("non-empty")).map_err(out_err)?;
+        w.flush().map_err(out_err)?;
+        i += 1;
+    }
+    Ok(())
+}

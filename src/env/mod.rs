@@ -1,0 +1,22 @@
+//! MAPF-FrozenLake, the paper's testbed: instances and plans, simulation, the reference
+//! solver, the configurable generator, text rendering/parsing, the benchmark suites,
+//! tables in the paper's layout and MovingAI import.
+pub mod baseline;
+pub mod batch;
+pub mod config;
+pub mod generator;
+pub mod instance;
+pub mod movingai;
+pub mod simulate;
+pub mod solver;
+pub mod suite;
+pub mod table;
+pub mod text;
+
+pub use config::{project, Clip, ConfigProposal, GeneratorConfig, SizeConfig};
+pub use generator::{generate, Solved};
+pub use instance::{Cell, Instance, Move, Plan};
+pub use simulate::{simulate, CostMetric, Failure, FailureKind, Outcome, Reference};
+pub use solver::{solve, Budget, Solution, SolveError};
+pub use suite::{Suite, SuiteName, SuiteSpec};
+pub use table::{CellCounts, ResultTable};

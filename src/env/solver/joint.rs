@@ -1,0 +1,287 @@
+//! Coupled low level for a meta-agent (MA-CBS, Sharon et al. 2015): A* over the joint
+//! states of a group of agents that CBS decided to plan together, minimising the
+//! group's sum-of-costs under the members' CBS constraints.
+//!
+//! Cost accounting ("done" flags): a state is (member positions, done mask, time). A
+//! member on its goal may be declared *done* at no cost, after which it never moves
+//! again; each move step costs the number of members not yet done. A member's payment is
+//! the time it was declared done, which at the optimum equals its last arrival on the
+//! goal, so the minimum is exactly the group's optimal sum of last-arrival costs. A
+//! member may only be declared done after the last vertex constraint on its goal
+//! (the same goal rule as the single-agent search).
+//!
+//! Termination: after `tstar` (past every constraint) the members' problem no longer
+//! depends on time, so times are clamped to `tstar` in the state key and the state space
+//! is finite; with a makespan cap the time is bounded by the cap instead.
+use super::{at, Table, MAX_GROUP, NONE};
+use crate::env::instance::Cell;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::Instant;
+
+pub(super) struct JointTask<'t> {
+    pub cells: usize,
+    pub adj: &'t [Cell],
+    /// Agent indices of the members, ascending.
+    pub members: &'t [usize],
+    pub starts: Vec<Cell>,
+    pub goals: Vec<Cell>,
+    pub h: Vec<&'t [u16]>,
+    pub tables: Vec<Table>,
+    /// Largest time any member may still be moving (makespan cap), if any.
+    pub cap: Option<usize>,
+    /// Every agent's current path (members' own are ignored): conflict-avoidance table.
+    pub others: &'t [Vec<Cell>],
+    /// Give up (Err) after this many stored states.
+    pub max_states: usize,
+    /// Wall-clock deadline (interactive budgets only): give up (Err) after it.
+    pub deadline: Option<Instant>,
+}
+
+/// See [`joint_search`].
+pub(super) type JointResult = Result<Option<Vec<Vec<Cell>>>, ()>;
+/// (f, conflicts, deeper first, insertion order): a total order.
+type OpenKey = (u32, u32, Reverse<u32>, u32);
+
+#[derive(Clone)]
+struct State {
+    pos: [Cell; MAX_GROUP],
+    done: u8,
+    t: u16,
+    g: u32,
+    conf: u32,
+    parent: u32,
+    closed: bool,
+}
+
+fn key(pos: &[Cell], done: u8, t: u16) -> u128 {
+    let mut k: u128 = t as u128;
+    k = (k << 8) | done as u128;
+    for &p in pos {
+        k = (k << 11) | p as u128;
+    }
+    k
+}
+
+/// `Ok(Some(paths))` (members' paths, each ending at its last arrival), `Ok(None)` when
+/// no joint plan satisfies the constraints, `Err(())` when the state limit or the
+/// deadline was hit; plus the number of states stored (the work done).
+pub(super) fn joint_search(task: &JointTask) -> (JointResult, usize) {
+    let mut states: Vec<State> = Vec::new();
+    let r = run(task, &mut states);
+    (r, states.len())
+}
+
+fn run(task: &JointTask, states: &mut Vec<State>) -> JointResult {
+    let m = task.members.len();
+    let all: u8 = ((1u16 << m) - 1) as u8;
+    let n = task.cells;
+    let max_tc = task.tables.iter().map(|t| t.tc).max().unwrap_or(0);
+    // Past `tstar` no constraint applies (see the module comment), so the time in the
+    // state key is clamped there. The real time is kept in the state for the
+    // conflict-avoidance count, which only breaks ties.
+    let tstar = match task.cap {
+        Some(c) => c + 1,
+        None => max_tc + 1,
+    };
+    let tmax = task.cap.unwrap_or(usize::MAX);
+    let is_member = |j: usize| task.members.contains(&j);
+    let h = |pos: &[Cell], done: u8| -> u32 {
+        (0..m)
+            .filter(|&i| done >> i & 1 == 0)
+            .map(|i| task.h[i][pos[i] as usize] as u32)
+            .sum()
+    };
+
+    // (f, conflicts, deeper first, insertion order): a total order.
+    let mut open: BinaryHeap<Reverse<OpenKey>> = BinaryHeap::new();
+    let mut index: HashMap<u128, u32> = HashMap::new();
+    let push = |states: &mut Vec<State>,
+                open: &mut BinaryHeap<_>,
+                index: &mut HashMap<u128, u32>,
+                s: State|
+     -> Result<(), ()> {
+        let k = key(&s.pos[..m], s.done, s.t.min(tstar as u16));
+        if let Some(&i) = index.get(&k) {
+            let old = &states[i as usize];
+            if old.closed || (old.g, old.conf) <= (s.g, s.conf) {
+                return Ok(());
+            }
+        }
+        if states.len() >= task.max_states {
+            return Err(());
+        }
+        let id = states.len() as u32;
+        index.insert(k, id);
+        let f = s.g + h(&s.pos[..m], s.done);
+        open.push(Reverse((f, s.conf, Reverse(s.g), id)));
+        states.push(s);
+        Ok(())
+    };
+
+    let mut start_pos = [0 as Cell; MAX_GROUP];
+    start_pos[..m].copy_from_slice(&task.starts);
+    let start = State {
+        pos: start_pos,
+        done: 0,
+        t: 0,
+        g: 0,
+        conf: 0,
+        parent: u32::MAX,
+        closed: false,
+    };
+    if task
+        .starts
+        .iter()
+        .zip(&task.h)
+        .any(|(&s, h)| h[s as usize] as usize > tmax)
+    {
+        return Ok(None);
+    }
+    push(states, &mut open, &mut index, start)?;
+
+    let mut choices: Vec<Vec<(Cell, usize)>> = vec![Vec::new(); m];
+    let mut next = [0 as Cell; MAX_GROUP];
+    let mut pops = 0u32;
+    while let Some(Reverse((_, _, _, id))) = open.pop() {
+        pops = pops.wrapping_add(1);
+        if pops % 4096 == 0 && task.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(());
+        }
+        let s = states[id as usize].clone();
+        let k = key(&s.pos[..m], s.done, s.t.min(tstar as u16));
+        if s.closed || index.get(&k) != Some(&id) {
+            continue;
+        }
+        states[id as usize].closed = true;
+        if s.done == all {
+            return Ok(Some(reconstruct(states, id, task)));
+        }
+        let t = s.t as usize;
+        // Zero-cost transitions: declare a member on its goal done.
+        for i in 0..m {
+            if s.done >> i & 1 == 0
+                && s.pos[i] == task.goals[i]
+                && t as i32 > task.tables[i].last_goal
+            {
+                let mut d = s.clone();
+                d.done |= 1 << i;
+                d.parent = id;
+                d.closed = false;
+                push(states, &mut open, &mut index, d)?;
+            }
+        }
+        if t >= tmax {
+            continue;
+        }
+        let t1 = t + 1;
+        let left = tmax - t1;
+        for i in 0..m {
+            choices[i].clear();
+            let u = s.pos[i];
+            if s.done >> i & 1 == 1 {
+                choices[i].push((u, 4));
+                continue;
+            }
+            for mv in 0..5 {
+                let v = task.adj[u as usize * 5 + mv];
+                if v == NONE || task.h[i][v as usize] as usize > left {
+                    continue;
+                }
+                if task.tables[i].allowed(n, v, t1, mv) {
+                    choices[i].push((v, mv));
+                }
+            }
+            if choices[i].is_empty() {
+                break;
+            }
+        }
+        if choices.iter().any(Vec::is_empty) {
+            continue;
+        }
+        let active = m as u32 - s.done.count_ones();
+        // Enumerate the product of the members' choices with an odometer.
+        let mut idx = vec![0usize; m];
+        'odometer: loop {
+            let mut ok = true;
+            'check: for i in 0..m {
+                next[i] = choices[i][idx[i]].0;
+                for j in 0..i {
+                    let vertex = next[i] == next[j];
+                    let edge = next[i] == s.pos[j] && next[j] == s.pos[i] && next[i] != s.pos[i];
+                    if vertex || edge {
+                        ok = false;
+                        break 'check;
+                    }
+                }
+            }
+            if ok {
+                let mut conf = s.conf;
+                for i in 0..m {
+                    if s.done >> i & 1 == 1 {
+                        continue;
+                    }
+                    let (u, v) = (s.pos[i], next[i]);
+                    for (j, p) in task.others.iter().enumerate() {
+                        if p.is_empty() || is_member(j) {
+                            continue;
+                        }
+                        let q1 = at(p, t1);
+                        if q1 == v || (u != v && q1 == u && at(p, t) == v) {
+                            conf += 1;
+                        }
+                    }
+                }
+                let child = State {
+                    pos: next,
+                    done: s.done,
+                    t: t1.min(u16::MAX as usize - 1) as u16,
+                    g: s.g + active,
+                    conf,
+                    parent: id,
+                    closed: false,
+                };
+                push(states, &mut open, &mut index, child)?;
+            }
+            for i in 0..m {
+                idx[i] += 1;
+                if idx[i] < choices[i].len() {
+                    continue 'odometer;
+                }
+                idx[i] = 0;
+            }
+            break;
+        }
+    }
+    Ok(None)
+}
+
+fn reconstruct(states: &[State], goal: u32, task: &JointTask) -> Vec<Vec<Cell>> {
+    let mut chain = Vec::new();
+    let mut id = goal;
+    while id != u32::MAX {
+        chain.push(id);
+        id = states[id as usize].parent;
+    }
+    chain.reverse();
+    // One joint position per time step: done transitions keep the positions and time.
+    let mut timeline: Vec<&[Cell]> = vec![&states[chain[0] as usize].pos];
+    for w in chain.windows(2) {
+        let (a, b) = (&states[w[0] as usize], &states[w[1] as usize]);
+        if a.done == b.done {
+            timeline.push(&b.pos);
+        }
+    }
+    let m = task.members.len();
+    (0..m)
+        .map(|i| {
+            let mut p: Vec<Cell> = timeline.iter().map(|pos| pos[i]).collect();
+            // End each path at its last arrival: trailing waits on the goal are implicit.
+            while p.len() >= 2 && p[p.len() - 1] == task.goals[i] && p[p.len() - 2] == task.goals[i]
+            {
+                p.pop();
+            }
+            p
+        })
+        .collect()
+}

@@ -1,0 +1,173 @@
+//! The paper's benchmark suites: a held-out 2-agent validation set over sizes 3..10 and
+//! test sets of 3 agents (sizes 3..10), 4 agents (4..10) and 5 agents (5..10), M
+//! instances per (agents, size) cell.
+//!
+//! Each suite is deterministic from its name and seed and content-addressed: its hash is
+//! blake3 over the canonical bytes of every instance, its optima and its plan, in cell
+//! order, so any change to generation or solving is visible as a new hash.
+use super::config::max_hole_ratio;
+use super::generator::{generate_one, GenerateError, InstanceSpec, Solved};
+use super::solver::Budget;
+use crate::seed::Seed;
+use rand::Rng as _;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Context string for suite hashes.
+const SUITE_CONTEXT: &str = "mapf-ledger 2026 suite v1";
+
+/// Which suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SuiteName {
+    /// 2 agents, sizes 3..10: what engineers get to see.
+    Val,
+    /// 3 agents x 3..10, 4 agents x 4..10, 5 agents x 5..10.
+    Test,
+}
+
+impl SuiteName {
+    pub fn parse(s: &str) -> Option<SuiteName> {
+        match s {
+            "val" | "validation" => Some(SuiteName::Val),
+            "test" => Some(SuiteName::Test),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SuiteName::Val => "val",
+            SuiteName::Test => "test",
+        }
+    }
+    /// The (agents, size) cells of the paper's protocol, up to `max_size`.
+    pub fn cells(self, max_size: usize) -> Vec<(usize, usize)> {
+        match self {
+            SuiteName::Val => (3..=max_size).map(|s| (2, s)).collect(),
+            SuiteName::Test => (3..=5usize)
+                .flat_map(|k| (k..=max_size).map(move |s| (k, s)))
+                .collect(),
+        }
+    }
+}
+
+/// How to build a suite.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SuiteSpec {
+    pub name: SuiteName,
+    /// Instances per (agents, size) cell (150 in the paper).
+    pub per_cell: usize,
+    /// Largest map size (10 in the paper).
+    pub max_size: usize,
+    pub seed: u64,
+}
+
+impl SuiteSpec {
+    pub fn paper(name: SuiteName) -> SuiteSpec {
+        SuiteSpec {
+            name,
+            per_cell: 150,
+            max_size: 10,
+            seed: 2026,
+        }
+    }
+}
+
+/// One (agents, size) cell of a suite.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SuiteCell {
+    pub agents: usize,
+    pub size: usize,
+    pub items: Vec<Solved>,
+}
+
+/// A generated suite.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Suite {
+    pub name: SuiteName,
+    /// blake3 (hex) over the canonical bytes of every item, in cell order.
+    pub hash: String,
+    pub cells: Vec<SuiteCell>,
+}
+
+/// Build a suite. Hole ratios are spread uniformly over what each cell allows (up to
+/// 0.5, fewer where the agents need room); coordination is left to chance, as in the
+/// paper's test sets.
+pub fn build(spec: &SuiteSpec, budget: Budget) -> Result<Suite, GenerateError> {
+    let root = Seed::named(spec.name.as_str(), spec.seed);
+    let cells: Vec<(usize, usize)> = spec.name.cells(spec.max_size);
+    let jobs: Vec<(usize, usize, usize)> = cells
+        .iter()
+        .flat_map(|&(k, s)| (0..spec.per_cell).map(move |j| (k, s, j)))
+        .collect();
+    let items: Vec<Solved> = jobs
+        .into_par_iter()
+        .map(|(k, s, j)| {
+            let mut rng = root
+                .child("cell", (k * 100 + s) as u64)
+                .child("instance", j as u64)
+                .rng();
+            let hole_ratio = rng.random::<f64>() * max_hole_ratio(s, k);
+            let spec = InstanceSpec {
+                size: s,
+                agents: k,
+                hole_ratio,
+                coordination: None,
+            };
+            generate_one(&spec, &mut rng, budget)
+        })
+        .collect::<Result<_, _>>()?;
+    let mut it = items.into_iter();
+    let cells: Vec<SuiteCell> = cells
+        .into_iter()
+        .map(|(agents, size)| SuiteCell {
+            agents,
+            size,
+            items: it.by_ref().take(spec.per_cell).collect(),
+        })
+        .collect();
+    let hash = suite_hash(&cells);
+    Ok(Suite {
+        name: spec.name,
+        hash,
+        cells,
+    })
+}
+
+fn suite_hash(cells: &[SuiteCell]) -> String {
+    let mut h = blake3::Hasher::new_derive_key(SUITE_CONTEXT);
+    for c in cells {
+        h.update(&(c.agents as u32).to_le_bytes());
+        h.update(&(c.size as u32).to_le_bytes());
+        h.update(&(c.items.len() as u32).to_le_bytes());
+        for it in &c.items {
+            it.write_canonical(&mut h);
+        }
+    }
+    h.finalize().to_hex().to_string()
+}
+
+impl Solved {
+    /// Canonical bytes of an item for content addressing: the instance, its optima and
+    /// its plan, little-endian, length-prefixed.
+    pub fn write_canonical(&self, h: &mut blake3::Hasher) {
+        h.update(&self.instance.canonical_bytes());
+        h.update(&self.reference.sum_of_costs.to_le_bytes());
+        h.update(&self.reference.makespan.to_le_bytes());
+        h.update(&(self.plan.moves.len() as u32).to_le_bytes());
+        for seq in &self.plan.moves {
+            h.update(&(seq.len() as u32).to_le_bytes());
+            let letters: Vec<u8> = seq.iter().map(|m| m.letter() as u8).collect();
+            h.update(&letters);
+        }
+    }
+}
+
+impl Suite {
+    pub fn len(&self) -> usize {
+        self.cells.iter().map(|c| c.items.len()).sum()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

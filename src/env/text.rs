@@ -1,0 +1,208 @@
+//! Text I/O of the testbed: an instance rendered as the prompt an LLM (or the `text`
+//! policy) reads, and plan text parsed back with precise errors.
+//!
+//! Plan text is one line per agent, `agent <n>: <moves>`, moves over U D L R W. The
+//! parser is tolerant of case, surrounding whitespace, blank lines and separators
+//! (spaces, commas) between moves; everything else is a parse error naming the line and
+//! column, which the simulator reports as a `parse_error` failure.
+use super::instance::{Instance, Move, Plan};
+use super::simulate::{Failure, FailureKind};
+
+/// Render `inst` as the prompt text.
+pub fn render_prompt(inst: &Instance) -> String {
+    let n = inst.size();
+    let mut s = String::with_capacity(256 + n * n * 2);
+    s.push_str(&format!(
+        "Multi-agent path finding on a {n}x{n} frozen lake with {} agents.\n",
+        inst.agents()
+    ));
+    s.push_str("Grid (row 0 at the top, column 0 at the left; F = frozen, H = hole):\n");
+    for (r, row) in inst.grid_rows().iter().enumerate() {
+        s.push_str(&format!("row {r}: "));
+        let spaced: Vec<String> = row.chars().map(String::from).collect();
+        s.push_str(&spaced.join(" "));
+        s.push('\n');
+    }
+    s.push_str("Agents (row, column):\n");
+    for a in 0..inst.agents() {
+        let (sr, sc) = inst.row_col(inst.starts()[a]);
+        let (gr, gc) = inst.row_col(inst.goals()[a]);
+        s.push_str(&format!(
+            "agent {}: start ({sr}, {sc}) goal ({gr}, {gc})\n",
+            a + 1
+        ));
+    }
+    s.push_str(
+        "Moves: U (row - 1), D (row + 1), L (column - 1), R (column + 1), W (wait).\n\
+         All agents move at the same time. No agent may leave the grid, enter a hole, \
+         share a cell with another agent or swap cells with one. An agent whose moves \
+         have ended waits where it is; every agent must end on its goal.\n\
+         Answer with one line per agent:\n",
+    );
+    for a in 0..inst.agents() {
+        s.push_str(&format!("agent {}: <moves>\n", a + 1));
+    }
+    s
+}
+
+/// Render a plan as text (the format `parse_plan` reads).
+pub fn render_plan(plan: &Plan) -> String {
+    let mut s = String::new();
+    for (a, seq) in plan.moves.iter().enumerate() {
+        s.push_str(&format!("agent {}: ", a + 1));
+        let letters: Vec<String> = seq.iter().map(|m| m.letter().to_string()).collect();
+        s.push_str(&letters.join(" "));
+        s.push('\n');
+    }
+    s
+}
+
+/// A plan text that does not parse: where and why (line and column are 1-based).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column {column}: {message}")]
+pub struct ParseError {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl ParseError {
+    /// The failure the simulator reports for unparsable plan text.
+    pub fn to_failure(&self) -> Failure {
+        Failure {
+            kind: FailureKind::ParseError,
+            t: 0,
+            agents: vec![],
+            detail: self.to_string(),
+        }
+    }
+}
+
+/// Parse plan text for an instance with `agents` agents.
+pub fn parse_plan(text: &str, agents: usize) -> Result<Plan, ParseError> {
+    let mut moves: Vec<Option<Vec<Move>>> = vec![None; agents];
+    let mut last_line = 0;
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        last_line = line;
+        let trimmed = raw.trim_start();
+        if trimmed.trim().is_empty() {
+            continue;
+        }
+        let indent = raw.len() - trimmed.len();
+        let err = |column: usize, message: String| ParseError {
+            line,
+            column,
+            message,
+        };
+        let lower = trimmed.to_ascii_lowercase();
+        if !lower.starts_with("agent") {
+            return Err(err(
+                indent + 1,
+                format!(
+                    "expected `agent <n>: <moves>`, found {:?}",
+                    trimmed.trim_end()
+                ),
+            ));
+        }
+        let after = &trimmed["agent".len()..];
+        let Some(colon) = after.find(':') else {
+            return Err(err(indent + 1, "missing ':' after the agent number".into()));
+        };
+        let num_text = after[..colon].trim();
+        let agent: usize = num_text.parse().map_err(|_| {
+            err(
+                indent + 6,
+                format!("agent number {num_text:?} is not a positive integer"),
+            )
+        })?;
+        if agent == 0 || agent > agents {
+            return Err(err(
+                indent + 6,
+                format!("agent {agent} does not exist (the instance has {agents})"),
+            ));
+        }
+        if moves[agent - 1].is_some() {
+            return Err(err(indent + 1, format!("agent {agent} has a second line")));
+        }
+        let body_start = indent + "agent".len() + colon + 1;
+        let mut seq = Vec::new();
+        for (off, ch) in raw[body_start..].char_indices() {
+            if ch.is_whitespace() || ch == ',' {
+                continue;
+            }
+            match Move::from_letter(ch) {
+                Some(m) => seq.push(m),
+                None => {
+                    return Err(err(
+                        body_start + off + 1,
+                        format!("{ch:?} is not a move (use U, D, L, R, W)"),
+                    ))
+                }
+            }
+        }
+        moves[agent - 1] = Some(seq);
+    }
+    let mut out = Vec::with_capacity(agents);
+    for (a, m) in moves.into_iter().enumerate() {
+        match m {
+            Some(seq) => out.push(seq),
+            None => {
+                return Err(ParseError {
+                    line: last_line + 1,
+                    column: 1,
+                    message: format!("no line for agent {}", a + 1),
+                })
+            }
+        }
+    }
+    Ok(Plan { moves: out })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inst() -> Instance {
+        serde_json::from_str(
+            r#"{"size":3,"grid":["FFF","FHF","FFF"],"agents":[{"start":[0,0],"goal":[2,2]},{"start":[2,2],"goal":[0,0]}]}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn prompt_lists_grid_agents_and_alphabet() {
+        let p = render_prompt(&inst());
+        assert!(p.contains("row 1: F H F"));
+        assert!(p.contains("agent 2: start (2, 2) goal (0, 0)"));
+        assert!(p.contains("W (wait)"));
+    }
+
+    #[test]
+    fn parse_round_trips_and_tolerates_case_space_commas() {
+        let plan = Plan {
+            moves: vec![
+                vec![Move::R, Move::R, Move::D, Move::D],
+                vec![Move::U, Move::W],
+            ],
+        };
+        assert_eq!(parse_plan(&render_plan(&plan), 2).unwrap(), plan);
+        let loose = "\n  AGENT 2 :u, w\nagent 1:rrDD  \n\n";
+        assert_eq!(parse_plan(loose, 2).unwrap(), plan);
+    }
+
+    #[test]
+    fn parse_errors_name_line_and_column() {
+        let e = parse_plan("agent 1: R R\nagent 2: R X", 2).unwrap_err();
+        assert_eq!((e.line, e.column), (2, 12));
+        assert!(e.message.contains("'X'"));
+        let e = parse_plan("agent 1: R", 2).unwrap_err();
+        assert!(e.message.contains("no line for agent 2"), "{e}");
+        let e = parse_plan("agent 3: R", 2).unwrap_err();
+        assert!(e.message.contains("agent 3 does not exist"), "{e}");
+        let e = parse_plan("the answer is RR", 2).unwrap_err();
+        assert_eq!((e.line, e.column), (1, 1));
+        let e = parse_plan("agent 1: R\nagent 1: D", 2).unwrap_err();
+        assert!(e.message.contains("second line"));
+    }
+}

@@ -1,0 +1,392 @@
+//! The event model: [`Event`] `{ parent, stage, body }` and every kind of
+//! [`EventBody`] the mission records, from genesis to replay verification.
+//!
+//! Everything here reaches hashed bytes, so: no HashMap, no wall-clock time, and floats
+//! only as their bit patterns (`u32`/`u64` fields named `*_bits` or documented as bits).
+//! New kinds are appended at the end of [`EventBody`] (the variant index is encoded).
+use super::codec;
+use super::hash::{Hash, TRAJECTORY_CONTEXT};
+use crate::env::config::{Clip, GeneratorConfig};
+use crate::env::simulate::FailureKind;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One immutable ledger event. Its id is the blake3 hash (event context) of its
+/// encoding; `parent` links it to the previous event of its branch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Event {
+    /// The previous event on the branch (None only for genesis).
+    pub parent: Option<Hash>,
+    /// The curriculum stage this event belongs to (0 = before the first stage).
+    pub stage: u32,
+    pub body: EventBody,
+}
+
+/// Every kind of event. JSON form: `{"<kind>": {fields}}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventBody {
+    Genesis(Genesis),
+    EngineerRegistered(EngineerRegistered),
+    StageStarted(StageStarted),
+    EngineerDecision(EngineerDecision),
+    InstancesGenerated(InstancesGenerated),
+    Trajectories(TrajectoryBatch),
+    GradientStep(GradientStep),
+    CheckpointSaved(CheckpointSaved),
+    Evaluation(Evaluation),
+    FailureBreakdown(FailureBreakdown),
+    StageCompleted(StageCompleted),
+    BranchForked(BranchForked),
+    ReplayVerified(ReplayVerified),
+}
+
+/// The ledger's first event: the plan file it was created from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Genesis {
+    /// Blob holding the plan file's exact bytes.
+    pub plan_blob: Hash,
+    /// Hash of the parsed plan's canonical encoding (plan context).
+    pub plan_hash: Hash,
+    pub name: String,
+    pub seed: u64,
+    /// "grid" or "text".
+    pub policy: String,
+    /// The generator configuration of stage 1 before any engineer decision.
+    pub initial_config: GeneratorConfig,
+}
+
+/// How an engineer is implemented.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineerKind {
+    /// A built-in engineer (`fixed`, `random`, `heuristic`, `current`, `base`).
+    Builtin,
+    /// An LLM behind an OpenAI-compatible chat API (never the API key).
+    Llm {
+        url: String,
+        model: String,
+        tokenizer: Option<Hash>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineerRegistered {
+    pub name: String,
+    pub kind: EngineerKind,
+    /// Context modules switched on (failure_breakdown, guideline, history, ...).
+    pub context_modules: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StageStarted {
+    /// The engineer designing this stage.
+    pub engineer: String,
+    /// Checkpoint blob the stage trains from (None: the initial policy).
+    pub from_checkpoint: Option<Hash>,
+    /// The seed-tree node of this stage (32 bytes).
+    pub seed: Hash,
+}
+
+/// What the engineer proposed, verbatim.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProposedConfig {
+    /// Nothing usable was proposed.
+    None,
+    /// The proposal's JSON text inline.
+    Json(String),
+    /// The proposal's text in a blob (large replies).
+    Blob(Hash),
+}
+
+/// Outcome of validating an engineer's proposal.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionStatus {
+    /// Used as proposed.
+    Accepted,
+    /// Used after clipping the listed fields into range.
+    Clipped,
+    /// Unusable; the previous configuration was kept.
+    Rejected { reason: String },
+    /// The engineer failed (timeout, unparseable reply); a fallback engineer decided.
+    Fallback { reason: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineerDecision {
+    pub engineer: String,
+    /// Blob holding the structured context the engineer read.
+    pub context: Hash,
+    /// Exact prompt and raw reply blobs (LLM engineers).
+    pub prompt: Option<Hash>,
+    pub reply: Option<Hash>,
+    pub proposed: ProposedConfig,
+    /// The configuration actually used for the stage.
+    pub applied: GeneratorConfig,
+    /// Every field the projection onto legal ranges changed.
+    pub clips: Vec<Clip>,
+    pub rationale: String,
+    pub status: DecisionStatus,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InstancesGenerated {
+    /// "train", "val", "test", ...
+    pub split: String,
+    /// Hash of the generator configuration used (codec encoding, blob context).
+    pub config: Hash,
+    /// Each instance's blob.
+    pub instances: Vec<Hash>,
+}
+
+/// A batch of sampled plans with their outcomes. Instances are listed once per batch
+/// and referenced by index, so one trajectory costs a few tens of bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrajectoryBatch {
+    /// The gradient step these samples fed.
+    pub step: u64,
+    /// Instance blobs referenced by `Trajectory::instance`.
+    pub instances: Vec<Hash>,
+    pub trajectories: Vec<Trajectory>,
+}
+
+/// One sampled plan and its outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Trajectory {
+    /// Index into the batch's `instances`.
+    pub instance: u32,
+    /// The plan in the policy's compact encoding (moves, or text bytes).
+    pub plan: Vec<u8>,
+    pub valid: bool,
+    pub optimal: bool,
+    pub failure: Option<FailureKind>,
+    /// Sum of costs of the plan (0 when invalid) and of the optimum.
+    pub cost: u32,
+    pub optimal_cost: u32,
+    /// The reward, as f32 bits.
+    pub reward_bits: u32,
+}
+
+impl TrajectoryBatch {
+    /// The content hash of each trajectory (trajectory context over the instance hash
+    /// and the trajectory's encoding), in batch order. Errors name a bad instance index.
+    pub fn trajectory_hashes(&self) -> Result<Vec<Hash>, String> {
+        self.trajectories
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let inst = self.instances.get(t.instance as usize).ok_or_else(|| {
+                    format!(
+                        "trajectory {i} names instance {} of {}",
+                        t.instance,
+                        self.instances.len()
+                    )
+                })?;
+                let mut buf = inst.0.to_vec();
+                codec::encode_into(t, &mut buf);
+                Ok(Hash::derive(TRAJECTORY_CONTEXT, &buf))
+            })
+            .collect()
+    }
+}
+
+/// One optimiser step. Loss terms are f64 bit patterns.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GradientStep {
+    pub step: u64,
+    /// Parameter hash after the step (blake3 over raw parameters in name order).
+    pub params: Hash,
+    pub loss: u64,
+    pub policy_loss: u64,
+    pub kl: u64,
+    pub entropy: u64,
+    pub grad_norm: u64,
+    pub reward_mean: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CheckpointSaved {
+    pub step: u64,
+    /// The checkpoint file's blob.
+    pub blob: Hash,
+    pub params: Hash,
+}
+
+/// Valid/optimal counts of one (agents, size) cell of a suite.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EvalCell {
+    pub agents: u32,
+    pub size: u32,
+    pub total: u32,
+    pub valid: u32,
+    pub optimal: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Evaluation {
+    /// "val", "test", ...
+    pub suite: String,
+    /// The checkpoint evaluated (None: the current parameters).
+    pub checkpoint: Option<Hash>,
+    pub cells: Vec<EvalCell>,
+}
+
+/// Failure counts for one map size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SizeFailures {
+    pub size: u32,
+    pub total: u32,
+    pub counts: Vec<(FailureKind, u32)>,
+    /// Example failing plans, as text.
+    pub examples: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FailureBreakdown {
+    pub suite: String,
+    pub sizes: Vec<SizeFailures>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StageCompleted {
+    /// Final checkpoint blob of the stage.
+    pub checkpoint: Option<Hash>,
+    pub steps: u64,
+}
+
+/// The first event of a forked branch, recording where it came from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BranchForked {
+    pub from_branch: String,
+    pub at: Hash,
+    /// The engineer the fork hands the next stage to.
+    pub engineer: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplayVerified {
+    /// The stage recomputed.
+    pub replayed_stage: u32,
+    /// Events recomputed and compared.
+    pub events: u64,
+    /// The recorded head the recomputation matched up to.
+    pub head: Hash,
+    /// None when every hash matched; else the first mismatch (stage, step, kind).
+    pub mismatch: Option<String>,
+}
+
+impl EventBody {
+    /// The kind's name, as in the JSON form.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EventBody::Genesis(_) => "genesis",
+            EventBody::EngineerRegistered(_) => "engineer_registered",
+            EventBody::StageStarted(_) => "stage_started",
+            EventBody::EngineerDecision(_) => "engineer_decision",
+            EventBody::InstancesGenerated(_) => "instances_generated",
+            EventBody::Trajectories(_) => "trajectories",
+            EventBody::GradientStep(_) => "gradient_step",
+            EventBody::CheckpointSaved(_) => "checkpoint_saved",
+            EventBody::Evaluation(_) => "evaluation",
+            EventBody::FailureBreakdown(_) => "failure_breakdown",
+            EventBody::StageCompleted(_) => "stage_completed",
+            EventBody::BranchForked(_) => "branch_forked",
+            EventBody::ReplayVerified(_) => "replay_verified",
+        }
+    }
+
+    /// Every blob this event references (verify checks each exists and matches).
+    pub fn blobs(&self) -> Vec<Hash> {
+        match self {
+            EventBody::Genesis(g) => vec![g.plan_blob],
+            EventBody::EngineerRegistered(r) => match &r.kind {
+                EngineerKind::Llm {
+                    tokenizer: Some(t), ..
+                } => vec![*t],
+                _ => vec![],
+            },
+            EventBody::StageStarted(s) => s.from_checkpoint.into_iter().collect(),
+            EventBody::EngineerDecision(d) => {
+                let mut v = vec![d.context];
+                v.extend(d.prompt);
+                v.extend(d.reply);
+                if let ProposedConfig::Blob(h) = d.proposed {
+                    v.push(h);
+                }
+                v
+            }
+            EventBody::InstancesGenerated(i) => i.instances.clone(),
+            EventBody::Trajectories(t) => t.instances.clone(),
+            EventBody::CheckpointSaved(c) => vec![c.blob],
+            EventBody::Evaluation(e) => e.checkpoint.into_iter().collect(),
+            EventBody::StageCompleted(s) => s.checkpoint.into_iter().collect(),
+            EventBody::GradientStep(_)
+            | EventBody::FailureBreakdown(_)
+            | EventBody::BranchForked(_)
+            | EventBody::ReplayVerified(_) => vec![],
+        }
+    }
+
+    /// A one-line human summary (for `log`).
+    pub fn summary(&self) -> String {
+        let f = |b: u64| f64::from_bits(b);
+        match self {
+            EventBody::Genesis(g) => format!("plan {} seed {} policy {}", g.name, g.seed, g.policy),
+            EventBody::EngineerRegistered(r) => format!("engineer {}", r.name),
+            EventBody::StageStarted(s) => format!("engineer {}", s.engineer),
+            EventBody::EngineerDecision(d) => {
+                let st = match &d.status {
+                    DecisionStatus::Accepted => "accepted".to_string(),
+                    DecisionStatus::Clipped => format!("clipped {} fields", d.clips.len()),
+                    DecisionStatus::Rejected { reason } => format!("rejected: {reason}"),
+                    DecisionStatus::Fallback { reason } => format!("fallback: {reason}"),
+                };
+                format!("{} {st}", d.engineer)
+            }
+            EventBody::InstancesGenerated(i) => {
+                format!("{} {} instances", i.instances.len(), i.split)
+            }
+            EventBody::Trajectories(t) => {
+                let valid = t.trajectories.iter().filter(|x| x.valid).count();
+                format!(
+                    "step {} {} trajectories, {valid} valid",
+                    t.step,
+                    t.trajectories.len()
+                )
+            }
+            EventBody::GradientStep(g) => {
+                format!(
+                    "step {} loss {} grad_norm {}",
+                    g.step,
+                    f(g.loss),
+                    f(g.grad_norm)
+                )
+            }
+            EventBody::CheckpointSaved(c) => format!("step {} blob {}", c.step, c.blob.short()),
+            EventBody::Evaluation(e) => {
+                let (t, v, o) = e.cells.iter().fold((0u64, 0u64, 0u64), |a, c| {
+                    (
+                        a.0 + c.total as u64,
+                        a.1 + c.valid as u64,
+                        a.2 + c.optimal as u64,
+                    )
+                });
+                format!("{}: {v}/{t} valid, {o}/{t} optimal", e.suite)
+            }
+            EventBody::FailureBreakdown(b) => format!("{}: {} sizes", b.suite, b.sizes.len()),
+            EventBody::StageCompleted(s) => format!("{} steps", s.steps),
+            EventBody::BranchForked(b) => format!(
+                "from {} at {} engineer {}",
+                b.from_branch,
+                b.at.short(),
+                b.engineer
+            ),
+            EventBody::ReplayVerified(r) => match &r.mismatch {
+                None => format!("stage {} matched {} events", r.replayed_stage, r.events),
+                Some(m) => format!("stage {} mismatch: {m}", r.replayed_stage),
+            },
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The event-sourced ledger: an append-only, content-addressed, verifiable log that
+//! every later piece writes to and every view reads from (DESIGN.md, "The ledger").
+//!
+//! Modules, top to bottom: [`hash`] (content addresses), [`codec`] (the only bincode
+//! user), [`event`] (the model), [`meta`] (unhashed metadata), [`plan`] (plan files),
+//! [`pack`] (framed append-only pack files), [`index`] (event id -> place),
+//! [`blob`] (content-addressed blobs), [`refs`] (branches and pack lengths),
+//! [`lock`] (one writer), [`store`] (the [`Ledger`] and its append protocol),
+//! [`projection`] (pure folds), [`verify`] and [`export`].
+pub mod blob;
+pub mod codec;
+pub mod event;
+pub mod export;
+pub mod hash;
+pub mod index;
+pub mod lock;
+pub mod meta;
+pub mod pack;
+pub mod plan;
+pub mod projection;
+pub mod refs;
+pub mod store;
+pub mod verify;
+
+pub use event::{Event, EventBody};
+pub use hash::Hash;
+pub use meta::Meta;
+pub use plan::LedgerPlan;
+pub use projection::{BranchState, StageState};
+pub use store::{Ledger, Location, RebuildReport, Resolved};
+pub use verify::{Problem, Report};
+
+use schemars::schema_for;
+use std::path::PathBuf;
+
+/// Errors at the ledger's library boundary. Messages name the path, branch, event or
+/// field concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("{}: {message}", path.display())]
+    Io { path: PathBuf, message: String },
+    #[error("ledger {} is locked by another process (one writer at a time; read commands work once no writer holds it)", path.display())]
+    Locked { path: PathBuf },
+    #[error("{} is not a ledger (create one with `ledger init --plan FILE`)", path.display())]
+    NotALedger { path: PathBuf },
+    #[error("ledger {} already exists", path.display())]
+    AlreadyExists { path: PathBuf },
+    #[error(transparent)]
+    Plan(#[from] plan::PlanError),
+    #[error("ledger storage (sled): {0}")]
+    Sled(String),
+    #[error("{what} is corrupt: {problem}")]
+    Corrupt { what: String, problem: String },
+    #[error("no branch named `{name}`")]
+    UnknownBranch { name: String },
+    #[error("branch `{name}` already exists")]
+    BranchExists { name: String },
+    #[error(
+        "invalid branch name `{name}` (use 1-100 of A-Z a-z 0-9 . _ -, not starting with . or -)"
+    )]
+    BadBranchName { name: String },
+    #[error("no event {what}")]
+    UnknownEvent { what: String },
+    #[error("`{what}` is ambiguous: it matches {count} events")]
+    Ambiguous { what: String, count: usize },
+    #[error("no blob {hash}")]
+    MissingBlob { hash: Hash },
+    #[error("the ledger is open read-only")]
+    ReadOnly,
+    #[error("invalid event: {0}")]
+    Invalid(String),
+    #[error("cannot decode {what}: {source}")]
+    Decode {
+        what: String,
+        #[source]
+        source: codec::CodecError,
+    },
+}
+
+impl From<sled::Error> for LedgerError {
+    fn from(e: sled::Error) -> Self {
+        LedgerError::Sled(e.to_string())
+    }
+}
+
+/// JSON Schemas of the ledger's formats: the JSON form of an event (every kind) and
+/// the plan file, as `(file stem, pretty JSON)`.
+pub fn schemas() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "ledger-event",
+            crate::schemas::pretty(schema_for!(export::EventRecord)),
+        ),
+        (
+            "ledger-plan",
+            crate::schemas::pretty(schema_for!(plan::LedgerPlan)),
+        ),
+    ]
+}

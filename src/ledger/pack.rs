@@ -1,0 +1,328 @@
+//! Pack files: append-only segments of framed event records (as git packfiles hold
+//! objects), so one durable batch is one sequential write and one fsync.
+//!
+//! A pack starts with [`PACK_MAGIC`] (which carries the pack format version). Each
+//! record is framed:
+//!
+//! ```text
+//! u8   frame version (1)
+//! u32  event length  (LE)
+//! u32  meta length   (LE)
+//! [32] event id (blake3, event context, over the event bytes)
+//! ...  event bytes   (codec::encode_event)
+//! ...  meta bytes    (codec::encode(Meta); never hashed)
+//! u32  crc32 of everything above (LE)
+//! ```
+//!
+//! Only the prefix up to the pack's committed length (recorded in sled together with
+//! the refs) is history; anything after it is a torn or uncommitted tail, cut off when
+//! a writer opens the ledger and ignored by readers.
+use super::hash::Hash;
+use super::LedgerError;
+use memmap2::Mmap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// First bytes of every pack: magic and pack format version 1.
+pub const PACK_MAGIC: &[u8; 8] = b"MLPACK\0\x01";
+/// Version byte of every record frame.
+pub const FRAME_VERSION: u8 = 1;
+/// Frame bytes before the event bytes.
+pub const FRAME_HEADER: usize = 1 + 4 + 4 + 32;
+/// Frame bytes after the meta bytes.
+pub const FRAME_TRAILER: usize = 4;
+/// Largest event or meta payload a frame may hold.
+pub const MAX_PAYLOAD: usize = 1 << 28;
+/// A writer starts a new pack once the active one exceeds this size.
+pub const PACK_ROLL_BYTES: u64 = 1 << 30;
+
+/// Why a frame could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("record header runs past the committed end")]
+    Truncated,
+    #[error("unknown record frame version {0}")]
+    Version(u8),
+    #[error("record length {0} exceeds the limit")]
+    TooLarge(usize),
+    #[error("record checksum mismatch")]
+    Checksum,
+}
+
+/// A record as it lies in a pack.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'a> {
+    pub hash: Hash,
+    pub event: &'a [u8],
+    pub meta: &'a [u8],
+    /// Total frame length in bytes.
+    pub len: usize,
+    /// The whole frame (for checksum verification).
+    raw: &'a [u8],
+}
+
+impl Frame<'_> {
+    /// Whether the stored checksum matches the frame's bytes.
+    pub fn checksum_ok(&self) -> bool {
+        let n = self.raw.len() - FRAME_TRAILER;
+        let stored = u32::from_le_bytes(self.raw[n..].try_into().expect("4 bytes"));
+        crc32fast::hash(&self.raw[..n]) == stored
+    }
+}
+
+/// Append one framed record to `buf`.
+pub fn encode_frame(buf: &mut Vec<u8>, hash: &Hash, event: &[u8], meta: &[u8]) {
+    let start = buf.len();
+    buf.push(FRAME_VERSION);
+    buf.extend_from_slice(&(event.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&hash.0);
+    buf.extend_from_slice(event);
+    buf.extend_from_slice(meta);
+    let crc = crc32fast::hash(&buf[start..]);
+    buf.extend_from_slice(&crc.to_le_bytes());
+}
+
+/// Parse the frame starting at `offset` of `data` (which ends at the committed length).
+/// Never panics; the checksum is checked only by [`Frame::checksum_ok`].
+pub fn parse_frame(data: &[u8], offset: usize) -> Result<Frame<'_>, FrameError> {
+    let rest = data.get(offset..).ok_or(FrameError::Truncated)?;
+    if rest.len() < FRAME_HEADER + FRAME_TRAILER {
+        return Err(FrameError::Truncated);
+    }
+    if rest[0] != FRAME_VERSION {
+        return Err(FrameError::Version(rest[0]));
+    }
+    let el = u32::from_le_bytes(rest[1..5].try_into().expect("4 bytes")) as usize;
+    let ml = u32::from_le_bytes(rest[5..9].try_into().expect("4 bytes")) as usize;
+    if el > MAX_PAYLOAD || ml > MAX_PAYLOAD {
+        return Err(FrameError::TooLarge(el.max(ml)));
+    }
+    let len = FRAME_HEADER + el + ml + FRAME_TRAILER;
+    if rest.len() < len {
+        return Err(FrameError::Truncated);
+    }
+    let hash = Hash(rest[9..41].try_into().expect("32 bytes"));
+    Ok(Frame {
+        hash,
+        event: &rest[FRAME_HEADER..FRAME_HEADER + el],
+        meta: &rest[FRAME_HEADER + el..FRAME_HEADER + el + ml],
+        len,
+        raw: &rest[..len],
+    })
+}
+
+/// Path of pack `id` under a ledger's `packs/` directory.
+pub fn pack_path(packs_dir: &Path, id: u32) -> PathBuf {
+    packs_dir.join(format!("pack-{id:08}.pack"))
+}
+
+/// One pack file: its committed prefix mapped for reading, appended by the writer.
+pub struct Pack {
+    pub id: u32,
+    pub path: PathBuf,
+    file: File,
+    map: Option<Mmap>,
+    /// Bytes of history (the committed length recorded in sled).
+    committed: u64,
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> LedgerError {
+    LedgerError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// fsync a directory so a created or renamed entry in it is durable.
+pub fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io_err(dir, e))
+}
+
+impl Pack {
+    /// Create a new, empty pack (magic only), durably.
+    pub fn create(packs_dir: &Path, id: u32) -> Result<Pack, LedgerError> {
+        let path = pack_path(packs_dir, id);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| io_err(&path, e))?;
+        file.write_all_at(PACK_MAGIC, 0)
+            .map_err(|e| io_err(&path, e))?;
+        file.sync_all().map_err(|e| io_err(&path, e))?;
+        sync_dir(packs_dir)?;
+        let mut p = Pack {
+            id,
+            path,
+            file,
+            map: None,
+            committed: PACK_MAGIC.len() as u64,
+        };
+        p.remap()?;
+        Ok(p)
+    }
+
+    /// Open pack `id` whose committed length is `committed`. A writer cuts off any tail
+    /// beyond it (a torn or uncommitted batch); a reader ignores it.
+    pub fn open(
+        packs_dir: &Path,
+        id: u32,
+        committed: u64,
+        writable: bool,
+    ) -> Result<Pack, LedgerError> {
+        let path = pack_path(packs_dir, id);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(&path)
+            .map_err(|e| io_err(&path, e))?;
+        let len = file.metadata().map_err(|e| io_err(&path, e))?.len();
+        if len < committed {
+            return Err(LedgerError::Corrupt {
+                what: format!("pack {}", path.display()),
+                problem: format!("file has {len} bytes but {committed} are committed (truncated)"),
+            });
+        }
+        if writable && len > committed {
+            file.set_len(committed).map_err(|e| io_err(&path, e))?;
+            file.sync_all().map_err(|e| io_err(&path, e))?;
+        }
+        let mut p = Pack {
+            id,
+            path,
+            file,
+            map: None,
+            committed,
+        };
+        p.remap()?;
+        if p.bytes().get(..PACK_MAGIC.len()) != Some(&PACK_MAGIC[..]) {
+            return Err(LedgerError::Corrupt {
+                what: format!("pack {}", p.path.display()),
+                problem: "bad magic or unknown pack format version".into(),
+            });
+        }
+        Ok(p)
+    }
+
+    fn remap(&mut self) -> Result<(), LedgerError> {
+        // SAFETY: the map is read-only and covers only the committed prefix. Pack files
+        // are append-only; the one writer (holding the ledger's exclusive lock) never
+        // rewrites or shrinks a committed prefix, and truncation happens only in
+        // `open` before anything is mapped.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .len(self.committed as usize)
+                .map(&self.file)
+        }
+        .map_err(|e| io_err(&self.path, e))?;
+        self.map = Some(map);
+        Ok(())
+    }
+
+    /// The committed bytes (magic included).
+    pub fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+
+    pub fn committed(&self) -> u64 {
+        self.committed
+    }
+
+    /// Write `buf` after the committed end and fsync it. History only grows once the
+    /// caller records the new length in sled and calls [`Pack::commit`].
+    pub fn write_durable(&mut self, buf: &[u8]) -> Result<u64, LedgerError> {
+        self.file
+            .write_all_at(buf, self.committed)
+            .map_err(|e| io_err(&self.path, e))?;
+        self.file.sync_data().map_err(|e| io_err(&self.path, e))?;
+        Ok(self.committed + buf.len() as u64)
+    }
+
+    /// Extend the committed prefix to `len` (after sled recorded it).
+    pub fn commit(&mut self, len: u64) -> Result<(), LedgerError> {
+        self.committed = len;
+        self.remap()
+    }
+
+    /// Iterate the frames of the committed prefix: `(offset, frame)`, stopping with the
+    /// error at the first unreadable frame.
+    pub fn frames(&self) -> Frames<'_> {
+        Frames {
+            data: self.bytes(),
+            offset: PACK_MAGIC.len(),
+            failed: false,
+        }
+    }
+}
+
+/// Iterator over a pack's frames.
+pub struct Frames<'a> {
+    data: &'a [u8],
+    offset: usize,
+    failed: bool,
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = (u64, Result<Frame<'a>, FrameError>);
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.offset >= self.data.len() {
+            return None;
+        }
+        let off = self.offset;
+        match parse_frame(self.data, off) {
+            Ok(f) => {
+                self.offset += f.len;
+                Some((off as u64, Ok(f)))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some((off as u64, Err(e)))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn frame_round_trip_and_checksum() {
+        let mut buf = vec![0u8; 3];
+        let h = Hash::of_event(b"ev");
+        encode_frame(&mut buf, &h, b"ev", b"m");
+        let f = parse_frame(&buf, 3).unwrap();
+        assert_eq!(
+            (f.hash, f.event, f.meta, f.len),
+            (h, &b"ev"[..], &b"m"[..], buf.len() - 3)
+        );
+        assert!(f.checksum_ok());
+        for i in 3..buf.len() {
+            let mut b = buf.clone();
+            b[i] ^= 0x10;
+            if let Ok(f) = parse_frame(&b, 3) {
+                assert!(!f.checksum_ok(), "flip at {i} undetected");
+            }
+        }
+        assert_eq!(
+            parse_frame(&buf[..buf.len() - 1], 3).unwrap_err(),
+            FrameError::Truncated
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_pack_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300), off in 0usize..300) {
+            let _ = parse_frame(&bytes, off).map(|f| f.checksum_ok());
+            let it = Frames { data: &bytes, offset: 0, failed: false };
+            prop_assert!(it.count() <= bytes.len() / (FRAME_HEADER + FRAME_TRAILER) + 1);
+        }
+    }
+}

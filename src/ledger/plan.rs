@@ -1,0 +1,295 @@
+//! The ledger plan file (`ledgers/*.toml`): what a ledger was created to run.
+//!
+//! Parsed strictly: unknown keys are errors naming the key, out-of-range values errors
+//! naming the field. Sections other than `name`, `seed` and `initial_config` have
+//! defaults, so later issues add fields by adding a field with a `#[serde(default)]`.
+use super::codec;
+use super::hash::{Hash, PLAN_CONTEXT};
+use crate::env::config::GeneratorConfig;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Which policy the ledger trains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    /// A small network over the grid.
+    Grid,
+    /// A text (language-model) policy.
+    Text,
+}
+
+impl PolicyKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Grid => "grid",
+            PolicyKind::Text => "text",
+        }
+    }
+}
+
+/// A ledger plan file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerPlan {
+    /// Name of the experiment.
+    pub name: String,
+    /// Root of the seed tree.
+    pub seed: u64,
+    pub policy: PolicyKind,
+    /// Stage 1's generator configuration.
+    pub initial_config: GeneratorConfig,
+    #[serde(default)]
+    pub suites: Suites,
+    #[serde(default)]
+    pub warmup: Warmup,
+    #[serde(default)]
+    pub grpo: Grpo,
+    #[serde(default)]
+    pub engineer: EngineerPlan,
+}
+
+/// Evaluation suites: instances per (agents, size) cell.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Suites {
+    pub validation_per_cell: u32,
+    pub test_per_cell: u32,
+}
+
+impl Default for Suites {
+    fn default() -> Self {
+        Suites {
+            validation_per_cell: 20,
+            test_per_cell: 50,
+        }
+    }
+}
+
+/// Supervised warm-up before the first RL stage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Warmup {
+    pub steps: u64,
+    pub lr: f64,
+    pub batch_size: u32,
+}
+
+impl Default for Warmup {
+    fn default() -> Self {
+        Warmup {
+            steps: 200,
+            lr: 1e-3,
+            batch_size: 64,
+        }
+    }
+}
+
+/// GRPO hyperparameters (per stage).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Grpo {
+    pub steps: u64,
+    pub lr: f64,
+    pub group_size: u32,
+    pub clip_eps: f64,
+    pub kl_coef: f64,
+    pub batch_size: u32,
+    /// Training instances generated per stage.
+    pub instances_per_stage: u32,
+}
+
+impl Default for Grpo {
+    fn default() -> Self {
+        Grpo {
+            steps: 100,
+            lr: 3e-4,
+            group_size: 8,
+            clip_eps: 0.2,
+            kl_coef: 0.01,
+            batch_size: 16,
+            instances_per_stage: 512,
+        }
+    }
+}
+
+/// The environment engineer and its context modules.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineerPlan {
+    /// Engineer name (`fixed`, `random`, `heuristic`, `current`, `base`, or registered).
+    pub name: String,
+    /// Number of curriculum stages.
+    pub stages: u32,
+    pub context: ContextModules,
+}
+
+impl Default for EngineerPlan {
+    fn default() -> Self {
+        EngineerPlan {
+            name: "heuristic".into(),
+            stages: 4,
+            context: ContextModules::default(),
+        }
+    }
+}
+
+/// The paper's five context modules, each switchable for ablations.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContextModules {
+    pub failure_breakdown: bool,
+    pub guideline: bool,
+    pub history: bool,
+    pub summary: bool,
+    pub training_details: bool,
+}
+
+impl Default for ContextModules {
+    fn default() -> Self {
+        ContextModules {
+            failure_breakdown: true,
+            guideline: true,
+            history: true,
+            summary: true,
+            training_details: false,
+        }
+    }
+}
+
+/// A plan that does not parse or is out of range; the message names the key or field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error("plan is not valid UTF-8 TOML: {0}")]
+    Encoding(String),
+    #[error("plan: {0}")]
+    Syntax(String),
+    #[error("plan field `{field}`: {message}")]
+    Range { field: String, message: String },
+}
+
+fn range(field: &str, message: impl Into<String>) -> PlanError {
+    PlanError::Range {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+fn check_f(field: &str, v: f64, lo: f64, hi: f64, lo_open: bool) -> Result<(), PlanError> {
+    let ok = v.is_finite() && (if lo_open { v > lo } else { v >= lo }) && v <= hi;
+    if ok {
+        Ok(())
+    } else {
+        let l = if lo_open { "(" } else { "[" };
+        Err(range(field, format!("must be in {l}{lo}, {hi}], got {v}")))
+    }
+}
+
+fn check_u(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), PlanError> {
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(range(field, format!("must be in {lo}..={hi}, got {v}")))
+    }
+}
+
+impl LedgerPlan {
+    /// Parse and validate a plan file's bytes.
+    pub fn parse(bytes: &[u8]) -> Result<LedgerPlan, PlanError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| PlanError::Encoding(e.to_string()))?;
+        let plan: LedgerPlan = toml::from_str(text)
+            .map_err(|e| PlanError::Syntax(e.to_string().trim().to_string()))?;
+        plan.validate()?;
+        Ok(plan)
+    }
+
+    /// Check every field's range.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        if self.name.trim().is_empty() {
+            return Err(range("name", "must not be empty"));
+        }
+        self.initial_config
+            .validate()
+            .map_err(|m| range("initial_config", m))?;
+        let s = &self.suites;
+        check_u(
+            "suites.validation_per_cell",
+            s.validation_per_cell as u64,
+            1,
+            100_000,
+        )?;
+        check_u("suites.test_per_cell", s.test_per_cell as u64, 1, 100_000)?;
+        let w = &self.warmup;
+        check_u("warmup.steps", w.steps, 0, 100_000_000)?;
+        check_f("warmup.lr", w.lr, 0.0, 1.0, true)?;
+        check_u("warmup.batch_size", w.batch_size as u64, 1, 1 << 20)?;
+        let g = &self.grpo;
+        check_u("grpo.steps", g.steps, 1, 100_000_000)?;
+        check_f("grpo.lr", g.lr, 0.0, 1.0, true)?;
+        check_u("grpo.group_size", g.group_size as u64, 2, 1024)?;
+        check_f("grpo.clip_eps", g.clip_eps, 0.0, 1.0, true)?;
+        check_f("grpo.kl_coef", g.kl_coef, 0.0, 10.0, false)?;
+        check_u("grpo.batch_size", g.batch_size as u64, 1, 1 << 20)?;
+        check_u(
+            "grpo.instances_per_stage",
+            g.instances_per_stage as u64,
+            1,
+            10_000_000,
+        )?;
+        let e = &self.engineer;
+        if e.name.trim().is_empty() {
+            return Err(range("engineer.name", "must not be empty"));
+        }
+        check_u("engineer.stages", e.stages as u64, 1, 1000)?;
+        Ok(())
+    }
+
+    /// Hash of the parsed plan's canonical encoding: equal plans written differently
+    /// (comments, key order) hash the same.
+    pub fn hash(&self) -> Hash {
+        Hash::derive(PLAN_CONTEXT, &codec::encode(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEMO: &str = include_str!("../../ledgers/demo.toml");
+
+    #[test]
+    fn demo_plan_parses() {
+        let p = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        assert_eq!(p.seed, 7);
+        assert_eq!(p.policy, PolicyKind::Grid);
+        assert_eq!(
+            p.initial_config.sizes.keys().copied().collect::<Vec<_>>(),
+            vec![3, 4, 5, 6]
+        );
+        let reformatted = format!("# a comment\n{DEMO}");
+        assert_eq!(
+            LedgerPlan::parse(reformatted.as_bytes()).unwrap().hash(),
+            p.hash()
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let bad = DEMO.replace("[grpo]", "[grpo]\nlearning_rate = 0.1");
+        let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("learning_rate"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_field_is_named() {
+        let bad = DEMO.replace("group_size = 8", "group_size = 1");
+        let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("grpo.group_size"), "{e}");
+        let bad = DEMO.replace("hole_ratio = 0.1", "hole_ratio = 0.9");
+        let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
+        assert!(
+            e.contains("initial_config") && e.contains("hole_ratio"),
+            "{e}"
+        );
+    }
+}

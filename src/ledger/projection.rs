@@ -1,0 +1,202 @@
+//! Projections: pure folds of a branch's events into its state (branch facts, one
+//! [`StageState`] per stage, audit rows). `apply` never reads anything but its
+//! arguments, so a state cached by event id (see store.rs) is valid for every branch
+//! that shares that prefix, and `ledger rebuild` recomputes it from the log.
+use super::event::{DecisionStatus, EvalCell, Event, EventBody, FailureBreakdown};
+use super::hash::Hash;
+use crate::env::config::GeneratorConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Everything the views need about one branch, as of some event.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BranchState {
+    pub head: Option<Hash>,
+    pub genesis: Option<Hash>,
+    pub plan_name: String,
+    pub seed: u64,
+    pub events: u64,
+    /// Set by a BranchForked event: (source branch, fork point, engineer).
+    pub forked_from: Option<(String, Hash, String)>,
+    /// Registered engineers, in order.
+    pub engineers: Vec<String>,
+    /// The configuration stage 1 starts from.
+    pub initial_config: Option<GeneratorConfig>,
+    pub stages: Vec<StageState>,
+    pub audit: Vec<AuditRow>,
+    pub replays: Vec<(u32, bool)>,
+}
+
+/// The state of one curriculum stage.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageState {
+    pub stage: u32,
+    pub started: Option<Hash>,
+    pub engineer: Option<String>,
+    /// The configuration in force (the decision's applied config, else inherited).
+    pub config: Option<GeneratorConfig>,
+    pub decision: Option<Hash>,
+    pub decision_status: Option<String>,
+    pub clipped_fields: Vec<String>,
+    pub instances: u64,
+    pub trajectories: u64,
+    pub valid: u64,
+    pub optimal: u64,
+    pub gradient_steps: u64,
+    pub last_step: Option<u64>,
+    /// f64 bits of the last loss and grad norm.
+    pub last_loss_bits: Option<u64>,
+    pub last_grad_norm_bits: Option<u64>,
+    pub params: Option<Hash>,
+    /// (checkpoint blob, parameter hash, step)
+    pub checkpoint: Option<(Hash, Hash, u64)>,
+    /// Latest evaluation per suite.
+    pub evaluations: BTreeMap<String, Vec<EvalCell>>,
+    pub failures: Option<FailureBreakdown>,
+    pub completed: Option<Hash>,
+}
+
+/// One decision-relevant event, for the audit view.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditRow {
+    pub event: Hash,
+    pub stage: u32,
+    pub kind: String,
+    pub summary: String,
+}
+
+impl BranchState {
+    /// The state of stage `n` (1-based), if it has events.
+    pub fn stage(&self, n: u32) -> Option<&StageState> {
+        self.stages.iter().find(|s| s.stage == n)
+    }
+
+    fn stage_mut(&mut self, n: u32) -> &mut StageState {
+        if let Some(i) = self.stages.iter().position(|s| s.stage == n) {
+            return &mut self.stages[i];
+        }
+        // Inherit the configuration in force from the latest earlier stage.
+        let config = self
+            .stages
+            .iter()
+            .filter(|s| s.stage < n)
+            .max_by_key(|s| s.stage)
+            .and_then(|s| s.config.clone())
+            .or_else(|| self.initial_config.clone());
+        self.stages.push(StageState {
+            stage: n,
+            config,
+            ..StageState::default()
+        });
+        self.stages.sort_by_key(|s| s.stage);
+        let i = self
+            .stages
+            .iter()
+            .position(|s| s.stage == n)
+            .expect("just inserted");
+        &mut self.stages[i]
+    }
+}
+
+/// Fold one event (with id `hash`) into the state.
+pub fn apply(mut s: BranchState, hash: &Hash, ev: &Event) -> BranchState {
+    apply_in_place(&mut s, hash, ev);
+    s
+}
+
+/// [`apply`] without moving the state (for long folds).
+pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
+    s.head = Some(*hash);
+    s.events += 1;
+    let n = ev.stage;
+    let audit = |s: &mut BranchState| {
+        s.audit.push(AuditRow {
+            event: *hash,
+            stage: n,
+            kind: ev.body.kind().to_string(),
+            summary: ev.body.summary(),
+        })
+    };
+    match &ev.body {
+        EventBody::Genesis(g) => {
+            s.genesis = Some(*hash);
+            s.plan_name = g.name.clone();
+            s.seed = g.seed;
+            s.initial_config = Some(g.initial_config.clone());
+            audit(s);
+        }
+        EventBody::EngineerRegistered(r) => {
+            if !s.engineers.contains(&r.name) {
+                s.engineers.push(r.name.clone());
+            }
+            audit(s);
+        }
+        EventBody::StageStarted(st) => {
+            let x = s.stage_mut(n);
+            x.started = Some(*hash);
+            x.engineer = Some(st.engineer.clone());
+            audit(s);
+        }
+        EventBody::EngineerDecision(d) => {
+            let x = s.stage_mut(n);
+            x.decision = Some(*hash);
+            x.decision_status = Some(
+                match &d.status {
+                    DecisionStatus::Accepted => "accepted",
+                    DecisionStatus::Clipped => "clipped",
+                    DecisionStatus::Rejected { .. } => "rejected",
+                    DecisionStatus::Fallback { .. } => "fallback",
+                }
+                .to_string(),
+            );
+            x.clipped_fields = d.clips.iter().map(|c| c.field.clone()).collect();
+            if !matches!(d.status, DecisionStatus::Rejected { .. }) {
+                x.config = Some(d.applied.clone());
+            }
+            audit(s);
+        }
+        EventBody::InstancesGenerated(i) => s.stage_mut(n).instances += i.instances.len() as u64,
+        EventBody::Trajectories(t) => {
+            let x = s.stage_mut(n);
+            x.trajectories += t.trajectories.len() as u64;
+            x.valid += t.trajectories.iter().filter(|t| t.valid).count() as u64;
+            x.optimal += t.trajectories.iter().filter(|t| t.optimal).count() as u64;
+        }
+        EventBody::GradientStep(g) => {
+            let x = s.stage_mut(n);
+            x.gradient_steps += 1;
+            x.last_step = Some(g.step);
+            x.last_loss_bits = Some(g.loss);
+            x.last_grad_norm_bits = Some(g.grad_norm);
+            x.params = Some(g.params);
+        }
+        EventBody::CheckpointSaved(c) => {
+            s.stage_mut(n).checkpoint = Some((c.blob, c.params, c.step))
+        }
+        EventBody::Evaluation(e) => {
+            s.stage_mut(n)
+                .evaluations
+                .insert(e.suite.clone(), e.cells.clone());
+        }
+        EventBody::FailureBreakdown(f) => s.stage_mut(n).failures = Some(f.clone()),
+        EventBody::StageCompleted(_) => {
+            s.stage_mut(n).completed = Some(*hash);
+            audit(s);
+        }
+        EventBody::BranchForked(b) => {
+            s.forked_from = Some((b.from_branch.clone(), b.at, b.engineer.clone()));
+            audit(s);
+        }
+        EventBody::ReplayVerified(r) => {
+            s.replays.push((r.replayed_stage, r.mismatch.is_none()));
+            audit(s);
+        }
+    }
+}
+
+/// Fold a whole history (oldest first).
+pub fn fold<'a>(events: impl IntoIterator<Item = (&'a Hash, &'a Event)>) -> BranchState {
+    events
+        .into_iter()
+        .fold(BranchState::default(), |s, (h, e)| apply(s, h, e))
+}

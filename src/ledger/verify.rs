@@ -1,0 +1,304 @@
+//! `verify`: recompute every event id from its bytes, check every record checksum,
+//! decoding, parent link and ref, and rehash every blob. The report lists problems
+//! in storage order; the first names the first bad event, ref or blob.
+use super::codec;
+use super::event::EventBody;
+use super::hash::Hash;
+use super::index::{MISSING_PARENT, NO_PARENT};
+use super::refs;
+use super::store::Ledger;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::time::Instant;
+
+/// One thing found wrong.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Problem {
+    /// What is bad: `event <id> (<pack> offset N)`, `ref <name>`, `blob <id> (<path>)`.
+    pub what: String,
+    pub problem: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.problem)
+    }
+}
+
+/// The outcome of [`Ledger::verify`].
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub events: u64,
+    pub event_bytes: u64,
+    pub blobs: u64,
+    pub blob_bytes: u64,
+    pub branches: usize,
+    pub seconds: f64,
+    pub problems: Vec<Problem>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    pub fn first(&self) -> Option<&Problem> {
+        self.problems.first()
+    }
+
+    /// Bytes hashed per second.
+    pub fn bytes_per_second(&self) -> f64 {
+        (self.event_bytes + self.blob_bytes) as f64 / self.seconds.max(1e-9)
+    }
+}
+
+const CHUNK: usize = 1 << 15;
+
+struct FrameCheck {
+    problem: Option<String>,
+    blobs: Vec<Hash>,
+}
+
+impl Ledger {
+    /// Check the whole ledger. Never fails for damage (damage is in the report); only
+    /// an I/O error reading sled ends it early.
+    pub fn verify(&self) -> Report {
+        let t = Instant::now();
+        let mut problems: Vec<Problem> = self
+            .open_problems()
+            .iter()
+            .map(|p| Problem {
+                what: p.what.clone(),
+                problem: p.problem.clone(),
+            })
+            .collect();
+        let index = self.index();
+        let mut event_bytes = 0u64;
+        let mut referenced: Vec<(Hash, Hash)> = Vec::new();
+        let mut events = 0u64;
+        let n = index.len();
+        // chain_ok[pos]: the parent chain reaches a root (parents precede children).
+        let mut chain_ok = vec![false; n];
+        for pos in 0..n {
+            let p = index.entry(pos as u32).parent;
+            chain_ok[pos] = p == NO_PARENT || (p != MISSING_PARENT && chain_ok[p as usize]);
+        }
+        let mut next_pos = 0u32;
+        for pack in self.packs() {
+            event_bytes += pack.committed();
+            // Frames in storage order are the index's positions in order; a frame that
+            // is not (a duplicate of an earlier event) has no position of its own.
+            let mut it = pack
+                .frames()
+                .filter_map(|(off, f)| f.ok().map(|f| (off, f)))
+                .map(|(off, f)| {
+                    let here = (next_pos as usize) < n && {
+                        let e = index.entry(next_pos);
+                        e.pack == pack.id && e.offset == off && index.hash_at(next_pos) == f.hash
+                    };
+                    let pos = here.then(|| {
+                        next_pos += 1;
+                        next_pos - 1
+                    });
+                    (off, f, pos)
+                });
+            // Checked in chunks so memory stays flat however large the pack.
+            let mut frames: Vec<(u64, super::pack::Frame<'_>, Option<u32>)> =
+                Vec::with_capacity(CHUNK);
+            let mut checks: Vec<FrameCheck> = Vec::with_capacity(CHUNK);
+            loop {
+                frames.clear();
+                frames.extend(it.by_ref().take(CHUNK));
+                if frames.is_empty() {
+                    break;
+                }
+                events += frames.len() as u64;
+                frames
+                    .par_iter()
+                    .with_min_len(1024)
+                    .map(|(_, f, pos)| {
+                        let mut c = FrameCheck {
+                            problem: None,
+                            blobs: Vec::new(),
+                        };
+                        if !f.checksum_ok() {
+                            c.problem = Some("record checksum mismatch".into());
+                        }
+                        let got = Hash::of_event(f.event);
+                        if got != f.hash {
+                            c.problem.get_or_insert(format!(
+                                "content hashes to {} (bytes altered)",
+                                got.short()
+                            ));
+                            return c;
+                        }
+                        match codec::decode_event(f.event) {
+                            Err(e) => {
+                                c.problem.get_or_insert(format!("does not decode: {e}"));
+                            }
+                            Ok(ev) => {
+                                let parent_pos = match pos {
+                                    Some(p) => match index.entry(*p).parent {
+                                        NO_PARENT | MISSING_PARENT => None,
+                                        pp => Some(pp),
+                                    },
+                                    None => ev.parent.and_then(|p| index.position(&p)),
+                                };
+                                match ev.parent {
+                                    None if !matches!(ev.body, EventBody::Genesis(_)) => {
+                                        c.problem.get_or_insert(
+                                            "has no parent but is not a genesis event".into(),
+                                        );
+                                    }
+                                    Some(p) => match parent_pos {
+                                        Some(pp) if index.hash_at(pp) == p => {}
+                                        _ => {
+                                            c.problem.get_or_insert(format!(
+                                                "parent {} is missing",
+                                                p.short()
+                                            ));
+                                        }
+                                    },
+                                    None => {}
+                                }
+                                c.blobs = ev.body.blobs();
+                            }
+                        }
+                        if codec::decode::<super::meta::Meta>(f.meta, "metadata").is_err() {
+                            c.problem.get_or_insert("metadata does not decode".into());
+                        }
+                        c
+                    })
+                    .collect_into_vec(&mut checks);
+                for ((off, f, _), c) in frames.iter().zip(checks.drain(..)) {
+                    if let Some(p) = c.problem {
+                        let file = pack
+                            .path
+                            .file_name()
+                            .map(|s| s.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        problems.push(Problem {
+                            what: format!("event {} ({file} offset {off})", f.hash.short()),
+                            problem: p,
+                        });
+                    }
+                    referenced.extend(c.blobs.into_iter().map(|b| (b, f.hash)));
+                }
+            }
+        }
+
+        // Refs: well-formed, pointing at a stored event whose chain reaches genesis.
+        let mut branches = 0;
+        match self.raw_refs() {
+            Err(e) => problems.push(Problem {
+                what: "refs".into(),
+                problem: e.to_string(),
+            }),
+            Ok(raw) => {
+                branches = raw.len();
+                if raw.is_empty() {
+                    problems.push(Problem {
+                        what: "refs".into(),
+                        problem: "no branches (no genesis)".into(),
+                    });
+                }
+                for (name, v) in raw {
+                    let what = format!("ref {name}");
+                    if refs::validate_branch(&name).is_err() {
+                        problems.push(Problem {
+                            what,
+                            problem: "malformed branch name".into(),
+                        });
+                        continue;
+                    }
+                    match refs::decode_head(&name, &v) {
+                        Err(e) => problems.push(Problem {
+                            what,
+                            problem: e.to_string(),
+                        }),
+                        Ok(h) => match index.position(&h) {
+                            None => problems.push(Problem {
+                                what,
+                                problem: format!("points at unknown event {}", h.short()),
+                            }),
+                            Some(pos) => {
+                                if !chain_ok[pos as usize] {
+                                    problems.push(Problem {
+                                        what,
+                                        problem: "history has a broken parent link".into(),
+                                    });
+                                }
+                            }
+                        },
+                    }
+                }
+            }
+        }
+
+        // Blobs: every referenced one present and whole, every stored one whole.
+        referenced.sort();
+        referenced.dedup_by(|a, b| a.0 == b.0);
+        let store = self.blob_store();
+        let blob_checks: Vec<(Option<Problem>, u64)> = referenced
+            .par_iter()
+            .map(|(b, ev)| match store.get_raw(b) {
+                Err(e) => (Some(Problem { what: format!("blob {}", b.short()), problem: e.to_string() }), 0),
+                Ok(None) => (
+                    Some(Problem {
+                        what: format!("blob {} ({})", b.short(), store.file_path(b).display()),
+                        problem: format!("missing (referenced by event {})", ev.short()),
+                    }),
+                    0,
+                ),
+                Ok(Some(bytes)) => {
+                    let got = Hash::of_blob(&bytes);
+                    let p = (got != *b).then(|| Problem {
+                        what: format!("blob {} ({})", b.short(), store.file_path(b).display()),
+                        problem: format!(
+                            "content ({} bytes) hashes to {} (altered or truncated; referenced by event {})",
+                            bytes.len(),
+                            got.short(),
+                            ev.short()
+                        ),
+                    });
+                    (p, bytes.len() as u64)
+                }
+            })
+            .collect();
+        let mut blob_bytes = 0;
+        for (p, n) in blob_checks {
+            blob_bytes += n;
+            problems.extend(p);
+        }
+        for r in store.inline_iter() {
+            match r {
+                Err(e) => problems.push(Problem {
+                    what: "blob store".into(),
+                    problem: e.to_string(),
+                }),
+                Ok((k, v)) => {
+                    let ok = k.len() == 32 && Hash::of_blob(&v).0[..] == k[..];
+                    if !ok {
+                        let name = k
+                            .get(..32)
+                            .map(|x| Hash(x.try_into().expect("32")).short())
+                            .unwrap_or_default();
+                        problems.push(Problem {
+                            what: format!("blob {name} (inline)"),
+                            problem: "content does not match its hash".into(),
+                        });
+                    }
+                }
+            }
+        }
+        Report {
+            events,
+            event_bytes,
+            blobs: referenced.len() as u64,
+            blob_bytes,
+            branches,
+            seconds: t.elapsed().as_secs_f64(),
+            problems,
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! The `ledger` binary: see `mapf_ledger::cli`.
+fn main() {
+    mapf_ledger::cli::main();
+}

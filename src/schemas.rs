@@ -1,0 +1,28 @@
+//! JSON Schemas of every interchange format, generated from the Rust types. The
+//! checked-in copies under schemas/ must equal these (tests/schemas.rs).
+use schemars::schema_for;
+
+/// `(file stem, pretty JSON)` for every schema, in a fixed order.
+pub fn all() -> Vec<(&'static str, String)> {
+    let mut out = vec![
+        ("instance", pretty(schema_for!(crate::env::Instance))),
+        ("plan", pretty(schema_for!(crate::env::Plan))),
+        (
+            "generator-config",
+            pretty(schema_for!(crate::env::GeneratorConfig)),
+        ),
+        (
+            "config-proposal",
+            pretty(schema_for!(crate::env::ConfigProposal)),
+        ),
+        ("outcome", pretty(schema_for!(crate::env::Outcome))),
+    ];
+    out.extend(crate::ledger::schemas());
+    out
+}
+
+pub(crate) fn pretty(s: schemars::Schema) -> String {
+    let mut t = serde_json::to_string_pretty(&s).expect("schemas serialize");
+    t.push('\n');
+    t
+}

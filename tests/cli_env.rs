@@ -1,0 +1,143 @@
+//! `ledger env ...` driven as a user drives it: outputs, exit codes, error messages.
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn ledger(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .args(args)
+        .output()
+        .expect("run ledger")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const INSTANCE: &str = r#"{"size":3,"grid":["FFF","FHF","FFF"],"agents":[{"start":[0,0],"goal":[0,2]},{"start":[0,2],"goal":[0,0]}]}"#;
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn solve_and_check_round_trip() {
+    let d = tempfile::tempdir().unwrap();
+    let inst = write(d.path(), "i.json", INSTANCE);
+    let o = ledger(&["env", "solve", &inst, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    // Two agents swapping ends of the top row around a hole: one detours via the bottom.
+    assert_eq!(v["makespan"], 6);
+    assert_eq!(v["needs_coordination"], true);
+    let plan = write(
+        d.path(),
+        "p.json",
+        &serde_json::json!({ "moves": v["plan"]["moves"] }).to_string(),
+    );
+    let o = ledger(&["env", "check", &plan, &inst, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let c: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        (c["valid"].as_bool(), c["optimal"].as_bool()),
+        (Some(true), Some(true))
+    );
+}
+
+#[test]
+fn check_reports_failures_with_exit_1_and_bad_input_with_exit_2() {
+    let d = tempfile::tempdir().unwrap();
+    let inst = write(d.path(), "i.json", INSTANCE);
+    let bad = write(d.path(), "p.txt", "agent 1: R R\nagent 2: L L\n");
+    let o = ledger(&["env", "check", &bad, &inst]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).contains("vertex_conflict at t=1"),
+        "{}",
+        stdout(&o)
+    );
+    let garbled = write(d.path(), "g.txt", "agent 1: R Q\nagent 2: L\n");
+    let o = ledger(&["env", "check", &garbled, &inst, "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["failure"]["kind"], "parse_error");
+    let malformed = write(d.path(), "m.json", r#"{"moves": ["RR", 3]}"#);
+    let o = ledger(&["env", "check", &malformed, &inst]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("m.json"), "{}", stderr(&o));
+    let o = ledger(&["env", "solve", "/nonexistent/x.json"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("/nonexistent/x.json"));
+    let holes = write(d.path(), "h.json", &INSTANCE.replace("\"FHF\"", "\"FHX\""));
+    let o = ledger(&["env", "solve", &holes]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("h.json") && stderr(&o).contains("row 1 col 2"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn generate_rejects_out_of_range_config_naming_the_field() {
+    let o = ledger(&["env", "generate", "--holes", "0.7", "--count", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("sizes.5.hole_ratio"), "{}", stderr(&o));
+    let o = ledger(&[
+        "env", "generate", "--size", "4", "--count", "3", "--seed", "5", "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Vec<serde_json::Value> = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v.len(), 3);
+    assert!(v.iter().all(|i| i["instance"]["size"] == 4));
+}
+
+#[test]
+fn suite_and_movingai_import() {
+    let o = ledger(&[
+        "env",
+        "suite",
+        "--name",
+        "val",
+        "--per-cell",
+        "2",
+        "--max-size",
+        "6",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["instances"], 8);
+    assert_eq!(v["hash"].as_str().unwrap().len(), 64);
+    let o = ledger(&["env", "suite", "--name", "train"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--name \"train\""));
+
+    let d = tempfile::tempdir().unwrap();
+    let map = write(
+        d.path(),
+        "m.map",
+        "type octile\nheight 4\nwidth 4\nmap\n....\n.@@.\n....\n....\n",
+    );
+    let scen = write(
+        d.path(),
+        "m.scen",
+        "version 1\n0\tm.map\t4\t4\t0\t0\t3\t3\t6\n0\tm.map\t4\t4\t3\t3\t0\t0\t6\n",
+    );
+    let o = ledger(&[
+        "env",
+        "import-movingai",
+        &map,
+        &scen,
+        "--agents",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let inst = write(d.path(), "i.json", &stdout(&o));
+    assert!(ledger(&["env", "solve", &inst]).status.success());
+}

@@ -1,0 +1,158 @@
+//! The store commands through the real `ledger` binary: init, log, show, branches,
+//! export, rebuild, verify, with and without --json, and the contract's exit codes.
+use mapf_ledger::ledger::export::EventRecord;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn ledger(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("--ledger")
+        .arg(dir)
+        .args(args)
+        .env_remove("LEDGER")
+        .output()
+        .expect("run ledger")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn plan_path() -> &'static str {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/demo.toml")
+}
+
+#[test]
+fn init_log_show_branches_export_rebuild_verify() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("l");
+    let out = ok(&ledger(&d, &["init", "--plan", plan_path()]));
+    assert!(out.contains("genesis"), "{out}");
+    ok(&ledger(
+        &d,
+        &["debug-append-loop", "--batch", "4", "--batches", "2"],
+    ));
+
+    let log: Vec<EventRecord> = serde_json::from_str(&ok(&ledger(&d, &["log", "--json"]))).unwrap();
+    assert_eq!(log.len(), 9);
+    assert_eq!(log.last().unwrap().body.kind(), "genesis");
+    assert_eq!(log[0].parent, Some(log[1].hash));
+    let text = ok(&ledger(&d, &["log", "--limit", "2"]));
+    assert_eq!(text.lines().count(), 2);
+    assert!(text.starts_with(&log[0].hash.short()), "{text}");
+
+    // show: hash prefix, branch, branch@stageN.
+    let prefix = &log[3].hash.to_hex()[..8];
+    let shown: EventRecord =
+        serde_json::from_str(&ok(&ledger(&d, &["show", prefix, "--json"]))).unwrap();
+    assert_eq!(shown, log[3]);
+    assert!(ok(&ledger(&d, &["show", prefix])).contains(&log[3].hash.to_hex()));
+    let b: serde_json::Value =
+        serde_json::from_str(&ok(&ledger(&d, &["show", "main", "--json"]))).unwrap();
+    assert_eq!(b["head"], log[0].hash.to_hex());
+    assert_eq!(b["state"]["events"], 9);
+    let s: serde_json::Value =
+        serde_json::from_str(&ok(&ledger(&d, &["show", "main@stage1", "--json"]))).unwrap();
+    assert_eq!(s["stage"]["gradient_steps"], 6);
+    assert_eq!(s["stage"]["instances"], 4);
+    let o = ledger(&d, &["show", "main@stage9"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("stage 9"));
+
+    let br: serde_json::Value =
+        serde_json::from_str(&ok(&ledger(&d, &["branches", "--json"]))).unwrap();
+    assert_eq!(br[0]["name"], "main");
+    assert_eq!(br[0]["events"], 9);
+    assert!(ok(&ledger(&d, &["branches"])).contains("main"));
+
+    let jsonl = ok(&ledger(&d, &["export", "--format", "jsonl"]));
+    let recs: Vec<EventRecord> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 9);
+    assert_eq!(recs[0].hash, log[8].hash, "storage order starts at genesis");
+    let csv = ok(&ledger(
+        &d,
+        &["export", "--format", "csv", "--branch", "main"],
+    ));
+    assert_eq!(csv.lines().next(), Some("hash,parent,stage,kind,summary"));
+    assert_eq!(csv.lines().count(), 10);
+    let f = tmp.path().join("out.jsonl");
+    ok(&ledger(
+        &d,
+        &["export", "--format", "jsonl", "--out", f.to_str().unwrap()],
+    ));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), jsonl);
+
+    let r: serde_json::Value =
+        serde_json::from_str(&ok(&ledger(&d, &["rebuild", "--json"]))).unwrap();
+    assert_eq!(r["events"], 9);
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&ledger(&d, &["verify", "--json"]))).unwrap();
+    assert_eq!(v["events"], 9);
+    assert_eq!(v["problems"].as_array().unwrap().len(), 0);
+    assert!(ok(&ledger(&d, &["verify"])).contains("verified"));
+}
+
+#[test]
+fn input_errors_exit_2_naming_the_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("nothing-here");
+    let o = ledger(&d, &["log"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("nothing-here"),
+        "{o:?}"
+    );
+
+    let bad = tmp.path().join("bad.toml");
+    let plan = std::fs::read_to_string(plan_path()).unwrap();
+    std::fs::write(&bad, plan.replace("[warmup]", "[warmup]\nwarp_speed = 9")).unwrap();
+    let o = ledger(&d, &["init", "--plan", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("warp_speed") && e.contains("bad.toml"), "{e}");
+    std::fs::write(&bad, plan.replace("lr = 0.0003", "lr = 3.0")).unwrap();
+    let e = String::from_utf8_lossy(&ledger(&d, &["init", "--plan", bad.to_str().unwrap()]).stderr)
+        .into_owned();
+    assert!(e.contains("grpo.lr"), "{e}");
+    let o = ledger(&d, &["init", "--plan", "/no/such/plan.toml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/no/such/plan.toml"));
+
+    ok(&ledger(&d, &["init", "--plan", plan_path()]));
+    let o = ledger(&d, &["init", "--plan", plan_path()]);
+    assert_eq!(o.status.code(), Some(2), "init twice is refused");
+    for args in [
+        &["show", "ffff0000"][..],
+        &["log", "--branch", "nope"],
+        &["show", "main@stagex"],
+    ] {
+        let o = ledger(&d, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+    }
+}
+
+#[test]
+fn readers_get_a_clear_error_while_a_writer_holds_the_ledger() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("busy-ledger");
+    ok(&ledger(&d, &["init", "--plan", plan_path()]));
+    let w = mapf_ledger::ledger::Ledger::open(&d).unwrap();
+    for args in [&["log"][..], &["verify"], &["rebuild"]] {
+        let o = ledger(&d, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("locked") && e.contains("busy-ledger"), "{e}");
+    }
+    drop(w);
+    ok(&ledger(&d, &["log"]));
+}

@@ -1,0 +1,92 @@
+//! kill -9 of a writer appending in a loop, at random instants, many times: every time
+//! the ledger verifies and its ref points at complete history including every batch
+//! the writer reported durable.
+use mapf_ledger::ledger::{Hash, Ledger};
+use rand::{Rng, SeedableRng};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn kill_9_at_random_instants_leaves_a_verifying_complete_ledger() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("l");
+    let bin = env!("CARGO_BIN_EXE_ledger");
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/demo.toml");
+    let st = Command::new(bin)
+        .arg("--ledger")
+        .arg(&d)
+        .args(["init", "--plan", plan])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2026);
+    let mut acknowledged: Option<(Hash, u64)> = None;
+    let mut kills_mid_run = 0;
+    for round in 0..16 {
+        let batch = rng.random_range(1..200).to_string();
+        let mut child = Command::new(bin)
+            .arg("--ledger")
+            .arg(&d)
+            .args(["debug-append-loop", "--batch", &batch])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut last = None;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let f: Vec<&str> = line.split(' ').collect();
+                if f.len() == 3 {
+                    last = Some((f[1].parse::<Hash>().unwrap(), f[2].parse::<u64>().unwrap()));
+                }
+            }
+            last
+        });
+        std::thread::sleep(Duration::from_millis(rng.random_range(5..250)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        if let Some(last) = reader.join().unwrap() {
+            kills_mid_run += 1;
+            acknowledged = Some(last);
+        }
+        let o = Command::new(bin)
+            .arg("--ledger")
+            .arg(&d)
+            .arg("verify")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "round {round}: verify failed after kill -9: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let l = Ledger::open_read_only(&d).unwrap();
+        let head = l.head("main").unwrap();
+        let anc = l.ancestry(&head).unwrap();
+        assert_eq!(
+            l.event(anc.last().unwrap()).unwrap().body.kind(),
+            "genesis",
+            "round {round}: history reaches genesis"
+        );
+        if let Some((h, n)) = acknowledged {
+            assert!(
+                anc.len() as u64 >= n,
+                "round {round}: ref lost acknowledged events ({} < {n})",
+                anc.len()
+            );
+            assert!(
+                anc.contains(&h),
+                "round {round}: acknowledged head {} not in history",
+                h.short()
+            );
+        }
+    }
+    assert!(
+        kills_mid_run >= 8,
+        "the writer was killed mid-run only {kills_mid_run} times"
+    );
+}
