@@ -177,3 +177,21 @@ fn open_sled(path: &Path) -> sled::Db {
     }
     sled::open(path).unwrap()
 }
+
+#[test]
+fn truncated_pack_names_the_pack_and_writers_refuse_it() {
+    let f = fixture();
+    let pack = f.dir.join("packs/pack-00000001.pack");
+    let b = std::fs::read(&pack).unwrap();
+    std::fs::write(&pack, &b[..b.len() - 10]).unwrap();
+    let (code, out) = verify(&f.dir);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("pack-00000001.pack") && out.contains("truncated"),
+        "{out}"
+    );
+    let e = Ledger::open(&f.dir)
+        .err()
+        .expect("a writer must not append to a damaged ledger");
+    assert!(e.to_string().contains("pack-00000001.pack"), "{e}");
+}

@@ -148,6 +148,28 @@ pub fn generate_one(
     })
 }
 
+/// A random placement where every agent can reach its goal, without solving it (for
+/// throughput measurements and random-action rollouts, where optima are not needed).
+pub fn sample_reachable(spec: &InstanceSpec, rng: &mut Rng) -> Result<Instance, GenerateError> {
+    for _ in 0..MAX_ATTEMPTS {
+        if let Some(inst) = sample(spec, rng, false) {
+            let n = inst.size();
+            let ok = (0..inst.agents())
+                .all(|a| bfs_route(n, inst.holes(), inst.starts()[a], inst.goals()[a]).is_some());
+            if ok {
+                return Ok(inst);
+            }
+        }
+    }
+    Err(GenerateError::Exhausted {
+        size: spec.size,
+        agents: spec.agents,
+        hole_ratio: spec.hole_ratio,
+        coordination: None,
+        attempts: MAX_ATTEMPTS,
+    })
+}
+
 /// One random placement: holes, then distinct starts and distinct goals on frozen cells.
 fn sample(spec: &InstanceSpec, rng: &mut Rng, biased: bool) -> Option<Instance> {
     let n = spec.size;

@@ -133,6 +133,11 @@ impl Ledger {
             })?;
         }
         let mut l = Ledger::open_inner(dir, true, true)?;
+        // Make the new directory entries durable before history is written into them.
+        pack::sync_dir(dir)?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            pack::sync_dir(parent)?;
+        }
         let plan_blob = l.put_blob(plan_bytes)?;
         let body = EventBody::Genesis(Genesis {
             plan_blob,
