@@ -3,10 +3,13 @@
 //!
 //! Data flows top to bottom: [`env`] (the testbed) -> [`ledger`] -> CLI views.
 pub mod cli;
+pub mod engineer;
 pub mod env;
 pub mod ledger;
 pub mod schemas;
 pub mod seed;
+pub mod stage;
+pub mod train;
 
 #[cfg(test)]
 mod tests {

@@ -137,4 +137,4 @@ fn suites_follow_the_paper_protocol_and_are_pinned() {
 }
 
 const PINNED_TEST_SUITE_HASH: &str =
-    "4f59b4116b6af55060b5fde3282c264d34e1960dc969b0b2b7b6c3eae764c24f";
+    "ee0443ae50f45c7537497a0d24bad6209023ca12523a3ef644a6148b1b08e7eb";

@@ -4,6 +4,7 @@
 //! carries the exit code of the contract (1 a failed check, 2 usage or input error) and
 //! a message naming the bad input.
 pub mod env;
+pub mod run;
 pub mod store;
 
 use clap::{Parser, Subcommand};
@@ -73,6 +74,32 @@ pub enum Command {
         #[arg(long, default_value = "schemas")]
         out: PathBuf,
     },
+    /// Run the branch's stages (warm-up, then engineered GRPO stages) from where it stops.
+    Run {
+        #[arg(long, default_value = "main")]
+        branch: String,
+        /// Run at most N more stages.
+        #[arg(long)]
+        stages: Option<u32>,
+        /// Engineer for the stages this run designs (fixed, random, heuristic, current, base, or registered).
+        #[arg(long)]
+        engineer: Option<String>,
+        /// cpu, cuda or cuda:N (default: the plan's).
+        #[arg(long)]
+        device: Option<String>,
+        /// No progress bars.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Continue a branch after a crash or Ctrl-C (same as `run`).
+    Resume {
+        #[arg(long, default_value = "main")]
+        branch: String,
+        #[arg(long)]
+        device: Option<String>,
+        #[arg(long)]
+        quiet: bool,
+    },
     #[command(flatten)]
     Store(store::StoreCommand),
 }
@@ -84,6 +111,36 @@ pub fn main() {
     let result = match cli.command {
         Command::Env(cmd) => env::run(cmd),
         Command::Schemas { out } => write_schemas(&out),
+        Command::Run {
+            branch,
+            stages,
+            engineer,
+            device,
+            quiet,
+        } => run::run(
+            &ledger_dir,
+            crate::stage::RunOptions {
+                branch,
+                stages,
+                engineer,
+                device,
+            },
+            quiet,
+        ),
+        Command::Resume {
+            branch,
+            device,
+            quiet,
+        } => run::run(
+            &ledger_dir,
+            crate::stage::RunOptions {
+                branch,
+                stages: None,
+                engineer: None,
+                device,
+            },
+            quiet,
+        ),
         Command::Store(cmd) => store::run(cmd, &ledger_dir),
     };
     if let Err(e) = result {

@@ -206,6 +206,10 @@ fn sample(spec: &InstanceSpec, rng: &mut Rng, biased: bool) -> Option<Instance> 
             }
         }
     }
+    // An agent that starts on its goal has nothing to do: keep instances non-degenerate.
+    if starts.iter().zip(&goals).any(|(s, g)| s == g) {
+        return None;
+    }
     Instance::new(n, holes, starts, goals).ok()
 }
 

@@ -18,6 +18,7 @@ pub mod meta;
 pub mod pack;
 pub mod plan;
 pub mod projection;
+pub mod recorder;
 pub mod refs;
 pub mod store;
 pub mod verify;

@@ -47,6 +47,31 @@ pub struct LedgerPlan {
     pub grpo: Grpo,
     #[serde(default)]
     pub engineer: EngineerPlan,
+    #[serde(default)]
+    pub train: Train,
+}
+
+/// How training runs: device, torch threads, the cost "optimal" refers to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Train {
+    /// `cpu`, `cuda` or `cuda:N` (the CLI's `--device` overrides it).
+    pub device: String,
+    /// Torch intra-op threads. Fixed and recorded: results are bit-exact only at the
+    /// same count on the same device.
+    pub torch_threads: u32,
+    /// "makespan" (the paper's ground truth) or "sum_of_costs".
+    pub metric: crate::env::CostMetric,
+}
+
+impl Default for Train {
+    fn default() -> Self {
+        Train {
+            device: "cpu".into(),
+            torch_threads: 1,
+            metric: crate::env::CostMetric::Makespan,
+        }
+    }
 }
 
 /// Evaluation suites: instances per (agents, size) cell.
@@ -55,6 +80,11 @@ pub struct LedgerPlan {
 pub struct Suites {
     pub validation_per_cell: u32,
     pub test_per_cell: u32,
+    /// Largest map size of the suites (10 in the paper).
+    pub max_size: u32,
+    /// Seed of the suites (independent of the plan's seed so that ledgers with other
+    /// seeds are evaluated on the same instances).
+    pub seed: u64,
 }
 
 impl Default for Suites {
@@ -62,6 +92,8 @@ impl Default for Suites {
         Suites {
             validation_per_cell: 20,
             test_per_cell: 50,
+            max_size: 10,
+            seed: 2026,
         }
     }
 }
@@ -73,6 +105,12 @@ pub struct Warmup {
     pub steps: u64,
     pub lr: f64,
     pub batch_size: u32,
+    /// Solved instances generated for imitation.
+    pub instances: u32,
+    /// The easy distribution: map sizes, hole and wait ratios (2 agents).
+    pub sizes: Vec<u32>,
+    pub hole_ratio: f64,
+    pub wait_ratio: f64,
 }
 
 impl Default for Warmup {
@@ -81,6 +119,10 @@ impl Default for Warmup {
             steps: 200,
             lr: 1e-3,
             batch_size: 64,
+            instances: 2048,
+            sizes: vec![3, 4, 5],
+            hole_ratio: 0.1,
+            wait_ratio: 0.2,
         }
     }
 }
@@ -97,6 +139,15 @@ pub struct Grpo {
     pub batch_size: u32,
     /// Training instances generated per stage.
     pub instances_per_stage: u32,
+    pub entropy_coef: f64,
+    /// Optimiser updates per sampled batch.
+    pub epochs: u32,
+    pub valid_reward: f64,
+    pub optimal_bonus: f64,
+    /// Reward for parseable text (text policy).
+    pub format_reward: f64,
+    /// A checkpoint (durable point) every this many steps.
+    pub checkpoint_every: u64,
 }
 
 impl Default for Grpo {
@@ -109,6 +160,12 @@ impl Default for Grpo {
             kl_coef: 0.01,
             batch_size: 16,
             instances_per_stage: 512,
+            entropy_coef: 0.001,
+            epochs: 1,
+            valid_reward: 1.0,
+            optimal_bonus: 0.5,
+            format_reward: 0.0,
+            checkpoint_every: 25,
         }
     }
 }
@@ -223,6 +280,16 @@ impl LedgerPlan {
         check_u("warmup.steps", w.steps, 0, 100_000_000)?;
         check_f("warmup.lr", w.lr, 0.0, 1.0, true)?;
         check_u("warmup.batch_size", w.batch_size as u64, 1, 1 << 20)?;
+        check_u("warmup.instances", w.instances as u64, 1, 10_000_000)?;
+        if w.sizes.is_empty() {
+            return Err(range("warmup.sizes", "must list at least one map size"));
+        }
+        for &n in &w.sizes {
+            check_u("warmup.sizes", n as u64, 3, 32)?;
+        }
+        check_f("warmup.hole_ratio", w.hole_ratio, 0.0, 0.5, false)?;
+        check_f("warmup.wait_ratio", w.wait_ratio, 0.0, 1.0, false)?;
+        check_u("suites.max_size", s.max_size as u64, 5, 32)?;
         let g = &self.grpo;
         check_u("grpo.steps", g.steps, 1, 100_000_000)?;
         check_f("grpo.lr", g.lr, 0.0, 1.0, true)?;
@@ -236,6 +303,15 @@ impl LedgerPlan {
             1,
             10_000_000,
         )?;
+        check_f("grpo.entropy_coef", g.entropy_coef, 0.0, 10.0, false)?;
+        check_u("grpo.epochs", g.epochs as u64, 1, 64)?;
+        check_f("grpo.valid_reward", g.valid_reward, 0.0, 100.0, false)?;
+        check_f("grpo.optimal_bonus", g.optimal_bonus, 0.0, 100.0, false)?;
+        check_f("grpo.format_reward", g.format_reward, 0.0, 100.0, false)?;
+        check_u("grpo.checkpoint_every", g.checkpoint_every, 1, u64::MAX)?;
+        let t = &self.train;
+        crate::train::parse_device_name(&t.device).map_err(|m| range("train.device", m))?;
+        check_u("train.torch_threads", t.torch_threads as u64, 1, 256)?;
         let e = &self.engineer;
         if e.name.trim().is_empty() {
             return Err(range("engineer.name", "must not be empty"));

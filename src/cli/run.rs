@@ -1,0 +1,101 @@
+//! `ledger run`: drive a branch through the plan's stages with progress bars; Ctrl-C
+//! stops at the next durable point (a checkpoint) and `ledger run` again resumes.
+use super::{CliError, CliResult};
+use crate::env::table::ResultTable;
+use crate::ledger::Ledger;
+use crate::stage::{Pipeline, Progress, RunOptions, StageError};
+use crate::train::grpo::StepStats;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// indicatif bars: one per stage, showing step, loss, sampled valid rate.
+struct Bars {
+    bar: Option<ProgressBar>,
+    quiet: bool,
+}
+
+impl Progress for Bars {
+    fn stage_begin(&mut self, stage: u32, engineer: &str, steps: u64) {
+        if self.quiet {
+            return;
+        }
+        let bar = ProgressBar::new(steps);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "stage {prefix:>2} [{bar:30}] {pos}/{len} {msg} ({elapsed})",
+            )
+            .expect("template")
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(stage.to_string());
+        bar.set_message(format!("engineer {engineer}"));
+        self.bar = Some(bar);
+    }
+    fn step(&mut self, _stage: u32, done: u64, s: &StepStats) {
+        if let Some(b) = &self.bar {
+            b.set_position(done);
+            b.set_message(format!(
+                "loss {:.4} valid {:.2} reward {:.3}",
+                s.loss, s.valid_rate, s.reward_mean
+            ));
+        }
+    }
+    fn note(&mut self, message: &str) {
+        match &self.bar {
+            Some(b) => b.println(message),
+            None => eprintln!("{message}"),
+        }
+    }
+    fn stage_end(&mut self, stage: u32, v: &ResultTable) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+        let (valid, optimal) = v.sum_row(2);
+        eprintln!("stage {stage} done: validation valid {valid:.1}%, optimal {optimal:.1}%");
+    }
+}
+
+pub fn run(ledger_dir: &Path, opts: RunOptions, quiet: bool) -> CliResult {
+    let mut ledger = Ledger::open(ledger_dir).map_err(|e| CliError::input(e.to_string()))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // A second Ctrl-C while stopping kills the process (the ledger stays whole).
+        let _ = ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+            eprintln!("\nstopping at the next durable point (Ctrl-C again to abort)...");
+        });
+    }
+    let mut pipeline = Pipeline::new(&mut ledger, opts.device.as_deref()).map_err(stage_error)?;
+    let mut bars = Bars { bar: None, quiet };
+    let summary = pipeline
+        .run(&opts, &mut crate::engineer::build, &mut bars, &stop)
+        .map_err(stage_error)?;
+    if summary.interrupted {
+        eprintln!(
+            "interrupted: branch {} is durable at {}; `ledger run --branch {}` resumes",
+            summary.branch,
+            summary.head.short(),
+            summary.branch
+        );
+        return Err(CliError {
+            code: 130,
+            message: "interrupted".into(),
+        });
+    }
+    println!(
+        "branch {} at {} (stages run: {:?})",
+        summary.branch,
+        summary.head.short(),
+        summary.completed
+    );
+    Ok(())
+}
+
+fn stage_error(e: StageError) -> CliError {
+    CliError::input(e.to_string())
+}

@@ -1,0 +1,71 @@
+//! Environment engineers: between stages, an engineer reads the evidence (the paper's
+//! five context modules) and proposes the next stage's generator configuration.
+//!
+//! Every engineer answers through the same [`Engineer`] trait with a [`Decision`]; the
+//! stage pipeline validates and projects the proposal onto the legal ranges and records
+//! what it proposed, what was applied, what was clipped and why.
+pub mod builtin;
+pub mod context;
+
+pub use context::{EngineerContext, HistoryEntry};
+
+use crate::env::ConfigProposal;
+use crate::ledger::BranchState;
+use crate::stage::{next_stage, stage_seed, Pipeline, StageError};
+
+/// What an engineer answers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decision {
+    /// The proposed configuration, or None when the engineer produced nothing usable.
+    pub proposal: Option<ConfigProposal>,
+    /// The proposal as the engineer wrote it (JSON text), for the record.
+    pub proposed_text: Option<String>,
+    pub rationale: String,
+    /// The exact prompt and raw reply (LLM engineers).
+    pub prompt: Option<String>,
+    pub reply: Option<String>,
+    /// Why the engineer failed, when it did (the stage then keeps the previous config).
+    pub error: Option<String>,
+}
+
+/// An environment engineer.
+pub trait Engineer {
+    fn name(&self) -> &str;
+    fn decide(&mut self, ctx: &EngineerContext) -> Decision;
+}
+
+/// `fixed`: keeps the configuration (the fixed-environment baseline).
+pub struct Fixed;
+
+impl Engineer for Fixed {
+    fn name(&self) -> &str {
+        "fixed"
+    }
+    fn decide(&mut self, ctx: &EngineerContext) -> Decision {
+        Decision {
+            proposal: Some(ConfigProposal::default()),
+            proposed_text: Some("{}".into()),
+            rationale: format!(
+                "fixed environment: stage {} keeps the current configuration",
+                ctx.stage
+            ),
+            ..Decision::default()
+        }
+    }
+}
+
+/// Build the engineer `name` for the next stage of a branch.
+pub fn build(
+    name: &str,
+    pipeline: &Pipeline<'_>,
+    state: &BranchState,
+) -> Result<Box<dyn Engineer>, StageError> {
+    match name {
+        "fixed" => Ok(Box::new(Fixed)),
+        "random" => Ok(Box::new(builtin::Random {
+            seed: stage_seed(&pipeline.plan, next_stage(state)),
+        })),
+        "heuristic" => Ok(Box::new(builtin::Heuristic)),
+        other => Err(StageError::UnknownEngineer(other.to_string())),
+    }
+}

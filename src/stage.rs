@@ -1,0 +1,738 @@
+//! One stage, start to finish: decide -> generate -> train -> evaluate -> summarise ->
+//! append. `run` drives a branch from wherever its history stops (a fresh ledger, a
+//! completed stage, or a durable checkpoint inside a stage after a crash) to the plan's
+//! last stage.
+//!
+//! Stage 0 is the supervised warm-up (the base model), evaluated like every stage.
+//! Stage N >= 1 is designed by the engineer from stage N-1's evidence, then trained with
+//! GRPO. Durable points (ledger flushes) are: after the stage's decision and training
+//! instances, at every periodic checkpoint, and at the stage's end. Everything between
+//! two durable points is a pure function of the state at the first one, so a run that
+//! crashed and resumed ends with the same head hash as one that never stopped.
+use crate::engineer::context::TrainingDetails;
+use crate::engineer::{Decision, Engineer, EngineerContext, HistoryEntry};
+use crate::env::suite::{self, Suite, SuiteName, SuiteSpec};
+use crate::env::table::ResultTable;
+use crate::env::{generate, project, Budget, GeneratorConfig, Solved};
+use crate::ledger::event::{
+    CheckpointSaved, DecisionStatus, EngineerDecision, EventBody, InstancesGenerated,
+    ProposedConfig, StageCompleted, StageStarted,
+};
+use crate::ledger::plan::LedgerPlan;
+use crate::ledger::recorder::Recorder;
+use crate::ledger::{codec, BranchState, Hash, Ledger, LedgerError, Meta};
+use crate::seed::Seed;
+use crate::train::adam::AdamConfig;
+use crate::train::grpo::{self, GrpoConfig, StepStats};
+use crate::train::warmup::{self, WarmupConfig};
+use crate::train::{eval, TrainError, TrainState};
+use std::sync::atomic::{AtomicBool, Ordering};
+use tch::Device;
+
+/// What can stop a run.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Train(#[from] TrainError),
+    #[error("the ledger's plan file: {0}")]
+    Plan(String),
+    #[error("generating instances: {0}")]
+    Generate(String),
+    #[error("unknown engineer {0:?} (built-in: fixed, random, heuristic, current, base; or register one with `ledger engineer add`)")]
+    UnknownEngineer(String),
+    #[error("recorded history disagrees with recomputation: {0}")]
+    Diverged(String),
+}
+
+/// Where the run reports progress (the CLI draws bars; tests stay quiet).
+pub trait Progress {
+    fn stage_begin(&mut self, _stage: u32, _engineer: &str, _steps: u64) {}
+    fn step(&mut self, _stage: u32, _done: u64, _stats: &StepStats) {}
+    fn note(&mut self, _message: &str) {}
+    fn stage_end(&mut self, _stage: u32, _validation: &ResultTable) {}
+}
+
+/// A `Progress` that ignores everything.
+pub struct Quiet;
+impl Progress for Quiet {}
+
+/// Options of `ledger run`.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub branch: String,
+    /// Run at most this many more stages (None: to the plan's last stage).
+    pub stages: Option<u32>,
+    /// Engineer for the stages this run designs (None: the fork's, else the plan's).
+    pub engineer: Option<String>,
+    /// Device override (None: the plan's).
+    pub device: Option<String>,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunSummary {
+    pub branch: String,
+    pub head: Hash,
+    /// Stages completed by this run.
+    pub completed: Vec<u32>,
+    /// Stopped by Ctrl-C at a durable point.
+    pub interrupted: bool,
+}
+
+/// The plan recorded in a ledger's genesis.
+pub fn ledger_plan(ledger: &Ledger) -> Result<LedgerPlan, StageError> {
+    let history = ledger.history(crate::ledger::refs::MAIN)?;
+    let genesis = history
+        .first()
+        .ok_or_else(|| StageError::Plan("the ledger has no genesis".into()))?;
+    let EventBody::Genesis(g) = &genesis.1.body else {
+        return Err(StageError::Plan("the first event is not a genesis".into()));
+    };
+    let bytes = ledger.blob(&g.plan_blob)?;
+    LedgerPlan::parse(&bytes).map_err(|e| StageError::Plan(e.to_string()))
+}
+
+/// The training hyper-parameters named in a plan.
+pub fn grpo_config(plan: &LedgerPlan) -> GrpoConfig {
+    let g = &plan.grpo;
+    GrpoConfig {
+        steps: g.steps,
+        lr: g.lr,
+        group_size: g.group_size as usize,
+        batch_size: g.batch_size as usize,
+        clip_eps: g.clip_eps,
+        kl_coef: g.kl_coef,
+        entropy_coef: g.entropy_coef,
+        epochs: g.epochs as usize,
+        valid_reward: g.valid_reward,
+        optimal_bonus: g.optimal_bonus,
+        format_reward: g.format_reward,
+        metric: plan.train.metric,
+        checkpoint_every: g.checkpoint_every,
+    }
+}
+
+pub fn warmup_config(plan: &LedgerPlan) -> WarmupConfig {
+    let w = &plan.warmup;
+    WarmupConfig {
+        steps: w.steps,
+        lr: w.lr,
+        batch_size: w.batch_size as usize,
+        instances: w.instances as usize,
+    }
+}
+
+/// The evaluation suites of a plan (deterministic from the plan's suite seed).
+pub fn suites(plan: &LedgerPlan) -> Result<(Suite, Suite), StageError> {
+    let s = &plan.suites;
+    let build = |name, per_cell| {
+        suite::build(
+            &SuiteSpec {
+                name,
+                per_cell: per_cell as usize,
+                max_size: s.max_size as usize,
+                seed: s.seed,
+            },
+            Budget::default(),
+        )
+        .map_err(|e| StageError::Generate(e.to_string()))
+    };
+    Ok((
+        build(SuiteName::Val, s.validation_per_cell)?,
+        build(SuiteName::Test, s.test_per_cell)?,
+    ))
+}
+
+/// The stage's node of the seed tree.
+pub fn stage_seed(plan: &LedgerPlan, stage: u32) -> Seed {
+    Seed::root(plan.seed).derive(stage, "stage", 0)
+}
+
+/// Everything a run holds on to between stages.
+pub struct Pipeline<'a> {
+    pub ledger: &'a mut Ledger,
+    pub plan: LedgerPlan,
+    pub device: Device,
+    pub val: Suite,
+    pub test: Suite,
+    base_meta: Meta,
+}
+
+impl<'a> Pipeline<'a> {
+    pub fn new(
+        ledger: &'a mut Ledger,
+        device_override: Option<&str>,
+    ) -> Result<Pipeline<'a>, StageError> {
+        let plan = ledger_plan(ledger)?;
+        let device_name = device_override.unwrap_or(&plan.train.device).to_string();
+        let device = crate::train::parse_device(&device_name)?;
+        tch::set_num_threads(plan.train.torch_threads as i32);
+        let (val, test) = suites(&plan)?;
+        let mut base_meta = Meta::now();
+        base_meta.threads = Some(plan.train.torch_threads);
+        base_meta.device = Some(device_name);
+        base_meta
+            .versions
+            .insert("libtorch".into(), "2.11.0".into());
+        base_meta.versions.insert(
+            "rayon_threads".into(),
+            rayon::current_num_threads().to_string(),
+        );
+        Ok(Pipeline {
+            ledger,
+            plan,
+            device,
+            val,
+            test,
+            base_meta,
+        })
+    }
+
+    fn recorder(&mut self, branch: &str) -> Recorder<'_> {
+        Recorder::new(self.ledger, branch, self.base_meta.clone())
+    }
+
+    fn instance_blobs(rec: &mut Recorder<'_>, items: &[Solved]) -> Result<Vec<Hash>, LedgerError> {
+        items
+            .iter()
+            .map(|it| rec.blob(&codec::encode(it)))
+            .collect()
+    }
+
+    fn load_state(&self, blob: &Hash) -> Result<TrainState, StageError> {
+        let bytes = self.ledger.blob(blob)?;
+        Ok(TrainState::load(&bytes, self.device)?)
+    }
+
+    /// The base model (stage 0's final checkpoint) of a branch's history.
+    pub fn base_checkpoint(&self, state: &BranchState) -> Option<Hash> {
+        state
+            .stage(0)
+            .filter(|s| s.completed.is_some())
+            .and_then(|s| s.checkpoint.map(|c| c.0))
+    }
+
+    /// Drive `opts.branch` forward. `stop` is polled between steps (Ctrl-C).
+    pub fn run(
+        &mut self,
+        opts: &RunOptions,
+        engineers: &mut dyn FnMut(
+            &str,
+            &Pipeline<'_>,
+            &BranchState,
+        ) -> Result<Box<dyn Engineer>, StageError>,
+        progress: &mut dyn Progress,
+        stop: &AtomicBool,
+    ) -> Result<RunSummary, StageError> {
+        let mut completed = Vec::new();
+        let last = self.plan.engineer.stages;
+        loop {
+            let state = self.ledger.projection(&opts.branch)?;
+            let next = next_stage(&state);
+            if next > last || opts.stages.is_some_and(|n| completed.len() as u32 >= n) {
+                break;
+            }
+            let done = if next == 0 {
+                self.run_warmup(&opts.branch, &state, progress, stop)?
+            } else {
+                let engineer_name = match state.stage(next).and_then(|s| s.engineer.clone()) {
+                    Some(name) => name, // resuming a stage that already started
+                    None => opts
+                        .engineer
+                        .clone()
+                        .or_else(|| state.forked_from.as_ref().map(|f| f.2.clone()))
+                        .unwrap_or_else(|| self.plan.engineer.name.clone()),
+                };
+                self.run_stage(
+                    &opts.branch,
+                    next,
+                    &engineer_name,
+                    &state,
+                    engineers,
+                    progress,
+                    stop,
+                )?
+            };
+            if !done {
+                return Ok(RunSummary {
+                    branch: opts.branch.clone(),
+                    head: self.ledger.head(&opts.branch)?,
+                    completed,
+                    interrupted: true,
+                });
+            }
+            completed.push(next);
+        }
+        Ok(RunSummary {
+            branch: opts.branch.clone(),
+            head: self.ledger.head(&opts.branch)?,
+            completed,
+            interrupted: false,
+        })
+    }
+
+    /// Stage 0. Returns false when interrupted at a durable point.
+    fn run_warmup(
+        &mut self,
+        branch: &str,
+        state: &BranchState,
+        progress: &mut dyn Progress,
+        stop: &AtomicBool,
+    ) -> Result<bool, StageError> {
+        let cfg = warmup_config(&self.plan);
+        let seed = stage_seed(&self.plan, 0);
+        let w = &self.plan.warmup;
+        let easy = GeneratorConfig::uniform(
+            2,
+            w.sizes.iter().map(|&n| n as usize),
+            w.hole_ratio,
+            w.wait_ratio,
+        );
+        let data = generate(
+            &easy,
+            cfg.instances,
+            seed.child("instances", 0),
+            Budget::default(),
+        )
+        .map_err(|e| StageError::Generate(e.to_string()))?;
+        let every = self.plan.grpo.checkpoint_every;
+        let resumed = state.stage(0).and_then(|s| s.checkpoint);
+        let (mut ts, start) = match resumed {
+            Some((blob, _, _)) => {
+                let ts = self.load_state(&blob)?;
+                let done = ts.global_step;
+                (ts, done)
+            }
+            None => {
+                let policy = crate::train::new_policy(
+                    self.plan.policy.name(),
+                    self.device,
+                    seed.child("init", 0),
+                )?;
+                let ts = TrainState::new(
+                    policy,
+                    AdamConfig {
+                        lr: cfg.lr,
+                        ..AdamConfig::default()
+                    },
+                );
+                let (val_items, test_items): (Vec<Solved>, Vec<Solved>) = (
+                    self.val
+                        .cells
+                        .iter()
+                        .flat_map(|c| c.items.clone())
+                        .collect(),
+                    self.test
+                        .cells
+                        .iter()
+                        .flat_map(|c| c.items.clone())
+                        .collect(),
+                );
+                let mut rec = self.recorder(branch);
+                let val_blobs = Self::instance_blobs(&mut rec, &val_items)?;
+                let test_blobs = Self::instance_blobs(&mut rec, &test_items)?;
+                let data_blobs = Self::instance_blobs(&mut rec, &data)?;
+                let easy_hash = rec.blob(&codec::encode(&easy))?;
+                rec.push(
+                    0,
+                    EventBody::StageStarted(StageStarted {
+                        engineer: "warmup".into(),
+                        from_checkpoint: None,
+                        seed: Hash(*seed.bytes()),
+                    }),
+                );
+                for (split, blobs, config) in [
+                    ("val", val_blobs, None),
+                    ("test", test_blobs, None),
+                    ("warmup", data_blobs, Some(easy_hash)),
+                ] {
+                    rec.push(
+                        0,
+                        EventBody::InstancesGenerated(InstancesGenerated {
+                            split: split.into(),
+                            config: config.unwrap_or(Hash([0; 32])),
+                            instances: blobs,
+                        }),
+                    );
+                }
+                rec.flush()?;
+                (ts, 0)
+            }
+        };
+        progress.stage_begin(0, "warmup", cfg.steps);
+        let mut rec = Recorder::new(self.ledger, branch, self.base_meta.clone());
+        for s in start..cfg.steps {
+            let (event, loss) = warmup::step(&mut ts, &cfg, &data, seed, s);
+            rec.push(0, event);
+            progress.step(
+                0,
+                s + 1,
+                &StepStats {
+                    step: ts.global_step,
+                    loss,
+                    ..Default::default()
+                },
+            );
+            let periodic = (s + 1) % every == 0 && s + 1 < cfg.steps;
+            if periodic || (stop.load(Ordering::SeqCst) && s + 1 < cfg.steps) {
+                checkpoint(&mut rec, &ts, 0)?;
+                rec.flush()?;
+                if stop.load(Ordering::SeqCst) {
+                    return Ok(false);
+                }
+            }
+        }
+        let ckpt = checkpoint(&mut rec, &ts, 0)?;
+        let validation = evaluate(
+            &mut rec,
+            0,
+            &ts,
+            &self.val,
+            &self.test,
+            self.plan.train.metric,
+            ckpt,
+        )?;
+        rec.push(
+            0,
+            EventBody::StageCompleted(StageCompleted {
+                checkpoint: Some(ckpt),
+                steps: cfg.steps,
+            }),
+        );
+        rec.flush()?;
+        progress.stage_end(0, &validation);
+        Ok(true)
+    }
+
+    /// Stage `n` >= 1. Returns false when interrupted at a durable point.
+    #[allow(clippy::too_many_arguments)]
+    fn run_stage(
+        &mut self,
+        branch: &str,
+        n: u32,
+        engineer_name: &str,
+        state: &BranchState,
+        engineers: &mut dyn FnMut(
+            &str,
+            &Pipeline<'_>,
+            &BranchState,
+        ) -> Result<Box<dyn Engineer>, StageError>,
+        progress: &mut dyn Progress,
+        stop: &AtomicBool,
+    ) -> Result<bool, StageError> {
+        let cfg = grpo_config(&self.plan);
+        let seed = stage_seed(&self.plan, n);
+        let prev = state.stage(n - 1).ok_or_else(|| {
+            StageError::Diverged(format!("stage {n} has no stage {} before it", n - 1))
+        })?;
+        let from = prev
+            .checkpoint
+            .map(|c| c.0)
+            .ok_or_else(|| StageError::Diverged(format!("stage {} has no checkpoint", n - 1)))?;
+        let this = state.stage(n);
+        let started = this.is_some_and(|s| s.started.is_some());
+
+        // 1. Decide (or recover the recorded decision when resuming).
+        let applied: GeneratorConfig = if started {
+            this.and_then(|s| s.config.clone()).ok_or_else(|| {
+                StageError::Diverged(format!("stage {n} started without a configuration"))
+            })?
+        } else {
+            let current = prev
+                .config
+                .clone()
+                .or_else(|| state.initial_config.clone())
+                .expect("genesis has a config");
+            let ctx = self.context(state, n, current.clone())?;
+            let mut engineer = engineers(engineer_name, self, state)?;
+            let decision = engineer.decide(&ctx);
+            let event = decision_event(
+                engineer_name,
+                &current,
+                &ctx,
+                decision,
+                &mut self.recorder(branch),
+            )?;
+            let applied = event.applied.clone();
+            if let DecisionStatus::Rejected { reason } | DecisionStatus::Fallback { reason } =
+                &event.status
+            {
+                progress.note(&format!("stage {n}: engineer {engineer_name}'s proposal was not used ({reason}); keeping the previous configuration"));
+            }
+            let mut rec = self.recorder(branch);
+            rec.push(
+                n,
+                EventBody::StageStarted(StageStarted {
+                    engineer: engineer_name.into(),
+                    from_checkpoint: Some(from),
+                    seed: Hash(*seed.bytes()),
+                }),
+            );
+            rec.push(n, EventBody::EngineerDecision(event));
+            rec.flush()?;
+            applied
+        };
+
+        // 2. Generate the training instances (recomputed identically on resume).
+        let data = generate(
+            &applied,
+            self.plan.grpo.instances_per_stage as usize,
+            seed.child("instances", 0),
+            Budget::default(),
+        )
+        .map_err(|e| StageError::Generate(e.to_string()))?;
+        let blobs = {
+            let mut rec = self.recorder(branch);
+            let blobs = Self::instance_blobs(&mut rec, &data)?;
+            if this.is_none_or(|s| s.instances == 0) {
+                let config = rec.blob(&codec::encode(&applied))?;
+                rec.push(
+                    n,
+                    EventBody::InstancesGenerated(InstancesGenerated {
+                        split: "train".into(),
+                        config,
+                        instances: blobs.clone(),
+                    }),
+                );
+                rec.flush()?;
+            }
+            blobs
+        };
+
+        // 3. Train from the last durable checkpoint of this stage, else the previous stage's.
+        let resume_from = this.and_then(|s| s.checkpoint).map(|c| c.0);
+        let mut ts = self.load_state(&resume_from.unwrap_or(from))?;
+        let stage_start_step = if resume_from.is_some() {
+            self.load_state(&from)?.global_step
+        } else {
+            ts.global_step
+        };
+        let start = (ts.global_step - stage_start_step) / cfg.epochs as u64;
+        ts.set_lr(cfg.lr);
+        let base = match state.stage(0).and_then(|s| s.checkpoint) {
+            Some((b, _, _)) if cfg.kl_coef > 0.0 => Some(self.load_state(&b)?),
+            _ => None,
+        };
+        progress.stage_begin(n, engineer_name, cfg.steps);
+        let mut rec = Recorder::new(self.ledger, branch, self.base_meta.clone());
+        for s in start..cfg.steps {
+            let (events, stats) = grpo::step(
+                &mut ts,
+                base.as_ref().map(|b| b.policy.as_ref()),
+                &cfg,
+                &data,
+                &blobs,
+                seed,
+                s,
+            );
+            for e in events {
+                rec.push(n, e);
+            }
+            progress.step(n, s + 1, &stats);
+            let periodic = (s + 1) % cfg.checkpoint_every == 0 && s + 1 < cfg.steps;
+            if periodic || (stop.load(Ordering::SeqCst) && s + 1 < cfg.steps) {
+                checkpoint(&mut rec, &ts, n)?;
+                rec.flush()?;
+                if stop.load(Ordering::SeqCst) {
+                    return Ok(false);
+                }
+            }
+        }
+
+        // 4. Evaluate, summarise, complete.
+        let ckpt = checkpoint(&mut rec, &ts, n)?;
+        let validation = evaluate(
+            &mut rec,
+            n,
+            &ts,
+            &self.val,
+            &self.test,
+            self.plan.train.metric,
+            ckpt,
+        )?;
+        rec.push(
+            n,
+            EventBody::StageCompleted(StageCompleted {
+                checkpoint: Some(ckpt),
+                steps: cfg.steps,
+            }),
+        );
+        rec.flush()?;
+        progress.stage_end(n, &validation);
+        Ok(true)
+    }
+
+    /// The engineer's context for designing stage `n` from the branch's history.
+    pub fn context(
+        &self,
+        state: &BranchState,
+        n: u32,
+        current: GeneratorConfig,
+    ) -> Result<EngineerContext, StageError> {
+        let prev = state
+            .stage(n - 1)
+            .ok_or_else(|| StageError::Diverged(format!("no stage {}", n - 1)))?;
+        let table = |s: &crate::ledger::StageState| {
+            s.evaluations
+                .get("val")
+                .map(|cells| {
+                    eval::table_of(&crate::ledger::event::Evaluation {
+                        suite: "val".into(),
+                        checkpoint: None,
+                        cells: cells.clone(),
+                    })
+                })
+                .unwrap_or_default()
+        };
+        let history = state
+            .stages
+            .iter()
+            .filter(|s| (1..n).contains(&s.stage))
+            .map(|s| HistoryEntry {
+                stage: s.stage,
+                engineer: s.engineer.clone().unwrap_or_default(),
+                config: s.config.clone().unwrap_or_else(|| current.clone()),
+                validation: table(s),
+            })
+            .collect();
+        let trained = prev.trajectories.max(1) as f64;
+        Ok(EngineerContext {
+            stage: n,
+            current,
+            validation: table(prev),
+            failures: prev
+                .failures
+                .clone()
+                .unwrap_or(crate::ledger::event::FailureBreakdown {
+                    suite: "val".into(),
+                    sizes: vec![],
+                }),
+            history,
+            training: TrainingDetails {
+                steps: prev.gradient_steps,
+                train_valid_rate: prev.valid as f64 / trained,
+                train_optimal_rate: prev.optimal as f64 / trained,
+                last_loss: prev.last_loss_bits.map(f64::from_bits).unwrap_or(0.0),
+                last_grad_norm: prev.last_grad_norm_bits.map(f64::from_bits).unwrap_or(0.0),
+            },
+            modules: self.plan.engineer.context.clone(),
+        })
+    }
+}
+
+/// The next stage a branch has to run (an incomplete stage is resumed).
+pub fn next_stage(state: &BranchState) -> u32 {
+    match state.stages.iter().max_by_key(|s| s.stage) {
+        None => 0,
+        Some(s) if s.completed.is_some() => s.stage + 1,
+        Some(s) => s.stage,
+    }
+}
+
+/// Save a checkpoint blob and queue its event.
+fn checkpoint(rec: &mut Recorder<'_>, ts: &TrainState, stage: u32) -> Result<Hash, StageError> {
+    let bytes = ts.save(stage);
+    let blob = rec.blob(&bytes)?;
+    rec.push(
+        stage,
+        EventBody::CheckpointSaved(CheckpointSaved {
+            step: ts.global_step,
+            blob,
+            params: crate::train::checkpoint::param_hash(ts.policy.vars()),
+        }),
+    );
+    Ok(blob)
+}
+
+/// Evaluate on the validation and test suites and queue the events; returns the
+/// validation table.
+fn evaluate(
+    rec: &mut Recorder<'_>,
+    stage: u32,
+    ts: &TrainState,
+    val: &Suite,
+    test: &Suite,
+    metric: crate::env::CostMetric,
+    ckpt: Hash,
+) -> Result<ResultTable, StageError> {
+    let v = eval::score_suite(ts.policy.as_ref(), val, metric);
+    let t = eval::score_suite(ts.policy.as_ref(), test, metric);
+    rec.push(
+        stage,
+        EventBody::Evaluation(eval::evaluation_event("val", &v, Some(ckpt))),
+    );
+    rec.push(
+        stage,
+        EventBody::Evaluation(eval::evaluation_event("test", &t, Some(ckpt))),
+    );
+    rec.push(
+        stage,
+        EventBody::FailureBreakdown(eval::failure_breakdown("val", val, &v)),
+    );
+    Ok(eval::table(&v))
+}
+
+/// Validate and project an engineer's decision into the event that records it.
+fn decision_event(
+    engineer: &str,
+    current: &GeneratorConfig,
+    ctx: &EngineerContext,
+    d: Decision,
+    rec: &mut Recorder<'_>,
+) -> Result<EngineerDecision, StageError> {
+    let context = rec.blob(ctx.render().as_bytes())?;
+    let prompt = d
+        .prompt
+        .as_ref()
+        .map(|p| rec.blob(p.as_bytes()))
+        .transpose()?;
+    let reply = d
+        .reply
+        .as_ref()
+        .map(|r| rec.blob(r.as_bytes()))
+        .transpose()?;
+    let proposed = match &d.proposed_text {
+        None => ProposedConfig::None,
+        Some(t) if t.len() <= 4096 => ProposedConfig::Json(t.clone()),
+        Some(t) => ProposedConfig::Blob(rec.blob(t.as_bytes())?),
+    };
+    let keep = |status| EngineerDecision {
+        engineer: engineer.into(),
+        context,
+        prompt,
+        reply,
+        proposed: proposed.clone(),
+        applied: current.clone(),
+        clips: vec![],
+        rationale: d.rationale.clone(),
+        status,
+    };
+    if let Some(err) = &d.error {
+        return Ok(keep(DecisionStatus::Fallback {
+            reason: err.clone(),
+        }));
+    }
+    let Some(proposal) = &d.proposal else {
+        return Ok(keep(DecisionStatus::Rejected {
+            reason: "no configuration proposed".into(),
+        }));
+    };
+    let (applied, clips) = project(current, proposal);
+    match applied {
+        Err(e) => Ok(keep(DecisionStatus::Rejected {
+            reason: e.to_string(),
+        })),
+        Ok(applied) => Ok(EngineerDecision {
+            status: if clips.is_empty() {
+                DecisionStatus::Accepted
+            } else {
+                DecisionStatus::Clipped
+            },
+            applied,
+            clips,
+            ..keep(DecisionStatus::Accepted)
+        }),
+    }
+}

@@ -1,0 +1,176 @@
+//! Evaluation as the paper runs it: greedy decoding on a suite, valid and optimal rate
+//! per (agents, size) cell, and the failure breakdown per map size on the validation
+//! set (counts by failure type plus a few failing plans rendered as text): the failure
+//! evidence environment engineers read.
+use super::policy::{Policy, Rollout};
+use crate::env::suite::Suite;
+use crate::env::table::{CellCounts, ResultTable};
+use crate::env::{simulate, text, CostMetric, FailureKind, Instance, Outcome};
+use crate::ledger::event::{EvalCell, Evaluation, FailureBreakdown, SizeFailures};
+use crate::seed::Seed;
+use std::collections::BTreeMap;
+
+/// Instances decoded per forward batch.
+const EVAL_BATCH: usize = 256;
+/// Failing examples kept per size in a breakdown.
+const EXAMPLES_PER_SIZE: usize = 2;
+
+/// One evaluated suite item.
+#[derive(Clone, Debug)]
+pub struct Scored {
+    pub agents: usize,
+    pub size: usize,
+    pub outcome: Outcome,
+    pub optimal: bool,
+    pub plan_text: String,
+}
+
+/// Greedy-decode every suite item and score it.
+pub fn score_suite(policy: &dyn Policy, suite: &Suite, metric: CostMetric) -> Vec<Scored> {
+    let items: Vec<(&crate::env::Solved, usize, usize)> = suite
+        .cells
+        .iter()
+        .flat_map(|c| c.items.iter().map(move |it| (it, c.agents, c.size)))
+        .collect();
+    let mut out = Vec::with_capacity(items.len());
+    for chunk in items.chunks(EVAL_BATCH) {
+        let instances: Vec<Instance> = chunk.iter().map(|(it, _, _)| it.instance.clone()).collect();
+        let rollouts = policy.sample(&instances, 1, true, Seed::root(0));
+        for ((it, agents, size), r) in chunk.iter().zip(rollouts) {
+            let outcome = outcome_of(&it.instance, &r);
+            let optimal = outcome.optimal(&it.reference, metric);
+            let plan_text = match &r.plan {
+                Ok(p) => text::render_plan(p),
+                Err(_) => String::from_utf8_lossy(&r.plan_bytes).into_owned(),
+            };
+            out.push(Scored {
+                agents: *agents,
+                size: *size,
+                outcome,
+                optimal,
+                plan_text,
+            });
+        }
+    }
+    out
+}
+
+/// Simulate a rollout's plan (a parse error is itself the failure).
+pub fn outcome_of(inst: &Instance, r: &Rollout) -> Outcome {
+    match &r.plan {
+        Ok(p) => simulate(inst, p),
+        Err(e) => Outcome::failed(e.to_failure()),
+    }
+}
+
+pub fn table(scored: &[Scored]) -> ResultTable {
+    let mut t = ResultTable::default();
+    for s in scored {
+        let c: &mut CellCounts = t.cells.entry((s.agents, s.size)).or_default();
+        c.total += 1;
+        c.valid += s.outcome.valid as u32;
+        c.optimal += s.optimal as u32;
+    }
+    t
+}
+
+/// The evaluation event body for a suite.
+pub fn evaluation_event(
+    suite: &str,
+    scored: &[Scored],
+    checkpoint: Option<crate::ledger::Hash>,
+) -> Evaluation {
+    Evaluation {
+        suite: suite.to_string(),
+        checkpoint,
+        cells: table(scored)
+            .cells
+            .iter()
+            .map(|(&(agents, size), c)| EvalCell {
+                agents: agents as u32,
+                size: size as u32,
+                total: c.total,
+                valid: c.valid,
+                optimal: c.optimal,
+            })
+            .collect(),
+    }
+}
+
+/// The table back from an evaluation event.
+pub fn table_of(e: &Evaluation) -> ResultTable {
+    ResultTable {
+        cells: e
+            .cells
+            .iter()
+            .map(|c| {
+                (
+                    (c.agents as usize, c.size as usize),
+                    CellCounts {
+                        total: c.total,
+                        valid: c.valid,
+                        optimal: c.optimal,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+/// Failure counts per size with a few failing plans as text.
+pub fn failure_breakdown(suite_name: &str, suite: &Suite, scored: &[Scored]) -> FailureBreakdown {
+    let mut by_size: BTreeMap<usize, (u32, BTreeMap<FailureKind, u32>, Vec<String>)> =
+        BTreeMap::new();
+    let items = suite.cells.iter().flat_map(|c| c.items.iter());
+    for (it, s) in items.zip(scored) {
+        let e = by_size.entry(s.size).or_default();
+        e.0 += 1;
+        if let Some(f) = &s.outcome.failure {
+            *e.1.entry(f.kind).or_default() += 1;
+            if e.2.len() < EXAMPLES_PER_SIZE {
+                e.2.push(format!(
+                    "{}x{} map, {} agents:\n{}plan:\n{}failure: {} at t={} (agents {:?}): {}",
+                    s.size,
+                    s.size,
+                    s.agents,
+                    it.instance
+                        .grid_rows()
+                        .iter()
+                        .map(|r| format!("  {r}\n"))
+                        .collect::<String>()
+                        + &agents_line(&it.instance),
+                    s.plan_text,
+                    f.kind,
+                    f.t,
+                    f.agents,
+                    f.detail
+                ));
+            }
+        }
+    }
+    FailureBreakdown {
+        suite: suite_name.to_string(),
+        sizes: by_size
+            .into_iter()
+            .map(|(size, (total, counts, examples))| SizeFailures {
+                size: size as u32,
+                total,
+                counts: counts.into_iter().collect(),
+                examples,
+            })
+            .collect(),
+    }
+}
+
+fn agents_line(inst: &Instance) -> String {
+    let mut s = String::new();
+    for a in 0..inst.agents() {
+        let (sr, sc) = inst.row_col(inst.starts()[a]);
+        let (gr, gc) = inst.row_col(inst.goals()[a]);
+        s.push_str(&format!(
+            "  agent {}: ({sr}, {sc}) -> ({gr}, {gc})\n",
+            a + 1
+        ));
+    }
+    s
+}

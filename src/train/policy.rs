@@ -1,0 +1,64 @@
+//! The `Policy` trait: what the trainer needs from a network that turns instances into
+//! plans, whatever its architecture (`grid` or `text`).
+//!
+//! A policy acts by emitting a sequence of *action ids* (grid: one move per agent per
+//! timestep; text: one token per step). A [`Rollout`] keeps those ids, so the trainer
+//! can recompute their log-probabilities with gradients (`log_probs`) and a reference
+//! plan can be turned into ids for imitation (`encode_plan`). Sampling draws from the
+//! project's seed tree, never from torch's global generator, so it is bit-reproducible.
+use crate::env::text::ParseError;
+use crate::env::{Instance, Plan};
+use crate::seed::Seed;
+use tch::{nn, Device, Tensor};
+
+/// One sampled (or decoded) plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rollout {
+    /// Index of the instance in the slice it was sampled for.
+    pub instance: usize,
+    /// The action ids, in the order the policy emitted them.
+    pub actions: Vec<u32>,
+    /// The plan, or why the emitted text does not parse (text policy).
+    pub plan: Result<Plan, ParseError>,
+    /// Compact, policy-specific bytes of the plan for trajectory events (moves as
+    /// letters with '|' between agents, or the generated text).
+    pub plan_bytes: Vec<u8>,
+}
+
+/// Log-probabilities of rollouts' actions under the current parameters.
+pub struct LogProbs {
+    /// `[A]`: log pi(action) for every action of every rollout, concatenated.
+    pub per_action: Tensor,
+    /// `[A]`: entropy of the action distribution at each action.
+    pub entropy: Tensor,
+    /// For every action, the index of its rollout (`[A]`, i64).
+    pub rollout_of: Tensor,
+}
+
+/// Hyper-parameters of a policy network, recorded in the checkpoint.
+pub trait Policy {
+    /// "grid" or "text".
+    fn kind(&self) -> &'static str;
+    /// The parameters (names are stable: they order the parameter hash).
+    fn vars(&self) -> &nn::VarStore;
+    fn vars_mut(&mut self) -> &mut nn::VarStore;
+    fn device(&self) -> Device {
+        self.vars().device()
+    }
+    /// Sample `per_instance` rollouts for every instance (instance-major order), or
+    /// decode greedily when `greedy` (then one per instance is enough). Deterministic
+    /// from `seed`.
+    fn sample(
+        &self,
+        instances: &[Instance],
+        per_instance: usize,
+        greedy: bool,
+        seed: Seed,
+    ) -> Vec<Rollout>;
+    /// Log-probabilities (with gradients) of the rollouts' actions.
+    fn log_probs(&self, instances: &[Instance], rollouts: &[Rollout]) -> LogProbs;
+    /// The action ids that produce `plan` on `inst` (for supervised warm-up).
+    fn encode_plan(&self, inst: &Instance, plan: &Plan) -> Vec<u32>;
+    /// The architecture, codec-encoded, as checkpoints record it.
+    fn arch(&self) -> Vec<u8>;
+}
