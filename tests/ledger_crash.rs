@@ -34,17 +34,27 @@ fn kill_9_at_random_instants_leaves_a_verifying_complete_ledger() {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
+        let (first_tx, first_rx) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
             let mut last = None;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 let f: Vec<&str> = line.split(' ').collect();
                 if f.len() == 3 {
+                    if last.is_none() {
+                        let _ = first_tx.send(());
+                    }
                     last = Some((f[1].parse::<Hash>().unwrap(), f[2].parse::<u64>().unwrap()));
                 }
             }
             last
         });
+        // Even rounds kill at a random instant after the first durable batch (so the
+        // kill lands mid-append however loaded the machine is); odd rounds at a random
+        // instant from the start (possibly while opening or before any batch).
+        if round % 2 == 0 {
+            let _ = first_rx.recv_timeout(Duration::from_secs(60));
+        }
         std::thread::sleep(Duration::from_millis(rng.random_range(5..250)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
