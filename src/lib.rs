@@ -6,9 +6,11 @@ pub mod cli;
 pub mod engineer;
 pub mod env;
 pub mod ledger;
+pub mod replay;
 pub mod schemas;
 pub mod seed;
 pub mod stage;
+pub mod study;
 pub mod train;
 
 #[cfg(test)]

@@ -264,6 +264,14 @@ impl<'a> Pipeline<'a> {
                 });
             }
             completed.push(next);
+            if stop.load(Ordering::SeqCst) {
+                return Ok(RunSummary {
+                    branch: opts.branch.clone(),
+                    head: self.ledger.head(&opts.branch)?,
+                    completed,
+                    interrupted: true,
+                });
+            }
         }
         Ok(RunSummary {
             branch: opts.branch.clone(),
@@ -375,8 +383,9 @@ impl<'a> Pipeline<'a> {
                     ..Default::default()
                 },
             );
-            let periodic = (s + 1) % every == 0 && s + 1 < cfg.steps;
-            if periodic || (stop.load(Ordering::SeqCst) && s + 1 < cfg.steps) {
+            // Ctrl-C takes effect at the next periodic checkpoint, so an interrupted and
+            // resumed run records exactly the events of an uninterrupted one.
+            if (s + 1) % every == 0 && s + 1 < cfg.steps {
                 checkpoint(&mut rec, &ts, 0)?;
                 rec.flush()?;
                 if stop.load(Ordering::SeqCst) {
@@ -531,8 +540,7 @@ impl<'a> Pipeline<'a> {
                 rec.push(n, e);
             }
             progress.step(n, s + 1, &stats);
-            let periodic = (s + 1) % cfg.checkpoint_every == 0 && s + 1 < cfg.steps;
-            if periodic || (stop.load(Ordering::SeqCst) && s + 1 < cfg.steps) {
+            if (s + 1) % cfg.checkpoint_every == 0 && s + 1 < cfg.steps {
                 checkpoint(&mut rec, &ts, n)?;
                 rec.flush()?;
                 if stop.load(Ordering::SeqCst) {
@@ -675,7 +683,7 @@ fn evaluate(
 }
 
 /// Validate and project an engineer's decision into the event that records it.
-fn decision_event(
+pub fn decision_event(
     engineer: &str,
     current: &GeneratorConfig,
     ctx: &EngineerContext,

@@ -310,6 +310,8 @@ fn every_event_kind_round_trips_through_the_store() {
                 url: "http://x".into(),
                 model: "m".into(),
                 tokenizer: Some(blob),
+                api_key_env: None,
+                max_context: None,
             },
             context_modules: vec!["history".into()],
         }),

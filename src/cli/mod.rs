@@ -3,6 +3,7 @@
 //! One file per command family. Every command returns `Result<(), CliError>`; the error
 //! carries the exit code of the contract (1 a failed check, 2 usage or input error) and
 //! a message naming the bad input.
+pub mod engineer;
 pub mod env;
 pub mod run;
 pub mod store;
@@ -100,6 +101,30 @@ pub enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// Fork a branch at a stage: the new branch keeps stages before N and lets the
+    /// engineer design stage N onward (`ledger run --branch NEW` continues it).
+    Fork {
+        /// stageN (N >= 1).
+        #[arg(long)]
+        at: String,
+        #[arg(long, default_value = "main")]
+        from: String,
+        #[arg(long)]
+        engineer: String,
+        /// Name of the new branch (default FROM-ENGINEER-atN).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Per-stage validation curves and final test tables of branches, side by side.
+    Compare {
+        #[arg(required = true)]
+        branches: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Register and list LLM engineers (OpenAI-compatible chat endpoints).
+    #[command(subcommand)]
+    Engineer(engineer::EngineerCommand),
     #[command(flatten)]
     Store(store::StoreCommand),
 }
@@ -141,12 +166,55 @@ pub fn main() {
             },
             quiet,
         ),
+        Command::Fork {
+            at,
+            from,
+            engineer,
+            name,
+        } => fork(&ledger_dir, &at, &from, &engineer, name.as_deref()),
+        Command::Compare { branches, json } => compare(&ledger_dir, &branches, json),
+        Command::Engineer(cmd) => engineer::run(cmd, &ledger_dir),
         Command::Store(cmd) => store::run(cmd, &ledger_dir),
     };
     if let Err(e) = result {
         eprintln!("ledger: {}", e.message);
         std::process::exit(e.code);
     }
+}
+
+fn fork(
+    dir: &std::path::Path,
+    at: &str,
+    from: &str,
+    engineer: &str,
+    name: Option<&str>,
+) -> CliResult {
+    let at = crate::replay::parse_stage(at).map_err(|e| CliError::input(e.to_string()))?;
+    let mut ledger =
+        crate::ledger::Ledger::open(dir).map_err(|e| CliError::input(e.to_string()))?;
+    let (name, head) = crate::replay::fork(&mut ledger, from, at, engineer, name)
+        .map_err(|e| CliError::input(e.to_string()))?;
+    println!(
+        "branch {name} forked from {from} before stage {at} (engineer {engineer}), head {}",
+        head.short()
+    );
+    Ok(())
+}
+
+fn compare(dir: &std::path::Path, branches: &[String], json: bool) -> CliResult {
+    let mut ledger =
+        crate::ledger::Ledger::open_read_only(dir).map_err(|e| CliError::input(e.to_string()))?;
+    let summaries =
+        crate::study::compare(&mut ledger, branches).map_err(|e| CliError::input(e.to_string()))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summaries).expect("serialises")
+        );
+    } else {
+        print!("{}", crate::study::render(&summaries));
+    }
+    Ok(())
 }
 
 fn write_schemas(out: &std::path::Path) -> CliResult {

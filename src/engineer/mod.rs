@@ -6,6 +6,8 @@
 //! what it proposed, what was applied, what was clipped and why.
 pub mod builtin;
 pub mod context;
+pub mod llm;
+pub mod probe;
 
 pub use context::{EngineerContext, HistoryEntry};
 
@@ -66,6 +68,38 @@ pub fn build(
             seed: stage_seed(&pipeline.plan, next_stage(state)),
         })),
         "heuristic" => Ok(Box::new(builtin::Heuristic)),
+        "current" | "base" => {
+            let next = next_stage(state);
+            let stage = if name == "base" {
+                0
+            } else {
+                next.saturating_sub(1)
+            };
+            let blob = state
+                .stage(stage)
+                .and_then(|s| s.checkpoint)
+                .map(|c| c.0)
+                .ok_or_else(|| {
+                    StageError::Diverged(format!(
+                        "engineer {name}: stage {stage} has no checkpoint"
+                    ))
+                })?;
+            let ts =
+                crate::train::TrainState::load(&pipeline.ledger.blob(&blob)?, pipeline.device)?;
+            Ok(Box::new(probe::Probe {
+                name: name.to_string(),
+                policy: ts.policy,
+                seed: stage_seed(&pipeline.plan, next).child("engineer", 0),
+            }))
+        }
+        // A registered LLM engineer on this branch.
+        other if state.engineers.iter().any(|e| e == other) => {
+            match llm::registered(pipeline.ledger, state, other) {
+                Ok(reg) => Ok(Box::new(llm::LlmEngineer::new(reg))),
+                Err(llm::LlmError::Ledger(e)) => Err(StageError::Ledger(e)),
+                Err(_) => Err(StageError::UnknownEngineer(other.to_string())),
+            }
+        }
         other => Err(StageError::UnknownEngineer(other.to_string())),
     }
 }

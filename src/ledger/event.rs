@@ -67,6 +67,11 @@ pub enum EngineerKind {
         url: String,
         model: String,
         tokenizer: Option<Hash>,
+        /// Name of the environment variable holding the API key, read at call time
+        /// (the key itself is never recorded).
+        api_key_env: Option<String>,
+        /// The model's context window in tokens; the prompt is trimmed to fit.
+        max_context: Option<u32>,
     },
 }
 

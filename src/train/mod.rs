@@ -10,6 +10,7 @@ pub mod eval;
 pub mod grid;
 pub mod grpo;
 pub mod policy;
+pub mod text;
 pub mod warmup;
 
 use adam::{Adam, AdamConfig};
@@ -80,6 +81,11 @@ pub fn new_policy(
             grid::GridShape::default(),
             seed,
         ))),
+        "text" => Ok(Box::new(text::TextPolicy::new(
+            device,
+            text::TextShape::default(),
+            seed,
+        ))),
         other => Err(TrainError::PolicyKind(other.into())),
     }
 }
@@ -115,6 +121,19 @@ impl TrainState {
                     crate::ledger::codec::decode(&h.arch, "grid architecture")
                         .map_err(|e| TrainError::Arch(e.to_string()))?;
                 Box::new(grid::GridPolicy::new(
+                    device,
+                    shape,
+                    crate::seed::Seed::root(0),
+                ))
+            }
+            "text" => {
+                let shape: text::TextShape =
+                    crate::ledger::codec::decode(&h.arch, "text architecture")
+                        .map_err(|e| TrainError::Arch(e.to_string()))?;
+                shape
+                    .validate()
+                    .map_err(|e| TrainError::Arch(e.to_string()))?;
+                Box::new(text::TextPolicy::new(
                     device,
                     shape,
                     crate::seed::Seed::root(0),

@@ -1,0 +1,792 @@
+//! LLM engineers against a real HTTP server: a hand-written HTTP/1.1 server on
+//! 127.0.0.1 speaks the chat-completions protocol and serves scripted replies (good
+//! JSON, `<think>` plus fenced JSON, out-of-range values, garbage, HTTP 500 then
+//! success, a hang). Each decision goes through the stage's real validation and
+//! projection (`stage::decision_event`) with a real recorder on a real ledger, and the
+//! recorded `EngineerDecision` is asserted. The CLI tests register engineers with
+//! `ledger engineer add` and check the API key never reaches the ledger.
+use mapf_ledger::engineer::context::TrainingDetails;
+use mapf_ledger::engineer::llm::{self, CallPolicy, LlmEngineer, LlmRegistration};
+use mapf_ledger::engineer::{Engineer, EngineerContext, HistoryEntry};
+use mapf_ledger::env::{GeneratorConfig, ResultTable};
+use mapf_ledger::ledger::event::{
+    DecisionStatus, EngineerDecision, FailureBreakdown, SizeFailures,
+};
+use mapf_ledger::ledger::plan::ContextModules;
+use mapf_ledger::ledger::recorder::Recorder;
+use mapf_ledger::ledger::{Ledger, Meta};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const DEMO: &[u8] = include_bytes!("../ledgers/demo.toml");
+
+/// One scripted server behaviour, used for one connection.
+#[derive(Clone)]
+enum Script {
+    /// A chat completion whose message content is this text.
+    Chat(String),
+    /// A bare status with a body.
+    Status(u16, String),
+    /// Read the request, then say nothing for this long.
+    Hang(Duration),
+}
+
+/// A request the server received.
+#[derive(Clone, Debug)]
+struct Seen {
+    request_line: String,
+    headers: Vec<(String, String)>,
+    body: serde_json::Value,
+}
+
+struct FakeServer {
+    url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl FakeServer {
+    fn start(script: Vec<Script>) -> FakeServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let queue = Arc::new(Mutex::new(VecDeque::from(script)));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen2 = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let next = queue.lock().unwrap().pop_front();
+                let seen = seen2.clone();
+                std::thread::spawn(move || serve(stream, next, &seen));
+            }
+        });
+        FakeServer { url, seen }
+    }
+
+    fn requests(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn read_request(stream: &TcpStream) -> Option<Seen> {
+    let mut r = BufReader::new(stream.try_clone().ok()?);
+    let mut request_line = String::new();
+    r.read_line(&mut request_line).ok()?;
+    let mut headers = Vec::new();
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).ok()?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (k, v) = line.split_once(':')?;
+        let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_string());
+        if k == "content-length" {
+            len = v.parse().ok()?;
+        }
+        headers.push((k, v));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).ok()?;
+    Some(Seen {
+        request_line: request_line.trim_end().to_string(),
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    })
+}
+
+fn respond(mut stream: &TcpStream, status: u16, body: &str) {
+    let reason = match status {
+        200 => "OK",
+        500 => "Internal Server Error",
+        _ => "Status",
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.flush();
+}
+
+fn serve(stream: TcpStream, script: Option<Script>, seen: &Mutex<Vec<Seen>>) {
+    let Some(req) = read_request(&stream) else {
+        return;
+    };
+    seen.lock().unwrap().push(req);
+    match script {
+        Some(Script::Chat(content)) => {
+            let body = serde_json::json!({
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "model": "fake",
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop"
+                }]
+            });
+            respond(&stream, 200, &body.to_string());
+        }
+        Some(Script::Status(s, body)) => respond(&stream, s, &body),
+        Some(Script::Hang(d)) => std::thread::sleep(d),
+        None => respond(&stream, 503, "{\"error\": \"script exhausted\"}"),
+    }
+}
+
+fn current() -> GeneratorConfig {
+    GeneratorConfig::uniform(2, 3..=6, 0.1, 0.2)
+}
+
+fn context() -> EngineerContext {
+    EngineerContext {
+        stage: 1,
+        current: current(),
+        validation: ResultTable::default(),
+        failures: FailureBreakdown {
+            suite: "val".into(),
+            sizes: vec![],
+        },
+        history: vec![],
+        training: TrainingDetails::default(),
+        modules: ContextModules::default(),
+    }
+}
+
+fn registration(url: &str) -> LlmRegistration {
+    LlmRegistration {
+        name: "myllm".into(),
+        url: url.to_string(),
+        model: "qwen3-test".into(),
+        api_key_env: None,
+        tokenizer: None,
+        max_context: None,
+        context_modules: vec![],
+    }
+}
+
+fn engineer(url: &str) -> LlmEngineer {
+    let mut e = LlmEngineer::new(registration(url));
+    e.policy = CallPolicy {
+        timeout: Duration::from_millis(400),
+        attempts: 3,
+        backoff: Duration::from_millis(10),
+    };
+    e
+}
+
+/// Decide, then record the decision through the stage's projection on a real ledger.
+/// Returns the event and the ledger's copies of the prompt and reply blobs.
+fn decide_and_record(
+    eng: &mut LlmEngineer,
+) -> (
+    EngineerDecision,
+    mapf_ledger::engineer::Decision,
+    Option<String>,
+    Option<String>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ledger = Ledger::create(&dir.path().join("l"), DEMO).unwrap();
+    let ctx = context();
+    let d = eng.decide(&ctx);
+    let event = {
+        let mut rec = Recorder::new(&mut ledger, "main", Meta::default());
+        mapf_ledger::stage::decision_event("myllm", &current(), &ctx, d.clone(), &mut rec).unwrap()
+    };
+    let text = |h: Option<mapf_ledger::ledger::Hash>| {
+        h.map(|h| String::from_utf8(ledger.blob(&h).unwrap()).unwrap())
+    };
+    assert_eq!(text(Some(event.context)).unwrap(), ctx.render());
+    let (p, r) = (text(event.prompt), text(event.reply));
+    (event, d, p, r)
+}
+
+const GOOD: &str = "{\"sizes\": {\"4\": {\"hole_ratio\": 0.2, \"wait_ratio\": 0.3}}}";
+
+#[test]
+fn good_reply_is_accepted_and_recorded_verbatim() {
+    let server = FakeServer::start(vec![Script::Chat(GOOD.into())]);
+    let mut eng = engineer(&server.url);
+    let (ev, d, prompt, reply) = decide_and_record(&mut eng);
+    assert_eq!(ev.status, DecisionStatus::Accepted, "{}", ev.rationale);
+    assert!(ev.clips.is_empty());
+    assert_eq!(ev.applied.sizes[&4].hole_ratio, 0.2);
+    assert_eq!(ev.applied.sizes[&4].wait_ratio, 0.3);
+    assert_eq!(ev.applied.sizes[&5], current().sizes[&5]);
+    assert_eq!(reply.as_deref(), Some(GOOD));
+    let prompt = prompt.unwrap();
+    assert_eq!(
+        prompt,
+        llm::prompt_for(&context(), &registration(&server.url))
+    );
+    assert_eq!(Some(prompt.clone()), d.prompt);
+    assert!(
+        prompt.contains("\"ConfigProposal\""),
+        "the schema is in the prompt"
+    );
+    assert!(prompt.contains("## Guideline"));
+    assert!(ev.rationale.contains("attempt 1: ok"), "{}", ev.rationale);
+    // The request itself: one POST to /v1/chat/completions, system + user, temperature 0.
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].request_line, "POST /v1/chat/completions HTTP/1.1");
+    let b = &reqs[0].body;
+    assert_eq!(b["model"], "qwen3-test");
+    assert_eq!(b["temperature"], 0);
+    assert_eq!(b["messages"][0]["role"], "system");
+    assert_eq!(b["messages"][1]["role"], "user");
+    assert!(prompt.contains(b["messages"][1]["content"].as_str().unwrap()));
+    assert!(!reqs[0].headers.iter().any(|(k, _)| k == "authorization"));
+}
+
+#[test]
+fn think_block_and_fenced_json_are_extracted() {
+    let served = "<think>\nThe 5x5 maps fail on collisions. Maybe {\"sizes\": {\"5\": {\"hole_ratio\": 0.45}}}? No, too many holes.\n</think>\n\nHere is the change:\n```json\n{\"sizes\": {\"5\": {\"wait_ratio\": 0.6}}}\n```\nMore coordination instances at size 5, where agents collide.";
+    let server = FakeServer::start(vec![Script::Chat(served.into())]);
+    let (ev, d, _, reply) = decide_and_record(&mut engineer(&server.url));
+    assert_eq!(ev.status, DecisionStatus::Accepted, "{}", ev.rationale);
+    assert_eq!(ev.applied.sizes[&5].wait_ratio, 0.6);
+    assert_eq!(
+        ev.applied.sizes[&5].hole_ratio, 0.1,
+        "the draft in <think> is ignored"
+    );
+    assert_eq!(reply.as_deref(), Some(served));
+    assert!(ev
+        .rationale
+        .starts_with("Here is the change:\n\nMore coordination instances at size 5"));
+    assert!(!ev.rationale.contains("too many holes"));
+    assert_eq!(
+        d.proposed_text.as_deref(),
+        Some("{\"sizes\": {\"5\": {\"wait_ratio\": 0.6}}}")
+    );
+}
+
+#[test]
+fn out_of_range_values_are_clipped_and_named() {
+    let served = "```json\n{\"sizes\": {\"5\": {\"hole_ratio\": 0.9, \"wait_ratio\": -0.5, \"data_ratio\": 0.3}}}\n```\nHarder maps.";
+    let server = FakeServer::start(vec![Script::Chat(served.into())]);
+    let (ev, _, _, reply) = decide_and_record(&mut engineer(&server.url));
+    assert_eq!(ev.status, DecisionStatus::Clipped, "{}", ev.rationale);
+    let fields: Vec<&str> = ev.clips.iter().map(|c| c.field.as_str()).collect();
+    assert!(fields.contains(&"sizes.5.hole_ratio"), "{fields:?}");
+    assert!(fields.contains(&"sizes.5.wait_ratio"), "{fields:?}");
+    assert!(
+        !fields.iter().any(|f| f.contains("data_ratio")),
+        "{fields:?}"
+    );
+    assert!(ev.applied.sizes[&5].hole_ratio <= 0.5);
+    assert_eq!(ev.applied.sizes[&5].wait_ratio, 0.0);
+    assert_eq!(ev.applied.sizes[&5].data_ratio, 0.3);
+    assert_eq!(reply.as_deref(), Some(served));
+}
+
+#[test]
+fn garbage_is_rejected_and_the_previous_config_kept() {
+    let served = "I am sorry, as a language model I prefer poems about frozen lakes.";
+    let server = FakeServer::start(vec![Script::Chat(served.into())]);
+    let (ev, d, prompt, reply) = decide_and_record(&mut engineer(&server.url));
+    assert!(d.error.is_none());
+    assert!(d.proposal.is_none());
+    assert!(
+        matches!(&ev.status, DecisionStatus::Rejected { .. }),
+        "{:?}",
+        ev.status
+    );
+    assert_eq!(ev.applied, current(), "the previous configuration stands");
+    assert!(ev.clips.is_empty());
+    assert!(ev.rationale.contains("reply rejected"), "{}", ev.rationale);
+    assert!(
+        ev.rationale.contains("poems about frozen lakes"),
+        "{}",
+        ev.rationale
+    );
+    assert_eq!(reply.as_deref(), Some(served));
+    assert!(prompt.is_some());
+}
+
+#[test]
+fn http_500_then_success_is_retried() {
+    let server = FakeServer::start(vec![
+        Script::Status(500, "{\"error\": \"overloaded\"}".into()),
+        Script::Chat(GOOD.into()),
+    ]);
+    let (ev, _, _, reply) = decide_and_record(&mut engineer(&server.url));
+    assert_eq!(ev.status, DecisionStatus::Accepted, "{}", ev.rationale);
+    assert_eq!(ev.applied.sizes[&4].hole_ratio, 0.2);
+    assert_eq!(server.requests().len(), 2);
+    assert!(
+        ev.rationale
+            .contains("llm calls: attempt 1: HTTP 500; attempt 2: ok"),
+        "{}",
+        ev.rationale
+    );
+    assert_eq!(reply.as_deref(), Some(GOOD));
+}
+
+#[test]
+fn a_hang_times_out_after_bounded_attempts_and_falls_back() {
+    let hang = Script::Hang(Duration::from_secs(3));
+    let server = FakeServer::start(vec![hang.clone(), hang.clone(), hang]);
+    let started = std::time::Instant::now();
+    let (ev, d, prompt, reply) = decide_and_record(&mut engineer(&server.url));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "bounded by the timeout"
+    );
+    let DecisionStatus::Fallback { reason } = &ev.status else {
+        panic!("expected a fallback, got {:?}", ev.status);
+    };
+    assert!(reason.contains("after 3 attempt(s)"), "{reason}");
+    assert!(
+        reason.contains("attempt 1: timed out; attempt 2: timed out; attempt 3: timed out"),
+        "{reason}"
+    );
+    assert!(
+        !reason.contains("ms"),
+        "no durations in hashed data: {reason}"
+    );
+    assert_eq!(server.requests().len(), 3);
+    assert_eq!(ev.applied, current());
+    assert!(d.proposal.is_none());
+    assert!(reply.is_none());
+    assert!(
+        prompt.is_some(),
+        "the prompt is recorded even without a reply"
+    );
+}
+
+#[test]
+fn a_4xx_is_not_retried() {
+    let server = FakeServer::start(vec![
+        Script::Status(401, "{\"error\": \"bad key\"}".into()),
+        Script::Chat(GOOD.into()),
+    ]);
+    let (ev, _, _, _) = decide_and_record(&mut engineer(&server.url));
+    let DecisionStatus::Fallback { reason } = &ev.status else {
+        panic!("expected a fallback, got {:?}", ev.status);
+    };
+    assert!(reason.contains("HTTP 401"), "{reason}");
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn the_api_key_is_sent_as_a_bearer_token_and_never_recorded() {
+    let var = "MAPF_LEDGER_TEST_KEY_BEARER";
+    // Only this test reads or writes this variable.
+    std::env::set_var(var, "sk-test-secret-123");
+    let server = FakeServer::start(vec![Script::Chat(GOOD.into())]);
+    let mut eng = engineer(&server.url);
+    eng.registration.api_key_env = Some(var.into());
+    let (ev, d, prompt, reply) = decide_and_record(&mut eng);
+    assert_eq!(ev.status, DecisionStatus::Accepted);
+    let reqs = server.requests();
+    let auth = reqs[0]
+        .headers
+        .iter()
+        .find(|(k, _)| k == "authorization")
+        .map(|(_, v)| v.clone());
+    assert_eq!(auth.as_deref(), Some("Bearer sk-test-secret-123"));
+    for text in [
+        prompt.unwrap(),
+        reply.unwrap(),
+        ev.rationale.clone(),
+        format!("{d:?}"),
+        format!("{ev:?}"),
+    ] {
+        assert!(!text.contains("sk-test-secret"));
+    }
+    // A missing key means no call and a recorded fallback.
+    let mut eng = engineer(&server.url);
+    eng.registration.api_key_env = Some("MAPF_LEDGER_TEST_KEY_NEVER_SET".into());
+    let (ev, _, _, _) = decide_and_record(&mut eng);
+    let DecisionStatus::Fallback { reason } = &ev.status else {
+        panic!("{:?}", ev.status)
+    };
+    assert!(reason.contains("MAPF_LEDGER_TEST_KEY_NEVER_SET is not set"));
+    assert_eq!(server.requests().len(), 1);
+}
+
+fn long_context() -> EngineerContext {
+    let mut ctx = context();
+    ctx.stage = 4;
+    ctx.modules.training_details = true;
+    ctx.failures.sizes = (3..=6)
+        .map(|n| SizeFailures {
+            size: n,
+            total: 20,
+            counts: vec![],
+            examples: (0..3)
+                .map(|i| format!("example plan {n}/{i}: {}", "R D L U W ".repeat(60)))
+                .collect(),
+        })
+        .collect();
+    ctx.history = (1..=3)
+        .map(|s| HistoryEntry {
+            stage: s,
+            engineer: "myllm".into(),
+            config: current(),
+            validation: ResultTable::default(),
+        })
+        .collect();
+    ctx
+}
+
+#[test]
+fn the_context_is_trimmed_to_the_window_in_order_and_noted() {
+    let ctx = long_context();
+    let mut reg = registration("http://127.0.0.1:9/v1");
+    let full = llm::prompt_for(&ctx, &reg);
+    let counter = llm::TokenCounter::Approximate;
+    let full_tokens = counter.count(&full);
+    // Room for everything but a few example plans: only examples are cut.
+    reg.max_context = Some((full_tokens - 300) as u32);
+    let p = llm::build_prompt(&ctx, &reg, &counter);
+    assert!(p.tokens.unwrap() <= full_tokens - 300);
+    assert_eq!(p.cut.len(), 1, "{:?}", p.cut);
+    assert!(p.cut[0].ends_with("example failing plan(s)"), "{:?}", p.cut);
+    assert!(
+        p.text().contains("example plan 3/0"),
+        "earlier examples stay"
+    );
+    assert!(
+        !p.text().contains("example plan 6/2"),
+        "the last example goes first"
+    );
+    // A tiny window: every example, then all history (oldest first), then training details.
+    reg.max_context = Some(200);
+    let p = llm::build_prompt(&ctx, &reg, &counter);
+    assert_eq!(p.cut[0], "12 example failing plan(s)");
+    assert_eq!(p.cut[1], "3 history entries (stage 1, 2, 3)");
+    assert_eq!(p.cut[2], "training details");
+    assert!(p.cut[3].starts_with("nothing more to cut"));
+    assert!(!p.text().contains("## Training details"));
+    // The engineer records the note with its decision.
+    let server = FakeServer::start(vec![Script::Chat(GOOD.into())]);
+    let mut eng = engineer(&server.url);
+    eng.registration.max_context = Some(200);
+    let d = eng.decide(&ctx);
+    assert!(
+        d.rationale
+            .contains("context trimmed to fit 200 tokens: cut 12 example failing plan(s)"),
+        "{}",
+        d.rationale
+    );
+    assert_eq!(d.prompt.unwrap(), llm::prompt_for(&ctx, &eng.registration));
+}
+
+/// A word-level tokenizer.json: every whitespace-separated word is one token.
+const TOKENIZER: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,"model":{"type":"WordLevel","vocab":{"[UNK]":0},"unk_token":"[UNK]"}}"#;
+
+#[test]
+fn tokens_are_counted_with_the_registered_tokenizer() {
+    let mut reg = registration("http://127.0.0.1:9/v1");
+    reg.tokenizer = Some(TOKENIZER.as_bytes().to_vec());
+    let counter = llm::TokenCounter::for_registration(&reg).unwrap();
+    assert_eq!(counter.count("three words here"), 3);
+    let ctx = long_context();
+    let full = llm::build_prompt(&ctx, &reg, &counter);
+    assert!(full.cut.is_empty());
+    let words = counter.count(&full.system) + counter.count(&full.user);
+    reg.max_context = Some((words - 50) as u32);
+    let p = llm::build_prompt(&ctx, &reg, &counter);
+    assert!(p.tokens.unwrap() <= words - 50);
+    assert_eq!(p.cut, vec!["1 example failing plan(s)".to_string()]);
+    assert_eq!(llm::prompt_for(&ctx, &reg), p.text());
+}
+
+// ---- the command line ----
+
+fn ledger_cmd(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("--ledger")
+        .arg(dir)
+        .args(args)
+        .env("MAPF_LEDGER_TEST_SECRET", "sk-cli-supersecret-42")
+        .output()
+        .unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+fn init(plan: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let plan_path = tmp.path().join("plan.toml");
+    std::fs::write(&plan_path, plan).unwrap();
+    let dir = tmp.path().join("ledger");
+    ok(&ledger_cmd(
+        &dir,
+        &["init", "--plan", plan_path.to_str().unwrap()],
+    ));
+    (tmp, dir)
+}
+
+#[test]
+fn cli_registers_lists_and_never_stores_the_key() {
+    let (tmp, dir) = init(DEMO);
+    let tok = tmp.path().join("tokenizer.json");
+    std::fs::write(&tok, TOKENIZER).unwrap();
+    ok(&ledger_cmd(
+        &dir,
+        &[
+            "engineer",
+            "add",
+            "myllm",
+            "--url",
+            "http://127.0.0.1:8000/v1",
+            "--model",
+            "Qwen/Qwen3-8B",
+            "--api-key-env",
+            "MAPF_LEDGER_TEST_SECRET",
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--max-context",
+            "32768",
+        ],
+    ));
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(&ledger_cmd(&dir, &["engineer", "list", "--json"]))).unwrap();
+    let rows = list.as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r["name"], "myllm");
+    assert_eq!(r["url"], "http://127.0.0.1:8000/v1");
+    assert_eq!(r["model"], "Qwen/Qwen3-8B");
+    assert_eq!(r["api_key_env"], "MAPF_LEDGER_TEST_SECRET");
+    assert_eq!(r["max_context"], 32768);
+    assert_eq!(r["tokenizer"].as_str().unwrap().len(), 64);
+    assert!(r["context_modules"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!("failure_breakdown")));
+    let text = ok(&ledger_cmd(&dir, &["engineer", "list"]));
+    assert!(
+        text.contains("myllm") && text.contains("Qwen/Qwen3-8B"),
+        "{text}"
+    );
+
+    // Input errors exit 2 and name the input.
+    let bad: &[(&[&str], &str)] = &[
+        (
+            &[
+                "engineer",
+                "add",
+                "myllm",
+                "--url",
+                "http://x:1/v1",
+                "--model",
+                "m",
+            ],
+            "already registered",
+        ),
+        (
+            &[
+                "engineer",
+                "add",
+                "heuristic",
+                "--url",
+                "http://x:1/v1",
+                "--model",
+                "m",
+            ],
+            "built-in",
+        ),
+        (
+            &[
+                "engineer",
+                "add",
+                "My LLM",
+                "--url",
+                "http://x:1/v1",
+                "--model",
+                "m",
+            ],
+            "lowercase",
+        ),
+        (
+            &[
+                "engineer",
+                "add",
+                "b",
+                "--url",
+                "ftp://x:1/v1",
+                "--model",
+                "m",
+            ],
+            "--url",
+        ),
+        (
+            &[
+                "engineer",
+                "add",
+                "c",
+                "--url",
+                "http://x:1/v1",
+                "--model",
+                "m",
+                "--api-key-env",
+                "sk-cli-supersecret-42",
+            ],
+            "--api-key-env",
+        ),
+        (
+            &[
+                "engineer",
+                "add",
+                "d",
+                "--url",
+                "http://x:1/v1",
+                "--model",
+                "m",
+                "--tokenizer",
+                "/nonexistent/tokenizer.json",
+            ],
+            "--tokenizer",
+        ),
+    ];
+    for (args, needle) in bad {
+        let o = ledger_cmd(&dir, args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+
+    // The key is nowhere in the ledger: not in the export, not in any file.
+    let export = ok(&ledger_cmd(&dir, &["export", "--format", "jsonl"]));
+    assert!(export.contains("engineer_registered"));
+    assert!(export.contains("MAPF_LEDGER_TEST_SECRET"));
+    assert!(!export.contains("sk-cli-supersecret"));
+    for entry in walk(&dir) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(
+            !bytes.windows(9).any(|w| w == b"sk-cli-su"),
+            "{} holds the key",
+            entry.display()
+        );
+    }
+    ok(&ledger_cmd(&dir, &["verify"]));
+
+    // The stage's engineer factory finds the registration on the branch.
+    let ledger = Ledger::open_read_only(&dir).unwrap();
+    let state = ledger.state_at(&ledger.head("main").unwrap()).unwrap();
+    assert_eq!(state.engineers, vec!["myllm".to_string()]);
+    let reg = llm::registered(&ledger, &state, "myllm").unwrap();
+    assert_eq!(reg.tokenizer.as_deref(), Some(TOKENIZER.as_bytes()));
+    assert_eq!(reg.max_context, Some(32768));
+    assert_eq!(reg.endpoint(), "http://127.0.0.1:8000/v1/chat/completions");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+const TINY: &str = r#"name = "tiny-llm"
+seed = 3
+policy = "grid"
+[initial_config]
+agents = 2
+[initial_config.sizes.3]
+data_ratio = 0.5
+hole_ratio = 0.1
+wait_ratio = 0.2
+[initial_config.sizes.4]
+data_ratio = 0.5
+hole_ratio = 0.1
+wait_ratio = 0.2
+[suites]
+validation_per_cell = 10
+test_per_cell = 5
+max_size = 6
+[warmup]
+steps = 30
+batch_size = 32
+instances = 256
+[grpo]
+steps = 6
+batch_size = 8
+group_size = 4
+instances_per_stage = 32
+checkpoint_every = 4
+[engineer]
+name = "fixed"
+stages = 1
+"#;
+
+#[test]
+fn a_run_with_a_garbage_reply_continues_and_verifies() {
+    let served = "Sorry, no JSON today.";
+    let server = FakeServer::start(vec![Script::Chat(served.into())]);
+    let (_tmp, dir) = init(TINY.as_bytes());
+    ok(&ledger_cmd(
+        &dir,
+        &[
+            "engineer",
+            "add",
+            "myllm",
+            "--url",
+            &server.url,
+            "--model",
+            "fake",
+        ],
+    ));
+    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("--ledger")
+        .arg(&dir)
+        .args(["run", "--engineer", "myllm", "--quiet", "--device", "cpu"])
+        .env("MAPF_LEDGER_LLM_TIMEOUT_MS", "5000")
+        .output()
+        .unwrap();
+    ok(&o);
+    let terminal = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        terminal.contains("engineer myllm's proposal was not used"),
+        "{terminal}"
+    );
+    assert_eq!(server.requests().len(), 1);
+    ok(&ledger_cmd(&dir, &["verify"]));
+    let export = ok(&ledger_cmd(&dir, &["export", "--format", "jsonl"]));
+    let decision = export
+        .lines()
+        .find(|l| l.contains("engineer_decision"))
+        .expect("a decision event");
+    assert!(decision.contains("rejected"), "{decision}");
+    assert!(export.contains("stage_completed"));
+    let ledger = Ledger::open_read_only(&dir).unwrap();
+    let state = ledger.state_at(&ledger.head("main").unwrap()).unwrap();
+    let s1 = state.stages.iter().find(|s| s.stage == 1).unwrap();
+    assert!(s1.completed.is_some());
+    assert_eq!(
+        s1.config, state.initial_config,
+        "the previous configuration stands"
+    );
+    assert!(s1
+        .decision_status
+        .as_deref()
+        .is_some_and(|s| s.contains("rejected")));
+}
