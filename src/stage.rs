@@ -723,8 +723,15 @@ pub fn decision_event(
         }));
     }
     let Some(proposal) = &d.proposal else {
+        // The engineer says why in its rationale (e.g. "reply rejected: no usable JSON").
+        let reason = d
+            .rationale
+            .lines()
+            .next()
+            .filter(|l| !l.trim().is_empty())
+            .unwrap_or("no configuration proposed");
         return Ok(keep(DecisionStatus::Rejected {
-            reason: "no configuration proposed".into(),
+            reason: reason.to_string(),
         }));
     };
     let (applied, clips) = project(current, proposal);
