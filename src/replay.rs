@@ -46,6 +46,7 @@ pub fn fork(
     at: u32,
     engineer: &str,
     name: Option<&str>,
+    replicate: u32,
 ) -> Result<(String, Hash), ForkError> {
     let state = ledger.projection(from)?;
     if !BUILTIN_ENGINEERS.contains(&engineer) && !state.engineers.iter().any(|e| e == engineer) {
@@ -88,6 +89,7 @@ pub fn fork(
                 from_branch: from.into(),
                 at: point,
                 engineer: engineer.into(),
+                replicate,
             }),
             at - 1,
             Meta::now(),

@@ -145,9 +145,16 @@ pub fn suites(plan: &LedgerPlan) -> Result<(Suite, Suite), StageError> {
     ))
 }
 
-/// The stage's node of the seed tree.
-pub fn stage_seed(plan: &LedgerPlan, stage: u32) -> Seed {
-    Seed::root(plan.seed).derive(stage, "stage", 0)
+/// The stage's node of the seed tree. Replicate 0 is the plan's own tree; a study's
+/// replicate k > 0 gets an independent tree for the stages it runs.
+pub fn stage_seed(plan: &LedgerPlan, stage: u32, replicate: u32) -> Seed {
+    let root = Seed::root(plan.seed);
+    let root = if replicate == 0 {
+        root
+    } else {
+        root.child("replicate", replicate as u64)
+    };
+    root.derive(stage, "stage", 0)
 }
 
 /// Everything a run holds on to between stages.
@@ -290,7 +297,7 @@ impl<'a> Pipeline<'a> {
         stop: &AtomicBool,
     ) -> Result<bool, StageError> {
         let cfg = warmup_config(&self.plan);
-        let seed = stage_seed(&self.plan, 0);
+        let seed = stage_seed(&self.plan, 0, 0);
         let w = &self.plan.warmup;
         let easy = GeneratorConfig::uniform(
             2,
@@ -432,7 +439,7 @@ impl<'a> Pipeline<'a> {
         stop: &AtomicBool,
     ) -> Result<bool, StageError> {
         let cfg = grpo_config(&self.plan);
-        let seed = stage_seed(&self.plan, n);
+        let seed = stage_seed(&self.plan, n, state.replicate);
         let prev = state.stage(n - 1).ok_or_else(|| {
             StageError::Diverged(format!("stage {n} has no stage {} before it", n - 1))
         })?;

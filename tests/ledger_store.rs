@@ -376,6 +376,7 @@ fn every_event_kind_round_trips_through_the_store() {
             from_branch: "main".into(),
             at: blob,
             engineer: "base".into(),
+            replicate: 0,
         }),
         EventBody::ReplayVerified(ReplayVerified {
             replayed_stage: 1,

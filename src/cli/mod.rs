@@ -192,7 +192,7 @@ fn fork(
     let at = crate::replay::parse_stage(at).map_err(|e| CliError::input(e.to_string()))?;
     let mut ledger =
         crate::ledger::Ledger::open(dir).map_err(|e| CliError::input(e.to_string()))?;
-    let (name, head) = crate::replay::fork(&mut ledger, from, at, engineer, name)
+    let (name, head) = crate::replay::fork(&mut ledger, from, at, engineer, name, 0)
         .map_err(|e| CliError::input(e.to_string()))?;
     println!(
         "branch {name} forked from {from} before stage {at} (engineer {engineer}), head {}",

@@ -65,7 +65,7 @@ pub fn build(
     match name {
         "fixed" => Ok(Box::new(Fixed)),
         "random" => Ok(Box::new(builtin::Random {
-            seed: stage_seed(&pipeline.plan, next_stage(state)),
+            seed: stage_seed(&pipeline.plan, next_stage(state), state.replicate),
         })),
         "heuristic" => Ok(Box::new(builtin::Heuristic)),
         "current" | "base" => {
@@ -89,7 +89,7 @@ pub fn build(
             Ok(Box::new(probe::Probe {
                 name: name.to_string(),
                 policy: ts.policy,
-                seed: stage_seed(&pipeline.plan, next).child("engineer", 0),
+                seed: stage_seed(&pipeline.plan, next, state.replicate).child("engineer", 0),
             }))
         }
         // A registered LLM engineer on this branch.

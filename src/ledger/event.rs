@@ -268,6 +268,9 @@ pub struct BranchForked {
     pub at: Hash,
     /// The engineer the fork hands the next stage to.
     pub engineer: String,
+    /// Seed replicate of the stages this branch runs (0: the plan's own seed tree;
+    /// k > 0: an independent replicate, as `ledger study --seeds` uses).
+    pub replicate: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -18,6 +18,8 @@ pub struct BranchState {
     pub events: u64,
     /// Set by a BranchForked event: (source branch, fork point, engineer).
     pub forked_from: Option<(String, Hash, String)>,
+    /// Seed replicate of the stages run after the latest fork (0: the plan's seeds).
+    pub replicate: u32,
     /// Registered engineers, in order.
     pub engineers: Vec<String>,
     /// The configuration stage 1 starts from.
@@ -185,6 +187,7 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
         }
         EventBody::BranchForked(b) => {
             s.forked_from = Some((b.from_branch.clone(), b.at, b.engineer.clone()));
+            s.replicate = b.replicate;
             audit(s);
         }
         EventBody::ReplayVerified(r) => {
