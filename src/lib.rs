@@ -2,6 +2,7 @@
 //! environments on the MAPF-FrozenLake testbed.
 //!
 //! Data flows top to bottom: [`env`] (the testbed) -> [`ledger`] -> CLI views.
+pub mod audit;
 pub mod cli;
 pub mod engineer;
 pub mod env;

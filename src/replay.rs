@@ -1,8 +1,25 @@
-//! Forks of a branch at a stage boundary (and, with them, counterfactual runs): O(1), a
-//! new ref at an existing event plus one `BranchForked` event naming the engineer that
-//! designs the next stage onward.
-use crate::ledger::event::{BranchForked, EventBody};
-use crate::ledger::{Hash, Ledger, LedgerError, Meta};
+//! Resume, fork and replay.
+//!
+//! * Forks of a branch at a stage boundary (and, with them, counterfactual runs): O(1),
+//!   a new ref at an existing event plus one `BranchForked` event naming the engineer
+//!   that designs the next stage onward ([`fork`]).
+//! * Deterministic replay ([`verify_stage`]): a stage is recomputed from its recorded
+//!   inputs on a scratch branch forked at the event just before the stage's
+//!   `StageStarted`, and every recomputed event id is compared, in order, with the
+//!   recorded one. Events chain through their parent, so equal ids mean equal content
+//!   and equal history. LLM decisions are answered from the recorded replies (matched
+//!   by prompt hash) unless the replay is live. The scratch branch is always deleted.
+//! * Counterfactual replay ([`counterfactual`]): one stage re-run with another engineer
+//!   on a fork, deleted unless kept.
+//!
+//! Resume needs nothing here: `Pipeline::run` continues any branch from its last
+//! durable point.
+use crate::engineer::llm::{RecordedCall, RecordedReplies};
+use crate::ledger::event::{BranchForked, DecisionStatus, EvalCell, EventBody, ReplayVerified};
+use crate::ledger::{codec, Event, Hash, Ledger, LedgerError, Meta};
+use crate::stage::{Pipeline, Progress, RunOptions, StageError};
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
 
 /// Built-in engineer names.
 pub const BUILTIN_ENGINEERS: [&str; 5] = ["fixed", "random", "heuristic", "current", "base"];
@@ -96,4 +113,467 @@ pub fn fork(
         )],
     )?;
     Ok((name, ids[0]))
+}
+
+/// What can stop a replay (a mismatch is not an error: see [`StageReplay::mismatch`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Stage(#[from] StageError),
+    #[error(transparent)]
+    Fork(#[from] ForkError),
+    #[error("branch {branch} has no completed stage {stage}; completed stages: {valid}")]
+    NoSuchStage {
+        branch: String,
+        stage: u32,
+        valid: String,
+    },
+    /// A recorded event's bytes do not hash to its id (the record was altered).
+    #[error("recorded event {id} ({kind}, stage {stage}) at {place} does not hash to its id (recomputed {got}): the record was altered")]
+    Altered {
+        id: Hash,
+        kind: &'static str,
+        stage: u32,
+        place: String,
+        got: Hash,
+    },
+    #[error("the replay of stage {0} was interrupted")]
+    Interrupted(u32),
+}
+
+/// The first difference between a recorded stage and its recomputation.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Mismatch {
+    pub stage: u32,
+    /// The gradient step of the nearest step-carrying event at or before the mismatch
+    /// (None: before the stage's first gradient step).
+    pub step: Option<u64>,
+    /// Position of the event within the stage (0 = its `StageStarted`).
+    pub index: usize,
+    pub kind: String,
+    /// None when the recomputation produced more events than were recorded.
+    pub recorded: Option<Hash>,
+    /// None when the recomputation produced fewer events than were recorded.
+    pub recomputed: Option<Hash>,
+    /// What else is known (e.g. that an LLM prompt changed).
+    pub note: Option<String>,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hash = |h: &Option<Hash>| h.map_or("(none)".to_string(), |h| h.to_hex());
+        write!(
+            f,
+            "stage {}, gradient step {}, event {} ({}): recorded {}, recomputed {}",
+            self.stage,
+            self.step
+                .map_or("(before the first step)".to_string(), |s| s.to_string()),
+            self.index,
+            self.kind,
+            hash(&self.recorded),
+            hash(&self.recomputed)
+        )?;
+        if let Some(n) = &self.note {
+            write!(f, "; {n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of replaying one stage.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StageReplay {
+    pub stage: u32,
+    /// Recorded events compared.
+    pub events: u64,
+    /// The recorded stage's last event (its `StageCompleted`).
+    pub head: Hash,
+    pub engineer: String,
+    /// Wall time of the recomputation, in seconds.
+    pub seconds: f64,
+    pub mismatch: Option<Mismatch>,
+}
+
+/// The recorded events of stage `n` on a history: the parent of its `StageStarted`
+/// (where a recomputation starts) and the events from `StageStarted` to
+/// `StageCompleted` inclusive. None when the stage is not complete on this history.
+pub fn stage_events(history: &[(Hash, Event)], n: u32) -> Option<(Hash, &[(Hash, Event)])> {
+    let start = history
+        .iter()
+        .position(|(_, e)| e.stage == n && matches!(e.body, EventBody::StageStarted(_)))?;
+    let end = start
+        + history[start..]
+            .iter()
+            .position(|(_, e)| e.stage == n && matches!(e.body, EventBody::StageCompleted(_)))?;
+    let parent = history[start].1.parent?;
+    Some((parent, &history[start..=end]))
+}
+
+/// The recorded LLM calls of a history, keyed by prompt blob hash.
+pub fn recorded_replies(
+    ledger: &Ledger,
+    history: &[(Hash, Event)],
+) -> Result<RecordedReplies, LedgerError> {
+    let mut out = RecordedReplies::new();
+    for (_, e) in history {
+        let EventBody::EngineerDecision(d) = &e.body else {
+            continue;
+        };
+        let Some(prompt) = d.prompt else { continue };
+        let reply = match &d.reply {
+            Some(h) => Some(String::from_utf8_lossy(&ledger.blob(h)?).into_owned()),
+            None => None,
+        };
+        let error = match &d.status {
+            DecisionStatus::Fallback { reason } => Some(reason.clone()),
+            _ => None,
+        };
+        out.insert(
+            prompt,
+            RecordedCall {
+                reply,
+                rationale: d.rationale.clone(),
+                error,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Completed stages of a branch, in order.
+pub fn completed_stages(ledger: &mut Ledger, branch: &str) -> Result<Vec<u32>, LedgerError> {
+    Ok(ledger
+        .projection(branch)?
+        .stages
+        .iter()
+        .filter(|s| s.completed.is_some())
+        .map(|s| s.stage)
+        .collect())
+}
+
+/// The gradient step carried by an event, if any.
+fn step_of(e: &Event) -> Option<u64> {
+    match &e.body {
+        EventBody::GradientStep(g) => Some(g.step),
+        EventBody::Trajectories(t) => Some(t.step),
+        EventBody::CheckpointSaved(c) => Some(c.step),
+        _ => None,
+    }
+}
+
+/// Check that each recorded event's bytes still hash to its id.
+fn check_recorded(ledger: &Ledger, events: &[(Hash, Event)]) -> Result<(), ReplayError> {
+    for (id, e) in events {
+        let got = Hash::of_event(&codec::encode_event(e));
+        if got != *id {
+            let place = ledger
+                .location(id)
+                .map_or("(unknown place)".to_string(), |l| {
+                    format!("{} offset {}", l.pack.display(), l.offset)
+                });
+            return Err(ReplayError::Altered {
+                id: *id,
+                kind: e.body.kind(),
+                stage: e.stage,
+                place,
+                got,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Check that every event on `branch`'s history still hashes to its id, before any
+/// recomputation writes anything: a replay of an altered ledger fails fast, naming the
+/// first altered event.
+pub fn check_branch(ledger: &Ledger, branch: &str) -> Result<(), ReplayError> {
+    check_recorded(ledger, &ledger.history(branch)?)
+}
+
+/// Compare recorded and recomputed events in order; the first difference.
+fn first_mismatch(
+    stage: u32,
+    recorded: &[(Hash, Event)],
+    recomputed: &[(Hash, Event)],
+) -> Option<Mismatch> {
+    let k = (0..recorded.len().max(recomputed.len()))
+        .find(|&k| recorded.get(k).map(|r| r.0) != recomputed.get(k).map(|r| r.0))?;
+    let (rec, new) = (recorded.get(k), recomputed.get(k));
+    let kind = rec.or(new).map_or("", |(_, e)| e.body.kind()).to_string();
+    let step = recorded[..k.min(recorded.len())]
+        .iter()
+        .chain(rec)
+        .rev()
+        .find_map(|(_, e)| step_of(e));
+    let note = match (rec.map(|r| &r.1.body), new.map(|r| &r.1.body)) {
+        (Some(EventBody::EngineerDecision(a)), Some(EventBody::EngineerDecision(b))) => {
+            if a.prompt != b.prompt {
+                Some(format!(
+                    "the LLM prompt changed (recorded {}, recomputed {})",
+                    a.prompt.map_or("none".into(), |h| h.short()),
+                    b.prompt.map_or("none".into(), |h| h.short())
+                ))
+            } else if a.applied != b.applied {
+                Some("the applied configuration differs".into())
+            } else {
+                Some("the decision differs (rationale or status)".into())
+            }
+        }
+        (Some(a), Some(b)) if a.kind() != b.kind() => {
+            Some(format!("recomputed event is a {}", b.kind()))
+        }
+        (Some(_), None) => Some(format!(
+            "the recomputation ended after {} of {} events",
+            recomputed.len(),
+            recorded.len()
+        )),
+        (None, Some(_)) => Some("the recomputation produced extra events".into()),
+        _ => None,
+    };
+    Some(Mismatch {
+        stage,
+        step,
+        index: k,
+        kind,
+        recorded: rec.map(|r| r.0),
+        recomputed: new.map(|r| r.0),
+        note,
+    })
+}
+
+/// Replay completed stage `n` of `branch`: recompute it on a scratch branch forked at
+/// the event before its `StageStarted`, with the recorded engineer (LLM engineers
+/// answer from the recorded replies unless `live`), and compare every event id. The
+/// scratch branch is deleted whatever happens. `branch` itself is not changed.
+pub fn verify_stage(
+    pipeline: &mut Pipeline<'_>,
+    branch: &str,
+    n: u32,
+    live: bool,
+    progress: &mut dyn Progress,
+) -> Result<StageReplay, ReplayError> {
+    let history = pipeline.ledger.history(branch)?;
+    let Some((parent, recorded)) = stage_events(&history, n) else {
+        let valid = completed_stages(pipeline.ledger, branch)?;
+        return Err(ReplayError::NoSuchStage {
+            branch: branch.into(),
+            stage: n,
+            valid: if valid.is_empty() {
+                "none".into()
+            } else {
+                valid
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        });
+    };
+    check_recorded(pipeline.ledger, recorded)?;
+    let engineer = match &recorded[0].1.body {
+        EventBody::StageStarted(s) => s.engineer.clone(),
+        _ => unreachable!("stage_events starts at a StageStarted"),
+    };
+    let replies = if live {
+        None
+    } else {
+        Some(recorded_replies(pipeline.ledger, &history)?)
+    };
+    let head = recorded.last().expect("non-empty").0;
+    let scratch = format!("_replay-{n}-{}", head.short());
+    if pipeline.ledger.head(&scratch).is_ok() {
+        // Left behind by a replay that was killed.
+        pipeline.ledger.delete_branch(&scratch)?;
+    }
+    pipeline.ledger.fork(&scratch, &parent)?;
+    let t = Instant::now();
+    let run = run_one(
+        pipeline,
+        &scratch,
+        (n > 0).then(|| engineer.clone()),
+        replies.as_ref(),
+        progress,
+    );
+    let recomputed = run.and_then(|()| {
+        let h = pipeline.ledger.history(&scratch)?;
+        let from = h
+            .iter()
+            .position(|(id, _)| *id == parent)
+            .map_or(0, |i| i + 1);
+        Ok(h[from..].to_vec())
+    });
+    let seconds = t.elapsed().as_secs_f64();
+    let deleted = pipeline.ledger.delete_branch(&scratch);
+    let recomputed = recomputed?;
+    deleted?;
+    Ok(StageReplay {
+        stage: n,
+        events: recorded.len() as u64,
+        head,
+        engineer,
+        seconds,
+        mismatch: first_mismatch(n, recorded, &recomputed),
+    })
+}
+
+/// Run exactly one stage of `branch`.
+fn run_one(
+    pipeline: &mut Pipeline<'_>,
+    branch: &str,
+    engineer: Option<String>,
+    replies: Option<&RecordedReplies>,
+    progress: &mut dyn Progress,
+) -> Result<(), ReplayError> {
+    let opts = RunOptions {
+        branch: branch.into(),
+        stages: Some(1),
+        engineer,
+        device: None,
+    };
+    let stop = AtomicBool::new(false);
+    let mut factory = |name: &str, p: &Pipeline<'_>, s: &crate::ledger::BranchState| {
+        crate::engineer::build_replaying(name, p, s, replies)
+    };
+    let summary = pipeline.run(&opts, &mut factory, progress, &stop)?;
+    match summary.completed.first() {
+        Some(_) if !summary.interrupted => Ok(()),
+        _ => Err(ReplayError::Interrupted(crate::stage::next_stage(
+            &pipeline.ledger.projection(branch)?,
+        ))),
+    }
+}
+
+/// Metadata of a replay-verified event: where, and with which versions and threads.
+pub fn replay_meta(pipeline: &Pipeline<'_>, live: bool) -> Meta {
+    let mut m = Meta::now();
+    m.threads = Some(pipeline.plan.train.torch_threads);
+    m.device = Some(format!("{:?}", pipeline.device));
+    m.versions.insert("libtorch".into(), "2.11.0".into());
+    m.versions.insert(
+        "rayon_threads".into(),
+        rayon::current_num_threads().to_string(),
+    );
+    m.versions.insert(
+        "replay".into(),
+        if live { "live" } else { "recorded-replies" }.into(),
+    );
+    m
+}
+
+/// Append one `ReplayVerified` event per matched stage to `branch`, in one batch.
+pub fn record_verified(
+    pipeline: &mut Pipeline<'_>,
+    branch: &str,
+    replays: &[StageReplay],
+    live: bool,
+) -> Result<Vec<Hash>, LedgerError> {
+    let meta = replay_meta(pipeline, live);
+    let items = replays
+        .iter()
+        .map(|r| {
+            (
+                EventBody::ReplayVerified(ReplayVerified {
+                    replayed_stage: r.stage,
+                    events: r.events,
+                    head: r.head,
+                    mismatch: r.mismatch.as_ref().map(|m| m.to_string()),
+                }),
+                r.stage,
+                meta.clone(),
+            )
+        })
+        .collect();
+    pipeline.ledger.append(branch, items)
+}
+
+/// The outcome of a counterfactual replay.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Counterfactual {
+    pub stage: u32,
+    pub engineer: String,
+    /// The branch it ran on (deleted unless `kept`).
+    pub branch: String,
+    pub kept: bool,
+    pub recorded_engineer: Option<String>,
+    /// Validation cells of the recorded stage and of the counterfactual one.
+    pub recorded_validation: Vec<EvalCell>,
+    pub validation: Vec<EvalCell>,
+    pub seconds: f64,
+}
+
+/// Re-run stage `n` of `branch` with `engineer` on a fork (named `keep`, or a scratch
+/// name), report both validation results, and delete the fork unless `keep` is given.
+pub fn counterfactual(
+    pipeline: &mut Pipeline<'_>,
+    branch: &str,
+    n: u32,
+    engineer: &str,
+    keep: Option<&str>,
+    progress: &mut dyn Progress,
+) -> Result<Counterfactual, ReplayError> {
+    let state = pipeline.ledger.projection(branch)?;
+    let recorded = state.stage(n).filter(|s| s.completed.is_some());
+    let recorded_engineer = recorded.and_then(|s| s.engineer.clone());
+    let recorded_validation = recorded
+        .and_then(|s| s.evaluations.get("val").cloned())
+        .unwrap_or_default();
+    let name = match keep {
+        Some(k) => k.to_string(),
+        None => {
+            let scratch = format!(
+                "_counterfactual-{n}-{engineer}-{}",
+                pipeline.ledger.head(branch)?.short()
+            );
+            if pipeline.ledger.head(&scratch).is_ok() {
+                pipeline.ledger.delete_branch(&scratch)?;
+            }
+            scratch
+        }
+    };
+    let t = Instant::now();
+    fork(
+        pipeline.ledger,
+        branch,
+        n,
+        engineer,
+        Some(&name),
+        state.replicate,
+    )?;
+    let run = run_one(pipeline, &name, Some(engineer.to_string()), None, progress);
+    let validation = run.and_then(|()| {
+        Ok(pipeline
+            .ledger
+            .projection(&name)?
+            .stage(n)
+            .and_then(|s| s.evaluations.get("val").cloned())
+            .unwrap_or_default())
+    });
+    let seconds = t.elapsed().as_secs_f64();
+    if keep.is_none() {
+        let deleted = pipeline.ledger.delete_branch(&name);
+        let validation = validation?;
+        deleted?;
+        return Ok(Counterfactual {
+            stage: n,
+            engineer: engineer.into(),
+            branch: name,
+            kept: false,
+            recorded_engineer,
+            recorded_validation,
+            validation,
+            seconds,
+        });
+    }
+    Ok(Counterfactual {
+        stage: n,
+        engineer: engineer.into(),
+        branch: name,
+        kept: true,
+        recorded_engineer,
+        recorded_validation,
+        validation: validation?,
+        seconds,
+    })
 }

@@ -18,6 +18,26 @@ pub fn all() -> Vec<(&'static str, String)> {
         ("outcome", pretty(schema_for!(crate::env::Outcome))),
     ];
     out.extend(crate::ledger::schemas());
+    out.extend([
+        ("audit", pretty(schema_for!(crate::audit::AuditReport))),
+        (
+            "compare",
+            pretty(schema_for!(Vec<crate::study::BranchSummary>)),
+        ),
+        ("study", pretty(schema_for!(crate::study::StudyReport))),
+        (
+            "export-metric-row",
+            pretty(schema_for!(crate::ledger::export::MetricRow)),
+        ),
+        (
+            "export-decision-row",
+            pretty(schema_for!(crate::ledger::export::DecisionRow)),
+        ),
+        (
+            "export-branch-row",
+            pretty(schema_for!(crate::ledger::export::BranchRow)),
+        ),
+    ]);
     out
 }
 

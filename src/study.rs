@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 /// What `compare` shows of one branch.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct BranchSummary {
     pub branch: String,
     /// Engineer of each designed stage, by stage.
@@ -144,4 +144,630 @@ pub fn render(summaries: &[BranchSummary]) -> String {
 
 fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
+}
+
+// ---- plots ----
+
+const COLORS: [(u8, u8, u8); 8] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+];
+
+/// Plots are SVG only (the `plotters` SVG backend: no font or bitmap dependencies).
+pub fn check_plot_path(path: &std::path::Path) -> Result<(), String> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("svg") => Ok(()),
+        _ => Err(format!(
+            "{}: only SVG plots are supported (name the file *.svg)",
+            path.display()
+        )),
+    }
+}
+
+/// Plot named curves of (stage, percentage) into an SVG file.
+pub fn plot_curves(
+    path: &std::path::Path,
+    title: &str,
+    y_label: &str,
+    series: &[(String, Vec<(u32, f64)>)],
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    check_plot_path(path)?;
+    let stages: Vec<u32> = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .collect();
+    let x0 = stages.iter().copied().min().unwrap_or(0) as i32;
+    let x1 = (stages.iter().copied().max().unwrap_or(1) as i32).max(x0 + 1);
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d(x0..x1, 0f64..100f64)?;
+        chart
+            .configure_mesh()
+            .x_desc("stage")
+            .y_desc(y_label)
+            .x_labels((x1 - x0 + 1) as usize)
+            .draw()?;
+        for (i, (name, pts)) in series.iter().enumerate() {
+            let (r, g, b) = COLORS[i % COLORS.len()];
+            let color = RGBColor(r, g, b);
+            chart
+                .draw_series(LineSeries::new(
+                    pts.iter().map(|&(s, v)| (s as i32, v)),
+                    color.stroke_width(2),
+                ))?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+            chart.draw_series(
+                pts.iter()
+                    .map(|&(s, v)| Circle::new((s as i32, v), 3, color.filled())),
+            )?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `compare --plot`: the validation valid-rate curve of every branch.
+pub fn plot_compare(path: &std::path::Path, summaries: &[BranchSummary]) -> Result<(), String> {
+    let series: Vec<(String, Vec<(u32, f64)>)> = summaries
+        .iter()
+        .map(|b| {
+            (
+                b.branch.clone(),
+                b.validation.iter().map(|&(s, v, _)| (s, v)).collect(),
+            )
+        })
+        .collect();
+    plot_curves(
+        path,
+        "Validation (2 agents, mean over sizes)",
+        "valid %",
+        &series,
+    )
+}
+
+// ---- statistics ----
+
+/// Two-sided 95% quantile of Student's t with `df` degrees of freedom.
+pub fn t975(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => T[df - 1],
+        31..=40 => 2.021,
+        41..=60 => 2.000,
+        61..=120 => 1.980,
+        _ => 1.960,
+    }
+}
+
+/// Mean and half-width of the 95% t-interval (None for fewer than 2 values).
+pub fn mean_ci(xs: &[f64]) -> (f64, Option<f64>) {
+    let n = xs.len();
+    if n == 0 {
+        return (f64::NAN, None);
+    }
+    let mean = xs.iter().sum::<f64>() / n as f64;
+    if n < 2 {
+        return (mean, None);
+    }
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    (mean, Some(t975(n - 1) * (var / n as f64).sqrt()))
+}
+
+// ---- counterfactual studies ----
+
+/// What `ledger study` runs.
+#[derive(Clone, Debug)]
+pub struct StudySpec {
+    /// Fork before this stage (>= 1).
+    pub at: u32,
+    pub from: String,
+    pub engineers: Vec<String>,
+    /// Seed replicates 0..seeds (0: the plan's seeds).
+    pub seeds: u32,
+    pub device: Option<String>,
+}
+
+/// The deterministic branch name of one study run.
+pub fn study_branch(at: u32, engineer: &str, replicate: u32) -> String {
+    format!("study-at{at}-{engineer}-s{replicate}")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StudyError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Fork(#[from] crate::replay::ForkError),
+    #[error(transparent)]
+    Stage(#[from] crate::stage::StageError),
+    #[error("branch {branch} exists but is not this study's run ({why}); delete or rename it")]
+    Clash { branch: String, why: String },
+    #[error("interrupted: the study is durable; run the same command again to resume")]
+    Interrupted,
+    #[error("{0}")]
+    Output(String),
+}
+
+/// One engineer × seed run of a study.
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct StudyRun {
+    pub engineer: String,
+    pub replicate: u32,
+    pub branch: String,
+    /// ran (forked and run now), resumed (continued a partial run) or skipped (already
+    /// finished).
+    pub action: String,
+    pub head: crate::ledger::Hash,
+    pub summary: BranchSummary,
+}
+
+/// Mean and 95% interval over seeds of one test cell (or Sum row) for one engineer.
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct StudyCell {
+    pub engineer: String,
+    pub agents: usize,
+    /// Map size (None: the Sum row, the mean over sizes).
+    pub size: Option<usize>,
+    /// Seeds aggregated.
+    pub n: usize,
+    pub valid_mean: f64,
+    /// Half-width of the 95% t-interval (None with one seed).
+    pub valid_ci95: Option<f64>,
+    pub optimal_mean: f64,
+    pub optimal_ci95: Option<f64>,
+}
+
+/// Mean validation rates over seeds of one engineer at one stage.
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct StudyCurvePoint {
+    pub engineer: String,
+    pub stage: u32,
+    pub n: usize,
+    pub valid_mean: f64,
+    pub optimal_mean: f64,
+}
+
+/// `ledger study --json`.
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct StudyReport {
+    pub from: String,
+    pub at: u32,
+    pub seeds: u32,
+    pub engineers: Vec<String>,
+    pub runs: Vec<StudyRun>,
+    pub cells: Vec<StudyCell>,
+    pub validation: Vec<StudyCurvePoint>,
+    /// Files written (CSV, markdown, SVG).
+    pub files: Vec<String>,
+}
+
+/// Fork (when missing) and run (when unfinished) every engineer × seed branch, then
+/// summarise them. A second call skips the finished runs.
+pub fn run_study(
+    ledger: &mut Ledger,
+    spec: &StudySpec,
+    progress: &mut dyn crate::stage::Progress,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<StudyReport, StudyError> {
+    use crate::stage::{next_stage, Pipeline, RunOptions};
+    let last = crate::stage::ledger_plan(ledger)?.engineer.stages;
+    let existing: BTreeSet<String> = ledger.branches()?.into_iter().map(|b| b.0).collect();
+    // Pass 1: fork what is missing, find what must run.
+    let mut plan = Vec::new();
+    for e in &spec.engineers {
+        for r in 0..spec.seeds {
+            let name = study_branch(spec.at, e, r);
+            let action = if existing.contains(&name) {
+                let st = ledger.projection(&name)?;
+                match &st.forked_from {
+                    Some((from, _, eng)) if from == &spec.from && eng == e && st.replicate == r => {
+                    }
+                    other => {
+                        return Err(StudyError::Clash {
+                            branch: name,
+                            why: match other {
+                                Some((f, _, eng)) => format!(
+                                    "forked from {f} with engineer {eng}, replicate {}",
+                                    st.replicate
+                                ),
+                                None => "not a fork".into(),
+                            },
+                        })
+                    }
+                }
+                if next_stage(&st) > last {
+                    "skipped"
+                } else {
+                    "resumed"
+                }
+            } else {
+                crate::replay::fork(ledger, &spec.from, spec.at, e, Some(&name), r)?;
+                "ran"
+            };
+            plan.push((e.clone(), r, name, action));
+        }
+    }
+    // Pass 2: run the unfinished branches with one pipeline (the suites are shared).
+    let pending: Vec<&(String, u32, String, &str)> =
+        plan.iter().filter(|p| p.3 != "skipped").collect();
+    if !pending.is_empty() {
+        let mut pipeline = Pipeline::new(ledger, spec.device.as_deref())?;
+        let total = pending.len();
+        for (i, (e, r, name, action)) in pending.into_iter().enumerate() {
+            progress.note(&format!(
+                "[{}/{total}] {name}: engineer {e}, replicate {r} ({})",
+                i + 1,
+                if *action == "ran" { "new" } else { "resuming" }
+            ));
+            let opts = RunOptions {
+                branch: name.clone(),
+                stages: None,
+                engineer: None,
+                device: spec.device.clone(),
+            };
+            let s = pipeline.run(&opts, &mut crate::engineer::build, progress, stop)?;
+            if s.interrupted {
+                return Err(StudyError::Interrupted);
+            }
+        }
+    }
+    // Pass 3: summaries and aggregates.
+    let mut runs = Vec::new();
+    for (e, r, name, action) in plan {
+        let st = ledger.projection(&name)?;
+        runs.push(StudyRun {
+            engineer: e,
+            replicate: r,
+            head: ledger.head(&name)?,
+            summary: summarise(&name, &st),
+            branch: name,
+            action: action.into(),
+        });
+    }
+    let (cells, validation) = aggregate(&spec.engineers, &runs);
+    Ok(StudyReport {
+        from: spec.from.clone(),
+        at: spec.at,
+        seeds: spec.seeds,
+        engineers: spec.engineers.clone(),
+        runs,
+        cells,
+        validation,
+        files: vec![],
+    })
+}
+
+fn aggregate(engineers: &[String], runs: &[StudyRun]) -> (Vec<StudyCell>, Vec<StudyCurvePoint>) {
+    let mut cells = Vec::new();
+    let mut curve = Vec::new();
+    for e in engineers {
+        let rs: Vec<&StudyRun> = runs.iter().filter(|r| &r.engineer == e).collect();
+        let keys: BTreeSet<(usize, usize)> = rs
+            .iter()
+            .flat_map(|r| r.summary.test.cells.keys().copied())
+            .collect();
+        let agents: BTreeSet<usize> = keys.iter().map(|k| k.0).collect();
+        for k in agents {
+            let mut push = |size: Option<usize>, vals: Vec<(f64, f64)>| {
+                let (vm, vc) = mean_ci(&vals.iter().map(|v| v.0).collect::<Vec<_>>());
+                let (om, oc) = mean_ci(&vals.iter().map(|v| v.1).collect::<Vec<_>>());
+                cells.push(StudyCell {
+                    engineer: e.clone(),
+                    agents: k,
+                    size,
+                    n: vals.len(),
+                    valid_mean: vm,
+                    valid_ci95: vc,
+                    optimal_mean: om,
+                    optimal_ci95: oc,
+                });
+            };
+            push(
+                None,
+                rs.iter()
+                    .filter(|r| r.summary.test.agent_counts().contains(&k))
+                    .map(|r| r.summary.test.sum_row(k))
+                    .collect(),
+            );
+            for &(_, n) in keys.iter().filter(|c| c.0 == k) {
+                push(
+                    Some(n),
+                    rs.iter()
+                        .filter_map(|r| r.summary.test.cells.get(&(k, n)))
+                        .map(|c| (c.valid_rate(), c.optimal_rate()))
+                        .collect(),
+                );
+            }
+        }
+        let stages: BTreeSet<u32> = rs
+            .iter()
+            .flat_map(|r| r.summary.validation.iter().map(|v| v.0))
+            .collect();
+        for st in stages {
+            let pts: Vec<(f64, f64)> = rs
+                .iter()
+                .filter_map(|r| r.summary.validation.iter().find(|v| v.0 == st))
+                .map(|v| (v.1, v.2))
+                .collect();
+            let n = pts.len();
+            curve.push(StudyCurvePoint {
+                engineer: e.clone(),
+                stage: st,
+                n,
+                valid_mean: pts.iter().map(|p| p.0).sum::<f64>() / n as f64,
+                optimal_mean: pts.iter().map(|p| p.1).sum::<f64>() / n as f64,
+            });
+        }
+    }
+    (cells, curve)
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.4}")).unwrap_or_default()
+}
+
+/// study.csv: one `cell` row per run and test cell, one `sum` row per run and agent
+/// count, and one `mean` row per engineer and cell (mean and 95% half-width over seeds).
+pub fn study_csv(r: &StudyReport) -> String {
+    let mut s = String::from(
+        "kind,engineer,replicate,branch,final_stage,agents,size,n,total,valid,optimal,valid_rate,optimal_rate,valid_ci95,optimal_ci95\n",
+    );
+    for run in &r.runs {
+        let fs = run
+            .summary
+            .final_stage
+            .map(|x| x.to_string())
+            .unwrap_or_default();
+        for (&(k, n), c) in &run.summary.test.cells {
+            let _ = writeln!(
+                s,
+                "cell,{},{},{},{fs},{k},{n},1,{},{},{},{:.4},{:.4},,",
+                run.engineer,
+                run.replicate,
+                run.branch,
+                c.total,
+                c.valid,
+                c.optimal,
+                c.valid_rate(),
+                c.optimal_rate()
+            );
+        }
+        for k in run.summary.test.agent_counts() {
+            let (v, o) = run.summary.test.sum_row(k);
+            let cs: Vec<_> = run
+                .summary
+                .test
+                .cells
+                .iter()
+                .filter(|c| c.0 .0 == k)
+                .map(|c| *c.1)
+                .collect();
+            let _ = writeln!(
+                s,
+                "sum,{},{},{},{fs},{k},,1,{},{},{},{v:.4},{o:.4},,",
+                run.engineer,
+                run.replicate,
+                run.branch,
+                cs.iter().map(|c| c.total).sum::<u32>(),
+                cs.iter().map(|c| c.valid).sum::<u32>(),
+                cs.iter().map(|c| c.optimal).sum::<u32>(),
+            );
+        }
+    }
+    for c in &r.cells {
+        let _ = writeln!(
+            s,
+            "mean,{},,,,{},{},{},,,,{:.4},{:.4},{},{}",
+            c.engineer,
+            c.agents,
+            c.size.map(|n| n.to_string()).unwrap_or_default(),
+            c.n,
+            c.valid_mean,
+            c.optimal_mean,
+            opt(c.valid_ci95),
+            opt(c.optimal_ci95)
+        );
+    }
+    s
+}
+
+fn pm(mean: f64, ci: Option<f64>) -> String {
+    match ci {
+        Some(c) => format!("{mean:.2} ± {c:.2}"),
+        None => format!("{mean:.2}"),
+    }
+}
+
+/// study.md: the paper's layout (rows: Sum and sizes per agent count; columns:
+/// engineers), mean ± 95% t-interval over seeds, plus the validation curves.
+pub fn study_markdown(r: &StudyReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# Study: {} forked at stage {}, {} seed{}\n",
+        r.from,
+        r.at,
+        r.seeds,
+        if r.seeds == 1 { "" } else { "s" }
+    );
+    let _ = writeln!(
+        s,
+        "Final-stage test results, valid % / optimal %: mean over {} seed{}{}.\n",
+        r.seeds,
+        if r.seeds == 1 { "" } else { "s" },
+        if r.seeds > 1 {
+            " ± half-width of the 95% t-interval"
+        } else {
+            " (one seed: no interval)"
+        }
+    );
+    let mut head = String::from("| Agents | Size |");
+    let mut rule = String::from("|---|---|");
+    for e in &r.engineers {
+        head.push_str(&format!(" {e} |"));
+        rule.push_str("---|");
+    }
+    let _ = writeln!(s, "{head}\n{rule}");
+    let agents: BTreeSet<usize> = r.cells.iter().map(|c| c.agents).collect();
+    for k in agents {
+        let mut sizes: Vec<Option<usize>> = vec![None];
+        sizes.extend(
+            r.cells
+                .iter()
+                .filter(|c| c.agents == k)
+                .filter_map(|c| c.size)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .map(Some),
+        );
+        for size in sizes {
+            let mut row = format!(
+                "| {k} | {} |",
+                size.map(|n| format!("{n}x{n}"))
+                    .unwrap_or_else(|| "**Sum**".into())
+            );
+            for e in &r.engineers {
+                match r
+                    .cells
+                    .iter()
+                    .find(|c| &c.engineer == e && c.agents == k && c.size == size)
+                {
+                    Some(c) => row.push_str(&format!(
+                        " {} / {} |",
+                        pm(c.valid_mean, c.valid_ci95),
+                        pm(c.optimal_mean, c.optimal_ci95)
+                    )),
+                    None => row.push_str(" - |"),
+                }
+            }
+            let _ = writeln!(s, "{row}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nValidation (2 agents, mean over sizes), valid % / optimal %, mean over seeds:\n"
+    );
+    let mut head = String::from("| Stage |");
+    let mut rule = String::from("|---|");
+    for e in &r.engineers {
+        head.push_str(&format!(" {e} |"));
+        rule.push_str("---|");
+    }
+    let _ = writeln!(s, "{head}\n{rule}");
+    let stages: BTreeSet<u32> = r.validation.iter().map(|v| v.stage).collect();
+    for st in stages {
+        let mut row = format!("| {st} |");
+        for e in &r.engineers {
+            match r
+                .validation
+                .iter()
+                .find(|v| &v.engineer == e && v.stage == st)
+            {
+                Some(v) => row.push_str(&format!(" {:.2} / {:.2} |", v.valid_mean, v.optimal_mean)),
+                None => row.push_str(" - |"),
+            }
+        }
+        let _ = writeln!(s, "{row}");
+    }
+    let _ = writeln!(s, "\nRuns:\n");
+    for run in &r.runs {
+        let _ = writeln!(
+            s,
+            "- `{}`: engineer {}, replicate {}, head {}",
+            run.branch,
+            run.engineer,
+            run.replicate,
+            run.head.short()
+        );
+    }
+    s
+}
+
+/// Write study.csv, study.md and study.svg into `dir`; returns the paths.
+pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), StudyError> {
+    let io = |p: &std::path::Path, e: std::io::Error| {
+        StudyError::Output(format!("{}: {e}", p.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let csv = dir.join("study.csv");
+    std::fs::write(&csv, study_csv(r)).map_err(|e| io(&csv, e))?;
+    let md = dir.join("study.md");
+    std::fs::write(&md, study_markdown(r)).map_err(|e| io(&md, e))?;
+    let svg = dir.join("study.svg");
+    let series: Vec<(String, Vec<(u32, f64)>)> = r
+        .engineers
+        .iter()
+        .map(|e| {
+            (
+                e.clone(),
+                r.validation
+                    .iter()
+                    .filter(|v| &v.engineer == e)
+                    .map(|v| (v.stage, v.valid_mean))
+                    .collect(),
+            )
+        })
+        .collect();
+    plot_curves(
+        &svg,
+        &format!(
+            "Validation valid % per stage (fork of {} at stage {}, mean over {} seeds)",
+            r.from, r.at, r.seeds
+        ),
+        "valid %",
+        &series,
+    )
+    .map_err(StudyError::Output)?;
+    r.files = [csv, md, svg]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn t_interval() {
+        assert_eq!(mean_ci(&[5.0]), (5.0, None));
+        let (m, ci) = mean_ci(&[1.0, 3.0]);
+        assert_eq!(m, 2.0);
+        // sd = sqrt(2), se = 1, t(1) = 12.706
+        assert!((ci.unwrap() - 12.706).abs() < 1e-9);
+        let (m, ci) = mean_ci(&[2.0, 2.0, 2.0]);
+        assert_eq!((m, ci), (2.0, Some(0.0)));
+        assert_eq!(t975(1000), 1.96);
+    }
+
+    #[test]
+    fn study_names_are_deterministic() {
+        assert_eq!(study_branch(3, "base", 1), "study-at3-base-s1");
+    }
 }

@@ -3,10 +3,14 @@
 //! One file per command family. Every command returns `Result<(), CliError>`; the error
 //! carries the exit code of the contract (1 a failed check, 2 usage or input error) and
 //! a message naming the bad input.
+pub mod audit;
+pub mod checkpoint;
 pub mod engineer;
 pub mod env;
+pub mod replay;
 pub mod run;
 pub mod store;
+pub mod study;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -115,12 +119,63 @@ pub enum Command {
         #[arg(long)]
         name: Option<String>,
     },
+    /// Write a stage's policy weights as a safetensors file (REF: BRANCH@stageN, a
+    /// branch, or a checkpoint event hash prefix).
+    ExportCheckpoint {
+        #[arg(value_name = "REF")]
+        reference: String,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Recompute recorded stages and compare every event hash (`--verify`, the
+    /// default), or re-run a stage with another engineer (`--engineer E [--keep NAME]`).
+    Replay(replay::ReplayArgs),
     /// Per-stage validation curves and final test tables of branches, side by side.
     Compare {
         #[arg(required = true)]
         branches: Vec<String>,
         #[arg(long)]
         json: bool,
+        /// Also plot the validation curves into this SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+    },
+    /// Every engineer decision of a branch: what it saw, the config diff it made
+    /// (proposed vs applied), clips, rationale, status, and the outcome on validation.
+    Audit {
+        #[arg(long, default_value = "main")]
+        branch: String,
+        /// Only the decision of this stage (stageN or N).
+        #[arg(long)]
+        stage: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Counterfactual study: fork at stageN once per engineer x seed, run each to the
+    /// plan's end (resumable), write study.csv, study.md and study.svg.
+    Study {
+        /// stageN (N >= 1): the forks keep stages before N.
+        #[arg(long)]
+        at: String,
+        /// Comma-separated engineers (fixed, random, heuristic, base, current, registered).
+        #[arg(long)]
+        engineers: String,
+        /// Seed replicates per engineer (0..K; replicate 0 uses the plan's seeds).
+        #[arg(long, default_value_t = 1)]
+        seeds: u32,
+        #[arg(long, default_value = "main")]
+        from: String,
+        /// Output directory (default: LEDGER/study-atN).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// cpu, cuda or cuda:N (default: the plan's).
+        #[arg(long)]
+        device: Option<String>,
+        #[arg(long)]
+        json: bool,
+        /// No progress lines.
+        #[arg(long)]
+        quiet: bool,
     },
     /// Register and list LLM engineers (OpenAI-compatible chat endpoints).
     #[command(subcommand)]
@@ -172,7 +227,40 @@ pub fn main() {
             engineer,
             name,
         } => fork(&ledger_dir, &at, &from, &engineer, name.as_deref()),
-        Command::Compare { branches, json } => compare(&ledger_dir, &branches, json),
+        Command::ExportCheckpoint { reference, out } => {
+            checkpoint::export(&ledger_dir, &reference, &out)
+        }
+        Command::Replay(args) => replay::run(&ledger_dir, args),
+        Command::Compare {
+            branches,
+            json,
+            plot,
+        } => compare(&ledger_dir, &branches, json, plot.as_deref()),
+        Command::Audit {
+            branch,
+            stage,
+            json,
+        } => audit::run(&ledger_dir, &branch, stage.as_deref(), json),
+        Command::Study {
+            at,
+            engineers,
+            seeds,
+            from,
+            out,
+            device,
+            json,
+            quiet,
+        } => study::run(
+            &ledger_dir,
+            &at,
+            &engineers,
+            seeds,
+            &from,
+            out,
+            device,
+            json,
+            quiet,
+        ),
         Command::Engineer(cmd) => engineer::run(cmd, &ledger_dir),
         Command::Store(cmd) => store::run(cmd, &ledger_dir),
     };
@@ -201,7 +289,15 @@ fn fork(
     Ok(())
 }
 
-fn compare(dir: &std::path::Path, branches: &[String], json: bool) -> CliResult {
+fn compare(
+    dir: &std::path::Path,
+    branches: &[String],
+    json: bool,
+    plot: Option<&std::path::Path>,
+) -> CliResult {
+    if let Some(p) = plot {
+        crate::study::check_plot_path(p).map_err(CliError::input)?;
+    }
     let mut ledger =
         crate::ledger::Ledger::open_read_only(dir).map_err(|e| CliError::input(e.to_string()))?;
     let summaries =
@@ -213,6 +309,12 @@ fn compare(dir: &std::path::Path, branches: &[String], json: bool) -> CliResult 
         );
     } else {
         print!("{}", crate::study::render(&summaries));
+    }
+    if let Some(p) = plot {
+        crate::study::plot_compare(p, &summaries).map_err(CliError::input)?;
+        if !json {
+            println!("wrote {}", p.display());
+        }
     }
     Ok(())
 }

@@ -43,10 +43,15 @@ pub enum StoreCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Export events as JSON lines or CSV (all events, or one branch's history).
+    /// Export events, per-cell metrics, decisions or branches as JSON lines or CSV (every
+    /// branch, or one branch's history).
     Export {
         #[arg(long, value_enum, default_value = "jsonl")]
         format: ExportFormat,
+        /// events: every event; metrics: one row per (branch, stage, suite, agents,
+        /// size); decisions: one row per engineer decision; branches: one row per branch.
+        #[arg(long, value_enum, default_value = "events")]
+        what: ExportWhat,
         #[arg(long)]
         branch: Option<String>,
         /// Write here instead of standard output.
@@ -73,6 +78,14 @@ pub enum StoreCommand {
 pub enum ExportFormat {
     Jsonl,
     Csv,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum ExportWhat {
+    Events,
+    Metrics,
+    Decisions,
+    Branches,
 }
 
 fn err(e: LedgerError) -> CliError {
@@ -105,6 +118,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
         StoreCommand::Verify { json } => verify(ledger, json),
         StoreCommand::Export {
             format,
+            what,
             branch,
             out,
         } => {
@@ -113,18 +127,28 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
                 ExportFormat::Jsonl => Format::Jsonl,
                 ExportFormat::Csv => Format::Csv,
             };
+            let what = match what {
+                ExportWhat::Events => export::What::Events,
+                ExportWhat::Metrics => export::What::Metrics,
+                ExportWhat::Decisions => export::What::Decisions,
+                ExportWhat::Branches => export::What::Branches,
+            };
+            let write = |w: &mut dyn Write| match what {
+                export::What::Events => export::export(&l, branch.as_deref(), fmt, w),
+                t => export::export_table(&l, branch.as_deref(), t, fmt, w),
+            };
             match out {
                 Some(p) => {
                     let f = std::fs::File::create(&p)
                         .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
                     let mut w = std::io::BufWriter::new(f);
-                    export::export(&l, branch.as_deref(), fmt, &mut w).map_err(err)?;
+                    write(&mut w).map_err(err)?;
                     w.flush().map_err(out_err)?;
                 }
                 None => {
                     let stdout = std::io::stdout();
                     let mut w = std::io::BufWriter::new(stdout.lock());
-                    export::export(&l, branch.as_deref(), fmt, &mut w).map_err(err)?;
+                    write(&mut w).map_err(err)?;
                     w.flush().map_err(out_err)?;
                 }
             }

@@ -20,10 +20,16 @@
 //!
 //! The API key is read from the registered environment variable at call time and is
 //! never stored anywhere.
+//!
+//! Replays (`ledger replay`) give the engineer the recorded calls
+//! ([`RecordedReplies`], keyed by the prompt's blob hash): a prompt that matches gets
+//! the recorded reply instead of an HTTP call; one that does not is answered with an
+//! error naming the prompt hash, which the replay reports as a mismatch.
 use super::{Decision, Engineer, EngineerContext};
 use crate::env::ConfigProposal;
 use crate::ledger::event::{EngineerKind, EngineerRegistered, EventBody};
-use crate::ledger::{BranchState, Ledger, LedgerError};
+use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 use tokenizers::Tokenizer;
@@ -725,6 +731,47 @@ pub struct LlmEngineer {
     /// Why the registered tokenizer is not used, when it does not load.
     counter_note: Option<String>,
     pub policy: CallPolicy,
+    /// Replay mode: the recorded calls, used instead of the endpoint.
+    pub recorded: Option<RecordedReplies>,
+}
+
+/// Recorded LLM calls of a branch, keyed by the blob hash of the exact prompt text.
+pub type RecordedReplies = BTreeMap<Hash, RecordedCall>;
+
+/// What one recorded decision got back from the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedCall {
+    /// The raw reply (None when no reply came back).
+    pub reply: Option<String>,
+    /// The recorded rationale (holds the attempt log).
+    pub rationale: String,
+    /// The recorded failure (a fallback's reason), when there was one.
+    pub error: Option<String>,
+}
+
+impl RecordedCall {
+    /// The call outcome the recorded decision saw, rebuilt from the record: the reply,
+    /// the attempt log (the rationale's `llm calls:` line) and, for a reply that was
+    /// not a chat completion, the same protocol error `content_of` gave then.
+    fn outcome(&self) -> CallOutcome {
+        let attempts = self
+            .rationale
+            .lines()
+            .find_map(|l| l.strip_prefix("llm calls: "))
+            .map(|l| l.split("; ").map(str::to_string).collect())
+            .unwrap_or_default();
+        let protocol_error = self
+            .reply
+            .as_deref()
+            .and_then(|r| content_of(r).err())
+            .filter(|e| self.rationale.starts_with(&format!("reply rejected: {e}")));
+        CallOutcome {
+            reply: self.reply.clone(),
+            protocol_error,
+            transport_error: None,
+            attempts,
+        }
+    }
 }
 
 impl LlmEngineer {
@@ -745,6 +792,7 @@ impl LlmEngineer {
             counter,
             counter_note,
             policy: CallPolicy::from_env(),
+            recorded: None,
         }
     }
 
@@ -769,6 +817,24 @@ impl Engineer for LlmEngineer {
             prompt: Some(prompt.text()),
             ..Decision::default()
         };
+        if let Some(recorded) = &self.recorded {
+            let hash = Hash::of_blob(prompt.text().as_bytes());
+            let Some(r) = recorded.get(&hash) else {
+                d.error = Some(format!(
+                    "replay: no recorded reply for prompt {} (the prompt differs from the recorded one)",
+                    hash.short()
+                ));
+                d.rationale = notes.join("\n");
+                return d;
+            };
+            if r.reply.is_none() {
+                // The recorded call failed: replay the recorded failure verbatim.
+                d.error = r.error.clone();
+                d.rationale = r.rationale.clone();
+                return d;
+            }
+            return conclude(d, notes, r.outcome());
+        }
         let key = match &reg.api_key_env {
             None => None,
             Some(var) => match std::env::var(var) {
@@ -783,42 +849,48 @@ impl Engineer for LlmEngineer {
             },
         };
         let out = call(reg, &prompt, key.as_deref(), &self.policy);
-        let log = format!("llm calls: {}", out.attempts.join("; "));
-        d.reply = out.reply.clone();
-        if let Some(err) = out.transport_error {
-            d.error = Some(format!("{err} [{log}]"));
-            notes.push(log);
-            d.rationale = notes.join("\n");
-            return d;
-        }
+        conclude(d, notes, out)
+    }
+}
+
+/// The decision from a call's outcome: the reply, the attempt log in the rationale,
+/// and the extracted proposal or why there is none.
+fn conclude(mut d: Decision, mut notes: Vec<String>, out: CallOutcome) -> Decision {
+    let log = format!("llm calls: {}", out.attempts.join("; "));
+    d.reply = out.reply.clone();
+    if let Some(err) = out.transport_error {
+        d.error = Some(format!("{err} [{log}]"));
         notes.push(log);
-        if let Some(err) = out.protocol_error {
-            d.rationale = std::iter::once(format!("reply rejected: {err}"))
+        d.rationale = notes.join("\n");
+        return d;
+    }
+    notes.push(log);
+    if let Some(err) = out.protocol_error {
+        d.rationale = std::iter::once(format!("reply rejected: {err}"))
+            .chain(notes)
+            .collect::<Vec<_>>()
+            .join("\n");
+        return d;
+    }
+    let reply = out.reply.unwrap_or_default();
+    match extract(&reply) {
+        Ok(e) => {
+            d.proposal = Some(e.proposal);
+            d.proposed_text = Some(e.json);
+            d.rationale = std::iter::once(e.rationale)
+                .filter(|r| !r.is_empty())
+                .chain(notes)
+                .collect::<Vec<_>>()
+                .join("\n\n");
+        }
+        Err(e) => {
+            d.rationale = std::iter::once(format!("reply rejected: {e}"))
                 .chain(notes)
                 .collect::<Vec<_>>()
                 .join("\n");
-            return d;
         }
-        let reply = out.reply.unwrap_or_default();
-        match extract(&reply) {
-            Ok(e) => {
-                d.proposal = Some(e.proposal);
-                d.proposed_text = Some(e.json);
-                d.rationale = std::iter::once(e.rationale)
-                    .filter(|r| !r.is_empty())
-                    .chain(notes)
-                    .collect::<Vec<_>>()
-                    .join("\n\n");
-            }
-            Err(e) => {
-                d.rationale = std::iter::once(format!("reply rejected: {e}"))
-                    .chain(notes)
-                    .collect::<Vec<_>>()
-                    .join("\n");
-            }
-        }
-        d
     }
+    d
 }
 
 #[cfg(test)]

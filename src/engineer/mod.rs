@@ -62,6 +62,17 @@ pub fn build(
     pipeline: &Pipeline<'_>,
     state: &BranchState,
 ) -> Result<Box<dyn Engineer>, StageError> {
+    build_replaying(name, pipeline, state, None)
+}
+
+/// [`build`] for a replay: an LLM engineer answers from `recorded` (the branch's
+/// recorded replies, by prompt hash) instead of calling its endpoint.
+pub fn build_replaying(
+    name: &str,
+    pipeline: &Pipeline<'_>,
+    state: &BranchState,
+    recorded: Option<&llm::RecordedReplies>,
+) -> Result<Box<dyn Engineer>, StageError> {
     match name {
         "fixed" => Ok(Box::new(Fixed)),
         "random" => Ok(Box::new(builtin::Random {
@@ -95,7 +106,11 @@ pub fn build(
         // A registered LLM engineer on this branch.
         other if state.engineers.iter().any(|e| e == other) => {
             match llm::registered(pipeline.ledger, state, other) {
-                Ok(reg) => Ok(Box::new(llm::LlmEngineer::new(reg))),
+                Ok(reg) => {
+                    let mut engineer = llm::LlmEngineer::new(reg);
+                    engineer.recorded = recorded.cloned();
+                    Ok(Box::new(engineer))
+                }
                 Err(llm::LlmError::Ledger(e)) => Err(StageError::Ledger(e)),
                 Err(_) => Err(StageError::UnknownEngineer(other.to_string())),
             }

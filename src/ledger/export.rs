@@ -104,3 +104,280 @@ pub fn export(
     }
     Ok(hashes.len() as u64)
 }
+
+/// What `ledger export --what` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum What {
+    /// Every event (the default): [`EventRecord`]s.
+    Events,
+    /// One [`MetricRow`] per (branch, stage, suite, agents, size).
+    Metrics,
+    /// One [`DecisionRow`] per engineer decision.
+    Decisions,
+    /// One [`BranchRow`] per branch.
+    Branches,
+}
+
+/// One evaluation cell of one stage of one branch, flat (loads straight into pandas).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MetricRow {
+    pub branch: String,
+    pub stage: u32,
+    /// Engineer that designed the stage (empty for the warm-up).
+    pub engineer: String,
+    /// `val` or `test`.
+    pub suite: String,
+    pub agents: u32,
+    pub size: u32,
+    pub total: u32,
+    pub valid: u32,
+    pub optimal: u32,
+    /// Percentages.
+    pub valid_rate: f64,
+    pub optimal_rate: f64,
+    /// Stage-level training facts, repeated on each of the stage's rows.
+    pub gradient_steps: u64,
+    pub train_trajectories: u64,
+    pub train_valid: u64,
+    pub train_optimal: u64,
+    pub completed: bool,
+}
+
+/// One engineer decision, flat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DecisionRow {
+    pub branch: String,
+    pub stage: u32,
+    pub event: String,
+    pub engineer: String,
+    pub status: String,
+    /// Why a decision was rejected or fell back (empty otherwise).
+    pub status_reason: String,
+    /// Clipped fields, `;`-separated.
+    pub clipped_fields: String,
+    /// The proposal text (empty: none).
+    pub proposed: String,
+    /// The applied configuration as compact JSON.
+    pub applied: String,
+    pub rationale: String,
+    pub context: String,
+}
+
+/// One branch, flat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BranchRow {
+    pub branch: String,
+    pub head: String,
+    pub plan: String,
+    pub seed: u64,
+    pub events: u64,
+    pub stages: u64,
+    pub completed_stages: u64,
+    /// Source branch, fork point and engineer of the latest fork (empty: not a fork).
+    pub forked_from: String,
+    pub fork_at: String,
+    pub fork_engineer: String,
+    pub replicate: u32,
+}
+
+/// CSV columns of [`MetricRow`], in order.
+pub const METRIC_COLUMNS: [&str; 16] = [
+    "branch",
+    "stage",
+    "engineer",
+    "suite",
+    "agents",
+    "size",
+    "total",
+    "valid",
+    "optimal",
+    "valid_rate",
+    "optimal_rate",
+    "gradient_steps",
+    "train_trajectories",
+    "train_valid",
+    "train_optimal",
+    "completed",
+];
+
+/// CSV columns of [`DecisionRow`], in order.
+pub const DECISION_COLUMNS: [&str; 11] = [
+    "branch",
+    "stage",
+    "event",
+    "engineer",
+    "status",
+    "status_reason",
+    "clipped_fields",
+    "proposed",
+    "applied",
+    "rationale",
+    "context",
+];
+
+/// CSV columns of [`BranchRow`], in order.
+pub const BRANCH_COLUMNS: [&str; 11] = [
+    "branch",
+    "head",
+    "plan",
+    "seed",
+    "events",
+    "stages",
+    "completed_stages",
+    "forked_from",
+    "fork_at",
+    "fork_engineer",
+    "replicate",
+];
+
+fn pct(x: u32, n: u32) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        100.0 * x as f64 / n as f64
+    }
+}
+
+/// Write one table (`what` other than events) of `branch`, or of every branch, as
+/// JSON lines or CSV (header first, one flat row per line). Returns the rows written.
+pub fn export_table(
+    ledger: &Ledger,
+    branch: Option<&str>,
+    what: What,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<u64, LedgerError> {
+    let io = |e: std::io::Error| LedgerError::Io {
+        path: "<output>".into(),
+        message: e.to_string(),
+    };
+    let branches: Vec<(String, Hash)> = match branch {
+        Some(b) => vec![(b.to_string(), ledger.head(b)?)],
+        None => ledger.branches()?,
+    };
+    let header: &[&str] = match what {
+        What::Events => unreachable!("events go through export()"),
+        What::Metrics => &METRIC_COLUMNS,
+        What::Decisions => &DECISION_COLUMNS,
+        What::Branches => &BRANCH_COLUMNS,
+    };
+    let mut rows: Vec<serde_json::Value> = Vec::new();
+    for (name, head) in &branches {
+        let st = ledger.state_at(head)?;
+        match what {
+            What::Events => {}
+            What::Metrics => {
+                for s in &st.stages {
+                    for (suite, cells) in &s.evaluations {
+                        for c in cells {
+                            let r = MetricRow {
+                                branch: name.clone(),
+                                stage: s.stage,
+                                engineer: s.engineer.clone().unwrap_or_default(),
+                                suite: suite.clone(),
+                                agents: c.agents,
+                                size: c.size,
+                                total: c.total,
+                                valid: c.valid,
+                                optimal: c.optimal,
+                                valid_rate: pct(c.valid, c.total),
+                                optimal_rate: pct(c.optimal, c.total),
+                                gradient_steps: s.gradient_steps,
+                                train_trajectories: s.trajectories,
+                                train_valid: s.valid,
+                                train_optimal: s.optimal,
+                                completed: s.completed.is_some(),
+                            };
+                            rows.push(serde_json::to_value(&r).expect("row"));
+                        }
+                    }
+                }
+            }
+            What::Decisions => {
+                for s in &st.stages {
+                    let Some(h) = s.decision else { continue };
+                    let EventBody::EngineerDecision(d) = ledger.event(&h)?.body else {
+                        continue;
+                    };
+                    use super::event::{DecisionStatus, ProposedConfig};
+                    let (status, reason) = match &d.status {
+                        DecisionStatus::Accepted => ("accepted", String::new()),
+                        DecisionStatus::Clipped => ("clipped", String::new()),
+                        DecisionStatus::Rejected { reason } => ("rejected", reason.clone()),
+                        DecisionStatus::Fallback { reason } => ("fallback", reason.clone()),
+                    };
+                    let r = DecisionRow {
+                        branch: name.clone(),
+                        stage: s.stage,
+                        event: h.to_hex(),
+                        engineer: d.engineer.clone(),
+                        status: status.into(),
+                        status_reason: reason,
+                        clipped_fields: d
+                            .clips
+                            .iter()
+                            .map(|c| c.field.as_str())
+                            .collect::<Vec<_>>()
+                            .join(";"),
+                        proposed: match &d.proposed {
+                            ProposedConfig::None => String::new(),
+                            ProposedConfig::Json(t) => t.clone(),
+                            ProposedConfig::Blob(b) => {
+                                String::from_utf8_lossy(&ledger.blob(b)?).into_owned()
+                            }
+                        },
+                        applied: serde_json::to_string(&d.applied).expect("config"),
+                        rationale: d.rationale.clone(),
+                        context: d.context.to_hex(),
+                    };
+                    rows.push(serde_json::to_value(&r).expect("row"));
+                }
+            }
+            What::Branches => {
+                let (fb, fa, fe) = st
+                    .forked_from
+                    .as_ref()
+                    .map(|(b, at, e)| (b.clone(), at.to_hex(), e.clone()))
+                    .unwrap_or_default();
+                let r = BranchRow {
+                    branch: name.clone(),
+                    head: head.to_hex(),
+                    plan: st.plan_name.clone(),
+                    seed: st.seed,
+                    events: st.events,
+                    stages: st.stages.len() as u64,
+                    completed_stages: st.stages.iter().filter(|s| s.completed.is_some()).count()
+                        as u64,
+                    forked_from: fb,
+                    fork_at: fa,
+                    fork_engineer: fe,
+                    replicate: st.replicate,
+                };
+                rows.push(serde_json::to_value(&r).expect("row"));
+            }
+        }
+    }
+    if format == Format::Csv {
+        writeln!(out, "{}", header.join(",")).map_err(io)?;
+    }
+    for r in &rows {
+        match format {
+            Format::Jsonl => {
+                serde_json::to_writer(&mut *out, r).map_err(|e| io(e.into()))?;
+                out.write_all(b"\n").map_err(io)?;
+            }
+            Format::Csv => {
+                let fields: Vec<String> = header
+                    .iter()
+                    .map(|k| match &r[*k] {
+                        serde_json::Value::String(s) => csv_field(s),
+                        serde_json::Value::Null => String::new(),
+                        v => v.to_string(),
+                    })
+                    .collect();
+                writeln!(out, "{}", fields.join(",")).map_err(io)?;
+            }
+        }
+    }
+    Ok(rows.len() as u64)
+}

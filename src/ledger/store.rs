@@ -325,6 +325,26 @@ impl Ledger {
         Ok(())
     }
 
+    /// Remove branch `name`'s ref and flush. Its events stay in the packs (shared with
+    /// other branches, or unreachable). `main` cannot be deleted.
+    pub fn delete_branch(&mut self, name: &str) -> Result<(), LedgerError> {
+        if !self.writable {
+            return Err(LedgerError::ReadOnly);
+        }
+        if name == MAIN {
+            return Err(LedgerError::Invalid(format!(
+                "branch `{MAIN}` cannot be deleted"
+            )));
+        }
+        if self.refs.remove(refs::branch_key(name))?.is_none() {
+            return Err(LedgerError::UnknownBranch {
+                name: name.to_string(),
+            });
+        }
+        self.db.flush()?;
+        Ok(())
+    }
+
     // ---- append ----
 
     /// Append a batch of events to `branch`, chained from its head, and move the ref:

@@ -53,11 +53,47 @@ pub fn parse_device_name(s: &str) -> Result<Option<usize>, String> {
     }
 }
 
+/// One binary serves CPU and GPU: a build linked against the CPU libtorch can load the
+/// CUDA half of a libtorch of the *same version* at run time. `libtorch_cuda.so`
+/// registers its CUDA backend with the already loaded `libtorch_cpu.so` when it is
+/// opened with global symbol visibility. The PyPI `torch==2.11.0` wheel is the very
+/// build whose CPU half `tools/libtorch.sh` assembles, so its `torch/lib` works:
+/// `LIBTORCH_CUDA_LIB=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__) + "/lib")')`.
+fn load_cuda_runtime() -> Result<(), String> {
+    let path = match std::env::var_os("LIBTORCH_CUDA_LIB") {
+        Some(dir) => std::path::Path::new(&dir).join("libtorch_cuda.so"),
+        None => std::path::PathBuf::from("libtorch_cuda.so"), // the loader's search path
+    };
+    let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: dlopen with a valid C string; the handle is deliberately never closed
+    // (the CUDA backend must stay registered for the life of the process).
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if handle.is_null() {
+        // SAFETY: dlerror returns a thread-local C string or null.
+        let err = unsafe { libc::dlerror() };
+        let msg = if err.is_null() {
+            "unknown error".to_string()
+        } else {
+            unsafe { std::ffi::CStr::from_ptr(err) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        return Err(format!(
+            "this libtorch has no CUDA and {} could not be loaded ({msg}); set LIBTORCH_CUDA_LIB to the lib directory of a CUDA libtorch 2.11.0 (e.g. pip's torch/lib), or build with LIBTORCH_USE_PYTORCH=1",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
 /// Parse `--device`: `cpu`, `cuda` or `cuda:N`, checking that CUDA is there.
 pub fn parse_device(s: &str) -> Result<Device, TrainError> {
     match parse_device_name(s).map_err(|m| TrainError::Device(s.into(), m))? {
         None => Ok(Device::Cpu),
         Some(idx) => {
+            if !tch::Cuda::is_available() {
+                load_cuda_runtime().map_err(|m| TrainError::Device(s.into(), m))?;
+            }
             if !tch::Cuda::is_available() {
                 return Err(TrainError::Device(
                     s.into(),

@@ -1,0 +1,564 @@
+//! The audit view: every engineer decision of a branch with the evidence it read, the
+//! configuration change it made (proposed vs applied, per field, against the previous
+//! stage's configuration), what the projection onto legal ranges clipped, its
+//! rationale and status, and the outcome: the decided stage's validation per size
+//! against the previous stage's, with a verdict on the sizes the decision changed.
+use crate::env::config::{ConfigProposal, GeneratorConfig};
+use crate::ledger::event::{DecisionStatus, EvalCell, EventBody, ProposedConfig};
+use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+/// `ledger audit --json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AuditReport {
+    pub branch: String,
+    pub head: Hash,
+    pub decisions: Vec<DecisionAudit>,
+}
+
+/// One engineer decision, audited.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DecisionAudit {
+    /// The stage the decision designed.
+    pub stage: u32,
+    /// The decision event.
+    pub event: Hash,
+    pub engineer: String,
+    /// accepted, clipped, rejected or fallback.
+    pub status: String,
+    /// Why a decision was rejected or fell back.
+    pub status_reason: Option<String>,
+    /// Key evidence the engineer read: the validation summary and the failure breakdown
+    /// per map size, as lines of the rendered context.
+    pub evidence: Vec<String>,
+    /// Blob of the full rendered context.
+    pub context: Hash,
+    pub prompt: Option<Hash>,
+    pub reply: Option<Hash>,
+    /// The proposal's text, verbatim (None: nothing usable was proposed).
+    pub proposed: Option<String>,
+    /// The configuration in force before the decision (the previous stage's).
+    pub previous_config: Option<GeneratorConfig>,
+    pub applied_config: GeneratorConfig,
+    /// Fields the proposal or the applied configuration changed.
+    pub changes: Vec<FieldChange>,
+    pub clips: Vec<ClipAudit>,
+    pub rationale: String,
+    pub outcome: Option<DecisionOutcome>,
+}
+
+/// One field of the configuration: its previous, proposed and applied value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FieldChange {
+    /// Dotted path, e.g. `sizes.5.hole_ratio`.
+    pub field: String,
+    pub previous: Option<f64>,
+    /// What the engineer proposed for the field (None: not mentioned).
+    pub proposed: Option<f64>,
+    pub applied: Option<f64>,
+    /// Whether the applied value differs from the previous one.
+    pub changed: bool,
+}
+
+/// A field the projection onto legal ranges changed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ClipAudit {
+    pub field: String,
+    pub proposed: String,
+    pub applied: String,
+    pub reason: String,
+}
+
+/// Validation of the decided stage against the previous stage (2 agents, per size).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DecisionOutcome {
+    pub suite: String,
+    pub previous_stage: u32,
+    pub stage: u32,
+    /// Map sizes whose configuration the decision changed.
+    pub changed_sizes: Vec<usize>,
+    pub sizes: Vec<SizeOutcome>,
+    /// Mean change of the valid rate (percentage points) over the changed sizes that
+    /// the validation set covers (None: none of them is covered or nothing changed).
+    pub changed_delta_valid: Option<f64>,
+    /// Mean change of the valid rate over all sizes (the "Sum" row).
+    pub sum_delta_valid: f64,
+    pub sum_delta_optimal: f64,
+    /// improved, worsened, unchanged (on the changed sizes), no_change (the decision
+    /// kept the configuration), not_covered (changed sizes outside the validation set).
+    pub verdict: String,
+}
+
+/// One validation size: rates before (previous stage) and after (decided stage).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SizeOutcome {
+    pub size: usize,
+    /// The decision changed this size's configuration.
+    pub changed: bool,
+    pub valid_before: f64,
+    pub valid_after: f64,
+    pub delta_valid: f64,
+    pub optimal_before: f64,
+    pub optimal_after: f64,
+    pub delta_optimal: f64,
+}
+
+/// The configuration as (dotted field, value) pairs.
+pub fn flatten(c: &GeneratorConfig) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    m.insert("agents".to_string(), c.agents as f64);
+    for (n, s) in &c.sizes {
+        m.insert(format!("sizes.{n}.data_ratio"), s.data_ratio);
+        m.insert(format!("sizes.{n}.hole_ratio"), s.hole_ratio);
+        m.insert(format!("sizes.{n}.wait_ratio"), s.wait_ratio);
+    }
+    m
+}
+
+fn flatten_proposal(p: &ConfigProposal) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    if let Some(a) = p.agents {
+        m.insert("agents".to_string(), a);
+    }
+    for (n, s) in &p.sizes {
+        let n = n.trim();
+        for (k, v) in [
+            ("data_ratio", s.data_ratio),
+            ("hole_ratio", s.hole_ratio),
+            ("wait_ratio", s.wait_ratio),
+        ] {
+            if let Some(v) = v {
+                m.insert(format!("sizes.{n}.{k}"), v);
+            }
+        }
+    }
+    m
+}
+
+fn field_order(f: &str) -> (usize, String) {
+    // agents first, then sizes numerically.
+    match f.split('.').nth(1).and_then(|n| n.parse::<usize>().ok()) {
+        Some(n) => (n + 1, f.to_string()),
+        None => (0, f.to_string()),
+    }
+}
+
+/// Per-field diff of previous vs proposed vs applied.
+pub fn diff(
+    previous: Option<&GeneratorConfig>,
+    proposed: Option<&ConfigProposal>,
+    applied: &GeneratorConfig,
+) -> Vec<FieldChange> {
+    let prev = previous.map(flatten).unwrap_or_default();
+    let prop = proposed.map(flatten_proposal).unwrap_or_default();
+    let app = flatten(applied);
+    let mut fields: Vec<&String> = prev
+        .keys()
+        .chain(prop.keys())
+        .chain(app.keys())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    fields.sort_by_key(|f| field_order(f));
+    fields
+        .into_iter()
+        .filter_map(|f| {
+            let (p, q, a) = (
+                prev.get(f).copied(),
+                prop.get(f).copied(),
+                app.get(f).copied(),
+            );
+            let changed = p != a;
+            let proposed_change = q.is_some_and(|q| Some(q) != p);
+            (changed || proposed_change).then(|| FieldChange {
+                field: f.clone(),
+                previous: p,
+                proposed: q,
+                applied: a,
+                changed,
+            })
+        })
+        .collect()
+}
+
+/// The key evidence lines of a rendered context: the "Sum" row of the validation
+/// summary and the failure breakdown per size (the full context stays in its blob).
+pub fn evidence(context: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut section = "";
+    for line in context.lines() {
+        if let Some(h) = line.strip_prefix("## ") {
+            section = if h.starts_with("Summary") {
+                "summary"
+            } else if h.starts_with("Failure breakdown") {
+                "failures"
+            } else {
+                ""
+            };
+            continue;
+        }
+        let t = line.trim();
+        if t.starts_with("Example failing plans") {
+            section = "";
+        }
+        match section {
+            "summary" if t.starts_with("Sum") => {
+                let cols: Vec<&str> = t
+                    .split(|c: char| c == '|' || c.is_whitespace())
+                    .filter(|c| !c.is_empty())
+                    .collect();
+                out.push(match cols.as_slice() {
+                    [_, v, o, ..] => format!("validation Sum (2 agents): valid {v}%, optimal {o}%"),
+                    _ => format!("validation {}", cols.join(" ")),
+                });
+            }
+            "failures" if t.starts_with("- ") => out.push(format!("failures {}", &t[2..])),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn val_rates(cells: Option<&Vec<EvalCell>>, agents: u32) -> BTreeMap<usize, (f64, f64)> {
+    let pct = |x: u32, n: u32| {
+        if n == 0 {
+            0.0
+        } else {
+            100.0 * x as f64 / n as f64
+        }
+    };
+    cells
+        .map(|cs| {
+            cs.iter()
+                .filter(|c| c.agents == agents)
+                .map(|c| {
+                    (
+                        c.size as usize,
+                        (pct(c.valid, c.total), pct(c.optimal, c.total)),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn outcome(state: &BranchState, stage: u32, changes: &[FieldChange]) -> Option<DecisionOutcome> {
+    let before = state.stage(stage.checked_sub(1)?)?.evaluations.get("val")?;
+    let after = state.stage(stage)?.evaluations.get("val")?;
+    let agents = before.first().map(|c| c.agents).unwrap_or(2);
+    let (b, a) = (
+        val_rates(Some(before), agents),
+        val_rates(Some(after), agents),
+    );
+    let changed_sizes: Vec<usize> = changes
+        .iter()
+        .filter(|c| c.changed)
+        .filter_map(|c| c.field.split('.').nth(1)?.parse().ok())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let agents_changed = changes.iter().any(|c| c.changed && c.field == "agents");
+    let sizes: Vec<SizeOutcome> = b
+        .iter()
+        .filter_map(|(&n, &(vb, ob))| {
+            let &(va, oa) = a.get(&n)?;
+            Some(SizeOutcome {
+                size: n,
+                changed: changed_sizes.contains(&n),
+                valid_before: vb,
+                valid_after: va,
+                delta_valid: va - vb,
+                optimal_before: ob,
+                optimal_after: oa,
+                delta_optimal: oa - ob,
+            })
+        })
+        .collect();
+    let mean = |xs: Vec<f64>| (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64);
+    let changed_delta_valid = mean(
+        sizes
+            .iter()
+            .filter(|s| s.changed || agents_changed)
+            .map(|s| s.delta_valid)
+            .collect(),
+    );
+    let sum_delta_valid = mean(sizes.iter().map(|s| s.delta_valid).collect()).unwrap_or(0.0);
+    let sum_delta_optimal = mean(sizes.iter().map(|s| s.delta_optimal).collect()).unwrap_or(0.0);
+    let verdict = if changed_sizes.is_empty() && !agents_changed {
+        "no_change"
+    } else {
+        match changed_delta_valid {
+            None => "not_covered",
+            Some(d) if d > 1e-9 => "improved",
+            Some(d) if d < -1e-9 => "worsened",
+            Some(_) => "unchanged",
+        }
+    };
+    Some(DecisionOutcome {
+        suite: "val".into(),
+        previous_stage: stage - 1,
+        stage,
+        changed_sizes,
+        sizes,
+        changed_delta_valid,
+        sum_delta_valid,
+        sum_delta_optimal,
+        verdict: verdict.into(),
+    })
+}
+
+/// Audit the decisions of `branch` (all stages, or only `stage`).
+pub fn audit(
+    ledger: &Ledger,
+    branch: &str,
+    stage: Option<u32>,
+) -> Result<AuditReport, LedgerError> {
+    let head = ledger.head(branch)?;
+    let state = ledger.state_at(&head)?;
+    let mut decisions = Vec::new();
+    for st in &state.stages {
+        if stage.is_some_and(|n| n != st.stage) {
+            continue;
+        }
+        let Some(h) = st.decision else { continue };
+        let event = ledger.event(&h)?;
+        let EventBody::EngineerDecision(d) = event.body else {
+            continue;
+        };
+        let context = String::from_utf8_lossy(&ledger.blob(&d.context)?).into_owned();
+        let proposed = match &d.proposed {
+            ProposedConfig::None => None,
+            ProposedConfig::Json(t) => Some(t.clone()),
+            ProposedConfig::Blob(b) => Some(String::from_utf8_lossy(&ledger.blob(b)?).into_owned()),
+        };
+        let proposal: Option<ConfigProposal> = proposed
+            .as_deref()
+            .and_then(|t| serde_json::from_str(t).ok());
+        let previous_config = st
+            .stage
+            .checked_sub(1)
+            .and_then(|p| state.stage(p))
+            .and_then(|p| p.config.clone())
+            .or_else(|| state.initial_config.clone());
+        let changes = diff(previous_config.as_ref(), proposal.as_ref(), &d.applied);
+        let (status, status_reason) = match &d.status {
+            DecisionStatus::Accepted => ("accepted", None),
+            DecisionStatus::Clipped => ("clipped", None),
+            DecisionStatus::Rejected { reason } => ("rejected", Some(reason.clone())),
+            DecisionStatus::Fallback { reason } => ("fallback", Some(reason.clone())),
+        };
+        let outcome = outcome(&state, st.stage, &changes);
+        decisions.push(DecisionAudit {
+            stage: st.stage,
+            event: h,
+            engineer: d.engineer.clone(),
+            status: status.into(),
+            status_reason,
+            evidence: evidence(&context),
+            context: d.context,
+            prompt: d.prompt,
+            reply: d.reply,
+            proposed,
+            previous_config,
+            applied_config: d.applied.clone(),
+            changes,
+            clips: d
+                .clips
+                .iter()
+                .map(|c| ClipAudit {
+                    field: c.field.clone(),
+                    proposed: c.proposed.clone(),
+                    applied: c.applied.clone(),
+                    reason: c.reason.clone(),
+                })
+                .collect(),
+            rationale: d.rationale.clone(),
+            outcome,
+        });
+    }
+    Ok(AuditReport {
+        branch: branch.to_string(),
+        head,
+        decisions,
+    })
+}
+
+fn num(x: Option<f64>) -> String {
+    match x {
+        None => "-".into(),
+        Some(v) if v.fract() == 0.0 && v.abs() < 1e9 => format!("{v:.0}"),
+        Some(v) => format!("{v:.3}"),
+    }
+}
+
+/// Compact terminal rendering.
+pub fn render(r: &AuditReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "audit of branch {} (head {}): {} decision{}",
+        r.branch,
+        r.head.short(),
+        r.decisions.len(),
+        if r.decisions.len() == 1 { "" } else { "s" }
+    );
+    for d in &r.decisions {
+        let _ = writeln!(
+            s,
+            "\n== stage {} · engineer {} · {}{} · decision {}",
+            d.stage,
+            d.engineer,
+            d.status,
+            d.status_reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default(),
+            d.event.short()
+        );
+        let _ = writeln!(s, "  saw:");
+        if d.evidence.is_empty() {
+            let _ = writeln!(s, "    (no summary or failure breakdown in its context)");
+        }
+        for l in &d.evidence {
+            let _ = writeln!(s, "    {l}");
+        }
+        if d.changes.is_empty() {
+            let _ = writeln!(s, "  config: unchanged");
+        } else {
+            let w = d
+                .changes
+                .iter()
+                .map(|c| c.field.len())
+                .max()
+                .unwrap_or(5)
+                .max(5);
+            let _ = writeln!(
+                s,
+                "  config: {:<w$}  {:>9} {:>9} {:>9}",
+                "field", "previous", "proposed", "applied"
+            );
+            for c in &d.changes {
+                let clip = d.clips.iter().find(|k| k.field == c.field);
+                let _ = writeln!(
+                    s,
+                    "          {:<w$}  {:>9} {:>9} {:>9}{}",
+                    c.field,
+                    num(c.previous),
+                    num(c.proposed),
+                    num(c.applied),
+                    if clip.is_some() { "  clipped" } else { "" }
+                );
+            }
+        }
+        for c in &d.clips {
+            let _ = writeln!(
+                s,
+                "  clipped: {} proposed {} applied {} ({})",
+                c.field, c.proposed, c.applied, c.reason
+            );
+        }
+        let _ = writeln!(s, "  rationale: {}", d.rationale.trim());
+        match &d.outcome {
+            None => {
+                let _ = writeln!(
+                    s,
+                    "  outcome: pending (no validation of stage {} yet)",
+                    d.stage
+                );
+            }
+            Some(o) => {
+                let _ = writeln!(
+                    s,
+                    "  outcome ({} set, stage {} -> {}; * = size the decision changed):",
+                    o.suite, o.previous_stage, o.stage
+                );
+                let _ = writeln!(
+                    s,
+                    "      {:>7}  {:>23}  {:>23}",
+                    "size", "valid % before->after", "optimal % before->after"
+                );
+                for z in &o.sizes {
+                    let _ = writeln!(
+                        s,
+                        "    {:1} {:>3}x{:<3}  {:>5.1} -> {:>5.1} ({:>+6.1})  {:>5.1} -> {:>5.1} ({:>+6.1})",
+                        if z.changed { "*" } else { "" },
+                        z.size,
+                        z.size,
+                        z.valid_before,
+                        z.valid_after,
+                        z.delta_valid,
+                        z.optimal_before,
+                        z.optimal_after,
+                        z.delta_optimal
+                    );
+                }
+                let _ = writeln!(
+                    s,
+                    "  verdict: {}{} (all sizes: valid {:+.1}, optimal {:+.1})",
+                    o.verdict,
+                    o.changed_delta_valid
+                        .map(|d| format!(" on changed sizes (valid {d:+.1})"))
+                        .unwrap_or_default(),
+                    o.sum_delta_valid,
+                    o.sum_delta_optimal
+                );
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::config::SizeConfig;
+
+    fn config(hole3: f64) -> GeneratorConfig {
+        let size = |h| SizeConfig {
+            data_ratio: 0.5,
+            hole_ratio: h,
+            wait_ratio: 0.2,
+        };
+        GeneratorConfig {
+            agents: 2,
+            sizes: [(3, size(hole3)), (10, size(0.1))].into_iter().collect(),
+        }
+    }
+
+    #[test]
+    fn diff_lists_changed_and_proposed_fields_in_size_order() {
+        let prev = config(0.1);
+        let applied = config(0.3);
+        let proposal: ConfigProposal = serde_json::from_str(
+            r#"{"sizes": {"3": {"hole_ratio": 0.9}, "10": {"wait_ratio": 0.2}}}"#,
+        )
+        .unwrap();
+        let d = diff(Some(&prev), Some(&proposal), &applied);
+        // 10's wait_ratio was proposed unchanged: not listed.
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].field, "sizes.3.hole_ratio");
+        assert_eq!(
+            (d[0].previous, d[0].proposed, d[0].applied, d[0].changed),
+            (Some(0.1), Some(0.9), Some(0.3), true)
+        );
+        let all = diff(None, None, &applied);
+        assert_eq!(all[0].field, "agents");
+        assert_eq!(all[1].field, "sizes.3.data_ratio");
+        assert_eq!(all.last().unwrap().field, "sizes.10.wait_ratio");
+    }
+
+    #[test]
+    fn evidence_keeps_the_sum_row_and_failure_lines() {
+        let ctx = "# Designing\n\n## Summary: validation\n   3x3 |  50.00  40.00\n   Sum |  35.00  32.50\n\n## Failure breakdown on the validation set (val)\n- 3x3: 5 of 10 failed (hole 5)\n\nExample failing plans:\n- not this\n## History: earlier stages\n- stage 1\n";
+        assert_eq!(
+            evidence(ctx),
+            [
+                "validation Sum (2 agents): valid 35.00%, optimal 32.50%",
+                "failures 3x3: 5 of 10 failed (hole 5)"
+            ]
+        );
+    }
+}

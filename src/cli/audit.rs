@@ -1,0 +1,41 @@
+//! `ledger audit`: every engineer decision of a branch with its evidence, config diff,
+//! clips, rationale, status and outcome on the decided stage's validation set.
+use super::{CliError, CliResult};
+use crate::ledger::{Ledger, LedgerError};
+use std::path::Path;
+
+pub fn run(ledger: &Path, branch: &str, stage: Option<&str>, json: bool) -> CliResult {
+    let stage = stage
+        .map(|s| {
+            s.strip_prefix("stage")
+                .unwrap_or(s)
+                .parse::<u32>()
+                .map_err(|_| CliError::input(format!("`--stage {s}`: expected stageN or N")))
+        })
+        .transpose()?;
+    let l = Ledger::open_read_only(ledger).map_err(err)?;
+    let report = crate::audit::audit(&l, branch, stage).map_err(err)?;
+    if let Some(n) = stage {
+        if report.decisions.is_empty() {
+            return Err(CliError::input(format!(
+                "`--stage {n}`: branch {branch} has no engineer decision at stage {n}"
+            )));
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("audit serialises")
+        );
+    } else {
+        print!("{}", crate::audit::render(&report));
+    }
+    Ok(())
+}
+
+fn err(e: LedgerError) -> CliError {
+    match e {
+        LedgerError::Corrupt { .. } | LedgerError::Decode { .. } => CliError::check(e.to_string()),
+        e => CliError::input(e.to_string()),
+    }
+}

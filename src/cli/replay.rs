@@ -1,0 +1,210 @@
+//! `ledger replay`: deterministic re-verification of recorded stages, and
+//! counterfactual replays of a stage with another engineer (see [`crate::replay`]).
+//!
+//! Exit codes: 0 every compared event matched (a `ReplayVerified` event per stage is
+//! appended to the branch) or the counterfactual ran; 1 a mismatch or an altered
+//! record (the branch is left unchanged); 2 usage or input error.
+use super::{CliError, CliResult};
+use crate::ledger::event::{EvalCell, Evaluation};
+use crate::ledger::{Ledger, LedgerError};
+use crate::replay::{self, ReplayError, StageReplay};
+use crate::stage::{Pipeline, Progress, StageError};
+use std::path::Path;
+
+/// Arguments of `ledger replay`.
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// The stage to replay (N or stageN; 0 is the warm-up). Default: every completed stage.
+    #[arg(long)]
+    pub stage: Option<String>,
+    /// Recompute and compare every event hash (the default without --engineer).
+    #[arg(long)]
+    pub verify: bool,
+    /// Counterfactual: re-run --stage N with this engineer on a scratch fork.
+    #[arg(long)]
+    pub engineer: Option<String>,
+    /// Keep the counterfactual fork under this name.
+    #[arg(long, value_name = "NAME")]
+    pub keep: Option<String>,
+    /// Call LLM engineers' endpoints instead of reusing the recorded replies.
+    #[arg(long)]
+    pub live: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Notes from the pipeline go to stderr; no progress bars.
+struct Notes;
+impl Progress for Notes {
+    fn note(&mut self, message: &str) {
+        eprintln!("{message}");
+    }
+}
+
+fn parse_stage(s: &str) -> Result<u32, CliError> {
+    s.strip_prefix("stage")
+        .unwrap_or(s)
+        .parse::<u32>()
+        .map_err(|_| CliError::input(format!("`--stage {s}`: expected N or stageN")))
+}
+
+/// Map a replay error to the contract's exit code: a damaged record or blob is a
+/// failed check (1), anything else an input error (2).
+fn replay_error(e: ReplayError) -> CliError {
+    let damaged = matches!(
+        &e,
+        ReplayError::Altered { .. }
+            | ReplayError::Ledger(LedgerError::Corrupt { .. } | LedgerError::MissingBlob { .. })
+            | ReplayError::Stage(StageError::Ledger(
+                LedgerError::Corrupt { .. } | LedgerError::MissingBlob { .. }
+            ))
+    );
+    if damaged {
+        CliError::check(format!("replay failed: {e}"))
+    } else {
+        CliError::input(e.to_string())
+    }
+}
+
+fn ledger_error(e: LedgerError) -> CliError {
+    match e {
+        LedgerError::Corrupt { .. } | LedgerError::MissingBlob { .. } => {
+            CliError::check(e.to_string())
+        }
+        e => CliError::input(e.to_string()),
+    }
+}
+
+pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
+    let stage = args.stage.as_deref().map(parse_stage).transpose()?;
+    if args.keep.is_some() && args.engineer.is_none() {
+        return Err(CliError::input("`--keep` needs `--engineer`"));
+    }
+    if args.engineer.is_some() && args.verify {
+        return Err(CliError::input(
+            "`--verify` and `--engineer` exclude each other (a counterfactual is not a verification)",
+        ));
+    }
+    let mut ledger = Ledger::open(dir).map_err(ledger_error)?;
+    let mut pipeline =
+        Pipeline::new(&mut ledger, None).map_err(|e| CliError::input(e.to_string()))?;
+    match &args.engineer {
+        Some(engineer) => {
+            let n =
+                match stage {
+                    Some(n) if n >= 1 => n,
+                    Some(_) => return Err(CliError::input(
+                        "`--stage 0`: the warm-up has no engineer; a counterfactual needs N >= 1",
+                    )),
+                    None => return Err(CliError::input("`--engineer` needs `--stage N`")),
+                };
+            counterfactual(&mut pipeline, &args, n, engineer)
+        }
+        None => verify(&mut pipeline, &args, stage),
+    }
+}
+
+fn verify(pipeline: &mut Pipeline<'_>, args: &ReplayArgs, stage: Option<u32>) -> CliResult {
+    let branch = &args.branch;
+    let stages = match stage {
+        Some(n) => vec![n],
+        None => replay::completed_stages(pipeline.ledger, branch)
+            .map_err(|e| CliError::input(e.to_string()))?,
+    };
+    if stages.is_empty() {
+        return Err(CliError::input(format!(
+            "branch {branch} has no completed stage to replay"
+        )));
+    }
+    replay::check_branch(pipeline.ledger, branch).map_err(replay_error)?;
+    let mut done: Vec<StageReplay> = Vec::new();
+    for n in stages {
+        let r = replay::verify_stage(pipeline, branch, n, args.live, &mut Notes)
+            .map_err(replay_error)?;
+        if let Some(m) = &r.mismatch {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"branch": branch, "matched": done, "mismatch": m})
+                );
+            }
+            return Err(CliError::check(format!(
+                "replay mismatch on {branch}: {m} (the branch was not changed)"
+            )));
+        }
+        if !args.json {
+            println!(
+                "stage {n}: {} events recomputed, every hash matches (engineer {}, {:.1} s)",
+                r.events, r.engineer, r.seconds
+            );
+        }
+        done.push(r);
+    }
+    let ids = replay::record_verified(pipeline, branch, &done, args.live)
+        .map_err(|e| CliError::input(e.to_string()))?;
+    if args.json {
+        let events: Vec<String> = ids.iter().map(|h| h.to_hex()).collect();
+        println!(
+            "{}",
+            serde_json::json!({"branch": branch, "matched": done, "replay_verified": events})
+        );
+    } else {
+        println!(
+            "recorded {} replay-verified event(s) on {branch}; head {}",
+            ids.len(),
+            ids.last().map(|h| h.short()).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+fn counterfactual(
+    pipeline: &mut Pipeline<'_>,
+    args: &ReplayArgs,
+    n: u32,
+    engineer: &str,
+) -> CliResult {
+    let c = replay::counterfactual(
+        pipeline,
+        &args.branch,
+        n,
+        engineer,
+        args.keep.as_deref(),
+        &mut Notes,
+    )
+    .map_err(replay_error)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&c).expect("serialises"));
+        return Ok(());
+    }
+    let table = |cells: &[EvalCell]| {
+        crate::train::eval::table_of(&Evaluation {
+            suite: "val".into(),
+            checkpoint: None,
+            cells: cells.to_vec(),
+        })
+    };
+    print!(
+        "{}",
+        table(&c.recorded_validation).render(&format!(
+            "stage {n} as recorded on {} (engineer {})",
+            args.branch,
+            c.recorded_engineer.as_deref().unwrap_or("?")
+        ))
+    );
+    print!(
+        "{}",
+        table(&c.validation).render(&format!(
+            "stage {n} replayed with engineer {engineer} ({:.1} s)",
+            c.seconds
+        ))
+    );
+    if c.kept {
+        println!("kept as branch {}", c.branch);
+    } else {
+        println!("scratch branch deleted (use --keep NAME to keep it)");
+    }
+    Ok(())
+}

@@ -1,0 +1,562 @@
+//! The read views and studies through the real `ledger` binary on a real ledger of the
+//! tiny plan (2 stages, seconds to run): audit (text and JSON), export of metrics,
+//! decisions and branches, compare --plot, and study (files, rows, resumability). Every
+//! JSON output is validated against its checked-in schema under schemas/.
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn ledger(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("--ledger")
+        .arg(dir)
+        .args(args)
+        .env_remove("LEDGER")
+        .output()
+        .expect("run ledger")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn fails(o: &Output, code: i32, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
+    assert!(err.contains(needle), "expected {needle:?} in: {err}");
+}
+
+fn tiny_ledger(tmp: &Path) -> std::path::PathBuf {
+    let d = tmp.join("l");
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
+    ok(&ledger(&d, &["init", "--plan", plan]));
+    ok(&ledger(&d, &["run", "--quiet"]));
+    d
+}
+
+fn schema(name: &str) -> Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("schemas/{name}.json"));
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
+/// A small JSON Schema checker covering the keywords our generated schemas use
+/// ($ref to $defs, type, properties, required, additionalProperties,
+/// patternProperties, items, prefixItems, min/maxItems, anyOf, minimum, pattern).
+fn check(root: &Value, s: &Value, v: &Value, at: &str, errs: &mut Vec<String>) {
+    let Some(obj) = s.as_object() else {
+        if s == &Value::Bool(false) {
+            errs.push(format!("{at}: not allowed"));
+        }
+        return;
+    };
+    if let Some(r) = obj.get("$ref").and_then(Value::as_str) {
+        let name = r.strip_prefix("#/$defs/").expect("local $ref");
+        check(root, &root["$defs"][name], v, at, errs);
+    }
+    if let Some(t) = obj.get("type") {
+        let types: Vec<&str> = match t {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        let fits = |t: &str| match t {
+            "object" => v.is_object(),
+            "array" => v.is_array(),
+            "string" => v.is_string(),
+            "integer" => v.is_i64() || v.is_u64(),
+            "number" => v.is_number(),
+            "boolean" => v.is_boolean(),
+            "null" => v.is_null(),
+            other => panic!("unsupported type {other}"),
+        };
+        if !types.iter().any(|t| fits(t)) {
+            errs.push(format!("{at}: {v} is not of type {types:?}"));
+            return;
+        }
+    }
+    if let Some(any) = obj.get("anyOf").and_then(Value::as_array) {
+        let fit = any.iter().any(|a| {
+            let mut e = Vec::new();
+            check(root, a, v, at, &mut e);
+            e.is_empty()
+        });
+        if !fit {
+            errs.push(format!("{at}: {v} matches none of anyOf"));
+        }
+    }
+    if let (Some(min), Some(x)) = (obj.get("minimum").and_then(Value::as_f64), v.as_f64()) {
+        if x < min {
+            errs.push(format!("{at}: {x} < minimum {min}"));
+        }
+    }
+    if let (Some(p), Some(x)) = (obj.get("pattern").and_then(Value::as_str), v.as_str()) {
+        let fits = match p {
+            "^[0-9a-f]{64}$" => x.len() == 64 && x.bytes().all(|b| b.is_ascii_hexdigit()),
+            "^\\d+$" => !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()),
+            other => panic!("unsupported pattern {other}"),
+        };
+        if !fits {
+            errs.push(format!("{at}: {x:?} does not match {p}"));
+        }
+    }
+    if let Some(m) = v.as_object() {
+        let props = obj.get("properties").and_then(Value::as_object);
+        for r in obj
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if !m.contains_key(r.as_str().unwrap()) {
+                errs.push(format!("{at}: missing required {r}"));
+            }
+        }
+        for (k, x) in m {
+            let here = format!("{at}.{k}");
+            if let Some(ps) = props.and_then(|p| p.get(k)) {
+                check(root, ps, x, &here, errs);
+            } else if let Some(pp) = obj.get("patternProperties").and_then(Value::as_object) {
+                for (p, ps) in pp {
+                    assert_eq!(p, "^\\d+$", "unsupported patternProperties");
+                    if k.bytes().all(|b| b.is_ascii_digit()) {
+                        check(root, ps, x, &here, errs);
+                    } else {
+                        errs.push(format!("{here}: key does not match {p}"));
+                    }
+                }
+            } else if let Some(ap) = obj.get("additionalProperties") {
+                check(root, ap, x, &here, errs);
+            }
+        }
+    }
+    if let Some(a) = v.as_array() {
+        if let Some(n) = obj.get("minItems").and_then(Value::as_u64) {
+            if (a.len() as u64) < n {
+                errs.push(format!("{at}: fewer than {n} items"));
+            }
+        }
+        if let Some(n) = obj.get("maxItems").and_then(Value::as_u64) {
+            if (a.len() as u64) > n {
+                errs.push(format!("{at}: more than {n} items"));
+            }
+        }
+        let prefix = obj
+            .get("prefixItems")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for (i, x) in a.iter().enumerate() {
+            let here = format!("{at}[{i}]");
+            match prefix.get(i) {
+                Some(ps) => check(root, ps, x, &here, errs),
+                None => {
+                    if let Some(is) = obj.get("items") {
+                        check(root, is, x, &here, errs);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn validates(name: &str, v: &Value) {
+    let root = schema(name);
+    let mut errs = Vec::new();
+    check(&root, &root, v, "$", &mut errs);
+    assert!(errs.is_empty(), "{name}: {}", errs.join("\n"));
+}
+
+#[test]
+fn schema_checker_rejects_bad_documents() {
+    let root = schema("audit");
+    let mut errs = Vec::new();
+    check(
+        &root,
+        &root,
+        &serde_json::json!({"branch": 3, "head": "xyz"}),
+        "$",
+        &mut errs,
+    );
+    assert!(errs.len() >= 3, "{errs:?}");
+}
+
+#[test]
+fn audit_export_and_compare_plot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tiny_ledger(tmp.path());
+    ok(&ledger(
+        &d,
+        &[
+            "fork",
+            "--at",
+            "stage1",
+            "--engineer",
+            "heuristic",
+            "--name",
+            "h",
+        ],
+    ));
+    ok(&ledger(&d, &["run", "--branch", "h", "--quiet"]));
+
+    // Audit, JSON: one entry per designed stage, complete, schema-valid.
+    let a: Value =
+        serde_json::from_str(&ok(&ledger(&d, &["audit", "--branch", "h", "--json"]))).unwrap();
+    validates("audit", &a);
+    let ds = a["decisions"].as_array().unwrap();
+    assert_eq!(ds.len(), 2);
+    assert_eq!(
+        ds.iter()
+            .map(|d| d["stage"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [1, 2]
+    );
+    let mut any_change = false;
+    for dec in ds {
+        assert_eq!(dec["engineer"], "heuristic");
+        let ev: Vec<&str> = dec["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        assert!(ev.iter().any(|l| l.starts_with("validation Sum")), "{ev:?}");
+        assert!(ev.iter().any(|l| l.starts_with("failures 3x3:")), "{ev:?}");
+        assert!(!dec["rationale"].as_str().unwrap().is_empty());
+        // Every change is against the previous stage's config and lands in the applied one.
+        for c in dec["changes"].as_array().unwrap() {
+            let field = c["field"].as_str().unwrap();
+            let parts: Vec<&str> = field.split('.').collect();
+            let applied = &dec["applied_config"]["sizes"][parts[1]][parts[2]];
+            assert_eq!(&c["applied"], applied, "{field}");
+            any_change |= c["changed"].as_bool().unwrap();
+        }
+        let o = &dec["outcome"];
+        assert_eq!(o["stage"], dec["stage"]);
+        assert_eq!(
+            o["previous_stage"].as_u64().unwrap() + 1,
+            dec["stage"].as_u64().unwrap()
+        );
+        let sizes = o["sizes"].as_array().unwrap();
+        assert_eq!(sizes.len(), 4, "validation covers 3x3..6x6");
+        for z in sizes {
+            let d = z["valid_after"].as_f64().unwrap() - z["valid_before"].as_f64().unwrap();
+            assert!((d - z["delta_valid"].as_f64().unwrap()).abs() < 1e-9);
+        }
+        assert!([
+            "improved",
+            "worsened",
+            "unchanged",
+            "no_change",
+            "not_covered"
+        ]
+        .contains(&o["verdict"].as_str().unwrap()));
+    }
+    assert!(any_change, "the heuristic engineer changed something");
+
+    // The fixed engineer of main changes nothing: no_change.
+    let m: Value = serde_json::from_str(&ok(&ledger(&d, &["audit", "--json"]))).unwrap();
+    validates("audit", &m);
+    for dec in m["decisions"].as_array().unwrap() {
+        assert!(dec["changes"].as_array().unwrap().is_empty());
+        assert_eq!(dec["outcome"]["verdict"], "no_change");
+    }
+
+    // Audit, text: compact and readable.
+    let t = ok(&ledger(
+        &d,
+        &["audit", "--branch", "h", "--stage", "stage2"],
+    ));
+    for needle in [
+        "stage 2 · engineer heuristic",
+        "saw:",
+        "failures 3x3",
+        "config: field",
+        "rationale:",
+        "outcome (val set, stage 1 -> 2",
+        "verdict:",
+    ] {
+        assert!(t.contains(needle), "{needle:?} missing in:\n{t}");
+    }
+    assert!(!t.contains("stage 1 · engineer"), "{t}");
+    fails(
+        &ledger(&d, &["audit", "--branch", "h", "--stage", "9"]),
+        2,
+        "no engineer decision at stage 9",
+    );
+    fails(&ledger(&d, &["audit", "--branch", "nope"]), 2, "nope");
+
+    // Export metrics: one flat row per (branch, stage, suite, agents, size).
+    let state: Value = serde_json::from_str(&ok(&ledger(&d, &["show", "h", "--json"]))).unwrap();
+    let cells: usize = state["state"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["evaluations"].as_object().unwrap().values())
+        .map(|c| c.as_array().unwrap().len())
+        .sum();
+    assert_eq!(cells, 3 * (4 + 9), "3 stages x (4 val + 9 test cells)");
+    let csv = ok(&ledger(
+        &d,
+        &[
+            "export", "--what", "metrics", "--format", "csv", "--branch", "h",
+        ],
+    ));
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "branch,stage,engineer,suite,agents,size,total,valid,optimal,valid_rate,optimal_rate,gradient_steps,train_trajectories,train_valid,train_optimal,completed"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), cells);
+    assert!(rows.iter().all(|r| r.len() == 16 && r[0] == "h"));
+    let jsonl = ok(&ledger(
+        &d,
+        &["export", "--what", "metrics", "--branch", "h"],
+    ));
+    assert_eq!(jsonl.lines().count(), cells);
+    for l in jsonl.lines() {
+        validates("export-metric-row", &serde_json::from_str(l).unwrap());
+    }
+    // Every branch: main and h.
+    let all = ok(&ledger(
+        &d,
+        &["export", "--what", "metrics", "--format", "csv"],
+    ));
+    assert_eq!(all.lines().count(), 1 + 2 * cells);
+
+    let dec = ok(&ledger(
+        &d,
+        &["export", "--what", "decisions", "--branch", "h"],
+    ));
+    assert_eq!(dec.lines().count(), 2);
+    for l in dec.lines() {
+        validates("export-decision-row", &serde_json::from_str(l).unwrap());
+    }
+    let dcsv = ok(&ledger(
+        &d,
+        &["export", "--what", "decisions", "--format", "csv"],
+    ));
+    assert!(dcsv.starts_with("branch,stage,event,engineer,status,"));
+    let br = ok(&ledger(&d, &["export", "--what", "branches"]));
+    assert_eq!(br.lines().count(), 2);
+    for l in br.lines() {
+        validates("export-branch-row", &serde_json::from_str(l).unwrap());
+    }
+    // The default stays the event export.
+    let ev = ok(&ledger(&d, &["export", "--format", "csv", "--branch", "h"]));
+    assert!(ev.starts_with("hash,parent,stage,kind,summary\n"));
+
+    // Compare: JSON valid against its schema, --plot writes an SVG with both curves.
+    let c: Value =
+        serde_json::from_str(&ok(&ledger(&d, &["compare", "main", "h", "--json"]))).unwrap();
+    validates("compare", &c);
+    let svg = tmp.path().join("curves.svg");
+    let out = ok(&ledger(
+        &d,
+        &["compare", "main", "h", "--plot", svg.to_str().unwrap()],
+    ));
+    assert!(out.contains("Validation"), "the text output stays: {out}");
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.contains("<svg") && s.contains("</svg>"));
+    assert!(s.contains(">\nmain\n<") && s.contains(">\nh\n<"), "legend");
+    assert!(s.matches("<polyline").count() >= 2);
+    let png = tmp.path().join("curves.png");
+    fails(
+        &ledger(&d, &["compare", "main", "--plot", png.to_str().unwrap()]),
+        2,
+        "only SVG",
+    );
+    assert!(!png.exists());
+}
+
+fn heads(d: &Path) -> Vec<(String, String)> {
+    let b: Value = serde_json::from_str(&ok(&ledger(d, &["branches", "--json"]))).unwrap();
+    b.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["head"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn study_forks_runs_writes_and_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tiny_ledger(tmp.path());
+    // A partial run left behind (as by a kill): the study resumes it.
+    ok(&ledger(
+        &d,
+        &[
+            "fork",
+            "--at",
+            "stage1",
+            "--engineer",
+            "fixed",
+            "--name",
+            "study-at1-fixed-s0",
+        ],
+    ));
+    ok(&ledger(
+        &d,
+        &[
+            "run",
+            "--branch",
+            "study-at1-fixed-s0",
+            "--stages",
+            "1",
+            "--quiet",
+        ],
+    ));
+    let out = tmp.path().join("study");
+    let args = [
+        "study",
+        "--at",
+        "stage1",
+        "--engineers",
+        "fixed,base",
+        "--seeds",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ];
+    let first = ledger(&d, &args);
+    let r: Value = serde_json::from_str(&ok(&first)).unwrap();
+    validates("study", &r);
+    let err = String::from_utf8_lossy(&first.stderr);
+    assert!(err.contains("[1/4] study-at1-fixed-s0"), "progress: {err}");
+    assert!(err.contains("stage 2 done"), "progress: {err}");
+    let runs = r["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    let actions: Vec<(&str, &str)> = runs
+        .iter()
+        .map(|x| (x["branch"].as_str().unwrap(), x["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("study-at1-fixed-s0", "resumed"),
+            ("study-at1-fixed-s1", "ran"),
+            ("study-at1-base-s0", "ran"),
+            ("study-at1-base-s1", "ran"),
+        ]
+    );
+    for x in runs {
+        assert_eq!(x["summary"]["final_stage"], 2, "ran to the plan's end");
+    }
+    // Replicate 0 uses the plan's seeds: the fixed fork repeats main's fixed stages.
+    let main: Value =
+        serde_json::from_str(&ok(&ledger(&d, &["compare", "main", "--json"]))).unwrap();
+    assert_eq!(runs[0]["summary"]["validation"], main[0]["validation"]);
+    assert_eq!(runs[0]["summary"]["test_cells"], main[0]["test_cells"]);
+
+    // Cells: per engineer, Sum + sizes for 3 (4 sizes), 4 (3) and 5 (2) agents.
+    let cells = r["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2 * (3 + 9));
+    for c in cells {
+        assert_eq!(c["n"], 2);
+        assert!(c["valid_ci95"].is_number(), "two seeds give an interval");
+    }
+
+    // Files.
+    let csv = std::fs::read_to_string(out.join("study.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert!(lines
+        .next()
+        .unwrap()
+        .starts_with("kind,engineer,replicate,branch,"));
+    let kinds: Vec<&str> = lines.map(|l| l.split(',').next().unwrap()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "cell").count(), 4 * 9);
+    assert_eq!(kinds.iter().filter(|k| **k == "sum").count(), 4 * 3);
+    assert_eq!(kinds.iter().filter(|k| **k == "mean").count(), 2 * 12);
+    let md = std::fs::read_to_string(out.join("study.md")).unwrap();
+    assert!(md.contains("| Agents | Size | fixed | base |"), "{md}");
+    assert!(
+        md.contains("| 3 | **Sum** |") && md.contains("| 5 | 6x6 |"),
+        "{md}"
+    );
+    assert!(md.contains(" ± "), "{md}");
+    let svg = std::fs::read_to_string(out.join("study.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains(">\nbase\n<"));
+
+    // Resumable: a second call runs nothing and leaves every head where it was.
+    let before = heads(&d);
+    let second = ledger(&d, &args);
+    let r2: Value = serde_json::from_str(&ok(&second)).unwrap();
+    assert!(r2["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|x| x["action"] == "skipped"));
+    assert!(
+        !String::from_utf8_lossy(&second.stderr).contains("stage"),
+        "nothing ran: {}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(heads(&d), before);
+    assert_eq!(r2["cells"], r["cells"]);
+
+    // One seed: no interval. Default output directory under the ledger.
+    let one: Value = serde_json::from_str(&ok(&ledger(
+        &d,
+        &[
+            "study",
+            "--at",
+            "stage1",
+            "--engineers",
+            "fixed",
+            "--seeds",
+            "1",
+            "--json",
+            "--quiet",
+        ],
+    )))
+    .unwrap();
+    assert!(one["cells"][0]["valid_ci95"].is_null());
+    assert!(d.join("study-at1/study.md").exists());
+
+    // A branch with a study name that is not the study's run is a clear input error.
+    ok(&ledger(
+        &d,
+        &[
+            "fork",
+            "--at",
+            "stage1",
+            "--engineer",
+            "fixed",
+            "--name",
+            "study-at1-random-s0",
+        ],
+    ));
+    fails(
+        &ledger(
+            &d,
+            &[
+                "study",
+                "--at",
+                "stage1",
+                "--engineers",
+                "random",
+                "--quiet",
+            ],
+        ),
+        2,
+        "study-at1-random-s0 exists but is not this study's run",
+    );
+    fails(
+        &ledger(&d, &["study", "--at", "stage9", "--engineers", "fixed"]),
+        2,
+        "stage",
+    );
+}
