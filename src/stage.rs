@@ -312,9 +312,8 @@ impl<'a> Pipeline<'a> {
             Budget::default(),
         )
         .map_err(|e| StageError::Generate(e.to_string()))?;
-        let every = self.plan.grpo.checkpoint_every;
         let resumed = state.stage(0).and_then(|s| s.checkpoint);
-        let (mut ts, start) = match resumed {
+        let (ts, start) = match resumed {
             Some((blob, _, _)) => {
                 let ts = self.load_state(&blob)?;
                 let done = ts.global_step;
@@ -333,6 +332,11 @@ impl<'a> Pipeline<'a> {
                         ..AdamConfig::default()
                     },
                 );
+                // Killed after the stage's first durable batch but before its first
+                // checkpoint: the start is recorded already, train from scratch again.
+                if state.stage(0).is_some_and(|s| s.started.is_some()) {
+                    return self.warmup_steps(branch, ts, 0, &cfg, &data, seed, progress, stop);
+                }
                 let (val_items, test_items): (Vec<Solved>, Vec<Solved>) = (
                     self.val
                         .cells
@@ -376,6 +380,23 @@ impl<'a> Pipeline<'a> {
                 (ts, 0)
             }
         };
+        self.warmup_steps(branch, ts, start, &cfg, &data, seed, progress, stop)
+    }
+
+    /// The warm-up's steps from `start`, its checkpoints, evaluation and completion.
+    #[allow(clippy::too_many_arguments)]
+    fn warmup_steps(
+        &mut self,
+        branch: &str,
+        mut ts: TrainState,
+        start: u64,
+        cfg: &WarmupConfig,
+        data: &[Solved],
+        seed: Seed,
+        progress: &mut dyn Progress,
+        stop: &AtomicBool,
+    ) -> Result<bool, StageError> {
+        let every = self.plan.grpo.checkpoint_every;
         progress.stage_begin(0, "warmup", cfg.steps);
         let mut rec = Recorder::new(self.ledger, branch, self.base_meta.clone());
         for s in start..cfg.steps {

@@ -67,7 +67,7 @@ impl GridPolicy {
     /// A freshly initialised policy; initial weights come from `seed` (torch's generator
     /// is seeded here and nowhere else).
     pub fn new(device: Device, shape: GridShape, seed: Seed) -> GridPolicy {
-        tch::manual_seed(seed.as_u64() as i64 & i64::MAX);
+        let _rng = super::seeded_torch_rng(seed);
         let vs = nn::VarStore::new(device);
         let p = vs.root();
         let cfg = nn::ConvConfig {

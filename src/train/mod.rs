@@ -17,6 +17,17 @@ use adam::{Adam, AdamConfig};
 use policy::Policy;
 use tch::Device;
 
+/// Torch's global generator, seeded for one weight initialisation. The guard keeps other
+/// threads (parallel tests, a library user's threads) from drawing from the generator
+/// between the seeding and the last initialiser, which would make weights depend on
+/// scheduling. Hold it for the whole construction of a policy.
+pub fn seeded_torch_rng(seed: crate::seed::Seed) -> std::sync::MutexGuard<'static, ()> {
+    static TORCH_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = TORCH_RNG.lock().unwrap_or_else(|e| e.into_inner());
+    tch::manual_seed(seed.as_u64() as i64 & i64::MAX);
+    guard
+}
+
 /// A policy with its optimiser and step counter: what a checkpoint captures.
 pub struct TrainState {
     pub policy: Box<dyn Policy>,

@@ -323,7 +323,7 @@ impl TextPolicy {
     /// [`TextShape::validate`] first when it comes from outside.
     pub fn new(device: Device, shape: TextShape, seed: Seed) -> TextPolicy {
         shape.validate().expect("a valid text architecture");
-        tch::manual_seed(seed.as_u64() as i64 & i64::MAX);
+        let _rng = super::seeded_torch_rng(seed);
         let vs = nn::VarStore::new(device);
         let p = vs.root();
         let d = shape.d_model;
