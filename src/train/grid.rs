@@ -12,7 +12,7 @@
 //! The distance field is a feature computed from the map, like the grid an LLM reads; it
 //! tells the network where the shortest path goes, and the network must learn the rest:
 //! avoiding holes, the grid edge, and the other agents.
-use super::policy::{LogProbs, Policy, Rollout};
+use super::policy::{choose, LogProbs, Policy, Rollout};
 use crate::env::batch::{BatchEnv, Status};
 use crate::env::solver::{distances_to, UNREACHABLE};
 use crate::env::{Cell, Instance, Move, Plan};
@@ -229,32 +229,6 @@ fn plan_from_actions(k: usize, actions: &[u32]) -> Plan {
         }
     }
     Plan { moves }
-}
-
-/// Draw from `probs` with one uniform number (inverse CDF; the last action absorbs
-/// rounding). Greedy: the most likely action, lowest index on ties.
-fn choose(probs: &[f32], u: Option<f32>) -> u32 {
-    match u {
-        None => {
-            let mut best = 0;
-            for i in 1..probs.len() {
-                if probs[i] > probs[best] {
-                    best = i;
-                }
-            }
-            best as u32
-        }
-        Some(u) => {
-            let mut acc = 0.0f32;
-            for (i, &p) in probs.iter().enumerate() {
-                acc += p;
-                if u < acc {
-                    return i as u32;
-                }
-            }
-            (probs.len() - 1) as u32
-        }
-    }
 }
 
 impl Policy for GridPolicy {

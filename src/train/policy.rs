@@ -62,3 +62,30 @@ pub trait Policy {
     /// The architecture, codec-encoded, as checkpoints record it.
     fn arch(&self) -> Vec<u8>;
 }
+
+/// Draw an action from `probs` with one uniform number `u` in [0, 1) (inverse CDF; the
+/// last action absorbs rounding). Greedy (`None`): the most likely action, lowest id on
+/// ties. Shared by every policy so sampling means the same thing everywhere.
+pub fn choose(probs: &[f32], u: Option<f32>) -> u32 {
+    match u {
+        None => {
+            let mut best = 0;
+            for i in 1..probs.len() {
+                if probs[i] > probs[best] {
+                    best = i;
+                }
+            }
+            best as u32
+        }
+        Some(u) => {
+            let mut acc = 0.0f32;
+            for (i, &p) in probs.iter().enumerate() {
+                acc += p;
+                if u < acc {
+                    return i as u32;
+                }
+            }
+            (probs.len() - 1) as u32
+        }
+    }
+}

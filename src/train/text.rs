@@ -18,7 +18,7 @@
 //! get a shorter generation budget (a prompt that alone exceeds the limit generates
 //! nothing, which parses as a failure). `log_probs` scores only the tokens that fit.
 use super::grid::max_steps;
-use super::policy::{LogProbs, Policy, Rollout};
+use super::policy::{choose, LogProbs, Policy, Rollout};
 use crate::env::text::{parse_plan, render_plan};
 use crate::env::{Instance, Plan};
 use crate::seed::Seed;
@@ -421,32 +421,6 @@ impl TextPolicy {
 
     fn to_tensor(&self, v: &[i64], shape: [i64; 2]) -> Tensor {
         Tensor::from_slice(v).view(shape).to(self.vs.device())
-    }
-}
-
-/// Draw from `probs` with one uniform number (inverse CDF; the last token absorbs
-/// rounding). Greedy (`None`): the most likely token, lowest id on ties.
-fn choose(probs: &[f32], u: Option<f32>) -> u32 {
-    match u {
-        None => {
-            let mut best = 0;
-            for i in 1..probs.len() {
-                if probs[i] > probs[best] {
-                    best = i;
-                }
-            }
-            best as u32
-        }
-        Some(u) => {
-            let mut acc = 0.0f32;
-            for (i, &p) in probs.iter().enumerate() {
-                acc += p;
-                if u < acc {
-                    return i as u32;
-                }
-            }
-            (probs.len() - 1) as u32
-        }
     }
 }
 
