@@ -421,24 +421,14 @@ impl<'a> Pipeline<'a> {
                 }
             }
         }
-        let ckpt = checkpoint(&mut rec, &ts, 0)?;
-        let validation = evaluate(
+        let validation = finish_stage(
             &mut rec,
             0,
             &ts,
-            &self.val,
-            &self.test,
+            (&self.val, &self.test),
             self.plan.train.metric,
-            ckpt,
+            cfg.steps,
         )?;
-        rec.push(
-            0,
-            EventBody::StageCompleted(StageCompleted {
-                checkpoint: Some(ckpt),
-                steps: cfg.steps,
-            }),
-        );
-        rec.flush()?;
         progress.stage_end(0, &validation);
         Ok(true)
     }
@@ -578,24 +568,14 @@ impl<'a> Pipeline<'a> {
         }
 
         // 4. Evaluate, summarise, complete.
-        let ckpt = checkpoint(&mut rec, &ts, n)?;
-        let validation = evaluate(
+        let validation = finish_stage(
             &mut rec,
             n,
             &ts,
-            &self.val,
-            &self.test,
+            (&self.val, &self.test),
             self.plan.train.metric,
-            ckpt,
+            cfg.steps,
         )?;
-        rec.push(
-            n,
-            EventBody::StageCompleted(StageCompleted {
-                checkpoint: Some(ckpt),
-                steps: cfg.steps,
-            }),
-        );
-        rec.flush()?;
         progress.stage_end(n, &validation);
         Ok(true)
     }
@@ -680,6 +660,30 @@ fn checkpoint(rec: &mut Recorder<'_>, ts: &TrainState, stage: u32) -> Result<Has
         }),
     );
     Ok(blob)
+}
+
+/// The end of every stage, as one durable batch: the final checkpoint, evaluation on
+/// both suites, the failure breakdown and the completion event. Returns the validation
+/// table.
+fn finish_stage(
+    rec: &mut Recorder<'_>,
+    stage: u32,
+    ts: &TrainState,
+    (val, test): (&Suite, &Suite),
+    metric: crate::env::CostMetric,
+    steps: u64,
+) -> Result<ResultTable, StageError> {
+    let ckpt = checkpoint(rec, ts, stage)?;
+    let validation = evaluate(rec, stage, ts, val, test, metric, ckpt)?;
+    rec.push(
+        stage,
+        EventBody::StageCompleted(StageCompleted {
+            checkpoint: Some(ckpt),
+            steps,
+        }),
+    );
+    rec.flush()?;
+    Ok(validation)
 }
 
 /// Evaluate on the validation and test suites and queue the events; returns the
