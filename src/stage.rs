@@ -411,14 +411,8 @@ impl<'a> Pipeline<'a> {
                     ..Default::default()
                 },
             );
-            // Ctrl-C takes effect at the next periodic checkpoint, so an interrupted and
-            // resumed run records exactly the events of an uninterrupted one.
-            if (s + 1) % every == 0 && s + 1 < cfg.steps {
-                checkpoint(&mut rec, &ts, 0)?;
-                rec.flush()?;
-                if stop.load(Ordering::SeqCst) {
-                    return Ok(false);
-                }
+            if durable_point(&mut rec, &ts, 0, (s + 1, cfg.steps), every, stop)? {
+                return Ok(false);
             }
         }
         let validation = finish_stage(
@@ -558,12 +552,15 @@ impl<'a> Pipeline<'a> {
                 rec.push(n, e);
             }
             progress.step(n, s + 1, &stats);
-            if (s + 1) % cfg.checkpoint_every == 0 && s + 1 < cfg.steps {
-                checkpoint(&mut rec, &ts, n)?;
-                rec.flush()?;
-                if stop.load(Ordering::SeqCst) {
-                    return Ok(false);
-                }
+            if durable_point(
+                &mut rec,
+                &ts,
+                n,
+                (s + 1, cfg.steps),
+                cfg.checkpoint_every,
+                stop,
+            )? {
+                return Ok(false);
             }
         }
 
@@ -645,6 +642,26 @@ pub fn next_stage(state: &BranchState) -> u32 {
         Some(s) if s.completed.is_some() => s.stage + 1,
         Some(s) => s.stage,
     }
+}
+
+/// After step `done` of `total`: every `every` steps (but not the last, which the stage
+/// end covers) save a checkpoint and make everything durable. Returns true when the run
+/// must stop there. Ctrl-C takes effect only at these points, so an interrupted and
+/// resumed run records exactly the events of an uninterrupted one.
+fn durable_point(
+    rec: &mut Recorder<'_>,
+    ts: &TrainState,
+    stage: u32,
+    (done, total): (u64, u64),
+    every: u64,
+    stop: &AtomicBool,
+) -> Result<bool, StageError> {
+    if done % every != 0 || done >= total {
+        return Ok(false);
+    }
+    checkpoint(rec, ts, stage)?;
+    rec.flush()?;
+    Ok(stop.load(Ordering::SeqCst))
 }
 
 /// Save a checkpoint blob and queue its event.
