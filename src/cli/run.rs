@@ -57,19 +57,23 @@ impl Progress for Bars {
     }
 }
 
+/// A flag Ctrl-C sets: long commands poll it and stop at their next durable point. A
+/// second Ctrl-C while stopping exits at once (the ledger stays whole either way).
+pub fn stop_on_ctrl_c() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let _ = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\nstopping at the next durable point (Ctrl-C again to abort)...");
+    });
+    stop
+}
+
 pub fn run(ledger_dir: &Path, opts: RunOptions, quiet: bool) -> CliResult {
     let mut ledger = Ledger::open(ledger_dir).map_err(|e| CliError::input(e.to_string()))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // A second Ctrl-C while stopping kills the process (the ledger stays whole).
-        let _ = ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
-            }
-            eprintln!("\nstopping at the next durable point (Ctrl-C again to abort)...");
-        });
-    }
+    let stop = stop_on_ctrl_c();
     let mut pipeline = Pipeline::new(&mut ledger, opts.device.as_deref()).map_err(stage_error)?;
     let mut bars = Bars { bar: None, quiet };
     let summary = pipeline

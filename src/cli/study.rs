@@ -8,8 +8,6 @@ use crate::stage::Progress;
 use crate::study::{StudyError, StudySpec};
 use crate::train::grpo::StepStats;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// Progress as plain lines on standard error (one per stage, a few per stage's steps).
 struct Lines {
@@ -80,16 +78,7 @@ pub fn run(
         )));
     }
     let mut ledger = Ledger::open(ledger_dir).map_err(|e| CliError::input(e.to_string()))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        let _ = ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
-            }
-            eprintln!("\nstopping at the next durable point (Ctrl-C again to abort)...");
-        });
-    }
+    let stop = super::run::stop_on_ctrl_c();
     let spec = StudySpec {
         at,
         from: from.to_string(),
