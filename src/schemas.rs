@@ -37,6 +37,10 @@ pub fn all() -> Vec<(&'static str, String)> {
             "export-branch-row",
             pretty(schema_for!(crate::ledger::export::BranchRow)),
         ),
+        (
+            "lm-generate",
+            pretty(schema_for!(crate::cli::lm::GenerateOutput)),
+        ),
     ]);
     out
 }

@@ -209,8 +209,31 @@ impl<'a> Pipeline<'a> {
     }
 
     fn load_state(&self, blob: &Hash) -> Result<TrainState, StageError> {
-        let bytes = self.ledger.blob(blob)?;
-        Ok(TrainState::load(&bytes, self.device)?)
+        load_state(self.ledger, blob, self.device)
+    }
+
+    /// Stage 0's freshly made policy: a grid network, or the plan's language model
+    /// (a scratch model's tokenizer is trained on the warm-up corpus).
+    fn initial_policy(
+        &self,
+        seed: Seed,
+        data: &[Solved],
+    ) -> Result<Box<dyn crate::train::policy::Policy>, StageError> {
+        match self.plan.policy {
+            crate::ledger::plan::PolicyKind::Lm => {
+                let spec = &self.plan.lm;
+                let lm = crate::train::lm::init(spec, self.device, seed.child("init", 0), || {
+                    pretraining_corpus(spec, data)
+                })
+                .map_err(crate::train::TrainError::from)?;
+                Ok(Box::new(lm))
+            }
+            kind => Ok(crate::train::new_policy(
+                kind.name(),
+                self.device,
+                seed.child("init", 0),
+            )?),
+        }
     }
 
     /// The base model (stage 0's final checkpoint) of a branch's history.
@@ -320,11 +343,7 @@ impl<'a> Pipeline<'a> {
                 (ts, done)
             }
             None => {
-                let policy = crate::train::new_policy(
-                    self.plan.policy.name(),
-                    self.device,
-                    seed.child("init", 0),
-                )?;
+                let policy = self.initial_policy(seed, &data)?;
                 let ts = TrainState::new(
                     policy,
                     AdamConfig {
@@ -525,6 +544,9 @@ impl<'a> Pipeline<'a> {
         // 3. Train from the last durable checkpoint of this stage, else the previous stage's.
         let resume_from = this.and_then(|s| s.checkpoint).map(|c| c.0);
         let mut ts = self.load_state(&resume_from.unwrap_or(from))?;
+        if resume_from.is_none() {
+            ts = self.with_stage_adapters(ts, from, seed)?;
+        }
         let stage_start_step = if resume_from.is_some() {
             self.load_state(&from)?.global_step
         } else {
@@ -532,8 +554,11 @@ impl<'a> Pipeline<'a> {
         };
         let start = (ts.global_step - stage_start_step) / cfg.epochs as u64;
         ts.set_lr(cfg.lr);
+        // The KL reference: under LoRA the policy's own frozen base; otherwise the
+        // stage-0 model, loaded beside it.
+        let lora = ts.policy.as_lm().is_some_and(|p| p.model.lora.is_some());
         let base = match state.stage(0).and_then(|s| s.checkpoint) {
-            Some((b, _, _)) if cfg.kl_coef > 0.0 => Some(self.load_state(&b)?),
+            Some((b, _, _)) if cfg.kl_coef > 0.0 && !lora => Some(self.load_state(&b)?),
             _ => None,
         };
         progress.stage_begin(n, engineer_name, cfg.steps);
@@ -575,6 +600,38 @@ impl<'a> Pipeline<'a> {
         )?;
         progress.stage_end(n, &validation);
         Ok(true)
+    }
+
+    /// An `lm` plan with `lora_rank > 0` trains adapters in the GRPO stages: a stage
+    /// that starts from a full-weights checkpoint (a scratch model's stage 0) freezes
+    /// those weights and adds fresh adapters, with a fresh optimiser over them.
+    fn with_stage_adapters(
+        &self,
+        ts: TrainState,
+        from: Hash,
+        seed: Seed,
+    ) -> Result<TrainState, StageError> {
+        let Some(spec) = self.plan.lm.lora() else {
+            return Ok(ts);
+        };
+        let Some(lm) = ts.policy.as_lm() else {
+            return Ok(ts);
+        };
+        if lm.model.lora.is_some() {
+            return Ok(ts);
+        }
+        let TrainState {
+            policy,
+            adam,
+            global_step,
+        } = ts;
+        let lm = crate::train::lm::downcast(policy).expect("checked above");
+        let lm = lm
+            .into_lora(spec, from, seed.child("lora", 0))
+            .map_err(crate::train::TrainError::from)?;
+        let mut next = TrainState::new(Box::new(lm), adam.config);
+        next.global_step = global_step;
+        Ok(next)
     }
 
     /// The engineer's context for designing stage `n` from the branch's history.
@@ -664,8 +721,38 @@ fn durable_point(
     Ok(stop.load(Ordering::SeqCst))
 }
 
-/// Save a checkpoint blob and queue its event.
+/// Load a checkpoint blob of `ledger` as a training state (the blobs it references
+/// come from the same ledger).
+pub fn load_state(ledger: &Ledger, blob: &Hash, device: Device) -> Result<TrainState, StageError> {
+    let bytes = ledger.blob(blob)?;
+    let fetch = |h: &Hash| ledger.blob(h).map_err(|e| e.to_string());
+    Ok(TrainState::load(&bytes, device, &fetch)?)
+}
+
+/// The texts a scratch language model's tokenizer is trained on: the prompts and
+/// optimal plans of the warm-up data, in the chat format the model will read.
+pub fn pretraining_corpus(spec: &crate::train::lm::LmSpec, data: &[Solved]) -> Vec<String> {
+    use crate::env::text::{render_compact_prompt, render_plan, render_prompt};
+    data.iter()
+        .map(|it| {
+            let task = match spec.prompt {
+                crate::train::lm::PromptStyle::Paper => render_prompt(&it.instance),
+                crate::train::lm::PromptStyle::Compact => render_compact_prompt(&it.instance),
+            };
+            format!(
+                "{}{}<|im_end|>",
+                crate::train::lm::ChatFormat::ChatMl.wrap(&task),
+                render_plan(&it.plan)
+            )
+        })
+        .collect()
+}
+
+/// Save a checkpoint blob (and the blobs it references) and queue its event.
 fn checkpoint(rec: &mut Recorder<'_>, ts: &TrainState, stage: u32) -> Result<Hash, StageError> {
+    for side in ts.policy.side_blobs() {
+        rec.blob(&side)?;
+    }
     let bytes = ts.save(stage);
     let blob = rec.blob(&bytes)?;
     rec.push(

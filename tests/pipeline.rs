@@ -176,7 +176,9 @@ fn shipped_plans_parse_with_the_protocols_they_promise() {
         (PolicyKind::Grid, 3, "current")
     );
     let paper = LedgerPlan::parse(include_bytes!("../ledgers/paper.toml")).unwrap();
-    assert_eq!(paper.policy, PolicyKind::Text);
+    assert_eq!(paper.policy, PolicyKind::Lm);
+    assert_eq!(paper.lm.hf_dir(), Some("/models/Qwen3-4B"));
+    assert!(paper.lm.lora().is_some());
     assert_eq!(
         (
             paper.suites.validation_per_cell,

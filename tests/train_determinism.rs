@@ -93,14 +93,25 @@ fn run_lib(dir: &std::path::Path, stop_at: Option<(u32, u64)>) -> (Hash, bool) {
 
 #[test]
 fn stop_and_resume_records_what_an_uninterrupted_run_records() {
+    stop_and_resume(PLAN);
+}
+
+/// The same contract for the language-model policy (scratch model, LoRA stages):
+/// stage 1 has 6 steps with checkpoints every 4.
+#[test]
+fn stop_and_resume_inside_an_lm_stage_records_what_an_uninterrupted_run_records() {
+    stop_and_resume(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/lm-tiny.toml"));
+}
+
+fn stop_and_resume(plan: &str) {
     let t = tempfile::tempdir().unwrap();
-    let plan = std::fs::read(PLAN).unwrap();
+    let plan = std::fs::read(plan).unwrap();
     let (a, b) = (t.path().join("straight"), t.path().join("resumed"));
     Ledger::create(&a, &plan).unwrap();
     Ledger::create(&b, &plan).unwrap();
     let (straight, interrupted) = run_lib(&a, None);
     assert!(!interrupted);
-    // Stop inside stage 1 (10 steps, checkpoints every 4): stops at step 4's checkpoint.
+    // Stop inside stage 1 (checkpoints every 4 steps): stops at step 4's checkpoint.
     let (mid, interrupted) = run_lib(&b, Some((1, 3)));
     assert!(interrupted);
     assert_ne!(mid, straight);

@@ -1,5 +1,7 @@
-//! `ledger export-checkpoint REF --out FILE.safetensors`: a stage's weights for Python
-//! users (`safetensors.torch.load_file`). REF: `BRANCH@stageN` (N >= 0; stage 0 is the
+//! `ledger export-checkpoint REF --out FILE.safetensors | --hf DIR`: a stage's weights
+//! for Python users (`safetensors.torch.load_file`), or for an `lm` policy a whole
+//! Hugging Face model directory (LoRA merged) that transformers and vLLM load, so any
+//! stage can be served and registered as an HTTP engineer. REF: `BRANCH@stageN` (N >= 0; stage 0 is the
 //! base model), a branch (its latest checkpoint), or the hash prefix of a
 //! checkpoint_saved or stage_completed event.
 use super::{CliError, CliResult};
@@ -7,7 +9,7 @@ use crate::ledger::{EventBody, Hash, Ledger, Resolved};
 use crate::train::TrainState;
 use std::path::Path;
 
-fn checkpoint_of(ledger: &mut Ledger, r: &str) -> Result<Hash, String> {
+pub fn checkpoint_of(ledger: &mut Ledger, r: &str) -> Result<Hash, String> {
     let stage_ref = r
         .split_once('@')
         .and_then(|(b, s)| Some((b, s.strip_prefix("stage")?.parse::<u32>().ok()?)));
@@ -40,14 +42,35 @@ fn checkpoint_of(ledger: &mut Ledger, r: &str) -> Result<Hash, String> {
     }
 }
 
-pub fn export(dir: &Path, r: &str, out: &Path) -> CliResult {
+/// The training state of a checkpoint reference (on the CPU).
+pub fn load_ref(dir: &Path, r: &str) -> Result<TrainState, CliError> {
     let mut ledger = Ledger::open_read_only(dir).map_err(|e| CliError::input(e.to_string()))?;
     let blob = checkpoint_of(&mut ledger, r).map_err(CliError::input)?;
-    let bytes = ledger
-        .blob(&blob)
-        .map_err(|e| CliError::input(e.to_string()))?;
-    let state = TrainState::load(&bytes, tch::Device::Cpu)
-        .map_err(|e| CliError::input(format!("{r}: {e}")))?;
+    crate::stage::load_state(&ledger, &blob, tch::Device::Cpu)
+        .map_err(|e| CliError::input(format!("{r}: {e}")))
+}
+
+pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> CliResult {
+    let state = load_ref(dir, r)?;
+    if let Some(hf) = hf {
+        let lm = state.policy.as_lm().ok_or_else(|| {
+            CliError::input(format!(
+                "{r}: a {} checkpoint; --hf needs an lm policy (use --out FILE.safetensors)",
+                state.policy.kind()
+            ))
+        })?;
+        crate::train::lm::hf::export(hf, &lm.model, &lm.tokenizer_json, lm.arch.chat)
+            .map_err(|e| CliError::input(e.to_string()))?;
+        println!(
+            "wrote {} (config.json, model.safetensors, tokenizer.json; {} parameters{}, step {})",
+            hf.display(),
+            lm.model.cfg.parameter_count(),
+            if lm.model.lora.is_some() { ", LoRA merged" } else { "" },
+            state.global_step
+        );
+        return Ok(());
+    }
+    let out = out.expect("clap requires --out or --hf");
     crate::train::checkpoint::export_safetensors(state.policy.vars(), out)
         .map_err(|e| CliError::input(format!("{}: {e}", out.display())))?;
     println!(

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod checkpoint;
 pub mod engineer;
 pub mod env;
+pub mod lm;
 pub mod replay;
 pub mod run;
 pub mod store;
@@ -124,9 +125,17 @@ pub enum Command {
     ExportCheckpoint {
         #[arg(value_name = "REF")]
         reference: String,
-        #[arg(long)]
-        out: PathBuf,
+        /// A safetensors file of the trained parameters.
+        #[arg(long, required_unless_present = "hf", conflicts_with = "hf")]
+        out: Option<PathBuf>,
+        /// An HF model directory (lm policy; LoRA merged) that transformers and vLLM load.
+        #[arg(long, value_name = "DIR")]
+        hf: Option<PathBuf>,
     },
+    /// The language model on its own: `lm generate` samples from a model directory or
+    /// a ledger checkpoint (a sanity check of a loaded model).
+    #[command(subcommand)]
+    Lm(lm::LmCommand),
     /// Recompute recorded stages and compare every event hash (`--verify`, the
     /// default), or re-run a stage with another engineer (`--engineer E [--keep NAME]`).
     Replay(replay::ReplayArgs),
@@ -227,9 +236,12 @@ pub fn main() {
             engineer,
             name,
         } => fork(&ledger_dir, &at, &from, &engineer, name.as_deref()),
-        Command::ExportCheckpoint { reference, out } => {
-            checkpoint::export(&ledger_dir, &reference, &out)
-        }
+        Command::ExportCheckpoint {
+            reference,
+            out,
+            hf,
+        } => checkpoint::export(&ledger_dir, &reference, out.as_deref(), hf.as_deref()),
+        Command::Lm(cmd) => lm::run(&ledger_dir, cmd),
         Command::Replay(args) => replay::run(&ledger_dir, args),
         Command::Compare {
             branches,

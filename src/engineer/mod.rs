@@ -7,7 +7,9 @@
 pub mod builtin;
 pub mod context;
 pub mod llm;
+pub mod model;
 pub mod probe;
+pub mod teacher;
 
 pub use context::{EngineerContext, HistoryEntry};
 
@@ -95,12 +97,28 @@ pub fn build_replaying(
                         "engineer {name}: stage {stage} has no checkpoint"
                     ))
                 })?;
-            let ts =
-                crate::train::TrainState::load(&pipeline.ledger.blob(&blob)?, pipeline.device)?;
+            let ts = crate::stage::load_state(pipeline.ledger, &blob, pipeline.device)?;
+            let seed = stage_seed(&pipeline.plan, next, state.replicate).child("engineer", 0);
+            if ts.policy.as_lm().is_some() {
+                // The checkpoint writes the proposal itself.
+                let policy = crate::train::lm::downcast(ts.policy).expect("an lm policy");
+                let spec = &pipeline.plan.lm;
+                return Ok(Box::new(model::ModelEngineer {
+                    name: name.to_string(),
+                    policy,
+                    seed,
+                    sampling: crate::train::lm::Sampling {
+                        temperature: spec.temperature,
+                        top_p: spec.top_p,
+                        max_new_tokens: spec.engineer_max_new_tokens as usize,
+                    },
+                    max_prompt_tokens: spec.engineer_prompt_tokens,
+                }));
+            }
             Ok(Box::new(probe::Probe {
                 name: name.to_string(),
                 policy: ts.policy,
-                seed: stage_seed(&pipeline.plan, next, state.replicate).child("engineer", 0),
+                seed,
             }))
         }
         // A registered LLM engineer on this branch.

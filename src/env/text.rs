@@ -45,6 +45,39 @@ pub fn render_prompt(inst: &Instance) -> String {
     s
 }
 
+/// The compact prompt the policy reads: size and agent count, the grid rows (`F`/`H`
+/// separated by spaces), each agent's start and goal as row and column, then `Answer:`.
+///
+/// ```text
+/// 4x4 2 agents
+/// F F F F
+/// F H F F
+/// F F F F
+/// F F F H
+/// agent 1: start 0 0 goal 2 3
+/// agent 2: start 3 0 goal 0 3
+/// Answer:
+/// ```
+pub fn render_compact_prompt(inst: &Instance) -> String {
+    let n = inst.size();
+    let mut s = format!("{n}x{n} {} agents\n", inst.agents());
+    for row in inst.grid_rows() {
+        let cells: Vec<String> = row.chars().map(String::from).collect();
+        s.push_str(&cells.join(" "));
+        s.push('\n');
+    }
+    for a in 0..inst.agents() {
+        let (sr, sc) = inst.row_col(inst.starts()[a]);
+        let (gr, gc) = inst.row_col(inst.goals()[a]);
+        s.push_str(&format!(
+            "agent {}: start {sr} {sc} goal {gr} {gc}\n",
+            a + 1
+        ));
+    }
+    s.push_str("Answer:\n");
+    s
+}
+
 /// Render a plan as text (the format `parse_plan` reads).
 pub fn render_plan(plan: &Plan) -> String {
     let mut s = String::new();

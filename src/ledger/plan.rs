@@ -15,7 +15,10 @@ use serde::{Deserialize, Serialize};
 pub enum PolicyKind {
     /// A small network over the grid.
     Grid,
-    /// A text (language-model) policy.
+    /// A decoder-only language model with Hugging Face parameter names (the paper's
+    /// setting): settings in `[lm]`.
+    Lm,
+    /// Replaced by `lm`; kept only to refuse old plans with a clear message.
     Text,
 }
 
@@ -23,6 +26,7 @@ impl PolicyKind {
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::Grid => "grid",
+            PolicyKind::Lm => "lm",
             PolicyKind::Text => "text",
         }
     }
@@ -49,6 +53,9 @@ pub struct LedgerPlan {
     pub engineer: EngineerPlan,
     #[serde(default)]
     pub train: Train,
+    /// The language model (`policy = "lm"`).
+    #[serde(default)]
+    pub lm: crate::train::lm::LmSpec,
 }
 
 /// How training runs: device, torch threads, the cost "optimal" refers to.
@@ -265,6 +272,13 @@ impl LedgerPlan {
         if self.name.trim().is_empty() {
             return Err(range("name", "must not be empty"));
         }
+        if self.policy == PolicyKind::Text {
+            return Err(range(
+                "policy",
+                "\"text\" was replaced by \"lm\" (a language model configured in [lm]); see ledgers/README.md",
+            ));
+        }
+        self.lm.validate().map_err(|(f, m)| range(&f, m))?;
         self.initial_config
             .validate()
             .map_err(|m| range("initial_config", m))?;

@@ -232,6 +232,9 @@ fn plan_from_actions(k: usize, actions: &[u32]) -> Plan {
 }
 
 impl Policy for GridPolicy {
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
     fn kind(&self) -> &'static str {
         "grid"
     }
@@ -332,6 +335,7 @@ impl Policy for GridPolicy {
                 Rollout {
                     instance: i,
                     plan_bytes: plan_bytes(&plan),
+                    logprobs: Vec::new(),
                     actions: std::mem::take(&mut actions[l]),
                     plan: Ok(plan),
                 }

@@ -4,7 +4,12 @@
 //! stage's set, a pure function of (stage, step)); sample G plans per instance; score
 //! each with the fixed verifiable reward (valid, optimal bonus, format term for text);
 //! normalise rewards within each instance's group; optimise the clipped-ratio objective
-//! per action, with an optional KL penalty to the base model and an entropy bonus. Every
+//! per action, with an optional KL penalty to the base model and an entropy bonus.
+//!
+//! Loss normalisation is token-level: every term is the mean over all actions (tokens)
+//! of the whole batch, so long and short answers weigh per token, not per answer (DAPO's
+//! token-level normalisation). The "old" log-probs are those recorded at sampling when
+//! the policy records them (the `lm` policy), else one no-grad forward. Every
 //! sampled plan is recorded as a trajectory, every optimiser update as a gradient step
 //! (parameter hash, loss terms as exact bits, gradient norm).
 use super::eval::outcome_of;
@@ -164,18 +169,31 @@ pub fn step(
 
     // 4. The clipped-ratio objective. Old log-probs are the sampling policy's.
     let device = state.policy.device();
-    let old = tch::no_grad(|| {
-        state
-            .policy
-            .log_probs(&instances, &rollouts)
-            .per_action
-            .detach()
-    });
-    let base_lp = match base {
-        Some(b) if cfg.kl_coef > 0.0 => Some(tch::no_grad(|| {
-            b.log_probs(&instances, &rollouts).per_action.detach()
-        })),
-        _ => None,
+    let recorded = rollouts
+        .iter()
+        .all(|r| r.logprobs.len() == r.actions.len());
+    let old = if recorded {
+        let flat: Vec<f32> = rollouts.iter().flat_map(|r| r.logprobs.iter().copied()).collect();
+        Tensor::from_slice(&flat).to(device)
+    } else {
+        tch::no_grad(|| {
+            state
+                .policy
+                .log_probs(&instances, &rollouts)
+                .per_action
+                .detach()
+        })
+    };
+    let base_lp = if cfg.kl_coef > 0.0 {
+        tch::no_grad(|| {
+            state
+                .policy
+                .reference_log_probs(&instances, &rollouts)
+                .or_else(|| base.map(|b| b.log_probs(&instances, &rollouts)))
+                .map(|lp| lp.per_action.detach())
+        })
+    } else {
+        None
     };
     let adv_t = Tensor::from_slice(&adv.iter().map(|&a| a as f32).collect::<Vec<_>>()).to(device);
     let mut stats = StepStats {

@@ -1,4 +1,4 @@
-//! The libtorch trainer: policies (`grid`, `text`), the supervised warm-up that makes
+//! The libtorch trainer: policies (`grid`, `lm`), the supervised warm-up that makes
 //! the base model, GRPO, evaluation and failure breakdowns, and bit-exact checkpoints.
 //!
 //! Determinism: torch runs with a fixed intra-op thread count (set once per process from
@@ -9,8 +9,8 @@ pub mod checkpoint;
 pub mod eval;
 pub mod grid;
 pub mod grpo;
+pub mod lm;
 pub mod policy;
-pub mod text;
 pub mod warmup;
 
 use adam::{Adam, AdamConfig};
@@ -38,8 +38,10 @@ pub struct TrainState {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
-    #[error("unknown policy kind {0:?} (expected grid or text)")]
+    #[error("unknown policy kind {0:?} (expected grid or lm{hint})", hint = if .0 == "text" { "; the `text` policy was replaced by `lm`: recreate the ledger from an lm plan" } else { "" })]
     PolicyKind(String),
+    #[error(transparent)]
+    Lm(#[from] lm::LmError),
     #[error("device {0:?} is not available ({1})")]
     Device(String, String),
     #[error(transparent)]
@@ -116,7 +118,8 @@ pub fn parse_device(s: &str) -> Result<Device, TrainError> {
     }
 }
 
-/// A fresh policy of `kind` with default architecture, initialised from `seed`.
+/// A fresh policy of `kind` with default architecture, initialised from `seed` (the
+/// `grid` policy; an `lm` policy is made by [`lm::init`] from the plan's `[lm]`).
 pub fn new_policy(
     kind: &str,
     device: Device,
@@ -126,11 +129,6 @@ pub fn new_policy(
         "grid" => Ok(Box::new(grid::GridPolicy::new(
             device,
             grid::GridShape::default(),
-            seed,
-        ))),
-        "text" => Ok(Box::new(text::TextPolicy::new(
-            device,
-            text::TextShape::default(),
             seed,
         ))),
         other => Err(TrainError::PolicyKind(other.into())),
@@ -147,7 +145,7 @@ impl TrainState {
         }
     }
 
-    /// Serialise for a checkpoint blob.
+    /// Serialise for a checkpoint blob (the blobs it references: [`Policy::side_blobs`]).
     pub fn save(&self, stage: u32) -> Vec<u8> {
         checkpoint::save(
             self.policy.vars(),
@@ -159,8 +157,13 @@ impl TrainState {
         )
     }
 
-    /// Rebuild a training state from checkpoint bytes.
-    pub fn load(bytes: &[u8], device: Device) -> Result<TrainState, TrainError> {
+    /// Rebuild a training state from checkpoint bytes; `blobs` fetches what the
+    /// checkpoint references (an `lm` tokenizer, a frozen base checkpoint).
+    pub fn load(
+        bytes: &[u8],
+        device: Device,
+        blobs: lm::BlobSource<'_>,
+    ) -> Result<TrainState, TrainError> {
         let (h, _) = checkpoint::header(bytes)?;
         let mut policy: Box<dyn Policy> = match h.policy.as_str() {
             "grid" => {
@@ -173,18 +176,10 @@ impl TrainState {
                     crate::seed::Seed::root(0),
                 ))
             }
-            "text" => {
-                let shape: text::TextShape =
-                    crate::ledger::codec::decode(&h.arch, "text architecture")
-                        .map_err(|e| TrainError::Arch(e.to_string()))?;
-                shape
-                    .validate()
+            "lm" => {
+                let arch: lm::LmArch = crate::ledger::codec::decode(&h.arch, "lm architecture")
                     .map_err(|e| TrainError::Arch(e.to_string()))?;
-                Box::new(text::TextPolicy::new(
-                    device,
-                    shape,
-                    crate::seed::Seed::root(0),
-                ))
+                Box::new(lm::LmPolicy::from_arch(arch, device, blobs)?)
             }
             other => return Err(TrainError::PolicyKind(other.into())),
         };

@@ -1,8 +1,8 @@
 //! The `Policy` trait: what the trainer needs from a network that turns instances into
-//! plans, whatever its architecture (`grid` or `text`).
+//! plans, whatever its architecture (`grid` or `lm`).
 //!
 //! A policy acts by emitting a sequence of *action ids* (grid: one move per agent per
-//! timestep; text: one token per step). A [`Rollout`] keeps those ids, so the trainer
+//! timestep; lm: one token per step). A [`Rollout`] keeps those ids, so the trainer
 //! can recompute their log-probabilities with gradients (`log_probs`) and a reference
 //! plan can be turned into ids for imitation (`encode_plan`). Sampling draws from the
 //! project's seed tree, never from torch's global generator, so it is bit-reproducible.
@@ -12,7 +12,7 @@ use crate::seed::Seed;
 use tch::{nn, Device, Tensor};
 
 /// One sampled (or decoded) plan.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Rollout {
     /// Index of the instance in the slice it was sampled for.
     pub instance: usize,
@@ -23,6 +23,9 @@ pub struct Rollout {
     /// Compact, policy-specific bytes of the plan for trajectory events (moves as
     /// letters with '|' between agents, or the generated text).
     pub plan_bytes: Vec<u8>,
+    /// Log-probability of each action as it was sampled (the `lm` policy records them;
+    /// empty when the policy does not, and GRPO then recomputes them).
+    pub logprobs: Vec<f32>,
 }
 
 /// Log-probabilities of rollouts' actions under the current parameters.
@@ -37,7 +40,7 @@ pub struct LogProbs {
 
 /// Hyper-parameters of a policy network, recorded in the checkpoint.
 pub trait Policy {
-    /// "grid" or "text".
+    /// "grid" or "lm".
     fn kind(&self) -> &'static str;
     /// The parameters (names are stable: they order the parameter hash).
     fn vars(&self) -> &nn::VarStore;
@@ -61,6 +64,22 @@ pub trait Policy {
     fn encode_plan(&self, inst: &Instance, plan: &Plan) -> Vec<u32>;
     /// The architecture, codec-encoded, as checkpoints record it.
     fn arch(&self) -> Vec<u8>;
+    /// Log-probabilities under the KL reference when the policy carries it itself
+    /// (the frozen base under LoRA); None when the reference is a separate model.
+    fn reference_log_probs(&self, _instances: &[Instance], _rollouts: &[Rollout]) -> Option<LogProbs> {
+        None
+    }
+    /// Blobs a checkpoint of this policy references and the ledger must hold
+    /// (the `lm` policy's tokenizer).
+    fn side_blobs(&self) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+    /// The language model behind the policy, for engineers that prompt it.
+    fn as_lm(&self) -> Option<&super::lm::LmPolicy> {
+        None
+    }
+    /// The policy by value as `Any` (to take an `LmPolicy` out of a box).
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
 
 /// Draw an action from `probs` with one uniform number `u` in [0, 1) (inverse CDF; the

@@ -38,6 +38,7 @@ pub fn step(
             actions: state.policy.encode_plan(&data[i].instance, &data[i].plan),
             plan: Ok(data[i].plan.clone()),
             plan_bytes: Vec::new(),
+            logprobs: Vec::new(),
         })
         .collect();
     let lp = state.policy.log_probs(&instances, &rollouts);

@@ -1,0 +1,152 @@
+//! `ledger lm generate`: sample from a language model — an HF model directory or an
+//! `lm` checkpoint of the ledger — and print the token ids, the text and per-token
+//! log-probs. A user's sanity check that a model loaded as it should.
+use super::{CliError, CliResult};
+use crate::seed::Seed;
+use crate::train::lm::{LmPolicy, PromptStyle, Sampling};
+use clap::Subcommand;
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand, Debug)]
+pub enum LmCommand {
+    /// Generate a continuation of a prompt.
+    Generate {
+        /// An HF model directory (config.json, safetensors, tokenizer.json), or a
+        /// checkpoint reference of the ledger (BRANCH, BRANCH@stageN, hash prefix).
+        #[arg(long)]
+        model: String,
+        /// The user message (wrapped in the model's chat template unless --raw).
+        #[arg(long)]
+        prompt_file: PathBuf,
+        #[arg(long, default_value_t = 64)]
+        max_new_tokens: usize,
+        /// 0 decodes greedily.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f64,
+        #[arg(long, default_value_t = 1.0)]
+        top_p: f64,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Feed the file's text as is, without the chat template.
+        #[arg(long)]
+        raw: bool,
+        /// cpu, cuda or cuda:N.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// What `lm generate --json` prints.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub struct GenerateOutput {
+    pub prompt_tokens: Vec<u32>,
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub logprobs: Vec<f32>,
+    /// Ended on a stop token (else on --max-new-tokens).
+    pub stopped: bool,
+}
+
+fn load(dir: &Path, model: &str, device: tch::Device) -> Result<LmPolicy, CliError> {
+    let p = Path::new(model);
+    if p.join("config.json").exists() {
+        return LmPolicy::from_hf_dir(
+            p,
+            device,
+            None,
+            PromptStyle::Paper,
+            Sampling::default(),
+            Seed::root(0),
+        )
+        .map_err(|e| CliError::input(e.to_string()));
+    }
+    if p.is_dir() {
+        return Err(CliError::input(format!(
+            "{model}: a directory without config.json (expected an HF model directory)"
+        )));
+    }
+    let state = super::checkpoint::load_ref(dir, model)?;
+    let kind = state.policy.kind();
+    crate::train::lm::downcast(state.policy).ok_or_else(|| {
+        CliError::input(format!("{model}: a {kind} checkpoint, not a language model"))
+    })
+}
+
+pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
+    let LmCommand::Generate {
+        model,
+        prompt_file,
+        max_new_tokens,
+        temperature,
+        top_p,
+        seed,
+        raw,
+        device,
+        json,
+    } = cmd;
+    if !(temperature >= 0.0 && temperature.is_finite()) {
+        return Err(CliError::input(format!(
+            "--temperature must be >= 0, got {temperature}"
+        )));
+    }
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(CliError::input(format!("--top-p must be in (0, 1], got {top_p}")));
+    }
+    let device = crate::train::parse_device(&device).map_err(|e| CliError::input(e.to_string()))?;
+    let text = std::fs::read_to_string(&prompt_file)
+        .map_err(|e| CliError::input(format!("{}: {e}", prompt_file.display())))?;
+    let lm = load(dir, &model, device)?;
+    let prompt = if raw {
+        lm.encode(&text)
+    } else {
+        lm.chat_ids(&text)
+    };
+    if prompt.is_empty() {
+        return Err(CliError::input(format!(
+            "{}: the prompt encodes to no tokens",
+            prompt_file.display()
+        )));
+    }
+    let sampling = Sampling {
+        temperature: if temperature > 0.0 { temperature } else { 1.0 },
+        top_p,
+        max_new_tokens,
+    };
+    let g = crate::train::lm::generate::generate(
+        &lm.model,
+        std::slice::from_ref(&prompt),
+        1,
+        &[max_new_tokens],
+        &sampling,
+        temperature == 0.0,
+        &lm.stop,
+        Seed::root(seed).child("lm-generate", 0),
+        true,
+    )
+    .remove(0);
+    let out = GenerateOutput {
+        text: lm.decode(&g.tokens),
+        prompt_tokens: prompt,
+        tokens: g.tokens,
+        logprobs: g.logprobs,
+        stopped: g.stopped,
+    };
+    if json {
+        println!("{}", serde_json::to_string(&out).expect("serialises"));
+    } else {
+        println!("prompt tokens: {}", out.prompt_tokens.len());
+        println!("{}", out.text);
+        println!("--");
+        for (t, lp) in out.tokens.iter().zip(&out.logprobs) {
+            println!("{t}\t{lp:.6}\t{:?}", lm.decode(&[*t]));
+        }
+        println!(
+            "{} tokens, {}",
+            out.tokens.len(),
+            if out.stopped { "stopped on a stop token" } else { "hit --max-new-tokens" }
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,106 @@
+//! `current` and `base` for `lm` policies: the checkpoint itself is the engineer. It
+//! reads the very prompt an HTTP LLM engineer gets (the five context modules, the
+//! answer format and the legal ranges; [`llm::build_prompt`], trimmed to the model's
+//! prompt budget with its own tokenizer), *generates* the reply in-process, seeded from
+//! the seed tree (a replay regenerates it bit for bit), and the reply goes through the
+//! same parse -> project -> clip -> record path as any LLM reply. An unparseable reply
+//! is a recorded rejection, as for HTTP engineers.
+//!
+//! `current` is the latest checkpoint of the branch; `base` is stage 0's model.
+use super::llm::{self, LlmRegistration, TokenCounter};
+use super::{Decision, Engineer, EngineerContext};
+use crate::seed::Seed;
+use crate::train::lm::{LmPolicy, Sampling};
+
+pub struct ModelEngineer {
+    /// `current` or `base`.
+    pub name: String,
+    pub policy: LmPolicy,
+    /// The seed of this decision (the stage's `engineer` node).
+    pub seed: Seed,
+    pub sampling: Sampling,
+    /// Most prompt tokens (the context is trimmed as for registered engineers).
+    pub max_prompt_tokens: u32,
+}
+
+impl ModelEngineer {
+    fn registration(&self) -> LlmRegistration {
+        LlmRegistration {
+            name: self.name.clone(),
+            url: "in-process".into(),
+            model: self.name.clone(),
+            api_key_env: None,
+            tokenizer: Some(self.policy.tokenizer_json.clone()),
+            max_context: Some(self.max_prompt_tokens),
+            context_modules: vec![],
+        }
+    }
+
+    /// The prompt this engineer reads for `ctx` (system and user messages).
+    pub fn prompt(&self, ctx: &EngineerContext) -> llm::Prompt {
+        let reg = self.registration();
+        let counter = TokenCounter::for_registration(&reg).unwrap_or(TokenCounter::Approximate);
+        llm::build_prompt(ctx, &reg, &counter)
+    }
+}
+
+impl Engineer for ModelEngineer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn decide(&mut self, ctx: &EngineerContext) -> Decision {
+        let prompt = self.prompt(ctx);
+        let text = self
+            .policy
+            .arch
+            .chat
+            .wrap_with_system(&prompt.system, &prompt.user);
+        let ids = self.policy.encode(&text);
+        let g = crate::train::lm::generate::generate(
+            &self.policy.model,
+            &[ids],
+            1,
+            &[self.sampling.max_new_tokens],
+            &self.sampling,
+            false,
+            &self.policy.stop,
+            self.seed,
+            true,
+        )
+        .remove(0);
+        let reply = self.policy.decode(&g.tokens);
+        let mut notes: Vec<String> = prompt.cut_note(Some(self.max_prompt_tokens)).into_iter().collect();
+        notes.push(format!(
+            "{} checkpoint wrote {} tokens ({}; temperature {}, top-p {})",
+            self.name,
+            g.tokens.len(),
+            if g.stopped { "ended its turn" } else { "hit the token cap" },
+            self.sampling.temperature,
+            self.sampling.top_p
+        ));
+        let mut d = Decision {
+            prompt: Some(prompt.text()),
+            reply: Some(reply.clone()),
+            ..Decision::default()
+        };
+        match llm::extract(&reply) {
+            Ok(e) => {
+                d.proposal = Some(e.proposal);
+                d.proposed_text = Some(e.json);
+                d.rationale = std::iter::once(e.rationale)
+                    .filter(|r| !r.is_empty())
+                    .chain(notes)
+                    .collect::<Vec<_>>()
+                    .join("\n\n");
+            }
+            Err(e) => {
+                d.rationale = std::iter::once(format!("reply rejected: {e}"))
+                    .chain(notes)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+            }
+        }
+        d
+    }
+}

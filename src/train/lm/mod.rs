@@ -1,0 +1,689 @@
+//! The `lm` policy: a decoder-only language model with Hugging Face parameter names
+//! (Qwen3 first; Qwen2/Qwen2.5 and Llama 3 from the same code) that reads the MAPF
+//! prompt and writes the whole joint plan in one shot — the paper's trainee — and that
+//! can be prompted with anything else (an engineer's context) through [`LmPolicy::generate_text`].
+//!
+//! Modules:
+//! - [`config`]: the architecture, from and to HF `config.json`;
+//! - [`model`]: parameters, LoRA, the forward pass with a KV cache;
+//! - [`generate`]: batched sampling (temperature, top-p, stop tokens, log-probs);
+//! - [`hf`]: reading an HF model directory (safetensors shards, memory-mapped) and
+//!   writing one back (`export-checkpoint --hf`);
+//! - [`chat`]: the chat templates (written in code) and the byte-level BPE tokenizer a
+//!   scratch model trains on its corpus.
+//!
+//! Where weights come from ([`Origin`]): `scratch` (random from the seed tree, then the
+//! stage-0 pretraining) or `hf:DIR` (a model directory, identified by the content hash
+//! of each file and re-checked whenever it is loaded). A checkpoint holds only what
+//! training changes — the full weights, or the LoRA adapters — plus the optimiser
+//! state; under LoRA the frozen base is *referenced* ([`Frozen`]): the HF directory, or
+//! a full-weights checkpoint blob in the ledger. A 4B run's ledger grows by adapters.
+pub mod chat;
+pub mod config;
+pub mod generate;
+pub mod hf;
+pub mod model;
+
+use super::policy::{LogProbs, Policy, Rollout};
+use crate::env::text::{parse_plan, render_compact_prompt, render_plan, render_prompt};
+use crate::env::{Instance, Plan};
+use crate::ledger::Hash;
+use crate::seed::Seed;
+pub use chat::ChatFormat;
+pub use config::{Family, LmConfig};
+pub use generate::{Generated, Sampling};
+use model::{LoraSpec, Model};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use tch::{nn, Device, Kind, Tensor};
+use tokenizers::Tokenizer;
+
+/// Everything that can go wrong making or loading a language model. Each names the
+/// file, tensor or key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum LmError {
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+    #[error("{path}: {source}")]
+    Config {
+        path: String,
+        source: config::ConfigError,
+    },
+    #[error("{path}: {source}")]
+    Weights {
+        path: String,
+        source: model::WeightsError,
+    },
+    #[error("{path}: not a usable safetensors file: {message}")]
+    Safetensors { path: String, message: String },
+    #[error("{path}: tokenizer: {message}")]
+    Tokenizer { path: String, message: String },
+    #[error("model directory {dir}: {file} has changed since the ledger recorded it (blake3 {found}, recorded {expected})")]
+    Changed {
+        dir: String,
+        file: String,
+        expected: String,
+        found: String,
+    },
+    #[error("checkpoint blob {0} is not in the ledger: {1}")]
+    Blob(String, String),
+    #[error("lm settings: {0}")]
+    Spec(String),
+}
+
+/// How the MAPF task is put to the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptStyle {
+    /// The paper's natural-language prompt (`ledger env prompt`).
+    Paper,
+    /// A terse rendering (grid rows, starts and goals), for small scratch models.
+    Compact,
+}
+
+/// Where a model's weights came from (recorded with every checkpoint).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Origin {
+    /// Random weights from the seed tree, then pretraining in stage 0.
+    Scratch,
+    /// A Hugging Face model directory and the content hash of each of its files.
+    Hf { dir: String, files: Vec<(String, Hash)> },
+}
+
+/// Where the frozen base weights of a LoRA checkpoint are loaded from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Frozen {
+    /// The origin's model directory (hashes re-checked).
+    Origin,
+    /// A full-weights checkpoint blob in the ledger (e.g. a scratch model's stage 0).
+    Checkpoint(Hash),
+}
+
+/// The architecture record of an `lm` checkpoint: enough to rebuild the policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LmArch {
+    pub config: LmConfig,
+    /// Blob hash of `tokenizer.json` (stored in the ledger beside the checkpoint).
+    pub tokenizer: Hash,
+    pub chat: ChatFormat,
+    pub prompt: PromptStyle,
+    pub sampling: Sampling,
+    pub origin: Origin,
+    /// Some under LoRA: the base the adapters sit on.
+    pub frozen: Option<Frozen>,
+    pub lora: Option<LoraSpec>,
+}
+
+/// The plan's `[lm]` section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct LmSpec {
+    /// `scratch` (the architecture below, pretrained in stage 0) or `hf:DIR` (a Hugging
+    /// Face model directory: config.json, safetensors, tokenizer.json).
+    pub init: String,
+    /// Scratch architecture: `qwen3`, `qwen2` or `llama`.
+    pub family: String,
+    pub hidden_size: u32,
+    pub intermediate_size: u32,
+    pub layers: u32,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    /// Size of the byte-level BPE vocabulary trained for a scratch model.
+    pub vocab_size: u32,
+    pub rope_theta: f64,
+    pub tie_word_embeddings: bool,
+    pub prompt: PromptStyle,
+    /// Sampling during GRPO (evaluation is greedy).
+    pub temperature: f64,
+    pub top_p: f64,
+    pub max_new_tokens: u32,
+    /// LoRA rank for the GRPO stages (0: full fine-tuning).
+    pub lora_rank: u32,
+    pub lora_alpha: f64,
+    pub lora_targets: Vec<String>,
+    /// As the `current`/`base` engineer: the most tokens of a reply, and of the prompt
+    /// (the context is trimmed to fit, as for registered LLM engineers).
+    pub engineer_max_new_tokens: u32,
+    pub engineer_prompt_tokens: u32,
+}
+
+impl Default for LmSpec {
+    fn default() -> Self {
+        LmSpec {
+            init: "scratch".into(),
+            family: "qwen3".into(),
+            hidden_size: 64,
+            intermediate_size: 192,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 16,
+            vocab_size: 512,
+            rope_theta: 10_000.0,
+            tie_word_embeddings: true,
+            prompt: PromptStyle::Compact,
+            temperature: 1.0,
+            top_p: 1.0,
+            max_new_tokens: 200,
+            lora_rank: 0,
+            lora_alpha: 16.0,
+            lora_targets: model::LORA_MODULES.iter().map(|s| s.to_string()).collect(),
+            engineer_max_new_tokens: 160,
+            engineer_prompt_tokens: 4096,
+        }
+    }
+}
+
+impl LmSpec {
+    /// The model directory of an `hf:` init.
+    pub fn hf_dir(&self) -> Option<&str> {
+        self.init.strip_prefix("hf:")
+    }
+
+    /// Range checks; the message names the field.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let f = |k: &str, m: String| Err((format!("lm.{k}"), m));
+        if self.init != "scratch" && self.hf_dir().is_none_or(|d| d.is_empty()) {
+            return f("init", format!("expected \"scratch\" or \"hf:DIR\", got {:?}", self.init));
+        }
+        if !["qwen3", "qwen2", "llama"].contains(&self.family.as_str()) {
+            return f("family", format!("expected qwen3, qwen2 or llama, got {:?}", self.family));
+        }
+        for (k, v, lo, hi) in [
+            ("hidden_size", self.hidden_size, 8, 65_536),
+            ("intermediate_size", self.intermediate_size, 8, 262_144),
+            ("layers", self.layers, 1, 256),
+            ("heads", self.heads, 1, 256),
+            ("kv_heads", self.kv_heads, 1, 256),
+            ("head_dim", self.head_dim, 2, 1024),
+            ("vocab_size", self.vocab_size, 300, 1_000_000),
+            ("max_new_tokens", self.max_new_tokens, 1, 1_000_000),
+            ("engineer_max_new_tokens", self.engineer_max_new_tokens, 1, 1_000_000),
+            ("engineer_prompt_tokens", self.engineer_prompt_tokens, 64, 10_000_000),
+            ("lora_rank", self.lora_rank, 0, 4096),
+        ] {
+            if !(lo..=hi).contains(&v) {
+                return f(k, format!("must be in {lo}..={hi}, got {v}"));
+            }
+        }
+        if self.heads % self.kv_heads != 0 {
+            return f("kv_heads", format!("{} does not divide heads {}", self.kv_heads, self.heads));
+        }
+        if self.head_dim % 2 != 0 {
+            return f("head_dim", "must be even (RoPE rotates pairs)".into());
+        }
+        if !(self.temperature > 0.0 && self.temperature <= 10.0) {
+            return f("temperature", format!("must be in (0, 10], got {}", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return f("top_p", format!("must be in (0, 1], got {}", self.top_p));
+        }
+        if !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
+            return f("rope_theta", "must be positive".into());
+        }
+        if !(self.lora_alpha > 0.0 && self.lora_alpha.is_finite()) {
+            return f("lora_alpha", "must be positive".into());
+        }
+        if self.lora_rank > 0 && self.lora_targets.is_empty() {
+            return f("lora_targets", "must name at least one module".into());
+        }
+        for t in &self.lora_targets {
+            if !model::LORA_MODULES.contains(&t.as_str()) {
+                return f(
+                    "lora_targets",
+                    format!("unknown module {t:?} (expected one of {:?})", model::LORA_MODULES),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub fn sampling(&self) -> Sampling {
+        Sampling {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            max_new_tokens: self.max_new_tokens as usize,
+        }
+    }
+
+    pub fn lora(&self) -> Option<LoraSpec> {
+        (self.lora_rank > 0).then(|| LoraSpec {
+            rank: self.lora_rank as i64,
+            alpha: self.lora_alpha,
+            targets: self.lora_targets.clone(),
+        })
+    }
+
+    /// The scratch architecture with a vocabulary of `vocab` tokens.
+    pub fn scratch_config(&self, vocab: i64, eos: Vec<i64>) -> LmConfig {
+        let family = match self.family.as_str() {
+            "qwen2" => Family::Qwen2,
+            "llama" => Family::Llama,
+            _ => Family::Qwen3,
+        };
+        LmConfig {
+            family,
+            vocab_size: vocab,
+            hidden_size: self.hidden_size as i64,
+            intermediate_size: self.intermediate_size as i64,
+            num_hidden_layers: self.layers as i64,
+            num_attention_heads: self.heads as i64,
+            num_key_value_heads: self.kv_heads as i64,
+            head_dim: if family == Family::Qwen2 {
+                (self.hidden_size / self.heads) as i64
+            } else {
+                self.head_dim as i64
+            },
+            rms_norm_eps: 1e-6,
+            rope_theta: self.rope_theta,
+            rope_scaling: None,
+            qkv_bias: family == Family::Qwen2,
+            qk_norm: family == Family::Qwen3,
+            tie_word_embeddings: self.tie_word_embeddings,
+            max_position_embeddings: 4096,
+            bos_token_id: None,
+            eos_token_ids: eos,
+        }
+    }
+}
+
+/// Fetches ledger blobs by hash (checkpoints reference the tokenizer and, under LoRA,
+/// a base checkpoint).
+pub type BlobSource<'a> = &'a dyn Fn(&Hash) -> Result<Vec<u8>, String>;
+
+/// The language-model policy.
+pub struct LmPolicy {
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    /// The exact `tokenizer.json` bytes (stored as a ledger blob).
+    pub tokenizer_json: Vec<u8>,
+    pub arch: LmArch,
+    /// Tokens that end a generation: the chat turn's end and the config's EOS ids.
+    pub stop: Vec<u32>,
+}
+
+impl LmPolicy {
+    /// Assemble a policy from its parts.
+    pub fn new(model: Model, tokenizer_json: Vec<u8>, arch: LmArch) -> Result<LmPolicy, LmError> {
+        let tokenizer = chat::tokenizer_from_bytes(&tokenizer_json).map_err(|m| {
+            LmError::Tokenizer {
+                path: "tokenizer.json".into(),
+                message: m,
+            }
+        })?;
+        let mut stop: Vec<u32> = arch
+            .config
+            .eos_token_ids
+            .iter()
+            .map(|&i| i as u32)
+            .collect();
+        for t in arch.chat.stop_tokens() {
+            if let Some(id) = tokenizer.token_to_id(t) {
+                stop.push(id);
+            }
+        }
+        stop.sort_unstable();
+        stop.dedup();
+        Ok(LmPolicy {
+            model,
+            tokenizer,
+            tokenizer_json,
+            arch,
+            stop,
+        })
+    }
+
+    /// Load an HF model directory as a policy (full weights trainable, or frozen under
+    /// `lora` with fresh adapters from `seed`).
+    pub fn from_hf_dir(
+        dir: &std::path::Path,
+        device: Device,
+        lora: Option<LoraSpec>,
+        prompt: PromptStyle,
+        sampling: Sampling,
+        seed: Seed,
+    ) -> Result<LmPolicy, LmError> {
+        let m = hf::read_dir(dir)?;
+        let weights = hf::load_weights(dir, &m.config)?;
+        let model = Model::from_weights(m.config.clone(), weights, device, lora.clone(), seed)
+            .map_err(|e| LmError::Weights {
+                path: dir.display().to_string(),
+                source: e,
+            })?;
+        let arch = LmArch {
+            config: m.config.clone(),
+            tokenizer: Hash::of_blob(&m.tokenizer_json),
+            chat: m.chat,
+            prompt,
+            sampling,
+            origin: Origin::Hf {
+                dir: dir.display().to_string(),
+                files: m.files,
+            },
+            frozen: lora.as_ref().map(|_| Frozen::Origin),
+            lora,
+        };
+        LmPolicy::new(model, m.tokenizer_json, arch)
+    }
+
+    /// Rebuild from a checkpoint's architecture record: the frozen base (if any) is
+    /// loaded from where the record says, the trainable tensors are then restored by
+    /// the checkpoint loader.
+    pub fn from_arch(arch: LmArch, device: Device, blobs: BlobSource<'_>) -> Result<LmPolicy, LmError> {
+        let tokenizer_json = blobs(&arch.tokenizer)
+            .map_err(|m| LmError::Blob(arch.tokenizer.short(), m))?;
+        let weights = match (&arch.frozen, &arch.origin) {
+            (None, _) => model::Model::random_weights(&arch.config, Seed::root(0)),
+            (Some(Frozen::Origin), Origin::Hf { dir, files }) => {
+                let dir = std::path::Path::new(dir);
+                hf::check_files(dir, files)?;
+                hf::load_weights(dir, &arch.config)?
+            }
+            (Some(Frozen::Origin), Origin::Scratch) => {
+                return Err(LmError::Spec("a scratch model has no origin directory to freeze".into()))
+            }
+            (Some(Frozen::Checkpoint(h)), _) => {
+                let bytes = blobs(h).map_err(|m| LmError::Blob(h.short(), m))?;
+                let base = super::TrainState::load(&bytes, Device::Cpu, blobs)
+                    .map_err(|e| LmError::Blob(h.short(), e.to_string()))?;
+                match base.policy.as_lm() {
+                    Some(p) => p.model.merged_weights(),
+                    None => return Err(LmError::Blob(h.short(), "not an lm checkpoint".into())),
+                }
+            }
+        };
+        let model = Model::from_weights(arch.config.clone(), weights, device, arch.lora.clone(), Seed::root(0))
+            .map_err(|e| LmError::Weights {
+                path: "checkpoint".into(),
+                source: e,
+            })?;
+        LmPolicy::new(model, tokenizer_json, arch)
+    }
+
+    /// Switch a full-weights policy to LoRA on top of its current weights (frozen, in
+    /// the compute dtype), with fresh adapters from `seed`. `frozen_blob` is the ledger
+    /// blob of the checkpoint those weights were loaded from.
+    pub fn into_lora(self, spec: LoraSpec, frozen_blob: Hash, seed: Seed) -> Result<LmPolicy, LmError> {
+        let device = self.model.device();
+        let weights = self.model.merged_weights();
+        let model = Model::from_weights(self.arch.config.clone(), weights, device, Some(spec.clone()), seed)
+            .map_err(|e| LmError::Weights {
+                path: "checkpoint".into(),
+                source: e,
+            })?;
+        let arch = LmArch {
+            frozen: Some(match self.arch.origin {
+                Origin::Hf { .. } if self.arch.frozen.is_some() => Frozen::Origin,
+                _ => Frozen::Checkpoint(frozen_blob),
+            }),
+            lora: Some(spec),
+            ..self.arch
+        };
+        LmPolicy::new(model, self.tokenizer_json, arch)
+    }
+
+    /// Token ids of text (special tokens inside it are recognised).
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.tokenizer
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// Text of generated ids (special tokens skipped).
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.tokenizer.decode(ids, true).unwrap_or_default()
+    }
+
+    /// The chat-formatted prompt ids for a user message.
+    pub fn chat_ids(&self, user: &str) -> Vec<u32> {
+        self.encode(&self.arch.chat.wrap(user))
+    }
+
+    /// The MAPF prompt's text for an instance.
+    pub fn task_text(&self, inst: &Instance) -> String {
+        match self.arch.prompt {
+            PromptStyle::Paper => render_prompt(inst),
+            PromptStyle::Compact => render_compact_prompt(inst),
+        }
+    }
+
+    /// Generate replies to arbitrary user messages (engineer prompts, `lm generate`).
+    pub fn generate_text(
+        &self,
+        users: &[String],
+        per_prompt: usize,
+        sampling: &Sampling,
+        greedy: bool,
+        seed: Seed,
+    ) -> Vec<Generated> {
+        let prompts: Vec<Vec<u32>> = users.iter().map(|u| self.chat_ids(u)).collect();
+        let budgets = vec![sampling.max_new_tokens; prompts.len()];
+        generate::generate(&self.model, &prompts, per_prompt, &budgets, sampling, greedy, &self.stop, seed, true)
+    }
+
+    /// Teacher-forced log-probs of `targets[i]` after `prompts[i]` (f32, with
+    /// gradients), each target token at the sampling temperature, plus entropies and
+    /// the row of each token. `use_lora: false` scores with the frozen base.
+    pub fn token_log_probs(
+        &self,
+        prompts: &[&[u32]],
+        targets: &[&[u32]],
+        temperature: f64,
+        use_lora: bool,
+    ) -> LogProbs {
+        let d = self.model.device();
+        let rows: Vec<usize> = (0..targets.len()).filter(|&i| !targets[i].is_empty()).collect();
+        if rows.is_empty() {
+            let z = Tensor::zeros([0], (Kind::Float, d));
+            return LogProbs {
+                per_action: z.shallow_clone(),
+                entropy: z,
+                rollout_of: Tensor::zeros([0], (Kind::Int64, d)),
+            };
+        }
+        let len = |i: usize| prompts[i].len() + targets[i].len() - 1;
+        let t = rows.iter().map(|&i| len(i)).max().unwrap_or(0) as i64;
+        let b = rows.len() as i64;
+        let mut toks = Vec::with_capacity((b * t) as usize);
+        let mut pos = Vec::with_capacity((b * t) as usize);
+        let mut pads = Vec::with_capacity(rows.len());
+        let (mut pick, mut tgt, mut of) = (Vec::new(), Vec::new(), Vec::new());
+        for (row, &i) in rows.iter().enumerate() {
+            let pad = t - len(i) as i64;
+            pads.push(pad);
+            toks.extend(std::iter::repeat_n(0i64, pad as usize));
+            toks.extend(prompts[i].iter().map(|&x| x as i64));
+            toks.extend(targets[i][..targets[i].len() - 1].iter().map(|&x| x as i64));
+            pos.extend((0..t).map(|j| (j - pad).max(0)));
+            for (k, &target) in targets[i].iter().enumerate() {
+                pick.push(row as i64 * t + pad + (prompts[i].len() - 1 + k) as i64);
+                tgt.push(target as i64);
+                of.push(i as i64);
+            }
+        }
+        let hid = self.model.hidden(
+            &Tensor::from_slice(&toks).view([b, t]).to(d),
+            &Tensor::from_slice(&pos).view([b, t]).to(d),
+            &generate::attention_bias(&pads, t, t, d),
+            None,
+            use_lora,
+        );
+        let h = self.model.cfg.hidden_size;
+        let sel = hid.view([b * t, h]).index_select(0, &Tensor::from_slice(&pick).to(d));
+        let logp = (self.model.logits(&sel) / temperature).log_softmax(-1, Kind::Float);
+        let entropy = -(logp.exp() * &logp).sum_dim_intlist(-1, false, Kind::Float);
+        LogProbs {
+            per_action: logp
+                .gather(1, &Tensor::from_slice(&tgt).to(d).unsqueeze(1), false)
+                .squeeze_dim(1),
+            entropy,
+            rollout_of: Tensor::from_slice(&of).to(d),
+        }
+    }
+
+    /// New-token budget for an instance's plan: each agent's line at most
+    /// `agent k: ` plus two tokens per move, with 2x the longest sensible plan.
+    fn plan_budget(&self, inst: &Instance) -> usize {
+        let steps = super::grid::max_steps(inst);
+        (inst.agents() * (6 + 2 * steps) + 2).min(self.arch.sampling.max_new_tokens)
+    }
+
+    fn rollouts_of(&self, instances: &[Instance], gens: Vec<Generated>, per_instance: usize) -> Vec<Rollout> {
+        gens.into_iter()
+            .enumerate()
+            .map(|(l, g)| {
+                let i = l / per_instance;
+                let text = self.decode(&g.tokens);
+                Rollout {
+                    instance: i,
+                    plan: parse_plan(&text, instances[i].agents()),
+                    plan_bytes: text.into_bytes(),
+                    actions: g.tokens,
+                    logprobs: g.logprobs,
+                }
+            })
+            .collect()
+    }
+
+    fn scoring_temperature(&self) -> f64 {
+        self.arch.sampling.temperature
+    }
+}
+
+impl Policy for LmPolicy {
+    fn kind(&self) -> &'static str {
+        "lm"
+    }
+    fn vars(&self) -> &nn::VarStore {
+        &self.model.vs
+    }
+    fn vars_mut(&mut self) -> &mut nn::VarStore {
+        &mut self.model.vs
+    }
+
+    fn sample(&self, instances: &[Instance], per_instance: usize, greedy: bool, seed: Seed) -> Vec<Rollout> {
+        let prompts: Vec<Vec<u32>> = instances
+            .iter()
+            .map(|i| self.chat_ids(&self.task_text(i)))
+            .collect();
+        let budgets: Vec<usize> = instances.iter().map(|i| self.plan_budget(i)).collect();
+        let per = if greedy { 1 } else { per_instance };
+        let gens = generate::generate(
+            &self.model,
+            &prompts,
+            per,
+            &budgets,
+            &self.arch.sampling,
+            greedy,
+            &self.stop,
+            seed,
+            true,
+        );
+        self.rollouts_of(instances, gens, per)
+    }
+
+    fn log_probs(&self, instances: &[Instance], rollouts: &[Rollout]) -> LogProbs {
+        self.log_probs_with(instances, rollouts, true)
+    }
+
+    fn reference_log_probs(&self, instances: &[Instance], rollouts: &[Rollout]) -> Option<LogProbs> {
+        // Under LoRA the frozen base is the KL reference: the same model, adapters off.
+        self.model
+            .lora
+            .is_some()
+            .then(|| self.log_probs_with(instances, rollouts, false))
+    }
+
+    fn encode_plan(&self, _inst: &Instance, plan: &Plan) -> Vec<u32> {
+        let mut ids = self.encode(&render_plan(plan));
+        if let Some(end) = self.tokenizer.token_to_id(self.arch.chat.end_token()) {
+            ids.push(end);
+        }
+        ids
+    }
+
+    fn arch(&self) -> Vec<u8> {
+        crate::ledger::codec::encode(&self.arch)
+    }
+
+    fn side_blobs(&self) -> Vec<Vec<u8>> {
+        vec![self.tokenizer_json.clone()]
+    }
+
+    fn as_lm(&self) -> Option<&LmPolicy> {
+        Some(self)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+impl LmPolicy {
+    fn log_probs_with(&self, instances: &[Instance], rollouts: &[Rollout], use_lora: bool) -> LogProbs {
+        let mut prompts: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+        for r in rollouts {
+            prompts
+                .entry(r.instance)
+                .or_insert_with(|| self.chat_ids(&self.task_text(&instances[r.instance])));
+        }
+        let p: Vec<&[u32]> = rollouts.iter().map(|r| prompts[&r.instance].as_slice()).collect();
+        let t: Vec<&[u32]> = rollouts.iter().map(|r| r.actions.as_slice()).collect();
+        self.token_log_probs(&p, &t, self.scoring_temperature(), use_lora)
+    }
+}
+
+/// Stage 0's starting policy for a plan's `[lm]`: a scratch model (a byte-level BPE
+/// tokenizer trained on `corpus()`, random weights from `seed`) or an HF directory
+/// (LoRA adapters from the start when `lora_rank > 0`).
+pub fn init(
+    spec: &LmSpec,
+    device: Device,
+    seed: Seed,
+    corpus: impl FnOnce() -> Vec<String>,
+) -> Result<LmPolicy, LmError> {
+    if let Some(dir) = spec.hf_dir() {
+        return LmPolicy::from_hf_dir(
+            std::path::Path::new(dir),
+            device,
+            spec.lora(),
+            spec.prompt,
+            spec.sampling(),
+            seed.child("lora", 0),
+        );
+    }
+    let tokenizer_json = chat::train_bpe(&corpus(), spec.vocab_size as usize)
+        .map_err(|m| LmError::Tokenizer {
+            path: "(scratch corpus)".into(),
+            message: m,
+        })?;
+    let tok = chat::tokenizer_from_bytes(&tokenizer_json).map_err(|m| LmError::Tokenizer {
+        path: "(scratch corpus)".into(),
+        message: m,
+    })?;
+    let end = tok
+        .token_to_id(ChatFormat::ChatMl.end_token())
+        .expect("scratch tokenizers carry the ChatML specials") as i64;
+    let config = spec.scratch_config(tok.get_vocab_size(true) as i64, vec![end]);
+    let weights = Model::random_weights(&config, seed.child("weights", 0));
+    let model = Model::from_weights(config.clone(), weights, device, None, seed)
+        .expect("random weights have the config's shapes");
+    let arch = LmArch {
+        config,
+        tokenizer: Hash::of_blob(&tokenizer_json),
+        chat: ChatFormat::ChatMl,
+        prompt: spec.prompt,
+        sampling: spec.sampling(),
+        origin: Origin::Scratch,
+        frozen: None,
+        lora: None,
+    };
+    LmPolicy::new(model, tokenizer_json, arch)
+}
+
+/// The `LmPolicy` inside a boxed policy, by value (None for other policies).
+pub fn downcast(policy: Box<dyn Policy>) -> Option<LmPolicy> {
+    policy.into_any().downcast::<LmPolicy>().ok().map(|b| *b)
+}

@@ -1,0 +1,544 @@
+//! The decoder-only transformer itself, with Hugging Face parameter names.
+//!
+//! What it owns: the parameter layout of a [`LmConfig`] ([`param_shapes`]), where each
+//! parameter lives (trainable in a `VarStore`, or frozen), LoRA adapters, and the
+//! forward pass with an optional key/value cache. Generation and the policy live in
+//! sibling modules.
+//!
+//! The forward pass follows transformers' eager implementation step by step so that
+//! a checkpoint gives the same numbers here and there:
+//! - RMSNorm computes its statistics in f32 and casts back before the weight multiply;
+//! - RoPE is rotate-half, with frequencies `1 / theta^(2i/d)` (Llama 3 scaled when
+//!   configured), cos/sin computed in f32;
+//! - attention scores are `q k^T / sqrt(head_dim)` plus an additive mask, softmaxed in
+//!   f32; grouped-query attention folds the query heads of one KV head together instead
+//!   of copying keys and values;
+//! - Qwen3 normalises each query and key head before RoPE;
+//! - the MLP is SwiGLU, `down(silu(gate(x)) * up(x))`.
+//!
+//! Dtypes: weights run in the *compute dtype* (bf16 on CUDA, f32 on CPU). Trainable
+//! parameters are f32 master copies in the `VarStore` and are cast on use, so Adam
+//! updates at lr 1e-6 are not lost to bf16 rounding; frozen weights (the base under
+//! LoRA) are stored directly in the compute dtype.
+use super::config::LmConfig;
+use std::collections::BTreeMap;
+use tch::{nn, Device, Kind, Tensor};
+
+/// `(name, shape)` of every parameter a config implies, in the order checkpoints of
+/// transformers list them (embedding, layers, final norm, head).
+pub fn param_shapes(cfg: &LmConfig) -> Vec<(String, Vec<i64>)> {
+    let (h, i, d) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
+    let q = cfg.num_attention_heads * d;
+    let kv = cfg.num_key_value_heads * d;
+    let mut v = vec![("model.embed_tokens.weight".to_string(), vec![cfg.vocab_size, h])];
+    for l in 0..cfg.num_hidden_layers {
+        let p = |s: &str| format!("model.layers.{l}.{s}");
+        v.push((p("input_layernorm.weight"), vec![h]));
+        for (m, out) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+            v.push((p(&format!("self_attn.{m}.weight")), vec![out, h]));
+            if cfg.qkv_bias {
+                v.push((p(&format!("self_attn.{m}.bias")), vec![out]));
+            }
+        }
+        v.push((p("self_attn.o_proj.weight"), vec![h, q]));
+        if cfg.qk_norm {
+            v.push((p("self_attn.q_norm.weight"), vec![d]));
+            v.push((p("self_attn.k_norm.weight"), vec![d]));
+        }
+        v.push((p("post_attention_layernorm.weight"), vec![h]));
+        v.push((p("mlp.gate_proj.weight"), vec![i, h]));
+        v.push((p("mlp.up_proj.weight"), vec![i, h]));
+        v.push((p("mlp.down_proj.weight"), vec![h, i]));
+    }
+    v.push(("model.norm.weight".to_string(), vec![h]));
+    if !cfg.tie_word_embeddings {
+        v.push(("lm_head.weight".to_string(), vec![cfg.vocab_size, h]));
+    }
+    v
+}
+
+/// Modules LoRA may adapt.
+pub const LORA_MODULES: [&str; 7] = [
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+];
+
+/// LoRA hyper-parameters (from the plan; recorded with every checkpoint).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoraSpec {
+    pub rank: i64,
+    pub alpha: f64,
+    /// Module names from [`LORA_MODULES`].
+    pub targets: Vec<String>,
+}
+
+impl LoraSpec {
+    pub fn scale(&self) -> f64 {
+        self.alpha / self.rank as f64
+    }
+}
+
+/// A `VarStore` variable at a dotted name (tch paths forbid dots inside a component).
+fn var_at(vs: &nn::VarStore, name: &str, value: &Tensor) -> Tensor {
+    let mut parts: Vec<&str> = name.split('.').collect();
+    let last = parts.pop().expect("a parameter name");
+    let mut p = vs.root();
+    for c in parts {
+        p = p / c;
+    }
+    p.var_copy(last, value)
+}
+
+/// One linear layer: weight, optional bias, optional LoRA pair `(A [r, in], B [out, r])`.
+struct Lin {
+    w: Tensor,
+    b: Option<Tensor>,
+    lora: Option<(Tensor, Tensor)>,
+}
+
+struct Layer {
+    in_norm: Tensor,
+    q: Lin,
+    k: Lin,
+    v: Lin,
+    o: Lin,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    post_norm: Tensor,
+    gate: Lin,
+    up: Lin,
+    down: Lin,
+}
+
+/// Per layer, preallocated keys and values `[B, Hkv, capacity, D]`, filled up to `len`.
+pub struct KvCache {
+    layers: Vec<(Tensor, Tensor)>,
+    pub len: i64,
+}
+
+impl KvCache {
+    pub fn new(cfg: &LmConfig, batch: i64, capacity: i64, kind: Kind, device: Device) -> KvCache {
+        let shape = [batch, cfg.num_key_value_heads, capacity, cfg.head_dim];
+        KvCache {
+            layers: (0..cfg.num_hidden_layers)
+                .map(|_| {
+                    (
+                        Tensor::zeros(shape, (kind, device)),
+                        Tensor::zeros(shape, (kind, device)),
+                    )
+                })
+                .collect(),
+            len: 0,
+        }
+    }
+
+    /// Keep (and reorder, or repeat) batch rows: `idx` indexes the current rows.
+    pub fn select(&mut self, idx: &Tensor) {
+        for (k, v) in self.layers.iter_mut() {
+            *k = k.index_select(0, idx);
+            *v = v.index_select(0, idx);
+        }
+    }
+}
+
+/// The model: parameters and the forward pass.
+pub struct Model {
+    pub cfg: LmConfig,
+    /// Trainable parameters (f32 masters): all weights, or only LoRA adapters.
+    pub vs: nn::VarStore,
+    /// Frozen weights in the compute dtype (the base under LoRA), by name.
+    pub frozen: BTreeMap<String, Tensor>,
+    pub lora: Option<LoraSpec>,
+    /// bf16 on CUDA, f32 on CPU.
+    pub dtype: Kind,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    head: Tensor,
+    inv_freq: Tensor,
+}
+
+/// Why a set of named tensors does not make a model.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WeightsError {
+    #[error("missing tensor {0}")]
+    Missing(String),
+    #[error("tensor {name} has shape {found:?}, the config implies {expected:?}")]
+    Shape {
+        name: String,
+        found: Vec<i64>,
+        expected: Vec<i64>,
+    },
+    #[error("unexpected tensor {0} (not a parameter of this architecture)")]
+    Extra(String),
+}
+
+/// The compute dtype for a device.
+pub fn compute_dtype(device: Device) -> Kind {
+    match device {
+        Device::Cpu => Kind::Float,
+        _ => Kind::BFloat16,
+    }
+}
+
+/// RoPE inverse frequencies `[head_dim / 2]` (f32), as transformers computes them.
+fn inv_freq(cfg: &LmConfig, device: Device) -> Tensor {
+    let d = cfg.head_dim;
+    let exps = Tensor::arange_start_step(0, d, 2, (Kind::Int64, Device::Cpu)).to_kind(Kind::Float)
+        / d as f64;
+    let inv = Tensor::ones_like(&exps) / Tensor::pow_scalar(cfg.rope_theta, &exps);
+    let inv = match cfg.rope_scaling {
+        None => inv,
+        Some(s) => {
+            let old = s.original_max_position_embeddings;
+            let low_wavelen = old / s.low_freq_factor;
+            let high_wavelen = old / s.high_freq_factor;
+            let wavelen = (Tensor::ones_like(&inv) * (2.0 * std::f64::consts::PI)) / &inv;
+            let scaled = (&inv / s.factor).where_self(&wavelen.gt(low_wavelen), &inv);
+            let smooth = (wavelen.ones_like() * old / &wavelen - s.low_freq_factor)
+                / (s.high_freq_factor - s.low_freq_factor);
+            let smoothed = (smooth.ones_like() - &smooth) * &scaled / s.factor + &smooth * &scaled;
+            let medium = wavelen
+                .lt(high_wavelen)
+                .logical_not()
+                .logical_and(&wavelen.gt(low_wavelen).logical_not());
+            smoothed.where_self(&medium, &scaled)
+        }
+    };
+    inv.to_device(device)
+}
+
+fn rotate_half(x: &Tensor) -> Tensor {
+    let half = x.size().last().copied().expect("a last dim") / 2;
+    let x1 = x.narrow(-1, 0, half);
+    let x2 = x.narrow(-1, half, half);
+    Tensor::cat(&[x2.neg(), x1], -1)
+}
+
+impl Model {
+    /// Build from named tensors (`weights`, on any device and dtype). With `lora`, every
+    /// weight is frozen in the compute dtype and fresh adapters are the trainable
+    /// parameters (A uniform in ±1/sqrt(in) from `seed`, B zero, so the adapted model
+    /// starts equal to the base); without, every weight is a trainable f32 master.
+    pub fn from_weights(
+        cfg: LmConfig,
+        mut weights: BTreeMap<String, Tensor>,
+        device: Device,
+        lora: Option<LoraSpec>,
+        seed: crate::seed::Seed,
+    ) -> Result<Model, WeightsError> {
+        let dtype = compute_dtype(device);
+        let shapes = param_shapes(&cfg);
+        for (name, shape) in &shapes {
+            let t = weights
+                .get(name)
+                .ok_or_else(|| WeightsError::Missing(name.clone()))?;
+            if &t.size() != shape {
+                return Err(WeightsError::Shape {
+                    name: name.clone(),
+                    found: t.size(),
+                    expected: shape.clone(),
+                });
+            }
+        }
+        if let Some(extra) = weights
+            .keys()
+            .find(|k| !shapes.iter().any(|(n, _)| n == *k))
+        {
+            return Err(WeightsError::Extra(extra.clone()));
+        }
+        let vs = nn::VarStore::new(device);
+        let mut frozen = BTreeMap::new();
+        let mut handles: BTreeMap<String, Tensor> = BTreeMap::new();
+        {
+            let _guard = tch::no_grad_guard();
+            for (name, _) in &shapes {
+                let t = weights.remove(name).expect("checked above");
+                let h = if lora.is_some() {
+                    let f = t.to_device(device).to_kind(dtype).set_requires_grad(false);
+                    frozen.insert(name.clone(), f.shallow_clone());
+                    f
+                } else {
+                    var_at(&vs, name, &t.to_device(device).to_kind(Kind::Float))
+                };
+                handles.insert(name.clone(), h);
+            }
+        }
+        let mut adapters: BTreeMap<String, (Tensor, Tensor)> = BTreeMap::new();
+        if let Some(spec) = &lora {
+            let _rng = super::super::seeded_torch_rng(seed);
+            for (name, shape) in &shapes {
+                let Some(module) = name.strip_suffix(".weight") else {
+                    continue;
+                };
+                let short = module.rsplit('.').next().unwrap_or("");
+                if !spec.targets.iter().any(|t| t == short) {
+                    continue;
+                }
+                let (out, inp) = (shape[0], shape[1]);
+                let bound = 1.0 / (inp as f64).sqrt();
+                let a = Tensor::empty([spec.rank, inp], (Kind::Float, Device::Cpu))
+                    .uniform_(-bound, bound);
+                let b = Tensor::zeros([out, spec.rank], (Kind::Float, Device::Cpu));
+                let a = var_at(&vs, &format!("{module}.lora_A.weight"), &a.to_device(device));
+                let b = var_at(&vs, &format!("{module}.lora_B.weight"), &b.to_device(device));
+                adapters.insert(module.to_string(), (a, b));
+            }
+        }
+        let take = |n: &str| handles[n].shallow_clone();
+        let lin = |module: &str, bias: bool| Lin {
+            w: take(&format!("{module}.weight")),
+            b: bias.then(|| take(&format!("{module}.bias"))),
+            lora: adapters
+                .get(module)
+                .map(|(a, b)| (a.shallow_clone(), b.shallow_clone())),
+        };
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|l| {
+                let p = |s: &str| format!("model.layers.{l}.{s}");
+                Layer {
+                    in_norm: take(&p("input_layernorm.weight")),
+                    q: lin(&p("self_attn.q_proj"), cfg.qkv_bias),
+                    k: lin(&p("self_attn.k_proj"), cfg.qkv_bias),
+                    v: lin(&p("self_attn.v_proj"), cfg.qkv_bias),
+                    o: lin(&p("self_attn.o_proj"), false),
+                    q_norm: cfg.qk_norm.then(|| take(&p("self_attn.q_norm.weight"))),
+                    k_norm: cfg.qk_norm.then(|| take(&p("self_attn.k_norm.weight"))),
+                    post_norm: take(&p("post_attention_layernorm.weight")),
+                    gate: lin(&p("mlp.gate_proj"), false),
+                    up: lin(&p("mlp.up_proj"), false),
+                    down: lin(&p("mlp.down_proj"), false),
+                }
+            })
+            .collect();
+        let embed = take("model.embed_tokens.weight");
+        let head = if cfg.tie_word_embeddings {
+            embed.shallow_clone()
+        } else {
+            take("lm_head.weight")
+        };
+        Ok(Model {
+            inv_freq: inv_freq(&cfg, device),
+            norm: take("model.norm.weight"),
+            cfg,
+            vs,
+            frozen,
+            lora,
+            dtype,
+            embed,
+            layers,
+            head,
+        })
+    }
+
+    /// Fresh random weights for a config (scratch models): normal(0, 0.02) for
+    /// embeddings and projections, zero biases, unit norms, drawn from `seed`.
+    pub fn random_weights(
+        cfg: &LmConfig,
+        seed: crate::seed::Seed,
+    ) -> BTreeMap<String, Tensor> {
+        let _rng = super::super::seeded_torch_rng(seed);
+        param_shapes(cfg)
+            .into_iter()
+            .map(|(name, shape)| {
+                let t = if name.ends_with("norm.weight") {
+                    Tensor::ones(&shape, (Kind::Float, Device::Cpu))
+                } else if name.ends_with(".bias") {
+                    Tensor::zeros(&shape, (Kind::Float, Device::Cpu))
+                } else {
+                    Tensor::randn(&shape, (Kind::Float, Device::Cpu)) * 0.02
+                };
+                (name, t)
+            })
+            .collect()
+    }
+
+    pub fn device(&self) -> Device {
+        self.vs.device()
+    }
+
+    /// For inference in bf16: a model whose f32 trainable weights are cast to the
+    /// compute dtype once, instead of at every decode step (None when nothing needs a
+    /// cast, e.g. f32 on the CPU or a LoRA base already stored in bf16). The copy
+    /// shares nothing with training: take it per generation call.
+    pub fn inference_copy(&self) -> Option<Model> {
+        if self.embed.kind() == self.dtype && self.layers.iter().all(|l| l.q.w.kind() == self.dtype) {
+            return None;
+        }
+        let _guard = tch::no_grad_guard();
+        let c = |t: &Tensor| self.w(t);
+        let lin = |l: &Lin| Lin {
+            w: c(&l.w),
+            b: l.b.as_ref().map(c),
+            lora: l.lora.as_ref().map(|(a, b)| (a.shallow_clone(), b.shallow_clone())),
+        };
+        Some(Model {
+            cfg: self.cfg.clone(),
+            vs: nn::VarStore::new(self.device()),
+            frozen: BTreeMap::new(),
+            lora: self.lora.clone(),
+            dtype: self.dtype,
+            embed: c(&self.embed),
+            layers: self
+                .layers
+                .iter()
+                .map(|l| Layer {
+                    in_norm: c(&l.in_norm),
+                    q: lin(&l.q),
+                    k: lin(&l.k),
+                    v: lin(&l.v),
+                    o: lin(&l.o),
+                    q_norm: l.q_norm.as_ref().map(c),
+                    k_norm: l.k_norm.as_ref().map(c),
+                    post_norm: c(&l.post_norm),
+                    gate: lin(&l.gate),
+                    up: lin(&l.up),
+                    down: lin(&l.down),
+                })
+                .collect(),
+            norm: c(&self.norm),
+            head: c(&self.head),
+            inv_freq: self.inv_freq.shallow_clone(),
+        })
+    }
+
+    /// A weight in the compute dtype (a no-op for f32 on CPU and for frozen weights).
+    fn w(&self, t: &Tensor) -> Tensor {
+        if t.kind() == self.dtype {
+            t.shallow_clone()
+        } else {
+            t.to_kind(self.dtype)
+        }
+    }
+
+    fn linear(&self, lin: &Lin, x: &Tensor, use_lora: bool) -> Tensor {
+        let b = lin.b.as_ref().map(|b| self.w(b));
+        let y = x.linear(&self.w(&lin.w), b.as_ref());
+        match (&lin.lora, &self.lora, use_lora) {
+            (Some((a, bm)), Some(spec), true) => {
+                // The adapter path runs in f32: its updates are small.
+                let z = x.to_kind(Kind::Float).linear::<Tensor>(a, None).linear::<Tensor>(bm, None)
+                    * spec.scale();
+                y + z.to_kind(self.dtype)
+            }
+            _ => y,
+        }
+    }
+
+    fn rms_norm(&self, x: &Tensor, w: &Tensor) -> Tensor {
+        let xf = x.to_kind(Kind::Float);
+        let var = xf.square().mean_dim(-1, true, Kind::Float);
+        let normed = (xf * (var + self.cfg.rms_norm_eps).rsqrt()).to_kind(self.dtype);
+        self.w(w) * normed
+    }
+
+    /// cos and sin `[B, 1, T, D]` for positions `[B, T]`.
+    fn rope(&self, positions: &Tensor) -> (Tensor, Tensor) {
+        let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * self.inv_freq.view([1, 1, -1]);
+        let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
+        (emb.cos().to_kind(self.dtype), emb.sin().to_kind(self.dtype))
+    }
+
+    /// Final hidden states `[B, T, hidden]` of `tokens` `[B, T]` at `positions` `[B, T]`
+    /// under the additive f32 attention `bias` `[B, 1, T, Tk]` (Tk = cached + T). With a
+    /// cache, the new keys and values are written at `cache.len..` and `len` advances.
+    /// `use_lora: false` runs the frozen base alone (the KL reference under LoRA).
+    // `x = x + f(x)`, not `x += f(x)`: an in-place add would overwrite a tensor autograd
+    // saved for the backward pass.
+    #[allow(clippy::assign_op_pattern)]
+    pub fn hidden(
+        &self,
+        tokens: &Tensor,
+        positions: &Tensor,
+        bias: &Tensor,
+        mut cache: Option<&mut KvCache>,
+        use_lora: bool,
+    ) -> Tensor {
+        let (b, t) = tokens.size2().expect("[B, T] tokens");
+        let c = &self.cfg;
+        let (h, kvh, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let rep = h / kvh;
+        let scale = 1.0 / (d as f64).sqrt();
+        let (cos, sin) = self.rope(positions);
+        let mut x = Tensor::embedding(&self.w(&self.embed), tokens, -1, false, false);
+        let start = cache.as_ref().map_or(0, |c| c.len);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let xin = self.rms_norm(&x, &layer.in_norm);
+            let heads = |z: Tensor, n: i64| z.view([b, t, n, d]);
+            let mut q = heads(self.linear(&layer.q, &xin, use_lora), h);
+            let mut k = heads(self.linear(&layer.k, &xin, use_lora), kvh);
+            let v = heads(self.linear(&layer.v, &xin, use_lora), kvh).transpose(1, 2);
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                q = self.rms_norm(&q, qn);
+                k = self.rms_norm(&k, kn);
+            }
+            let q = q.transpose(1, 2);
+            let k = k.transpose(1, 2);
+            let q = &q * &cos + rotate_half(&q) * &sin;
+            let k = &k * &cos + rotate_half(&k) * &sin;
+            let (k, v) = match cache.as_deref_mut() {
+                Some(cache) => {
+                    let (ck, cv) = &mut cache.layers[l];
+                    ck.narrow(2, start, t).copy_(&k);
+                    cv.narrow(2, start, t).copy_(&v);
+                    (ck.narrow(2, 0, start + t), cv.narrow(2, 0, start + t))
+                }
+                None => (k, v),
+            };
+            let tk = k.size()[2];
+            // Grouped-query attention: the `rep` query heads sharing a KV head are
+            // stacked along the query axis, so keys and values are never copied.
+            let qg = q.reshape([b, kvh, rep * t, d]);
+            let scores = (qg.matmul(&k.transpose(-2, -1)) * scale).view([b, kvh, rep, t, tk])
+                + bias.unsqueeze(2);
+            let att = scores.softmax(-1, Kind::Float).to_kind(self.dtype);
+            let y = att
+                .view([b, kvh, rep * t, tk])
+                .matmul(&v)
+                .view([b, h, t, d])
+                .transpose(1, 2)
+                .reshape([b, t, h * d]);
+            x = x + self.linear(&layer.o, &y, use_lora);
+            let xm = self.rms_norm(&x, &layer.post_norm);
+            let g = self.linear(&layer.gate, &xm, use_lora).silu();
+            let u = self.linear(&layer.up, &xm, use_lora);
+            x = x + self.linear(&layer.down, &(g * u), use_lora);
+        }
+        if let Some(cache) = cache {
+            cache.len = start + t;
+        }
+        self.rms_norm(&x, &self.norm)
+    }
+
+    /// Logits (f32) of hidden states `[.., hidden]`.
+    pub fn logits(&self, hidden: &Tensor) -> Tensor {
+        hidden
+            .linear::<Tensor>(&self.w(&self.head), None)
+            .to_kind(Kind::Float)
+    }
+
+    /// Every weight by HF name, in f32 on the CPU, with LoRA merged
+    /// (`W + alpha/r * B A`): what an exported checkpoint holds.
+    pub fn merged_weights(&self) -> BTreeMap<String, Tensor> {
+        let _guard = tch::no_grad_guard();
+        let vars = self.vs.variables();
+        let mut out = BTreeMap::new();
+        for (name, _) in param_shapes(&self.cfg) {
+            let t = match self.frozen.get(&name) {
+                Some(f) => f.shallow_clone(),
+                None => vars[&name].shallow_clone(),
+            };
+            let mut t = t.to_kind(Kind::Float).to_device(Device::Cpu);
+            if let (Some(module), Some(spec)) = (name.strip_suffix(".weight"), &self.lora) {
+                let a = vars.get(&format!("{module}.lora_A.weight"));
+                let b = vars.get(&format!("{module}.lora_B.weight"));
+                if let (Some(a), Some(b)) = (a, b) {
+                    let delta = b.to_device(Device::Cpu).matmul(&a.to_device(Device::Cpu))
+                        * spec.scale();
+                    t = t + delta;
+                }
+            }
+            out.insert(name, t.contiguous());
+        }
+        out
+    }
+}
