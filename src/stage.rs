@@ -223,7 +223,13 @@ impl<'a> Pipeline<'a> {
             crate::ledger::plan::PolicyKind::Lm => {
                 let spec = &self.plan.lm;
                 let lm = crate::train::lm::init(spec, self.device, seed.child("init", 0), || {
-                    pretraining_corpus(spec, data)
+                    let mut corpus = pretraining_corpus(spec, data);
+                    corpus.extend(
+                        engineer_examples(&self.plan, seed)
+                            .into_iter()
+                            .map(|(prompt, reply)| format!("{prompt}{reply}<|im_end|>")),
+                    );
+                    corpus
                 })
                 .map_err(crate::train::TrainError::from)?;
                 Ok(Box::new(lm))
@@ -416,10 +422,34 @@ impl<'a> Pipeline<'a> {
         stop: &AtomicBool,
     ) -> Result<bool, StageError> {
         let every = self.plan.grpo.checkpoint_every;
+        // Engineer examples as token pairs (scratch lm plans), prompts cut to the
+        // engineer's prompt budget from the left (the answer format is at the end).
+        let pairs: Vec<(Vec<u32>, Vec<u32>)> = match ts.policy.as_lm() {
+            Some(lm) => engineer_examples(&self.plan, seed)
+                .into_iter()
+                .map(|(prompt, reply)| {
+                    let mut p = lm.encode(&prompt);
+                    let keep = self.plan.lm.engineer_prompt_tokens as usize;
+                    if p.len() > keep {
+                        p.drain(..p.len() - keep);
+                    }
+                    let mut r = lm.encode(&reply);
+                    r.extend(lm.tokenizer.token_to_id(lm.arch.chat.end_token()));
+                    (p, r)
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let w = &self.plan.warmup;
         progress.stage_begin(0, "warmup", cfg.steps);
         let mut rec = Recorder::new(self.ledger, branch, self.base_meta.clone());
         for s in start..cfg.steps {
-            let (event, loss) = warmup::step(&mut ts, &cfg, &data, seed, s);
+            let engineer_step = !pairs.is_empty() && s % w.engineer_every as u64 == w.engineer_every as u64 - 1;
+            let (event, loss) = if engineer_step {
+                warmup::text_step(&mut ts, &pairs, w.engineer_batch_size as usize, seed, s)
+            } else {
+                warmup::step(&mut ts, &cfg, &data, seed, s)
+            };
             rec.push(0, event);
             progress.step(
                 0,
@@ -744,6 +774,39 @@ pub fn pretraining_corpus(spec: &crate::train::lm::LmSpec, data: &[Solved]) -> V
                 crate::train::lm::ChatFormat::ChatMl.wrap(&task),
                 render_plan(&it.plan)
             )
+        })
+        .collect()
+}
+
+/// The engineer examples of a scratch `lm` plan's pretraining: `(chat-formatted
+/// prompt, teacher reply)`, the prompts rendered exactly as the `current`/`base`
+/// engineers will read them (the plan's context modules). Empty for other plans.
+pub fn engineer_examples(plan: &LedgerPlan, seed: Seed) -> Vec<(String, String)> {
+    use crate::engineer::{llm, teacher};
+    let n = plan.warmup.engineer_examples;
+    if plan.policy != crate::ledger::plan::PolicyKind::Lm || plan.lm.hf_dir().is_some() || n == 0 {
+        return Vec::new();
+    }
+    let reg = llm::LlmRegistration {
+        name: "teacher".into(),
+        url: "in-process".into(),
+        model: "teacher".into(),
+        api_key_env: None,
+        tokenizer: None,
+        max_context: None,
+        context_modules: vec![],
+    };
+    let chat = crate::train::lm::ChatFormat::ChatMl;
+    (0..n as u64)
+        .map(|i| {
+            let ctx = teacher::context(
+                seed.child("teacher-context", i),
+                &plan.engineer.context,
+                1 + (i % plan.engineer.stages.max(1) as u64) as u32,
+            );
+            let reply = teacher::answer(&ctx, seed.child("teacher-answer", i));
+            let p = llm::build_prompt(&ctx, &reg, &llm::TokenCounter::Approximate);
+            (chat.wrap_with_system(&p.system, &p.user), reply)
         })
         .collect()
 }

@@ -118,11 +118,21 @@ pub struct Warmup {
     pub sizes: Vec<u32>,
     pub hole_ratio: f64,
     pub wait_ratio: f64,
+    /// Scratch `lm` models: engineer prompts answered by the teacher
+    /// (`src/engineer/teacher.rs`) mixed into pretraining, so the base model can write
+    /// proposals. 0 disables.
+    pub engineer_examples: u32,
+    /// Every this many warm-up steps, one step is on a batch of engineer examples.
+    pub engineer_every: u32,
+    pub engineer_batch_size: u32,
 }
 
 impl Default for Warmup {
     fn default() -> Self {
         Warmup {
+            engineer_examples: 0,
+            engineer_every: 4,
+            engineer_batch_size: 8,
             steps: 200,
             lr: 1e-3,
             batch_size: 64,
@@ -303,6 +313,9 @@ impl LedgerPlan {
         }
         check_f("warmup.hole_ratio", w.hole_ratio, 0.0, 0.5, false)?;
         check_f("warmup.wait_ratio", w.wait_ratio, 0.0, 1.0, false)?;
+        check_u("warmup.engineer_examples", w.engineer_examples as u64, 0, 1_000_000)?;
+        check_u("warmup.engineer_every", w.engineer_every as u64, 1, 1_000_000)?;
+        check_u("warmup.engineer_batch_size", w.engineer_batch_size as u64, 1, 1 << 20)?;
         check_u("suites.max_size", s.max_size as u64, 5, 32)?;
         let g = &self.grpo;
         check_u("grpo.steps", g.steps, 1, 100_000_000)?;

@@ -61,3 +61,41 @@ pub fn step(
     });
     (event, l)
 }
+
+/// One imitation step on text pairs (an `lm` policy): maximise the log-likelihood of
+/// `targets` after `prompts` for the batch `step` of `pairs` (the engineer examples a
+/// scratch base model learns from).
+pub fn text_step(
+    state: &mut TrainState,
+    pairs: &[(Vec<u32>, Vec<u32>)],
+    batch_size: usize,
+    seed: Seed,
+    step: u64,
+) -> (EventBody, f64) {
+    let idx = batch_indices(pairs.len(), batch_size, seed.child("order", 1), step);
+    let lm = state
+        .policy
+        .as_lm()
+        .expect("text pairs train a language model");
+    let prompts: Vec<&[u32]> = idx.iter().map(|&i| pairs[i].0.as_slice()).collect();
+    let targets: Vec<&[u32]> = idx.iter().map(|&i| pairs[i].1.as_slice()).collect();
+    let lp = lm.token_log_probs(&prompts, &targets, lm.arch.sampling.temperature, true);
+    let loss = -lp.per_action.mean(Kind::Float);
+    super::adam::Adam::zero_grad(state.policy.vars());
+    loss.backward();
+    let grad_norm = state.adam.update(state.policy.vars());
+    state.global_step += 1;
+    let l = loss.double_value(&[]);
+    let h = lp.entropy.mean(Kind::Float).double_value(&[]);
+    let event = EventBody::GradientStep(GradientStep {
+        step: state.global_step,
+        params: super::checkpoint::param_hash(state.policy.vars()),
+        loss: l.to_bits(),
+        policy_loss: l.to_bits(),
+        kl: 0f64.to_bits(),
+        entropy: h.to_bits(),
+        grad_norm: grad_norm.to_bits(),
+        reward_mean: 0f64.to_bits(),
+    });
+    (event, l)
+}
