@@ -199,20 +199,19 @@ impl Prompt {
 
 /// The system message: the engineer's role, the rules and the answer format.
 pub fn system_message() -> String {
-    "You are the environment engineer of a curriculum for a neural multi-agent path-finding policy \
+    "You are the environment engineer of a curriculum for a multi-agent path-finding policy \
 on MAPF-FrozenLake maps. Between training stages you read the evidence about the current policy \
-and design the next stage's training-instance generator configuration.\n\
-Rules: edit locally and keep what works; change only the map sizes the evidence implicates; \
-stay within the legal ranges (values outside are clipped and recorded); never invent map sizes \
-outside 3..=32.\n\
-Answer format: one JSON object that validates against the given JSON Schema, listing only the \
-fields you change (map sizes are string keys, e.g. {\"sizes\": {\"5\": {\"hole_ratio\": 0.15}}}), \
-inside a ```json fenced block, followed by one short paragraph of rationale. No other JSON."
+and write the next stage's training-instance generator configuration.\n\
+Answer format: one JSON object following the given JSON Schema, listing only the fields you \
+change (map sizes are string keys, e.g. {\"sizes\": {\"5\": {\"hole_ratio\": 0.15}}}), inside a \
+```json fenced block, followed by one short paragraph of rationale. No other JSON."
         .to_string()
 }
 
 fn schema_text() -> String {
-    serde_json::to_string_pretty(&schemars::schema_for!(ConfigProposal))
+    // Compact: the schema is boilerplate every prompt carries, and small in-process
+    // models pay for each of its tokens.
+    serde_json::to_string(&schemars::schema_for!(ConfigProposal))
         .expect("the proposal schema serialises")
 }
 

@@ -107,11 +107,7 @@ pub fn build_replaying(
                     name: name.to_string(),
                     policy,
                     seed,
-                    sampling: crate::train::lm::Sampling {
-                        temperature: spec.temperature,
-                        top_p: spec.top_p,
-                        max_new_tokens: spec.engineer_max_new_tokens as usize,
-                    },
+                    sampling: spec.engineer_sampling(),
                     max_prompt_tokens: spec.engineer_prompt_tokens,
                 }));
             }

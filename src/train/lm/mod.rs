@@ -147,6 +147,10 @@ pub struct LmSpec {
     /// (the context is trimmed to fit, as for registered LLM engineers).
     pub engineer_max_new_tokens: u32,
     pub engineer_prompt_tokens: u32,
+    /// Sampling of the proposal (`current`/`base`): a model writing JSON is usually
+    /// sampled cooler than it explores plans.
+    pub engineer_temperature: f64,
+    pub engineer_top_p: f64,
 }
 
 impl Default for LmSpec {
@@ -172,6 +176,8 @@ impl Default for LmSpec {
             lora_targets: model::LORA_MODULES.iter().map(|s| s.to_string()).collect(),
             engineer_max_new_tokens: 160,
             engineer_prompt_tokens: 4096,
+            engineer_temperature: 0.7,
+            engineer_top_p: 0.9,
         }
     }
 }
@@ -220,6 +226,12 @@ impl LmSpec {
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return f("top_p", format!("must be in (0, 1], got {}", self.top_p));
         }
+        if !(self.engineer_temperature > 0.0 && self.engineer_temperature <= 10.0) {
+            return f("engineer_temperature", format!("must be in (0, 10], got {}", self.engineer_temperature));
+        }
+        if !(self.engineer_top_p > 0.0 && self.engineer_top_p <= 1.0) {
+            return f("engineer_top_p", format!("must be in (0, 1], got {}", self.engineer_top_p));
+        }
         if !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
             return f("rope_theta", "must be positive".into());
         }
@@ -245,6 +257,15 @@ impl LmSpec {
             temperature: self.temperature,
             top_p: self.top_p,
             max_new_tokens: self.max_new_tokens as usize,
+        }
+    }
+
+    /// How `current`/`base` sample their reply.
+    pub fn engineer_sampling(&self) -> Sampling {
+        Sampling {
+            temperature: self.engineer_temperature,
+            top_p: self.engineer_top_p,
+            max_new_tokens: self.engineer_max_new_tokens as usize,
         }
     }
 

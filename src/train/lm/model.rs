@@ -484,19 +484,23 @@ impl Model {
                 }
                 None => (k, v),
             };
-            let tk = k.size()[2];
-            // Grouped-query attention: the `rep` query heads sharing a KV head are
-            // stacked along the query axis, so keys and values are never copied.
-            let qg = q.reshape([b, kvh, rep * t, d]);
-            let scores = (qg.matmul(&k.transpose(-2, -1)) * scale).view([b, kvh, rep, t, tk])
-                + bias.unsqueeze(2);
-            let att = scores.softmax(-1, Kind::Float).to_kind(self.dtype);
-            let y = att
-                .view([b, kvh, rep * t, tk])
-                .matmul(&v)
-                .view([b, h, t, d])
-                .transpose(1, 2)
-                .reshape([b, t, h * d]);
+            // Fused attention (torch's scaled_dot_product_attention): on the CPU its
+            // flash kernel never materialises the [T, T] score matrix, which decides
+            // whether long engineer prompts fit in memory; grouped-query heads are
+            // handled by the kernel (`enable_gqa`), so keys and values are not copied.
+            let mask = bias.to_kind(self.dtype);
+            let y = Tensor::scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                Some(&mask),
+                0.0,
+                false,
+                scale,
+                rep > 1,
+            )
+            .transpose(1, 2)
+            .reshape([b, t, h * d]);
             x = x + self.linear(&layer.o, &y, use_lora);
             let xm = self.rms_norm(&x, &layer.post_norm);
             let g = self.linear(&layer.gate, &xm, use_lora).silu();
