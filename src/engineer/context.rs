@@ -126,7 +126,7 @@ impl EngineerContext {
         );
         let _ = writeln!(
             s,
-            "Edit locally and keep what works: change the sizes the failure evidence implicates, leave the sizes that already succeed alone. \
+            "A size is added by naming it and dropped by setting its data_ratio to 0; sizes not named keep their values. \
              Values out of range are clipped and recorded. Answer with a JSON object {{\"sizes\": {{\"N\": {{\"data_ratio\": .., \"hole_ratio\": .., \"wait_ratio\": ..}}}}}} listing only the sizes you change, then one paragraph of rationale.\n"
         );
         s
