@@ -444,7 +444,8 @@ impl<'a> Pipeline<'a> {
         progress.stage_begin(0, "warmup", cfg.steps);
         let mut rec = Recorder::new(self.ledger, branch, self.base_meta.clone());
         for s in start..cfg.steps {
-            let engineer_step = !pairs.is_empty() && s % w.engineer_every as u64 == w.engineer_every as u64 - 1;
+            let engineer_step =
+                !pairs.is_empty() && s % w.engineer_every as u64 == w.engineer_every as u64 - 1;
             let (event, loss) = if engineer_step {
                 warmup::text_step(&mut ts, &pairs, w.engineer_batch_size as usize, seed, s)
             } else {

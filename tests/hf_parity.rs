@@ -10,37 +10,84 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf")
+        .join(name)
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 fn parity(name: &str) {
     let dir = fixture(name);
-    let p = LmPolicy::from_hf_dir(&dir, tch::Device::Cpu, None, PromptStyle::Paper, Sampling::default(), Seed::root(0))
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-    let reference: Value = serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    let p = LmPolicy::from_hf_dir(
+        &dir,
+        tch::Device::Cpu,
+        None,
+        PromptStyle::Paper,
+        Sampling::default(),
+        Seed::root(0),
+    )
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let reference: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
     for (i, case) in reference["cases"].as_array().unwrap().iter().enumerate() {
         let prompt = ids(&case["prompt_ids"]);
-        assert_eq!(p.encode(case["prompt"].as_str().unwrap()), prompt, "{name} case {i}: prompt ids");
+        assert_eq!(
+            p.encode(case["prompt"].as_str().unwrap()),
+            prompt,
+            "{name} case {i}: prompt ids"
+        );
         let want = ids(&case["generated"]);
-        let s = Sampling { temperature: 1.0, top_p: 1.0, max_new_tokens: want.len() };
-        let g = generate(&p.model, std::slice::from_ref(&prompt), 1, &[want.len()], &s, true, &[], Seed::root(0), true)
-            .remove(0);
+        let s = Sampling {
+            temperature: 1.0,
+            top_p: 1.0,
+            max_new_tokens: want.len(),
+        };
+        let g = generate(
+            &p.model,
+            std::slice::from_ref(&prompt),
+            1,
+            &[want.len()],
+            &s,
+            true,
+            &[],
+            Seed::root(0),
+            true,
+        )
+        .remove(0);
         assert_eq!(g.tokens, want, "{name} case {i}: greedy tokens");
-        let lps: Vec<f64> = case["logprobs"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let lps: Vec<f64> = case["logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
         let worst = g
             .logprobs
             .iter()
             .zip(&lps)
             .map(|(a, b)| (*a as f64 - b).abs())
             .fold(0.0, f64::max);
-        eprintln!("{name} case {i}: {} tokens equal, max |log-prob - transformers| {worst:.2e}", g.tokens.len());
-        assert!(worst <= 1e-4, "{name} case {i}: max |log-prob - transformers| = {worst:e}");
+        eprintln!(
+            "{name} case {i}: {} tokens equal, max |log-prob - transformers| {worst:.2e}",
+            g.tokens.len()
+        );
+        assert!(
+            worst <= 1e-4,
+            "{name} case {i}: max |log-prob - transformers| = {worst:e}"
+        );
         // transformers decodes special tokens too (skip_special_tokens=False).
-        assert_eq!(p.tokenizer.decode(&g.tokens, false).unwrap(), case["decoded"].as_str().unwrap(), "{name} case {i}: decoded text");
+        assert_eq!(
+            p.tokenizer.decode(&g.tokens, false).unwrap(),
+            case["decoded"].as_str().unwrap(),
+            "{name} case {i}: decoded text"
+        );
     }
 }
 
@@ -48,11 +95,23 @@ fn parity(name: &str) {
 fn qwen3_sharded_matches_transformers() {
     parity("tiny-qwen3");
     // The chat template in tokenizer_config.json is plain ChatML (no think block).
-    let p = LmPolicy::from_hf_dir(&fixture("tiny-qwen3"), tch::Device::Cpu, None, PromptStyle::Paper, Sampling::default(), Seed::root(0)).unwrap();
+    let p = LmPolicy::from_hf_dir(
+        &fixture("tiny-qwen3"),
+        tch::Device::Cpu,
+        None,
+        PromptStyle::Paper,
+        Sampling::default(),
+        Seed::root(0),
+    )
+    .unwrap();
     assert_eq!(p.arch.chat, ChatFormat::ChatMl);
     let reference: Value =
-        serde_json::from_slice(&std::fs::read(fixture("tiny-qwen3/reference.json")).unwrap()).unwrap();
-    assert_eq!(p.arch.chat.wrap("4x4 2 agents\nF F H F"), reference["cases"][1]["prompt"].as_str().unwrap());
+        serde_json::from_slice(&std::fs::read(fixture("tiny-qwen3/reference.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        p.arch.chat.wrap("4x4 2 agents\nF F H F"),
+        reference["cases"][1]["prompt"].as_str().unwrap()
+    );
 }
 
 #[test]
@@ -67,8 +126,12 @@ fn llama3_with_rope_scaling_matches_transformers() {
 
 #[test]
 fn byte_level_bpe_encodes_as_transformers_does() {
-    let tok = mapf_ledger::train::lm::chat::tokenizer_from_bytes(&std::fs::read(fixture("tokenizer.json")).unwrap()).unwrap();
-    let cases: Value = serde_json::from_slice(&std::fs::read(fixture("tokenizer_cases.json")).unwrap()).unwrap();
+    let tok = mapf_ledger::train::lm::chat::tokenizer_from_bytes(
+        &std::fs::read(fixture("tokenizer.json")).unwrap(),
+    )
+    .unwrap();
+    let cases: Value =
+        serde_json::from_slice(&std::fs::read(fixture("tokenizer_cases.json")).unwrap()).unwrap();
     for c in cases.as_array().unwrap() {
         let text = c["text"].as_str().unwrap();
         let got = tok.encode(text, false).unwrap().get_ids().to_vec();

@@ -50,14 +50,31 @@ fn the_checkpoint_writes_the_proposal_and_base_differs_from_current() {
     assert_eq!(main.iter().map(|d| d.0).collect::<Vec<_>>(), vec![1, 2]);
     for (stage, prompt, reply, rationale) in &main {
         // The same prompt an HTTP engineer reads: context modules and answer format.
-        assert!(prompt.contains("[system]") && prompt.contains("## Answer"), "stage {stage}: {prompt}");
+        assert!(
+            prompt.contains("[system]") && prompt.contains("## Answer"),
+            "stage {stage}: {prompt}"
+        );
         assert!(prompt.contains("Failure breakdown"), "stage {stage}");
         assert!(!reply.is_empty(), "stage {stage}: empty reply");
-        assert!(rationale.contains("current checkpoint wrote"), "stage {stage}: {rationale}");
+        assert!(
+            rationale.contains("current checkpoint wrote"),
+            "stage {stage}: {rationale}"
+        );
     }
     // Fork at stage 2 with the base model as engineer: stage 1's checkpoint has trained
     // away from stage 0, so the base model answers the same evidence differently.
-    ok(ledger(&dir, &["fork", "--at", "stage2", "--engineer", "base", "--name", "b"]));
+    ok(ledger(
+        &dir,
+        &[
+            "fork",
+            "--at",
+            "stage2",
+            "--engineer",
+            "base",
+            "--name",
+            "b",
+        ],
+    ));
     ok(ledger(&dir, &["run", "--branch", "b", "--quiet"]));
     let b = decisions(&dir, "b");
     assert_eq!(b[0].1, main[0].1, "the fork keeps stage 1's decision");

@@ -40,7 +40,10 @@ fn scratch(spec: &LmSpec, seed: u64) -> LmPolicy {
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// Logits `[T, V]` of a whole sequence, no cache.
@@ -48,7 +51,13 @@ fn full_logits(m: &Model, ids: &[u32]) -> Tensor {
     let t = ids.len() as i64;
     let toks = Tensor::from_slice(&ids.iter().map(|&x| x as i64).collect::<Vec<_>>()).view([1, t]);
     let pos = Tensor::arange(t, (Kind::Int64, Device::Cpu)).view([1, t]);
-    let h = m.hidden(&toks, &pos, &attention_bias(&[0], t, t, Device::Cpu), None, true);
+    let h = m.hidden(
+        &toks,
+        &pos,
+        &attention_bias(&[0], t, t, Device::Cpu),
+        None,
+        true,
+    );
     tch::no_grad(|| m.logits(&h.squeeze_dim(0)))
 }
 
@@ -63,7 +72,17 @@ fn cached_generation_equals_uncached_recomputation() {
         max_new_tokens: 24,
         ..Sampling::default()
     };
-    let gens = lm_generate(&p.model, &prompts, 1, &[24, 24], &s, true, &[], Seed::root(0), true);
+    let gens = lm_generate(
+        &p.model,
+        &prompts,
+        1,
+        &[24, 24],
+        &s,
+        true,
+        &[],
+        Seed::root(0),
+        true,
+    );
     for (prompt, g) in prompts.iter().zip(&gens) {
         assert_eq!(g.tokens.len(), 24);
         let mut ids = prompt.clone();
@@ -72,9 +91,18 @@ fn cached_generation_equals_uncached_recomputation() {
         let logp = logits.log_softmax(-1, Kind::Float);
         for (k, (&tok, &lp)) in g.tokens.iter().zip(&g.logprobs).enumerate() {
             let row = logits.get((prompt.len() + k - 1) as i64);
-            assert_eq!(row.argmax(-1, false).int64_value(&[]), tok as i64, "greedy token {k}");
-            let full = logp.get((prompt.len() + k - 1) as i64).double_value(&[tok as i64]) as f32;
-            assert!((full - lp).abs() < 1e-5, "token {k}: cached {lp}, full {full}");
+            assert_eq!(
+                row.argmax(-1, false).int64_value(&[]),
+                tok as i64,
+                "greedy token {k}"
+            );
+            let full = logp
+                .get((prompt.len() + k - 1) as i64)
+                .double_value(&[tok as i64]) as f32;
+            assert!(
+                (full - lp).abs() < 1e-5,
+                "token {k}: cached {lp}, full {full}"
+            );
         }
     }
 }
@@ -87,7 +115,17 @@ fn sampling_log_probs_equal_training_log_probs() {
     let p = scratch(&sp, 2);
     let prompts = vec![p.chat_ids("agent 1:"), p.chat_ids("4x4 2 agents")];
     let s = sp.sampling();
-    let gens = lm_generate(&p.model, &prompts, 3, &[30, 30], &s, false, &p.stop, Seed::root(5), true);
+    let gens = lm_generate(
+        &p.model,
+        &prompts,
+        3,
+        &[30, 30],
+        &s,
+        false,
+        &p.stop,
+        Seed::root(5),
+        true,
+    );
     let ps: Vec<&[u32]> = (0..6).map(|l| prompts[l / 3].as_slice()).collect();
     let ts: Vec<&[u32]> = gens.iter().map(|g| g.tokens.as_slice()).collect();
     let lp = tch::no_grad(|| p.token_log_probs(&ps, &ts, 0.7, true));
@@ -95,7 +133,17 @@ fn sampling_log_probs_equal_training_log_probs() {
     let sampled: Vec<f32> = gens.iter().flat_map(|g| g.logprobs.clone()).collect();
     let d = max_abs_diff(&trained, &sampled);
     assert!(d < 1e-5, "max |sampled - trained| = {d}");
-    let again = lm_generate(&p.model, &prompts, 3, &[30, 30], &s, false, &p.stop, Seed::root(5), true);
+    let again = lm_generate(
+        &p.model,
+        &prompts,
+        3,
+        &[30, 30],
+        &s,
+        false,
+        &p.stop,
+        Seed::root(5),
+        true,
+    );
     assert_eq!(again, gens, "generation is not reproducible");
 }
 
@@ -105,7 +153,10 @@ fn save_shards(dir: &std::path::Path, weights: &BTreeMap<String, Tensor>, shards
     let mut map = serde_json::Map::new();
     for (i, chunk) in names.chunks(per).enumerate() {
         let file = format!("model-{:05}-of-{:05}.safetensors", i + 1, shards);
-        let named: Vec<(&str, Tensor)> = chunk.iter().map(|n| (n.as_str(), weights[*n].shallow_clone())).collect();
+        let named: Vec<(&str, Tensor)> = chunk
+            .iter()
+            .map(|n| (n.as_str(), weights[*n].shallow_clone()))
+            .collect();
         Tensor::write_safetensors(&named, dir.join(&file)).unwrap();
         for n in chunk {
             map.insert((*n).clone(), file.clone().into());
@@ -121,7 +172,15 @@ fn export_then_load_gives_identical_logits_and_sharded_loading_works() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("export");
     hf::export(&dir, &p.model, &p.tokenizer_json, p.arch.chat).unwrap();
-    let back = LmPolicy::from_hf_dir(&dir, Device::Cpu, None, p.arch.prompt, p.arch.sampling, Seed::root(0)).unwrap();
+    let back = LmPolicy::from_hf_dir(
+        &dir,
+        Device::Cpu,
+        None,
+        p.arch.prompt,
+        p.arch.sampling,
+        Seed::root(0),
+    )
+    .unwrap();
     let ids = p.chat_ids("agent 1: R R D");
     let a = full_logits(&p.model, &ids);
     let b = full_logits(&back.model, &ids);
@@ -136,7 +195,15 @@ fn export_then_load_gives_identical_logits_and_sharded_loading_works() {
     }
     let weights = p.model.merged_weights();
     save_shards(&sharded, &weights, 3);
-    let c = LmPolicy::from_hf_dir(&sharded, Device::Cpu, None, p.arch.prompt, p.arch.sampling, Seed::root(0)).unwrap();
+    let c = LmPolicy::from_hf_dir(
+        &sharded,
+        Device::Cpu,
+        None,
+        p.arch.prompt,
+        p.arch.sampling,
+        Seed::root(0),
+    )
+    .unwrap();
     assert!(full_logits(&c.model, &ids).equal(&a));
     match &c.arch.origin {
         lm::Origin::Hf { files, .. } => assert_eq!(files.len(), 6, "{files:?}"),
@@ -145,7 +212,14 @@ fn export_then_load_gives_identical_logits_and_sharded_loading_works() {
 }
 
 fn refusal(dir: &std::path::Path) -> String {
-    match LmPolicy::from_hf_dir(dir, Device::Cpu, None, lm::PromptStyle::Compact, Sampling::default(), Seed::root(0)) {
+    match LmPolicy::from_hf_dir(
+        dir,
+        Device::Cpu,
+        None,
+        lm::PromptStyle::Compact,
+        Sampling::default(),
+        Seed::root(0),
+    ) {
         Ok(_) => panic!("{} loaded", dir.display()),
         Err(e) => e.to_string(),
     }
@@ -164,7 +238,10 @@ fn missing_wrong_shape_extra_tensors_and_unknown_model_types_are_refused_by_name
         for f in ["config.json", "tokenizer.json"] {
             std::fs::copy(good.join(f), d.join(f)).unwrap();
         }
-        let mut w: BTreeMap<String, Tensor> = weights.iter().map(|(k, v)| (k.clone(), v.shallow_clone())).collect();
+        let mut w: BTreeMap<String, Tensor> = weights
+            .iter()
+            .map(|(k, v)| (k.clone(), v.shallow_clone()))
+            .collect();
         edit(&mut w);
         save_shards(&d, &w, 2);
         d
@@ -173,21 +250,40 @@ fn missing_wrong_shape_extra_tensors_and_unknown_model_types_are_refused_by_name
         w.remove("model.layers.1.mlp.up_proj.weight");
     });
     let e = refusal(&missing);
-    assert!(e.contains("missing tensor model.layers.1.mlp.up_proj.weight"), "{e}");
+    assert!(
+        e.contains("missing tensor model.layers.1.mlp.up_proj.weight"),
+        "{e}"
+    );
     let shape = variant("shape", &|w| {
-        w.insert("model.norm.weight".into(), Tensor::ones([7], (Kind::Float, Device::Cpu)));
+        w.insert(
+            "model.norm.weight".into(),
+            Tensor::ones([7], (Kind::Float, Device::Cpu)),
+        );
     });
     let e = refusal(&shape);
     assert!(e.contains("model.norm.weight") && e.contains("[7]"), "{e}");
     let extra = variant("extra", &|w| {
-        w.insert("model.layers.9.mlp.up_proj.weight".into(), Tensor::ones([2], (Kind::Float, Device::Cpu)));
+        w.insert(
+            "model.layers.9.mlp.up_proj.weight".into(),
+            Tensor::ones([2], (Kind::Float, Device::Cpu)),
+        );
     });
     let e = refusal(&extra);
-    assert!(e.contains("unexpected tensor model.layers.9.mlp.up_proj.weight"), "{e}");
+    assert!(
+        e.contains("unexpected tensor model.layers.9.mlp.up_proj.weight"),
+        "{e}"
+    );
     let cfg = std::fs::read_to_string(good.join("config.json")).unwrap();
-    std::fs::write(good.join("config.json"), cfg.replace("\"qwen3\"", "\"mixtral\"")).unwrap();
+    std::fs::write(
+        good.join("config.json"),
+        cfg.replace("\"qwen3\"", "\"mixtral\""),
+    )
+    .unwrap();
     let e = refusal(&good);
-    assert!(e.contains("config.json") && e.contains("\"mixtral\""), "{e}");
+    assert!(
+        e.contains("config.json") && e.contains("\"mixtral\""),
+        "{e}"
+    );
 }
 
 #[test]
@@ -199,7 +295,14 @@ fn lora_merged_equals_lora_unmerged() {
         targets: vec!["q_proj".into(), "v_proj".into(), "down_proj".into()],
     };
     let base = p.model.merged_weights();
-    let m = Model::from_weights(p.model.cfg.clone(), base, Device::Cpu, Some(lora), Seed::root(9)).unwrap();
+    let m = Model::from_weights(
+        p.model.cfg.clone(),
+        base,
+        Device::Cpu,
+        Some(lora),
+        Seed::root(9),
+    )
+    .unwrap();
     // Adapters start at zero effect; give B random values so the test can fail.
     tch::no_grad(|| {
         for (name, mut v) in m.vs.variables() {
@@ -212,13 +315,37 @@ fn lora_merged_equals_lora_unmerged() {
     let unmerged = full_logits(&m, &ids);
     let base_only = {
         let t = ids.len() as i64;
-        let toks = Tensor::from_slice(&ids.iter().map(|&x| x as i64).collect::<Vec<_>>()).view([1, t]);
+        let toks =
+            Tensor::from_slice(&ids.iter().map(|&x| x as i64).collect::<Vec<_>>()).view([1, t]);
         let pos = Tensor::arange(t, (Kind::Int64, Device::Cpu)).view([1, t]);
-        tch::no_grad(|| m.logits(&m.hidden(&toks, &pos, &attention_bias(&[0], t, t, Device::Cpu), None, false)))
+        tch::no_grad(|| {
+            m.logits(&m.hidden(
+                &toks,
+                &pos,
+                &attention_bias(&[0], t, t, Device::Cpu),
+                None,
+                false,
+            ))
+        })
     };
-    assert!(!base_only.squeeze_dim(0).allclose(&unmerged, 1e-6, 1e-6, false), "adapters had no effect");
-    let merged = Model::from_weights(m.cfg.clone(), m.merged_weights(), Device::Cpu, None, Seed::root(0)).unwrap();
-    let d = (full_logits(&merged, &ids) - &unmerged).abs().max().double_value(&[]);
+    assert!(
+        !base_only
+            .squeeze_dim(0)
+            .allclose(&unmerged, 1e-6, 1e-6, false),
+        "adapters had no effect"
+    );
+    let merged = Model::from_weights(
+        m.cfg.clone(),
+        m.merged_weights(),
+        Device::Cpu,
+        None,
+        Seed::root(0),
+    )
+    .unwrap();
+    let d = (full_logits(&merged, &ids) - &unmerged)
+        .abs()
+        .max()
+        .double_value(&[]);
     assert!(d < 1e-4, "merged vs unmerged max |diff| {d}");
     // Only the adapters are trainable.
     assert!(m.vs.variables().keys().all(|k| k.contains(".lora_")));
@@ -232,11 +359,22 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
         ..spec()
     };
     let policy = scratch(&sp, 6);
-    let mut ts = TrainState::new(Box::new(policy), AdamConfig { lr: 3e-3, ..AdamConfig::default() });
+    let mut ts = TrainState::new(
+        Box::new(policy),
+        AdamConfig {
+            lr: 3e-3,
+            ..AdamConfig::default()
+        },
+    );
     // One agent on 3x3 maps: a task a tiny model half-learns in a short warm-up.
     let cfg = GeneratorConfig::uniform(1, [3], 0.2, 0.0);
     let data = generate(&cfg, 256, Seed::root(2), Budget::default()).unwrap();
-    let w = WarmupConfig { steps: 100, lr: 3e-3, batch_size: 32, instances: 256 };
+    let w = WarmupConfig {
+        steps: 100,
+        lr: 3e-3,
+        batch_size: 32,
+        instances: 256,
+    };
     for s in 0..w.steps {
         warmup::step(&mut ts, &w, &data, Seed::root(3), s);
     }
@@ -277,7 +415,10 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
     }
     let after = mean_reward(&ts);
     // 512 samples: the standard error of each mean is about 0.02.
-    assert!(after > before + 0.05, "mean reward {before:.3} -> {after:.3}");
+    assert!(
+        after > before + 0.05,
+        "mean reward {before:.3} -> {after:.3}"
+    );
 }
 
 fn ledger(args: &[&str]) -> std::process::Output {
@@ -293,7 +434,10 @@ fn an_lm_ledger_trains_exports_and_generates_through_the_cli() {
     let l = t.path().join("l");
     let l = l.to_str().unwrap();
     let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/lm-tiny.toml");
-    for args in [vec!["--ledger", l, "init", "--plan", plan], vec!["--ledger", l, "run", "--quiet"]] {
+    for args in [
+        vec!["--ledger", l, "init", "--plan", plan],
+        vec!["--ledger", l, "run", "--quiet"],
+    ] {
         let o = ledger(&args);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
@@ -301,20 +445,44 @@ fn an_lm_ledger_trains_exports_and_generates_through_the_cli() {
     std::fs::write(&prompt, "3x3 2 agents\nF F F\nF H F\nF F F\n").unwrap();
     let gen = |model: &str| -> serde_json::Value {
         let o = ledger(&[
-            "--ledger", l, "lm", "generate", "--model", model, "--prompt-file",
-            prompt.to_str().unwrap(), "--max-new-tokens", "6", "--json",
+            "--ledger",
+            l,
+            "lm",
+            "generate",
+            "--model",
+            model,
+            "--prompt-file",
+            prompt.to_str().unwrap(),
+            "--max-new-tokens",
+            "6",
+            "--json",
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         serde_json::from_slice(&o.stdout).unwrap()
     };
     let from_ledger = gen("main@stage2");
-    assert_eq!(from_ledger["tokens"].as_array().unwrap().len(), from_ledger["logprobs"].as_array().unwrap().len());
+    assert_eq!(
+        from_ledger["tokens"].as_array().unwrap().len(),
+        from_ledger["logprobs"].as_array().unwrap().len()
+    );
     // Export the LoRA stage merged as an HF directory; it loads and gives the same
     // greedy continuation (merging changes float rounding only).
     let hf = t.path().join("hf");
-    let o = ledger(&["--ledger", l, "export-checkpoint", "main@stage2", "--hf", hf.to_str().unwrap()]);
+    let o = ledger(&[
+        "--ledger",
+        l,
+        "export-checkpoint",
+        "main@stage2",
+        "--hf",
+        hf.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
         assert!(hf.join(f).exists(), "{f} missing");
     }
     let from_dir = gen(hf.to_str().unwrap());
@@ -324,10 +492,19 @@ fn an_lm_ledger_trains_exports_and_generates_through_the_cli() {
     let g = t.path().join("g");
     let g = g.to_str().unwrap();
     let grid = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
-    assert!(ledger(&["--ledger", g, "init", "--plan", grid]).status.success());
+    assert!(ledger(&["--ledger", g, "init", "--plan", grid])
+        .status
+        .success());
     let o = ledger(&["--ledger", g, "run", "--quiet", "--stages", "1"]);
     assert!(o.status.success());
-    let o = ledger(&["--ledger", g, "export-checkpoint", "main@stage0", "--hf", hf.to_str().unwrap()]);
+    let o = ledger(&[
+        "--ledger",
+        g,
+        "export-checkpoint",
+        "main@stage0",
+        "--hf",
+        hf.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("needs an lm policy"));
 }
@@ -336,10 +513,27 @@ fn an_lm_ledger_trains_exports_and_generates_through_the_cli() {
 fn a_text_plan_is_refused_with_a_pointer_to_lm() {
     let t = tempfile::tempdir().unwrap();
     let plan = t.path().join("old.toml");
-    let grid = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml")).unwrap();
-    std::fs::write(&plan, grid.replace("policy = \"grid\"", "policy = \"text\"")).unwrap();
-    let o = ledger(&["--ledger", t.path().join("l").to_str().unwrap(), "init", "--plan", plan.to_str().unwrap()]);
+    let grid = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/plans/tiny.toml"
+    ))
+    .unwrap();
+    std::fs::write(
+        &plan,
+        grid.replace("policy = \"grid\"", "policy = \"text\""),
+    )
+    .unwrap();
+    let o = ledger(&[
+        "--ledger",
+        t.path().join("l").to_str().unwrap(),
+        "init",
+        "--plan",
+        plan.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(e.contains("policy") && e.contains("replaced by \"lm\""), "{e}");
+    assert!(
+        e.contains("policy") && e.contains("replaced by \"lm\""),
+        "{e}"
+    );
 }

@@ -100,7 +100,10 @@ fn stop_and_resume_records_what_an_uninterrupted_run_records() {
 /// stage 1 has 6 steps with checkpoints every 4.
 #[test]
 fn stop_and_resume_inside_an_lm_stage_records_what_an_uninterrupted_run_records() {
-    stop_and_resume(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/lm-tiny.toml"));
+    stop_and_resume(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/plans/lm-tiny.toml"
+    ));
 }
 
 fn stop_and_resume(plan: &str) {

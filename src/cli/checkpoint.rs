@@ -65,7 +65,11 @@ pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> Cli
             "wrote {} (config.json, model.safetensors, tokenizer.json; {} parameters{}, step {})",
             hf.display(),
             lm.model.cfg.parameter_count(),
-            if lm.model.lora.is_some() { ", LoRA merged" } else { "" },
+            if lm.model.lora.is_some() {
+                ", LoRA merged"
+            } else {
+                ""
+            },
             state.global_step
         );
         return Ok(());

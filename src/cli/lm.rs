@@ -70,7 +70,9 @@ fn load(dir: &Path, model: &str, device: tch::Device) -> Result<LmPolicy, CliErr
     let state = super::checkpoint::load_ref(dir, model)?;
     let kind = state.policy.kind();
     crate::train::lm::downcast(state.policy).ok_or_else(|| {
-        CliError::input(format!("{model}: a {kind} checkpoint, not a language model"))
+        CliError::input(format!(
+            "{model}: a {kind} checkpoint, not a language model"
+        ))
     })
 }
 
@@ -92,7 +94,9 @@ pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
         )));
     }
     if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(CliError::input(format!("--top-p must be in (0, 1], got {top_p}")));
+        return Err(CliError::input(format!(
+            "--top-p must be in (0, 1], got {top_p}"
+        )));
     }
     let device = crate::train::parse_device(&device).map_err(|e| CliError::input(e.to_string()))?;
     let text = std::fs::read_to_string(&prompt_file)
@@ -145,7 +149,11 @@ pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
         println!(
             "{} tokens, {}",
             out.tokens.len(),
-            if out.stopped { "stopped on a stop token" } else { "hit --max-new-tokens" }
+            if out.stopped {
+                "stopped on a stop token"
+            } else {
+                "hit --max-new-tokens"
+            }
         );
     }
     Ok(())

@@ -236,11 +236,9 @@ pub fn main() {
             engineer,
             name,
         } => fork(&ledger_dir, &at, &from, &engineer, name.as_deref()),
-        Command::ExportCheckpoint {
-            reference,
-            out,
-            hf,
-        } => checkpoint::export(&ledger_dir, &reference, out.as_deref(), hf.as_deref()),
+        Command::ExportCheckpoint { reference, out, hf } => {
+            checkpoint::export(&ledger_dir, &reference, out.as_deref(), hf.as_deref())
+        }
         Command::Lm(cmd) => lm::run(&ledger_dir, cmd),
         Command::Replay(args) => replay::run(&ledger_dir, args),
         Command::Compare {

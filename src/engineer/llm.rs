@@ -872,7 +872,15 @@ fn conclude(mut d: Decision, mut notes: Vec<String>, out: CallOutcome) -> Decisi
         return d;
     }
     let reply = out.reply.unwrap_or_default();
-    match extract(&reply) {
+    read_reply(&mut d, &reply, notes);
+    d
+}
+
+/// Fill a decision from a reply: the extracted proposal and its rationale followed by
+/// `notes`, or a rejection naming why nothing usable was found. Every engineer that
+/// writes text (HTTP or in-process) goes through here.
+pub fn read_reply(d: &mut Decision, reply: &str, notes: Vec<String>) {
+    match extract(reply) {
         Ok(e) => {
             d.proposal = Some(e.proposal);
             d.proposed_text = Some(e.json);
@@ -889,7 +897,6 @@ fn conclude(mut d: Decision, mut notes: Vec<String>, out: CallOutcome) -> Decisi
                 .join("\n");
         }
     }
-    d
 }
 
 #[cfg(test)]

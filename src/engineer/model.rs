@@ -70,12 +70,19 @@ impl Engineer for ModelEngineer {
         )
         .remove(0);
         let reply = self.policy.decode(&g.tokens);
-        let mut notes: Vec<String> = prompt.cut_note(Some(self.max_prompt_tokens)).into_iter().collect();
+        let mut notes: Vec<String> = prompt
+            .cut_note(Some(self.max_prompt_tokens))
+            .into_iter()
+            .collect();
         notes.push(format!(
             "{} checkpoint wrote {} tokens ({}; temperature {}, top-p {})",
             self.name,
             g.tokens.len(),
-            if g.stopped { "ended its turn" } else { "hit the token cap" },
+            if g.stopped {
+                "ended its turn"
+            } else {
+                "hit the token cap"
+            },
             self.sampling.temperature,
             self.sampling.top_p
         ));
@@ -84,23 +91,7 @@ impl Engineer for ModelEngineer {
             reply: Some(reply.clone()),
             ..Decision::default()
         };
-        match llm::extract(&reply) {
-            Ok(e) => {
-                d.proposal = Some(e.proposal);
-                d.proposed_text = Some(e.json);
-                d.rationale = std::iter::once(e.rationale)
-                    .filter(|r| !r.is_empty())
-                    .chain(notes)
-                    .collect::<Vec<_>>()
-                    .join("\n\n");
-            }
-            Err(e) => {
-                d.rationale = std::iter::once(format!("reply rejected: {e}"))
-                    .chain(notes)
-                    .collect::<Vec<_>>()
-                    .join("\n");
-            }
-        }
+        llm::read_reply(&mut d, &reply, notes);
         d
     }
 }

@@ -33,8 +33,16 @@ pub fn context(seed: Seed, modules: &ContextModules, stage: u32) -> EngineerCont
     let mut rng = seed.rng();
     let all: Vec<usize> = SIZES.collect();
     // The current configuration: most often every size, sometimes a contiguous subset.
-    let lo = if rng.random_bool(0.7) { 3 } else { rng.random_range(3..=6) };
-    let hi = if rng.random_bool(0.7) { 10 } else { rng.random_range(lo + 1..=10) };
+    let lo = if rng.random_bool(0.7) {
+        3
+    } else {
+        rng.random_range(3..=6)
+    };
+    let hi = if rng.random_bool(0.7) {
+        10
+    } else {
+        rng.random_range(lo + 1..=10)
+    };
     let mut sizes = BTreeMap::new();
     for n in lo..=hi {
         sizes.insert(
@@ -53,10 +61,18 @@ pub fn context(seed: Seed, modules: &ContextModules, stage: u32) -> EngineerCont
     let mut validation = ResultTable::default();
     let mut failures = Vec::new();
     for &n in &all {
-        let p = (skill * (1.15 - (n as f64 - 3.0) / 7.0) + rng.random_range(-0.1..0.1)).clamp(0.0, 1.0);
+        let p =
+            (skill * (1.15 - (n as f64 - 3.0) / 7.0) + rng.random_range(-0.1..0.1)).clamp(0.0, 1.0);
         let valid = (p * total as f64).round() as u32;
         let optimal = (valid as f64 * rng.random_range(0.6..1.0)).round() as u32;
-        validation.cells.insert((2, n), CellCounts { total, valid, optimal });
+        validation.cells.insert(
+            (2, n),
+            CellCounts {
+                total,
+                valid,
+                optimal,
+            },
+        );
         let failed = total - valid;
         let mut counts: BTreeMap<FailureKind, u32> = BTreeMap::new();
         let kinds = [
@@ -135,7 +151,12 @@ pub fn answer(ctx: &EngineerContext, seed: Seed) -> String {
     let mut edits: BTreeMap<usize, Vec<(&str, f64)>> = BTreeMap::new();
     let mut why = Vec::new();
     for (failed, n, top) in by_fail.iter().take(picks) {
-        let total = ctx.failures.sizes.iter().find(|s| s.size as usize == *n).map_or(0, |s| s.total);
+        let total = ctx
+            .failures
+            .sizes
+            .iter()
+            .find(|s| s.size as usize == *n)
+            .map_or(0, |s| s.total);
         let evidence = format!("{n}x{n}: {failed} of {total} failed ({top})");
         match ctx.current.sizes.get(n) {
             None => {
@@ -157,12 +178,18 @@ pub fn answer(ctx: &EngineerContext, seed: Seed) -> String {
                 2 => {
                     let w = r2((c.wait_ratio + rng.random_range(0.1..0.3)).min(1.0));
                     edits.entry(*n).or_default().push(("wait_ratio", w));
-                    why.push(format!("{evidence}: more coordination ({} -> {w})", c.wait_ratio));
+                    why.push(format!(
+                        "{evidence}: more coordination ({} -> {w})",
+                        c.wait_ratio
+                    ));
                 }
                 _ => {
                     let d = r2((c.data_ratio * rng.random_range(1.2..1.6)).min(1.0));
                     let h = r2((c.hole_ratio - rng.random_range(0.02..0.06)).max(0.0));
-                    edits.entry(*n).or_default().extend([("data_ratio", d), ("hole_ratio", h)]);
+                    edits
+                        .entry(*n)
+                        .or_default()
+                        .extend([("data_ratio", d), ("hole_ratio", h)]);
                     why.push(format!("{evidence}: more data and fewer holes"));
                 }
             },
@@ -174,7 +201,10 @@ pub fn answer(ctx: &EngineerContext, seed: Seed) -> String {
             c.valid == c.total && ctx.current.sizes.contains_key(&k.1) && !edits.contains_key(&k.1)
         }) {
             edits.entry(n.1).or_default().push(("data_ratio", 0.0));
-            why.push(format!("{0}x{0}: every validation plan valid: drop it", n.1));
+            why.push(format!(
+                "{0}x{0}: every validation plan valid: drop it",
+                n.1
+            ));
         }
     }
     let mut json = String::from("{\"sizes\": {");
@@ -202,10 +232,20 @@ mod tests {
             let a = answer(&ctx, Seed::root(100 + i));
             let e = crate::engineer::llm::extract(&a).unwrap_or_else(|e| panic!("{a}: {e}"));
             assert!(!e.proposal.sizes.is_empty(), "{a}");
-            assert!(e.rationale.contains("failed") || e.rationale.contains("drop"), "{a}");
+            assert!(
+                e.rationale.contains("failed") || e.rationale.contains("drop"),
+                "{a}"
+            );
             distinct.insert(e.json);
         }
-        assert!(distinct.len() > 40, "the teacher is not varied: {}", distinct.len());
-        assert_eq!(answer(&context(Seed::root(1), &m, 1), Seed::root(2)), answer(&context(Seed::root(1), &m, 1), Seed::root(2)));
+        assert!(
+            distinct.len() > 40,
+            "the teacher is not varied: {}",
+            distinct.len()
+        );
+        assert_eq!(
+            answer(&context(Seed::root(1), &m, 1), Seed::root(2)),
+            answer(&context(Seed::root(1), &m, 1), Seed::root(2))
+        );
     }
 }

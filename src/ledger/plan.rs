@@ -313,9 +313,24 @@ impl LedgerPlan {
         }
         check_f("warmup.hole_ratio", w.hole_ratio, 0.0, 0.5, false)?;
         check_f("warmup.wait_ratio", w.wait_ratio, 0.0, 1.0, false)?;
-        check_u("warmup.engineer_examples", w.engineer_examples as u64, 0, 1_000_000)?;
-        check_u("warmup.engineer_every", w.engineer_every as u64, 1, 1_000_000)?;
-        check_u("warmup.engineer_batch_size", w.engineer_batch_size as u64, 1, 1 << 20)?;
+        check_u(
+            "warmup.engineer_examples",
+            w.engineer_examples as u64,
+            0,
+            1_000_000,
+        )?;
+        check_u(
+            "warmup.engineer_every",
+            w.engineer_every as u64,
+            1,
+            1_000_000,
+        )?;
+        check_u(
+            "warmup.engineer_batch_size",
+            w.engineer_batch_size as u64,
+            1,
+            1 << 20,
+        )?;
         check_u("suites.max_size", s.max_size as u64, 5, 32)?;
         let g = &self.grpo;
         check_u("grpo.steps", g.steps, 1, 100_000_000)?;

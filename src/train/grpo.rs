@@ -169,11 +169,12 @@ pub fn step(
 
     // 4. The clipped-ratio objective. Old log-probs are the sampling policy's.
     let device = state.policy.device();
-    let recorded = rollouts
-        .iter()
-        .all(|r| r.logprobs.len() == r.actions.len());
+    let recorded = rollouts.iter().all(|r| r.logprobs.len() == r.actions.len());
     let old = if recorded {
-        let flat: Vec<f32> = rollouts.iter().flat_map(|r| r.logprobs.iter().copied()).collect();
+        let flat: Vec<f32> = rollouts
+            .iter()
+            .flat_map(|r| r.logprobs.iter().copied())
+            .collect();
         Tensor::from_slice(&flat).to(device)
     } else {
         tch::no_grad(|| {

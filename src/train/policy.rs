@@ -66,7 +66,11 @@ pub trait Policy {
     fn arch(&self) -> Vec<u8>;
     /// Log-probabilities under the KL reference when the policy carries it itself
     /// (the frozen base under LoRA); None when the reference is a separate model.
-    fn reference_log_probs(&self, _instances: &[Instance], _rollouts: &[Rollout]) -> Option<LogProbs> {
+    fn reference_log_probs(
+        &self,
+        _instances: &[Instance],
+        _rollouts: &[Rollout],
+    ) -> Option<LogProbs> {
         None
     }
     /// Blobs a checkpoint of this policy references and the ledger must hold

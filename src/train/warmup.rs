@@ -42,24 +42,7 @@ pub fn step(
         })
         .collect();
     let lp = state.policy.log_probs(&instances, &rollouts);
-    let loss = -lp.per_action.mean(Kind::Float);
-    super::adam::Adam::zero_grad(state.policy.vars());
-    loss.backward();
-    let grad_norm = state.adam.update(state.policy.vars());
-    state.global_step += 1;
-    let l = loss.double_value(&[]);
-    let h = lp.entropy.mean(Kind::Float).double_value(&[]);
-    let event = EventBody::GradientStep(GradientStep {
-        step: state.global_step,
-        params: super::checkpoint::param_hash(state.policy.vars()),
-        loss: l.to_bits(),
-        policy_loss: l.to_bits(),
-        kl: 0f64.to_bits(),
-        entropy: h.to_bits(),
-        grad_norm: grad_norm.to_bits(),
-        reward_mean: 0f64.to_bits(),
-    });
-    (event, l)
+    imitation_update(state, lp)
 }
 
 /// One imitation step on text pairs (an `lm` policy): maximise the log-likelihood of
@@ -80,6 +63,12 @@ pub fn text_step(
     let prompts: Vec<&[u32]> = idx.iter().map(|&i| pairs[i].0.as_slice()).collect();
     let targets: Vec<&[u32]> = idx.iter().map(|&i| pairs[i].1.as_slice()).collect();
     let lp = lm.token_log_probs(&prompts, &targets, lm.arch.sampling.temperature, true);
+    imitation_update(state, lp)
+}
+
+/// Minimise the negative mean log-likelihood of `lp`'s actions: one optimiser update and
+/// its gradient-step event, and the loss.
+fn imitation_update(state: &mut TrainState, lp: super::policy::LogProbs) -> (EventBody, f64) {
     let loss = -lp.per_action.mean(Kind::Float);
     super::adam::Adam::zero_grad(state.policy.vars());
     loss.backward();

@@ -15,7 +15,10 @@ use mapf_ledger::seed::Seed;
 use mapf_ledger::train::lm;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let Some(dir) = args.first() else {
         println!("usage: cargo bench --bench base_model -- LEDGER [REF]");
         return;
@@ -53,14 +56,25 @@ fn main() {
     let n = 100;
     let t0 = std::time::Instant::now();
     for i in 0..n {
-        let ctx = teacher::context(held_out.child("context", i), &plan.engineer.context, 1 + (i % 3) as u32);
+        let ctx = teacher::context(
+            held_out.child("context", i),
+            &plan.engineer.context,
+            1 + (i % 3) as u32,
+        );
         engineer.seed = held_out.child("reply", i);
         let d = engineer.decide(&ctx);
         if let Some(p) = &d.proposal {
             ok += 1;
             distinct.insert(serde_json::to_string(p).unwrap_or_default());
         } else if i < 3 {
-            println!("  unparsed reply: {:?}", d.reply.unwrap_or_default().chars().take(160).collect::<String>());
+            println!(
+                "  unparsed reply: {:?}",
+                d.reply
+                    .unwrap_or_default()
+                    .chars()
+                    .take(160)
+                    .collect::<String>()
+            );
         }
     }
     println!(

@@ -58,7 +58,17 @@ fn decode_rate(p: &lm::LmPolicy, prompt: &[u32], batch: usize, new: usize) -> f6
         max_new_tokens: new,
     };
     let run = || {
-        lm::generate::generate(&p.model, &[prompt.to_vec()], batch, &[new], &s, false, &[], Seed::root(9), true)
+        lm::generate::generate(
+            &p.model,
+            &[prompt.to_vec()],
+            batch,
+            &[new],
+            &s,
+            false,
+            &[],
+            Seed::root(9),
+            true,
+        )
     };
     run(); // warm-up
     let t0 = Instant::now();
@@ -81,7 +91,9 @@ fn main() {
     let t0 = Instant::now();
     let mut plans = 0;
     while t0.elapsed().as_secs_f64() < 3.0 {
-        plans += grid.sample(&instances[..64], 8, false, Seed::root(plans as u64)).len();
+        plans += grid
+            .sample(&instances[..64], 8, false, Seed::root(plans as u64))
+            .len();
     }
     let sample_rate = plans as f64 / t0.elapsed().as_secs_f64();
     let step_rate = grpo_rate(grid, &data, 5.0);
@@ -116,10 +128,20 @@ fn main() {
             prompt.len()
         );
         if let Ok(py) = std::env::var("HF_PYTHON") {
-            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/bench_transformers.py");
+            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tools/bench_transformers.py");
             let o = std::process::Command::new(py)
                 .arg(&script)
-                .args(["--model", dir.to_str().unwrap(), "--batch", "1,64", "--new-tokens", "64", "--threads", "1"])
+                .args([
+                    "--model",
+                    dir.to_str().unwrap(),
+                    "--batch",
+                    "1,64",
+                    "--new-tokens",
+                    "64",
+                    "--threads",
+                    "1",
+                ])
                 .arg("--prompt-file")
                 .arg(out.join("prompt.txt"))
                 .output()
@@ -127,12 +149,18 @@ fn main() {
             let text = String::from_utf8_lossy(&o.stdout);
             for line in text.lines().filter(|l| l.starts_with('{')) {
                 let v: serde_json::Value = serde_json::from_str(line).expect("json line");
-                let (batch, tps) = (v["batch"].as_u64().unwrap_or(0), v["tokens_per_s"].as_f64().unwrap_or(0.0));
+                let (batch, tps) = (
+                    v["batch"].as_u64().unwrap_or(0),
+                    v["tokens_per_s"].as_f64().unwrap_or(0.0),
+                );
                 let ours = if batch == 1 { b1 } else { b64 };
                 println!("    transformers generate() batch {batch}: {tps:.0} tokens/s; ledger / transformers = {:.2}x", ours / tps);
             }
             if !o.status.success() {
-                println!("    transformers run failed: {}", String::from_utf8_lossy(&o.stderr));
+                println!(
+                    "    transformers run failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
             }
         }
     }

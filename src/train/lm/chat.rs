@@ -121,7 +121,12 @@ pub fn train_bpe(corpus: &[String], vocab_size: usize) -> Result<Vec<u8>, String
         .vocab_size(vocab_size)
         .min_frequency(2)
         .show_progress(false)
-        .special_tokens(SPECIALS.iter().map(|s| AddedToken::from(*s, true)).collect())
+        .special_tokens(
+            SPECIALS
+                .iter()
+                .map(|s| AddedToken::from(*s, true))
+                .collect(),
+        )
         .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
         .build();
     let split = Split::new(
@@ -156,7 +161,13 @@ mod tests {
     #[test]
     fn bpe_training_is_deterministic_and_round_trips() {
         let corpus: Vec<String> = (0..200)
-            .map(|i| format!("agent {}: R R D W U L\n{{\"sizes\": {{\"{}\": {{\"data_ratio\": 0.{i}}}}}}}", i % 5, i % 8 + 3))
+            .map(|i| {
+                format!(
+                    "agent {}: R R D W U L\n{{\"sizes\": {{\"{}\": {{\"data_ratio\": 0.{i}}}}}}}",
+                    i % 5,
+                    i % 8 + 3
+                )
+            })
             .collect();
         let a = train_bpe(&corpus, 320).unwrap();
         let b = train_bpe(&corpus, 320).unwrap();

@@ -128,10 +128,7 @@ impl LmConfig {
         let rope_theta = float(m.get("rope_theta"))
             .or_else(|| params.and_then(|p| float(p.get("rope_theta"))))
             .unwrap_or(10_000.0);
-        let scaling_obj = m
-            .get("rope_scaling")
-            .and_then(Value::as_object)
-            .or(params);
+        let scaling_obj = m.get("rope_scaling").and_then(Value::as_object).or(params);
         let rope_scaling = match scaling_obj {
             Some(s) => {
                 let kind = s
@@ -206,7 +203,10 @@ impl LmConfig {
             ));
         }
         if self.head_dim % 2 != 0 {
-            return bad(format!("head_dim {} is odd (RoPE needs pairs)", self.head_dim));
+            return bad(format!(
+                "head_dim {} is odd (RoPE needs pairs)",
+                self.head_dim
+            ));
         }
         if !(self.rms_norm_eps > 0.0 && self.rope_theta > 0.0) {
             return bad("rms_norm_eps and rope_theta must be positive".into());
@@ -304,8 +304,8 @@ mod tests {
         .unwrap();
         assert_eq!((b.rope_theta, b.rope_scaling), (7.0, None));
         assert!(b.qk_norm && !b.qkv_bias);
-        let e = LmConfig::from_hf_json(&format!("{}}}", base.replace("qwen3", "mistral")))
-            .unwrap_err();
+        let e =
+            LmConfig::from_hf_json(&format!("{}}}", base.replace("qwen3", "mistral"))).unwrap_err();
         assert!(e.to_string().contains("\"mistral\""), "{e}");
         // Round trip through the exported form.
         let again = LmConfig::from_hf_json(&a.to_hf_json()).unwrap();

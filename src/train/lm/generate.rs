@@ -64,7 +64,11 @@ pub fn attention_bias(pads: &[i64], tq: i64, tk: i64, device: Device) -> Tensor 
 
 /// Pick one token per row of `logits` `[B, V]` (f32). `uniforms` is None for greedy
 /// decoding (argmax, lowest id on ties). Returns the tokens and their log-probs.
-pub fn pick(logits: &Tensor, sampling: &Sampling, uniforms: Option<&[f32]>) -> (Vec<i64>, Vec<f32>) {
+pub fn pick(
+    logits: &Tensor,
+    sampling: &Sampling,
+    uniforms: Option<&[f32]>,
+) -> (Vec<i64>, Vec<f32>) {
     let device = logits.device();
     let (tokens, logp) = match uniforms {
         None => {
@@ -79,7 +83,9 @@ pub fn pick(logits: &Tensor, sampling: &Sampling, uniforms: Option<&[f32]>) -> (
                 // Inverse CDF over token ids; the last token absorbs rounding.
                 let cdf = probs.cumsum(-1, Kind::Float);
                 let total = cdf.narrow(-1, cdf.size()[1] - 1, 1);
-                let n = cdf.le_tensor(&(&u * &total)).sum_dim_intlist(-1, false, Kind::Int64);
+                let n = cdf
+                    .le_tensor(&(&u * &total))
+                    .sum_dim_intlist(-1, false, Kind::Int64);
                 n.clamp_max(probs.size()[1] - 1)
             } else {
                 let (sorted, order) = probs.sort_stable(true, -1, true);
@@ -96,7 +102,9 @@ pub fn pick(logits: &Tensor, sampling: &Sampling, uniforms: Option<&[f32]>) -> (
             (tok, logp)
         }
     };
-    let lp = logp.gather(-1, &tokens.unsqueeze(-1), false).squeeze_dim(-1);
+    let lp = logp
+        .gather(-1, &tokens.unsqueeze(-1), false)
+        .squeeze_dim(-1);
     let tokens = Vec::<i64>::try_from(tokens.to_device(Device::Cpu)).expect("i64 tokens");
     let lp = Vec::<f32>::try_from(lp.to_device(Device::Cpu)).expect("f32 log-probs");
     (tokens, lp)
@@ -203,8 +211,8 @@ pub fn generate(
         }
         let feed: Vec<i64> = keep.iter().map(|&r| next[r]).collect();
         if keep.len() < rows.len() {
-            let idx = Tensor::from_slice(&keep.iter().map(|&r| r as i64).collect::<Vec<_>>())
-                .to(device);
+            let idx =
+                Tensor::from_slice(&keep.iter().map(|&r| r as i64).collect::<Vec<_>>()).to(device);
             cache.select(&idx);
             rows = keep.iter().map(|&r| rows[r]).collect();
             row_pads = keep.iter().map(|&r| row_pads[r]).collect();

@@ -102,7 +102,11 @@ pub fn read_dir(dir: &Path) -> Result<HfDir, LmError> {
     let template = std::fs::read_to_string(dir.join("tokenizer_config.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v.get("chat_template").and_then(|c| c.as_str()).map(String::from));
+        .and_then(|v| {
+            v.get("chat_template")
+                .and_then(|c| c.as_str())
+                .map(String::from)
+        });
     let chat = chat_format_of(template.as_deref(), config.family);
     let (index, shards) = weight_files(dir)?;
     let mut names = vec!["config.json".to_string(), "tokenizer.json".to_string()];
@@ -232,10 +236,11 @@ pub fn export(
     let st = out.join("model.safetensors");
     Tensor::write_safetensors(&named, &st).map_err(|e| io(&st, e))?;
     write("tokenizer.json", tokenizer_json)?;
-    let tok = super::chat::tokenizer_from_bytes(tokenizer_json).map_err(|m| LmError::Tokenizer {
-        path: "tokenizer.json".into(),
-        message: m,
-    })?;
+    let tok =
+        super::chat::tokenizer_from_bytes(tokenizer_json).map_err(|m| LmError::Tokenizer {
+            path: "tokenizer.json".into(),
+            message: m,
+        })?;
     let eos = chat.end_token();
     let pad = ["<|endoftext|>", "<|end_of_text|>"]
         .into_iter()

@@ -88,7 +88,10 @@ pub enum Origin {
     /// Random weights from the seed tree, then pretraining in stage 0.
     Scratch,
     /// A Hugging Face model directory and the content hash of each of its files.
-    Hf { dir: String, files: Vec<(String, Hash)> },
+    Hf {
+        dir: String,
+        files: Vec<(String, Hash)>,
+    },
 }
 
 /// Where the frozen base weights of a LoRA checkpoint are loaded from.
@@ -192,10 +195,16 @@ impl LmSpec {
     pub fn validate(&self) -> Result<(), (String, String)> {
         let f = |k: &str, m: String| Err((format!("lm.{k}"), m));
         if self.init != "scratch" && self.hf_dir().is_none_or(|d| d.is_empty()) {
-            return f("init", format!("expected \"scratch\" or \"hf:DIR\", got {:?}", self.init));
+            return f(
+                "init",
+                format!("expected \"scratch\" or \"hf:DIR\", got {:?}", self.init),
+            );
         }
         if !["qwen3", "qwen2", "llama"].contains(&self.family.as_str()) {
-            return f("family", format!("expected qwen3, qwen2 or llama, got {:?}", self.family));
+            return f(
+                "family",
+                format!("expected qwen3, qwen2 or llama, got {:?}", self.family),
+            );
         }
         for (k, v, lo, hi) in [
             ("hidden_size", self.hidden_size, 8, 65_536),
@@ -206,8 +215,18 @@ impl LmSpec {
             ("head_dim", self.head_dim, 2, 1024),
             ("vocab_size", self.vocab_size, 300, 1_000_000),
             ("max_new_tokens", self.max_new_tokens, 1, 1_000_000),
-            ("engineer_max_new_tokens", self.engineer_max_new_tokens, 1, 1_000_000),
-            ("engineer_prompt_tokens", self.engineer_prompt_tokens, 64, 10_000_000),
+            (
+                "engineer_max_new_tokens",
+                self.engineer_max_new_tokens,
+                1,
+                1_000_000,
+            ),
+            (
+                "engineer_prompt_tokens",
+                self.engineer_prompt_tokens,
+                64,
+                10_000_000,
+            ),
             ("lora_rank", self.lora_rank, 0, 4096),
         ] {
             if !(lo..=hi).contains(&v) {
@@ -215,22 +234,34 @@ impl LmSpec {
             }
         }
         if self.heads % self.kv_heads != 0 {
-            return f("kv_heads", format!("{} does not divide heads {}", self.kv_heads, self.heads));
+            return f(
+                "kv_heads",
+                format!("{} does not divide heads {}", self.kv_heads, self.heads),
+            );
         }
         if self.head_dim % 2 != 0 {
             return f("head_dim", "must be even (RoPE rotates pairs)".into());
         }
         if !(self.temperature > 0.0 && self.temperature <= 10.0) {
-            return f("temperature", format!("must be in (0, 10], got {}", self.temperature));
+            return f(
+                "temperature",
+                format!("must be in (0, 10], got {}", self.temperature),
+            );
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return f("top_p", format!("must be in (0, 1], got {}", self.top_p));
         }
         if !(self.engineer_temperature > 0.0 && self.engineer_temperature <= 10.0) {
-            return f("engineer_temperature", format!("must be in (0, 10], got {}", self.engineer_temperature));
+            return f(
+                "engineer_temperature",
+                format!("must be in (0, 10], got {}", self.engineer_temperature),
+            );
         }
         if !(self.engineer_top_p > 0.0 && self.engineer_top_p <= 1.0) {
-            return f("engineer_top_p", format!("must be in (0, 1], got {}", self.engineer_top_p));
+            return f(
+                "engineer_top_p",
+                format!("must be in (0, 1], got {}", self.engineer_top_p),
+            );
         }
         if !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
             return f("rope_theta", "must be positive".into());
@@ -245,7 +276,10 @@ impl LmSpec {
             if !model::LORA_MODULES.contains(&t.as_str()) {
                 return f(
                     "lora_targets",
-                    format!("unknown module {t:?} (expected one of {:?})", model::LORA_MODULES),
+                    format!(
+                        "unknown module {t:?} (expected one of {:?})",
+                        model::LORA_MODULES
+                    ),
                 );
             }
         }
@@ -328,12 +362,11 @@ pub struct LmPolicy {
 impl LmPolicy {
     /// Assemble a policy from its parts.
     pub fn new(model: Model, tokenizer_json: Vec<u8>, arch: LmArch) -> Result<LmPolicy, LmError> {
-        let tokenizer = chat::tokenizer_from_bytes(&tokenizer_json).map_err(|m| {
-            LmError::Tokenizer {
+        let tokenizer =
+            chat::tokenizer_from_bytes(&tokenizer_json).map_err(|m| LmError::Tokenizer {
                 path: "tokenizer.json".into(),
                 message: m,
-            }
-        })?;
+            })?;
         let mut stop: Vec<u32> = arch
             .config
             .eos_token_ids
@@ -392,9 +425,13 @@ impl LmPolicy {
     /// Rebuild from a checkpoint's architecture record: the frozen base (if any) is
     /// loaded from where the record says, the trainable tensors are then restored by
     /// the checkpoint loader.
-    pub fn from_arch(arch: LmArch, device: Device, blobs: BlobSource<'_>) -> Result<LmPolicy, LmError> {
-        let tokenizer_json = blobs(&arch.tokenizer)
-            .map_err(|m| LmError::Blob(arch.tokenizer.short(), m))?;
+    pub fn from_arch(
+        arch: LmArch,
+        device: Device,
+        blobs: BlobSource<'_>,
+    ) -> Result<LmPolicy, LmError> {
+        let tokenizer_json =
+            blobs(&arch.tokenizer).map_err(|m| LmError::Blob(arch.tokenizer.short(), m))?;
         let weights = match (&arch.frozen, &arch.origin) {
             (None, _) => model::Model::random_weights(&arch.config, Seed::root(0)),
             (Some(Frozen::Origin), Origin::Hf { dir, files }) => {
@@ -403,7 +440,9 @@ impl LmPolicy {
                 hf::load_weights(dir, &arch.config)?
             }
             (Some(Frozen::Origin), Origin::Scratch) => {
-                return Err(LmError::Spec("a scratch model has no origin directory to freeze".into()))
+                return Err(LmError::Spec(
+                    "a scratch model has no origin directory to freeze".into(),
+                ))
             }
             (Some(Frozen::Checkpoint(h)), _) => {
                 let bytes = blobs(h).map_err(|m| LmError::Blob(h.short(), m))?;
@@ -415,25 +454,42 @@ impl LmPolicy {
                 }
             }
         };
-        let model = Model::from_weights(arch.config.clone(), weights, device, arch.lora.clone(), Seed::root(0))
-            .map_err(|e| LmError::Weights {
-                path: "checkpoint".into(),
-                source: e,
-            })?;
+        let model = Model::from_weights(
+            arch.config.clone(),
+            weights,
+            device,
+            arch.lora.clone(),
+            Seed::root(0),
+        )
+        .map_err(|e| LmError::Weights {
+            path: "checkpoint".into(),
+            source: e,
+        })?;
         LmPolicy::new(model, tokenizer_json, arch)
     }
 
     /// Switch a full-weights policy to LoRA on top of its current weights (frozen, in
     /// the compute dtype), with fresh adapters from `seed`. `frozen_blob` is the ledger
     /// blob of the checkpoint those weights were loaded from.
-    pub fn into_lora(self, spec: LoraSpec, frozen_blob: Hash, seed: Seed) -> Result<LmPolicy, LmError> {
+    pub fn into_lora(
+        self,
+        spec: LoraSpec,
+        frozen_blob: Hash,
+        seed: Seed,
+    ) -> Result<LmPolicy, LmError> {
         let device = self.model.device();
         let weights = self.model.merged_weights();
-        let model = Model::from_weights(self.arch.config.clone(), weights, device, Some(spec.clone()), seed)
-            .map_err(|e| LmError::Weights {
-                path: "checkpoint".into(),
-                source: e,
-            })?;
+        let model = Model::from_weights(
+            self.arch.config.clone(),
+            weights,
+            device,
+            Some(spec.clone()),
+            seed,
+        )
+        .map_err(|e| LmError::Weights {
+            path: "checkpoint".into(),
+            source: e,
+        })?;
         let arch = LmArch {
             frozen: Some(match self.arch.origin {
                 Origin::Hf { .. } if self.arch.frozen.is_some() => Frozen::Origin,
@@ -482,7 +538,17 @@ impl LmPolicy {
     ) -> Vec<Generated> {
         let prompts: Vec<Vec<u32>> = users.iter().map(|u| self.chat_ids(u)).collect();
         let budgets = vec![sampling.max_new_tokens; prompts.len()];
-        generate::generate(&self.model, &prompts, per_prompt, &budgets, sampling, greedy, &self.stop, seed, true)
+        generate::generate(
+            &self.model,
+            &prompts,
+            per_prompt,
+            &budgets,
+            sampling,
+            greedy,
+            &self.stop,
+            seed,
+            true,
+        )
     }
 
     /// Teacher-forced log-probs of `targets[i]` after `prompts[i]` (f32, with
@@ -496,7 +562,9 @@ impl LmPolicy {
         use_lora: bool,
     ) -> LogProbs {
         let d = self.model.device();
-        let rows: Vec<usize> = (0..targets.len()).filter(|&i| !targets[i].is_empty()).collect();
+        let rows: Vec<usize> = (0..targets.len())
+            .filter(|&i| !targets[i].is_empty())
+            .collect();
         if rows.is_empty() {
             let z = Tensor::zeros([0], (Kind::Float, d));
             return LogProbs {
@@ -533,7 +601,9 @@ impl LmPolicy {
             use_lora,
         );
         let h = self.model.cfg.hidden_size;
-        let sel = hid.view([b * t, h]).index_select(0, &Tensor::from_slice(&pick).to(d));
+        let sel = hid
+            .view([b * t, h])
+            .index_select(0, &Tensor::from_slice(&pick).to(d));
         let logp = (self.model.logits(&sel) / temperature).log_softmax(-1, Kind::Float);
         let entropy = -(logp.exp() * &logp).sum_dim_intlist(-1, false, Kind::Float);
         LogProbs {
@@ -552,7 +622,12 @@ impl LmPolicy {
         (inst.agents() * (6 + 2 * steps) + 2).min(self.arch.sampling.max_new_tokens)
     }
 
-    fn rollouts_of(&self, instances: &[Instance], gens: Vec<Generated>, per_instance: usize) -> Vec<Rollout> {
+    fn rollouts_of(
+        &self,
+        instances: &[Instance],
+        gens: Vec<Generated>,
+        per_instance: usize,
+    ) -> Vec<Rollout> {
         gens.into_iter()
             .enumerate()
             .map(|(l, g)| {
@@ -585,7 +660,13 @@ impl Policy for LmPolicy {
         &mut self.model.vs
     }
 
-    fn sample(&self, instances: &[Instance], per_instance: usize, greedy: bool, seed: Seed) -> Vec<Rollout> {
+    fn sample(
+        &self,
+        instances: &[Instance],
+        per_instance: usize,
+        greedy: bool,
+        seed: Seed,
+    ) -> Vec<Rollout> {
         let prompts: Vec<Vec<u32>> = instances
             .iter()
             .map(|i| self.chat_ids(&self.task_text(i)))
@@ -610,7 +691,11 @@ impl Policy for LmPolicy {
         self.log_probs_with(instances, rollouts, true)
     }
 
-    fn reference_log_probs(&self, instances: &[Instance], rollouts: &[Rollout]) -> Option<LogProbs> {
+    fn reference_log_probs(
+        &self,
+        instances: &[Instance],
+        rollouts: &[Rollout],
+    ) -> Option<LogProbs> {
         // Under LoRA the frozen base is the KL reference: the same model, adapters off.
         self.model
             .lora
@@ -643,14 +728,22 @@ impl Policy for LmPolicy {
 }
 
 impl LmPolicy {
-    fn log_probs_with(&self, instances: &[Instance], rollouts: &[Rollout], use_lora: bool) -> LogProbs {
+    fn log_probs_with(
+        &self,
+        instances: &[Instance],
+        rollouts: &[Rollout],
+        use_lora: bool,
+    ) -> LogProbs {
         let mut prompts: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
         for r in rollouts {
             prompts
                 .entry(r.instance)
                 .or_insert_with(|| self.chat_ids(&self.task_text(&instances[r.instance])));
         }
-        let p: Vec<&[u32]> = rollouts.iter().map(|r| prompts[&r.instance].as_slice()).collect();
+        let p: Vec<&[u32]> = rollouts
+            .iter()
+            .map(|r| prompts[&r.instance].as_slice())
+            .collect();
         let t: Vec<&[u32]> = rollouts.iter().map(|r| r.actions.as_slice()).collect();
         self.token_log_probs(&p, &t, self.scoring_temperature(), use_lora)
     }
@@ -675,8 +768,8 @@ pub fn init(
             seed.child("lora", 0),
         );
     }
-    let tokenizer_json = chat::train_bpe(&corpus(), spec.vocab_size as usize)
-        .map_err(|m| LmError::Tokenizer {
+    let tokenizer_json =
+        chat::train_bpe(&corpus(), spec.vocab_size as usize).map_err(|m| LmError::Tokenizer {
             path: "(scratch corpus)".into(),
             message: m,
         })?;

@@ -30,7 +30,10 @@ pub fn param_shapes(cfg: &LmConfig) -> Vec<(String, Vec<i64>)> {
     let (h, i, d) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
     let q = cfg.num_attention_heads * d;
     let kv = cfg.num_key_value_heads * d;
-    let mut v = vec![("model.embed_tokens.weight".to_string(), vec![cfg.vocab_size, h])];
+    let mut v = vec![(
+        "model.embed_tokens.weight".to_string(),
+        vec![cfg.vocab_size, h],
+    )];
     for l in 0..cfg.num_hidden_layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");
         v.push((p("input_layernorm.weight"), vec![h]));
@@ -59,7 +62,13 @@ pub fn param_shapes(cfg: &LmConfig) -> Vec<(String, Vec<i64>)> {
 
 /// Modules LoRA may adapt.
 pub const LORA_MODULES: [&str; 7] = [
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
 ];
 
 /// LoRA hyper-parameters (from the plan; recorded with every checkpoint).
@@ -279,8 +288,16 @@ impl Model {
                 let a = Tensor::empty([spec.rank, inp], (Kind::Float, Device::Cpu))
                     .uniform_(-bound, bound);
                 let b = Tensor::zeros([out, spec.rank], (Kind::Float, Device::Cpu));
-                let a = var_at(&vs, &format!("{module}.lora_A.weight"), &a.to_device(device));
-                let b = var_at(&vs, &format!("{module}.lora_B.weight"), &b.to_device(device));
+                let a = var_at(
+                    &vs,
+                    &format!("{module}.lora_A.weight"),
+                    &a.to_device(device),
+                );
+                let b = var_at(
+                    &vs,
+                    &format!("{module}.lora_B.weight"),
+                    &b.to_device(device),
+                );
                 adapters.insert(module.to_string(), (a, b));
             }
         }
@@ -332,10 +349,7 @@ impl Model {
 
     /// Fresh random weights for a config (scratch models): normal(0, 0.02) for
     /// embeddings and projections, zero biases, unit norms, drawn from `seed`.
-    pub fn random_weights(
-        cfg: &LmConfig,
-        seed: crate::seed::Seed,
-    ) -> BTreeMap<String, Tensor> {
+    pub fn random_weights(cfg: &LmConfig, seed: crate::seed::Seed) -> BTreeMap<String, Tensor> {
         let _rng = super::super::seeded_torch_rng(seed);
         param_shapes(cfg)
             .into_iter()
@@ -361,7 +375,8 @@ impl Model {
     /// cast, e.g. f32 on the CPU or a LoRA base already stored in bf16). The copy
     /// shares nothing with training: take it per generation call.
     pub fn inference_copy(&self) -> Option<Model> {
-        if self.embed.kind() == self.dtype && self.layers.iter().all(|l| l.q.w.kind() == self.dtype) {
+        if self.embed.kind() == self.dtype && self.layers.iter().all(|l| l.q.w.kind() == self.dtype)
+        {
             return None;
         }
         let _guard = tch::no_grad_guard();
@@ -369,7 +384,10 @@ impl Model {
         let lin = |l: &Lin| Lin {
             w: c(&l.w),
             b: l.b.as_ref().map(c),
-            lora: l.lora.as_ref().map(|(a, b)| (a.shallow_clone(), b.shallow_clone())),
+            lora: l
+                .lora
+                .as_ref()
+                .map(|(a, b)| (a.shallow_clone(), b.shallow_clone())),
         };
         Some(Model {
             cfg: self.cfg.clone(),
@@ -416,7 +434,10 @@ impl Model {
         match (&lin.lora, &self.lora, use_lora) {
             (Some((a, bm)), Some(spec), true) => {
                 // The adapter path runs in f32: its updates are small.
-                let z = x.to_kind(Kind::Float).linear::<Tensor>(a, None).linear::<Tensor>(bm, None)
+                let z = x
+                    .to_kind(Kind::Float)
+                    .linear::<Tensor>(a, None)
+                    .linear::<Tensor>(bm, None)
                     * spec.scale();
                 y + z.to_kind(self.dtype)
             }
@@ -536,8 +557,8 @@ impl Model {
                 let a = vars.get(&format!("{module}.lora_A.weight"));
                 let b = vars.get(&format!("{module}.lora_B.weight"));
                 if let (Some(a), Some(b)) = (a, b) {
-                    let delta = b.to_device(Device::Cpu).matmul(&a.to_device(Device::Cpu))
-                        * spec.scale();
+                    let delta =
+                        b.to_device(Device::Cpu).matmul(&a.to_device(Device::Cpu)) * spec.scale();
                     t = t + delta;
                 }
             }
