@@ -699,7 +699,7 @@ impl<'a> Pipeline<'a> {
             })
             .collect();
         let trained = prev.trajectories.max(1) as f64;
-        Ok(EngineerContext {
+        let full = EngineerContext {
             stage: n,
             current,
             validation: table(prev),
@@ -719,7 +719,8 @@ impl<'a> Pipeline<'a> {
                 last_grad_norm: prev.last_grad_norm_bits.map(f64::from_bits).unwrap_or(0.0),
             },
             modules: self.plan.engineer.context.clone(),
-        })
+        };
+        Ok(full.without_switched_off_modules())
     }
 }
 

@@ -199,3 +199,52 @@ fn shipped_plans_parse_with_the_protocols_they_promise() {
     );
     assert_eq!(paper.engineer.stages, 3);
 }
+
+/// Switching a module off removes its evidence from the context struct itself, so a
+/// built-in engineer (here the learnability probe, `current` on a grid plan) no longer
+/// sees it, not only an LLM that reads the text.
+#[test]
+fn switching_failure_breakdown_off_takes_the_evidence_from_builtin_engineers() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("l");
+    let plan_file = t.path().join("tiny.toml");
+    // Four sizes, so the probe must choose which two the evidence implicates.
+    let plan = format!(
+        "{TINY}\n[initial_config.sizes.5]\ndata_ratio = 0.5\nhole_ratio = 0.1\nwait_ratio = 0.2\n[initial_config.sizes.6]\ndata_ratio = 0.5\nhole_ratio = 0.1\nwait_ratio = 0.2\n"
+    );
+    std::fs::write(&plan_file, plan).unwrap();
+    ok(ledger(
+        &dir,
+        &["init", "--plan", plan_file.to_str().unwrap()],
+    ));
+    ok(ledger(&dir, &["run", "--quiet", "--stages", "1"]));
+    let mut l = Ledger::open(&dir).unwrap();
+    let state = l.projection("main").unwrap();
+    let p = mapf_ledger::stage::Pipeline::new(&mut l, None).unwrap();
+    let on = p
+        .context(&state, 1, state.initial_config.clone().unwrap())
+        .unwrap();
+    assert!(!on.failures.sizes.is_empty());
+    let mut off = on.clone();
+    off.modules.failure_breakdown = false;
+    let off = off.without_switched_off_modules();
+    assert!(
+        off.failures.sizes.is_empty(),
+        "the struct still holds the failures"
+    );
+    assert!(!off.render().contains("Failure breakdown"));
+    let decide = |ctx| {
+        let mut e = mapf_ledger::engineer::build("current", &p, &state).unwrap();
+        e.decide(ctx)
+    };
+    let (a, b) = (decide(&on), decide(&off));
+    // The probe's evidence (which sizes it implicates, by how many failures) comes from
+    // the struct: without the breakdown it has no failure counts to cite.
+    let evidence = |r: &str| r.split(". Probed").next().unwrap_or("").to_string();
+    assert_ne!(evidence(&a.rationale), evidence(&b.rationale));
+    assert!(
+        b.rationale.contains("0 of 0 validation plans failed"),
+        "{}",
+        b.rationale
+    );
+}

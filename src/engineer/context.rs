@@ -47,6 +47,26 @@ pub struct EngineerContext {
 }
 
 impl EngineerContext {
+    /// The context with every switched-off module's information removed from the
+    /// struct itself (not only from the rendered text), so an ablation takes the
+    /// evidence away from every engineer, built-in ones included.
+    pub fn without_switched_off_modules(mut self) -> EngineerContext {
+        let m = self.modules.clone();
+        if !m.failure_breakdown {
+            self.failures.sizes.clear();
+        }
+        if !m.summary {
+            self.validation = ResultTable::default();
+        }
+        if !m.history {
+            self.history.clear();
+        }
+        if !m.training_details {
+            self.training = TrainingDetails::default();
+        }
+        self
+    }
+
     /// The context as text, with the switched-off modules left out entirely.
     pub fn render(&self) -> String {
         let m = &self.modules;

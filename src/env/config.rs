@@ -120,6 +120,12 @@ impl GeneratorConfig {
 
     /// Check that every field is in range (what `project` guarantees).
     pub fn validate(&self) -> Result<(), String> {
+        if !(MIN_AGENTS..=MAX_AGENTS).contains(&self.agents) {
+            return Err(format!(
+                "agents: {} is outside {MIN_AGENTS}..={MAX_AGENTS}",
+                self.agents
+            ));
+        }
         let (applied, clips) = project(self, &ConfigProposal::default());
         match applied {
             Err(e) => Err(e.to_string()),
@@ -203,25 +209,22 @@ pub fn project(
     proposal: &ConfigProposal,
 ) -> (Result<GeneratorConfig, ConfigError>, Vec<Clip>) {
     let mut clips = Vec::new();
-    let agents_raw = proposal.agents.unwrap_or(base.agents as f64);
-    let mut agents = clamp_field(
-        "agents".into(),
-        agents_raw,
-        MIN_AGENTS as f64,
-        MAX_AGENTS as f64,
-        &mut clips,
-    );
-    if agents.fract() != 0.0 {
-        let r = agents.round();
-        clips.push(Clip {
-            field: "agents".into(),
-            proposed: fmt_num(agents),
-            applied: fmt_num(r),
-            reason: "not an integer".into(),
-        });
-        agents = r;
+    // The agent count is not the engineer's: training stays on the configuration's
+    // count (the paper trains on 2 agents and holds 3-5 out for testing). A proposal
+    // that names another value is projected back and the attempt recorded.
+    let agents = base.agents;
+    if let Some(v) = proposal.agents {
+        if v != agents as f64 {
+            clips.push(Clip {
+                field: "agents".into(),
+                proposed: fmt_num(v),
+                applied: agents.to_string(),
+                reason: format!(
+                    "training stays on {agents} agents; the agent count is not an engineer's to change"
+                ),
+            });
+        }
     }
-    let agents = agents as usize;
 
     let mut merged: BTreeMap<usize, SizeConfig> = base.sizes.clone();
     for (key, p) in &proposal.sizes {
@@ -315,22 +318,30 @@ mod tests {
         p.sizes.insert("40".into(), SizeProposal::default());
         let (cfg, clips) = project(&base, &p);
         let cfg = cfg.unwrap();
-        assert_eq!(cfg.agents, 8);
+        // The agent count stays the configuration's, and the attempt is recorded.
+        assert_eq!(cfg.agents, 2);
+        assert_eq!(
+            (clips[0].proposed.as_str(), clips[0].applied.as_str()),
+            ("9", "2")
+        );
         let fields: Vec<&str> = clips.iter().map(|c| c.field.as_str()).collect();
         assert_eq!(
             fields,
             [
                 "agents",
                 "sizes.40",
-                "sizes.3.hole_ratio",
                 "sizes.4.hole_ratio",
                 "sizes.4.wait_ratio"
             ]
         );
-        // 8 agents need 16 frozen cells: no holes fit on 3x3 or 4x4.
-        assert_eq!(cfg.sizes[&3].hole_ratio, 0.0);
-        assert_eq!(cfg.sizes[&4].hole_ratio, 0.0);
+        assert_eq!(cfg.sizes[&4].hole_ratio, 0.5);
         assert!(cfg.validate().is_ok());
+        // Naming the current count is no change.
+        let same = ConfigProposal {
+            agents: Some(2.0),
+            ..Default::default()
+        };
+        assert!(project(&base, &same).1.is_empty());
     }
 
     #[test]
