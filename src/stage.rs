@@ -13,7 +13,7 @@ use crate::engineer::context::TrainingDetails;
 use crate::engineer::{Decision, Engineer, EngineerContext, HistoryEntry};
 use crate::env::suite::{self, Suite, SuiteName, SuiteSpec};
 use crate::env::table::ResultTable;
-use crate::env::{generate, project, Budget, GeneratorConfig, Solved};
+use crate::env::{project, Budget, GeneratorConfig, Solved};
 use crate::ledger::event::{
     CheckpointSaved, DecisionStatus, EngineerDecision, EventBody, InstancesGenerated,
     ProposedConfig, StageCompleted, StageStarted,
@@ -164,6 +164,8 @@ pub struct Pipeline<'a> {
     pub device: Device,
     pub val: Suite,
     pub test: Suite,
+    /// Canonical keys of every suite instance: training data never includes them.
+    suite_keys: std::collections::BTreeSet<[u8; 32]>,
     base_meta: Meta,
 }
 
@@ -187,12 +189,18 @@ impl<'a> Pipeline<'a> {
             "rayon_threads".into(),
             rayon::current_num_threads().to_string(),
         );
+        let suite_keys = [&val, &test]
+            .iter()
+            .flat_map(|s| s.cells.iter().flat_map(|c| c.items.iter()))
+            .map(|it| crate::env::generator::instance_key(&it.instance))
+            .collect();
         Ok(Pipeline {
             ledger,
             plan,
             device,
             val,
             test,
+            suite_keys,
             base_meta,
         })
     }
@@ -334,11 +342,12 @@ impl<'a> Pipeline<'a> {
             w.hole_ratio,
             w.wait_ratio,
         );
-        let data = generate(
+        let data = crate::env::generator::generate_excluding(
             &easy,
             cfg.instances,
             seed.child("instances", 0),
             Budget::default(),
+            &self.suite_keys,
         )
         .map_err(|e| StageError::Generate(e.to_string()))?;
         let resumed = state.stage(0).and_then(|s| s.checkpoint);
@@ -547,11 +556,12 @@ impl<'a> Pipeline<'a> {
         };
 
         // 2. Generate the training instances (recomputed identically on resume).
-        let data = generate(
+        let data = crate::env::generator::generate_excluding(
             &applied,
             self.plan.grpo.instances_per_stage as usize,
             seed.child("instances", 0),
             Budget::default(),
+            &self.suite_keys,
         )
         .map_err(|e| StageError::Generate(e.to_string()))?;
         let blobs = {

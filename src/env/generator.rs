@@ -67,6 +67,13 @@ pub enum GenerateError {
         coordination: Option<bool>,
         attempts: usize,
     },
+    #[error("only {found} of {count} {size}x{size} instances could be drawn outside the evaluation suites after {rounds} rounds (that size's instance space is nearly exhausted)")]
+    Excluded {
+        found: usize,
+        count: usize,
+        size: usize,
+        rounds: u64,
+    },
     #[error("invalid generator configuration: {0}")]
     Config(String),
 }
@@ -109,6 +116,63 @@ pub fn generate(
 }
 
 /// Rejection-sample one solvable instance matching `spec`.
+/// The canonical identity of an instance (blake3 of [`Instance::canonical_bytes`]).
+pub fn instance_key(inst: &Instance) -> [u8; 32] {
+    *blake3::hash(&inst.canonical_bytes()).as_bytes()
+}
+
+/// [`generate`], skipping every instance whose canonical key is in `excluded` (the
+/// validation and test suites, so training never sees an evaluation instance: on 3x3
+/// and 4x4 maps collisions are common). Each size's dropped instances are replaced by
+/// further rounds of that size alone, drawn from `seed.child("excluded-round", r)`, so
+/// the size allocation is kept; round 0 is `generate` with `seed` itself, so without
+/// collisions the result is exactly `generate`'s. Deterministic.
+pub fn generate_excluding(
+    config: &GeneratorConfig,
+    count: usize,
+    seed: Seed,
+    budget: Budget,
+    excluded: &std::collections::BTreeSet<[u8; 32]>,
+) -> Result<Vec<Solved>, GenerateError> {
+    const ROUNDS: u64 = 64;
+    let keep = |it: &Solved| !excluded.contains(&instance_key(&it.instance));
+    let mut by_size: std::collections::BTreeMap<usize, Vec<Solved>> = Default::default();
+    for it in generate(config, count, seed, budget)? {
+        if keep(&it) {
+            by_size.entry(it.instance.size()).or_default().push(it);
+        }
+    }
+    for (size, want) in config.allocate(count) {
+        let have = by_size.entry(size).or_default();
+        let mut round = 1;
+        while have.len() < want {
+            if round > ROUNDS {
+                return Err(GenerateError::Excluded {
+                    found: have.len(),
+                    count: want,
+                    size,
+                    rounds: ROUNDS,
+                });
+            }
+            let mut one = GeneratorConfig {
+                agents: config.agents,
+                sizes: [(size, config.sizes[&size])].into_iter().collect(),
+            };
+            one.sizes.get_mut(&size).expect("the size").data_ratio = 1.0;
+            let s = seed
+                .child("excluded-round", round)
+                .child("size", size as u64);
+            for it in generate(&one, want - have.len(), s, budget)? {
+                if keep(&it) {
+                    have.push(it);
+                }
+            }
+            round += 1;
+        }
+    }
+    Ok(by_size.into_values().flatten().collect())
+}
+
 pub fn generate_one(
     spec: &InstanceSpec,
     rng: &mut Rng,
