@@ -46,6 +46,8 @@ pub struct DecisionAudit {
     /// Fields the proposal or the applied configuration changed.
     pub changes: Vec<FieldChange>,
     pub clips: Vec<ClipAudit>,
+    /// Keys the engineer may not set, with their values (never applied).
+    pub refused: Vec<crate::env::RefusedField>,
     pub rationale: String,
     pub outcome: Option<DecisionOutcome>,
 }
@@ -375,6 +377,7 @@ pub fn audit(
                     reason: c.reason.clone(),
                 })
                 .collect(),
+            refused: d.refused.clone(),
             rationale: d.rationale.clone(),
             outcome,
         });
@@ -458,6 +461,13 @@ pub fn render(r: &AuditReport) -> String {
                 s,
                 "  clipped: {} proposed {} applied {} ({})",
                 c.field, c.proposed, c.applied, c.reason
+            );
+        }
+        for r in &d.refused {
+            let _ = writeln!(
+                s,
+                "  refused: {} = {} (not an engineer's to set)",
+                r.field, r.value
             );
         }
         let _ = writeln!(s, "  rationale: {}", d.rationale.trim());

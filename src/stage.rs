@@ -925,6 +925,7 @@ pub fn decision_event(
         proposed: proposed.clone(),
         applied: current.clone(),
         clips: vec![],
+        refused: d.refused.clone(),
         rationale: d.rationale.clone(),
         status,
     };

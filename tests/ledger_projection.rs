@@ -30,6 +30,7 @@ fn body(kind: u8, x: u32, blob: Hash) -> EventBody {
                 0.0,
             ),
             clips: vec![],
+            refused: vec![],
             rationale: String::new(),
             status: if x % 4 == 0 {
                 DecisionStatus::Rejected {

@@ -333,6 +333,7 @@ fn every_event_kind_round_trips_through_the_store() {
                 applied: "8".into(),
                 reason: "range".into(),
             }],
+            refused: vec![],
             rationale: "more agents".into(),
             status: DecisionStatus::Clipped,
         }),

@@ -286,6 +286,33 @@ fn out_of_range_values_are_clipped_and_named() {
 }
 
 #[test]
+fn forbidden_keys_and_agent_changes_are_recorded_as_refused_and_clipped() {
+    let served = "```json\n{\"reward\": 2, \"agents\": 4, \"sizes\": {\"5\": {\"data_ratio\": 0.3}}}\n```\nMore reward, more agents.";
+    let server = FakeServer::start(vec![Script::Chat(served.into())]);
+    let (ev, _, _, _) = decide_and_record(&mut engineer(&server.url));
+    let refused: Vec<(&str, &str)> = ev
+        .refused
+        .iter()
+        .map(|r| (r.field.as_str(), r.value.as_str()))
+        .collect();
+    assert_eq!(refused, [("reward", "2")]);
+    // The agent count stays; the attempt is a recorded clip.
+    assert_eq!(ev.applied.agents, current().agents);
+    assert!(
+        ev.clips
+            .iter()
+            .any(|c| c.field == "agents" && c.proposed == "4"),
+        "{:?}",
+        ev.clips
+    );
+    assert_eq!(ev.status, DecisionStatus::Clipped);
+    assert_eq!(
+        ev.applied.sizes[&5].data_ratio, 0.3,
+        "the legal part is used"
+    );
+}
+
+#[test]
 fn garbage_is_rejected_and_the_previous_config_kept() {
     let served = "I am sorry, as a language model I prefer poems about frozen lakes.";
     let server = FakeServer::start(vec![Script::Chat(served.into())]);

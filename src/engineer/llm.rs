@@ -26,7 +26,7 @@
 //! the recorded reply instead of an HTTP call; one that does not is answered with an
 //! error naming the prompt hash, which the replay reports as a mismatch.
 use super::{Decision, Engineer, EngineerContext};
-use crate::env::ConfigProposal;
+use crate::env::{ConfigProposal, RefusedField};
 use crate::ledger::event::{EngineerKind, EngineerRegistered, EventBody};
 use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
 use std::collections::BTreeMap;
@@ -324,6 +324,8 @@ pub fn prompt_for(ctx: &EngineerContext, reg: &LlmRegistration) -> String {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Extracted {
     pub proposal: ConfigProposal,
+    /// Keys the engineer may not set, with their values (recorded, never applied).
+    pub refused: Vec<RefusedField>,
     /// The JSON object as the model wrote it.
     pub json: String,
     /// The prose outside the JSON (and outside `<think>` blocks), trimmed.
@@ -424,7 +426,7 @@ fn balanced(text: &str, start: usize) -> Option<std::ops::Range<usize>> {
 /// Read a JSON text as a proposal: `{"agents"?, "sizes"?}`, that object wrapped as
 /// `{"config": {...}}` or `{"proposal": {...}}`, or a bare map of sizes
 /// (`{"5": {...}}`). Other keys make it not a proposal.
-pub fn parse_proposal(json: &str) -> Result<ConfigProposal, String> {
+pub fn parse_proposal(json: &str) -> Result<(ConfigProposal, Vec<RefusedField>), String> {
     let v: serde_json::Value =
         serde_json::from_str(json.trim()).map_err(|e| format!("not JSON ({e})"))?;
     let mut obj = match v {
@@ -444,34 +446,55 @@ pub fn parse_proposal(json: &str) -> Result<ConfigProposal, String> {
         wrapped.insert("sizes".into(), serde_json::Value::Object(obj));
         obj = wrapped;
     }
-    let unknown: Vec<&String> = obj
-        .keys()
-        .filter(|k| *k != "agents" && *k != "sizes")
-        .collect();
-    if !unknown.is_empty() {
+    // Keys an engineer may not set (`reward`, `validation_set`, anything else) are
+    // taken out and returned as refused fields: recorded with the decision, never
+    // applied and never silently dropped. An object with no proposal key at all is not
+    // a proposal (prose may quote other JSON).
+    if !obj.is_empty() && !obj.contains_key("agents") && !obj.contains_key("sizes") {
+        let keys: Vec<String> = obj.keys().map(|k| format!("{k:?}")).collect();
         return Err(format!(
-            "unexpected key(s) {}",
-            unknown
-                .iter()
-                .map(|k| format!("{k:?}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "no \"sizes\" or \"agents\" key (found {})",
+            if keys.is_empty() {
+                "an empty object".to_string()
+            } else {
+                keys.join(", ")
+            }
         ));
     }
-    if let Some(serde_json::Value::Object(sizes)) = obj.get("sizes") {
-        for (k, v) in sizes {
+    let mut refused = Vec::new();
+    let unknown: Vec<String> = obj
+        .keys()
+        .filter(|k| *k != "agents" && *k != "sizes")
+        .cloned()
+        .collect();
+    for k in unknown {
+        let v = obj.remove(&k).expect("listed above");
+        refused.push(RefusedField {
+            field: k,
+            value: v.to_string(),
+        });
+    }
+    if let Some(serde_json::Value::Object(sizes)) = obj.get_mut("sizes") {
+        for (n, v) in sizes.iter_mut() {
             if let serde_json::Value::Object(fields) = v {
-                if let Some(bad) = fields
+                let bad: Vec<String> = fields
                     .keys()
-                    .find(|f| !["data_ratio", "hole_ratio", "wait_ratio"].contains(&f.as_str()))
-                {
-                    return Err(format!("size {k}: unexpected key {bad:?}"));
+                    .filter(|f| !["data_ratio", "hole_ratio", "wait_ratio"].contains(&f.as_str()))
+                    .cloned()
+                    .collect();
+                for f in bad {
+                    let v = fields.remove(&f).expect("listed above");
+                    refused.push(RefusedField {
+                        field: format!("sizes.{n}.{f}"),
+                        value: v.to_string(),
+                    });
                 }
             }
         }
     }
-    serde_json::from_value(serde_json::Value::Object(obj))
-        .map_err(|e| format!("not a configuration proposal ({e})"))
+    let proposal = serde_json::from_value(serde_json::Value::Object(obj))
+        .map_err(|e| format!("not a configuration proposal ({e})"))?;
+    Ok((proposal, refused))
 }
 
 /// The text around the JSON at `cut`: both sides trimmed, joined by a blank line.
@@ -496,9 +519,10 @@ pub fn extract(reply: &str) -> Result<Extracted, String> {
     ordered.extend(fenced.iter().filter(|f| f.1 != "json"));
     for (range, _, body) in ordered {
         match parse_proposal(body) {
-            Ok(p) => {
+            Ok((p, refused)) => {
                 return Ok(Extracted {
                     proposal: p,
+                    refused,
                     json: body.trim().to_string(),
                     rationale: prose(&text, range.clone()),
                 })
@@ -520,9 +544,10 @@ pub fn extract(reply: &str) -> Result<Extracted, String> {
         }
         match balanced(&text, start) {
             Some(r) => match parse_proposal(&text[r.clone()]) {
-                Ok(p) => {
+                Ok((p, refused)) => {
                     return Ok(Extracted {
                         proposal: p,
+                        refused,
                         json: text[r.clone()].to_string(),
                         rationale: prose(&text, r),
                     })
@@ -883,6 +908,7 @@ pub fn read_reply(d: &mut Decision, reply: &str, notes: Vec<String>) {
     match extract(reply) {
         Ok(e) => {
             d.proposal = Some(e.proposal);
+            d.refused = e.refused;
             d.proposed_text = Some(e.json);
             d.rationale = std::iter::once(e.rationale)
                 .filter(|r| !r.is_empty())
@@ -978,13 +1004,39 @@ mod tests {
     }
 
     #[test]
+    fn forbidden_keys_are_refused_with_their_values_and_the_rest_is_used() {
+        let e = extract(
+            "```json\n{\"reward\": 2, \"sizes\": {\"5\": {\"hole_ratio\": 0.1, \"agents\": 4}}, \"validation_set\": [1]}\n```",
+        )
+        .unwrap();
+        assert_eq!(sizes(&e.proposal), vec![("5".to_string(), Some(0.1))]);
+        let refused: Vec<(&str, &str)> = e
+            .refused
+            .iter()
+            .map(|r| (r.field.as_str(), r.value.as_str()))
+            .collect();
+        assert_eq!(
+            refused,
+            [
+                ("reward", "2"),
+                ("validation_set", "[1]"),
+                ("sizes.5.agents", "4")
+            ]
+        );
+        // A misspelt field is refused, not guessed.
+        let e = extract("{\"sizes\": {\"5\": {\"holes\": 0.2}}}").unwrap();
+        assert_eq!(e.refused[0].field, "sizes.5.holes");
+        // An object with no proposal key is prose, not a proposal.
+        assert!(extract("As {\"note\": 1} says, nothing.").is_err());
+    }
+
+    #[test]
     fn garbage_is_an_error_naming_the_reply() {
         for r in [
             "I cannot help with that.",
             "",
             "{not json}",
             "{\"foo\": 1}",
-            "{\"sizes\": {\"5\": {\"holes\": 0.2}}}",
             "{\"sizes\": {\"5\": {\"hole_ratio\": \"lots\"}}}",
             "[1, 2, 3]",
             "{\"sizes\": {",

@@ -30,6 +30,8 @@ pub struct Decision {
     pub reply: Option<String>,
     /// Why the engineer failed, when it did (the stage then keeps the previous config).
     pub error: Option<String>,
+    /// Keys of the reply no engineer may set, with their values (recorded, not applied).
+    pub refused: Vec<crate::env::RefusedField>,
 }
 
 /// An environment engineer.

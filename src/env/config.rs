@@ -67,6 +67,16 @@ pub struct Clip {
     pub reason: String,
 }
 
+/// A key of a proposal that no engineer may set (the reward, the validation set, the
+/// agent count's siblings, anything unknown): recorded with its value, never applied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RefusedField {
+    /// Dotted path, e.g. `reward` or `sizes.5.agents`.
+    pub field: String,
+    /// The value as the engineer wrote it (JSON text).
+    pub value: String,
+}
+
 /// Errors that make a configuration unusable even after projection.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {

@@ -13,7 +13,7 @@ pub mod suite;
 pub mod table;
 pub mod text;
 
-pub use config::{project, Clip, ConfigProposal, GeneratorConfig, SizeConfig};
+pub use config::{project, Clip, ConfigProposal, GeneratorConfig, RefusedField, SizeConfig};
 pub use generator::{generate, Solved};
 pub use instance::{Cell, Instance, Move, Plan};
 pub use simulate::{simulate, CostMetric, Failure, FailureKind, Outcome, Reference};

@@ -132,6 +132,8 @@ pub struct EngineerDecision {
     pub applied: GeneratorConfig,
     /// Every field the projection onto legal ranges changed.
     pub clips: Vec<Clip>,
+    /// Every key the engineer may not set, with its value (never applied).
+    pub refused: Vec<crate::env::RefusedField>,
     pub rationale: String,
     pub status: DecisionStatus,
 }
