@@ -532,6 +532,7 @@ impl<'a> Pipeline<'a> {
                 engineer_name,
                 &current,
                 &ctx,
+                self.plan.engineer.max_size as usize,
                 decision,
                 &mut self.recorder(branch),
             )?;
@@ -729,6 +730,7 @@ impl<'a> Pipeline<'a> {
                 last_grad_norm: prev.last_grad_norm_bits.map(f64::from_bits).unwrap_or(0.0),
             },
             modules: self.plan.engineer.context.clone(),
+            max_size: self.plan.engineer.max_size as usize,
         };
         Ok(full.without_switched_off_modules())
     }
@@ -898,6 +900,7 @@ pub fn decision_event(
     engineer: &str,
     current: &GeneratorConfig,
     ctx: &EngineerContext,
+    max_size: usize,
     d: Decision,
     rec: &mut Recorder<'_>,
 ) -> Result<EngineerDecision, StageError> {
@@ -946,7 +949,29 @@ pub fn decision_event(
             reason: reason.to_string(),
         }));
     };
-    let (applied, clips) = project(current, proposal);
+    let (applied, mut clips) = project(current, proposal);
+    // Sizes above the plan's limit (10 in the paper's protocol) are dropped, recorded.
+    let applied = applied.and_then(|mut cfg| {
+        let above: Vec<usize> = cfg
+            .sizes
+            .keys()
+            .copied()
+            .filter(|&n| n > max_size)
+            .collect();
+        for n in above {
+            cfg.sizes.remove(&n);
+            clips.push(crate::env::Clip {
+                field: format!("sizes.{n}"),
+                proposed: n.to_string(),
+                applied: "(dropped)".into(),
+                reason: format!("map sizes are limited to 3..={max_size} (engineer.max_size)"),
+            });
+        }
+        if cfg.sizes.values().all(|s| s.data_ratio <= 0.0) {
+            return Err(crate::env::config::ConfigError::NoData);
+        }
+        Ok(cfg)
+    });
     match applied {
         Err(e) => Ok(keep(DecisionStatus::Rejected {
             reason: e.to_string(),

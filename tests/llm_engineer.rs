@@ -155,6 +155,7 @@ fn context() -> EngineerContext {
         history: vec![],
         training: TrainingDetails::default(),
         modules: ContextModules::default(),
+        max_size: 10,
     }
 }
 
@@ -196,7 +197,8 @@ fn decide_and_record(
     let d = eng.decide(&ctx);
     let event = {
         let mut rec = Recorder::new(&mut ledger, "main", Meta::default());
-        mapf_ledger::stage::decision_event("myllm", &current(), &ctx, d.clone(), &mut rec).unwrap()
+        mapf_ledger::stage::decision_event("myllm", &current(), &ctx, 10, d.clone(), &mut rec)
+            .unwrap()
     };
     let text = |h: Option<mapf_ledger::ledger::Hash>| {
         h.map(|h| String::from_utf8(ledger.blob(&h).unwrap()).unwrap())

@@ -44,6 +44,8 @@ pub struct EngineerContext {
     pub training: TrainingDetails,
     /// Which modules this engineer may use.
     pub modules: ContextModules,
+    /// Largest map size the engineer may train on (the plan's `engineer.max_size`).
+    pub max_size: usize,
 }
 
 impl EngineerContext {
@@ -132,16 +134,13 @@ impl EngineerContext {
             "You design the next stage's training distribution for a policy that plans paths for {k} agents on N x N frozen lakes. \
              The objective is the validation and test valid/optimal rates; the reward and the validation set never change."
         );
-        let _ = writeln!(s, "Editable, per map size N (3..=32): data_ratio in [0, 1] (share of training instances; normalised over sizes), hole_ratio in [0, {HOLE_RATIO_MAX}] (fewer where agents need room: at most (N^2 - 2k)/N^2), wait_ratio in [0, 1] (share of instances whose optimum needs coordination).");
-        let ranges: Vec<String> = self
-            .current
-            .sizes
-            .keys()
-            .map(|&n| format!("{n}: hole_ratio <= {:.3}", max_hole_ratio(n, k)))
+        let _ = writeln!(s, "Editable, per map size N (3..={}): data_ratio in [0, 1] (share of training instances; normalised over sizes), hole_ratio in [0, {HOLE_RATIO_MAX}] (fewer where agents need room: at most (N^2 - 2k)/N^2), wait_ratio in [0, 1] (share of instances whose optimum needs coordination).", self.max_size);
+        let ranges: Vec<String> = (3..=self.max_size)
+            .map(|n| format!("{n}: hole_ratio <= {:.3}", max_hole_ratio(n, k)))
             .collect();
         let _ = writeln!(
             s,
-            "Hole limits for the current sizes: {}.",
+            "Hole limits per size: {}. The agent count ({k}), the reward and the validation and test sets are fixed; any other key is refused and recorded.",
             ranges.join(", ")
         );
         let _ = writeln!(

@@ -124,6 +124,7 @@ pub fn context(seed: Seed, modules: &ContextModules, stage: u32) -> EngineerCont
             last_grad_norm: r2(rng.random_range(0.1..2.0)),
         },
         modules: modules.clone(),
+        max_size: *SIZES.end(),
     }
 }
 

@@ -195,6 +195,9 @@ pub struct EngineerPlan {
     pub name: String,
     /// Number of curriculum stages.
     pub stages: u32,
+    /// Largest map size an engineer may train on (10 in the paper's protocol); larger
+    /// proposed sizes are dropped and recorded as clips.
+    pub max_size: u32,
     pub context: ContextModules,
 }
 
@@ -203,6 +206,7 @@ impl Default for EngineerPlan {
         EngineerPlan {
             name: "heuristic".into(),
             stages: 4,
+            max_size: 10,
             context: ContextModules::default(),
         }
     }
@@ -359,6 +363,18 @@ impl LedgerPlan {
             return Err(range("engineer.name", "must not be empty"));
         }
         check_u("engineer.stages", e.stages as u64, 1, 1000)?;
+        check_u("engineer.max_size", e.max_size as u64, 3, 32)?;
+        if let Some(&n) = self
+            .initial_config
+            .sizes
+            .keys()
+            .find(|&&n| n > e.max_size as usize)
+        {
+            return Err(range(
+                "initial_config",
+                format!("size {n} is above engineer.max_size {}", e.max_size),
+            ));
+        }
         Ok(())
     }
 
