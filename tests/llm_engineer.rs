@@ -819,3 +819,19 @@ fn a_run_with_a_garbage_reply_continues_and_verifies() {
         .as_deref()
         .is_some_and(|s| s.contains("rejected")));
 }
+
+#[test]
+fn sizes_above_the_plans_limit_are_dropped_and_recorded() {
+    let served = "```json\n{\"sizes\": {\"12\": {\"data_ratio\": 0.5}, \"6\": {\"data_ratio\": 0.2}}}\n```\nBigger maps.";
+    let server = FakeServer::start(vec![Script::Chat(served.into())]);
+    let (ev, _, _, _) = decide_and_record(&mut engineer(&server.url));
+    assert!(!ev.applied.sizes.contains_key(&12));
+    assert_eq!(ev.applied.sizes[&6].data_ratio, 0.2);
+    assert!(
+        ev.clips
+            .iter()
+            .any(|c| c.field == "sizes.12" && c.applied == "(dropped)"),
+        "{:?}",
+        ev.clips
+    );
+}
