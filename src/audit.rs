@@ -3,6 +3,7 @@
 //! stage's configuration), what the projection onto legal ranges clipped, its
 //! rationale and status, and the outcome: the decided stage's validation per size
 //! against the previous stage's, with a verdict on the sizes the decision changed.
+use crate::engineer::EngineerContext;
 use crate::env::config::{ConfigProposal, GeneratorConfig};
 use crate::ledger::event::{DecisionStatus, EvalCell, EventBody, ProposedConfig};
 use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
@@ -186,44 +187,6 @@ pub fn diff(
         .collect()
 }
 
-/// The key evidence lines of a rendered context: the "Sum" row of the validation
-/// summary and the failure breakdown per size (the full context stays in its blob).
-pub fn evidence(context: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut section = "";
-    for line in context.lines() {
-        if let Some(h) = line.strip_prefix("## ") {
-            section = if h.starts_with("Summary") {
-                "summary"
-            } else if h.starts_with("Failure breakdown") {
-                "failures"
-            } else {
-                ""
-            };
-            continue;
-        }
-        let t = line.trim();
-        if t.starts_with("Example failing plans") {
-            section = "";
-        }
-        match section {
-            "summary" if t.starts_with("Sum") => {
-                let cols: Vec<&str> = t
-                    .split(|c: char| c == '|' || c.is_whitespace())
-                    .filter(|c| !c.is_empty())
-                    .collect();
-                out.push(match cols.as_slice() {
-                    [_, v, o, ..] => format!("validation Sum (2 agents): valid {v}%, optimal {o}%"),
-                    _ => format!("validation {}", cols.join(" ")),
-                });
-            }
-            "failures" if t.starts_with("- ") => out.push(format!("failures {}", &t[2..])),
-            _ => {}
-        }
-    }
-    out
-}
-
 fn val_rates(cells: Option<&Vec<EvalCell>>, agents: u32) -> BTreeMap<usize, (f64, f64)> {
     let pct = |x: u32, n: u32| {
         if n == 0 {
@@ -330,7 +293,17 @@ pub fn audit(
         let EventBody::EngineerDecision(d) = event.body else {
             continue;
         };
-        let context = String::from_utf8_lossy(&ledger.blob(&d.context)?).into_owned();
+        let context: EngineerContext =
+            crate::ledger::codec::decode(&ledger.blob(&d.context)?, "engineer context").map_err(
+                |e| LedgerError::Corrupt {
+                    what: format!(
+                        "context blob {} of decision {}",
+                        d.context.short(),
+                        h.short()
+                    ),
+                    problem: e.to_string(),
+                },
+            )?;
         let proposed = match &d.proposed {
             ProposedConfig::None => None,
             ProposedConfig::Json(t) => Some(t.clone()),
@@ -359,7 +332,7 @@ pub fn audit(
             engineer: d.engineer.clone(),
             status: status.into(),
             status_reason,
-            evidence: evidence(&context),
+            evidence: context.evidence(),
             context: d.context,
             prompt: d.prompt,
             reply: d.reply,
@@ -558,17 +531,5 @@ mod tests {
         assert_eq!(all[0].field, "agents");
         assert_eq!(all[1].field, "sizes.3.data_ratio");
         assert_eq!(all.last().unwrap().field, "sizes.10.wait_ratio");
-    }
-
-    #[test]
-    fn evidence_keeps_the_sum_row_and_failure_lines() {
-        let ctx = "# Designing\n\n## Summary: validation\n   3x3 |  50.00  40.00\n   Sum |  35.00  32.50\n\n## Failure breakdown on the validation set (val)\n- 3x3: 5 of 10 failed (hole 5)\n\nExample failing plans:\n- not this\n## History: earlier stages\n- stage 1\n";
-        assert_eq!(
-            evidence(ctx),
-            [
-                "validation Sum (2 agents): valid 35.00%, optimal 32.50%",
-                "failures 3x3: 5 of 10 failed (hole 5)"
-            ]
-        );
     }
 }

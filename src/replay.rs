@@ -21,9 +21,6 @@ use crate::stage::{Pipeline, Progress, RunOptions, StageError};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-/// Built-in engineer names.
-pub const BUILTIN_ENGINEERS: [&str; 5] = ["fixed", "random", "heuristic", "current", "base"];
-
 #[derive(Debug, thiserror::Error)]
 pub enum ForkError {
     #[error(transparent)]
@@ -35,12 +32,10 @@ pub enum ForkError {
         before: u32,
         valid: String,
     },
-    #[error("unknown engineer {name:?}: built-in engineers are {}, registered on {branch}: {}", BUILTIN_ENGINEERS.join(", "), if registered.is_empty() { "none".to_string() } else { registered.join(", ") })]
-    UnknownEngineer {
-        name: String,
-        branch: String,
-        registered: Vec<String>,
-    },
+    #[error(transparent)]
+    Engineer(#[from] crate::engineer::EngineerNameError),
+    #[error("the ledger's plan: {0}")]
+    Plan(String),
     #[error("`--at {0}`: expected stageN with N >= 1 (stage 0 is the warm-up)")]
     BadStage(String),
 }
@@ -66,13 +61,8 @@ pub fn fork(
     replicate: u32,
 ) -> Result<(String, Hash), ForkError> {
     let state = ledger.projection(from)?;
-    if !BUILTIN_ENGINEERS.contains(&engineer) && !state.engineers.iter().any(|e| e == engineer) {
-        return Err(ForkError::UnknownEngineer {
-            name: engineer.into(),
-            branch: from.into(),
-            registered: state.engineers.clone(),
-        });
-    }
+    let plan = crate::stage::ledger_plan(ledger).map_err(|e| ForkError::Plan(e.to_string()))?;
+    crate::engineer::check_spec(engineer, &plan, &state)?;
     let completed: Vec<u32> = state
         .stages
         .iter()

@@ -40,8 +40,8 @@ pub enum StageError {
     Plan(String),
     #[error("generating instances: {0}")]
     Generate(String),
-    #[error("unknown engineer {0:?} (built-in: fixed, random, heuristic, current, base; or register one with `ledger engineer add`)")]
-    UnknownEngineer(String),
+    #[error(transparent)]
+    Engineer(#[from] crate::engineer::EngineerNameError),
     #[error("recorded history disagrees with recomputation: {0}")]
     Diverged(String),
 }
@@ -124,6 +124,49 @@ pub fn warmup_config(plan: &LedgerPlan) -> WarmupConfig {
     }
 }
 
+/// The evaluation suites of a ledger: the instances its stage 0 recorded (no solver
+/// work: building the 5-agent test set takes seconds), else generated from the plan.
+pub fn ledger_suites(ledger: &Ledger, plan: &LedgerPlan) -> Result<(Suite, Suite), StageError> {
+    let history = ledger.history(crate::ledger::refs::MAIN)?;
+    let recorded = |split: &str| -> Result<Option<Vec<Solved>>, StageError> {
+        let Some(blobs) = history.iter().find_map(|(_, e)| match &e.body {
+            EventBody::InstancesGenerated(g) if e.stage == 0 && g.split == split => {
+                Some(g.instances.clone())
+            }
+            _ => None,
+        }) else {
+            return Ok(None);
+        };
+        let mut items = Vec::with_capacity(blobs.len());
+        for b in &blobs {
+            items.push(
+                codec::decode(&ledger.blob(b)?, "suite instance").map_err(|e| {
+                    LedgerError::Corrupt {
+                        what: format!("instance blob {}", b.short()),
+                        problem: e.to_string(),
+                    }
+                })?,
+            );
+        }
+        Ok(Some(items))
+    };
+    let s = &plan.suites;
+    let spec = |name, per_cell: u32| SuiteSpec {
+        name,
+        per_cell: per_cell as usize,
+        max_size: s.max_size as usize,
+        seed: s.seed,
+    };
+    if let (Some(v), Some(t)) = (recorded("val")?, recorded("test")?) {
+        let val = suite::from_items(&spec(SuiteName::Val, s.validation_per_cell), v);
+        let test = suite::from_items(&spec(SuiteName::Test, s.test_per_cell), t);
+        if let (Some(val), Some(test)) = (val, test) {
+            return Ok((val, test));
+        }
+    }
+    suites(plan)
+}
+
 /// The evaluation suites of a plan (deterministic from the plan's suite seed).
 pub fn suites(plan: &LedgerPlan) -> Result<(Suite, Suite), StageError> {
     let s = &plan.suites;
@@ -170,15 +213,34 @@ pub struct Pipeline<'a> {
 }
 
 impl<'a> Pipeline<'a> {
+    /// A pipeline over `ledger`, its evaluation suites read from stage 0's record.
     pub fn new(
         ledger: &'a mut Ledger,
         device_override: Option<&str>,
+    ) -> Result<Pipeline<'a>, StageError> {
+        Self::open(ledger, device_override, false)
+    }
+
+    /// A pipeline whose evaluation suites are rebuilt from the plan, for verification:
+    /// a replay of stage 0 must recompute the suites it recorded, not read them back.
+    pub fn regenerating_suites(ledger: &'a mut Ledger) -> Result<Pipeline<'a>, StageError> {
+        Self::open(ledger, None, true)
+    }
+
+    fn open(
+        ledger: &'a mut Ledger,
+        device_override: Option<&str>,
+        regenerate_suites: bool,
     ) -> Result<Pipeline<'a>, StageError> {
         let plan = ledger_plan(ledger)?;
         let device_name = device_override.unwrap_or(&plan.train.device).to_string();
         let device = crate::train::parse_device(&device_name)?;
         tch::set_num_threads(plan.train.torch_threads as i32);
-        let (val, test) = suites(&plan)?;
+        let (val, test) = if regenerate_suites {
+            suites(&plan)?
+        } else {
+            ledger_suites(ledger, &plan)?
+        };
         let mut base_meta = Meta::now();
         base_meta.threads = Some(plan.train.torch_threads);
         base_meta.device = Some(device_name);
@@ -232,11 +294,7 @@ impl<'a> Pipeline<'a> {
                 let spec = &self.plan.lm;
                 let lm = crate::train::lm::init(spec, self.device, seed.child("init", 0), || {
                     let mut corpus = pretraining_corpus(spec, data);
-                    corpus.extend(
-                        engineer_examples(&self.plan, seed)
-                            .into_iter()
-                            .map(|(prompt, reply)| format!("{prompt}{reply}<|im_end|>")),
-                    );
+                    corpus.extend(engineer_corpus(&engineer_examples(&self.plan, seed)));
                     corpus
                 })
                 .map_err(crate::train::TrainError::from)?;
@@ -272,6 +330,17 @@ impl<'a> Pipeline<'a> {
     ) -> Result<RunSummary, StageError> {
         let mut completed = Vec::new();
         let last = self.plan.engineer.stages;
+        // The engineer of the stages this run will design, checked before any work
+        // (a grid plan asked for `current` fails here, not after its warm-up).
+        let state = self.ledger.projection(&opts.branch)?;
+        if next_stage(&state) <= last {
+            let name = opts
+                .engineer
+                .clone()
+                .or_else(|| state.forked_from.as_ref().map(|f| f.2.clone()))
+                .unwrap_or_else(|| self.plan.engineer.name.clone());
+            crate::engineer::check_spec(&name, &self.plan, &state)?;
+        }
         loop {
             let state = self.ledger.projection(&opts.branch)?;
             let next = next_stage(&state);
@@ -431,30 +500,24 @@ impl<'a> Pipeline<'a> {
         stop: &AtomicBool,
     ) -> Result<bool, StageError> {
         let every = self.plan.grpo.checkpoint_every;
-        // Engineer examples as token pairs (scratch lm plans), prompts cut to the
-        // engineer's prompt budget from the left (the answer format is at the end).
+        // Engineer examples as token pairs (scratch lm plans), each prompt as the
+        // model engineer will read it.
         let pairs: Vec<(Vec<u32>, Vec<u32>)> = match ts.policy.as_lm() {
-            Some(lm) => engineer_examples(&self.plan, seed)
-                .into_iter()
-                .map(|(prompt, reply)| {
-                    let mut p = lm.encode(&prompt);
-                    let keep = self.plan.lm.engineer_prompt_tokens as usize;
-                    if p.len() > keep {
-                        p.drain(..p.len() - keep);
-                    }
-                    let mut r = lm.encode(&reply);
-                    r.extend(lm.tokenizer.token_to_id(lm.arch.chat.end_token()));
-                    (p, r)
-                })
-                .collect(),
+            Some(lm) => engineer_pairs(
+                lm,
+                &engineer_examples(&self.plan, seed),
+                self.plan.lm.engineer_prompt_tokens,
+            ),
             None => Vec::new(),
         };
         let w = &self.plan.warmup;
         progress.stage_begin(0, "warmup", cfg.steps);
         let mut rec = Recorder::new(self.ledger, branch, self.base_meta.clone());
         for s in start..cfg.steps {
-            let engineer_step =
-                !pairs.is_empty() && s % w.engineer_every as u64 == w.engineer_every as u64 - 1;
+            let engineer_step = !pairs.is_empty()
+                && s >= w.engineer_after
+                && (s - w.engineer_after) % w.engineer_every as u64 == w.engineer_every as u64 - 1;
+            ts.set_lr(w.lr_at(s));
             let (event, loss) = if engineer_step {
                 warmup::text_step(&mut ts, &pairs, w.engineer_batch_size as usize, seed, s)
             } else {
@@ -525,7 +588,7 @@ impl<'a> Pipeline<'a> {
                 .clone()
                 .or_else(|| state.initial_config.clone())
                 .expect("genesis has a config");
-            let ctx = self.context(state, n, current.clone())?;
+            let ctx = self.context(state, n, current.clone(), engineer_name)?;
             let mut engineer = engineers(engineer_name, self, state)?;
             let decision = engineer.decide(&ctx);
             let event = decision_event(
@@ -676,13 +739,18 @@ impl<'a> Pipeline<'a> {
         Ok(next)
     }
 
-    /// The engineer's context for designing stage `n` from the branch's history.
+    /// The context engineer `spec` reads when designing stage `n` from the branch's
+    /// history: the plan's context modules with the spec's switches applied, and every
+    /// switched-off module's information removed.
     pub fn context(
         &self,
         state: &BranchState,
         n: u32,
         current: GeneratorConfig,
+        spec: &str,
     ) -> Result<EngineerContext, StageError> {
+        let modules =
+            crate::engineer::EngineerSpec::parse(spec)?.modules(&self.plan.engineer.context);
         let prev = state
             .stage(n - 1)
             .ok_or_else(|| StageError::Diverged(format!("no stage {}", n - 1)))?;
@@ -698,17 +766,21 @@ impl<'a> Pipeline<'a> {
                 })
                 .unwrap_or_default()
         };
-        let history = state
-            .stages
-            .iter()
-            .filter(|s| (1..n).contains(&s.stage))
-            .map(|s| HistoryEntry {
+        let mut previous = state
+            .initial_config
+            .clone()
+            .unwrap_or_else(|| current.clone());
+        let mut history = Vec::new();
+        for s in state.stages.iter().filter(|s| (1..n).contains(&s.stage)) {
+            let config = s.config.clone().unwrap_or_else(|| previous.clone());
+            history.push(HistoryEntry {
                 stage: s.stage,
                 engineer: s.engineer.clone().unwrap_or_default(),
-                config: s.config.clone().unwrap_or_else(|| current.clone()),
+                previous: std::mem::replace(&mut previous, config.clone()),
+                config,
                 validation: table(s),
-            })
-            .collect();
+            });
+        }
         let trained = prev.trajectories.max(1) as f64;
         let full = EngineerContext {
             stage: n,
@@ -729,7 +801,7 @@ impl<'a> Pipeline<'a> {
                 last_loss: prev.last_loss_bits.map(f64::from_bits).unwrap_or(0.0),
                 last_grad_norm: prev.last_grad_norm_bits.map(f64::from_bits).unwrap_or(0.0),
             },
-            modules: self.plan.engineer.context.clone(),
+            modules,
             max_size: self.plan.engineer.max_size as usize,
         };
         Ok(full.without_switched_off_modules())
@@ -792,35 +864,68 @@ pub fn pretraining_corpus(spec: &crate::train::lm::LmSpec, data: &[Solved]) -> V
         .collect()
 }
 
-/// The engineer examples of a scratch `lm` plan's pretraining: `(chat-formatted
-/// prompt, teacher reply)`, the prompts rendered exactly as the `current`/`base`
-/// engineers will read them (the plan's context modules). Empty for other plans.
-pub fn engineer_examples(plan: &LedgerPlan, seed: Seed) -> Vec<(String, String)> {
-    use crate::engineer::{llm, teacher};
+/// The engineer examples of a scratch `lm` plan's pretraining: teacher contexts shaped
+/// like the plan's own (its context modules, validation cell size and size limit) and
+/// the teacher's replies. Empty for other plans.
+pub fn engineer_examples(plan: &LedgerPlan, seed: Seed) -> Vec<(EngineerContext, String)> {
+    use crate::engineer::teacher;
     let n = plan.warmup.engineer_examples;
     if plan.policy != crate::ledger::plan::PolicyKind::Lm || plan.lm.hf_dir().is_some() || n == 0 {
         return Vec::new();
     }
-    let reg = llm::LlmRegistration {
-        name: "teacher".into(),
-        url: "in-process".into(),
-        model: "teacher".into(),
-        api_key_env: None,
-        tokenizer: None,
-        max_context: None,
-        context_modules: vec![],
+    let spec = teacher::TeacherSpec {
+        modules: plan.engineer.context.clone(),
+        stages: plan.engineer.stages.max(1),
+        per_cell: plan.suites.validation_per_cell,
+        max_size: plan.engineer.max_size as usize,
+        examples_per_size: eval::EXAMPLES_PER_SIZE,
     };
-    let chat = crate::train::lm::ChatFormat::ChatMl;
     (0..n as u64)
         .map(|i| {
             let ctx = teacher::context(
                 seed.child("teacher-context", i),
-                &plan.engineer.context,
-                1 + (i % plan.engineer.stages.max(1) as u64) as u32,
+                &spec,
+                1 + (i % spec.stages as u64) as u32,
             );
             let reply = teacher::answer(&ctx, seed.child("teacher-answer", i));
-            let p = llm::build_prompt(&ctx, &reg, &llm::TokenCounter::Approximate);
-            (chat.wrap_with_system(&p.system, &p.user), reply)
+            (ctx, reply)
+        })
+        .collect()
+}
+
+/// The engineer examples as chat texts for the tokenizer's corpus (untrimmed prompts).
+pub fn engineer_corpus(examples: &[(EngineerContext, String)]) -> Vec<String> {
+    use crate::engineer::llm;
+    let chat = crate::train::lm::ChatFormat::ChatMl;
+    examples
+        .iter()
+        .map(|(ctx, reply)| {
+            let p = crate::engineer::model::prompt(ctx, &llm::TokenCounter::Approximate, u32::MAX);
+            format!(
+                "{}{reply}<|im_end|>",
+                chat.wrap_with_system(&p.system, &p.user)
+            )
+        })
+        .collect()
+}
+
+/// The engineer examples as (prompt ids, reply ids) for `lm`: each prompt exactly as
+/// the `current`/`base` engineer will read it (trimmed to `max_tokens` with the model's
+/// tokenizer), each reply ending the assistant's turn.
+pub fn engineer_pairs(
+    lm: &crate::train::lm::LmPolicy,
+    examples: &[(EngineerContext, String)],
+    max_tokens: u32,
+) -> Vec<(Vec<u32>, Vec<u32>)> {
+    use crate::engineer::model;
+    let counter = model::counter(lm);
+    examples
+        .iter()
+        .map(|(ctx, reply)| {
+            let p = model::prompt_ids(lm, &model::prompt(ctx, &counter, max_tokens));
+            let mut r = lm.encode(reply);
+            r.extend(lm.tokenizer.token_to_id(lm.arch.chat.end_token()));
+            (p, r)
         })
         .collect()
 }
@@ -904,7 +1009,8 @@ pub fn decision_event(
     d: Decision,
     rec: &mut Recorder<'_>,
 ) -> Result<EngineerDecision, StageError> {
-    let context = rec.blob(ctx.render().as_bytes())?;
+    // The structured context (the audit reads it as data; the text re-renders from it).
+    let context = rec.blob(&codec::encode(ctx))?;
     let prompt = d
         .prompt
         .as_ref()

@@ -22,6 +22,25 @@ pub struct BranchSummary {
     pub test: ResultTable,
     /// The test table as rows: (agents, size, total, valid, optimal).
     pub test_cells: Vec<(usize, usize, u32, u32, u32)>,
+    /// Every engineer decision of the branch, by stage.
+    pub decisions: Vec<DecisionLine>,
+}
+
+/// One engineer decision as `compare --decisions` shows it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct DecisionLine {
+    pub stage: u32,
+    /// The decision event (`ledger show` it).
+    pub event: String,
+    pub engineer: String,
+    /// accepted, clipped, rejected or fallback.
+    pub status: String,
+    /// What the applied configuration changed (`4 wait 0.20->0.35`, `9 added`, ...).
+    pub changes: Vec<String>,
+    /// Keys the engineer wrote that no engineer may set (refused and recorded).
+    pub refused: Vec<String>,
+    /// The parameter hash the stage trained to (short), if it completed.
+    pub params: Option<String>,
 }
 
 fn table(state: &crate::ledger::StageState, suite: &str) -> Option<ResultTable> {
@@ -32,6 +51,35 @@ fn table(state: &crate::ledger::StageState, suite: &str) -> Option<ResultTable> 
             cells: cells.clone(),
         })
     })
+}
+
+/// The decisions of a branch, by stage, with what each changed.
+pub fn decisions(ledger: &Ledger, state: &BranchState) -> Result<Vec<DecisionLine>, LedgerError> {
+    let mut out = Vec::new();
+    let mut previous = state.initial_config.clone();
+    for st in state.stages.iter().filter(|s| s.stage > 0) {
+        if let Some(h) = st.decision {
+            if let crate::ledger::EventBody::EngineerDecision(d) = ledger.event(&h)?.body {
+                let changes = previous
+                    .as_ref()
+                    .map(|p| crate::engineer::context::config_changes(p, &d.applied))
+                    .unwrap_or_default();
+                out.push(DecisionLine {
+                    stage: st.stage,
+                    event: h.short(),
+                    engineer: d.engineer.clone(),
+                    status: st.decision_status.clone().unwrap_or_default(),
+                    changes,
+                    refused: d.refused.iter().map(|r| r.field.clone()).collect(),
+                    params: st.checkpoint.as_ref().map(|c| c.1.short()),
+                });
+            }
+        }
+        if st.config.is_some() {
+            previous = st.config.clone();
+        }
+    }
+    Ok(out)
 }
 
 pub fn summarise(branch: &str, state: &BranchState) -> BranchSummary {
@@ -64,6 +112,7 @@ pub fn summarise(branch: &str, state: &BranchState) -> BranchSummary {
             .map(|(&(k, n), c)| (k, n, c.total, c.valid, c.optimal))
             .collect(),
         test,
+        decisions: Vec::new(),
     }
 }
 
@@ -73,8 +122,101 @@ pub fn compare(
 ) -> Result<Vec<BranchSummary>, LedgerError> {
     branches
         .iter()
-        .map(|b| Ok(summarise(b, &ledger.projection(b)?)))
+        .map(|b| {
+            let state = ledger.projection(b)?;
+            let mut summary = summarise(b, &state);
+            summary.decisions = decisions(ledger, &state)?;
+            Ok(summary)
+        })
         .collect()
+}
+
+/// Render each branch's decisions, then say where branches made the same decision at
+/// the same stage (their curves can then only differ by what came before).
+pub fn render_decisions(summaries: &[BranchSummary]) -> String {
+    let mut s = String::new();
+    for b in summaries {
+        let _ = writeln!(s, "Decisions of {}:", b.branch);
+        if b.decisions.is_empty() {
+            let _ = writeln!(s, "  (none)");
+        }
+        for d in &b.decisions {
+            let _ = writeln!(
+                s,
+                "  stage {} {} ({}, {}): {}{}",
+                d.stage,
+                d.engineer,
+                d.status,
+                d.event,
+                if d.changes.is_empty() {
+                    "no change".to_string()
+                } else {
+                    d.changes.join(", ")
+                },
+                if d.refused.is_empty() {
+                    String::new()
+                } else {
+                    format!("; refused {}", d.refused.join(", "))
+                }
+            );
+        }
+    }
+    for (i, a) in summaries.iter().enumerate() {
+        for b in &summaries[i + 1..] {
+            for da in &a.decisions {
+                let same = b.decisions.iter().find(|db| {
+                    db.stage == da.stage && db.engineer != da.engineer && db.changes == da.changes
+                });
+                let differs = b
+                    .decisions
+                    .iter()
+                    .find(|db| db.stage == da.stage && db.changes != da.changes);
+                if let Some(db) = differs {
+                    // Different decisions must show up as different training; say so even
+                    // where the (small) validation suite cannot tell the two apart.
+                    let val = |x: &BranchSummary| {
+                        x.validation
+                            .iter()
+                            .find(|v| v.0 == da.stage)
+                            .map(|v| (v.1, v.2))
+                    };
+                    let weights = match (&da.params, &db.params) {
+                        (Some(pa), Some(pb)) if pa == pb => format!("identical weights ({pa})"),
+                        (Some(pa), Some(pb)) => format!("different weights ({pa} vs {pb})"),
+                        _ => "weights not recorded".to_string(),
+                    };
+                    let equal_val = match (val(a), val(b)) {
+                        (Some(x), Some(y)) if x == y => {
+                            format!("; validation equal ({:.2}% valid)", x.0)
+                        }
+                        _ => String::new(),
+                    };
+                    let _ = writeln!(
+                        s,
+                        "Note: at stage {} {} ({}) and {} ({}) decided differently and trained to {}{}",
+                        da.stage, a.branch, da.engineer, b.branch, db.engineer, weights, equal_val
+                    );
+                }
+                if let Some(db) = same {
+                    let _ = writeln!(
+                        s,
+                        "Note: at stage {} {} ({}) and {} ({}) made the same change: {}",
+                        da.stage,
+                        a.branch,
+                        da.engineer,
+                        b.branch,
+                        db.engineer,
+                        if da.changes.is_empty() {
+                            "none".to_string()
+                        } else {
+                            da.changes.join(", ")
+                        }
+                    );
+                }
+            }
+        }
+    }
+    s
 }
 
 /// Render validation curves and the final test tables side by side.
@@ -294,7 +436,13 @@ pub struct StudySpec {
 
 /// The deterministic branch name of one study run.
 pub fn study_branch(at: u32, engineer: &str, replicate: u32) -> String {
-    format!("study-at{at}-{engineer}-s{replicate}")
+    // A spec's module switches become readable name parts:
+    // `current:-failure_breakdown` -> `current-no-failure_breakdown`.
+    let name = engineer
+        .replace(':', "")
+        .replace('-', "-no-")
+        .replace('+', "-with-");
+    format!("study-at{at}-{name}-s{replicate}")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -769,5 +917,9 @@ mod tests {
     #[test]
     fn study_names_are_deterministic() {
         assert_eq!(study_branch(3, "base", 1), "study-at3-base-s1");
+        assert_eq!(
+            study_branch(2, "current:-failure_breakdown+training_details", 0),
+            "study-at2-current-no-failure_breakdown-with-training_details-s0"
+        );
     }
 }

@@ -54,7 +54,7 @@ fn the_checkpoint_writes_the_proposal_and_base_differs_from_current() {
             prompt.contains("[system]") && prompt.contains("## Answer"),
             "stage {stage}: {prompt}"
         );
-        assert!(prompt.contains("Failure breakdown"), "stage {stage}");
+        assert!(prompt.contains("## Failure breakdown"), "stage {stage}");
         assert!(!reply.is_empty(), "stage {stage}: empty reply");
         assert!(
             rationale.contains("current checkpoint wrote"),
@@ -81,6 +81,29 @@ fn the_checkpoint_writes_the_proposal_and_base_differs_from_current() {
     let (cur, base) = (&main[1], &b[1]);
     assert!(base.3.contains("base checkpoint wrote"), "{}", base.3);
     assert_ne!(cur.2, base.2, "current and base wrote the same reply");
+    // The ablation switch reaches the prompt the model reads: a fork whose engineer is
+    // `current:-failure_breakdown` gets a prompt without the breakdown.
+    ok(ledger(
+        &dir,
+        &[
+            "fork",
+            "--at",
+            "stage2",
+            "--engineer",
+            "current:-failure_breakdown",
+            "--name",
+            "ablated",
+        ],
+    ));
+    ok(ledger(&dir, &["run", "--branch", "ablated", "--quiet"]));
+    let ablated = decisions(&dir, "ablated");
+    assert!(cur.1.contains("## Failure breakdown"), "{}", cur.1);
+    assert!(
+        !ablated[1].1.contains("Failure breakdown"),
+        "{}",
+        ablated[1].1
+    );
+    assert!(ablated[1].1.contains("## Summary"), "{}", ablated[1].1);
     // Replay regenerates every reply: the recomputed hashes match.
     let out = ok(ledger(&dir, &["replay", "--branch", "b", "--verify"]));
     assert!(out.contains("every hash matches"), "{out}");

@@ -1,7 +1,8 @@
 //! The stage pipeline with every built-in engineer, ablation switches, and checkpoint
 //! export, through the real `ledger` binary on a tiny plan.
+use mapf_ledger::engineer::EngineerContext;
 use mapf_ledger::ledger::event::DecisionStatus;
-use mapf_ledger::ledger::{EventBody, Hash, Ledger};
+use mapf_ledger::ledger::{codec, EventBody, Hash, Ledger};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -36,10 +37,15 @@ fn init_run(dir: &Path, plan: &str, engineer: &str) {
     ok(ledger(dir, &["run", "--quiet", "--engineer", engineer]));
 }
 
+/// The structured context a decision recorded.
+fn context_of(l: &Ledger, blob: &Hash) -> EngineerContext {
+    codec::decode(&l.blob(blob).unwrap(), "engineer context").unwrap()
+}
+
 #[test]
-fn every_builtin_engineer_runs_records_its_decisions_and_verifies() {
+fn every_builtin_engineer_of_the_grid_policy_runs_records_its_decisions_and_verifies() {
     let t = tempfile::tempdir().unwrap();
-    for engineer in ["fixed", "random", "heuristic", "current", "base"] {
+    for engineer in ["fixed", "random", "heuristic", "learnability"] {
         let dir = t.path().join(engineer);
         init_run(&dir, TINY, engineer);
         ok(ledger(&dir, &["verify"]));
@@ -66,13 +72,14 @@ fn every_builtin_engineer_runs_records_its_decisions_and_verifies() {
                 d.status
             );
             assert!(!d.rationale.is_empty());
-            let context = String::from_utf8(l.blob(&d.context).unwrap()).unwrap();
+            let context = context_of(&l, &d.context);
             assert!(
-                context.contains("Failure breakdown on the validation set"),
+                !context.failures.sizes.is_empty()
+                    && context.render().contains("## Failure breakdown"),
                 "{engineer}: context lacks evidence"
             );
         }
-        if engineer == "current" || engineer == "base" {
+        if engineer == "learnability" {
             assert!(
                 decisions[0].rationale.contains("learnability"),
                 "{}",
@@ -83,6 +90,43 @@ fn every_builtin_engineer_runs_records_its_decisions_and_verifies() {
             assert!(decisions.iter().all(|d| d.applied == decisions[0].applied));
         }
     }
+}
+
+/// `current` and `base` are the policy model writing its proposal: a grid plan refuses
+/// them with exit 2 before any training, pointing to `learnability` and to lm plans.
+#[test]
+fn current_and_base_on_a_grid_plan_exit_2_before_any_work() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("l");
+    let plan_file = t.path().join("tiny.toml");
+    std::fs::write(&plan_file, TINY).unwrap();
+    ok(ledger(
+        &dir,
+        &["init", "--plan", plan_file.to_str().unwrap()],
+    ));
+    for engineer in ["current", "base", "current:-failure_breakdown"] {
+        let o = ledger(&dir, &["run", "--quiet", "--engineer", engineer]);
+        assert_eq!(o.status.code(), Some(2), "{engineer}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("learnability") && err.contains("lm") && err.contains("grid"),
+            "{err}"
+        );
+    }
+    // Nothing was trained or recorded: the branch is still at its genesis.
+    let l = Ledger::open_read_only(&dir).unwrap();
+    assert_eq!(l.history("main").unwrap().len(), 1);
+    drop(l);
+    ok(ledger(&dir, &["run", "--quiet", "--stages", "1"]));
+    let o = ledger(&dir, &["fork", "--at", "stage1", "--engineer", "base"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("learnability"));
+    let o = ledger(
+        &dir,
+        &["fork", "--at", "stage1", "--engineer", "current:-histories"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown context module"));
 }
 
 fn param_hashes(dir: &Path) -> Vec<Hash> {
@@ -113,9 +157,7 @@ fn ablation_switches_change_the_context_and_nothing_else() {
             .unwrap()
             .into_iter()
             .filter_map(|(_, e)| match e.body {
-                EventBody::EngineerDecision(d) => {
-                    Some(String::from_utf8(l.blob(&d.context).unwrap()).unwrap())
-                }
+                EventBody::EngineerDecision(d) => Some(context_of(&l, &d.context).render()),
                 _ => None,
             })
             .collect()
@@ -173,7 +215,22 @@ fn shipped_plans_parse_with_the_protocols_they_promise() {
             demo.engineer.stages,
             demo.engineer.name.as_str()
         ),
-        (PolicyKind::Grid, 3, "current")
+        (PolicyKind::Lm, 3, "current")
+    );
+    assert_eq!(
+        demo.initial_config
+            .sizes
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
+        (3..=10).collect::<Vec<_>>(),
+        "the demo trains on the paper's sizes"
+    );
+    assert!(demo.lm.hf_dir().is_none() && demo.warmup.engineer_examples > 0);
+    let grid = LedgerPlan::parse(include_bytes!("../ledgers/grid-demo.toml")).unwrap();
+    assert_eq!(
+        (grid.policy, grid.engineer.name.as_str()),
+        (PolicyKind::Grid, "learnability")
     );
     let paper = LedgerPlan::parse(include_bytes!("../ledgers/paper.toml")).unwrap();
     assert_eq!(paper.policy, PolicyKind::Lm);
@@ -201,10 +258,13 @@ fn shipped_plans_parse_with_the_protocols_they_promise() {
 }
 
 /// Switching a module off removes its evidence from the context struct itself, so a
-/// built-in engineer (here the learnability probe, `current` on a grid plan) no longer
-/// sees it, not only an LLM that reads the text.
+/// built-in engineer (here `learnability`) no longer sees it and decides differently,
+/// not only an LLM that reads the text.
 #[test]
-fn switching_failure_breakdown_off_takes_the_evidence_from_builtin_engineers() {
+fn switching_failure_breakdown_off_changes_a_learnability_decision() {
+    use mapf_ledger::env::table::CellCounts;
+    use mapf_ledger::env::FailureKind;
+    use mapf_ledger::ledger::event::SizeFailures;
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("l");
     let plan_file = t.path().join("tiny.toml");
@@ -221,10 +281,35 @@ fn switching_failure_breakdown_off_takes_the_evidence_from_builtin_engineers() {
     let mut l = Ledger::open(&dir).unwrap();
     let state = l.projection("main").unwrap();
     let p = mapf_ledger::stage::Pipeline::new(&mut l, None).unwrap();
-    let on = p
-        .context(&state, 1, state.initial_config.clone().unwrap())
+    let initial = state.initial_config.clone().unwrap();
+    let mut on = p
+        .context(&state, 1, initial.clone(), "learnability")
         .unwrap();
-    assert!(!on.failures.sizes.is_empty());
+    // A fixed picture of the evidence: 5x5 fails on conflicts, 6x6 on holes.
+    for (n, valid, kind) in [
+        (3, 16, FailureKind::GoalNotReached),
+        (4, 14, FailureKind::GoalNotReached),
+        (5, 6, FailureKind::VertexConflict),
+        (6, 4, FailureKind::Hole),
+    ] {
+        on.validation.cells.insert(
+            (2, n),
+            CellCounts {
+                total: 20,
+                valid,
+                optimal: valid,
+            },
+        );
+        on.failures.sizes.retain(|s| s.size != n as u32);
+        on.failures.sizes.push(SizeFailures {
+            size: n as u32,
+            total: 20,
+            counts: vec![(kind, 20 - valid)],
+            examples: vec![],
+        });
+    }
+    on.failures.sizes.sort_by_key(|s| s.size);
+    // The same evidence through the ablation switch: the struct loses the breakdown.
     let mut off = on.clone();
     off.modules.failure_breakdown = false;
     let off = off.without_switched_off_modules();
@@ -234,17 +319,29 @@ fn switching_failure_breakdown_off_takes_the_evidence_from_builtin_engineers() {
     );
     assert!(!off.render().contains("Failure breakdown"));
     let decide = |ctx| {
-        let mut e = mapf_ledger::engineer::build("current", &p, &state).unwrap();
+        let mut e = mapf_ledger::engineer::build("learnability", &p, &state).unwrap();
         e.decide(ctx)
     };
     let (a, b) = (decide(&on), decide(&off));
-    // The probe's evidence (which sizes it implicates, by how many failures) comes from
-    // the struct: without the breakdown it has no failure counts to cite.
-    let evidence = |r: &str| r.split(". Probed").next().unwrap_or("").to_string();
-    assert_ne!(evidence(&a.rationale), evidence(&b.rationale));
     assert!(
-        b.rationale.contains("0 of 0 validation plans failed"),
+        a.rationale
+            .contains("6x6: 16 of 20 validation plans failed"),
+        "{}",
+        a.rationale
+    );
+    assert!(
+        b.rationale.contains("6x6: validation valid 20%"),
         "{}",
         b.rationale
     );
+    assert_ne!(
+        a.proposal, b.proposal,
+        "the decision did not change: {}\n{}",
+        a.rationale, b.rationale
+    );
+    // And the plan-level switch reaches the context the pipeline builds.
+    let spec_off = p
+        .context(&state, 1, initial, "learnability:-failure_breakdown")
+        .unwrap();
+    assert!(spec_off.failures.sizes.is_empty() && !spec_off.modules.failure_breakdown);
 }

@@ -424,7 +424,7 @@ fn study_forks_runs_writes_and_resumes() {
         "--at",
         "stage1",
         "--engineers",
-        "fixed,base",
+        "fixed,learnability",
         "--seeds",
         "2",
         "--out",
@@ -448,8 +448,8 @@ fn study_forks_runs_writes_and_resumes() {
         [
             ("study-at1-fixed-s0", "resumed"),
             ("study-at1-fixed-s1", "ran"),
-            ("study-at1-base-s0", "ran"),
-            ("study-at1-base-s1", "ran"),
+            ("study-at1-learnability-s0", "ran"),
+            ("study-at1-learnability-s1", "ran"),
         ]
     );
     for x in runs {
@@ -481,14 +481,17 @@ fn study_forks_runs_writes_and_resumes() {
     assert_eq!(kinds.iter().filter(|k| **k == "sum").count(), 4 * 3);
     assert_eq!(kinds.iter().filter(|k| **k == "mean").count(), 2 * 12);
     let md = std::fs::read_to_string(out.join("study.md")).unwrap();
-    assert!(md.contains("| Agents | Size | fixed | base |"), "{md}");
+    assert!(
+        md.contains("| Agents | Size | fixed | learnability |"),
+        "{md}"
+    );
     assert!(
         md.contains("| 3 | **Sum** |") && md.contains("| 5 | 6x6 |"),
         "{md}"
     );
     assert!(md.contains(" ± "), "{md}");
     let svg = std::fs::read_to_string(out.join("study.svg")).unwrap();
-    assert!(svg.contains("<svg") && svg.contains(">\nbase\n<"));
+    assert!(svg.contains("<svg") && svg.contains(">\nlearnability\n<"));
 
     // Resumable: a second call runs nothing and leaves every head where it was.
     let before = heads(&d);

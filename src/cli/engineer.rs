@@ -11,9 +11,6 @@ use clap::Subcommand;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
-/// Names the built-in engineers own.
-pub const BUILTIN_NAMES: [&str; 6] = ["fixed", "random", "heuristic", "current", "base", "warmup"];
-
 #[derive(Subcommand, Debug)]
 pub enum EngineerCommand {
     /// Register an LLM engineer behind an OpenAI-compatible chat-completions API.
@@ -89,7 +86,7 @@ pub fn validate_name(name: &str) -> Result<(), String> {
             "engineer name {name:?}: use lowercase letters, digits, '_' and '-'"
         ));
     }
-    if BUILTIN_NAMES.contains(&name) {
+    if crate::engineer::reserved(name) {
         return Err(format!("engineer name {name:?} is a built-in engineer"));
     }
     Ok(())

@@ -87,7 +87,9 @@ pub enum Command {
         /// Run at most N more stages.
         #[arg(long)]
         stages: Option<u32>,
-        /// Engineer for the stages this run designs (fixed, random, heuristic, current, base, or registered).
+        /// Engineer for the stages this run designs: fixed, random, heuristic, learnability,
+        /// current, base (lm plans), or a registered LLM; `NAME:-module+module` switches
+        /// context modules (e.g. `current:-failure_breakdown`).
         #[arg(long)]
         engineer: Option<String>,
         /// cpu, cuda or cuda:N (default: the plan's).
@@ -114,6 +116,7 @@ pub enum Command {
         at: String,
         #[arg(long, default_value = "main")]
         from: String,
+        /// The engineer of stage N onward (as for `run --engineer`, module switches included).
         #[arg(long)]
         engineer: String,
         /// Name of the new branch (default FROM-ENGINEER-atN).
@@ -148,6 +151,10 @@ pub enum Command {
         /// Also plot the validation curves into this SVG file.
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
+        /// Also list each branch's engineer decisions (what each stage's engineer
+        /// changed) and say where branches made the same change.
+        #[arg(long)]
+        decisions: bool,
     },
     /// Every engineer decision of a branch: what it saw, the config diff it made
     /// (proposed vs applied), clips, rationale, status, and the outcome on validation.
@@ -166,7 +173,9 @@ pub enum Command {
         /// stageN (N >= 1): the forks keep stages before N.
         #[arg(long)]
         at: String,
-        /// Comma-separated engineers (fixed, random, heuristic, base, current, registered).
+        /// Comma-separated engineers: fixed, random, heuristic, learnability, current, base
+        /// (lm plans), registered LLMs; `NAME:-module+module` is an ablation
+        /// (e.g. `current,current:-failure_breakdown,current:+training_details`).
         #[arg(long)]
         engineers: String,
         /// Seed replicates per engineer (0..K; replicate 0 uses the plan's seeds).
@@ -245,7 +254,8 @@ pub fn main() {
             branches,
             json,
             plot,
-        } => compare(&ledger_dir, &branches, json, plot.as_deref()),
+            decisions,
+        } => compare(&ledger_dir, &branches, json, plot.as_deref(), decisions),
         Command::Audit {
             branch,
             stage,
@@ -304,6 +314,7 @@ fn compare(
     branches: &[String],
     json: bool,
     plot: Option<&std::path::Path>,
+    decisions: bool,
 ) -> CliResult {
     if let Some(p) = plot {
         crate::study::check_plot_path(p).map_err(CliError::input)?;
@@ -319,6 +330,10 @@ fn compare(
         );
     } else {
         print!("{}", crate::study::render(&summaries));
+        if decisions {
+            println!();
+            print!("{}", crate::study::render_decisions(&summaries));
+        }
     }
     if let Some(p) = plot {
         crate::study::plot_compare(p, &summaries).map_err(CliError::input)?;

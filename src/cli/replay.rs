@@ -88,8 +88,12 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
         ));
     }
     let mut ledger = Ledger::open(dir).map_err(ledger_error)?;
-    let mut pipeline =
-        Pipeline::new(&mut ledger, None).map_err(|e| CliError::input(e.to_string()))?;
+    let pipeline = if args.engineer.is_none() {
+        Pipeline::regenerating_suites(&mut ledger)
+    } else {
+        Pipeline::new(&mut ledger, None)
+    };
+    let mut pipeline = pipeline.map_err(|e| CliError::input(e.to_string()))?;
     match &args.engineer {
         Some(engineer) => {
             let n =

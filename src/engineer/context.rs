@@ -1,25 +1,33 @@
 //! The engineer's context: the paper's five modules (Failure Breakdown, Guideline,
 //! History, Summary, Training Details), each switchable for ablations, and their
-//! rendering as the text an LLM engineer reads. The rendered text is stored as a blob
-//! with every decision, so an audit shows exactly what the engineer saw.
+//! rendering as the text an LLM engineer reads.
+//!
+//! The struct itself is what is recorded (codec-encoded, a blob per decision), so an
+//! audit reads the evidence as data and the text is always re-renderable. The text is
+//! deliberately terse: one table row per map size, rules stated once. Every engineer
+//! reads the same text, and an in-process model pays for each token of it.
 use crate::env::config::{max_hole_ratio, HOLE_RATIO_MAX};
 use crate::env::table::ResultTable;
 use crate::env::GeneratorConfig;
 use crate::ledger::event::FailureBreakdown;
 use crate::ledger::plan::ContextModules;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
-/// One earlier stage: its configuration and validation outcome.
-#[derive(Clone, Debug, PartialEq)]
+/// One earlier stage: the configuration it replaced, the one it trained on, and its
+/// validation outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     pub stage: u32,
     pub engineer: String,
+    /// The configuration in force before this stage's decision.
+    pub previous: GeneratorConfig,
     pub config: GeneratorConfig,
     pub validation: ResultTable,
 }
 
 /// GRPO statistics of the last stage (off by default: the paper found they hurt).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrainingDetails {
     pub steps: u64,
     pub train_valid_rate: f64,
@@ -29,7 +37,7 @@ pub struct TrainingDetails {
 }
 
 /// Everything an engineer may read when designing stage `stage`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EngineerContext {
     /// The stage being designed (1-based).
     pub stage: u32,
@@ -39,13 +47,18 @@ pub struct EngineerContext {
     pub validation: ResultTable,
     /// The previous stage's failure breakdown on the validation set.
     pub failures: FailureBreakdown,
-    /// Earlier stages, oldest first.
+    /// Earlier designed stages, oldest first.
     pub history: Vec<HistoryEntry>,
     pub training: TrainingDetails,
     /// Which modules this engineer may use.
     pub modules: ContextModules,
     /// Largest map size the engineer may train on (the plan's `engineer.max_size`).
     pub max_size: usize,
+}
+
+/// Two decimals: how ratios are written in prompts and teacher answers.
+pub fn ratio(x: f64) -> String {
+    format!("{x:.2}")
 }
 
 impl EngineerContext {
@@ -73,43 +86,40 @@ impl EngineerContext {
     pub fn render(&self) -> String {
         let m = &self.modules;
         let mut s = String::new();
+        let _ = writeln!(s, "# Designing stage {} of the curriculum\n", self.stage);
         let _ = writeln!(
             s,
-            "# Designing the training environment of stage {}\n",
-            self.stage
-        );
-        let _ = writeln!(
-            s,
-            "## Current configuration\n{}\n",
-            config_json(&self.current)
+            "## Current configuration ({} agents)\n{}",
+            self.current.agents,
+            config_table(&self.current)
         );
         if m.guideline {
             s.push_str(&self.render_guideline());
         }
         if m.summary {
-            let _ = writeln!(
-                s,
-                "## Summary: validation results of the current policy (2 agents, greedy)"
-            );
-            s.push_str(&self.validation.render("valid % / optimal % per map size"));
-            s.push('\n');
+            s.push_str(&render_summary(&self.validation));
         }
         if m.failure_breakdown {
             s.push_str(&render_failures(&self.failures));
         }
         if m.history {
-            let _ = writeln!(s, "## History: earlier stages");
+            let _ = writeln!(s, "## History");
             if self.history.is_empty() {
-                let _ = writeln!(s, "(none: this is the first designed stage)");
+                let _ = writeln!(s, "none: this is the first designed stage");
             }
             for h in &self.history {
                 let (v, o) = h.validation.sum_row(2);
+                let changes = config_changes(&h.previous, &h.config);
                 let _ = writeln!(
                     s,
-                    "- stage {} (engineer {}): validation valid {v:.1}%, optimal {o:.1}%; config {}",
+                    "stage {} ({}): {}; then validation valid {v:.1}%, optimal {o:.1}%",
                     h.stage,
                     h.engineer,
-                    config_json(&h.config)
+                    if changes.is_empty() {
+                        "no change".to_string()
+                    } else {
+                        changes.join(", ")
+                    }
                 );
             }
             s.push('\n');
@@ -125,71 +135,143 @@ impl EngineerContext {
         s
     }
 
+    /// Rules and ranges only: what may be set, within which limits, and what is fixed.
     fn render_guideline(&self) -> String {
-        let mut s = String::new();
         let k = self.current.agents;
-        let _ = writeln!(s, "## Guideline");
+        let mut s = String::from("## Guideline\n");
         let _ = writeln!(
             s,
-            "You design the next stage's training distribution for a policy that plans paths for {k} agents on N x N frozen lakes. \
-             The objective is the validation and test valid/optimal rates; the reward and the validation set never change."
+            "Per map size N in 3..{}: data_ratio in [0, 1] (share of training instances, normalised over sizes; 0 drops the size), \
+             hole_ratio in [0, {HOLE_RATIO_MAX}] (hole density), wait_ratio in [0, 1] (share of instances whose optimum needs coordination).",
+            self.max_size
         );
-        let _ = writeln!(s, "Editable, per map size N (3..={}): data_ratio in [0, 1] (share of training instances; normalised over sizes), hole_ratio in [0, {HOLE_RATIO_MAX}] (fewer where agents need room: at most (N^2 - 2k)/N^2), wait_ratio in [0, 1] (share of instances whose optimum needs coordination).", self.max_size);
-        let ranges: Vec<String> = (3..=self.max_size)
-            .map(|n| format!("{n}: hole_ratio <= {:.3}", max_hole_ratio(n, k)))
+        let tighter: Vec<String> = (3..=self.max_size)
+            .filter(|&n| max_hole_ratio(n, k) < HOLE_RATIO_MAX)
+            .map(|n| format!("{n}: {:.3}", max_hole_ratio(n, k)))
             .collect();
+        if !tighter.is_empty() {
+            let _ = writeln!(
+                s,
+                "Tighter hole limits (room for {k} agents): {}.",
+                tighter.join(", ")
+            );
+        }
         let _ = writeln!(
             s,
-            "Hole limits per size: {}. The agent count ({k}), the reward and the validation and test sets are fixed; any other key is refused and recorded.",
-            ranges.join(", ")
-        );
-        let _ = writeln!(
-            s,
-            "A size is added by naming it and dropped by setting its data_ratio to 0; sizes not named keep their values. \
-             Values out of range are clipped and recorded. Answer with a JSON object {{\"sizes\": {{\"N\": {{\"data_ratio\": .., \"hole_ratio\": .., \"wait_ratio\": ..}}}}}} listing only the sizes you change, then one paragraph of rationale.\n"
+            "A size not named keeps its values; naming a new size adds it. Out-of-range values are clipped and recorded. \
+             Fixed: the agent count ({k}), the reward, the validation and test sets; any other key is refused and recorded.\n"
         );
         s
     }
+
+    /// The evidence lines an audit shows: the validation Sum and the failures per size.
+    pub fn evidence(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.validation.cells.is_empty() {
+            let (v, o) = self.validation.sum_row(2);
+            out.push(format!(
+                "validation Sum (2 agents): valid {v:.2}%, optimal {o:.2}%"
+            ));
+        }
+        for size in &self.failures.sizes {
+            // Humans read `3x3`; the prompt keeps the shorter `3:` (token budget).
+            out.push(format!("failures {}x{}", size.size, failure_line(size)));
+        }
+        out
+    }
 }
 
-/// A configuration as compact JSON (the form engineers read and write).
-pub fn config_json(c: &GeneratorConfig) -> String {
-    serde_json::to_string(c).expect("config serialises")
+/// A configuration as a table: `size data hole wait`, one row per size.
+pub fn config_table(c: &GeneratorConfig) -> String {
+    let mut s = String::from("size data hole wait\n");
+    for (n, sc) in &c.sizes {
+        let _ = writeln!(
+            s,
+            "{n} {} {} {}",
+            ratio(sc.data_ratio),
+            ratio(sc.hole_ratio),
+            ratio(sc.wait_ratio)
+        );
+    }
+    s
+}
+
+/// What changed from `before` to `after`, per size and field (`4 wait 0.20->0.35`).
+pub fn config_changes(before: &GeneratorConfig, after: &GeneratorConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    let sizes: std::collections::BTreeSet<usize> = before
+        .sizes
+        .keys()
+        .chain(after.sizes.keys())
+        .copied()
+        .collect();
+    for n in sizes {
+        match (before.sizes.get(&n), after.sizes.get(&n)) {
+            (None, Some(_)) => out.push(format!("{n} added")),
+            (Some(_), None) => out.push(format!("{n} dropped")),
+            (Some(b), Some(a)) => {
+                for (name, x, y) in [
+                    ("data", b.data_ratio, a.data_ratio),
+                    ("hole", b.hole_ratio, a.hole_ratio),
+                    ("wait", b.wait_ratio, a.wait_ratio),
+                ] {
+                    if ratio(x) != ratio(y) {
+                        out.push(format!("{n} {name} {}->{}", ratio(x), ratio(y)));
+                    }
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    out
+}
+
+fn render_summary(t: &ResultTable) -> String {
+    let mut s = String::from(
+        "## Summary: validation of the current policy (2 agents)\nsize valid% optimal%\n",
+    );
+    for (&(k, n), c) in &t.cells {
+        if k == 2 {
+            let _ = writeln!(s, "{n} {:.0} {:.0}", c.valid_rate(), c.optimal_rate());
+        }
+    }
+    let (v, o) = t.sum_row(2);
+    let _ = writeln!(s, "mean {v:.1} {o:.1}\n");
+    s
+}
+
+/// `5: 7/20 failed (vertex_conflict 3, hole 4)`.
+fn failure_line(size: &crate::ledger::event::SizeFailures) -> String {
+    let failed: u32 = size.counts.iter().map(|c| c.1).sum();
+    let counts: Vec<String> = size
+        .counts
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    format!(
+        "{}: {failed}/{} failed{}",
+        size.size,
+        size.total,
+        if counts.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", counts.join(", "))
+        }
+    )
 }
 
 fn render_failures(f: &FailureBreakdown) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "## Failure breakdown on the validation set ({})",
-        f.suite
-    );
+    let mut s = format!("## Failure breakdown (validation, {})\n", f.suite);
     for size in &f.sizes {
-        let failed: u32 = size.counts.iter().map(|c| c.1).sum();
-        let counts: Vec<String> = size
-            .counts
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        let _ = writeln!(
-            s,
-            "- {0}x{0}: {1} of {2} failed{3}",
-            size.size,
-            failed,
-            size.total,
-            if counts.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", counts.join(", "))
-            }
-        );
+        let _ = writeln!(s, "{}", failure_line(size));
     }
     let examples: Vec<&String> = f.sizes.iter().flat_map(|x| x.examples.iter()).collect();
     if !examples.is_empty() {
-        let _ = writeln!(s, "\nExample failing plans:");
+        let _ = writeln!(s, "Example failing plans:");
         for e in examples {
-            let _ = writeln!(s, "{e}\n");
+            let _ = writeln!(s, "{e}");
         }
     }
+    s.push('\n');
     s
 }

@@ -2,8 +2,8 @@
 //! (vLLM, llama.cpp server, Ollama, hosted APIs) designs the next stage's configuration.
 //!
 //! * The prompt ([`prompt_for`]) is a pure function of the engineer context and the
-//!   registration: a system message (role, rules, answer format), then the rendered
-//!   context modules and the JSON Schema of [`ConfigProposal`]. When the registration
+//!   registration: a system message (the role), then the rendered context modules and
+//!   the answer format ([`answer_format`]). When the registration
 //!   names a context window, the context is trimmed to fit, counting tokens with the
 //!   registered `tokenizer.json` (else about 4 characters per token): first the example
 //!   failing plans, then history entries (oldest first), then the training details.
@@ -30,7 +30,6 @@ use crate::env::{ConfigProposal, RefusedField};
 use crate::ledger::event::{EngineerKind, EngineerRegistered, EventBody};
 use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 use tokenizers::Tokenizer;
 
@@ -197,32 +196,28 @@ impl Prompt {
     }
 }
 
-/// The system message: the engineer's role, the rules and the answer format.
+/// The system message: the engineer's role.
 pub fn system_message() -> String {
-    "You are the environment engineer of a curriculum for a multi-agent path-finding policy \
-on MAPF-FrozenLake maps. Between training stages you read the evidence about the current policy \
-and write the next stage's training-instance generator configuration.\n\
-Answer format: one JSON object following the given JSON Schema, listing only the fields you \
-change (map sizes are string keys, e.g. {\"sizes\": {\"5\": {\"hole_ratio\": 0.15}}}), inside a \
-```json fenced block, followed by one short paragraph of rationale. No other JSON."
+    "You are the environment engineer of a training curriculum for a multi-agent path-finding \
+policy on MAPF-FrozenLake maps. Between training stages you read the evidence about the current \
+policy and write the next stage's training-instance generator configuration."
         .to_string()
 }
 
-fn schema_text() -> String {
-    // Compact: the schema is boilerplate every prompt carries, and small in-process
-    // models pay for each of its tokens.
-    serde_json::to_string(&schemars::schema_for!(ConfigProposal))
-        .expect("the proposal schema serialises")
+/// The answer format every engineer prompt ends with (whatever modules are on). One
+/// regular shape: each size changed with its three values, in a fenced block. Partial
+/// sizes, prose around the JSON and wrapper keys are still read by [`extract`]; the
+/// JSON Schema of a proposal is in `schemas/config-proposal.json`, not in the prompt (a
+/// small in-process model pays for every token of it and large models need no schema
+/// for three numbers).
+pub fn answer_format() -> &'static str {
+    "## Answer\nA ```json block {\"sizes\": {\"N\": {\"data_ratio\": x, \"hole_ratio\": y, \"wait_ratio\": z}}} \
+with each size you change and its three values, then one short paragraph of rationale.\n"
 }
 
 fn user_message(ctx: &EngineerContext) -> String {
     let mut s = ctx.render();
-    let _ = write!(
-        s,
-        "\n## Answer\nReply with a JSON object following this JSON Schema of a configuration proposal:\n```json\n{}\n```\n\
-         Put the object in a ```json fenced block, then give your rationale in one paragraph.\n",
-        schema_text()
-    );
+    s.push_str(answer_format());
     s
 }
 
@@ -263,7 +258,22 @@ pub fn build_prompt(
     let size = |c: &EngineerContext| counter.count(&system) + counter.count(&user_message(c));
     let mut tokens = size(&c);
     let (mut examples, mut history, mut training) = (0usize, Vec::<u32>::new(), false);
-    while tokens > max {
+    // Cutting an example subtracts its own token count (an estimate: tokens rarely
+    // straddle a line break); the whole prompt is counted again whenever the estimate
+    // says it fits, so the result is exact and a long context costs a few full counts
+    // instead of one per cut.
+    let mut exact = true;
+    loop {
+        if tokens <= max {
+            if exact {
+                break;
+            }
+            tokens = size(&c);
+            exact = true;
+            if tokens <= max {
+                break;
+            }
+        }
         if let Some(s) = c
             .failures
             .sizes
@@ -271,16 +281,24 @@ pub fn build_prompt(
             .rev()
             .find(|s| !s.examples.is_empty())
         {
-            s.examples.pop();
+            let e = s.examples.pop().expect("a non-empty list");
+            tokens = tokens.saturating_sub(counter.count(&format!("{e}\n")));
+            exact = false;
             examples += 1;
         } else if c.modules.history && !c.history.is_empty() {
             history.push(c.history.remove(0).stage);
+            tokens = size(&c);
+            exact = true;
         } else if c.modules.training_details {
             c.modules.training_details = false;
             training = true;
+            tokens = size(&c);
+            exact = true;
         } else {
             break;
         }
+    }
+    if !exact {
         tokens = size(&c);
     }
     let mut cut = Vec::new();

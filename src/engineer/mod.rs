@@ -60,77 +60,332 @@ impl Engineer for Fixed {
     }
 }
 
-/// Build the engineer `name` for the next stage of a branch.
+/// One built-in engineer: its name, what it is, and whether it needs an `lm` policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Builtin {
+    pub name: &'static str,
+    pub about: &'static str,
+    /// Only for `lm` policies: the policy model itself writes the proposal.
+    pub lm_only: bool,
+}
+
+/// The built-in engineers: every list of names (help, errors, reserved names) reads
+/// this one.
+pub const BUILTINS: [Builtin; 6] = [
+    Builtin {
+        name: "fixed",
+        about: "keeps the configuration (the fixed-environment baseline)",
+        lm_only: false,
+    },
+    Builtin {
+        name: "random",
+        about: "a random legal configuration (domain randomisation)",
+        lm_only: false,
+    },
+    Builtin {
+        name: "heuristic",
+        about: "a practitioner's rule-based curriculum",
+        lm_only: false,
+    },
+    Builtin {
+        name: "learnability",
+        about: "probes edits with the policy's own sampled pass rates, picks the highest p(1-p)",
+        lm_only: false,
+    },
+    Builtin {
+        name: "current",
+        about: "the current checkpoint writes the proposal (lm policies)",
+        lm_only: true,
+    },
+    Builtin {
+        name: "base",
+        about: "the stage-0 base model writes the proposal (lm policies)",
+        lm_only: true,
+    },
+];
+
+/// The built-in engineer called `name`.
+pub fn builtin(name: &str) -> Option<&'static Builtin> {
+    BUILTINS.iter().find(|b| b.name == name)
+}
+
+/// The built-in names, comma-separated (for messages and help).
+pub fn builtin_names() -> String {
+    BUILTINS
+        .iter()
+        .map(|b| b.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Names that cannot be registered for LLM engineers: the built-ins and `warmup` (the
+/// name stage 0 records).
+pub fn reserved(name: &str) -> bool {
+    builtin(name).is_some() || name == "warmup"
+}
+
+/// An engineer as named on the command line and recorded with every stage it designs:
+/// `NAME` or `NAME:MODS`, where MODS switches context modules off (`-module`) or on
+/// (`+module`) relative to the plan's `[engineer.context]`, e.g.
+/// `current:-failure_breakdown` or `current:+training_details`. The switches change
+/// the context itself (the struct every engineer reads), so an ablation is one more
+/// engineer in a study.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineerSpec {
+    pub name: String,
+    /// (module, on) in the order written.
+    pub switches: Vec<(String, bool)>,
+}
+
+/// The five context modules, by their names in plans and specs.
+pub const MODULES: [&str; 5] = [
+    "failure_breakdown",
+    "guideline",
+    "history",
+    "summary",
+    "training_details",
+];
+
+/// Why an engineer cannot design the stages of a branch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineerNameError {
+    #[error("engineer {spec:?}: {problem}")]
+    BadSpec { spec: String, problem: String },
+    #[error("unknown engineer {name:?}: built-in engineers are {}; registered on this branch: {}", builtin_names(), if registered.is_empty() { "none".to_string() } else { registered.join(", ") })]
+    Unknown {
+        name: String,
+        registered: Vec<String>,
+    },
+    #[error("engineer {name:?} is the policy model writing its own proposal, which needs an `lm` policy; this ledger's policy is `{policy}`. Use `learnability` (the sampling-for-learnability probe of the policy's own pass rates) or an lm plan (policy = \"lm\", e.g. ledgers/demo.toml)")]
+    NeedsLm { name: String, policy: String },
+}
+
+impl EngineerSpec {
+    pub fn parse(spec: &str) -> Result<EngineerSpec, EngineerNameError> {
+        let bad = |problem: String| EngineerNameError::BadSpec {
+            spec: spec.to_string(),
+            problem,
+        };
+        let (name, mods) = match spec.split_once(':') {
+            Some((n, m)) => (n, Some(m)),
+            None => (spec, None),
+        };
+        if name.is_empty() {
+            return Err(bad("no engineer name before ':'".into()));
+        }
+        let mut switches = Vec::new();
+        if let Some(m) = mods {
+            let mut rest = m;
+            if rest.is_empty() {
+                return Err(bad(
+                    "nothing after ':' (expected e.g. -failure_breakdown)".into()
+                ));
+            }
+            while !rest.is_empty() {
+                let on = match rest.as_bytes()[0] {
+                    b'+' => true,
+                    b'-' => false,
+                    _ => {
+                        return Err(bad(format!(
+                            "expected +module or -module at {rest:?} (modules: {})",
+                            MODULES.join(", ")
+                        )))
+                    }
+                };
+                let body = &rest[1..];
+                let end = body.find(['+', '-']).unwrap_or(body.len());
+                let module = &body[..end];
+                if !MODULES.contains(&module) {
+                    return Err(bad(format!(
+                        "unknown context module {module:?} (modules: {})",
+                        MODULES.join(", ")
+                    )));
+                }
+                switches.push((module.to_string(), on));
+                rest = &body[end..];
+            }
+        }
+        Ok(EngineerSpec {
+            name: name.to_string(),
+            switches,
+        })
+    }
+
+    /// The plan's modules with this spec's switches applied.
+    pub fn modules(
+        &self,
+        plan: &crate::ledger::plan::ContextModules,
+    ) -> crate::ledger::plan::ContextModules {
+        let mut m = plan.clone();
+        for (module, on) in &self.switches {
+            let slot = match module.as_str() {
+                "failure_breakdown" => &mut m.failure_breakdown,
+                "guideline" => &mut m.guideline,
+                "history" => &mut m.history,
+                "summary" => &mut m.summary,
+                _ => &mut m.training_details,
+            };
+            *slot = *on;
+        }
+        m
+    }
+
+    /// Check that this engineer can design stages of a ledger whose policy is
+    /// `policy`, given the LLM engineers registered on the branch.
+    pub fn check(&self, policy: &str, registered: &[String]) -> Result<(), EngineerNameError> {
+        match builtin(&self.name) {
+            Some(b) if b.lm_only && policy != "lm" => Err(EngineerNameError::NeedsLm {
+                name: self.name.clone(),
+                policy: policy.to_string(),
+            }),
+            Some(_) => Ok(()),
+            None if registered.iter().any(|r| r == &self.name) => Ok(()),
+            None => Err(EngineerNameError::Unknown {
+                name: self.name.clone(),
+                registered: registered.to_vec(),
+            }),
+        }
+    }
+}
+
+/// Parse and check an engineer spec for a ledger (the plan's policy) and branch (its
+/// registered LLM engineers).
+pub fn check_spec(
+    spec: &str,
+    plan: &crate::ledger::plan::LedgerPlan,
+    state: &BranchState,
+) -> Result<EngineerSpec, EngineerNameError> {
+    let s = EngineerSpec::parse(spec)?;
+    s.check(plan.policy.name(), &state.engineers)?;
+    Ok(s)
+}
+
+/// Build the engineer `spec` for the next stage of a branch.
 pub fn build(
-    name: &str,
+    spec: &str,
     pipeline: &Pipeline<'_>,
     state: &BranchState,
 ) -> Result<Box<dyn Engineer>, StageError> {
-    build_replaying(name, pipeline, state, None)
+    build_replaying(spec, pipeline, state, None)
+}
+
+/// The training state of stage `stage`'s checkpoint on a branch.
+fn checkpoint_state(
+    pipeline: &Pipeline<'_>,
+    state: &BranchState,
+    name: &str,
+    stage: u32,
+) -> Result<crate::train::TrainState, StageError> {
+    let blob = state
+        .stage(stage)
+        .and_then(|s| s.checkpoint)
+        .map(|c| c.0)
+        .ok_or_else(|| {
+            StageError::Diverged(format!("engineer {name}: stage {stage} has no checkpoint"))
+        })?;
+    crate::stage::load_state(pipeline.ledger, &blob, pipeline.device)
 }
 
 /// [`build`] for a replay: an LLM engineer answers from `recorded` (the branch's
 /// recorded replies, by prompt hash) instead of calling its endpoint.
 pub fn build_replaying(
-    name: &str,
+    spec: &str,
     pipeline: &Pipeline<'_>,
     state: &BranchState,
     recorded: Option<&llm::RecordedReplies>,
 ) -> Result<Box<dyn Engineer>, StageError> {
-    match name {
+    let spec = check_spec(spec, &pipeline.plan, state)?;
+    let next = next_stage(state);
+    let seed = stage_seed(&pipeline.plan, next, state.replicate).child("engineer", 0);
+    match spec.name.as_str() {
         "fixed" => Ok(Box::new(Fixed)),
         "random" => Ok(Box::new(builtin::Random {
-            seed: stage_seed(&pipeline.plan, next_stage(state), state.replicate),
+            seed: stage_seed(&pipeline.plan, next, state.replicate),
         })),
         "heuristic" => Ok(Box::new(builtin::Heuristic)),
-        "current" | "base" => {
-            let next = next_stage(state);
+        "learnability" => {
+            let ts = checkpoint_state(pipeline, state, "learnability", next.saturating_sub(1))?;
+            Ok(Box::new(probe::Probe {
+                name: "learnability".into(),
+                policy: ts.policy,
+                seed,
+            }))
+        }
+        name @ ("current" | "base") => {
             let stage = if name == "base" {
                 0
             } else {
                 next.saturating_sub(1)
             };
-            let blob = state
-                .stage(stage)
-                .and_then(|s| s.checkpoint)
-                .map(|c| c.0)
-                .ok_or_else(|| {
-                    StageError::Diverged(format!(
-                        "engineer {name}: stage {stage} has no checkpoint"
-                    ))
-                })?;
-            let ts = crate::stage::load_state(pipeline.ledger, &blob, pipeline.device)?;
-            let seed = stage_seed(&pipeline.plan, next, state.replicate).child("engineer", 0);
-            if ts.policy.as_lm().is_some() {
-                // The checkpoint writes the proposal itself.
-                let policy = crate::train::lm::downcast(ts.policy).expect("an lm policy");
-                let spec = &pipeline.plan.lm;
-                return Ok(Box::new(model::ModelEngineer {
-                    name: name.to_string(),
-                    policy,
-                    seed,
-                    sampling: spec.engineer_sampling(),
-                    max_prompt_tokens: spec.engineer_prompt_tokens,
-                }));
-            }
-            Ok(Box::new(probe::Probe {
+            let ts = checkpoint_state(pipeline, state, name, stage)?;
+            let policy = crate::train::lm::downcast(ts.policy).ok_or_else(|| {
+                StageError::Engineer(EngineerNameError::NeedsLm {
+                    name: name.into(),
+                    policy: pipeline.plan.policy.name().into(),
+                })
+            })?;
+            let lm = &pipeline.plan.lm;
+            Ok(Box::new(model::ModelEngineer {
                 name: name.to_string(),
-                policy: ts.policy,
+                policy,
                 seed,
+                sampling: lm.engineer_sampling(),
+                max_prompt_tokens: lm.engineer_prompt_tokens,
             }))
         }
-        // A registered LLM engineer on this branch.
-        other if state.engineers.iter().any(|e| e == other) => {
-            match llm::registered(pipeline.ledger, state, other) {
-                Ok(reg) => {
-                    let mut engineer = llm::LlmEngineer::new(reg);
-                    engineer.recorded = recorded.cloned();
-                    Ok(Box::new(engineer))
-                }
-                Err(llm::LlmError::Ledger(e)) => Err(StageError::Ledger(e)),
-                Err(_) => Err(StageError::UnknownEngineer(other.to_string())),
+        // A registered LLM engineer on this branch (check_spec found it).
+        other => match llm::registered(pipeline.ledger, state, other) {
+            Ok(reg) => {
+                let mut engineer = llm::LlmEngineer::new(reg);
+                engineer.recorded = recorded.cloned();
+                Ok(Box::new(engineer))
             }
+            Err(llm::LlmError::Ledger(e)) => Err(StageError::Ledger(e)),
+            Err(e) => Err(StageError::Plan(e.to_string())),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_switch_modules_and_name_bad_input() {
+        let s = EngineerSpec::parse("current:-failure_breakdown+training_details").unwrap();
+        assert_eq!(s.name, "current");
+        let m = s.modules(&crate::ledger::plan::ContextModules::default());
+        assert!(!m.failure_breakdown && m.training_details && m.summary);
+        assert_eq!(EngineerSpec::parse("fixed").unwrap().switches, vec![]);
+        for bad in [
+            "current:",
+            ":-history",
+            "current:history",
+            "current:-histories",
+        ] {
+            let e = EngineerSpec::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
         }
-        other => Err(StageError::UnknownEngineer(other.to_string())),
+        let e = EngineerSpec::parse("current")
+            .unwrap()
+            .check("grid", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("learnability") && e.contains("lm"), "{e}");
+        assert!(EngineerSpec::parse("learnability")
+            .unwrap()
+            .check("grid", &[])
+            .is_ok());
+        let e = EngineerSpec::parse("gpt")
+            .unwrap()
+            .check("lm", &[])
+            .unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("fixed, random, heuristic, learnability, current, base"));
+        assert!(EngineerSpec::parse("gpt")
+            .unwrap()
+            .check("lm", &["gpt".into()])
+            .is_ok());
     }
 }

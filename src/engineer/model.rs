@@ -1,12 +1,14 @@
 //! `current` and `base` for `lm` policies: the checkpoint itself is the engineer. It
-//! reads the very prompt an HTTP LLM engineer gets (the five context modules, the
-//! answer format and the legal ranges; [`llm::build_prompt`], trimmed to the model's
-//! prompt budget with its own tokenizer), *generates* the reply in-process, seeded from
-//! the seed tree (a replay regenerates it bit for bit), and the reply goes through the
-//! same parse -> project -> clip -> record path as any LLM reply. An unparseable reply
-//! is a recorded rejection, as for HTTP engineers.
+//! reads the very prompt an HTTP LLM engineer gets (the five context modules and the
+//! answer format; [`llm::build_prompt`], trimmed to the model's prompt budget with its
+//! own tokenizer), *generates* the reply in-process, seeded from the seed tree (a
+//! replay regenerates it bit for bit), and the reply goes through the same parse ->
+//! project -> clip -> record path as any LLM reply. An unparseable reply is a recorded
+//! rejection, as for HTTP engineers.
 //!
-//! `current` is the latest checkpoint of the branch; `base` is stage 0's model.
+//! `current` is the latest checkpoint of the branch; `base` is stage 0's model. A
+//! scratch base model learns to answer these prompts in stage 0 from [`prompt_ids`] of
+//! teacher contexts, so what it is trained on and what it reads here are one function.
 use super::llm::{self, LlmRegistration, TokenCounter};
 use super::{Decision, Engineer, EngineerContext};
 use crate::seed::Seed;
@@ -23,24 +25,41 @@ pub struct ModelEngineer {
     pub max_prompt_tokens: u32,
 }
 
-impl ModelEngineer {
-    fn registration(&self) -> LlmRegistration {
-        LlmRegistration {
-            name: self.name.clone(),
-            url: "in-process".into(),
-            model: self.name.clone(),
-            api_key_env: None,
-            tokenizer: Some(self.policy.tokenizer_json.clone()),
-            max_context: Some(self.max_prompt_tokens),
-            context_modules: vec![],
-        }
-    }
+/// The prompt a model engineer reads for `ctx`, trimmed to `max_tokens` as counted by
+/// the model's own tokenizer (`counter`).
+pub fn prompt(ctx: &EngineerContext, counter: &TokenCounter, max_tokens: u32) -> llm::Prompt {
+    let reg = LlmRegistration {
+        name: "in-process".into(),
+        url: "in-process".into(),
+        model: "in-process".into(),
+        api_key_env: None,
+        tokenizer: None,
+        max_context: Some(max_tokens),
+        context_modules: vec![],
+    };
+    llm::build_prompt(ctx, &reg, counter)
+}
 
+/// The token ids the model reads for `prompt`: the chat template around its system and
+/// user messages, up to the assistant's turn.
+pub fn prompt_ids(policy: &LmPolicy, prompt: &llm::Prompt) -> Vec<u32> {
+    policy.encode(
+        &policy
+            .arch
+            .chat
+            .wrap_with_system(&prompt.system, &prompt.user),
+    )
+}
+
+/// The model's tokenizer as a prompt token counter.
+pub fn counter(policy: &LmPolicy) -> TokenCounter {
+    TokenCounter::Tokenizer(Box::new(policy.tokenizer.clone()))
+}
+
+impl ModelEngineer {
     /// The prompt this engineer reads for `ctx` (system and user messages).
     pub fn prompt(&self, ctx: &EngineerContext) -> llm::Prompt {
-        let reg = self.registration();
-        let counter = TokenCounter::for_registration(&reg).unwrap_or(TokenCounter::Approximate);
-        llm::build_prompt(ctx, &reg, &counter)
+        prompt(ctx, &counter(&self.policy), self.max_prompt_tokens)
     }
 }
 
@@ -51,12 +70,7 @@ impl Engineer for ModelEngineer {
 
     fn decide(&mut self, ctx: &EngineerContext) -> Decision {
         let prompt = self.prompt(ctx);
-        let text = self
-            .policy
-            .arch
-            .chat
-            .wrap_with_system(&prompt.system, &prompt.user);
-        let ids = self.policy.encode(&text);
+        let ids = prompt_ids(&self.policy, &prompt);
         let g = crate::train::lm::generate::generate(
             &self.policy.model,
             &[ids],

@@ -1,14 +1,22 @@
-//! `current` and `base`: a policy checkpoint acts as the engineer. It builds candidate
-//! configurations by local edits of the current one (data, hole and wait ratios of the
-//! sizes the failure breakdown implicates, keeping the sizes that work), probes each
-//! candidate by sampling its own plans on instances drawn from it, and picks the
-//! candidate with the highest learnability, mean p(1-p) over probe instances where p
-//! is the checkpoint's pass rate (as in sampling-for-learnability curricula). `current`
-//! uses the latest checkpoint; `base` the stage-0 weights. Everything is drawn from the
-//! seed tree, so a decision is reproducible.
+//! `learnability`: a sampling-for-learnability baseline that works with any policy. It
+//! builds candidate configurations by local edits of the current one (data, hole and
+//! wait ratios of the sizes the evidence implicates, keeping the sizes that work),
+//! probes each candidate by sampling the current checkpoint's own plans on instances
+//! drawn from it, and picks the candidate with the highest learnability, mean p(1-p)
+//! over probe instances where p is the checkpoint's pass rate (as in
+//! sampling-for-learnability curricula).
+//!
+//! It reads the context struct, so ablations reach it: the failure breakdown decides
+//! which sizes are implicated (most failures first) and which edits are tried (the
+//! dominant failure kinds: conflicts -> coordination, holes -> hole density, the rest
+//! -> data and holes); without it the validation summary ranks the sizes and every
+//! edit is tried; without both, the smallest sizes are probed. Everything is drawn
+//! from the seed tree, so a decision is reproducible.
 use super::{Decision, Engineer, EngineerContext};
 use crate::env::config::{max_hole_ratio, SizeProposal};
-use crate::env::{generate, project, simulate, Budget, ConfigProposal, GeneratorConfig};
+use crate::env::{
+    generate, project, simulate, Budget, ConfigProposal, FailureKind, GeneratorConfig,
+};
 use crate::seed::Seed;
 use crate::train::policy::Policy;
 
@@ -44,78 +52,148 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-/// The sizes the evidence implicates: most failures first, working sizes excluded.
-fn implicated(ctx: &EngineerContext) -> Vec<(usize, u32, u32)> {
-    let mut v: Vec<(usize, u32, u32)> = ctx
+/// Which edits of a size the evidence calls for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Edits {
+    /// No failure kinds known: every edit.
+    All,
+    /// Conflicts dominate: coordination up or down.
+    Coordination,
+    /// Holes dominate: hole density up or down.
+    Holes,
+    /// The plan goes wrong on its own (goal not reached, illegal moves, parse errors):
+    /// more or less data, fewer holes.
+    Data,
+}
+
+/// One implicated size: its size, the evidence as cited, and the edits to try.
+struct Focus {
+    size: usize,
+    evidence: String,
+    edits: Edits,
+}
+
+/// The sizes the evidence implicates, weakest first, working sizes excluded: by failure
+/// count when the breakdown is shown (with its dominant kinds), else by validation
+/// valid rate, else the smallest sizes.
+fn implicated(ctx: &EngineerContext) -> Vec<Focus> {
+    let valid = |n: usize| ctx.validation.cells.get(&(2, n)).map(|c| c.valid_rate());
+    let mut v: Vec<(f64, Focus)> = ctx
         .current
         .sizes
         .keys()
-        .filter_map(|&n| {
-            let cell = ctx.validation.cells.get(&(2, n));
-            let valid = cell.map(|c| c.valid_rate()).unwrap_or(0.0);
-            if valid >= WORKING {
-                return None;
+        .filter(|&&n| valid(n).is_none_or(|v| v < WORKING))
+        .map(|&n| {
+            if let Some(f) = ctx.failures.sizes.iter().find(|s| s.size as usize == n) {
+                let count = |ks: &[FailureKind]| {
+                    f.counts
+                        .iter()
+                        .filter(|c| ks.contains(&c.0))
+                        .map(|c| c.1)
+                        .sum::<u32>()
+                };
+                let conflicts = count(&[FailureKind::VertexConflict, FailureKind::EdgeConflict]);
+                let holes = count(&[FailureKind::Hole]);
+                let failed = count(&FailureKind::ALL);
+                let own = failed - conflicts - holes;
+                let edits = if conflicts >= holes.max(own) && conflicts > 0 {
+                    Edits::Coordination
+                } else if holes >= own && holes > 0 {
+                    Edits::Holes
+                } else {
+                    Edits::Data
+                };
+                let evidence = format!("{n}x{n}: {failed} of {} validation plans failed", f.total);
+                (
+                    -(failed as f64),
+                    Focus {
+                        size: n,
+                        evidence,
+                        edits,
+                    },
+                )
+            } else if let Some(v) = valid(n) {
+                let evidence = format!("{n}x{n}: validation valid {v:.0}%");
+                (
+                    v,
+                    Focus {
+                        size: n,
+                        evidence,
+                        edits: Edits::All,
+                    },
+                )
+            } else {
+                let evidence = format!("{n}x{n}: no evidence shown");
+                (
+                    n as f64,
+                    Focus {
+                        size: n,
+                        evidence,
+                        edits: Edits::All,
+                    },
+                )
             }
-            let failed = ctx
-                .failures
-                .sizes
-                .iter()
-                .find(|s| s.size as usize == n)
-                .map(|s| (s.counts.iter().map(|c| c.1).sum::<u32>(), s.total))
-                .unwrap_or((0, 0));
-            Some((n, failed.0, failed.1))
         })
         .collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    v.truncate(FOCUS_SIZES);
-    v
+    // Weakest first; ties: the smaller size first.
+    v.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.size.cmp(&b.1.size)));
+    v.into_iter().take(FOCUS_SIZES).map(|x| x.1).collect()
 }
 
-fn candidates(ctx: &EngineerContext, focus: &[(usize, u32, u32)]) -> Vec<Candidate> {
+fn candidates(ctx: &EngineerContext, focus: &[Focus]) -> Vec<Candidate> {
     let mut out = vec![Candidate {
         label: "keep the current configuration".into(),
         proposal: ConfigProposal::default(),
     }];
     let k = ctx.current.agents;
-    for &(n, _, _) in focus {
+    for f in focus {
+        let n = f.size;
         let c = ctx.current.sizes[&n];
         let hmax = max_hole_ratio(n, k);
         let mut push =
             |label: String, p: ConfigProposal| out.push(Candidate { label, proposal: p });
-        push(
-            format!("{n}x{n}: data x1.5"),
-            edit(n, |s| {
-                s.data_ratio = Some(round3((c.data_ratio * 1.5).min(1.0)))
-            }),
-        );
-        push(
-            format!("{n}x{n}: data x0.67"),
-            edit(n, |s| s.data_ratio = Some(round3(c.data_ratio / 1.5))),
-        );
-        push(
-            format!("{n}x{n}: holes -0.05"),
-            edit(n, |s| {
-                s.hole_ratio = Some(round3((c.hole_ratio - 0.05).max(0.0)))
-            }),
-        );
-        push(
-            format!("{n}x{n}: holes +0.05"),
-            edit(n, |s| {
-                s.hole_ratio = Some(round3((c.hole_ratio + 0.05).min(hmax)))
-            }),
-        );
-        push(
-            format!("{n}x{n}: wait -0.15"),
-            edit(n, |s| {
-                s.wait_ratio = Some(round3((c.wait_ratio - 0.15).max(0.0)))
-            }),
-        );
-        push(
-            format!("{n}x{n}: wait +0.15"),
-            edit(n, |s| {
-                s.wait_ratio = Some(round3((c.wait_ratio + 0.15).min(1.0)))
-            }),
-        );
+        if matches!(f.edits, Edits::All | Edits::Data) {
+            push(
+                format!("{n}x{n}: data x1.5"),
+                edit(n, |s| {
+                    s.data_ratio = Some(round3((c.data_ratio * 1.5).min(1.0)))
+                }),
+            );
+            push(
+                format!("{n}x{n}: data x0.67"),
+                edit(n, |s| s.data_ratio = Some(round3(c.data_ratio / 1.5))),
+            );
+        }
+        if matches!(f.edits, Edits::All | Edits::Data | Edits::Holes) {
+            push(
+                format!("{n}x{n}: holes -0.05"),
+                edit(n, |s| {
+                    s.hole_ratio = Some(round3((c.hole_ratio - 0.05).max(0.0)))
+                }),
+            );
+        }
+        if matches!(f.edits, Edits::All | Edits::Holes) {
+            push(
+                format!("{n}x{n}: holes +0.05"),
+                edit(n, |s| {
+                    s.hole_ratio = Some(round3((c.hole_ratio + 0.05).min(hmax)))
+                }),
+            );
+        }
+        if matches!(f.edits, Edits::All | Edits::Coordination) {
+            push(
+                format!("{n}x{n}: wait -0.15"),
+                edit(n, |s| {
+                    s.wait_ratio = Some(round3((c.wait_ratio - 0.15).max(0.0)))
+                }),
+            );
+            push(
+                format!("{n}x{n}: wait +0.15"),
+                edit(n, |s| {
+                    s.wait_ratio = Some(round3((c.wait_ratio + 0.15).min(1.0)))
+                }),
+            );
+        }
     }
     out
 }
@@ -164,12 +242,7 @@ impl Engineer for Probe {
 
     fn decide(&mut self, ctx: &EngineerContext) -> Decision {
         let focus = implicated(ctx);
-        let mut evidence: Vec<String> = focus
-            .iter()
-            .map(|&(n, failed, total)| {
-                format!("{n}x{n}: {failed} of {total} validation plans failed")
-            })
-            .collect();
+        let mut evidence: Vec<String> = focus.iter().map(|f| f.evidence.clone()).collect();
         if evidence.is_empty() {
             evidence.push(format!("every size is at or above {WORKING}% valid"));
         }
@@ -201,7 +274,7 @@ impl Engineer for Probe {
             .collect();
         let (learn, pass, chosen) = &scored[best];
         let rationale = format!(
-            "{} checkpoint as engineer. Evidence: {}. Probed {} candidates with {} instances x {} samples each: {}. \
+            "{} (the current checkpoint's own pass rates). Evidence: {}. Probed {} candidates with {} instances x {} samples each: {}. \
              Chose \"{}\": the highest learnability {:.3} (pass rate {:.2}); sizes not implicated are kept.",
             self.name,
             evidence.join("; "),

@@ -2,18 +2,28 @@
 //!
 //! A scratch `lm` model has never seen an engineer prompt, so stage 0 pretrains it on
 //! two kinds of example: MAPF prompts -> optimal plans, and engineer prompts -> JSON
-//! proposals. The second kind comes from here: varied synthetic evidence (validation
-//! results and failure breakdowns over sizes 3..10, configurations, history) rendered
-//! through the real prompt builder, answered by a teacher that is deliberately *not*
-//! any built-in engineer (else `base` would collapse into it): it picks one to three of
-//! the sizes the evidence names as failing most, applies a randomly varied legal edit
-//! to each (more or less data, fewer or more holes, more or less coordination, adding
-//! a missing size, dropping a mastered one), and writes a short rationale that cites
-//! the numbers it acted on. Everything is drawn from the seed tree.
-use super::context::{EngineerContext, HistoryEntry, TrainingDetails};
+//! proposals. The second kind comes from here:
+//!
+//! * [`context`]: varied synthetic evidence shaped like a real stage's: a configuration
+//!   over a range of sizes in 3..=max, validation results whose success falls with the
+//!   map size at a random skill level, failure counts per size with *real* example
+//!   failing plans (generated instances whose optimal plan is perturbed, then
+//!   simulated), a history of earlier stages, and, now and then, context modules
+//!   switched off, so ablated prompts are not out of distribution.
+//! * [`answer`]: a reply in the one regular shape the prompt asks for: a fenced JSON
+//!   block naming each changed size with its three values (two decimals), then one
+//!   sentence per edit citing the evidence it acted on.
+//!
+//! The teacher is deliberately *not* any built-in engineer (else `base` would collapse
+//! into it): it picks one or two of the sizes the evidence names as weakest (failure
+//! counts, else validation rates, else at random), applies a randomly drawn legal edit
+//! to each (more data, fewer holes, more or less coordination; adding a missing size;
+//! dropping a solved one) with random magnitudes. Everything is drawn from the seed tree.
+use super::context::{ratio, EngineerContext, HistoryEntry, TrainingDetails};
 use crate::env::config::max_hole_ratio;
 use crate::env::table::{CellCounts, ResultTable};
-use crate::env::{FailureKind, GeneratorConfig, SizeConfig};
+use crate::env::text::render_plan;
+use crate::env::{Budget, FailureKind, GeneratorConfig, Instance, Move, Plan, SizeConfig};
 use crate::ledger::event::{FailureBreakdown, SizeFailures};
 use crate::ledger::plan::ContextModules;
 use crate::seed::Seed;
@@ -21,27 +31,36 @@ use rand::Rng;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// Map sizes the teacher's contexts cover (the paper's protocol).
-pub const SIZES: std::ops::RangeInclusive<usize> = 3..=10;
+/// What the synthetic contexts must look like to match a plan's real ones.
+#[derive(Clone, Debug)]
+pub struct TeacherSpec {
+    /// The plan's context modules (used most of the time; flipped now and then).
+    pub modules: ContextModules,
+    /// Designed stages of the plan (contexts are for stages 1..=stages).
+    pub stages: u32,
+    /// Validation instances per size (the plan's `suites.validation_per_cell`).
+    pub per_cell: u32,
+    /// Largest map size (the plan's `engineer.max_size`).
+    pub max_size: usize,
+    /// Example failing plans kept per size (as the evaluation keeps).
+    pub examples_per_size: usize,
+}
 
 fn r2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// One synthetic engineer context for designing `stage`.
-pub fn context(seed: Seed, modules: &ContextModules, stage: u32) -> EngineerContext {
-    let mut rng = seed.rng();
-    let all: Vec<usize> = SIZES.collect();
-    // The current configuration: most often every size, sometimes a contiguous subset.
+/// A random configuration over a contiguous size range (most often 3..=max).
+fn random_config(rng: &mut impl Rng, max: usize) -> GeneratorConfig {
     let lo = if rng.random_bool(0.7) {
         3
     } else {
-        rng.random_range(3..=6)
+        rng.random_range(3..max)
     };
     let hi = if rng.random_bool(0.7) {
-        10
+        max
     } else {
-        rng.random_range(lo + 1..=10)
+        rng.random_range(lo + 1..=max)
     };
     let mut sizes = BTreeMap::new();
     for n in lo..=hi {
@@ -54,60 +73,166 @@ pub fn context(seed: Seed, modules: &ContextModules, stage: u32) -> EngineerCont
             },
         );
     }
-    let current = GeneratorConfig { agents: 2, sizes };
-    // Validation: success falls with size, with a random skill level and noise.
-    let skill = rng.random_range(0.2..1.0f64);
-    let total = 20u32;
-    let mut validation = ResultTable::default();
-    let mut failures = Vec::new();
-    for &n in &all {
-        let p =
-            (skill * (1.15 - (n as f64 - 3.0) / 7.0) + rng.random_range(-0.1..0.1)).clamp(0.0, 1.0);
-        let valid = (p * total as f64).round() as u32;
+    GeneratorConfig { agents: 2, sizes }
+}
+
+/// A small random edit of a configuration (the configs of a synthetic history).
+fn perturb(rng: &mut impl Rng, c: &GeneratorConfig) -> GeneratorConfig {
+    let mut next = c.clone();
+    let sizes: Vec<usize> = next.sizes.keys().copied().collect();
+    let n = sizes[rng.random_range(0..sizes.len())];
+    let s = next.sizes.get_mut(&n).expect("a listed size");
+    match rng.random_range(0..3) {
+        0 => s.data_ratio = r2((s.data_ratio * rng.random_range(0.5..2.0)).clamp(0.01, 1.0)),
+        1 => s.hole_ratio = r2((s.hole_ratio + rng.random_range(-0.1..0.1)).clamp(0.0, 0.3)),
+        _ => s.wait_ratio = r2((s.wait_ratio + rng.random_range(-0.2..0.2)).clamp(0.0, 1.0)),
+    }
+    next
+}
+
+/// Validation counts per size: success falls with size around a skill level.
+fn random_validation(rng: &mut impl Rng, skill: f64, per_cell: u32, max: usize) -> ResultTable {
+    let mut t = ResultTable::default();
+    for n in 3..=max {
+        let p = (skill * (1.15 - (n as f64 - 3.0) / (max as f64 - 3.0).max(1.0))
+            + rng.random_range(-0.12..0.12))
+        .clamp(0.0, 1.0);
+        let valid = (p * per_cell as f64).round() as u32;
         let optimal = (valid as f64 * rng.random_range(0.6..1.0)).round() as u32;
-        validation.cells.insert(
+        t.cells.insert(
             (2, n),
             CellCounts {
-                total,
+                total: per_cell,
                 valid,
                 optimal,
             },
         );
-        let failed = total - valid;
+    }
+    t
+}
+
+/// A real failing plan on a real instance of size `n`: the instance's optimal plan,
+/// perturbed the way weak policies fail (stopping short, a wrong move, a garbled line),
+/// then simulated; None when the perturbation happened to stay valid.
+fn failing_example(rng: &mut impl Rng, n: usize, hole_ratio: f64, seed: Seed) -> Option<String> {
+    let spec = crate::env::generator::InstanceSpec {
+        size: n,
+        agents: 2,
+        hole_ratio,
+        coordination: None,
+    };
+    let solved =
+        crate::env::generator::generate_one(&spec, &mut seed.rng(), Budget::default()).ok()?;
+    let inst: &Instance = &solved.instance;
+    let mut plan: Plan = solved.plan.clone();
+    let a = rng.random_range(0..plan.moves.len());
+    let text = match rng.random_range(0..4) {
+        0 => {
+            // Stops short of the goal.
+            let keep = plan.moves[a].len().saturating_sub(rng.random_range(1..=3));
+            plan.moves[a].truncate(keep);
+            render_plan(&plan)
+        }
+        1 | 2 => {
+            // One wrong move.
+            if plan.moves[a].is_empty() {
+                plan.moves[a].push(Move::ALL[rng.random_range(0..4)]);
+            } else {
+                let i = rng.random_range(0..plan.moves[a].len());
+                plan.moves[a][i] = Move::ALL[rng.random_range(0..5)];
+            }
+            render_plan(&plan)
+        }
+        _ => {
+            // A garbled line.
+            let mut t = render_plan(&plan);
+            let at = rng.random_range(0..t.len());
+            t.insert(at, ['X', '?', '7'][rng.random_range(0..3)]);
+            t
+        }
+    };
+    let outcome = match crate::env::text::parse_plan(&text, inst.agents()) {
+        Ok(p) => crate::env::simulate(inst, &p),
+        Err(e) => crate::env::Outcome::failed(e.to_failure()),
+    };
+    let f = outcome.failure?;
+    Some(crate::train::eval::failure_example(inst, &text, &f))
+}
+
+/// One synthetic engineer context for designing `stage`.
+pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
+    let mut rng = seed.rng();
+    let max = spec.max_size.max(4);
+    let mut modules = spec.modules.clone();
+    if rng.random_bool(0.25) {
+        // An ablated prompt now and then: one module flipped.
+        match rng.random_range(0..5) {
+            0 => modules.failure_breakdown ^= true,
+            1 => modules.guideline ^= true,
+            2 => modules.history ^= true,
+            3 => modules.summary ^= true,
+            _ => modules.training_details ^= true,
+        }
+    }
+    // A history of configurations, each a small edit of the one before.
+    let mut configs = vec![random_config(&mut rng, max)];
+    for _ in 1..stage {
+        let next = perturb(&mut rng, configs.last().expect("one config"));
+        configs.push(next);
+    }
+    let current = configs.last().expect("one config").clone();
+    let skill = rng.random_range(0.15..1.0f64);
+    let validation = random_validation(&mut rng, skill, spec.per_cell, max);
+    let kinds = [
+        FailureKind::VertexConflict,
+        FailureKind::EdgeConflict,
+        FailureKind::Hole,
+        FailureKind::IllegalMove,
+        FailureKind::ParseError,
+    ];
+    let mut failures = Vec::new();
+    for (&(_, n), cell) in &validation.cells {
+        let failed = cell.total - cell.valid;
         let mut counts: BTreeMap<FailureKind, u32> = BTreeMap::new();
-        let kinds = [
-            FailureKind::GoalNotReached,
-            FailureKind::VertexConflict,
-            FailureKind::EdgeConflict,
-            FailureKind::Hole,
-            FailureKind::IllegalMove,
-            FailureKind::ParseError,
-        ];
         for _ in 0..failed {
             // Larger maps fail more by not reaching the goal; small ones by conflicts.
             let k = if rng.random_bool(((n as f64 - 2.0) / 10.0).min(0.8)) {
                 FailureKind::GoalNotReached
             } else {
-                kinds[rng.random_range(1..kinds.len())]
+                kinds[rng.random_range(0..kinds.len())]
             };
             *counts.entry(k).or_default() += 1;
         }
+        let mut examples = Vec::new();
+        let holes = current.sizes.get(&n).map_or(0.1, |c| c.hole_ratio);
+        for e in 0..spec.examples_per_size.min(failed as usize) {
+            examples.extend(failing_example(
+                &mut rng,
+                n,
+                holes,
+                seed.child("example", (n * 16 + e) as u64),
+            ));
+        }
         failures.push(SizeFailures {
             size: n as u32,
-            total,
+            total: cell.total,
             counts: counts.into_iter().collect(),
-            examples: vec![],
+            examples,
         });
     }
     let history = (1..stage)
-        .map(|s| HistoryEntry {
-            stage: s,
-            engineer: "current".into(),
-            config: current.clone(),
-            validation: validation.clone(),
+        .map(|s| {
+            let i = s as usize;
+            HistoryEntry {
+                stage: s,
+                engineer: ["current", "base", "heuristic"][rng.random_range(0..3)].into(),
+                previous: configs[i - 1].clone(),
+                config: configs[i].clone(),
+                validation: random_validation(&mut rng, skill * 0.9, spec.per_cell, max),
+            }
         })
         .collect();
-    EngineerContext {
+    let ctx = EngineerContext {
         stage,
         current,
         validation,
@@ -123,98 +248,133 @@ pub fn context(seed: Seed, modules: &ContextModules, stage: u32) -> EngineerCont
             last_loss: r2(rng.random_range(-0.2..0.2)),
             last_grad_norm: r2(rng.random_range(0.1..2.0)),
         },
-        modules: modules.clone(),
-        max_size: *SIZES.end(),
-    }
+        modules,
+        max_size: max,
+    };
+    ctx.without_switched_off_modules()
 }
 
-/// The teacher's reply to a context: a fenced JSON proposal and a short rationale.
-pub fn answer(ctx: &EngineerContext, seed: Seed) -> String {
-    let mut rng = seed.rng();
-    // Sizes by failures, most first (ties: the larger size first).
-    let mut by_fail: Vec<(u32, usize, String)> = ctx
-        .failures
-        .sizes
-        .iter()
-        .map(|s| {
-            let failed: u32 = s.counts.iter().map(|c| c.1).sum();
-            let top = s
-                .counts
-                .iter()
-                .max_by_key(|c| c.1)
-                .map(|c| format!("{} {}", c.0.name(), c.1))
-                .unwrap_or_default();
-            (failed, s.size as usize, top)
-        })
-        .collect();
-    by_fail.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
-    let picks = rng.random_range(1..=3usize).min(by_fail.len());
-    let mut edits: BTreeMap<usize, Vec<(&str, f64)>> = BTreeMap::new();
-    let mut why = Vec::new();
-    for (failed, n, top) in by_fail.iter().take(picks) {
-        let total = ctx
+/// The sizes the evidence names as weakest, weakest first, each with the evidence as
+/// it would be cited: failure counts when the breakdown is shown, else validation
+/// rates, else nothing (then every allowed size, in a random order).
+fn weakest(ctx: &EngineerContext, rng: &mut impl Rng) -> Vec<(usize, String)> {
+    if !ctx.failures.sizes.is_empty() {
+        let mut v: Vec<(u32, usize, String)> = ctx
             .failures
             .sizes
             .iter()
-            .find(|s| s.size as usize == *n)
-            .map_or(0, |s| s.total);
-        let evidence = format!("{n}x{n}: {failed} of {total} failed ({top})");
-        match ctx.current.sizes.get(n) {
-            None => {
-                let d = r2(rng.random_range(0.1..0.3));
-                edits.entry(*n).or_default().push(("data_ratio", d));
-                why.push(format!("{evidence}, not in training: add it with data {d}"));
-            }
-            Some(c) => match rng.random_range(0..4) {
-                0 => {
-                    let d = r2((c.data_ratio * rng.random_range(1.3..2.0)).min(1.0));
-                    edits.entry(*n).or_default().push(("data_ratio", d));
-                    why.push(format!("{evidence}: more data ({} -> {d})", c.data_ratio));
-                }
-                1 => {
-                    let h = r2((c.hole_ratio - rng.random_range(0.03..0.1)).max(0.0));
-                    edits.entry(*n).or_default().push(("hole_ratio", h));
-                    why.push(format!("{evidence}: fewer holes ({} -> {h})", c.hole_ratio));
-                }
-                2 => {
-                    let w = r2((c.wait_ratio + rng.random_range(0.1..0.3)).min(1.0));
-                    edits.entry(*n).or_default().push(("wait_ratio", w));
-                    why.push(format!(
-                        "{evidence}: more coordination ({} -> {w})",
-                        c.wait_ratio
-                    ));
-                }
-                _ => {
-                    let d = r2((c.data_ratio * rng.random_range(1.2..1.6)).min(1.0));
-                    let h = r2((c.hole_ratio - rng.random_range(0.02..0.06)).max(0.0));
-                    edits
-                        .entry(*n)
-                        .or_default()
-                        .extend([("data_ratio", d), ("hole_ratio", h)]);
-                    why.push(format!("{evidence}: more data and fewer holes"));
-                }
-            },
-        }
+            .map(|s| {
+                let failed: u32 = s.counts.iter().map(|c| c.1).sum();
+                let top = s
+                    .counts
+                    .iter()
+                    .max_by_key(|c| c.1)
+                    .map(|c| format!(", mostly {}", c.0.name()))
+                    .unwrap_or_default();
+                (
+                    failed,
+                    s.size as usize,
+                    format!("{}: {failed}/{} failed{top}", s.size, s.total),
+                )
+            })
+            .collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+        return v.into_iter().map(|(_, n, e)| (n, e)).collect();
     }
-    // Sometimes drop a size that is already solved.
-    if rng.random_bool(0.3) {
-        if let Some((n, _)) = ctx.validation.cells.iter().find(|(k, c)| {
-            c.valid == c.total && ctx.current.sizes.contains_key(&k.1) && !edits.contains_key(&k.1)
-        }) {
-            edits.entry(n.1).or_default().push(("data_ratio", 0.0));
-            why.push(format!(
-                "{0}x{0}: every validation plan valid: drop it",
-                n.1
-            ));
+    if !ctx.validation.cells.is_empty() {
+        let mut v: Vec<(u32, usize, String)> = ctx
+            .validation
+            .cells
+            .iter()
+            .map(|(&(_, n), c)| (c.valid, n, format!("{n}: valid {:.0}%", c.valid_rate())))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        return v.into_iter().map(|(_, n, e)| (n, e)).collect();
+    }
+    let mut all: Vec<usize> = (3..=ctx.max_size).collect();
+    for i in (1..all.len()).rev() {
+        all.swap(i, rng.random_range(0..=i));
+    }
+    all.into_iter()
+        .map(|n| (n, format!("{n}: no evidence shown")))
+        .collect()
+}
+
+/// The teacher's reply to a context: a fenced JSON proposal in the prompt's shape and a
+/// rationale that cites the evidence of each edit.
+pub fn answer(ctx: &EngineerContext, seed: Seed) -> String {
+    let mut rng = seed.rng();
+    let weak = weakest(ctx, &mut rng);
+    let picks = rng.random_range(1..=2usize).min(weak.len());
+    let mut edits: BTreeMap<usize, SizeConfig> = BTreeMap::new();
+    let mut why = Vec::new();
+    for (n, evidence) in weak.iter().take(picks) {
+        let n = *n;
+        let hmax = max_hole_ratio(n, ctx.current.agents);
+        let Some(c) = ctx.current.sizes.get(&n).copied() else {
+            let add = SizeConfig {
+                data_ratio: r2(rng.random_range(0.05..0.25)),
+                hole_ratio: r2(rng.random_range(0.0..0.15)),
+                wait_ratio: r2(rng.random_range(0.0..0.4)),
+            };
+            edits.insert(n, add);
+            why.push(format!("{evidence}, not trained on: add it"));
+            continue;
+        };
+        let mut e = c;
+        let what = match rng.random_range(0..5) {
+            0 => {
+                e.data_ratio = r2((c.data_ratio * rng.random_range(1.3..2.0)).clamp(0.05, 1.0));
+                "more data"
+            }
+            1 => {
+                e.hole_ratio = r2((c.hole_ratio - rng.random_range(0.03..0.1)).max(0.0));
+                "fewer holes"
+            }
+            2 => {
+                e.wait_ratio = r2((c.wait_ratio + rng.random_range(0.1..0.3)).min(1.0));
+                "more coordination"
+            }
+            3 => {
+                e.wait_ratio = r2((c.wait_ratio - rng.random_range(0.1..0.3)).max(0.0));
+                "less coordination"
+            }
+            _ => {
+                e.data_ratio = r2((c.data_ratio * rng.random_range(1.2..1.6)).clamp(0.05, 1.0));
+                e.hole_ratio = r2((c.hole_ratio - rng.random_range(0.02..0.06)).max(0.0));
+                "more data, fewer holes"
+            }
+        };
+        e.hole_ratio = e.hole_ratio.min(hmax);
+        edits.insert(n, e);
+        why.push(format!("{evidence}: {what}"));
+    }
+    // Now and then drop a size every validation plan of which was valid.
+    if rng.random_bool(0.2) {
+        let solved = ctx.validation.cells.iter().find(|(k, c)| {
+            c.total > 0
+                && c.valid == c.total
+                && ctx.current.sizes.contains_key(&k.1)
+                && !edits.contains_key(&k.1)
+                && ctx.current.sizes.len() > edits.len() + 1
+        });
+        if let Some((&(_, n), _)) = solved {
+            let mut e = ctx.current.sizes[&n];
+            e.data_ratio = 0.0;
+            edits.insert(n, e);
+            why.push(format!("{n}: every validation plan valid: drop it"));
         }
     }
     let mut json = String::from("{\"sizes\": {");
-    for (i, (n, fields)) in edits.iter().enumerate() {
-        let _ = write!(json, "{}\"{n}\": {{", if i > 0 { ", " } else { "" });
-        for (j, (k, v)) in fields.iter().enumerate() {
-            let _ = write!(json, "{}\"{k}\": {v}", if j > 0 { ", " } else { "" });
-        }
-        json.push('}');
+    for (i, (n, e)) in edits.iter().enumerate() {
+        let _ = write!(
+            json,
+            "{}\"{n}\": {{\"data_ratio\": {}, \"hole_ratio\": {}, \"wait_ratio\": {}}}",
+            if i > 0 { ", " } else { "" },
+            ratio(e.data_ratio),
+            ratio(e.hole_ratio),
+            ratio(e.wait_ratio)
+        );
     }
     json.push_str("}}");
     format!("```json\n{json}\n```\n{}.", why.join("; "))
@@ -224,29 +384,68 @@ pub fn answer(ctx: &EngineerContext, seed: Seed) -> String {
 mod tests {
     use super::*;
 
+    fn spec() -> TeacherSpec {
+        TeacherSpec {
+            modules: ContextModules::default(),
+            stages: 3,
+            per_cell: 20,
+            max_size: 10,
+            examples_per_size: 2,
+        }
+    }
+
     #[test]
     fn teacher_answers_parse_and_cite_the_evidence() {
-        let m = ContextModules::default();
         let mut distinct = std::collections::BTreeSet::new();
-        for i in 0..50 {
-            let ctx = context(Seed::root(i), &m, 1 + (i % 3) as u32);
+        let mut with_examples = 0;
+        for i in 0..60 {
+            let ctx = context(Seed::root(i), &spec(), 1 + (i % 3) as u32);
+            with_examples += ctx.failures.sizes.iter().any(|s| !s.examples.is_empty()) as u32;
             let a = answer(&ctx, Seed::root(100 + i));
             let e = crate::engineer::llm::extract(&a).unwrap_or_else(|e| panic!("{a}: {e}"));
             assert!(!e.proposal.sizes.is_empty(), "{a}");
+            for s in e.proposal.sizes.values() {
+                assert!(
+                    s.data_ratio.is_some() && s.hole_ratio.is_some() && s.wait_ratio.is_some(),
+                    "every edited size carries its three values: {a}"
+                );
+            }
             assert!(
-                e.rationale.contains("failed") || e.rationale.contains("drop"),
+                e.rationale.contains("failed")
+                    || e.rationale.contains("valid")
+                    || e.rationale.contains("no evidence"),
                 "{a}"
             );
             distinct.insert(e.json);
         }
         assert!(
-            distinct.len() > 40,
+            distinct.len() > 50,
             "the teacher is not varied: {}",
             distinct.len()
         );
-        assert_eq!(
-            answer(&context(Seed::root(1), &m, 1), Seed::root(2)),
-            answer(&context(Seed::root(1), &m, 1), Seed::root(2))
+        assert!(
+            with_examples > 30,
+            "few contexts carry example failing plans"
         );
+        assert_eq!(
+            answer(&context(Seed::root(1), &spec(), 1), Seed::root(2)),
+            answer(&context(Seed::root(1), &spec(), 1), Seed::root(2))
+        );
+    }
+
+    #[test]
+    fn example_failing_plans_are_real_failures() {
+        let ctx = context(Seed::root(5), &spec(), 2);
+        let examples: Vec<&String> = ctx
+            .failures
+            .sizes
+            .iter()
+            .flat_map(|s| s.examples.iter())
+            .collect();
+        assert!(!examples.is_empty());
+        for e in examples {
+            assert!(e.contains("failure: "), "{e}");
+            assert!(e.contains("plan: "), "{e}");
+        }
     }
 }

@@ -134,6 +134,35 @@ pub fn build(spec: &SuiteSpec, budget: Budget) -> Result<Suite, GenerateError> {
     })
 }
 
+/// A suite from its items as recorded (in cell order, `spec.per_cell` per cell), e.g.
+/// the instance blobs a ledger's stage 0 stored. None when the items do not fill the
+/// spec's cells exactly.
+pub fn from_items(spec: &SuiteSpec, items: Vec<Solved>) -> Option<Suite> {
+    let cells: Vec<(usize, usize)> = spec.name.cells(spec.max_size);
+    if items.len() != cells.len() * spec.per_cell {
+        return None;
+    }
+    let mut it = items.into_iter();
+    let cells: Vec<SuiteCell> = cells
+        .into_iter()
+        .map(|(agents, size)| SuiteCell {
+            agents,
+            size,
+            items: it.by_ref().take(spec.per_cell).collect(),
+        })
+        .collect();
+    let fits = cells.iter().all(|c| {
+        c.items
+            .iter()
+            .all(|i| i.instance.agents() == c.agents && i.instance.size() == c.size)
+    });
+    fits.then(|| Suite {
+        name: spec.name,
+        hash: suite_hash(&cells),
+        cells,
+    })
+}
+
 fn suite_hash(cells: &[SuiteCell]) -> String {
     let mut h = blake3::Hasher::new_derive_key(SUITE_CONTEXT);
     for c in cells {

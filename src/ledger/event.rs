@@ -122,7 +122,8 @@ pub enum DecisionStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EngineerDecision {
     pub engineer: String,
-    /// Blob holding the structured context the engineer read.
+    /// Blob holding the structured context the engineer read (`EngineerContext`, codec-encoded;
+    /// `ctx.render()` is the text of its modules).
     pub context: Hash,
     /// Exact prompt and raw reply blobs (LLM engineers).
     pub prompt: Option<Hash>,

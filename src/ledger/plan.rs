@@ -124,7 +124,37 @@ pub struct Warmup {
     pub engineer_examples: u32,
     /// Every this many warm-up steps, one step is on a batch of engineer examples.
     pub engineer_every: u32,
+    /// Warm-up steps on plans alone before engineer batches are mixed in (plans are
+    /// the slow skill to learn, the answer format a quick one).
+    pub engineer_after: u64,
     pub engineer_batch_size: u32,
+    /// How the learning rate moves over the warm-up's steps.
+    pub lr_schedule: LrSchedule,
+}
+
+/// A warm-up learning-rate schedule (a function of the step alone, so a resumed run
+/// takes the same steps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LrSchedule {
+    /// `lr` at every step.
+    Constant,
+    /// Half a cosine from `lr` at step 0 down to `lr / 10` at the last step.
+    Cosine,
+}
+
+impl Warmup {
+    /// The learning rate of warm-up step `step` (0-based).
+    pub fn lr_at(&self, step: u64) -> f64 {
+        match self.lr_schedule {
+            LrSchedule::Constant => self.lr,
+            LrSchedule::Cosine => {
+                let t = step as f64 / self.steps.saturating_sub(1).max(1) as f64;
+                let floor = self.lr / 10.0;
+                floor + (self.lr - floor) * 0.5 * (1.0 + (std::f64::consts::PI * t.min(1.0)).cos())
+            }
+        }
+    }
 }
 
 impl Default for Warmup {
@@ -132,7 +162,9 @@ impl Default for Warmup {
         Warmup {
             engineer_examples: 0,
             engineer_every: 4,
+            engineer_after: 0,
             engineer_batch_size: 8,
+            lr_schedule: LrSchedule::Constant,
             steps: 200,
             lr: 1e-3,
             batch_size: 64,
@@ -329,6 +361,7 @@ impl LedgerPlan {
             1,
             1_000_000,
         )?;
+        check_u("warmup.engineer_after", w.engineer_after, 0, 100_000_000)?;
         check_u(
             "warmup.engineer_batch_size",
             w.engineer_batch_size as u64,
@@ -392,14 +425,30 @@ mod tests {
     const DEMO: &str = include_str!("../../ledgers/demo.toml");
 
     #[test]
+    fn cosine_warmup_lr_runs_from_lr_to_a_tenth() {
+        let w = Warmup {
+            steps: 101,
+            lr: 0.01,
+            lr_schedule: LrSchedule::Cosine,
+            ..Warmup::default()
+        };
+        assert!((w.lr_at(0) - 0.01).abs() < 1e-12);
+        assert!((w.lr_at(50) - 0.0055).abs() < 1e-12);
+        assert!((w.lr_at(100) - 0.001).abs() < 1e-12);
+        assert!(w.lr_at(30) > w.lr_at(31));
+        let c = Warmup {
+            lr_schedule: LrSchedule::Constant,
+            ..w
+        };
+        assert_eq!(c.lr_at(100), 0.01);
+    }
+
+    #[test]
     fn demo_plan_parses() {
+        // (What the shipped plans promise is tested in tests/pipeline.rs.)
         let p = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
         assert_eq!(p.seed, 7);
-        assert_eq!(p.policy, PolicyKind::Grid);
-        assert_eq!(
-            p.initial_config.sizes.keys().copied().collect::<Vec<_>>(),
-            vec![3, 4, 5, 6]
-        );
+        assert_eq!(p.policy, PolicyKind::Lm);
         let reformatted = format!("# a comment\n{DEMO}");
         assert_eq!(
             LedgerPlan::parse(reformatted.as_bytes()).unwrap().hash(),

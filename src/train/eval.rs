@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 /// Instances decoded per forward batch.
 const EVAL_BATCH: usize = 256;
 /// Failing examples kept per size in a breakdown.
-const EXAMPLES_PER_SIZE: usize = 2;
+pub const EXAMPLES_PER_SIZE: usize = 2;
 
 /// One evaluated suite item.
 #[derive(Clone, Debug)]
@@ -128,23 +128,7 @@ pub fn failure_breakdown(suite_name: &str, suite: &Suite, scored: &[Scored]) -> 
         if let Some(f) = &s.outcome.failure {
             *e.1.entry(f.kind).or_default() += 1;
             if e.2.len() < EXAMPLES_PER_SIZE {
-                e.2.push(format!(
-                    "{}x{} map, {} agents:\n{}plan:\n{}failure: {} at t={} (agents {:?}): {}",
-                    s.size,
-                    s.size,
-                    s.agents,
-                    it.instance
-                        .grid_rows()
-                        .iter()
-                        .map(|r| format!("  {r}\n"))
-                        .collect::<String>()
-                        + &agents_line(&it.instance),
-                    s.plan_text,
-                    f.kind,
-                    f.t,
-                    f.agents,
-                    f.detail
-                ));
+                e.2.push(failure_example(&it.instance, &s.plan_text, f));
             }
         }
     }
@@ -162,15 +146,42 @@ pub fn failure_breakdown(suite_name: &str, suite: &Suite, scored: &[Scored]) -> 
     }
 }
 
-fn agents_line(inst: &Instance) -> String {
-    let mut s = String::new();
+/// One failing plan as the engineer reads it: the map, the agents, the plan and its
+/// first failure. Rows are the grid (`F` frozen, `H` hole); plan lines are joined by
+/// ` | ` so the example stays a few lines long.
+pub fn failure_example(inst: &Instance, plan_text: &str, f: &crate::env::Failure) -> String {
+    let n = inst.size();
+    let mut s = format!("{n}x{n}, {} agents: ", inst.agents());
+    s.push_str(&inst.grid_rows().join("/"));
     for a in 0..inst.agents() {
         let (sr, sc) = inst.row_col(inst.starts()[a]);
         let (gr, gc) = inst.row_col(inst.goals()[a]);
-        s.push_str(&format!(
-            "  agent {}: ({sr}, {sc}) -> ({gr}, {gc})\n",
-            a + 1
-        ));
+        s.push_str(&format!("; agent {} ({sr},{sc})->({gr},{gc})", a + 1));
     }
+    let plan: Vec<&str> = plan_text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    s.push_str(&format!(
+        "\n  plan: {}\n  failure: {} at t={}: {}",
+        if plan.is_empty() {
+            "(empty)".to_string()
+        } else {
+            clip_chars(&plan.join(" | "), 160)
+        },
+        f.kind,
+        f.t,
+        f.detail
+    ));
     s
+}
+
+/// At most `max` characters of `s`, with an ellipsis when cut (a model's garbled plan
+/// must not flood the engineer's prompt).
+fn clip_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
 }

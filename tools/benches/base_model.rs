@@ -52,15 +52,18 @@ fn main() {
         max_prompt_tokens: spec.engineer_prompt_tokens,
     };
     let held_out = Seed::root(plan.seed).child("held-out engineer prompts", 0);
+    let spec = teacher::TeacherSpec {
+        modules: plan.engineer.context.clone(),
+        stages: plan.engineer.stages.max(1),
+        per_cell: plan.suites.validation_per_cell,
+        max_size: plan.engineer.max_size as usize,
+        examples_per_size: mapf_ledger::train::eval::EXAMPLES_PER_SIZE,
+    };
     let (mut ok, mut distinct) = (0, std::collections::BTreeSet::new());
     let n = 100;
     let t0 = std::time::Instant::now();
     for i in 0..n {
-        let ctx = teacher::context(
-            held_out.child("context", i),
-            &plan.engineer.context,
-            1 + (i % 3) as u32,
-        );
+        let ctx = teacher::context(held_out.child("context", i), &spec, 1 + (i % 3) as u32);
         engineer.seed = held_out.child("reply", i);
         let d = engineer.decide(&ctx);
         if let Some(p) = &d.proposal {
