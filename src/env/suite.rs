@@ -117,6 +117,11 @@ pub fn build(spec: &SuiteSpec, budget: Budget) -> Result<Suite, GenerateError> {
             generate_one(&spec, &mut rng, budget)
         })
         .collect::<Result<_, _>>()?;
+    Ok(assemble(spec, cells, items))
+}
+
+/// Items in cell order, `spec.per_cell` per cell, grouped into the suite's cells.
+fn assemble(spec: &SuiteSpec, cells: Vec<(usize, usize)>, items: Vec<Solved>) -> Suite {
     let mut it = items.into_iter();
     let cells: Vec<SuiteCell> = cells
         .into_iter()
@@ -126,12 +131,11 @@ pub fn build(spec: &SuiteSpec, budget: Budget) -> Result<Suite, GenerateError> {
             items: it.by_ref().take(spec.per_cell).collect(),
         })
         .collect();
-    let hash = suite_hash(&cells);
-    Ok(Suite {
+    Suite {
         name: spec.name,
-        hash,
+        hash: suite_hash(&cells),
         cells,
-    })
+    }
 }
 
 /// A suite from its items as recorded (in cell order, `spec.per_cell` per cell), e.g.
@@ -142,25 +146,13 @@ pub fn from_items(spec: &SuiteSpec, items: Vec<Solved>) -> Option<Suite> {
     if items.len() != cells.len() * spec.per_cell {
         return None;
     }
-    let mut it = items.into_iter();
-    let cells: Vec<SuiteCell> = cells
-        .into_iter()
-        .map(|(agents, size)| SuiteCell {
-            agents,
-            size,
-            items: it.by_ref().take(spec.per_cell).collect(),
-        })
-        .collect();
-    let fits = cells.iter().all(|c| {
+    let suite = assemble(spec, cells, items);
+    let fits = suite.cells.iter().all(|c| {
         c.items
             .iter()
             .all(|i| i.instance.agents() == c.agents && i.instance.size() == c.size)
     });
-    fits.then(|| Suite {
-        name: spec.name,
-        hash: suite_hash(&cells),
-        cells,
-    })
+    fits.then_some(suite)
 }
 
 fn suite_hash(cells: &[SuiteCell]) -> String {
