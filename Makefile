@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all libtorch build test demo bench bench-peers schemas fmt clean-ledgers
+.PHONY: all libtorch chromium build test demo bench bench-peers schemas fmt clean-ledgers
 
 all: build
 
@@ -15,7 +15,11 @@ libtorch:
 build: libtorch
 	$(CARGO) build --release
 
-test: libtorch
+# The report's browser test (tests/report.rs) drives a real headless Chromium.
+chromium:
+	@tools/chromium.sh >/dev/null
+
+test: libtorch chromium
 	$(CARGO) test
 
 demo: build

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 /// What `compare` shows of one branch.
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct BranchSummary {
     pub branch: String,
     /// Engineer of each designed stage, by stage.
@@ -27,7 +27,7 @@ pub struct BranchSummary {
 }
 
 /// One engineer decision as `compare --decisions` shows it.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct DecisionLine {
     pub stage: u32,
     /// The decision event (`ledger show` it).
@@ -290,84 +290,6 @@ fn truncate(s: &str, n: usize) -> String {
 
 // ---- plots ----
 
-const COLORS: [(u8, u8, u8); 8] = [
-    (31, 119, 180),
-    (255, 127, 14),
-    (44, 160, 44),
-    (214, 39, 40),
-    (148, 103, 189),
-    (140, 86, 75),
-    (227, 119, 194),
-    (127, 127, 127),
-];
-
-/// Plots are SVG only (the `plotters` SVG backend: no font or bitmap dependencies).
-pub fn check_plot_path(path: &std::path::Path) -> Result<(), String> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some(e) if e.eq_ignore_ascii_case("svg") => Ok(()),
-        _ => Err(format!(
-            "{}: only SVG plots are supported (name the file *.svg)",
-            path.display()
-        )),
-    }
-}
-
-/// Plot named curves of (stage, percentage) into an SVG file.
-pub fn plot_curves(
-    path: &std::path::Path,
-    title: &str,
-    y_label: &str,
-    series: &[(String, Vec<(u32, f64)>)],
-) -> Result<(), String> {
-    use plotters::prelude::*;
-    check_plot_path(path)?;
-    let stages: Vec<u32> = series
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.0))
-        .collect();
-    let x0 = stages.iter().copied().min().unwrap_or(0) as i32;
-    let x1 = (stages.iter().copied().max().unwrap_or(1) as i32).max(x0 + 1);
-    let draw = || -> Result<(), Box<dyn std::error::Error>> {
-        let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(50)
-            .build_cartesian_2d(x0..x1, 0f64..100f64)?;
-        chart
-            .configure_mesh()
-            .x_desc("stage")
-            .y_desc(y_label)
-            .x_labels((x1 - x0 + 1) as usize)
-            .draw()?;
-        for (i, (name, pts)) in series.iter().enumerate() {
-            let (r, g, b) = COLORS[i % COLORS.len()];
-            let color = RGBColor(r, g, b);
-            chart
-                .draw_series(LineSeries::new(
-                    pts.iter().map(|&(s, v)| (s as i32, v)),
-                    color.stroke_width(2),
-                ))?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-            chart.draw_series(
-                pts.iter()
-                    .map(|&(s, v)| Circle::new((s as i32, v), 3, color.filled())),
-            )?;
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-        root.present()?;
-        Ok(())
-    };
-    draw().map_err(|e| format!("{}: {e}", path.display()))
-}
-
 /// `compare --plot`: the validation valid-rate curve of every branch.
 pub fn plot_compare(path: &std::path::Path, summaries: &[BranchSummary]) -> Result<(), String> {
     let series: Vec<(String, Vec<(u32, f64)>)> = summaries
@@ -379,11 +301,13 @@ pub fn plot_compare(path: &std::path::Path, summaries: &[BranchSummary]) -> Resu
             )
         })
         .collect();
-    plot_curves(
+    crate::figures::write_curves(
         path,
-        "Validation (2 agents, mean over sizes)",
-        "valid %",
-        &series,
+        &crate::figures::Curves {
+            title: "Validation (2 agents, mean over sizes)",
+            y_label: "valid %",
+            series: &series,
+        },
     )
 }
 
@@ -432,6 +356,10 @@ pub struct StudySpec {
     /// Seed replicates 0..seeds (0: the plan's seeds).
     pub seeds: u32,
     pub device: Option<String>,
+    /// Where the pending runs execute (see `crate::executor`).
+    pub executor: crate::executor::Executor,
+    /// Worker ledgers, logs and Slurm scripts of out-of-process runs.
+    pub workdir: std::path::PathBuf,
 }
 
 /// The deterministic branch name of one study run.
@@ -459,10 +387,12 @@ pub enum StudyError {
     Interrupted,
     #[error("{0}")]
     Output(String),
+    #[error(transparent)]
+    Executor(#[from] crate::executor::ExecutorError),
 }
 
 /// One engineer × seed run of a study.
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct StudyRun {
     pub engineer: String,
     pub replicate: u32,
@@ -475,7 +405,7 @@ pub struct StudyRun {
 }
 
 /// Mean and 95% interval over seeds of one test cell (or Sum row) for one engineer.
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct StudyCell {
     pub engineer: String,
     pub agents: usize,
@@ -491,7 +421,7 @@ pub struct StudyCell {
 }
 
 /// Mean validation rates over seeds of one engineer at one stage.
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct StudyCurvePoint {
     pub engineer: String,
     pub stage: u32,
@@ -501,7 +431,7 @@ pub struct StudyCurvePoint {
 }
 
 /// `ledger study --json`.
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct StudyReport {
     pub from: String,
     pub at: u32,
@@ -560,28 +490,36 @@ pub fn run_study(
             plan.push((e.clone(), r, name, action));
         }
     }
-    // Pass 2: run the unfinished branches with one pipeline (the suites are shared).
+    // Pass 2: run the unfinished branches, here (one pipeline: the suites are shared)
+    // or in worker ledgers fetched back.
     let pending: Vec<&(String, u32, String, &str)> =
         plan.iter().filter(|p| p.3 != "skipped").collect();
-    if !pending.is_empty() {
-        let mut pipeline = Pipeline::new(ledger, spec.device.as_deref())?;
-        let total = pending.len();
-        for (i, (e, r, name, action)) in pending.into_iter().enumerate() {
-            progress.note(&format!(
-                "[{}/{total}] {name}: engineer {e}, replicate {r} ({})",
-                i + 1,
-                if *action == "ran" { "new" } else { "resuming" }
-            ));
-            let opts = RunOptions {
-                branch: name.clone(),
-                stages: None,
-                engineer: None,
-                device: spec.device.clone(),
-            };
-            let s = pipeline.run(&opts, &mut crate::engineer::build, progress, stop)?;
-            if s.interrupted {
-                return Err(StudyError::Interrupted);
+    match &spec.executor {
+        _ if pending.is_empty() => {}
+        crate::executor::Executor::Local(1) => {
+            let mut pipeline = Pipeline::new(ledger, spec.device.as_deref())?;
+            let total = pending.len();
+            for (i, (e, r, name, action)) in pending.into_iter().enumerate() {
+                progress.note(&format!(
+                    "[{}/{total}] {name}: engineer {e}, replicate {r} ({})",
+                    i + 1,
+                    if *action == "ran" { "new" } else { "resuming" }
+                ));
+                let opts = RunOptions {
+                    branch: name.clone(),
+                    stages: None,
+                    engineer: None,
+                    device: spec.device.clone(),
+                };
+                let s = pipeline.run(&opts, &mut crate::engineer::build, progress, stop)?;
+                if s.interrupted {
+                    return Err(StudyError::Interrupted);
+                }
             }
+        }
+        executor => {
+            let names: Vec<&str> = pending.iter().map(|p| p.2.as_str()).collect();
+            run_elsewhere(ledger, spec, executor, &names, progress, stop)?;
         }
     }
     // Pass 3: summaries and aggregates.
@@ -608,6 +546,78 @@ pub fn run_study(
         validation,
         files: vec![],
     })
+}
+
+/// Run `branches` (forks in `ledger`, maybe partly run) in worker ledgers with
+/// `executor`, then fetch every finished one back; errors name the tasks that did not
+/// finish, with their logs, after fetching the others.
+fn run_elsewhere(
+    ledger: &mut Ledger,
+    spec: &StudySpec,
+    executor: &crate::executor::Executor,
+    branches: &[&str],
+    progress: &mut dyn crate::stage::Progress,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<(), StudyError> {
+    use crate::executor::{self as ex, Executor, Task};
+    use crate::ledger::bundle::Bundle;
+    let workdir = &spec.workdir;
+    std::fs::create_dir_all(workdir)
+        .map_err(|e| StudyError::Output(format!("{}: {e}", workdir.display())))?;
+    let tasks: Vec<Task> = branches.iter().map(|b| Task::new(workdir, b)).collect();
+    let bundle = workdir.join("pending.bundle");
+    if tasks.iter().any(|t| !t.is_done()) {
+        let refs = branches
+            .iter()
+            .map(|b| Ok((b.to_string(), ledger.head(b)?)))
+            .collect::<Result<Vec<_>, LedgerError>>()?;
+        Bundle::collect(ledger, &refs, &|_| false, &|_| false)?.write(&bundle)?;
+    }
+    let mut note = |m: &str| progress.note(m);
+    match executor {
+        Executor::Local(n) => {
+            ex::run_local(&tasks, &bundle, spec.device.as_deref(), *n, &mut note, stop)?
+        }
+        Executor::Slurm { sbatch_args } => ex::run_slurm(
+            &tasks,
+            workdir,
+            &bundle,
+            spec.device.as_deref(),
+            sbatch_args,
+            std::time::Duration::from_secs(2),
+            &mut note,
+            stop,
+        )?,
+    }
+    // Fetch each finished worker's branch (a fast-forward of the fork recorded here).
+    for t in tasks.iter().filter(|t| t.is_done()) {
+        let worker = Ledger::open_read_only(&t.ledger())?;
+        let head = worker.head(&t.branch)?;
+        let b = Bundle::collect(
+            &worker,
+            &[(t.branch.clone(), head)],
+            &|h| ledger.contains_event(h),
+            &|h| ledger.has_blob(h).unwrap_or(false),
+        )?;
+        drop(worker);
+        let r = ledger.fetch(&b, None)?;
+        progress.note(&format!(
+            "fetched {} ({} events, {} blobs)",
+            t.branch, r.events_added, r.blobs_added
+        ));
+    }
+    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(StudyError::Interrupted);
+    }
+    let failed = ex::failures(&tasks);
+    if !failed.is_empty() {
+        return Err(ex::ExecutorError::Failed {
+            failed,
+            total: tasks.len(),
+        }
+        .into());
+    }
+    Ok(())
 }
 
 fn aggregate(engineers: &[String], runs: &[StudyRun]) -> (Vec<StudyCell>, Vec<StudyCurvePoint>) {
@@ -856,7 +866,8 @@ pub fn study_markdown(r: &StudyReport) -> String {
     s
 }
 
-/// Write study.csv, study.md and study.svg into `dir`; returns the paths.
+/// Write study.csv, study.md, study.svg, study.png and study.json into `dir` (listed in
+/// `r.files`).
 pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), StudyError> {
     let io = |p: &std::path::Path, e: std::io::Error| {
         StudyError::Output(format!("{}: {e}", p.display()))
@@ -881,20 +892,29 @@ pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), Stu
             )
         })
         .collect();
-    plot_curves(
-        &svg,
-        &format!(
-            "Validation valid % per stage (fork of {} at stage {}, mean over {} seeds)",
-            r.from, r.at, r.seeds
-        ),
-        "valid %",
-        &series,
-    )
-    .map_err(StudyError::Output)?;
-    r.files = [csv, md, svg]
+    let title = format!(
+        "Validation valid % per stage (fork of {} at stage {}, mean over {} seeds)",
+        r.from, r.at, r.seeds
+    );
+    let curves = crate::figures::Curves {
+        title: &title,
+        y_label: "valid %",
+        series: &series,
+    };
+    crate::figures::write_curves(&svg, &curves).map_err(StudyError::Output)?;
+    let png = dir.join("study.png");
+    crate::figures::write_curves(&png, &curves).map_err(StudyError::Output)?;
+    let json = dir.join("study.json");
+    r.files = [&csv, &md, &svg, &png, &json]
         .iter()
         .map(|p| p.display().to_string())
         .collect();
+    // study.json is what `ledger report --study DIR` reads back.
+    std::fs::write(
+        &json,
+        serde_json::to_string_pretty(&*r).expect("a study report serialises"),
+    )
+    .map_err(|e| io(&json, e))?;
     Ok(())
 }
 

@@ -367,13 +367,22 @@ fn audit_export_and_compare_plot() {
     assert!(s.contains("<svg") && s.contains("</svg>"));
     assert!(s.contains(">\nmain\n<") && s.contains(">\nh\n<"), "legend");
     assert!(s.matches("<polyline").count() >= 2);
+    // PNG for papers: a real PNG at print size; other extensions are refused, named.
     let png = tmp.path().join("curves.png");
+    ok(&ledger(
+        &d,
+        &["compare", "main", "h", "--plot", png.to_str().unwrap()],
+    ));
+    let b = std::fs::read(&png).unwrap();
+    assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(u32::from_be_bytes(b[16..20].try_into().unwrap()), 1600);
+    let pdf = tmp.path().join("curves.pdf");
     fails(
-        &ledger(&d, &["compare", "main", "--plot", png.to_str().unwrap()]),
+        &ledger(&d, &["compare", "main", "--plot", pdf.to_str().unwrap()]),
         2,
-        "only SVG",
+        "curves.pdf: plots are written as SVG or PNG",
     );
-    assert!(!png.exists());
+    assert!(!pdf.exists());
 }
 
 fn heads(d: &Path) -> Vec<(String, String)> {
@@ -492,6 +501,14 @@ fn study_forks_runs_writes_and_resumes() {
     assert!(md.contains(" ± "), "{md}");
     let svg = std::fs::read_to_string(out.join("study.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains(">\nlearnability\n<"));
+    assert!(std::fs::read(out.join("study.png"))
+        .unwrap()
+        .starts_with(b"\x89PNG"));
+    // study.json reads back as the report `--json` printed (what `ledger report --study` uses).
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("study.json")).unwrap()).unwrap();
+    assert_eq!(saved["cells"], r["cells"]);
+    assert_eq!(saved["runs"], r["runs"]);
 
     // Resumable: a second call runs nothing and leaves every head where it was.
     let before = heads(&d);

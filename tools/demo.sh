@@ -8,7 +8,7 @@
 #      at stage 1 the current checkpoint *is* the base model, so forking there would
 #      compare the model with itself) and run the fork;
 #   4. print both branches side by side in the paper's layout and the decisions each
-#      made, then verify the ledger.
+#      made, verify the ledger, and write the HTML report (LEDGER/report/index.html).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LEDGER_BIN:-target/release/ledger}
@@ -26,4 +26,5 @@ echo
 "$BIN" --ledger "$DIR" compare main base-at2 --decisions
 echo
 "$BIN" --ledger "$DIR" verify
+"$BIN" --ledger "$DIR" report --out "$DIR/report"
 echo "demo: $((SECONDS - start)) s; ledger: $DIR  (try: ledger --ledger $DIR log | branches | show main@stage2 | audit --branch base-at2)"

@@ -9,9 +9,11 @@ pub mod engineer;
 pub mod env;
 pub mod lm;
 pub mod replay;
+pub mod report;
 pub mod run;
 pub mod store;
 pub mod study;
+pub mod sync;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -148,8 +150,8 @@ pub enum Command {
         branches: Vec<String>,
         #[arg(long)]
         json: bool,
-        /// Also plot the validation curves into this SVG file.
-        #[arg(long, value_name = "FILE.svg")]
+        /// Also plot the validation curves into this file (SVG or PNG, by extension).
+        #[arg(long, value_name = "FILE.svg|FILE.png")]
         plot: Option<PathBuf>,
         /// Also list each branch's engineer decisions (what each stage's engineer
         /// changed) and say where branches made the same change.
@@ -167,34 +169,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// One self-contained HTML page of the experiment (curves, test tables, heatmaps,
+    /// decision timeline, fork tree, study), with its figures as SVG and PNG.
+    Report(report::ReportArgs),
     /// Counterfactual study: fork at stageN once per engineer x seed, run each to the
-    /// plan's end (resumable), write study.csv, study.md and study.svg.
-    Study {
-        /// stageN (N >= 1): the forks keep stages before N.
-        #[arg(long)]
-        at: String,
-        /// Comma-separated engineers: fixed, random, heuristic, learnability, current, base
-        /// (lm plans), registered LLMs; `NAME:-module+module` is an ablation
-        /// (e.g. `current,current:-failure_breakdown,current:+training_details`).
-        #[arg(long)]
-        engineers: String,
-        /// Seed replicates per engineer (0..K; replicate 0 uses the plan's seeds).
-        #[arg(long, default_value_t = 1)]
-        seeds: u32,
-        #[arg(long, default_value = "main")]
-        from: String,
-        /// Output directory (default: LEDGER/study-atN).
-        #[arg(long, value_name = "DIR")]
-        out: Option<PathBuf>,
-        /// cpu, cuda or cuda:N (default: the plan's).
-        #[arg(long)]
-        device: Option<String>,
-        #[arg(long)]
-        json: bool,
-        /// No progress lines.
-        #[arg(long)]
-        quiet: bool,
-    },
+    /// plan's end (resumable; here, in local processes, or on Slurm), write study.csv,
+    /// study.md, study.json and the plot.
+    Study(study::StudyArgs),
+    /// One study run in a worker ledger (what `study --executor local:N|slurm` starts):
+    /// create the ledger from the bundle if needed, run the branch, write `done`.
+    #[command(hide = true)]
+    StudyTask(study::TaskArgs),
+    /// Write branches (or branch@stageN prefixes) and everything they reach into one
+    /// file, for another machine (`ledger init --from-bundle`, `ledger fetch`).
+    Bundle(sync::BundleArgs),
+    /// Copy missing events, blobs and branches in from a bundle or a ledger directory,
+    /// checking every hash; diverged branches are refused unless --prefix is given.
+    Fetch(sync::FetchArgs),
     /// Register and list LLM engineers (OpenAI-compatible chat endpoints).
     #[command(subcommand)]
     Engineer(engineer::EngineerCommand),
@@ -256,31 +247,16 @@ pub fn main() {
             plot,
             decisions,
         } => compare(&ledger_dir, &branches, json, plot.as_deref(), decisions),
+        Command::Report(args) => report::run(&ledger_dir, args),
         Command::Audit {
             branch,
             stage,
             json,
         } => audit::run(&ledger_dir, &branch, stage.as_deref(), json),
-        Command::Study {
-            at,
-            engineers,
-            seeds,
-            from,
-            out,
-            device,
-            json,
-            quiet,
-        } => study::run(
-            &ledger_dir,
-            &at,
-            &engineers,
-            seeds,
-            &from,
-            out,
-            device,
-            json,
-            quiet,
-        ),
+        Command::Study(args) => study::run(&ledger_dir, args),
+        Command::StudyTask(args) => study::task(&ledger_dir, args),
+        Command::Bundle(args) => sync::bundle(&ledger_dir, args),
+        Command::Fetch(args) => sync::fetch(&ledger_dir, args),
         Command::Engineer(cmd) => engineer::run(cmd, &ledger_dir),
         Command::Store(cmd) => store::run(cmd, &ledger_dir),
     };
@@ -317,7 +293,7 @@ fn compare(
     decisions: bool,
 ) -> CliResult {
     if let Some(p) = plot {
-        crate::study::check_plot_path(p).map_err(CliError::input)?;
+        crate::figures::format_of(p).map_err(CliError::input)?;
     }
     let mut ledger =
         crate::ledger::Ledger::open_read_only(dir).map_err(|e| CliError::input(e.to_string()))?;

@@ -11,10 +11,18 @@ use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
 pub enum StoreCommand {
-    /// Create a ledger from a plan file (see ledgers/README.md).
+    /// Create a ledger from a plan file (see ledgers/README.md), or from a bundle
+    /// (`ledger bundle`) that starts at its genesis.
     Init {
+        #[arg(
+            long,
+            value_name = "FILE",
+            required_unless_present = "from_bundle",
+            conflicts_with = "from_bundle"
+        )]
+        plan: Option<PathBuf>,
         #[arg(long, value_name = "FILE")]
-        plan: PathBuf,
+        from_bundle: Option<PathBuf>,
     },
     /// A branch's events, newest first.
     Log {
@@ -107,7 +115,13 @@ fn print_json(v: &impl serde::Serialize) -> CliResult {
 
 pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
     match cmd {
-        StoreCommand::Init { plan } => init(&plan, ledger),
+        StoreCommand::Init { plan, from_bundle } => match (plan, from_bundle) {
+            (_, Some(b)) => super::sync::init_from_bundle(ledger, &b),
+            (Some(plan), None) => init(&plan, ledger),
+            (None, None) => Err(CliError::input(
+                "init needs --plan FILE or --from-bundle FILE",
+            )),
+        },
         StoreCommand::Log {
             branch,
             limit,

@@ -47,18 +47,126 @@ impl Progress for Lines {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn run(
-    ledger_dir: &Path,
-    at: &str,
-    engineers: &str,
-    seeds: u32,
-    from: &str,
-    out: Option<PathBuf>,
-    device: Option<String>,
-    json: bool,
-    quiet: bool,
-) -> CliResult {
+#[derive(clap::Args, Debug)]
+pub struct StudyArgs {
+    /// stageN (N >= 1): the forks keep stages before N.
+    #[arg(long)]
+    pub at: String,
+    /// Comma-separated engineers: fixed, random, heuristic, learnability, current, base
+    /// (lm plans), registered LLMs; `NAME:-module+module` is an ablation
+    /// (e.g. `current,current:-failure_breakdown,current:+training_details`).
+    #[arg(long)]
+    pub engineers: String,
+    /// Seed replicates per engineer (0..K; replicate 0 uses the plan's seeds).
+    #[arg(long, default_value_t = 1)]
+    pub seeds: u32,
+    #[arg(long, default_value = "main")]
+    pub from: String,
+    /// Output directory (default: LEDGER/study-atN).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// cpu, cuda or cuda:N (default: the plan's).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Where runs execute: local (this process, one after another), local:N (N worker
+    /// processes at once), or slurm (one job array; see README, "Running a study on a
+    /// cluster").
+    #[arg(long, default_value = "local", value_name = "local[:N]|slurm")]
+    pub executor: crate::executor::Executor,
+    /// An sbatch option for every task (repeatable): `--sbatch-arg=--partition=gpu
+    /// --sbatch-arg=--gres=gpu:1 --sbatch-arg=--time=12:00:00`.
+    #[arg(long = "sbatch-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub sbatch_args: Vec<String>,
+    /// Worker ledgers, logs and job scripts (default: OUT/work). With slurm it must be on
+    /// a filesystem the compute nodes share.
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    /// No progress lines.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct TaskArgs {
+    #[arg(long, value_name = "FILE")]
+    pub bundle: PathBuf,
+    #[arg(long)]
+    pub branch: String,
+    #[arg(long)]
+    pub device: Option<String>,
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `ledger study-task`: the worker side of an out-of-process study run. Idempotent:
+/// a resubmitted task reopens its worker ledger and resumes the branch.
+pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
+    use crate::ledger::bundle::Bundle;
+    let input = |e: crate::ledger::LedgerError| CliError::input(e.to_string());
+    let bundle = Bundle::read(&args.bundle).map_err(input)?;
+    if ledger_dir.join("db").is_dir() {
+        // An earlier attempt made the ledger: bring in anything it lacks (nothing, usually).
+        let mut l = Ledger::open(ledger_dir).map_err(input)?;
+        l.fetch(&bundle, None).map_err(input)?;
+    } else {
+        Ledger::create_from_bundle(ledger_dir, &bundle).map_err(input)?;
+    }
+    super::run::run(
+        ledger_dir,
+        crate::stage::RunOptions {
+            branch: args.branch.clone(),
+            stages: None,
+            engineer: None,
+            device: args.device.clone(),
+        },
+        args.quiet,
+    )?;
+    let l = Ledger::open_read_only(ledger_dir).map_err(input)?;
+    let head = l.head(&args.branch).map_err(input)?;
+    let last = crate::stage::ledger_plan(&l)
+        .map_err(|e| CliError::input(e.to_string()))?
+        .engineer
+        .stages;
+    let state = l.state_at(&head).map_err(input)?;
+    if crate::stage::next_stage(&state) <= last {
+        return Err(CliError::input(format!(
+            "{} stopped before the plan's last stage (interrupted?); run the task again to resume",
+            args.branch
+        )));
+    }
+    let done = ledger_dir.parent().unwrap_or(Path::new(".")).join("done");
+    std::fs::write(&done, format!("{}\n", head.to_hex()))
+        .map_err(|e| CliError::input(format!("{}: {e}", done.display())))?;
+    println!("{} finished at {}", args.branch, head.short());
+    Ok(())
+}
+
+pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
+    let StudyArgs {
+        at,
+        engineers,
+        seeds,
+        from,
+        out,
+        device,
+        executor,
+        sbatch_args,
+        workdir,
+        json,
+        quiet,
+    } = args;
+    let executor = match executor {
+        crate::executor::Executor::Slurm { .. } => crate::executor::Executor::Slurm { sbatch_args },
+        other if !sbatch_args.is_empty() => {
+            return Err(CliError::input(format!(
+                "--sbatch-arg is for --executor slurm (the executor is {other:?})"
+            )))
+        }
+        other => other,
+    };
+    let (at, engineers, from) = (at.as_str(), engineers.as_str(), from.as_str());
     let at = crate::replay::parse_stage(at).map_err(|e| CliError::input(e.to_string()))?;
     let engineers: Vec<String> = engineers
         .split(',')
@@ -79,12 +187,15 @@ pub fn run(
     }
     let mut ledger = Ledger::open(ledger_dir).map_err(|e| CliError::input(e.to_string()))?;
     let stop = super::run::stop_on_ctrl_c();
+    let dir = out.unwrap_or_else(|| ledger_dir.join(format!("study-at{at}")));
     let spec = StudySpec {
         at,
         from: from.to_string(),
         engineers,
         seeds,
         device,
+        executor,
+        workdir: workdir.unwrap_or_else(|| dir.join("work")),
     };
     let mut progress = Lines { quiet, steps: 0 };
     let mut report = match crate::study::run_study(&mut ledger, &spec, &mut progress, &stop) {
@@ -96,9 +207,11 @@ pub fn run(
                 message: "interrupted".into(),
             });
         }
+        Err(e @ StudyError::Executor(crate::executor::ExecutorError::Failed { .. })) => {
+            return Err(CliError::check(e.to_string()))
+        }
         Err(e) => return Err(CliError::input(e.to_string())),
     };
-    let dir = out.unwrap_or_else(|| ledger_dir.join(format!("study-at{at}")));
     crate::study::write_study(&mut report, &dir).map_err(|e| CliError::input(e.to_string()))?;
     if json {
         println!(

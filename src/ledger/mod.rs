@@ -6,8 +6,9 @@
 //! [`pack`] (framed append-only pack files), [`index`] (event id -> place),
 //! [`blob`] (content-addressed blobs), [`refs`] (branches and pack lengths),
 //! [`lock`] (one writer), [`store`] (the [`Ledger`] and its append protocol),
-//! [`projection`] (pure folds), [`verify`] and [`export`].
+//! [`projection`] (pure folds), [`verify`], [`export`] and [`bundle`] (bundles, fetch).
 pub mod blob;
+pub mod bundle;
 pub mod codec;
 pub mod event;
 pub mod export;
@@ -56,8 +57,14 @@ pub enum LedgerError {
     UnknownBranch { name: String },
     #[error("branch `{name}` already exists")]
     BranchExists { name: String },
+    #[error("branch `{name}` exists here with head {ours}, which the incoming head {theirs} does not continue (use --prefix NAME/ to fetch it under another name)")]
+    BranchConflict {
+        name: String,
+        ours: String,
+        theirs: String,
+    },
     #[error(
-        "invalid branch name `{name}` (use 1-100 of A-Z a-z 0-9 . _ -, not starting with . or -)"
+        "invalid branch name `{name}` (use 1-100 of A-Z a-z 0-9 . _ - in /-separated parts, none empty or starting with . or -)"
     )]
     BadBranchName { name: String },
     #[error("no event {what}")]

@@ -54,6 +54,8 @@ pub struct StageState {
     pub checkpoint: Option<(Hash, Hash, u64)>,
     /// Latest evaluation per suite.
     pub evaluations: BTreeMap<String, Vec<EvalCell>>,
+    /// The event each of those evaluations came from (views cite it).
+    pub evaluation_events: BTreeMap<String, Hash>,
     pub failures: Option<FailureBreakdown>,
     pub completed: Option<Hash>,
 }
@@ -176,9 +178,9 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
             s.stage_mut(n).checkpoint = Some((c.blob, c.params, c.step))
         }
         EventBody::Evaluation(e) => {
-            s.stage_mut(n)
-                .evaluations
-                .insert(e.suite.clone(), e.cells.clone());
+            let x = s.stage_mut(n);
+            x.evaluations.insert(e.suite.clone(), e.cells.clone());
+            x.evaluation_events.insert(e.suite.clone(), *hash);
         }
         EventBody::FailureBreakdown(f) => s.stage_mut(n).failures = Some(f.clone()),
         EventBody::StageCompleted(_) => {

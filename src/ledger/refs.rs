@@ -12,14 +12,17 @@ pub const PACK_PREFIX: &[u8] = b"p/";
 /// The default branch genesis is written to.
 pub const MAIN: &str = "main";
 
-/// Check a branch name: 1..=100 chars of `[A-Za-z0-9._-]`, not starting with `-`/`.`.
+/// Check a branch name: 1..=100 chars of `[A-Za-z0-9._-]` in `/`-separated components
+/// (fetched namespaces, `worker1/main`), no component empty or starting with `-`/`.`.
 pub fn validate_branch(name: &str) -> Result<(), LedgerError> {
     let ok = !name.is_empty()
         && name.len() <= 100
-        && !name.starts_with(['-', '.'])
-        && name
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
+        && name.split('/').all(|c| {
+            !c.is_empty()
+                && !c.starts_with(['-', '.'])
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        });
     if ok {
         Ok(())
     } else {

@@ -86,7 +86,9 @@ pub struct Ledger {
     _lock: LedgerLock,
 }
 
-const PROJ_VERSION: u8 = 1;
+/// Bumped whenever `BranchState` changes shape: older cached states are ignored and
+/// refolded from the log (2: stage states cite their evaluation events).
+const PROJ_VERSION: u8 = 2;
 
 fn open_sled(dir: &Path) -> Result<sled::Db, LedgerError> {
     // We hold the ledger's LOCK, so no other ledger process uses sled; a sled lock still
@@ -325,6 +327,20 @@ impl Ledger {
         Ok(())
     }
 
+    /// Point branch `name` at the existing event `at` (created or moved), durably.
+    pub(super) fn set_ref(&mut self, name: &str, at: &Hash) -> Result<(), LedgerError> {
+        if !self.writable {
+            return Err(LedgerError::ReadOnly);
+        }
+        refs::validate_branch(name)?;
+        if self.index.get(at).is_none() {
+            return Err(LedgerError::UnknownEvent { what: at.to_hex() });
+        }
+        self.refs.insert(refs::branch_key(name), &at.0[..])?;
+        self.db.flush()?;
+        Ok(())
+    }
+
     /// Remove branch `name`'s ref and flush. Its events stay in the packs (shared with
     /// other branches, or unreachable). `main` cannot be deleted.
     pub fn delete_branch(&mut self, name: &str) -> Result<(), LedgerError> {
@@ -379,6 +395,17 @@ impl Ledger {
             return Ok(Vec::new());
         }
         self.commit(branch, Some(head), items)
+    }
+
+    /// Write `items` chained from `parent` and point `branch` at the last one (the
+    /// durable protocol of the module doc). Callers check blobs and genesis rules.
+    pub(super) fn commit_at(
+        &mut self,
+        branch: &str,
+        parent: Option<Hash>,
+        items: Vec<(EventBody, u32, Meta)>,
+    ) -> Result<Vec<Hash>, LedgerError> {
+        self.commit(branch, parent, items)
     }
 
     fn commit(
@@ -509,6 +536,12 @@ impl Ledger {
             what: format!("event {}", h.short()),
             source,
         })
+    }
+
+    /// An event's stored bytes and its metadata's, as they lie in the pack.
+    pub fn raw_event(&self, h: &Hash) -> Result<(Vec<u8>, Vec<u8>), LedgerError> {
+        let f = self.frame_of(h)?;
+        Ok((f.event.to_vec(), f.meta.to_vec()))
     }
 
     /// The event and its metadata.

@@ -1,0 +1,135 @@
+//! Moving history between ledgers: `ledger bundle` writes refs and everything they reach
+//! into one file; `ledger fetch` copies missing objects in from a bundle or another
+//! ledger directory; `ledger init --from-bundle` starts a worker ledger from a bundle.
+use super::{CliError, CliResult};
+use crate::ledger::bundle::{Bundle, FetchReport};
+use crate::ledger::{Hash, Ledger, LedgerError};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug)]
+pub struct BundleArgs {
+    /// BRANCH or BRANCH@stageN (everything through stage N's last event); repeatable.
+    #[arg(long = "branch", value_name = "BRANCH[@stageN]", required = true)]
+    pub branches: Vec<String>,
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FetchArgs {
+    /// A bundle file or a ledger directory.
+    #[arg(value_name = "SRC")]
+    pub source: PathBuf,
+    /// Put the incoming branches under this namespace (e.g. `worker1/`).
+    #[arg(long, value_name = "NAME/")]
+    pub prefix: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn err(e: LedgerError) -> CliError {
+    match e {
+        LedgerError::Corrupt { .. } | LedgerError::Decode { .. } => CliError::check(e.to_string()),
+        e => CliError::input(e.to_string()),
+    }
+}
+
+/// The refs a `--branch` list names, resolved in `l`.
+fn refs_of(l: &Ledger, specs: &[String]) -> Result<Vec<(String, Hash)>, LedgerError> {
+    specs
+        .iter()
+        .map(|s| match s.split_once('@') {
+            Some((b, st)) => {
+                let n = st
+                    .strip_prefix("stage")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .ok_or_else(|| LedgerError::UnknownEvent {
+                        what: format!("{s} (expected BRANCH or BRANCH@stageN)"),
+                    })?;
+                Ok((b.to_string(), l.stage_end(b, n)?))
+            }
+            None => Ok((s.clone(), l.head(s)?)),
+        })
+        .collect()
+}
+
+pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
+    let l = Ledger::open_read_only(dir).map_err(err)?;
+    let refs = refs_of(&l, &args.branches).map_err(err)?;
+    let b = Bundle::collect(&l, &refs, &|_| false, &|_| false).map_err(err)?;
+    let bytes = b.write(&args.out).map_err(err)?;
+    println!(
+        "wrote {}: {} events, {} blobs, {:.1} MB ({})",
+        args.out.display(),
+        b.events.len(),
+        b.blobs.len(),
+        bytes as f64 / 1e6,
+        refs.iter()
+            .map(|(n, h)| format!("{n} {}", h.short()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
+/// Read a fetch source: a ledger directory (only what `dest` lacks) or a bundle file.
+pub fn read_source(src: &Path, dest: &Ledger) -> Result<Bundle, LedgerError> {
+    if src.join("db").is_dir() {
+        let s = Ledger::open_read_only(src)?;
+        let refs = s.branches()?;
+        Bundle::collect(&s, &refs, &|h| dest.contains_event(h), &|h| {
+            dest.has_blob(h).unwrap_or(false)
+        })
+    } else {
+        Bundle::read(src)
+    }
+}
+
+fn say(r: &FetchReport, json: bool, what: &str) -> CliResult {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r).expect("serialises"));
+        return Ok(());
+    }
+    println!(
+        "{what}: {} events and {} blobs added; {} branch{} updated, {} unchanged",
+        r.events_added,
+        r.blobs_added,
+        r.refs_updated.len(),
+        if r.refs_updated.len() == 1 { "" } else { "es" },
+        r.refs_unchanged.len()
+    );
+    for (name, head) in &r.refs_updated {
+        println!("  {name} -> {}", &head[..12]);
+    }
+    Ok(())
+}
+
+pub fn fetch(dir: &Path, args: FetchArgs) -> CliResult {
+    if let Some(p) = &args.prefix {
+        if !p.ends_with('/') {
+            return Err(CliError::input(format!(
+                "--prefix {p}: a namespace ends with `/` (e.g. `{p}/`)"
+            )));
+        }
+    }
+    let mut l = Ledger::open(dir).map_err(err)?;
+    let b = read_source(&args.source, &l).map_err(|e| match e {
+        LedgerError::Io { .. } | LedgerError::NotALedger { .. } => CliError::input(format!(
+            "{}: not a bundle file or ledger directory ({e})",
+            args.source.display()
+        )),
+        e => err(e),
+    })?;
+    let r = l.fetch(&b, args.prefix.as_deref()).map_err(err)?;
+    say(&r, args.json, &format!("fetched {}", args.source.display()))
+}
+
+pub fn init_from_bundle(dir: &Path, file: &Path) -> CliResult {
+    let b = Bundle::read(file).map_err(err)?;
+    let (_, r) = Ledger::create_from_bundle(dir, &b).map_err(err)?;
+    say(
+        &r,
+        false,
+        &format!("created ledger {} from {}", dir.display(), file.display()),
+    )
+}

@@ -1,0 +1,377 @@
+//! Figures: validation curves per stage and size × stage heatmaps, drawn with plotters
+//! as SVG (files, or strings the HTML report inlines) and PNG (for papers).
+//!
+//! Text is laid out and rasterised with ab_glyph from DejaVu Sans embedded in the binary
+//! (the `dejavu` crate), registered under every family name plotters asks for. A fresh
+//! machine without any installed font therefore draws the same PNG, and SVG labels are
+//! sized from real glyph metrics.
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Once;
+
+/// Line colours, in series order (the matplotlib "tab10" palette).
+pub const COLORS: [(u8, u8, u8); 8] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+];
+
+/// The colour of series `i` as a CSS hex string (the report's legends match the plots).
+pub fn css_color(i: usize) -> String {
+    let (r, g, b) = COLORS[i % COLORS.len()];
+    format!("#{r:02x}{g:02x}{b:02x}")
+}
+
+/// What a figure file is, by its extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Svg,
+    Png,
+}
+
+/// The format a path asks for; anything but `.svg` or `.png` is refused, naming the path.
+pub fn format_of(path: &Path) -> Result<Format, String> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("svg") => Ok(Format::Svg),
+        Some(e) if e.eq_ignore_ascii_case("png") => Ok(Format::Png),
+        _ => Err(format!(
+            "{}: plots are written as SVG or PNG (name the file *.svg or *.png)",
+            path.display()
+        )),
+    }
+}
+
+/// Named curves of (stage, percentage).
+pub struct Curves<'a> {
+    pub title: &'a str,
+    pub y_label: &'a str,
+    pub series: &'a [(String, Vec<(u32, f64)>)],
+}
+
+/// Percentages per (size, stage); missing cells are drawn empty.
+pub struct Heatmap<'a> {
+    pub title: &'a str,
+    pub values: &'a BTreeMap<(usize, u32), f64>,
+}
+
+const CURVES_SIZE: (u32, u32) = (800, 480);
+/// PNGs are drawn at twice the SVG's size (print resolution), with scaled text and lines.
+const PNG_SCALE: u32 = 2;
+
+fn register_fonts() {
+    static FONTS: Once = Once::new();
+    FONTS.call_once(|| {
+        for family in ["sans-serif", "serif", "monospace"] {
+            for (style, bytes) in [
+                (FontStyle::Normal, dejavu::sans::regular()),
+                (FontStyle::Bold, dejavu::sans::bold()),
+            ] {
+                if plotters::style::register_font(family, style, bytes).is_err() {
+                    panic!("the embedded DejaVu Sans is not a valid font");
+                }
+            }
+        }
+    });
+}
+
+fn err<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}
+
+fn draw_curves<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    c: &Curves,
+    k: u32,
+) -> Result<(), String> {
+    let stages: Vec<u32> = c
+        .series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .collect();
+    let x0 = stages.iter().copied().min().unwrap_or(0) as i32;
+    let x1 = (stages.iter().copied().max().unwrap_or(1) as i32).max(x0 + 1);
+    let k = k as i32;
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(c.title, ("sans-serif", 20 * k))
+        .margin(12 * k)
+        .x_label_area_size(40 * k)
+        .y_label_area_size(50 * k)
+        .build_cartesian_2d(x0..x1, 0f64..100f64)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("stage")
+        .y_desc(c.y_label)
+        .x_labels((x1 - x0 + 1) as usize)
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style(("sans-serif", 12 * k))
+        .axis_desc_style(("sans-serif", 14 * k))
+        .draw()
+        .map_err(err)?;
+    for (i, (name, pts)) in c.series.iter().enumerate() {
+        let (r, g, b) = COLORS[i % COLORS.len()];
+        let color = RGBColor(r, g, b);
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|&(s, v)| (s as i32, v)),
+                color.stroke_width(2 * k as u32),
+            ))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(
+                    vec![(x, y), (x + 20 * k, y)],
+                    color.stroke_width(2 * k as u32),
+                )
+            });
+        chart
+            .draw_series(
+                pts.iter()
+                    .map(|&(s, v)| Circle::new((s as i32, v), 3 * k, color.filled())),
+            )
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .legend_area_size(28 * k)
+        .label_font(("sans-serif", 12 * k))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}
+
+fn heatmap_size(h: &Heatmap) -> (u32, u32) {
+    let stages = h
+        .values
+        .keys()
+        .map(|k| k.1)
+        .collect::<std::collections::BTreeSet<_>>();
+    let sizes = h
+        .values
+        .keys()
+        .map(|k| k.0)
+        .collect::<std::collections::BTreeSet<_>>();
+    (
+        140 + 56 * stages.len().max(1) as u32,
+        110 + 34 * sizes.len().max(1) as u32,
+    )
+}
+
+fn draw_heatmap<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    h: &Heatmap,
+    k: u32,
+) -> Result<(), String> {
+    use plotters::style::colors::colormaps::{ColorMap, ViridisRGB};
+    let stages: Vec<u32> = h
+        .values
+        .keys()
+        .map(|k| k.1)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let sizes: Vec<usize> = h
+        .values
+        .keys()
+        .map(|k| k.0)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let (s0, s1) = (
+        *stages.first().unwrap_or(&0) as f64,
+        *stages.last().unwrap_or(&0) as f64,
+    );
+    let (n0, n1) = (
+        *sizes.first().unwrap_or(&0) as f64,
+        *sizes.last().unwrap_or(&0) as f64,
+    );
+    let ki = k as i32;
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(h.title, ("sans-serif", 16 * ki))
+        .margin(10 * ki)
+        .x_label_area_size(36 * ki)
+        .y_label_area_size(48 * ki)
+        .build_cartesian_2d(s0 - 0.5..s1 + 0.5, n0 - 0.5..n1 + 0.5)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc("stage")
+        .y_desc("map size")
+        .x_labels(stages.len().max(1) * 2 + 1)
+        .y_labels(sizes.len().max(1) * 2 + 1)
+        .x_label_formatter(&|x| whole(*x))
+        .y_label_formatter(&|y| whole(*y))
+        .label_style(("sans-serif", 12 * ki))
+        .axis_desc_style(("sans-serif", 13 * ki))
+        .draw()
+        .map_err(err)?;
+    for (&(size, stage), &v) in h.values {
+        let (x, y) = (stage as f64, size as f64);
+        let fill = ViridisRGB.get_color(v.clamp(0.0, 100.0) / 100.0);
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)],
+                fill.filled(),
+            )))
+            .map_err(err)?;
+        let ink = if v > 60.0 { BLACK } else { WHITE };
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("{v:.0}"),
+                (x, y),
+                ("sans-serif", 12 * ki)
+                    .into_font()
+                    .color(&ink)
+                    .pos(Pos::new(HPos::Center, VPos::Center)),
+            )))
+            .map_err(err)?;
+    }
+    root.present().map_err(err)
+}
+
+/// Integer tick labels only (cells are centred on whole stages and sizes).
+fn whole(x: f64) -> String {
+    if (x - x.round()).abs() < 1e-6 {
+        format!("{}", x.round() as i64)
+    } else {
+        String::new()
+    }
+}
+
+fn svg_string(
+    size: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<(), String>,
+) -> Result<String, String> {
+    register_fonts();
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
+        draw(&root)?;
+    }
+    Ok(out)
+}
+
+fn write_file(
+    path: &Path,
+    size: (u32, u32),
+    draw_svg: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<(), String>,
+    draw_png: impl FnOnce(&DrawingArea<BitMapBackend, Shift>) -> Result<(), String>,
+) -> Result<(), String> {
+    register_fonts();
+    let named = |e: String| format!("{}: {e}", path.display());
+    match format_of(path)? {
+        Format::Svg => {
+            let root = SVGBackend::new(path, size).into_drawing_area();
+            draw_svg(&root).map_err(named)
+        }
+        Format::Png => {
+            let root = BitMapBackend::new(path, (size.0 * PNG_SCALE, size.1 * PNG_SCALE))
+                .into_drawing_area();
+            draw_png(&root).map_err(named)
+        }
+    }
+}
+
+/// Curves as an SVG document (for inlining).
+pub fn curves_svg(c: &Curves) -> Result<String, String> {
+    svg_string(CURVES_SIZE, |root| draw_curves(root, c, 1))
+}
+
+/// Curves into an SVG or PNG file, by the path's extension.
+pub fn write_curves(path: &Path, c: &Curves) -> Result<(), String> {
+    write_file(
+        path,
+        CURVES_SIZE,
+        |root| draw_curves(root, c, 1),
+        |root| draw_curves(root, c, PNG_SCALE),
+    )
+}
+
+/// A heatmap as an SVG document.
+pub fn heatmap_svg(h: &Heatmap) -> Result<String, String> {
+    svg_string(heatmap_size(h), |root| draw_heatmap(root, h, 1))
+}
+
+/// A heatmap into an SVG or PNG file, by the path's extension.
+pub fn write_heatmap(path: &Path, h: &Heatmap) -> Result<(), String> {
+    write_file(
+        path,
+        heatmap_size(h),
+        |root| draw_heatmap(root, h, 1),
+        |root| draw_heatmap(root, h, PNG_SCALE),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_by_extension() {
+        assert_eq!(format_of(Path::new("a/b.SVG")), Ok(Format::Svg));
+        assert_eq!(format_of(Path::new("b.png")), Ok(Format::Png));
+        let e = format_of(Path::new("plot.pdf")).unwrap_err();
+        assert!(e.contains("plot.pdf") && e.contains("*.png"), "{e}");
+    }
+
+    #[test]
+    fn png_has_text_drawn_from_the_embedded_font() {
+        // Two PNGs that differ only in their title must differ in pixels: the glyphs
+        // are really rasterised (no font found would draw nothing or fail).
+        let dir = tempfile::tempdir().unwrap();
+        let series = vec![("main".to_string(), vec![(0, 10.0), (1, 30.0)])];
+        let mut bytes = Vec::new();
+        for title in ["A", "B"] {
+            let p = dir.path().join(format!("{title}.png"));
+            write_curves(
+                &p,
+                &Curves {
+                    title,
+                    y_label: "valid %",
+                    series: &series,
+                },
+            )
+            .unwrap();
+            let b = std::fs::read(&p).unwrap();
+            assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n");
+            // IHDR: width and height, big-endian, at bytes 16..24.
+            let w = u32::from_be_bytes(b[16..20].try_into().unwrap());
+            let h = u32::from_be_bytes(b[20..24].try_into().unwrap());
+            assert_eq!((w, h), (1600, 960));
+            bytes.push(b);
+        }
+        assert_ne!(bytes[0], bytes[1]);
+    }
+
+    #[test]
+    fn heatmap_labels_every_cell() {
+        let mut values = BTreeMap::new();
+        for size in 3..=5 {
+            for stage in 0..3 {
+                values.insert((size, stage), (size * 10 + stage as usize) as f64);
+            }
+        }
+        let svg = heatmap_svg(&Heatmap {
+            title: "main",
+            values: &values,
+        })
+        .unwrap();
+        for v in values.values() {
+            assert!(svg.contains(&format!(">\n{v:.0}\n<")), "cell {v} labelled");
+        }
+    }
+}

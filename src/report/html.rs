@@ -1,0 +1,804 @@
+//! The report page: one HTML document with its styles, script and figures inline (no
+//! server, CDN or network). Every number is wrapped in an element carrying the hash of
+//! the event it came from (`data-ev`); hovering shows it, clicking shows (and copies)
+//! the `ledger show` command that prints the event.
+use super::{heatmap_values, study_series, validation_series, BranchView, Eval, Report};
+use crate::figures::{css_color, curves_svg, Curves};
+use crate::ledger::Hash;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+/// HTML-escape text (element content and attribute values).
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// A number that cites its events: `data-ev` holds their full hashes.
+fn cite(text: &str, events: &[Hash], what: &str) -> String {
+    let full: Vec<String> = events.iter().map(|h| h.to_hex()).collect();
+    let short: Vec<String> = events.iter().map(|h| h.short()).collect();
+    format!(
+        "<span class=\"n\" data-ev=\"{}\" title=\"{} · event {}\">{}</span>",
+        full.join(" "),
+        esc(what),
+        short.join(", "),
+        esc(text)
+    )
+}
+
+fn pct(v: f64) -> String {
+    format!("{v:.2}")
+}
+
+/// "sizes.9.data_ratio" -> "9×9 data"; "agents" stays.
+fn field_label(f: &str) -> String {
+    let parts: Vec<&str> = f.split('.').collect();
+    match parts.as_slice() {
+        ["sizes", n, k] => format!("{n}×{n} {}", k.trim_end_matches("_ratio")),
+        _ => f.to_string(),
+    }
+}
+
+fn value(x: Option<f64>) -> String {
+    match x {
+        None => "–".into(),
+        Some(v) if v.fract() == 0.0 && v.abs() < 1e9 => format!("{v:.0}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+/// A valid-rate colour (the viridis map of the heatmap figures) and a readable ink.
+fn heat(v: f64) -> (String, &'static str) {
+    use plotters::style::colors::colormaps::{ColorMap, ViridisRGB};
+    let c = ViridisRGB.get_color(v.clamp(0.0, 100.0) / 100.0);
+    (
+        format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2),
+        if v > 60.0 { "#000" } else { "#fff" },
+    )
+}
+
+fn swatch(i: usize) -> String {
+    format!("<i class=\"sw\" style=\"background:{}\"></i>", css_color(i))
+}
+
+fn inline_svg(svg: String) -> String {
+    // Scale with the page: plotters writes a fixed width/height; keep them as the
+    // aspect ratio via viewBox and let CSS size the element.
+    if svg.contains("viewBox") {
+        return svg;
+    }
+    let dims = |attr: &str| -> Option<u32> {
+        let i = svg.find(&format!("{attr}=\""))? + attr.len() + 2;
+        svg[i..].split('"').next()?.parse().ok()
+    };
+    match (dims("width"), dims("height")) {
+        (Some(w), Some(h)) => svg.replacen("<svg ", &format!("<svg viewBox=\"0 0 {w} {h}\" "), 1),
+        _ => svg,
+    }
+}
+
+const STYLE: &str = r#"
+:root{--fg:#1d1f23;--muted:#5f6670;--line:#d9dde3;--bg:#fff;--soft:#f5f7fa;--accent:#1f77b4}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
+main{max-width:1240px;margin:0 auto;padding:16px 24px 80px}
+h1{font-size:22px;margin:8px 0 4px}
+h2{font-size:18px;margin:32px 0 8px;padding-top:8px;border-top:1px solid var(--line)}
+h3{font-size:15px;margin:18px 0 6px}
+h4{font-size:12px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);margin:0 0 4px}
+p.lead,p.hint{color:var(--muted);margin:4px 0}
+nav{display:flex;flex-wrap:wrap;gap:12px;margin:10px 0}
+nav a{color:var(--accent);text-decoration:none}
+code{font:12px ui-monospace,"DejaVu Sans Mono",monospace}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;margin:4px 0 12px}
+th,td{padding:3px 8px;border-bottom:1px solid var(--line);text-align:right;white-space:nowrap}
+th{font-weight:600;background:var(--soft)}
+th.l,td.l{text-align:left}
+tr.sum td{font-weight:600;border-top:2px solid var(--fg)}
+.sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px;vertical-align:baseline}
+.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,600px));gap:12px}
+.figs svg{width:100%;height:auto;border:1px solid var(--line)}
+.heatmaps,.tests{display:flex;flex-wrap:wrap;gap:18px 32px}
+figure{margin:0}
+.heatmap table td{min-width:44px;text-align:center;border:1px solid #fff}
+.heatmap figcaption{font-weight:600;margin-bottom:2px}
+.n{cursor:pointer;font-variant-numeric:tabular-nums}
+.n:hover{outline:1px dotted var(--accent)}
+details.branch{margin:8px 0;border:1px solid var(--line);border-radius:6px;padding:6px 12px}
+details.branch>summary{cursor:pointer;font-weight:600}
+article.decision{border-left:4px solid var(--line);padding:6px 12px;margin:10px 0;background:var(--soft)}
+article.decision.accepted{border-color:#2ca02c}
+article.decision.clipped{border-color:#ff7f0e}
+article.decision.rejected{border-color:#d62728}
+article.decision.fallback{border-color:#9467bd}
+article.decision header{display:flex;flex-wrap:wrap;gap:10px;align-items:baseline;margin-bottom:6px}
+.badge{font-size:12px;padding:1px 6px;border-radius:8px;background:#e6e9ee}
+.cols{display:grid;grid-template-columns:repeat(auto-fit,minmax(260px,1fr));gap:12px}
+.cols ul{margin:0;padding-left:18px}
+blockquote{margin:0;padding:0 0 0 10px;border-left:2px solid var(--line);white-space:pre-wrap;overflow-wrap:anywhere}
+.verdict{font-weight:600}
+.muted{color:var(--muted)}
+ul.tree,ul.tree ul{list-style:none;padding-left:20px;margin:4px 0}
+ul.tree{padding-left:0}
+ul.tree li{margin:3px 0}
+ul.tree ul{border-left:1px solid var(--line)}
+.branchname{font-weight:600}
+#cite{position:fixed;left:0;right:0;bottom:0;margin:0;padding:8px 24px;background:#1d1f23;color:#fff;font:13px ui-monospace,"DejaVu Sans Mono",monospace;white-space:pre-wrap}
+"#;
+
+const SCRIPT: &str = r#"
+(function () {
+  var bar = document.getElementById('cite');
+  var dir = document.body.getAttribute('data-ledger');
+  document.addEventListener('click', function (e) {
+    var t = e.target.closest('[data-ev]');
+    if (!t) { return; }
+    var cmds = t.getAttribute('data-ev').split(' ').map(function (h) {
+      return 'ledger --ledger ' + dir + ' show ' + h.slice(0, 12);
+    }).join('\n');
+    bar.textContent = cmds + '    (' + t.getAttribute('title') + ')';
+    bar.hidden = false;
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(cmds).catch(function () {});
+    }
+  });
+})();
+"#;
+
+/// Render the whole page.
+pub fn render(r: &Report) -> Result<String, String> {
+    let mut h = String::new();
+    let decisions: usize = r.branches.iter().map(|b| b.audit.decisions.len()).sum();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <title>{plan} · mapf-ledger report</title><style>{STYLE}</style></head>\
+         <body data-ledger=\"{dir}\"><main>\
+         <h1>Experiment report: {plan}</h1>\
+         <p class=\"lead\">Ledger <code>{dir}</code> · {nb} branch{bs} · {decisions} engineer decision{ds}{study}</p>\
+         <p class=\"hint\">Every number names the event it came from: hover it for the hash, \
+         click it for the <code>ledger show</code> command.</p>\
+         <nav><a href=\"#validation\">Validation</a><a href=\"#test\">Test</a>\
+         <a href=\"#heatmaps\">Heatmaps</a><a href=\"#decisions\">Decisions</a>\
+         <a href=\"#forks\">Fork tree</a>{study_link}</nav>",
+        plan = esc(&r.plan),
+        dir = esc(&r.ledger),
+        nb = r.branches.len(),
+        bs = if r.branches.len() == 1 { "" } else { "es" },
+        ds = if decisions == 1 { "" } else { "s" },
+        study = match &r.study {
+            Some(s) => format!(
+                " · study of {} engineer{} × {} seed{}",
+                s.engineers.len(),
+                if s.engineers.len() == 1 { "" } else { "s" },
+                s.seeds,
+                if s.seeds == 1 { "" } else { "s" }
+            ),
+            None => String::new(),
+        },
+        study_link = if r.study.is_some() {
+            "<a href=\"#study\">Study</a>"
+        } else {
+            ""
+        },
+    );
+    validation(&mut h, r)?;
+    test(&mut h, r);
+    heatmaps(&mut h, r);
+    timeline(&mut h, r);
+    forks(&mut h, r);
+    if r.study.is_some() {
+        study(&mut h, r)?;
+    }
+    let _ = write!(
+        h,
+        "</main><pre id=\"cite\" hidden></pre><script>{SCRIPT}</script></body></html>\n"
+    );
+    Ok(h)
+}
+
+fn validation(h: &mut String, r: &Report) -> Result<(), String> {
+    let stages: BTreeSet<u32> = r
+        .branches
+        .iter()
+        .flat_map(|b| {
+            b.stages
+                .iter()
+                .filter(|s| s.validation.is_some())
+                .map(|s| s.stage)
+        })
+        .collect();
+    let _ = write!(
+        h,
+        "<section id=\"validation\"><h2>Validation</h2>\
+         <p class=\"hint\">Mean over map sizes of the validation set (training agent count), per stage; one line per branch.</p>"
+    );
+    let [valid, optimal] = validation_series(r);
+    let _ = write!(h, "<div class=\"figs\">");
+    for (title, y, series) in [
+        ("Validation valid %", "valid %", &valid),
+        ("Validation optimal %", "optimal %", &optimal),
+    ] {
+        h.push_str(&inline_svg(curves_svg(&Curves {
+            title,
+            y_label: y,
+            series,
+        })?));
+    }
+    let _ = write!(
+        h,
+        "</div><div class=\"scroll\"><table class=\"curves\"><thead><tr><th class=\"l\">stage</th>"
+    );
+    for (i, b) in r.branches.iter().enumerate() {
+        let _ = write!(h, "<th colspan=\"2\">{}{}</th>", swatch(i), esc(&b.name));
+    }
+    let _ = write!(h, "</tr><tr><th></th>");
+    for _ in &r.branches {
+        let _ = write!(h, "<th>valid %</th><th>optimal %</th>");
+    }
+    let _ = write!(h, "</tr></thead><tbody>");
+    for st in &stages {
+        let _ = write!(h, "<tr class=\"stage\"><td class=\"l\">{st}</td>");
+        for b in &r.branches {
+            let agents = b.validation_agents().unwrap_or(2);
+            let cell = b
+                .stages
+                .iter()
+                .find(|s| s.stage == *st)
+                .and_then(|s| s.validation.as_ref())
+                .and_then(|v| Some((v.event, v.sum(agents)?)));
+            match cell {
+                Some((ev, (v, o))) => {
+                    let what = format!("{} stage {st} validation", b.name);
+                    let _ = write!(
+                        h,
+                        "<td>{}</td><td>{}</td>",
+                        cite(&pct(v), &[ev], &what),
+                        cite(&pct(o), &[ev], &what)
+                    );
+                }
+                None => h.push_str("<td>–</td><td>–</td>"),
+            }
+        }
+        h.push_str("</tr>");
+    }
+    h.push_str("</tbody></table></div></section>");
+    Ok(())
+}
+
+fn test(h: &mut String, r: &Report) {
+    let finals: Vec<Option<(u32, &Eval)>> = r.branches.iter().map(|b| b.final_test()).collect();
+    let agents: BTreeSet<u32> = finals
+        .iter()
+        .flatten()
+        .flat_map(|(_, e)| e.agent_counts())
+        .collect();
+    let _ = write!(
+        h,
+        "<section id=\"test\"><h2>Test</h2><p class=\"hint\">Final evaluated stage of each branch; \
+         rows are map sizes, the Sum row is the mean over sizes (the paper's layout).</p>"
+    );
+    if agents.is_empty() {
+        h.push_str("<p class=\"muted\">No branch has a test evaluation yet.</p>");
+    }
+    h.push_str("<div class=\"tests\">");
+    for k in agents {
+        let sizes: BTreeSet<u32> = finals
+            .iter()
+            .flatten()
+            .flat_map(|(_, e)| e.sizes(k))
+            .collect();
+        let _ = write!(
+            h,
+            "<div class=\"scroll\"><h3>{k} agents</h3><table class=\"test\" data-agents=\"{k}\"><thead><tr><th class=\"l\">size</th>"
+        );
+        for (i, (b, f)) in r.branches.iter().zip(&finals).enumerate() {
+            let stage = f.map(|f| format!(" <span class=\"muted\">stage {}</span>", f.0));
+            let _ = write!(
+                h,
+                "<th colspan=\"2\">{}{}{}</th>",
+                swatch(i),
+                esc(&b.name),
+                stage.unwrap_or_default()
+            );
+        }
+        h.push_str("</tr><tr><th></th>");
+        for _ in &r.branches {
+            h.push_str("<th>valid %</th><th>optimal %</th>");
+        }
+        h.push_str("</tr></thead><tbody>");
+        let rows: Vec<Option<u32>> = sizes.iter().copied().map(Some).chain([None]).collect();
+        for n in rows {
+            let _ = write!(
+                h,
+                "<tr{}><td class=\"l\">{}</td>",
+                if n.is_none() { " class=\"sum\"" } else { "" },
+                n.map(|n| format!("{n}×{n}"))
+                    .unwrap_or_else(|| "Sum".into())
+            );
+            for (b, f) in r.branches.iter().zip(&finals) {
+                let cell = f.and_then(|(stage, e)| {
+                    let v = match n {
+                        Some(n) => e.rate(k, n),
+                        None => e.sum(k),
+                    }?;
+                    Some((stage, e.event, v))
+                });
+                match cell {
+                    Some((stage, ev, (v, o))) => {
+                        let what = format!("{} stage {stage} test, {k} agents", b.name);
+                        let _ = write!(
+                            h,
+                            "<td>{}</td><td>{}</td>",
+                            cite(&pct(v), &[ev], &what),
+                            cite(&pct(o), &[ev], &what)
+                        );
+                    }
+                    None => h.push_str("<td>–</td><td>–</td>"),
+                }
+            }
+            h.push_str("</tr>");
+        }
+        h.push_str("</tbody></table></div>");
+    }
+    h.push_str("</div></section>");
+}
+
+fn heatmaps(h: &mut String, r: &Report) {
+    let _ = write!(
+        h,
+        "<section id=\"heatmaps\"><h2>Heatmaps</h2><p class=\"hint\">Validation valid % per map size (rows) and stage (columns), per branch.</p><div class=\"heatmaps\">"
+    );
+    for b in &r.branches {
+        let values = heatmap_values(b);
+        let stages: BTreeSet<u32> = values.keys().map(|k| k.1).collect();
+        let sizes: BTreeSet<usize> = values.keys().map(|k| k.0).collect();
+        let events: BTreeMap<u32, Hash> = b
+            .stages
+            .iter()
+            .filter_map(|s| Some((s.stage, s.validation.as_ref()?.event)))
+            .collect();
+        let _ = write!(
+            h,
+            "<figure class=\"heatmap\" data-branch=\"{}\"><figcaption>{}</figcaption><table><thead><tr><th class=\"l\">size \\ stage</th>",
+            esc(&b.name),
+            esc(&b.name)
+        );
+        for st in &stages {
+            let _ = write!(h, "<th>{st}</th>");
+        }
+        h.push_str("</tr></thead><tbody>");
+        for n in &sizes {
+            let _ = write!(h, "<tr><th class=\"l\">{n}×{n}</th>");
+            for st in &stages {
+                match (values.get(&(*n, *st)), events.get(st)) {
+                    (Some(&v), Some(ev)) => {
+                        let (bg, ink) = heat(v);
+                        let _ = write!(
+                            h,
+                            "<td style=\"background:{bg};color:{ink}\">{}</td>",
+                            cite(
+                                &format!("{v:.0}"),
+                                &[*ev],
+                                &format!("{} stage {st} validation {n}×{n}, valid %", b.name)
+                            )
+                        );
+                    }
+                    _ => h.push_str("<td>–</td>"),
+                }
+            }
+            h.push_str("</tr>");
+        }
+        h.push_str("</tbody></table></figure>");
+    }
+    h.push_str("</div></section>");
+}
+
+fn timeline(h: &mut String, r: &Report) {
+    let _ = write!(
+        h,
+        "<section id=\"decisions\"><h2>Decisions</h2><p class=\"hint\">Per stage: the engineer, \
+         its status, what it saw, the configuration it proposed and what was applied (clips and \
+         refused keys), its rationale, and validation on the sizes it changed, before → after.</p>"
+    );
+    for (i, b) in r.branches.iter().enumerate() {
+        let n = b.audit.decisions.len();
+        let _ = write!(
+            h,
+            "<details class=\"branch\" data-branch=\"{}\"{}><summary>{}{} · {n} decision{}</summary>",
+            esc(&b.name),
+            if i == 0 { " open" } else { "" },
+            swatch(i),
+            esc(&b.name),
+            if n == 1 { "" } else { "s" }
+        );
+        if n == 0 {
+            h.push_str("<p class=\"muted\">No engineer decision on this branch.</p>");
+        }
+        for d in &b.audit.decisions {
+            decision(h, b, d);
+        }
+        h.push_str("</details>");
+    }
+    h.push_str("</section>");
+}
+
+fn decision(h: &mut String, b: &BranchView, d: &crate::audit::DecisionAudit) {
+    let what = format!("{} stage {} decision", b.name, d.stage);
+    let ev = [d.event];
+    let _ = write!(
+        h,
+        "<article class=\"decision {status}\" data-branch=\"{branch}\" data-stage=\"{stage}\">\
+         <header><b>stage {stage}</b><span>{engineer}</span><span class=\"badge\">{status}</span>{reason}\
+         <span class=\"muted\">decision {ev}</span></header><div class=\"cols\">",
+        status = esc(&d.status),
+        branch = esc(&b.name),
+        stage = d.stage,
+        engineer = esc(&d.engineer),
+        reason = d
+            .status_reason
+            .as_deref()
+            .map(|r| format!("<span class=\"muted\">{}</span>", esc(r)))
+            .unwrap_or_default(),
+        ev = cite(&d.event.short(), &ev, &what),
+    );
+    // What it saw.
+    h.push_str("<div><h4>Saw</h4>");
+    if d.evidence.is_empty() {
+        h.push_str("<p class=\"muted\">no summary or failure breakdown in its context</p>");
+    } else {
+        h.push_str("<ul>");
+        for e in &d.evidence {
+            let _ = write!(
+                h,
+                "<li>{}</li>",
+                cite(
+                    e,
+                    &ev,
+                    &format!("{what}, context blob {}", d.context.short())
+                )
+            );
+        }
+        h.push_str("</ul>");
+    }
+    h.push_str("</div>");
+    // What it changed.
+    h.push_str("<div><h4>Changed</h4>");
+    if d.changes.is_empty() {
+        h.push_str("<p class=\"muted\">no change</p>");
+    } else {
+        h.push_str("<table class=\"diff\"><thead><tr><th class=\"l\">field</th><th>was</th><th>proposed</th><th>applied</th></tr></thead><tbody>");
+        for c in &d.changes {
+            let clipped = d.clips.iter().any(|k| k.field == c.field);
+            let _ = write!(
+                h,
+                "<tr{}><td class=\"l\">{}{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                if clipped { " class=\"clipped\"" } else { "" },
+                esc(&field_label(&c.field)),
+                if clipped {
+                    " <span class=\"badge\">clipped</span>"
+                } else {
+                    ""
+                },
+                cite(&value(c.previous), &ev, &what),
+                cite(&value(c.proposed), &ev, &what),
+                cite(&value(c.applied), &ev, &what),
+            );
+        }
+        h.push_str("</tbody></table>");
+    }
+    if !d.clips.is_empty() {
+        h.push_str("<ul class=\"clips\">");
+        for c in &d.clips {
+            let _ = write!(
+                h,
+                "<li>clip {}: {} → {} ({})</li>",
+                esc(&field_label(&c.field)),
+                esc(&c.proposed),
+                esc(&c.applied),
+                esc(&c.reason)
+            );
+        }
+        h.push_str("</ul>");
+    }
+    if !d.refused.is_empty() {
+        h.push_str("<ul class=\"refused\">");
+        for f in &d.refused {
+            let _ = write!(
+                h,
+                "<li>refused <code>{}</code></li>",
+                esc(&serde_json::to_string(f).unwrap_or_default())
+            );
+        }
+        h.push_str("</ul>");
+    }
+    h.push_str("</div>");
+    // Why.
+    let _ = write!(
+        h,
+        "<div><h4>Rationale</h4>{}</div>",
+        if d.rationale.trim().is_empty() {
+            "<p class=\"muted\">none given</p>".to_string()
+        } else {
+            format!("<blockquote>{}</blockquote>", esc(d.rationale.trim()))
+        }
+    );
+    // What happened next.
+    h.push_str("<div><h4>Outcome</h4>");
+    match &d.outcome {
+        None => h.push_str("<p class=\"muted\">not evaluated yet</p>"),
+        Some(o) => {
+            let event_of = |stage: u32| {
+                b.stages
+                    .iter()
+                    .find(|s| s.stage == stage)
+                    .and_then(|s| s.validation.as_ref())
+                    .map(|v| v.event)
+            };
+            let evs: Vec<Hash> = [event_of(o.previous_stage), event_of(o.stage)]
+                .into_iter()
+                .flatten()
+                .collect();
+            let shown: Vec<&crate::audit::SizeOutcome> = if o.changed_sizes.is_empty() {
+                Vec::new()
+            } else {
+                o.sizes.iter().filter(|s| s.changed).collect()
+            };
+            let _ = write!(
+                h,
+                "<p><span class=\"verdict\">{}</span> · all sizes Δ valid {}</p>",
+                esc(&o.verdict.replace('_', " ")),
+                cite(
+                    &format!("{:+.2}", o.sum_delta_valid),
+                    &evs,
+                    &format!(
+                        "{} validation, stage {} → {}",
+                        b.name, o.previous_stage, o.stage
+                    )
+                )
+            );
+            if !shown.is_empty() {
+                h.push_str("<table class=\"outcome\"><thead><tr><th class=\"l\">size</th><th>valid before</th><th>after</th><th>Δ</th></tr></thead><tbody>");
+                for s in shown {
+                    let w = format!(
+                        "{} validation {}×{}, stage {} → {}",
+                        b.name, s.size, s.size, o.previous_stage, o.stage
+                    );
+                    let _ = write!(
+                        h,
+                        "<tr><td class=\"l\">{n}×{n}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                        cite(&pct(s.valid_before), &evs, &w),
+                        cite(&pct(s.valid_after), &evs, &w),
+                        cite(&format!("{:+.2}", s.delta_valid), &evs, &w),
+                        n = s.size
+                    );
+                }
+                h.push_str("</tbody></table>");
+            }
+        }
+    }
+    h.push_str("</div></div></article>");
+}
+
+fn forks(h: &mut String, r: &Report) {
+    let names: BTreeSet<&str> = r.branches.iter().map(|b| b.name.as_str()).collect();
+    let mut children: BTreeMap<&str, Vec<&BranchView>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for b in &r.branches {
+        match &b.fork {
+            Some(f) if names.contains(f.from.as_str()) && f.from != b.name => {
+                children.entry(f.from.as_str()).or_default().push(b)
+            }
+            _ => roots.push(b),
+        }
+    }
+    for c in children.values_mut() {
+        c.sort_by(|a, b| {
+            let key = |x: &BranchView| x.fork.as_ref().map(|f| f.stage).unwrap_or(0);
+            key(a).cmp(&key(b)).then(a.name.cmp(&b.name))
+        });
+    }
+    let _ = write!(
+        h,
+        "<section id=\"forks\"><h2>Fork tree</h2><p class=\"hint\">Each fork keeps its source's stages before the fork stage and lets its engineer design the rest.</p><ul class=\"tree\">"
+    );
+    let mut seen = BTreeSet::new();
+    for b in roots {
+        fork_node(h, b, &children, &mut seen);
+    }
+    h.push_str("</ul></section>");
+}
+
+fn fork_node<'a>(
+    h: &mut String,
+    b: &'a BranchView,
+    children: &BTreeMap<&str, Vec<&'a BranchView>>,
+    seen: &mut BTreeSet<&'a str>,
+) {
+    if !seen.insert(b.name.as_str()) {
+        return;
+    }
+    let stages = b.stages.iter().filter(|s| s.completed.is_some()).count();
+    let _ = write!(
+        h,
+        "<li class=\"fork\" data-branch=\"{}\"><span class=\"branchname\">{}</span> · head {} · {stages} completed stage{}",
+        esc(&b.name),
+        esc(&b.name),
+        cite(&b.head.short(), &[b.head], &format!("{} head", b.name)),
+        if stages == 1 { "" } else { "s" }
+    );
+    if let Some(f) = &b.fork {
+        let _ = write!(
+            h,
+            " · <span class=\"muted\">forked from {} before stage {} (engineer {}, at {})</span>",
+            esc(&f.from),
+            f.stage,
+            esc(&f.engineer),
+            cite(&f.at.short(), &[f.at], &format!("fork point of {}", b.name))
+        );
+    }
+    if let Some(kids) = children.get(b.name.as_str()) {
+        h.push_str("<ul>");
+        for k in kids {
+            fork_node(h, k, children, seen);
+        }
+        h.push_str("</ul>");
+    }
+    h.push_str("</li>");
+}
+
+fn study(h: &mut String, r: &Report) -> Result<(), String> {
+    let Some(s) = &r.study else { return Ok(()) };
+    let _ = write!(
+        h,
+        "<section id=\"study\"><h2>Study</h2><p class=\"hint\">Forks of {} before stage {}, {} seed{} per engineer; \
+         mean ± half-width of the 95% t-interval over seeds{}.</p>",
+        esc(&s.from),
+        s.at,
+        s.seeds,
+        if s.seeds == 1 { "" } else { "s" },
+        if s.seeds < 2 { " (one seed: no interval)" } else { "" }
+    );
+    let pm = |m: f64, ci: Option<f64>| match ci {
+        Some(c) => format!("{m:.2} ± {c:.2}"),
+        None => format!("{m:.2}"),
+    };
+    h.push_str("<div class=\"scroll\"><table class=\"study-summary\"><thead><tr><th class=\"l\">engineer</th><th>runs</th><th>final stage</th><th>validation valid %</th><th>validation optimal %</th><th class=\"l\">runs (heads)</th></tr></thead><tbody>");
+    for (i, e) in s.engineers.iter().enumerate() {
+        let runs: Vec<&crate::study::StudyRun> =
+            s.runs.iter().filter(|x| &x.engineer == e).collect();
+        let finals: Vec<(u32, f64, f64)> = runs
+            .iter()
+            .filter_map(|x| x.summary.validation.last().copied())
+            .collect();
+        let heads: Vec<Hash> = runs.iter().map(|x| x.head).collect();
+        let (v, vci) = crate::study::mean_ci(&finals.iter().map(|f| f.1).collect::<Vec<_>>());
+        let (o, oci) = crate::study::mean_ci(&finals.iter().map(|f| f.2).collect::<Vec<_>>());
+        let stage = finals.iter().map(|f| f.0).max();
+        let what = format!("{e}: final-stage validation over {} runs", runs.len());
+        let _ = write!(
+            h,
+            "<tr class=\"engineer\"><td class=\"l\">{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+            swatch(i),
+            esc(e),
+            cite(&runs.len().to_string(), &heads, &what),
+            stage
+                .map(|x| cite(&x.to_string(), &heads, &what))
+                .unwrap_or_else(|| "–".into()),
+            if finals.is_empty() { "–".into() } else { cite(&pm(v, vci), &heads, &what) },
+            if finals.is_empty() { "–".into() } else { cite(&pm(o, oci), &heads, &what) },
+            runs.iter()
+                .map(|x| format!("{} {}", esc(&x.branch), cite(&x.head.short(), &[x.head], &format!("head of {}", x.branch))))
+                .collect::<Vec<_>>()
+                .join("<br>")
+        );
+    }
+    h.push_str("</tbody></table></div><div class=\"figs\">");
+    let series = study_series(s);
+    h.push_str(&inline_svg(curves_svg(&Curves {
+        title: "Study: mean validation valid % per stage",
+        y_label: "valid %",
+        series: &series,
+    })?));
+    h.push_str("</div>");
+    // Test cells in the paper's layout: rows (agents, size | Sum), a column per engineer.
+    let agents: BTreeSet<usize> = s.cells.iter().map(|c| c.agents).collect();
+    for k in agents {
+        let _ = write!(
+            h,
+            "<h3>Final-stage test, {k} agents</h3><div class=\"scroll\"><table class=\"study-test\"><thead><tr><th class=\"l\">size</th>"
+        );
+        for (i, e) in s.engineers.iter().enumerate() {
+            let _ = write!(h, "<th colspan=\"2\">{}{}</th>", swatch(i), esc(e));
+        }
+        h.push_str("</tr><tr><th></th>");
+        for _ in &s.engineers {
+            h.push_str("<th>valid %</th><th>optimal %</th>");
+        }
+        h.push_str("</tr></thead><tbody>");
+        let sizes: BTreeSet<usize> = s
+            .cells
+            .iter()
+            .filter(|c| c.agents == k)
+            .filter_map(|c| c.size)
+            .collect();
+        let rows: Vec<Option<usize>> = sizes.into_iter().map(Some).chain([None]).collect();
+        for n in rows {
+            let _ = write!(
+                h,
+                "<tr{}><td class=\"l\">{}</td>",
+                if n.is_none() { " class=\"sum\"" } else { "" },
+                n.map(|n| format!("{n}×{n}"))
+                    .unwrap_or_else(|| "Sum".into())
+            );
+            for e in &s.engineers {
+                let heads: Vec<Hash> = s
+                    .runs
+                    .iter()
+                    .filter(|x| &x.engineer == e)
+                    .map(|x| x.head)
+                    .collect();
+                match s
+                    .cells
+                    .iter()
+                    .find(|c| &c.engineer == e && c.agents == k && c.size == n)
+                {
+                    Some(c) => {
+                        let what = format!("{e}: test {k} agents over {} runs", c.n);
+                        let _ = write!(
+                            h,
+                            "<td>{}</td><td>{}</td>",
+                            cite(&pm(c.valid_mean, c.valid_ci95), &heads, &what),
+                            cite(&pm(c.optimal_mean, c.optimal_ci95), &heads, &what)
+                        );
+                    }
+                    None => h.push_str("<td>–</td><td>–</td>"),
+                }
+            }
+            h.push_str("</tr>");
+        }
+        h.push_str("</tbody></table></div>");
+    }
+    h.push_str("</section>");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup_in_text() {
+        assert_eq!(
+            esc(r#"<b a="1">&'x'</b>"#),
+            "&lt;b a=&quot;1&quot;&gt;&amp;&#39;x&#39;&lt;/b&gt;"
+        );
+    }
+
+    #[test]
+    fn numbers_cite_full_hashes() {
+        let h = Hash::of_blob(b"x");
+        let s = cite("1.00", &[h], "a < b");
+        assert!(s.contains(&format!("data-ev=\"{}\"", h.to_hex())), "{s}");
+        assert!(s.contains("a &lt; b"), "{s}");
+    }
+
+    #[test]
+    fn fields_read_as_sizes() {
+        assert_eq!(field_label("sizes.9.data_ratio"), "9×9 data");
+        assert_eq!(field_label("agents"), "agents");
+    }
+}

@@ -1,0 +1,393 @@
+//! `ledger report`: one self-contained HTML page of an experiment (validation curves,
+//! test tables, a size × stage heatmap per branch, the decision timeline, the fork tree,
+//! and a study's means with 95% intervals), plus its figures as SVG and PNG beside it.
+//!
+//! Two steps, one data flow: [`gather`] reads projections and audits of the chosen
+//! branches into a [`Report`] (every number keeps the hash of the event it came from),
+//! and [`write`] renders it ([`html`] for the page, [`crate::figures`] for the images).
+//! Nothing here reads a clock, so the same ledger and arguments give the same bytes.
+pub mod html;
+
+use crate::audit::AuditReport;
+use crate::ledger::event::EvalCell;
+use crate::ledger::{Hash, Ledger, LedgerError};
+use crate::study::StudyReport;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Errors of `ledger report`, each naming the branch, file or figure concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("{}: {message}", path.display())]
+    Study { path: PathBuf, message: String },
+    #[error("{}: {message}", path.display())]
+    Output { path: PathBuf, message: String },
+    #[error("figure {name}: {message}")]
+    Figure { name: String, message: String },
+    #[error(
+        "nothing to report: the ledger has no branch outside studies (name branches with --branch)"
+    )]
+    NoBranches,
+}
+
+/// One evaluation as the report shows it: the cells and the event they came from.
+#[derive(Clone, Debug)]
+pub struct Eval {
+    pub event: Hash,
+    pub cells: Vec<EvalCell>,
+}
+
+impl Eval {
+    /// (valid %, optimal %) of one cell, if evaluated.
+    pub fn rate(&self, agents: u32, size: u32) -> Option<(f64, f64)> {
+        self.cells
+            .iter()
+            .find(|c| c.agents == agents && c.size == size)
+            .map(|c| (pct(c.valid, c.total), pct(c.optimal, c.total)))
+    }
+
+    /// The paper's Sum row: mean over sizes of one agent count.
+    pub fn sum(&self, agents: u32) -> Option<(f64, f64)> {
+        let rows: Vec<&EvalCell> = self.cells.iter().filter(|c| c.agents == agents).collect();
+        if rows.is_empty() {
+            return None;
+        }
+        let n = rows.len() as f64;
+        Some((
+            rows.iter().map(|c| pct(c.valid, c.total)).sum::<f64>() / n,
+            rows.iter().map(|c| pct(c.optimal, c.total)).sum::<f64>() / n,
+        ))
+    }
+
+    pub fn agent_counts(&self) -> Vec<u32> {
+        let mut a: Vec<u32> = self.cells.iter().map(|c| c.agents).collect();
+        a.sort_unstable();
+        a.dedup();
+        a
+    }
+
+    pub fn sizes(&self, agents: u32) -> Vec<u32> {
+        let mut s: Vec<u32> = self
+            .cells
+            .iter()
+            .filter(|c| c.agents == agents)
+            .map(|c| c.size)
+            .collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    }
+}
+
+fn pct(x: u32, n: u32) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        100.0 * x as f64 / n as f64
+    }
+}
+
+/// One stage of a branch.
+#[derive(Clone, Debug)]
+pub struct StageView {
+    pub stage: u32,
+    pub engineer: Option<String>,
+    pub validation: Option<Eval>,
+    pub test: Option<Eval>,
+    /// Parameter hash of the stage's checkpoint.
+    pub params: Option<Hash>,
+    pub completed: Option<Hash>,
+}
+
+/// Where a branch was forked from.
+#[derive(Clone, Debug)]
+pub struct Fork {
+    pub from: String,
+    /// The event the fork shares with its source (the source's last kept event).
+    pub at: Hash,
+    /// The first stage the fork designs itself.
+    pub stage: u32,
+    pub engineer: String,
+}
+
+/// One branch: its stages, decisions and origin.
+#[derive(Clone, Debug)]
+pub struct BranchView {
+    pub name: String,
+    pub head: Hash,
+    pub fork: Option<Fork>,
+    pub stages: Vec<StageView>,
+    pub audit: AuditReport,
+}
+
+impl BranchView {
+    /// The last stage with a test evaluation (the paper's final-stage tables).
+    pub fn final_test(&self) -> Option<(u32, &Eval)> {
+        self.stages
+            .iter()
+            .rev()
+            .find_map(|s| s.test.as_ref().map(|t| (s.stage, t)))
+    }
+
+    /// The agent count validation runs on (the training agent count).
+    pub fn validation_agents(&self) -> Option<u32> {
+        self.stages
+            .iter()
+            .find_map(|s| s.validation.as_ref()?.agent_counts().first().copied())
+    }
+}
+
+/// Everything the page shows.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The ledger directory as given (the page's `ledger --ledger DIR show` hints).
+    pub ledger: String,
+    pub plan: String,
+    pub branches: Vec<BranchView>,
+    pub study: Option<StudyReport>,
+}
+
+/// The branches a report shows when none are named: `main` first, then every other
+/// branch by name, except a study's runs (`study-*`), which `--study` summarises.
+pub fn default_branches(ledger: &Ledger) -> Result<Vec<String>, LedgerError> {
+    let mut names: Vec<String> = ledger
+        .branches()?
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| !name.starts_with("study-"))
+        .collect();
+    names.sort_by_key(|n| (n != "main", n.clone()));
+    Ok(names)
+}
+
+/// Read a study directory's `study.json` (written by `ledger study`).
+pub fn read_study(dir: &Path) -> Result<StudyReport, ReportError> {
+    let path = dir.join("study.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| ReportError::Study {
+        path: path.clone(),
+        message: format!(
+            "{e} (run `ledger study` again with the same arguments: it skips finished runs and writes study.json)"
+        ),
+    })?;
+    serde_json::from_str(&text).map_err(|e| ReportError::Study {
+        path,
+        message: format!("not a study report: {e}"),
+    })
+}
+
+fn branch_view(ledger: &Ledger, name: &str) -> Result<BranchView, LedgerError> {
+    let head = ledger.head(name)?;
+    let state = ledger.state_at(&head)?;
+    let eval = |s: &crate::ledger::StageState, suite: &str| -> Option<Eval> {
+        Some(Eval {
+            event: *s.evaluation_events.get(suite)?,
+            cells: s.evaluations.get(suite)?.clone(),
+        })
+    };
+    let stages = state
+        .stages
+        .iter()
+        .map(|s| StageView {
+            stage: s.stage,
+            engineer: s.engineer.clone(),
+            validation: eval(s, "val"),
+            test: eval(s, "test"),
+            params: s.checkpoint.as_ref().map(|c| c.1),
+            completed: s.completed,
+        })
+        .collect();
+    let fork = match &state.forked_from {
+        Some((from, at, engineer)) => Some(Fork {
+            from: from.clone(),
+            at: *at,
+            stage: ledger.event(at)?.stage + 1,
+            engineer: engineer.clone(),
+        }),
+        None => None,
+    };
+    Ok(BranchView {
+        name: name.to_string(),
+        head,
+        fork,
+        stages,
+        audit: crate::audit::audit(ledger, name, None)?,
+    })
+}
+
+/// Read the branches (in the order given) and the optional study into a [`Report`].
+pub fn gather(
+    ledger: &Ledger,
+    ledger_arg: &str,
+    branches: &[String],
+    study: Option<StudyReport>,
+) -> Result<Report, ReportError> {
+    if branches.is_empty() && study.is_none() {
+        return Err(ReportError::NoBranches);
+    }
+    let views = branches
+        .iter()
+        .map(|b| branch_view(ledger, b))
+        .collect::<Result<Vec<_>, _>>()?;
+    let plan = match ledger.branches()?.first() {
+        Some((_, head)) => ledger.state_at(head)?.plan_name,
+        None => String::new(),
+    };
+    Ok(Report {
+        ledger: ledger_arg.to_string(),
+        plan,
+        branches: views,
+        study,
+    })
+}
+
+/// Validation curves of every branch: (branch, [(stage, valid %)]) and the same for
+/// optimal %.
+pub fn validation_series(r: &Report) -> [Vec<(String, Vec<(u32, f64)>)>; 2] {
+    let mut valid = Vec::new();
+    let mut optimal = Vec::new();
+    for b in &r.branches {
+        let agents = b.validation_agents().unwrap_or(2);
+        let pts: Vec<(u32, (f64, f64))> = b
+            .stages
+            .iter()
+            .filter_map(|s| Some((s.stage, s.validation.as_ref()?.sum(agents)?)))
+            .collect();
+        valid.push((b.name.clone(), pts.iter().map(|p| (p.0, p.1 .0)).collect()));
+        optimal.push((b.name.clone(), pts.iter().map(|p| (p.0, p.1 .1)).collect()));
+    }
+    [valid, optimal]
+}
+
+/// A branch's validation valid % per (size, stage).
+pub fn heatmap_values(b: &BranchView) -> BTreeMap<(usize, u32), f64> {
+    let agents = b.validation_agents().unwrap_or(2);
+    let mut m = BTreeMap::new();
+    for s in &b.stages {
+        if let Some(v) = &s.validation {
+            for c in v.cells.iter().filter(|c| c.agents == agents) {
+                m.insert((c.size as usize, s.stage), pct(c.valid, c.total));
+            }
+        }
+    }
+    m
+}
+
+/// The figure files written beside the page (stem, title) — curves first, then one
+/// heatmap per branch, then the study's curves.
+fn figure_files(r: &Report, figures: &Path) -> Result<Vec<PathBuf>, ReportError> {
+    let fig_err = |name: &str, message: String| ReportError::Figure {
+        name: name.to_string(),
+        message,
+    };
+    let mut written = Vec::new();
+    let [valid, optimal] = validation_series(r);
+    for (stem, title, y, series) in [
+        (
+            "validation-valid",
+            "Validation valid % per stage",
+            "valid %",
+            &valid,
+        ),
+        (
+            "validation-optimal",
+            "Validation optimal % per stage",
+            "optimal %",
+            &optimal,
+        ),
+    ] {
+        for ext in ["svg", "png"] {
+            let p = figures.join(format!("{stem}.{ext}"));
+            crate::figures::write_curves(
+                &p,
+                &crate::figures::Curves {
+                    title,
+                    y_label: y,
+                    series,
+                },
+            )
+            .map_err(|m| fig_err(stem, m))?;
+            written.push(p);
+        }
+    }
+    for b in &r.branches {
+        let values = heatmap_values(b);
+        if values.is_empty() {
+            continue;
+        }
+        let title = format!("{}: validation valid % (size × stage)", b.name);
+        // Fetched branches have `/` in their names: keep figures in one directory.
+        let stem = format!("heatmap-{}", b.name.replace('/', "+"));
+        for ext in ["svg", "png"] {
+            let p = figures.join(format!("{stem}.{ext}"));
+            crate::figures::write_heatmap(
+                &p,
+                &crate::figures::Heatmap {
+                    title: &title,
+                    values: &values,
+                },
+            )
+            .map_err(|m| fig_err(&stem, m))?;
+            written.push(p);
+        }
+    }
+    if let Some(s) = &r.study {
+        let series = study_series(s);
+        let title = format!(
+            "Study: validation valid % (fork of {} at stage {}, mean over {} seeds)",
+            s.from, s.at, s.seeds
+        );
+        for ext in ["svg", "png"] {
+            let p = figures.join(format!("study.{ext}"));
+            crate::figures::write_curves(
+                &p,
+                &crate::figures::Curves {
+                    title: &title,
+                    y_label: "valid %",
+                    series: &series,
+                },
+            )
+            .map_err(|m| fig_err("study", m))?;
+            written.push(p);
+        }
+    }
+    Ok(written)
+}
+
+/// A study's mean validation curve per engineer.
+pub fn study_series(s: &StudyReport) -> Vec<(String, Vec<(u32, f64)>)> {
+    s.engineers
+        .iter()
+        .map(|e| {
+            (
+                e.clone(),
+                s.validation
+                    .iter()
+                    .filter(|v| &v.engineer == e)
+                    .map(|v| (v.stage, v.valid_mean))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// Write `index.html` and `figures/*.{svg,png}` into `out`; returns the paths written,
+/// the page first.
+pub fn write(r: &Report, out: &Path) -> Result<Vec<PathBuf>, ReportError> {
+    let io = |p: &Path, e: std::io::Error| ReportError::Output {
+        path: p.to_path_buf(),
+        message: e.to_string(),
+    };
+    let figures = out.join("figures");
+    std::fs::create_dir_all(&figures).map_err(|e| io(&figures, e))?;
+    let page = html::render(r).map_err(|m| ReportError::Figure {
+        name: "inline".into(),
+        message: m,
+    })?;
+    let index = out.join("index.html");
+    std::fs::write(&index, page).map_err(|e| io(&index, e))?;
+    let mut written = vec![index];
+    written.extend(figure_files(r, &figures)?);
+    Ok(written)
+}

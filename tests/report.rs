@@ -1,0 +1,466 @@
+//! `ledger report` opened in a real headless Chromium: the page loads with no console
+//! error and no network request, every section is there with the counts the ledger
+//! holds (stages, decisions, branches, study rows), every number cites an event, and a
+//! full-page screenshot is written. A generated ledger of 10 branches × 10 stages checks
+//! that the page stays within the viewport's width and under 5 MB.
+//!
+//! Screenshots are kept under the target directory (`report-screenshots/`).
+mod common;
+
+use common::browser::Browser;
+use common::{fails, ledger, ok};
+use mapf_ledger::engineer::context::{EngineerContext, TrainingDetails};
+use mapf_ledger::env::config::GeneratorConfig;
+use mapf_ledger::env::simulate::FailureKind;
+use mapf_ledger::env::table::{CellCounts, ResultTable};
+use mapf_ledger::ledger::event::*;
+use mapf_ledger::ledger::plan::ContextModules;
+use mapf_ledger::ledger::{codec, Hash, Ledger, Meta};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What the page says about itself, read from the DOM (not from data the page
+/// computed about itself).
+const PROBE: &str = r#"(() => {
+  const all = (s, r) => [...(r || document).querySelectorAll(s)];
+  const depth = (li) => { let d = 0; for (let p = li.parentElement; p; p = p.parentElement) { if (p.tagName === 'LI') d++; } return d; };
+  const uncited = all('td:not(.l)').filter(td => {
+    const t = td.textContent.trim();
+    return t !== '–' && /\d/.test(t) && !td.querySelector('[data-ev]');
+  }).map(td => td.textContent.trim());
+  return {
+    sections: all('main > section').map(s => s.id),
+    curves: all('#validation svg').length,
+    validation_rows: all('#validation table.curves tbody tr').length,
+    validation_branches: all('#validation table.curves thead tr:first-child th[colspan]').map(th => th.textContent),
+    tests: all('#test table.test').map(t => ({agents: +t.dataset.agents, rows: t.tBodies[0].rows.length, sum: all('tr.sum', t).length})),
+    heatmaps: all('#heatmaps figure.heatmap').map(f => ({branch: f.dataset.branch, stages: all('thead th', f).length - 1, sizes: f.querySelector('tbody').rows.length})),
+    decisions: all('#decisions article.decision').map(a => a.dataset.branch + '@' + a.dataset.stage),
+    forks: all('#forks li.fork').map(li => [li.dataset.branch, depth(li)]),
+    study_rows: all('#study table.study-summary tbody tr').length,
+    study_tests: all('#study table.study-test').length,
+    cited: all('[data-ev]').length,
+    uncited: uncited,
+    overflow: document.documentElement.scrollWidth - window.innerWidth,
+    bad_hashes: all('[data-ev]').filter(e => !/^([0-9a-f]{64})( [0-9a-f]{64})*$/.test(e.dataset.ev)).length,
+  };
+})()"#;
+
+fn screenshots() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-screenshots");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Open a report in Chromium; returns the probe's answer after checking the page loaded
+/// cleanly and offline, and writes a screenshot named `name`.
+fn open_in_browser(tmp: &Path, page: &Path, name: &str, width: u32) -> Value {
+    let mut b = Browser::launch(tmp, Duration::from_secs(120));
+    let url = format!("file://{}", page.canonicalize().unwrap().display());
+    b.open(&url, width, 900);
+    let mut probe = b.eval(PROBE);
+    let shot = screenshots().join(format!("{name}.png"));
+    b.screenshot(&shot);
+    // Clicking a number shows the command that prints its event.
+    probe["cite_bar"] = b.eval(
+        "document.querySelector('#validation [data-ev]').click(), document.getElementById('cite').textContent",
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "screenshot is a PNG");
+    assert!(png.len() > 10_000, "screenshot has content");
+    let errors = b.errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    let requests = b.requests();
+    assert!(
+        requests.iter().all(|u| u == &url),
+        "the page loads nothing but itself: {requests:?}"
+    );
+    probe
+}
+
+fn json(o: &std::process::Output) -> Value {
+    serde_json::from_str(&ok(o)).unwrap()
+}
+
+#[test]
+fn report_of_a_real_ledger_in_chromium() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("l");
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
+    ok(&ledger(&d, &["init", "--plan", plan]));
+    ok(&ledger(&d, &["run", "--quiet"]));
+    ok(&ledger(
+        &d,
+        &[
+            "fork",
+            "--at",
+            "stage1",
+            "--engineer",
+            "random",
+            "--name",
+            "h",
+        ],
+    ));
+    ok(&ledger(&d, &["run", "--branch", "h", "--quiet"]));
+    let study = tmp.path().join("study");
+    ok(&ledger(
+        &d,
+        &[
+            "study",
+            "--at",
+            "stage2",
+            "--engineers",
+            "fixed,random",
+            "--seeds",
+            "2",
+            "--out",
+            study.to_str().unwrap(),
+            "--quiet",
+        ],
+    ));
+    let out = tmp.path().join("report");
+    let said = ok(&ledger(
+        &d,
+        &[
+            "report",
+            "--study",
+            study.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ));
+    assert!(
+        said.contains("2 branches") && said.contains("study"),
+        "{said}"
+    );
+    for f in [
+        "index.html",
+        "figures/validation-valid.svg",
+        "figures/validation-valid.png",
+        "figures/validation-optimal.png",
+        "figures/heatmap-main.png",
+        "figures/heatmap-h.svg",
+        "figures/study.png",
+    ] {
+        assert!(out.join(f).is_file(), "{f} written");
+    }
+
+    // What the ledger holds, through its own commands.
+    let compare = json(&ledger(&d, &["compare", "main", "h", "--json"]));
+    let stages: Vec<usize> = compare
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["validation"].as_array().unwrap().len())
+        .collect();
+    let mut decisions = Vec::new();
+    for b in ["main", "h"] {
+        let a = json(&ledger(&d, &["audit", "--branch", b, "--json"]));
+        for x in a["decisions"].as_array().unwrap() {
+            decisions.push(format!("{b}@{}", x["stage"]));
+        }
+    }
+    assert_eq!(decisions.len(), 4, "2 designed stages on each branch");
+
+    let p = open_in_browser(tmp.path(), &out.join("index.html"), "tiny", 1280);
+    assert_eq!(
+        p["sections"],
+        serde_json::json!([
+            "validation",
+            "test",
+            "heatmaps",
+            "decisions",
+            "forks",
+            "study"
+        ])
+    );
+    assert_eq!(p["curves"], 2, "valid and optimal curves");
+    assert_eq!(p["validation_rows"], stages.iter().max().copied().unwrap());
+    assert_eq!(p["validation_branches"], serde_json::json!(["main", "h"]));
+    let tests = p["tests"].as_array().unwrap();
+    assert_eq!(tests.len(), 3, "3, 4 and 5 agents: {tests:?}");
+    for t in tests {
+        assert_eq!(t["sum"], 1, "a Sum row per table");
+    }
+    let heatmaps = p["heatmaps"].as_array().unwrap();
+    assert_eq!(heatmaps.len(), 2);
+    for (h, n) in heatmaps.iter().zip(&stages) {
+        assert_eq!(h["stages"].as_u64().unwrap() as usize, *n, "{h}");
+        assert_eq!(
+            h["sizes"], 4,
+            "validation covers sizes 3..=6 (suites.max_size): {h}"
+        );
+    }
+    assert_eq!(p["decisions"], serde_json::json!(decisions));
+    assert_eq!(p["forks"], serde_json::json!([["main", 0], ["h", 1]]));
+    assert_eq!(p["study_rows"], 2, "one row per engineer");
+    assert_eq!(p["study_tests"], 3);
+    assert_eq!(
+        p["uncited"],
+        serde_json::json!([]),
+        "every number cites its event"
+    );
+    assert_eq!(p["bad_hashes"], 0);
+    let bar = p["cite_bar"].as_str().unwrap();
+    assert!(
+        bar.contains(&format!("ledger --ledger {} show ", d.display())),
+        "clicking a number names its event: {bar}"
+    );
+    // And that hash really is a ledger event.
+    let hash = bar
+        .split(" show ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap();
+    ok(&ledger(&d, &["show", hash]));
+}
+
+#[test]
+fn report_refuses_bad_input_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = fixture(tmp.path(), 2, 3);
+    let out = tmp.path().join("r");
+    fails(
+        &ledger(
+            &d,
+            &["report", "--branch", "nope", "--out", out.to_str().unwrap()],
+        ),
+        2,
+        "nope",
+    );
+    let missing = tmp.path().join("no-study");
+    fails(
+        &ledger(
+            &d,
+            &[
+                "report",
+                "--study",
+                missing.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        ),
+        2,
+        "study.json",
+    );
+    assert!(
+        !out.join("index.html").exists(),
+        "nothing written on bad input"
+    );
+    // The same ledger and arguments give the same page, byte for byte.
+    ok(&ledger(&d, &["report", "--out", out.to_str().unwrap()]));
+    let a = std::fs::read(out.join("index.html")).unwrap();
+    ok(&ledger(&d, &["report", "--out", out.to_str().unwrap()]));
+    assert_eq!(a, std::fs::read(out.join("index.html")).unwrap());
+}
+
+#[test]
+fn ten_branches_by_ten_stages_stay_readable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = fixture(tmp.path(), 10, 10);
+    let out = tmp.path().join("report");
+    ok(&ledger(&d, &["report", "--out", out.to_str().unwrap()]));
+    let size = std::fs::metadata(out.join("index.html")).unwrap().len();
+    assert!(size < 5_000_000, "index.html is {size} bytes");
+    let p = open_in_browser(tmp.path(), &out.join("index.html"), "ten-by-ten", 1280);
+    assert!(
+        p["overflow"].as_i64().unwrap() <= 0,
+        "the page fits the window's width (wide tables scroll in place): {}",
+        p["overflow"]
+    );
+    assert_eq!(p["validation_rows"], 10);
+    assert_eq!(p["validation_branches"].as_array().unwrap().len(), 10);
+    let heatmaps = p["heatmaps"].as_array().unwrap();
+    assert_eq!(heatmaps.len(), 10);
+    for h in heatmaps {
+        assert_eq!(
+            (h["stages"].as_u64(), h["sizes"].as_u64()),
+            (Some(10), Some(8)),
+            "{h}"
+        );
+    }
+    assert_eq!(p["decisions"].as_array().unwrap().len(), 10 * 9);
+    let forks = p["forks"].as_array().unwrap();
+    assert_eq!(forks[0], serde_json::json!(["main", 0]));
+    assert!(
+        forks[1..].iter().all(|f| f[1] == 1),
+        "nine forks of main: {forks:?}"
+    );
+    assert_eq!(p["uncited"], serde_json::json!([]));
+}
+
+// ---- a generated ledger ----
+
+fn cells(
+    agents: u32,
+    sizes: std::ops::RangeInclusive<u32>,
+    f: impl Fn(u32) -> u32,
+) -> Vec<EvalCell> {
+    sizes
+        .map(|n| EvalCell {
+            agents,
+            size: n,
+            total: 20,
+            valid: f(n).min(20),
+            optimal: f(n).min(20) / 2,
+        })
+        .collect()
+}
+
+fn table(cells: &[EvalCell]) -> ResultTable {
+    ResultTable {
+        cells: cells
+            .iter()
+            .map(|c| {
+                (
+                    (c.agents as usize, c.size as usize),
+                    CellCounts {
+                        total: c.total,
+                        valid: c.valid,
+                        optimal: c.optimal,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+/// Events of stages `from..stages` on `branch`: engineer decisions whose rationale
+/// carries markup (which the page must escape), validation every stage, test at the end.
+fn stages(l: &mut Ledger, branch: &str, k: u32, from: u32, stages: u32) {
+    let mut config = GeneratorConfig::uniform(2, 3..=10, 0.1, 0.2);
+    for s in from..stages {
+        let seed = Hash::of_blob(format!("{branch}/{s}").as_bytes());
+        let val = cells(2, 3..=10, |n| {
+            (20 + s * (k + 1) + 3 * k).saturating_sub(2 * n) % 21
+        });
+        let mut events = vec![(
+            EventBody::StageStarted(StageStarted {
+                engineer: if s == 0 {
+                    "warmup".into()
+                } else {
+                    format!("engineer{k}")
+                },
+                from_checkpoint: None,
+                seed,
+            }),
+            s,
+            Meta::now(),
+        )];
+        if s > 0 {
+            let previous = config.clone();
+            config = GeneratorConfig::uniform(
+                2,
+                3..=10,
+                0.05 * ((s + k) % 5) as f64,
+                0.1 * ((s * k) % 4) as f64,
+            );
+            let context = EngineerContext {
+                stage: s,
+                current: previous,
+                validation: table(&val),
+                failures: FailureBreakdown {
+                    suite: "val".into(),
+                    sizes: vec![SizeFailures {
+                        size: 9,
+                        total: 20,
+                        counts: vec![(FailureKind::Hole, 7), (FailureKind::VertexConflict, 2)],
+                        examples: vec![],
+                    }],
+                },
+                history: vec![],
+                training: TrainingDetails::default(),
+                modules: ContextModules::default(),
+                max_size: 10,
+            };
+            let blob = l.put_blob(&codec::encode(&context)).unwrap();
+            events.push((
+                EventBody::EngineerDecision(EngineerDecision {
+                    engineer: format!("engineer{k}"),
+                    context: blob,
+                    prompt: None,
+                    reply: None,
+                    proposed: ProposedConfig::None,
+                    applied: config.clone(),
+                    clips: vec![],
+                    refused: vec![],
+                    rationale: format!(
+                        "Stage {s}: <img src=x onerror=\"console.error('unescaped')\"> holes & waits"
+                    ),
+                    status: DecisionStatus::Accepted,
+                }),
+                s,
+                Meta::now(),
+            ));
+        }
+        events.push((
+            EventBody::Evaluation(Evaluation {
+                suite: "val".into(),
+                checkpoint: None,
+                cells: val,
+            }),
+            s,
+            Meta::now(),
+        ));
+        if s + 1 == stages {
+            for a in 3..=5 {
+                events.push((
+                    EventBody::Evaluation(Evaluation {
+                        suite: "test".into(),
+                        checkpoint: None,
+                        cells: cells(a, a..=10, |n| (k + a + n) % 7),
+                    }),
+                    s,
+                    Meta::now(),
+                ));
+            }
+        }
+        events.push((
+            EventBody::StageCompleted(StageCompleted {
+                checkpoint: None,
+                steps: 10,
+            }),
+            s,
+            Meta::now(),
+        ));
+        l.append(branch, events).unwrap();
+    }
+}
+
+/// A ledger of `branches` branches (main and forks of it before stage 1), each with
+/// `n` stages (0..n), made from events directly (no training).
+fn fixture(tmp: &Path, branches: u32, n: u32) -> PathBuf {
+    let d = tmp.join("fixture");
+    let plan = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/plans/tiny.toml"
+    ))
+    .unwrap();
+    let mut l = Ledger::create(&d, &plan).unwrap();
+    stages(&mut l, "main", 0, 0, 1);
+    let at = l.head("main").unwrap();
+    stages(&mut l, "main", 0, 1, n);
+    for k in 1..branches {
+        let name = format!("fork{k:02}");
+        l.fork(&name, &at).unwrap();
+        l.append(
+            &name,
+            vec![(
+                EventBody::BranchForked(BranchForked {
+                    from_branch: "main".into(),
+                    at,
+                    engineer: format!("engineer{k}"),
+                    replicate: 0,
+                }),
+                0,
+                Meta::now(),
+            )],
+        )
+        .unwrap();
+        stages(&mut l, &name, k, 1, n);
+    }
+    d
+}
