@@ -571,7 +571,14 @@ fn run_elsewhere(
             .iter()
             .map(|b| Ok((b.to_string(), ledger.head(b)?)))
             .collect::<Result<Vec<_>, LedgerError>>()?;
-        Bundle::collect(ledger, &refs, &|_| false, &|_| false)?.write(&bundle)?;
+        Bundle::collect(
+            ledger,
+            &refs,
+            &|_| false,
+            &|_| false,
+            &crate::train::TrainState::referenced_blobs,
+        )?
+        .write(&bundle)?;
     }
     let mut note = |m: &str| progress.note(m);
     match executor {
@@ -598,6 +605,7 @@ fn run_elsewhere(
             &[(t.branch.clone(), head)],
             &|h| ledger.contains_event(h),
             &|h| ledger.has_blob(h).unwrap_or(false),
+            &crate::train::TrainState::referenced_blobs,
         )?;
         drop(worker);
         let r = ledger.fetch(&b, None)?;

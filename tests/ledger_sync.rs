@@ -262,9 +262,13 @@ fn fetch_dir(dest: &Path, src: &Path) -> mapf_ledger::ledger::bundle::FetchRepor
     let b = {
         let s = Ledger::open_read_only(src).unwrap();
         let refs = s.branches().unwrap();
-        Bundle::collect(&s, &refs, &|h| l.contains_event(h), &|h| {
-            l.has_blob(h).unwrap()
-        })
+        Bundle::collect(
+            &s,
+            &refs,
+            &|h| l.contains_event(h),
+            &|h| l.has_blob(h).unwrap(),
+            &mapf_ledger::train::TrainState::referenced_blobs,
+        )
         .unwrap()
     };
     l.fetch(&b, None).unwrap()
@@ -338,7 +342,7 @@ fn fetch_refuses_another_experiment() {
     {
         let l = Ledger::open_read_only(&b).unwrap();
         let refs = l.branches().unwrap();
-        Bundle::collect(&l, &refs, &|_| false, &|_| false)
+        Bundle::collect(&l, &refs, &|_| false, &|_| false, &|_| vec![])
             .unwrap()
             .write(&file)
             .unwrap();
@@ -349,4 +353,47 @@ fn fetch_refuses_another_experiment() {
         matches!(e, LedgerError::Invalid(ref m) if m.contains("different experiments")),
         "{e}"
     );
+}
+
+#[test]
+fn an_lm_worker_gets_the_blobs_its_checkpoints_name() {
+    // LM checkpoints name blobs no event names (the tokenizer, the frozen base under
+    // LoRA): a bundle must carry them, or the worker cannot load the checkpoint.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("origin");
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/lm-tiny.toml");
+    ok(&ledger(&d, &["init", "--plan", plan]));
+    ok(&ledger(&d, &["run", "--stages", "2", "--quiet"]));
+    let b = tmp.path().join("base.bundle");
+    ok(&ledger(
+        &d,
+        &[
+            "bundle",
+            "--branch",
+            "main@stage0",
+            "--out",
+            b.to_str().unwrap(),
+        ],
+    ));
+    let w = tmp.path().join("worker");
+    ok(&ledger(&w, &["init", "--from-bundle", b.to_str().unwrap()]));
+    for (dir, name) in [(&w, "x"), (&d, "y")] {
+        ok(&ledger(
+            dir,
+            &[
+                "fork",
+                "--at",
+                "stage1",
+                "--engineer",
+                "fixed",
+                "--name",
+                name,
+            ],
+        ));
+        ok(&ledger(
+            dir,
+            &["run", "--branch", name, "--stages", "1", "--quiet"],
+        ));
+    }
+    assert_eq!(head_of(&w, "x"), head_of(&d, "y"));
 }

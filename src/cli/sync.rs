@@ -56,7 +56,14 @@ fn refs_of(l: &Ledger, specs: &[String]) -> Result<Vec<(String, Hash)>, LedgerEr
 pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
     let l = Ledger::open_read_only(dir).map_err(err)?;
     let refs = refs_of(&l, &args.branches).map_err(err)?;
-    let b = Bundle::collect(&l, &refs, &|_| false, &|_| false).map_err(err)?;
+    let b = Bundle::collect(
+        &l,
+        &refs,
+        &|_| false,
+        &|_| false,
+        &crate::train::TrainState::referenced_blobs,
+    )
+    .map_err(err)?;
     let bytes = b.write(&args.out).map_err(err)?;
     println!(
         "wrote {}: {} events, {} blobs, {:.1} MB ({})",
@@ -77,9 +84,13 @@ pub fn read_source(src: &Path, dest: &Ledger) -> Result<Bundle, LedgerError> {
     if src.join("db").is_dir() {
         let s = Ledger::open_read_only(src)?;
         let refs = s.branches()?;
-        Bundle::collect(&s, &refs, &|h| dest.contains_event(h), &|h| {
-            dest.has_blob(h).unwrap_or(false)
-        })
+        Bundle::collect(
+            &s,
+            &refs,
+            &|h| dest.contains_event(h),
+            &|h| dest.has_blob(h).unwrap_or(false),
+            &crate::train::TrainState::referenced_blobs,
+        )
     } else {
         Bundle::read(src)
     }

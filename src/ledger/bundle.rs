@@ -72,12 +72,16 @@ fn corrupt(what: impl Into<String>, problem: impl Into<String>) -> LedgerError {
 
 impl Bundle {
     /// Collect `refs` from `src`: every event they reach, except those `known` (the
-    /// destination's, when fetching), and the blobs of the collected events not `known_blob`.
+    /// destination's, when fetching), and the blobs of the collected events not
+    /// `known_blob`, following `blob_refs` (the blobs a blob's bytes name, such as a
+    /// checkpoint's tokenizer: `TrainState::referenced_blobs`; the ledger does not know
+    /// blob formats).
     pub fn collect(
         src: &Ledger,
         refs: &[(String, Hash)],
         known: &dyn Fn(&Hash) -> bool,
         known_blob: &dyn Fn(&Hash) -> bool,
+        blob_refs: &dyn Fn(&[u8]) -> Vec<Hash>,
     ) -> Result<Bundle, LedgerError> {
         let mut seen = BTreeSet::new();
         let mut events = Vec::new();
@@ -106,9 +110,12 @@ impl Bundle {
                         what: format!("event {}", e.hash.short()),
                         source,
                     })?;
-                for b in decoded.body.blobs() {
+                let mut todo = decoded.body.blobs();
+                while let Some(b) = todo.pop() {
                     if !blobs.contains_key(&b) && !known_blob(&b) {
-                        blobs.insert(b, src.blob(&b)?);
+                        let bytes = src.blob(&b)?;
+                        todo.extend(blob_refs(&bytes));
+                        blobs.insert(b, bytes);
                     }
                 }
                 events.push(e);

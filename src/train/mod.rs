@@ -191,6 +191,28 @@ impl TrainState {
         })
     }
 
+    /// The blobs a checkpoint's bytes reference besides itself (an `lm` tokenizer, a
+    /// frozen base checkpoint); empty for other bytes. Bundles follow these, since no
+    /// event names them.
+    pub fn referenced_blobs(bytes: &[u8]) -> Vec<crate::ledger::Hash> {
+        let Ok((h, _)) = checkpoint::header(bytes) else {
+            return Vec::new();
+        };
+        if h.policy != "lm" {
+            return Vec::new();
+        }
+        match crate::ledger::codec::decode::<lm::LmArch>(&h.arch, "lm architecture") {
+            Ok(arch) => {
+                let mut v = vec![arch.tokenizer];
+                if let Some(lm::Frozen::Checkpoint(f)) = arch.frozen {
+                    v.push(f);
+                }
+                v
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// Point the optimiser at a new learning rate (stages may differ from the warm-up).
     pub fn set_lr(&mut self, lr: f64) {
         self.adam.config.lr = lr;
