@@ -108,7 +108,7 @@ th{font-weight:600;background:var(--soft)}
 th.l,td.l{text-align:left}
 tr.sum td{font-weight:600;border-top:2px solid var(--fg)}
 .sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px;vertical-align:baseline}
-.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,600px));gap:12px}
+.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,580px));gap:12px}
 .figs svg{width:100%;height:auto;border:1px solid var(--line)}
 .heatmaps,.tests{display:flex;flex-wrap:wrap;gap:18px 32px}
 figure{margin:0}
