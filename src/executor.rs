@@ -266,20 +266,16 @@ fn active_branches(workdir: &Path) -> Result<Vec<String>, ExecutorError> {
         return Ok(Vec::new());
     }
     // One line per array element (-r): its array job id and index, mapped back to the
-    // branch through the task list written at submission.
-    let listing = command_output(
-        Command::new("squeue")
-            .args(["-h", "-r", "-o", "%F %K", "-j"])
-            .arg(jobs.join(",")),
-    );
-    let listing = match listing {
-        Ok(o) => o,
-        // squeue refuses job ids it no longer knows: then nothing of ours is active.
-        Err(ExecutorError::Command { message, .. }) if message.contains("Invalid job id") => {
-            return Ok(Vec::new())
+    // branch through the task list written at submission. Each job is asked about on
+    // its own: squeue refuses an id it has purged, which then has nothing active.
+    let mut listing = String::new();
+    for job in &jobs {
+        match command_output(Command::new("squeue").args(["-h", "-r", "-o", "%F %K", "-j", job])) {
+            Ok(o) => listing.push_str(&o),
+            Err(ExecutorError::Command { message, .. }) if message.contains("Invalid job id") => {}
+            Err(e) => return Err(e),
         }
-        Err(e) => return Err(e),
-    };
+    }
     let mut active = Vec::new();
     for line in listing.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -301,8 +297,9 @@ fn active_branches(workdir: &Path) -> Result<Vec<String>, ExecutorError> {
     Ok(active)
 }
 
-/// Submit the tasks that are neither done nor active as one job array, wait until no
-/// task of this study is queued or running, and return the tasks that did not finish.
+/// Submit the tasks that are neither done nor active as one job array and wait until no
+/// task of this study is queued or running (or `stop` is set); [`failures`] then names
+/// the tasks that did not finish.
 #[allow(clippy::too_many_arguments)]
 pub fn run_slurm(
     tasks: &[Task],

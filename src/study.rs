@@ -43,7 +43,8 @@ pub struct DecisionLine {
     pub params: Option<String>,
 }
 
-fn table(state: &crate::ledger::StageState, suite: &str) -> Option<ResultTable> {
+/// A stage's latest evaluation on `suite` as a table.
+pub fn table(state: &crate::ledger::StageState, suite: &str) -> Option<ResultTable> {
     state.evaluations.get(suite).map(|cells| {
         table_of(&Evaluation {
             suite: suite.into(),
@@ -874,6 +875,23 @@ pub fn study_markdown(r: &StudyReport) -> String {
     s
 }
 
+/// A study's mean validation valid-% curve per engineer (plot series).
+pub fn study_series(r: &StudyReport) -> Vec<(String, Vec<(u32, f64)>)> {
+    r.engineers
+        .iter()
+        .map(|e| {
+            (
+                e.clone(),
+                r.validation
+                    .iter()
+                    .filter(|v| &v.engineer == e)
+                    .map(|v| (v.stage, v.valid_mean))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
 /// Write study.csv, study.md, study.svg, study.png and study.json into `dir` (listed in
 /// `r.files`).
 pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), StudyError> {
@@ -886,20 +904,7 @@ pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), Stu
     let md = dir.join("study.md");
     std::fs::write(&md, study_markdown(r)).map_err(|e| io(&md, e))?;
     let svg = dir.join("study.svg");
-    let series: Vec<(String, Vec<(u32, f64)>)> = r
-        .engineers
-        .iter()
-        .map(|e| {
-            (
-                e.clone(),
-                r.validation
-                    .iter()
-                    .filter(|v| &v.engineer == e)
-                    .map(|v| (v.stage, v.valid_mean))
-                    .collect(),
-            )
-        })
-        .collect();
+    let series = study_series(r);
     let title = format!(
         "Validation valid % per stage (fork of {} at stage {}, mean over {} seeds)",
         r.from, r.at, r.seeds

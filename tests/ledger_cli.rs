@@ -1,29 +1,9 @@
 //! The store commands through the real `ledger` binary: init, log, show, branches,
 //! export, rebuild, verify, with and without --json, and the contract's exit codes.
+mod common;
+
+use common::{ledger, ok};
 use mapf_ledger::ledger::export::EventRecord;
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn ledger(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(dir)
-        .args(args)
-        .env_remove("LEDGER")
-        .output()
-        .expect("run ledger")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
 
 fn plan_path() -> &'static str {
     concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/demo.toml")

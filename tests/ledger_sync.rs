@@ -4,7 +4,7 @@
 //! branch is refused unless namespaced; a corrupted bundle is refused naming the object.
 mod common;
 
-use common::{fails, ledger, ok};
+use common::{fails, heads, ledger, ok, tiny_ledger};
 use mapf_ledger::ledger::bundle::Bundle;
 use mapf_ledger::ledger::event::*;
 use mapf_ledger::ledger::{Hash, Ledger, LedgerError, Meta};
@@ -14,21 +14,6 @@ use std::path::{Path, PathBuf};
 
 const PLAN: &str = include_str!("plans/tiny.toml");
 
-fn heads(d: &Path) -> Vec<(String, String)> {
-    let v: serde_json::Value =
-        serde_json::from_str(&ok(&ledger(d, &["branches", "--json"]))).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|b| {
-            (
-                b["name"].as_str().unwrap().into(),
-                b["head"].as_str().unwrap().into(),
-            )
-        })
-        .collect()
-}
-
 fn head_of(d: &Path, branch: &str) -> String {
     heads(d).into_iter().find(|b| b.0 == branch).unwrap().1
 }
@@ -36,10 +21,7 @@ fn head_of(d: &Path, branch: &str) -> String {
 #[test]
 fn bundle_init_run_fetch_round_trip() {
     let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path().join("origin");
-    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
-    ok(&ledger(&d, &["init", "--plan", plan]));
-    ok(&ledger(&d, &["run", "--quiet"]));
+    let d = tiny_ledger(tmp.path());
 
     // The prefix a fork at stage 2 keeps: stages 0 and 1.
     let b = tmp.path().join("prefix.bundle");

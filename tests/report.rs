@@ -8,14 +8,14 @@
 mod common;
 
 use common::browser::Browser;
-use common::{fails, ledger, ok};
+use common::{fails, ledger, ok, tiny_ledger};
 use mapf_ledger::engineer::context::{EngineerContext, TrainingDetails};
 use mapf_ledger::env::config::GeneratorConfig;
 use mapf_ledger::env::simulate::FailureKind;
-use mapf_ledger::env::table::{CellCounts, ResultTable};
 use mapf_ledger::ledger::event::*;
 use mapf_ledger::ledger::plan::ContextModules;
 use mapf_ledger::ledger::{codec, Hash, Ledger, Meta};
+use mapf_ledger::train::eval::table_of;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -86,10 +86,7 @@ fn json(o: &std::process::Output) -> Value {
 #[test]
 fn report_of_a_real_ledger_in_chromium() {
     let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path().join("l");
-    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
-    ok(&ledger(&d, &["init", "--plan", plan]));
-    ok(&ledger(&d, &["run", "--quiet"]));
+    let d = tiny_ledger(tmp.path());
     ok(&ledger(
         &d,
         &[
@@ -310,24 +307,6 @@ fn cells(
         .collect()
 }
 
-fn table(cells: &[EvalCell]) -> ResultTable {
-    ResultTable {
-        cells: cells
-            .iter()
-            .map(|c| {
-                (
-                    (c.agents as usize, c.size as usize),
-                    CellCounts {
-                        total: c.total,
-                        valid: c.valid,
-                        optimal: c.optimal,
-                    },
-                )
-            })
-            .collect(),
-    }
-}
-
 /// Events of stages `from..stages` on `branch`: engineer decisions whose rationale
 /// carries markup (which the page must escape), validation every stage, test at the end.
 fn stages(l: &mut Ledger, branch: &str, k: u32, from: u32, stages: u32) {
@@ -361,7 +340,11 @@ fn stages(l: &mut Ledger, branch: &str, k: u32, from: u32, stages: u32) {
             let context = EngineerContext {
                 stage: s,
                 current: previous,
-                validation: table(&val),
+                validation: table_of(&Evaluation {
+                    suite: "val".into(),
+                    checkpoint: None,
+                    cells: val.clone(),
+                }),
                 failures: FailureBreakdown {
                     suite: "val".into(),
                     sizes: vec![SizeFailures {

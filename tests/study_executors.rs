@@ -4,7 +4,7 @@
 //! running the study again resubmits that task and still ends on those heads.
 mod common;
 
-use common::{ledger, ok};
+use common::{heads, ledger, ok, tiny_ledger};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,17 +12,8 @@ use std::time::{Duration, Instant};
 const ENGINEERS: &str = "fixed,random";
 
 fn study_heads(d: &Path) -> Vec<(String, String)> {
-    let v: serde_json::Value =
-        serde_json::from_str(&ok(&ledger(d, &["branches", "--json"]))).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|b| {
-            (
-                b["name"].as_str().unwrap().to_string(),
-                b["head"].as_str().unwrap().to_string(),
-            )
-        })
+    heads(d)
+        .into_iter()
         .filter(|(n, _)| n.starts_with("study-"))
         .collect()
 }
@@ -120,10 +111,7 @@ impl Drop for Slurm {
 #[test]
 fn local_and_slurm_studies_end_on_the_same_heads() {
     let tmp = tempfile::tempdir().unwrap();
-    let origin = tmp.path().join("origin");
-    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
-    ok(&ledger(&origin, &["init", "--plan", plan]));
-    ok(&ledger(&origin, &["run", "--quiet"]));
+    let origin = tiny_ledger(tmp.path());
 
     // Reference: in this process, one run after another.
     let here = copy_prefix(&origin, tmp.path(), "here");

@@ -2,44 +2,11 @@
 //! tiny plan (2 stages, seconds to run): audit (text and JSON), export of metrics,
 //! decisions and branches, compare --plot, and study (files, rows, resumability). Every
 //! JSON output is validated against its checked-in schema under schemas/.
+mod common;
+
+use common::{fails, heads, ledger, ok, tiny_ledger};
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn ledger(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(dir)
-        .args(args)
-        .env_remove("LEDGER")
-        .output()
-        .expect("run ledger")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn fails(o: &Output, code: i32, needle: &str) {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
-    assert!(err.contains(needle), "expected {needle:?} in: {err}");
-}
-
-fn tiny_ledger(tmp: &Path) -> std::path::PathBuf {
-    let d = tmp.join("l");
-    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
-    ok(&ledger(&d, &["init", "--plan", plan]));
-    ok(&ledger(&d, &["run", "--quiet"]));
-    d
-}
 
 fn schema(name: &str) -> Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("schemas/{name}.json"));
@@ -383,20 +350,6 @@ fn audit_export_and_compare_plot() {
         "curves.pdf: plots are written as SVG or PNG",
     );
     assert!(!pdf.exists());
-}
-
-fn heads(d: &Path) -> Vec<(String, String)> {
-    let b: Value = serde_json::from_str(&ok(&ledger(d, &["branches", "--json"]))).unwrap();
-    b.as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["name"].as_str().unwrap().to_string(),
-                r["head"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
 }
 
 #[test]

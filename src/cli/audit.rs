@@ -1,7 +1,7 @@
 //! `ledger audit`: every engineer decision of a branch with its evidence, config diff,
 //! clips, rationale, status and outcome on the decided stage's validation set.
 use super::{CliError, CliResult};
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::Ledger;
 use std::path::Path;
 
 pub fn run(ledger: &Path, branch: &str, stage: Option<&str>, json: bool) -> CliResult {
@@ -33,9 +33,4 @@ pub fn run(ledger: &Path, branch: &str, stage: Option<&str>, json: bool) -> CliR
     Ok(())
 }
 
-fn err(e: LedgerError) -> CliError {
-    match e {
-        LedgerError::Corrupt { .. } | LedgerError::Decode { .. } => CliError::check(e.to_string()),
-        e => CliError::input(e.to_string()),
-    }
-}
+use super::ledger_error as err;

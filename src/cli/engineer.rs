@@ -6,7 +6,7 @@
 //! time and never stored), the tokenizer.json (as a blob) and the context window.
 use super::{CliError, CliResult};
 use crate::ledger::event::{EngineerKind, EngineerRegistered, EventBody};
-use crate::ledger::{Ledger, LedgerError, Meta};
+use crate::ledger::{Ledger, Meta};
 use clap::Subcommand;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -44,12 +44,7 @@ pub enum EngineerCommand {
     },
 }
 
-fn err(e: LedgerError) -> CliError {
-    match e {
-        LedgerError::Corrupt { .. } | LedgerError::Decode { .. } => CliError::check(e.to_string()),
-        _ => CliError::input(e.to_string()),
-    }
-}
+use super::ledger_error as err;
 
 pub fn run(cmd: EngineerCommand, ledger: &Path) -> CliResult {
     match cmd {

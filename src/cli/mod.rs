@@ -50,6 +50,16 @@ impl std::fmt::Display for CliError {
 
 pub type CliResult = Result<(), CliError>;
 
+/// A ledger error as a command's error: a corrupt or undecodable ledger is a failed
+/// check (exit 1), anything else (unknown branch, bad name, lock, ...) an input error.
+pub fn ledger_error(e: crate::ledger::LedgerError) -> CliError {
+    use crate::ledger::LedgerError;
+    match e {
+        LedgerError::Corrupt { .. } | LedgerError::Decode { .. } => CliError::check(e.to_string()),
+        e => CliError::input(e.to_string()),
+    }
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "ledger",

@@ -1,6 +1,6 @@
 //! `ledger report`: the experiment as one self-contained HTML page with its figures.
 use super::{CliError, CliResult};
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::Ledger;
 use crate::report::ReportError;
 use std::path::{Path, PathBuf};
 
@@ -20,8 +20,7 @@ pub struct ReportArgs {
 
 fn err(e: ReportError) -> CliError {
     match e {
-        ReportError::Ledger(LedgerError::Corrupt { .. })
-        | ReportError::Ledger(LedgerError::Decode { .. }) => CliError::check(e.to_string()),
+        ReportError::Ledger(e) => super::ledger_error(e),
         e => CliError::input(e.to_string()),
     }
 }

@@ -96,12 +96,7 @@ pub enum ExportWhat {
     Branches,
 }
 
-fn err(e: LedgerError) -> CliError {
-    match e {
-        LedgerError::Corrupt { .. } | LedgerError::Decode { .. } => CliError::check(e.to_string()),
-        _ => CliError::input(e.to_string()),
-    }
-}
+use super::ledger_error as err;
 
 fn out_err(e: std::io::Error) -> CliError {
     CliError::input(format!("writing output: {e}"))

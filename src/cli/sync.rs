@@ -27,12 +27,7 @@ pub struct FetchArgs {
     pub json: bool,
 }
 
-fn err(e: LedgerError) -> CliError {
-    match e {
-        LedgerError::Corrupt { .. } | LedgerError::Decode { .. } => CliError::check(e.to_string()),
-        e => CliError::input(e.to_string()),
-    }
-}
+use super::ledger_error as err;
 
 /// The refs a `--branch` list names, resolved in `l`.
 fn refs_of(l: &Ledger, specs: &[String]) -> Result<Vec<(String, Hash)>, LedgerError> {

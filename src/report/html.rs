@@ -2,7 +2,7 @@
 //! server, CDN or network). Every number is wrapped in an element carrying the hash of
 //! the event it came from (`data-ev`); hovering shows it, clicking shows (and copies)
 //! the `ledger show` command that prints the event.
-use super::{heatmap_values, study_series, validation_series, BranchView, Eval, Report};
+use super::{heatmap_values, validation_series, BranchView, Eval, Report};
 use crate::figures::{css_color, curves_svg, Curves};
 use crate::ledger::Hash;
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,6 +39,41 @@ fn cite(text: &str, events: &[Hash], what: &str) -> String {
 
 fn pct(v: f64) -> String {
     format!("{v:.2}")
+}
+
+/// Two cells, valid % then optimal %, citing `events`; two dashes when not evaluated.
+fn rate_pair(h: &mut String, cell: Option<(String, String)>, events: &[Hash], what: &str) {
+    match cell {
+        Some((v, o)) => {
+            let _ = write!(
+                h,
+                "<td>{}</td><td>{}</td>",
+                cite(&v, events, what),
+                cite(&o, events, what)
+            );
+        }
+        None => h.push_str("<td>–</td><td>–</td>"),
+    }
+}
+
+/// The second header row of a table with `groups` valid/optimal column pairs.
+fn rate_header(h: &mut String, groups: usize) {
+    h.push_str("<tr><th></th>");
+    for _ in 0..groups {
+        h.push_str("<th>valid %</th><th>optimal %</th>");
+    }
+    h.push_str("</tr></thead><tbody>");
+}
+
+/// The start of a paper-layout row: `N×N`, or the Sum row (`None`).
+fn size_row(h: &mut String, n: Option<usize>) {
+    let _ = write!(
+        h,
+        "<tr{}><td class=\"l\">{}</td>",
+        if n.is_none() { " class=\"sum\"" } else { "" },
+        n.map(|n| format!("{n}×{n}"))
+            .unwrap_or_else(|| "Sum".into())
+    );
 }
 
 /// "sizes.9.data_ratio" -> "9×9 data"; "agents" stays.
@@ -245,11 +280,8 @@ fn validation(h: &mut String, r: &Report) -> Result<(), String> {
     for (i, b) in r.branches.iter().enumerate() {
         let _ = write!(h, "<th colspan=\"2\">{}{}</th>", swatch(i), esc(&b.name));
     }
-    let _ = write!(h, "</tr><tr><th></th>");
-    for _ in &r.branches {
-        let _ = write!(h, "<th>valid %</th><th>optimal %</th>");
-    }
-    let _ = write!(h, "</tr></thead><tbody>");
+    h.push_str("</tr>");
+    rate_header(h, r.branches.len());
     for st in &stages {
         let _ = write!(h, "<tr class=\"stage\"><td class=\"l\">{st}</td>");
         for b in &r.branches {
@@ -260,18 +292,13 @@ fn validation(h: &mut String, r: &Report) -> Result<(), String> {
                 .find(|s| s.stage == *st)
                 .and_then(|s| s.validation.as_ref())
                 .and_then(|v| Some((v.event, v.sum(agents)?)));
-            match cell {
-                Some((ev, (v, o))) => {
-                    let what = format!("{} stage {st} validation", b.name);
-                    let _ = write!(
-                        h,
-                        "<td>{}</td><td>{}</td>",
-                        cite(&pct(v), &[ev], &what),
-                        cite(&pct(o), &[ev], &what)
-                    );
-                }
-                None => h.push_str("<td>–</td><td>–</td>"),
-            }
+            let events: Vec<Hash> = cell.iter().map(|c| c.0).collect();
+            rate_pair(
+                h,
+                cell.map(|(_, (v, o))| (pct(v), pct(o))),
+                &events,
+                &format!("{} stage {st} validation", b.name),
+            );
         }
         h.push_str("</tr>");
     }
@@ -281,10 +308,10 @@ fn validation(h: &mut String, r: &Report) -> Result<(), String> {
 
 fn test(h: &mut String, r: &Report) {
     let finals: Vec<Option<(u32, &Eval)>> = r.branches.iter().map(|b| b.final_test()).collect();
-    let agents: BTreeSet<u32> = finals
+    let agents: BTreeSet<usize> = finals
         .iter()
         .flatten()
-        .flat_map(|(_, e)| e.agent_counts())
+        .flat_map(|(_, e)| e.table.agent_counts())
         .collect();
     let _ = write!(
         h,
@@ -296,7 +323,7 @@ fn test(h: &mut String, r: &Report) {
     }
     h.push_str("<div class=\"tests\">");
     for k in agents {
-        let sizes: BTreeSet<u32> = finals
+        let sizes: BTreeSet<usize> = finals
             .iter()
             .flatten()
             .flat_map(|(_, e)| e.sizes(k))
@@ -315,20 +342,11 @@ fn test(h: &mut String, r: &Report) {
                 stage.unwrap_or_default()
             );
         }
-        h.push_str("</tr><tr><th></th>");
-        for _ in &r.branches {
-            h.push_str("<th>valid %</th><th>optimal %</th>");
-        }
-        h.push_str("</tr></thead><tbody>");
-        let rows: Vec<Option<u32>> = sizes.iter().copied().map(Some).chain([None]).collect();
+        h.push_str("</tr>");
+        rate_header(h, r.branches.len());
+        let rows: Vec<Option<usize>> = sizes.iter().copied().map(Some).chain([None]).collect();
         for n in rows {
-            let _ = write!(
-                h,
-                "<tr{}><td class=\"l\">{}</td>",
-                if n.is_none() { " class=\"sum\"" } else { "" },
-                n.map(|n| format!("{n}×{n}"))
-                    .unwrap_or_else(|| "Sum".into())
-            );
+            size_row(h, n);
             for (b, f) in r.branches.iter().zip(&finals) {
                 let cell = f.and_then(|(stage, e)| {
                     let v = match n {
@@ -337,18 +355,14 @@ fn test(h: &mut String, r: &Report) {
                     }?;
                     Some((stage, e.event, v))
                 });
-                match cell {
-                    Some((stage, ev, (v, o))) => {
-                        let what = format!("{} stage {stage} test, {k} agents", b.name);
-                        let _ = write!(
-                            h,
-                            "<td>{}</td><td>{}</td>",
-                            cite(&pct(v), &[ev], &what),
-                            cite(&pct(o), &[ev], &what)
-                        );
-                    }
-                    None => h.push_str("<td>–</td><td>–</td>"),
-                }
+                let stage = cell.map(|c| c.0).unwrap_or_default();
+                let events: Vec<Hash> = cell.iter().map(|c| c.1).collect();
+                rate_pair(
+                    h,
+                    cell.map(|(_, _, (v, o))| (pct(v), pct(o))),
+                    &events,
+                    &format!("{} stage {stage} test, {k} agents", b.name),
+                );
             }
             h.push_str("</tr>");
         }
@@ -707,7 +721,7 @@ fn study(h: &mut String, r: &Report) -> Result<(), String> {
         );
     }
     h.push_str("</tbody></table></div><div class=\"figs\">");
-    let series = study_series(s);
+    let series = crate::study::study_series(s);
     h.push_str(&inline_svg(curves_svg(&Curves {
         title: "Study: mean validation valid % per stage",
         y_label: "valid %",
@@ -724,11 +738,8 @@ fn study(h: &mut String, r: &Report) -> Result<(), String> {
         for (i, e) in s.engineers.iter().enumerate() {
             let _ = write!(h, "<th colspan=\"2\">{}{}</th>", swatch(i), esc(e));
         }
-        h.push_str("</tr><tr><th></th>");
-        for _ in &s.engineers {
-            h.push_str("<th>valid %</th><th>optimal %</th>");
-        }
-        h.push_str("</tr></thead><tbody>");
+        h.push_str("</tr>");
+        rate_header(h, s.engineers.len());
         let sizes: BTreeSet<usize> = s
             .cells
             .iter()
@@ -737,13 +748,7 @@ fn study(h: &mut String, r: &Report) -> Result<(), String> {
             .collect();
         let rows: Vec<Option<usize>> = sizes.into_iter().map(Some).chain([None]).collect();
         for n in rows {
-            let _ = write!(
-                h,
-                "<tr{}><td class=\"l\">{}</td>",
-                if n.is_none() { " class=\"sum\"" } else { "" },
-                n.map(|n| format!("{n}×{n}"))
-                    .unwrap_or_else(|| "Sum".into())
-            );
+            size_row(h, n);
             for e in &s.engineers {
                 let heads: Vec<Hash> = s
                     .runs
@@ -751,22 +756,21 @@ fn study(h: &mut String, r: &Report) -> Result<(), String> {
                     .filter(|x| &x.engineer == e)
                     .map(|x| x.head)
                     .collect();
-                match s
+                let cell = s
                     .cells
                     .iter()
-                    .find(|c| &c.engineer == e && c.agents == k && c.size == n)
-                {
-                    Some(c) => {
-                        let what = format!("{e}: test {k} agents over {} runs", c.n);
-                        let _ = write!(
-                            h,
-                            "<td>{}</td><td>{}</td>",
-                            cite(&pm(c.valid_mean, c.valid_ci95), &heads, &what),
-                            cite(&pm(c.optimal_mean, c.optimal_ci95), &heads, &what)
-                        );
-                    }
-                    None => h.push_str("<td>–</td><td>–</td>"),
-                }
+                    .find(|c| &c.engineer == e && c.agents == k && c.size == n);
+                rate_pair(
+                    h,
+                    cell.map(|c| {
+                        (
+                            pm(c.valid_mean, c.valid_ci95),
+                            pm(c.optimal_mean, c.optimal_ci95),
+                        )
+                    }),
+                    &heads,
+                    &format!("{e}: test {k} agents over {} runs", cell.map_or(0, |c| c.n)),
+                );
             }
             h.push_str("</tr>");
         }

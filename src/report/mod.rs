@@ -9,7 +9,7 @@
 pub mod html;
 
 use crate::audit::AuditReport;
-use crate::ledger::event::EvalCell;
+use crate::env::table::ResultTable;
 use crate::ledger::{Hash, Ledger, LedgerError};
 use crate::study::StudyReport;
 use std::collections::BTreeMap;
@@ -32,60 +32,36 @@ pub enum ReportError {
     NoBranches,
 }
 
-/// One evaluation as the report shows it: the cells and the event they came from.
+/// One evaluation as the report shows it: its table and the event it came from.
 #[derive(Clone, Debug)]
 pub struct Eval {
     pub event: Hash,
-    pub cells: Vec<EvalCell>,
+    pub table: ResultTable,
 }
 
 impl Eval {
     /// (valid %, optimal %) of one cell, if evaluated.
-    pub fn rate(&self, agents: u32, size: u32) -> Option<(f64, f64)> {
-        self.cells
-            .iter()
-            .find(|c| c.agents == agents && c.size == size)
-            .map(|c| (pct(c.valid, c.total), pct(c.optimal, c.total)))
-    }
-
-    /// The paper's Sum row: mean over sizes of one agent count.
-    pub fn sum(&self, agents: u32) -> Option<(f64, f64)> {
-        let rows: Vec<&EvalCell> = self.cells.iter().filter(|c| c.agents == agents).collect();
-        if rows.is_empty() {
-            return None;
-        }
-        let n = rows.len() as f64;
-        Some((
-            rows.iter().map(|c| pct(c.valid, c.total)).sum::<f64>() / n,
-            rows.iter().map(|c| pct(c.optimal, c.total)).sum::<f64>() / n,
-        ))
-    }
-
-    pub fn agent_counts(&self) -> Vec<u32> {
-        let mut a: Vec<u32> = self.cells.iter().map(|c| c.agents).collect();
-        a.sort_unstable();
-        a.dedup();
-        a
-    }
-
-    pub fn sizes(&self, agents: u32) -> Vec<u32> {
-        let mut s: Vec<u32> = self
+    pub fn rate(&self, agents: usize, size: usize) -> Option<(f64, f64)> {
+        self.table
             .cells
-            .iter()
-            .filter(|c| c.agents == agents)
-            .map(|c| c.size)
-            .collect();
-        s.sort_unstable();
-        s.dedup();
-        s
+            .get(&(agents, size))
+            .map(|c| (c.valid_rate(), c.optimal_rate()))
     }
-}
 
-fn pct(x: u32, n: u32) -> f64 {
-    if n == 0 {
-        0.0
-    } else {
-        100.0 * x as f64 / n as f64
+    /// The paper's Sum row of one agent count, if it was evaluated.
+    pub fn sum(&self, agents: usize) -> Option<(f64, f64)> {
+        self.table
+            .agent_counts()
+            .contains(&agents)
+            .then(|| self.table.sum_row(agents))
+    }
+
+    pub fn sizes(&self, agents: usize) -> impl Iterator<Item = usize> + '_ {
+        self.table
+            .cells
+            .keys()
+            .filter(move |k| k.0 == agents)
+            .map(|k| k.1)
     }
 }
 
@@ -132,10 +108,10 @@ impl BranchView {
     }
 
     /// The agent count validation runs on (the training agent count).
-    pub fn validation_agents(&self) -> Option<u32> {
+    pub fn validation_agents(&self) -> Option<usize> {
         self.stages
             .iter()
-            .find_map(|s| s.validation.as_ref()?.agent_counts().first().copied())
+            .find_map(|s| s.validation.as_ref()?.table.agent_counts().first().copied())
     }
 }
 
@@ -183,7 +159,7 @@ fn branch_view(ledger: &Ledger, name: &str) -> Result<BranchView, LedgerError> {
     let eval = |s: &crate::ledger::StageState, suite: &str| -> Option<Eval> {
         Some(Eval {
             event: *s.evaluation_events.get(suite)?,
-            cells: s.evaluations.get(suite)?.clone(),
+            table: crate::study::table(s, suite)?,
         })
     };
     let stages = state
@@ -266,8 +242,8 @@ pub fn heatmap_values(b: &BranchView) -> BTreeMap<(usize, u32), f64> {
     let mut m = BTreeMap::new();
     for s in &b.stages {
         if let Some(v) = &s.validation {
-            for c in v.cells.iter().filter(|c| c.agents == agents) {
-                m.insert((c.size as usize, s.stage), pct(c.valid, c.total));
+            for (&(_, size), c) in v.table.cells.iter().filter(|(k, _)| k.0 == agents) {
+                m.insert((size, s.stage), c.valid_rate());
             }
         }
     }
@@ -333,7 +309,7 @@ fn figure_files(r: &Report, figures: &Path) -> Result<Vec<PathBuf>, ReportError>
         }
     }
     if let Some(s) = &r.study {
-        let series = study_series(s);
+        let series = crate::study::study_series(s);
         let title = format!(
             "Study: validation valid % (fork of {} at stage {}, mean over {} seeds)",
             s.from, s.at, s.seeds
@@ -353,23 +329,6 @@ fn figure_files(r: &Report, figures: &Path) -> Result<Vec<PathBuf>, ReportError>
         }
     }
     Ok(written)
-}
-
-/// A study's mean validation curve per engineer.
-pub fn study_series(s: &StudyReport) -> Vec<(String, Vec<(u32, f64)>)> {
-    s.engineers
-        .iter()
-        .map(|e| {
-            (
-                e.clone(),
-                s.validation
-                    .iter()
-                    .filter(|v| &v.engineer == e)
-                    .map(|v| (v.stage, v.valid_mean))
-                    .collect(),
-            )
-        })
-        .collect()
 }
 
 /// Write `index.html` and `figures/*.{svg,png}` into `out`; returns the paths written,

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 pub mod browser;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Run the `ledger` binary on the ledger `dir` (never the caller's `$LEDGER`).
@@ -34,4 +34,30 @@ pub fn fails(o: &Output, code: i32, needle: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(code), "stderr: {err}");
     assert!(err.contains(needle), "expected {needle:?} in: {err}");
+}
+
+/// A ledger of the tiny grid plan (2 designed stages, seconds to run) at `tmp/l`, run to
+/// the plan's end.
+pub fn tiny_ledger(tmp: &Path) -> PathBuf {
+    let d = tmp.join("l");
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
+    ok(&ledger(&d, &["init", "--plan", plan]));
+    ok(&ledger(&d, &["run", "--quiet"]));
+    d
+}
+
+/// Every branch and its head (full hex), in name order, from `ledger branches --json`.
+pub fn heads(d: &Path) -> Vec<(String, String)> {
+    let b: serde_json::Value =
+        serde_json::from_str(&ok(&ledger(d, &["branches", "--json"]))).unwrap();
+    b.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["head"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
 }
