@@ -1,7 +1,7 @@
 //! A study run out of process ends on the same branch heads as one run here: a 2 × 2
-//! study with `--executor local:2` and on a real single-node Slurm (`tools/slurm.sh`
-//! starts it from Debian's packages), and after `scancel` of one Slurm task mid-run,
-//! running the study again resubmits that task and still ends on those heads.
+//! study with `--executor local:2`, and one on a real single-node Slurm
+//! (`tools/slurm.sh` starts it from Debian's packages) where one task is `scancel`ed
+//! mid-run: the study fails naming it, and running it again resubmits only that task.
 mod common;
 
 use common::{heads, ledger, ok, tiny_ledger};
@@ -137,19 +137,11 @@ fn local_and_slurm_studies_end_on_the_same_heads() {
     }
     ok(&ledger(&par, &["verify"]));
 
-    // A real Slurm.
+    // A real Slurm: scancel one task mid-run, then run the study again; the task is
+    // resubmitted and the study ends on the local heads.
     let slurm = Slurm::start();
-    let sl = copy_prefix(&origin, tmp.path(), "slurm");
+    let sc = copy_prefix(&origin, tmp.path(), "slurm");
     let out = tmp.path().join("out-slurm");
-    let o = slurm.ledger(&sl, &study_args(out.to_str().unwrap(), "slurm"));
-    let err = String::from_utf8_lossy(&o.stderr).to_string();
-    ok(&o);
-    assert!(err.contains("submitted Slurm job array"), "{err}");
-    assert_eq!(study_heads(&sl), reference, "slurm = local");
-
-    // scancel one task mid-run, then run the study again: the task is resubmitted.
-    let sc = copy_prefix(&origin, tmp.path(), "scancel");
-    let out = tmp.path().join("out-scancel");
     let work = out.join("work");
     let args = study_args(out.to_str().unwrap(), "slurm");
     let first = slurm
@@ -186,6 +178,7 @@ fn local_and_slurm_studies_end_on_the_same_heads() {
         Some(1),
         "a cancelled task fails the study: {err}"
     );
+    assert!(err.contains("submitted Slurm job array"), "{err}");
     assert!(err.contains("1 of 4 study tasks did not finish"), "{err}");
     assert!(err.contains("stderr.log"), "names its log: {err}");
     let o = slurm.ledger(&sc, &args);
@@ -198,7 +191,7 @@ fn local_and_slurm_studies_end_on_the_same_heads() {
     assert_eq!(
         study_heads(&sc),
         reference,
-        "after scancel and resume, the same heads"
+        "slurm = local, after scancel and resume"
     );
     ok(&slurm.ledger(&sc, &["verify"]));
 }
