@@ -40,11 +40,10 @@ pub enum ForkError {
     BadStage(String),
 }
 
-/// Parse `stageN` (or plain `N`).
+/// Parse the stage a fork starts at: `stageN` or `N` (the one grammar of
+/// [`crate::ledger::parse_stage`]), N >= 1 since stage 0 is the warm-up.
 pub fn parse_stage(s: &str) -> Result<u32, ForkError> {
-    s.strip_prefix("stage")
-        .unwrap_or(s)
-        .parse::<u32>()
+    crate::ledger::parse_stage(s)
         .ok()
         .filter(|&n| n >= 1)
         .ok_or_else(|| ForkError::BadStage(s.to_string()))

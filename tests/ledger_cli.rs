@@ -122,17 +122,26 @@ fn input_errors_exit_2_naming_the_input() {
 }
 
 #[test]
-fn readers_get_a_clear_error_while_a_writer_holds_the_ledger() {
+fn readers_work_while_a_writer_holds_the_ledger_and_a_second_writer_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("busy-ledger");
     ok(&ledger(&d, &["init", "--plan", plan_path()]));
     let w = mapf_ledger::ledger::Ledger::open(&d).unwrap();
-    for args in [&["log"][..], &["verify"], &["rebuild"]] {
+    for args in [&["log"][..], &["verify"], &["branches"], &["show", "main"]] {
+        ok(&ledger(&d, args));
+    }
+    for args in [
+        &["rebuild"][..],
+        &["fork", "--at", "stage1", "--engineer", "fixed"],
+    ] {
         let o = ledger(&d, args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let e = String::from_utf8_lossy(&o.stderr);
-        assert!(e.contains("locked") && e.contains("busy-ledger"), "{e}");
+        assert!(
+            e.contains("another process") && e.contains("busy-ledger"),
+            "{e}"
+        );
     }
     drop(w);
-    ok(&ledger(&d, &["log"]));
+    ok(&ledger(&d, &["rebuild"]));
 }

@@ -1,5 +1,6 @@
-//! Damage detection: a flipped byte in an event record, a blob file or a ref, and a
-//! truncated blob file make `ledger verify` exit 1 naming the bad event, blob or ref.
+//! Damage detection: a flipped byte in an event record, a blob (file or small-blob
+//! pack), the refs file or the sled projection cache, and a truncated blob file or
+//! pack, make `ledger verify` exit 1 naming the bad event, blob, file or ref.
 use mapf_ledger::ledger::event::*;
 use mapf_ledger::ledger::{Hash, Ledger, Meta};
 use rand::{Rng, SeedableRng};
@@ -146,25 +147,128 @@ fn flipped_and_truncated_blob_files_name_the_blob() {
 }
 
 #[test]
-fn flipped_byte_in_a_ref_names_the_ref() {
+fn damaged_refs_file_or_a_ref_to_nothing_is_named() {
+    use mapf_ledger::ledger::refs::Refs;
     let f = fixture();
-    for (i, mutate) in [0usize, 31, 32].into_iter().enumerate() {
-        {
-            let db = open_sled(&f.dir.join("db"));
-            let refs = db.open_tree("refs").unwrap();
-            let mut v = f.events.last().unwrap().0.to_vec();
-            if mutate < 32 {
-                v[mutate] ^= 0x80;
-            } else {
-                v.push(0);
-            }
-            refs.insert(b"b/main", v).unwrap();
-            db.flush().unwrap();
-        }
-        let (code, out) = verify(&f.dir);
-        assert_eq!(code, Some(1), "case {i}: {out}");
-        assert!(out.contains("ref main"), "case {i}: {out}");
+    let refs = f.dir.join("REFS");
+    let orig = std::fs::read(&refs).unwrap();
+    flip(&refs, 30);
+    let (code, out) = verify(&f.dir);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("REFS") && out.contains("damaged"), "{out}");
+    // A well-formed file whose ref points at no stored event.
+    let mut r = Refs::parse(&f.dir, &orig).unwrap();
+    r.branches.insert("main".into(), Hash::of_event(b"nothing"));
+    r.write(&f.dir).unwrap();
+    let (code, out) = verify(&f.dir);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("ref main") && out.contains("unknown event"),
+        "{out}"
+    );
+}
+
+#[test]
+fn flipped_byte_in_a_small_blob_names_the_blob() {
+    let f = fixture();
+    let pack = f.dir.join("packs/blobs-00000001.pack");
+    let len = std::fs::metadata(&pack).unwrap().len();
+    // The genesis plan is the one small blob: flip a byte of its content.
+    flip(&pack, len - 20);
+    let (code, out) = verify(&f.dir);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("blob ") && out.contains("blobs-00000001.pack offset 8"),
+        "{out}"
+    );
+}
+
+#[test]
+fn sled_corruption_exits_1_naming_the_cache_and_rebuild_remakes_it() {
+    let f = fixture();
+    Ledger::open(&f.dir).unwrap().rebuild().unwrap();
+    let db = f.dir.join("db/db");
+    let mut b = std::fs::read(&db).unwrap();
+    for x in &mut b[64..4096] {
+        *x = 0xff;
     }
+    std::fs::write(&db, b).unwrap();
+    let (code, out) = verify(&f.dir);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("db (projection cache, sled)") && out.contains("corrupt"),
+        "{out}"
+    );
+    let e = Ledger::open(&f.dir)
+        .err()
+        .expect("the writer meets the damage");
+    assert!(e.to_string().contains("projection cache"), "{e}");
+    // Readers never touch the cache; `rebuild` moves it aside and remakes it.
+    let head = Ledger::open_read_only(&f.dir)
+        .unwrap()
+        .head("main")
+        .unwrap();
+    assert_eq!(head, *f.events.last().unwrap());
+    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("--ledger")
+        .arg(&f.dir)
+        .arg("rebuild")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(verify(&f.dir).0, Some(0));
+}
+
+/// A ledger written by the previous layout (refs, pack lengths and small blobs in sled)
+/// is moved to `REFS` and small-blob packs the first time it is opened, with every
+/// event, blob and head unchanged.
+#[test]
+fn a_ledger_of_the_sled_layout_is_migrated_on_open() {
+    let f = fixture();
+    let small: Vec<(Hash, Vec<u8>)> = {
+        let l = Ledger::open_read_only(&f.dir).unwrap();
+        let g = l.history("main").unwrap()[0].0;
+        let EventBody::Genesis(gen) = l.event(&g).unwrap().body else {
+            panic!("first event is genesis")
+        };
+        vec![(gen.plan_blob, l.blob(&gen.plan_blob).unwrap())]
+    };
+    // Rewrite the store in the old layout.
+    let refs = mapf_ledger::ledger::refs::Refs::read(&f.dir)
+        .unwrap()
+        .unwrap();
+    {
+        let db = open_sled(&f.dir.join("db"));
+        let t = db.open_tree("refs").unwrap();
+        for (name, head) in &refs.branches {
+            t.insert([&b"b/"[..], name.as_bytes()].concat(), &head.0[..])
+                .unwrap();
+        }
+        for (id, len) in &refs.packs {
+            t.insert(
+                [&b"p/"[..], &id.to_be_bytes()[..]].concat(),
+                &len.to_le_bytes()[..],
+            )
+            .unwrap();
+        }
+        let b = db.open_tree("blobs").unwrap();
+        for (h, bytes) in &small {
+            b.insert(h.0, bytes.as_slice()).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    std::fs::remove_file(f.dir.join("REFS")).unwrap();
+    std::fs::remove_file(f.dir.join("packs/blobs-00000001.pack")).unwrap();
+    // A reader opens it (migrating once), then the writer.
+    let l = Ledger::open_read_only(&f.dir).unwrap();
+    assert_eq!(l.head("main").unwrap(), *f.events.last().unwrap());
+    assert_eq!(l.blob(&small[0].0).unwrap(), small[0].1);
+    assert!(l.verify().ok(), "{:?}", l.verify().problems);
+    drop(l);
+    assert!(f.dir.join("REFS").is_file());
+    let mut w = Ledger::open(&f.dir).unwrap();
+    w.append("main", vec![]).unwrap();
+    assert_eq!(verify(&f.dir).0, Some(0));
 }
 
 /// Open sled directly, waiting out a lock left by a ledger this process just closed.

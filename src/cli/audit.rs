@@ -6,12 +6,7 @@ use std::path::Path;
 
 pub fn run(ledger: &Path, branch: &str, stage: Option<&str>, json: bool) -> CliResult {
     let stage = stage
-        .map(|s| {
-            s.strip_prefix("stage")
-                .unwrap_or(s)
-                .parse::<u32>()
-                .map_err(|_| CliError::input(format!("`--stage {s}`: expected stageN or N")))
-        })
+        .map(|s| crate::ledger::parse_stage(s).map_err(|e| CliError::input(format!("--stage {e}"))))
         .transpose()?;
     let l = Ledger::open_read_only(ledger).map_err(err)?;
     let report = crate::audit::audit(&l, branch, stage).map_err(err)?;

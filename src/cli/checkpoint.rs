@@ -10,18 +10,15 @@ use crate::train::TrainState;
 use std::path::Path;
 
 pub fn checkpoint_of(ledger: &mut Ledger, r: &str) -> Result<Hash, String> {
-    let stage_ref = r
-        .split_once('@')
-        .and_then(|(b, s)| Some((b, s.strip_prefix("stage")?.parse::<u32>().ok()?)));
-    if let Some((branch, n)) = stage_ref {
-        let state = ledger.projection(branch).map_err(|e| e.to_string())?;
-        return state
-            .stage(n)
-            .and_then(|s| s.checkpoint)
-            .map(|c| c.0)
-            .ok_or_else(|| format!("{r}: stage {n} of {branch} has no checkpoint"));
-    }
     match ledger.resolve(r).map_err(|e| e.to_string())? {
+        Resolved::Stage { branch, stage: n } => {
+            let state = ledger.projection(&branch).map_err(|e| e.to_string())?;
+            state
+                .stage(n)
+                .and_then(|s| s.checkpoint)
+                .map(|c| c.0)
+                .ok_or_else(|| format!("{r}: stage {n} of {branch} has no checkpoint"))
+        }
         Resolved::Branch { name, .. } => {
             let state = ledger.projection(&name).map_err(|e| e.to_string())?;
             state
@@ -38,13 +35,12 @@ pub fn checkpoint_of(ledger: &mut Ledger, r: &str) -> Result<Hash, String> {
                 .ok_or_else(|| format!("{r}: the stage has no checkpoint")),
             other => Err(format!("{r}: a {} event, not a checkpoint", other.kind())),
         },
-        Resolved::Stage { .. } => unreachable!("BRANCH@stageN handled above"),
     }
 }
 
 /// The training state of a checkpoint reference (on the CPU).
 pub fn load_ref(dir: &Path, r: &str) -> Result<TrainState, CliError> {
-    let mut ledger = Ledger::open_read_only(dir).map_err(|e| CliError::input(e.to_string()))?;
+    let mut ledger = Ledger::open_read_only(dir)?;
     let blob = checkpoint_of(&mut ledger, r).map_err(CliError::input)?;
     crate::stage::load_state(&ledger, &blob, tch::Device::Cpu)
         .map_err(|e| CliError::input(format!("{r}: {e}")))

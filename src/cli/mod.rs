@@ -50,14 +50,80 @@ impl std::fmt::Display for CliError {
 
 pub type CliResult = Result<(), CliError>;
 
-/// A ledger error as a command's error: a corrupt or undecodable ledger is a failed
-/// check (exit 1), anything else (unknown branch, bad name, lock, ...) an input error.
-pub fn ledger_error(e: crate::ledger::LedgerError) -> CliError {
-    use crate::ledger::LedgerError;
-    match e {
-        LedgerError::Corrupt { .. } | LedgerError::Decode { .. } => CliError::check(e.to_string()),
-        e => CliError::input(e.to_string()),
+/// The one mapping from library errors to the contract's exit codes: an error that
+/// means the ledger is damaged (a record, blob, ref file or projection cache failed its
+/// check, or a replay found recorded bytes altered) is a failed check, exit 1; anything
+/// else (unknown branch, bad name, a second writer, bad input) is exit 2.
+pub trait Damage: std::fmt::Display {
+    fn damaged(&self) -> bool;
+}
+
+impl<E: Damage> From<E> for CliError {
+    fn from(e: E) -> CliError {
+        if e.damaged() {
+            CliError::check(e.to_string())
+        } else {
+            CliError::input(e.to_string())
+        }
     }
+}
+
+impl Damage for crate::ledger::LedgerError {
+    fn damaged(&self) -> bool {
+        use crate::ledger::LedgerError as L;
+        matches!(
+            self,
+            L::Corrupt { .. } | L::Decode { .. } | L::MissingBlob { .. }
+        )
+    }
+}
+
+impl Damage for crate::stage::StageError {
+    fn damaged(&self) -> bool {
+        matches!(self, crate::stage::StageError::Ledger(e) if e.damaged())
+    }
+}
+
+impl Damage for crate::replay::ForkError {
+    fn damaged(&self) -> bool {
+        matches!(self, crate::replay::ForkError::Ledger(e) if e.damaged())
+    }
+}
+
+impl Damage for crate::replay::ReplayError {
+    fn damaged(&self) -> bool {
+        use crate::replay::ReplayError as R;
+        match self {
+            R::Altered { .. } => true,
+            R::Ledger(e) => e.damaged(),
+            R::Stage(e) => e.damaged(),
+            R::Fork(e) => e.damaged(),
+            _ => false,
+        }
+    }
+}
+
+impl Damage for crate::study::StudyError {
+    fn damaged(&self) -> bool {
+        use crate::study::StudyError as S;
+        match self {
+            S::Ledger(e) => e.damaged(),
+            S::Fork(e) => e.damaged(),
+            S::Stage(e) => e.damaged(),
+            _ => false,
+        }
+    }
+}
+
+impl Damage for crate::report::ReportError {
+    fn damaged(&self) -> bool {
+        matches!(self, crate::report::ReportError::Ledger(e) if e.damaged())
+    }
+}
+
+/// A ledger error as a command's error (see [`Damage`]).
+pub fn ledger_error(e: crate::ledger::LedgerError) -> CliError {
+    e.into()
 }
 
 #[derive(Parser, Debug)]
@@ -203,8 +269,48 @@ pub enum Command {
     Store(store::StoreCommand),
 }
 
+/// Standard output for commands that stream: when the reading end goes away
+/// (`ledger export | head`), the command ends quietly with status 0, as `git log` and
+/// `rg` do (read commands have nothing to finish or undo).
+pub struct Stdout(std::io::Stdout);
+
+pub fn stdout() -> std::io::BufWriter<Stdout> {
+    std::io::BufWriter::with_capacity(1 << 16, Stdout(std::io::stdout()))
+}
+
+fn quiet_on_broken_pipe(r: std::io::Result<usize>) -> std::io::Result<usize> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        r => r,
+    }
+}
+
+impl std::io::Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        quiet_on_broken_pipe(self.0.write(buf))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        quiet_on_broken_pipe(self.0.flush().map(|_| 0)).map(|_| ())
+    }
+}
+
 /// Parse the command line, run it, and exit with the contract's code.
 pub fn main() {
+    // `println!` panics when stdout is a closed pipe; that is the reader leaving, not
+    // a failure: end quietly with status 0 (see [`Stdout`]).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default_hook(info)
+    }));
     let cli = Cli::parse();
     let ledger_dir = cli.ledger_dir();
     let result = match cli.command {
@@ -283,11 +389,9 @@ fn fork(
     engineer: &str,
     name: Option<&str>,
 ) -> CliResult {
-    let at = crate::replay::parse_stage(at).map_err(|e| CliError::input(e.to_string()))?;
-    let mut ledger =
-        crate::ledger::Ledger::open(dir).map_err(|e| CliError::input(e.to_string()))?;
-    let (name, head) = crate::replay::fork(&mut ledger, from, at, engineer, name, 0)
-        .map_err(|e| CliError::input(e.to_string()))?;
+    let at = crate::replay::parse_stage(at)?;
+    let mut ledger = crate::ledger::Ledger::open(dir)?;
+    let (name, head) = crate::replay::fork(&mut ledger, from, at, engineer, name, 0)?;
     println!(
         "branch {name} forked from {from} before stage {at} (engineer {engineer}), head {}",
         head.short()
@@ -305,10 +409,8 @@ fn compare(
     if let Some(p) = plot {
         crate::figures::format_of(p).map_err(CliError::input)?;
     }
-    let mut ledger =
-        crate::ledger::Ledger::open_read_only(dir).map_err(|e| CliError::input(e.to_string()))?;
-    let summaries =
-        crate::study::compare(&mut ledger, branches).map_err(|e| CliError::input(e.to_string()))?;
+    let mut ledger = crate::ledger::Ledger::open_read_only(dir)?;
+    let summaries = crate::study::compare(&mut ledger, branches)?;
     if json {
         println!(
             "{}",

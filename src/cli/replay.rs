@@ -6,9 +6,9 @@
 //! record (the branch is left unchanged); 2 usage or input error.
 use super::{CliError, CliResult};
 use crate::ledger::event::{EvalCell, Evaluation};
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::Ledger;
 use crate::replay::{self, ReplayError, StageReplay};
-use crate::stage::{Pipeline, Progress, StageError};
+use crate::stage::{Pipeline, Progress};
 use std::path::Path;
 
 /// Arguments of `ledger replay`.
@@ -44,38 +44,20 @@ impl Progress for Notes {
 }
 
 fn parse_stage(s: &str) -> Result<u32, CliError> {
-    s.strip_prefix("stage")
-        .unwrap_or(s)
-        .parse::<u32>()
-        .map_err(|_| CliError::input(format!("`--stage {s}`: expected N or stageN")))
+    crate::ledger::parse_stage(s).map_err(|e| CliError::input(format!("--stage {e}")))
 }
 
-/// Map a replay error to the contract's exit code: a damaged record or blob is a
-/// failed check (1), anything else an input error (2).
+/// A replay error with the contract's exit code (see [`super::Damage`]).
 fn replay_error(e: ReplayError) -> CliError {
-    let damaged = matches!(
-        &e,
-        ReplayError::Altered { .. }
-            | ReplayError::Ledger(LedgerError::Corrupt { .. } | LedgerError::MissingBlob { .. })
-            | ReplayError::Stage(StageError::Ledger(
-                LedgerError::Corrupt { .. } | LedgerError::MissingBlob { .. }
-            ))
-    );
-    if damaged {
+    use super::Damage;
+    if e.damaged() {
         CliError::check(format!("replay failed: {e}"))
     } else {
         CliError::input(e.to_string())
     }
 }
 
-fn ledger_error(e: LedgerError) -> CliError {
-    match e {
-        LedgerError::Corrupt { .. } | LedgerError::MissingBlob { .. } => {
-            CliError::check(e.to_string())
-        }
-        e => CliError::input(e.to_string()),
-    }
-}
+use super::ledger_error;
 
 pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     let stage = args.stage.as_deref().map(parse_stage).transpose()?;

@@ -19,10 +19,7 @@ pub struct ReportArgs {
 }
 
 fn err(e: ReportError) -> CliError {
-    match e {
-        ReportError::Ledger(e) => super::ledger_error(e),
-        e => CliError::input(e.to_string()),
-    }
+    e.into()
 }
 
 pub fn run(dir: &Path, args: ReportArgs) -> CliResult {

@@ -72,7 +72,7 @@ pub fn stop_on_ctrl_c() -> Arc<AtomicBool> {
 }
 
 pub fn run(ledger_dir: &Path, opts: RunOptions, quiet: bool) -> CliResult {
-    let mut ledger = Ledger::open(ledger_dir).map_err(|e| CliError::input(e.to_string()))?;
+    let mut ledger = Ledger::open(ledger_dir)?;
     let stop = stop_on_ctrl_c();
     let mut pipeline = Pipeline::new(&mut ledger, opts.device.as_deref()).map_err(stage_error)?;
     let mut bars = Bars { bar: None, quiet };
@@ -101,5 +101,5 @@ pub fn run(ledger_dir: &Path, opts: RunOptions, quiet: bool) -> CliResult {
 }
 
 fn stage_error(e: StageError) -> CliError {
-    CliError::input(e.to_string())
+    e.into()
 }

@@ -24,13 +24,18 @@ pub enum StoreCommand {
         #[arg(long, value_name = "FILE")]
         from_bundle: Option<PathBuf>,
     },
-    /// A branch's events, newest first.
+    /// A branch's events, newest first; with --follow, oldest first and then each new
+    /// event as it becomes durable, while a run writes.
     Log {
         #[arg(long, default_value = "main")]
         branch: String,
-        /// Show at most this many events.
+        /// Show at most this many events (with --follow: of the history before it).
         #[arg(long)]
         limit: Option<usize>,
+        /// Keep printing the branch's new events as they are committed; ends when no
+        /// process is writing the ledger any more (or on Ctrl-C). --json prints JSON lines.
+        #[arg(long, short = 'f')]
+        follow: bool,
         #[arg(long)]
         json: bool,
     },
@@ -120,6 +125,13 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
         StoreCommand::Log {
             branch,
             limit,
+            follow: true,
+            json,
+        } => follow(ledger, &branch, limit, json),
+        StoreCommand::Log {
+            branch,
+            limit,
+            follow: false,
             json,
         } => log(ledger, &branch, limit, json),
         StoreCommand::Show { reference, json } => show(ledger, &reference, json),
@@ -155,8 +167,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
                     w.flush().map_err(out_err)?;
                 }
                 None => {
-                    let stdout = std::io::stdout();
-                    let mut w = std::io::BufWriter::new(stdout.lock());
+                    let mut w = super::stdout();
                     write(&mut w).map_err(err)?;
                     w.flush().map_err(out_err)?;
                 }
@@ -164,7 +175,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             Ok(())
         }
         StoreCommand::Rebuild { json } => {
-            let mut l = Ledger::open(ledger).map_err(err)?;
+            let mut l = Ledger::open_for_rebuild(ledger).map_err(err)?;
             let r = l.rebuild().map_err(err)?;
             if json {
                 print_json(&r)
@@ -215,21 +226,83 @@ fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResu
             .map_err(err)?;
         return print_json(&recs);
     }
-    let stdout = std::io::stdout();
-    let mut w = std::io::BufWriter::new(stdout.lock());
+    let mut w = super::stdout();
     for h in hs {
         let e = l.event(&h).map_err(err)?;
-        writeln!(
-            w,
-            "{}  stage {:<3} {:<20} {}",
-            h.short(),
-            e.stage,
-            e.body.kind(),
-            e.body.summary()
-        )
-        .map_err(out_err)?;
+        write_log_line(&mut w, &h, &e).map_err(out_err)?;
     }
     w.flush().map_err(out_err)
+}
+
+fn write_log_line(w: &mut impl Write, h: &Hash, e: &crate::ledger::Event) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "{}  stage {:<3} {:<20} {}",
+        h.short(),
+        e.stage,
+        e.body.kind(),
+        e.body.summary()
+    )
+}
+
+/// `log --follow`: the branch's history oldest first (the last `limit` events), then
+/// every event committed after it, polling `REFS` (a reader's snapshot never waits for
+/// the writer). Ends once no process writes the ledger and everything is printed.
+fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
+    use crate::ledger::refs::Refs;
+    let mut w = super::stdout();
+    let mut printed: Option<Hash> = None;
+    let mut first = true;
+    loop {
+        let writing = crate::ledger::lock::writer_active(ledger);
+        let head = Refs::read(ledger)
+            .map_err(err)?
+            .and_then(|r| r.branches.get(branch).copied());
+        if head.is_some() && head != printed {
+            let l = Ledger::open_read_only(ledger).map_err(err)?;
+            let head = l.head(branch).map_err(err)?;
+            let mut new = Vec::new();
+            for h in l.ancestry(&head).map_err(err)? {
+                if Some(h) == printed {
+                    break;
+                }
+                new.push(h);
+            }
+            if printed.is_some() && new.len() == l.ancestry(&head).map_err(err)?.len() {
+                eprintln!(
+                    "ledger: branch {branch} moved to {}, which does not continue what was printed",
+                    head.short()
+                );
+            }
+            if first {
+                if let Some(n) = limit {
+                    new.truncate(n);
+                }
+            }
+            for h in new.iter().rev() {
+                let (e, m) = l.event_with_meta(h).map_err(err)?;
+                if json {
+                    let rec = EventRecord::new(*h, e, m);
+                    let s =
+                        serde_json::to_string(&rec).map_err(|e| CliError::input(e.to_string()))?;
+                    writeln!(w, "{s}").map_err(out_err)?;
+                } else {
+                    write_log_line(&mut w, h, &e).map_err(out_err)?;
+                }
+            }
+            w.flush().map_err(out_err)?;
+            printed = Some(head);
+        } else if head.is_none() && first {
+            return Err(err(LedgerError::UnknownBranch {
+                name: branch.to_string(),
+            }));
+        }
+        first = false;
+        if !writing {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
@@ -346,7 +419,12 @@ fn branches(ledger: &Path, json: bool) -> CliResult {
 
 fn verify(ledger: &Path, json: bool) -> CliResult {
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let r = l.verify();
+    let mut r = l.verify();
+    drop(l);
+    // The writer's projection cache, when no writer is using it.
+    if let Some(ps) = Ledger::check_projection_cache(ledger).map_err(err)? {
+        r.problems.extend(ps);
+    }
     if json {
         print_json(&r)?;
     } else if r.ok() {

@@ -104,7 +104,7 @@ pub struct TaskArgs {
 /// a resubmitted task reopens its worker ledger and resumes the branch.
 pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
     use crate::ledger::bundle::Bundle;
-    let input = |e: crate::ledger::LedgerError| CliError::input(e.to_string());
+    let input = super::ledger_error;
     let bundle = Bundle::read(&args.bundle).map_err(input)?;
     if ledger_dir.join("db").is_dir() {
         // An earlier attempt made the ledger: bring in anything it lacks (nothing, usually).
@@ -167,7 +167,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         other => other,
     };
     let (at, engineers, from) = (at.as_str(), engineers.as_str(), from.as_str());
-    let at = crate::replay::parse_stage(at).map_err(|e| CliError::input(e.to_string()))?;
+    let at = crate::replay::parse_stage(at)?;
     let engineers: Vec<String> = engineers
         .split(',')
         .map(|e| e.trim().to_string())
@@ -185,7 +185,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
             "`--engineers`: {d} is listed twice"
         )));
     }
-    let mut ledger = Ledger::open(ledger_dir).map_err(|e| CliError::input(e.to_string()))?;
+    let mut ledger = Ledger::open(ledger_dir)?;
     let stop = super::run::stop_on_ctrl_c();
     let dir = out.unwrap_or_else(|| ledger_dir.join(format!("study-at{at}")));
     let spec = StudySpec {
@@ -210,7 +210,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         Err(e @ StudyError::Executor(crate::executor::ExecutorError::Failed { .. })) => {
             return Err(CliError::check(e.to_string()))
         }
-        Err(e) => return Err(CliError::input(e.to_string())),
+        Err(e) => return Err(e.into()),
     };
     crate::study::write_study(&mut report, &dir).map_err(|e| CliError::input(e.to_string()))?;
     if json {

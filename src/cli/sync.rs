@@ -33,17 +33,9 @@ use super::ledger_error as err;
 fn refs_of(l: &Ledger, specs: &[String]) -> Result<Vec<(String, Hash)>, LedgerError> {
     specs
         .iter()
-        .map(|s| match s.split_once('@') {
-            Some((b, st)) => {
-                let n = st
-                    .strip_prefix("stage")
-                    .and_then(|n| n.parse::<u32>().ok())
-                    .ok_or_else(|| LedgerError::UnknownEvent {
-                        what: format!("{s} (expected BRANCH or BRANCH@stageN)"),
-                    })?;
-                Ok((b.to_string(), l.stage_end(b, n)?))
-            }
-            None => Ok((s.clone(), l.head(s)?)),
+        .map(|s| match crate::ledger::Reference::parse_branch(s)? {
+            (b, Some(n)) => Ok((b.clone(), l.stage_end(&b, n)?)),
+            (b, None) => Ok((b.clone(), l.head(&b)?)),
         })
         .collect()
 }

@@ -1,23 +1,42 @@
-//! Content-addressed blobs, stored once by hash (blob context): small ones in a sled
-//! tree, large ones (over [`INLINE_MAX`]) as files `blobs/ab/cdef...` written to a
-//! temporary file, fsync'ed and renamed, so a blob file either is whole or absent.
-use super::hash::Hash;
-use super::pack::sync_dir;
+//! Content-addressed blobs, stored once by hash (blob context): small ones (up to
+//! [`INLINE_MAX`]) as frames in append-only small-blob packs (`packs/blobs-N.pack`,
+//! committed through `REFS` like event packs, so a reader sees exactly the blobs of its
+//! snapshot), large ones as files `blobs/ab/cdef...` written to a temporary file,
+//! fsync'ed and renamed, so a blob file either is whole or absent.
+use super::hash::{Hash, PrefixBuild};
+use super::pack::{self, sync_dir, Pack, PackKind, PACK_ROLL_BYTES};
 use super::LedgerError;
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Blobs up to this size live in sled; larger ones are files.
+/// Blobs up to this size live in small-blob packs; larger ones are files.
 pub const INLINE_MAX: usize = 4096;
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Where a small blob's frame lies.
+#[derive(Clone, Copy, Debug)]
+struct Small {
+    /// Position in `Blobs::packs`.
+    pack: usize,
+    offset: u64,
+    len: u32,
+}
+
 /// The blob store of one ledger.
 pub struct Blobs {
     dir: PathBuf,
-    tree: sled::Tree,
+    packs_dir: PathBuf,
+    packs: Vec<Pack>,
+    small: HashMap<Hash, Small, PrefixBuild>,
+    /// Small-blob frames written since the last commit.
+    pending: bool,
 }
+
+/// A problem met while reading the small-blob packs (verify reports it).
+pub type SmallProblem = (String, String);
 
 fn io_err(path: &Path, e: std::io::Error) -> LedgerError {
     LedgerError::Io {
@@ -27,8 +46,93 @@ fn io_err(path: &Path, e: std::io::Error) -> LedgerError {
 }
 
 impl Blobs {
-    pub fn new(dir: PathBuf, tree: sled::Tree) -> Blobs {
-        Blobs { dir, tree }
+    /// Open the blob store: `blob_packs` are the small-blob packs and their committed
+    /// lengths from `REFS`. Unreadable frames end a pack's scan and are returned.
+    pub fn open(
+        ledger: &Path,
+        blob_packs: &[(u32, u64)],
+        writable: bool,
+    ) -> Result<(Blobs, Vec<SmallProblem>), LedgerError> {
+        let packs_dir = ledger.join("packs");
+        let mut b = Blobs {
+            dir: ledger.join("blobs"),
+            packs_dir: packs_dir.clone(),
+            packs: Vec::new(),
+            small: HashMap::default(),
+            pending: false,
+        };
+        let mut problems = Vec::new();
+        for &(id, len) in blob_packs {
+            let p = Pack::open(&packs_dir, PackKind::Blobs, id, len, writable)?;
+            for (off, f) in p.frames() {
+                match f {
+                    Ok(f) => {
+                        b.small.entry(f.hash).or_insert(Small {
+                            pack: b.packs.len(),
+                            offset: off,
+                            len: f.len as u32,
+                        });
+                    }
+                    Err(e) => problems.push((
+                        format!("small blob record at {} offset {off}", p.path.display()),
+                        e.to_string(),
+                    )),
+                }
+            }
+            b.packs.push(p);
+        }
+        Ok((b, problems))
+    }
+
+    /// The small-blob packs' `(id, end)` to record in `REFS`: everything written is
+    /// made durable first.
+    pub fn sync(&mut self) -> Result<Vec<(u32, u64)>, LedgerError> {
+        let mut out = Vec::with_capacity(self.packs.len());
+        for p in &mut self.packs {
+            let end = if self.pending {
+                p.sync()?
+            } else {
+                p.committed()
+            };
+            out.push((p.id, end));
+        }
+        Ok(out)
+    }
+
+    /// `REFS` now records `lens` (from [`Blobs::sync`]): they are history.
+    pub fn commit(&mut self, lens: &[(u32, u64)]) -> Result<(), LedgerError> {
+        for (p, &(_, len)) in self.packs.iter_mut().zip(lens) {
+            if p.committed() != len {
+                p.commit(len)?;
+            }
+        }
+        self.pending = false;
+        Ok(())
+    }
+
+    /// Whether small blobs were written since the last commit.
+    pub fn has_pending(&self) -> bool {
+        self.pending
+    }
+
+    /// The committed `(id, length)` of every small-blob pack.
+    pub fn committed(&self) -> Vec<(u32, u64)> {
+        self.packs.iter().map(|p| (p.id, p.committed())).collect()
+    }
+
+    /// Number of small blobs (for reports).
+    pub fn small_count(&self) -> usize {
+        self.small.len()
+    }
+
+    /// The small-blob packs (verify reads their frames).
+    pub fn small_packs(&self) -> &[Pack] {
+        &self.packs
+    }
+
+    /// Whether `h` is a small blob (stored in a pack).
+    pub fn is_small(&self, h: &Hash) -> bool {
+        self.small.contains_key(h)
     }
 
     /// Path of a large blob's file.
@@ -37,28 +141,55 @@ impl Blobs {
         self.dir.join(&hex[..2]).join(&hex[2..])
     }
 
-    /// Whether the blob is stored (file or sled).
+    /// Whether the blob is stored (small or file).
     pub fn contains(&self, h: &Hash) -> Result<bool, LedgerError> {
-        if self.tree.contains_key(h.0)? {
+        if self.small.contains_key(h) {
             return Ok(true);
         }
         Ok(self.file_path(h).exists())
     }
 
-    /// Store `bytes`; returns its hash and whether the sled tree was written (the caller
-    /// flushes sled before any event referencing it is committed).
-    pub fn put(&self, bytes: &[u8]) -> Result<(Hash, bool), LedgerError> {
+    /// Store `bytes` (nothing is written when it is already stored); returns its hash.
+    /// A small blob is written but durable only at the next [`Blobs::sync`], which the
+    /// ledger runs before any event or ref that could reference it is committed.
+    pub fn put(&mut self, bytes: &[u8]) -> Result<Hash, LedgerError> {
         let h = Hash::of_blob(bytes);
         if bytes.len() <= INLINE_MAX {
-            if self.tree.contains_key(h.0)? {
-                return Ok((h, false));
+            if self.small.contains_key(&h) {
+                return Ok(h);
             }
-            self.tree.insert(h.0, bytes)?;
-            return Ok((h, true));
+            let roll = self
+                .packs
+                .last()
+                .is_none_or(|p| p.written() > PACK_ROLL_BYTES);
+            if roll {
+                let id = self.packs.last().map_or(1, |p| p.id + 1);
+                self.packs
+                    .push(Pack::create(&self.packs_dir, PackKind::Blobs, id)?);
+            }
+            let mut frame = Vec::with_capacity(bytes.len() + 48);
+            pack::encode_frame(&mut frame, &h, bytes, &[]);
+            let at = self.packs.len() - 1;
+            let offset = self.packs[at].write(&frame)?;
+            self.small.insert(
+                h,
+                Small {
+                    pack: at,
+                    offset,
+                    len: frame.len() as u32,
+                },
+            );
+            self.pending = true;
+            return Ok(h);
         }
-        let path = self.file_path(&h);
+        self.put_file(&h, bytes)?;
+        Ok(h)
+    }
+
+    fn put_file(&self, h: &Hash, bytes: &[u8]) -> Result<(), LedgerError> {
+        let path = self.file_path(h);
         if path.exists() {
-            return Ok((h, false));
+            return Ok(());
         }
         let sub = path.parent().expect("blob path has a parent").to_path_buf();
         let new_sub = !sub.exists();
@@ -77,13 +208,36 @@ impl Blobs {
         if new_sub {
             sync_dir(&self.dir)?;
         }
-        Ok((h, false))
+        Ok(())
     }
 
     /// The stored bytes, unchecked (None when absent).
     pub fn get_raw(&self, h: &Hash) -> Result<Option<Vec<u8>>, LedgerError> {
-        if let Some(v) = self.tree.get(h.0)? {
-            return Ok(Some(v.to_vec()));
+        if let Some(s) = self.small.get(h) {
+            let p = &self.packs[s.pack];
+            let end = s.offset + s.len as u64;
+            let frame;
+            let data: &[u8] = if end <= p.committed() {
+                p.bytes()
+            } else {
+                // Written by this writer, not committed yet: read it from the file.
+                frame = p.read_at(s.offset, s.len as usize)?;
+                &frame
+            };
+            let off = if end <= p.committed() {
+                s.offset as usize
+            } else {
+                0
+            };
+            let f = pack::parse_frame(data, off).map_err(|e| LedgerError::Corrupt {
+                what: format!(
+                    "small blob record at {} offset {}",
+                    p.path.display(),
+                    s.offset
+                ),
+                problem: e.to_string(),
+            })?;
+            return Ok(Some(f.event.to_vec()));
         }
         let path = self.file_path(h);
         match std::fs::read(&path) {
@@ -119,18 +273,11 @@ impl Blobs {
         }
     }
 
-    /// Number of blobs in the sled tree (for reports).
-    pub fn inline_count(&self) -> usize {
-        self.tree.len()
-    }
-
-    /// Every inline blob (key, bytes).
-    pub fn inline_iter(
-        &self,
-    ) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), LedgerError>> + '_ {
-        self.tree.iter().map(|r| {
-            r.map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .map_err(LedgerError::from)
-        })
+    /// Where a stored blob lies, for messages: its file, or its pack and offset.
+    pub fn describe(&self, h: &Hash) -> String {
+        match self.small.get(h) {
+            Some(s) => format!("{} offset {}", self.packs[s.pack].path.display(), s.offset),
+            None => self.file_path(h).display().to_string(),
+        }
     }
 }

@@ -1,6 +1,6 @@
-//! The one-writer rule: an OS file lock (flock) on `<ledger>/LOCK`, taken before sled
-//! is opened. A writer holds it exclusively, a reader shared; whoever cannot get it
-//! gets [`LedgerError::Locked`] naming the ledger, not sled's raw lock error.
+//! The one-writer rule: an OS file lock (flock) on `<ledger>/LOCK`, taken exclusively
+//! by the writer before it opens anything. Readers take no lock (they read a snapshot
+//! of `REFS`); a second writer gets [`LedgerError::Locked`] naming the ledger.
 use super::LedgerError;
 use fs4::FileExt;
 use std::fs::{File, OpenOptions};
@@ -10,6 +10,20 @@ use std::time::{Duration, Instant};
 /// A held lock; released when dropped (or when the process dies).
 pub struct LedgerLock {
     _file: File,
+}
+
+/// Whether a writer holds ledger `ledger` right now (a probe; takes nothing).
+pub fn writer_active(ledger: &Path) -> bool {
+    let Ok(file) = OpenOptions::new().read(true).open(ledger.join("LOCK")) else {
+        return false;
+    };
+    match FileExt::try_lock_shared(&file) {
+        Ok(()) => {
+            let _ = FileExt::unlock(&file);
+            false
+        }
+        Err(_) => true,
+    }
 }
 
 impl LedgerLock {

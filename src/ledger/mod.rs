@@ -4,8 +4,8 @@
 //! Modules, top to bottom: [`hash`] (content addresses), [`codec`] (the only bincode
 //! user), [`event`] (the model), [`meta`] (unhashed metadata), [`plan`] (plan files),
 //! [`pack`] (framed append-only pack files), [`index`] (event id -> place),
-//! [`blob`] (content-addressed blobs), [`refs`] (branches and pack lengths),
-//! [`lock`] (one writer), [`store`] (the [`Ledger`] and its append protocol),
+//! [`blob`] (content-addressed blobs), [`refs`] (the `REFS` file: branch heads and
+//! committed pack lengths, readable without a lock), [`lock`] (one writer), [`store`] (the [`Ledger`] and its append protocol),
 //! [`projection`] (pure folds), [`verify`], [`export`] and [`bundle`] (bundles, fetch).
 pub mod blob;
 pub mod bundle;
@@ -20,6 +20,7 @@ pub mod pack;
 pub mod plan;
 pub mod projection;
 pub mod recorder;
+pub mod reference;
 pub mod refs;
 pub mod store;
 pub mod verify;
@@ -29,6 +30,7 @@ pub use hash::Hash;
 pub use meta::Meta;
 pub use plan::LedgerPlan;
 pub use projection::{BranchState, StageState};
+pub use reference::{parse_stage, Reference};
 pub use store::{Ledger, Location, RebuildReport, Resolved};
 pub use verify::{Problem, Report};
 
@@ -41,7 +43,7 @@ use std::path::PathBuf;
 pub enum LedgerError {
     #[error("{}: {message}", path.display())]
     Io { path: PathBuf, message: String },
-    #[error("ledger {} is locked by another process (one writer at a time; read commands work once no writer holds it)", path.display())]
+    #[error("ledger {} is being written by another process (one writer at a time; read commands work meanwhile)", path.display())]
     Locked { path: PathBuf },
     #[error("{} is not a ledger (create one with `ledger init --plan FILE`)", path.display())]
     NotALedger { path: PathBuf },
@@ -69,6 +71,8 @@ pub enum LedgerError {
     BadBranchName { name: String },
     #[error("no event {what}")]
     UnknownEvent { what: String },
+    #[error("`{text}`: expected {expected}")]
+    BadReference { text: String, expected: String },
     #[error("`{what}` is ambiguous: it matches {count} events")]
     Ambiguous { what: String, count: usize },
     #[error("no blob {hash}")]

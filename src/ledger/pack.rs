@@ -14,9 +14,13 @@
 //! u32  crc32 of everything above (LE)
 //! ```
 //!
-//! Only the prefix up to the pack's committed length (recorded in sled together with
-//! the refs) is history; anything after it is a torn or uncommitted tail, cut off when
-//! a writer opens the ledger and ignored by readers.
+//! Only the prefix up to the pack's committed length (recorded in the `REFS` file
+//! together with the branch heads, see refs.rs) is history; anything after it is a torn
+//! or uncommitted tail, cut off when a writer opens the ledger and ignored by readers.
+//!
+//! Small blobs live in packs of their own kind ([`PackKind::Blobs`], magic
+//! [`BLOB_PACK_MAGIC`]) with the same frames: the id is the blob's hash, the "event"
+//! bytes are the blob's content and the meta bytes are empty.
 use super::hash::Hash;
 use super::LedgerError;
 use memmap2::Mmap;
@@ -26,6 +30,8 @@ use std::path::{Path, PathBuf};
 
 /// First bytes of every pack: magic and pack format version 1.
 pub const PACK_MAGIC: &[u8; 8] = b"MLPACK\0\x01";
+/// First bytes of every small-blob pack.
+pub const BLOB_PACK_MAGIC: &[u8; 8] = b"MLBLOBS\x01";
 /// Version byte of every record frame.
 pub const FRAME_VERSION: u8 = 1;
 /// Frame bytes before the event bytes.
@@ -113,19 +119,62 @@ pub fn parse_frame(data: &[u8], offset: usize) -> Result<Frame<'_>, FrameError> 
     })
 }
 
-/// Path of pack `id` under a ledger's `packs/` directory.
+/// What a pack holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PackKind {
+    /// Event records (`pack-NNNNNNNN.pack`).
+    Events,
+    /// Small blobs (`blobs-NNNNNNNN.pack`).
+    Blobs,
+}
+
+impl PackKind {
+    fn magic(self) -> &'static [u8; 8] {
+        match self {
+            PackKind::Events => PACK_MAGIC,
+            PackKind::Blobs => BLOB_PACK_MAGIC,
+        }
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            PackKind::Events => "pack-",
+            PackKind::Blobs => "blobs-",
+        }
+    }
+
+    /// Pack id of a file name of this kind (`pack-00000003.pack` -> 3).
+    pub fn id_of(self, file_name: &str) -> Option<u32> {
+        file_name
+            .strip_prefix(self.prefix())?
+            .strip_suffix(".pack")
+            .filter(|n| n.len() == 8)?
+            .parse()
+            .ok()
+    }
+}
+
+/// Path of event pack `id` under a ledger's `packs/` directory.
 pub fn pack_path(packs_dir: &Path, id: u32) -> PathBuf {
-    packs_dir.join(format!("pack-{id:08}.pack"))
+    kind_path(packs_dir, PackKind::Events, id)
+}
+
+/// Path of pack `id` of `kind` under a ledger's `packs/` directory.
+pub fn kind_path(packs_dir: &Path, kind: PackKind, id: u32) -> PathBuf {
+    packs_dir.join(format!("{}{id:08}.pack", kind.prefix()))
 }
 
 /// One pack file: its committed prefix mapped for reading, appended by the writer.
 pub struct Pack {
     pub id: u32,
+    pub kind: PackKind,
     pub path: PathBuf,
     file: File,
     map: Option<Mmap>,
-    /// Bytes of history (the committed length recorded in sled).
+    /// Bytes of history (the committed length recorded in `REFS`).
     committed: u64,
+    /// End of what the writer has written (>= committed; the rest is not yet history).
+    written: u64,
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> LedgerError {
@@ -144,8 +193,8 @@ pub fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
 
 impl Pack {
     /// Create a new, empty pack (magic only), durably.
-    pub fn create(packs_dir: &Path, id: u32) -> Result<Pack, LedgerError> {
-        let path = pack_path(packs_dir, id);
+    pub fn create(packs_dir: &Path, kind: PackKind, id: u32) -> Result<Pack, LedgerError> {
+        let path = kind_path(packs_dir, kind, id);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -153,16 +202,19 @@ impl Pack {
             .truncate(true)
             .open(&path)
             .map_err(|e| io_err(&path, e))?;
-        file.write_all_at(PACK_MAGIC, 0)
+        file.write_all_at(kind.magic(), 0)
             .map_err(|e| io_err(&path, e))?;
         file.sync_all().map_err(|e| io_err(&path, e))?;
         sync_dir(packs_dir)?;
+        let n = kind.magic().len() as u64;
         let mut p = Pack {
             id,
+            kind,
             path,
             file,
             map: None,
-            committed: PACK_MAGIC.len() as u64,
+            committed: n,
+            written: n,
         };
         p.remap()?;
         Ok(p)
@@ -172,11 +224,12 @@ impl Pack {
     /// beyond it (a torn or uncommitted batch); a reader ignores it.
     pub fn open(
         packs_dir: &Path,
+        kind: PackKind,
         id: u32,
         committed: u64,
         writable: bool,
     ) -> Result<Pack, LedgerError> {
-        let path = pack_path(packs_dir, id);
+        let path = kind_path(packs_dir, kind, id);
         let file = OpenOptions::new()
             .read(true)
             .write(writable)
@@ -195,13 +248,15 @@ impl Pack {
         }
         let mut p = Pack {
             id,
+            kind,
             path,
             file,
             map: None,
             committed,
+            written: committed,
         };
         p.remap()?;
-        if p.bytes().get(..PACK_MAGIC.len()) != Some(&PACK_MAGIC[..]) {
+        if p.bytes().get(..PACK_MAGIC.len()) != Some(&kind.magic()[..]) {
             return Err(LedgerError::Corrupt {
                 what: format!("pack {}", p.path.display()),
                 problem: "bad magic or unknown pack format version".into(),
@@ -213,8 +268,9 @@ impl Pack {
     fn remap(&mut self) -> Result<(), LedgerError> {
         // SAFETY: the map is read-only and covers only the committed prefix. Pack files
         // are append-only; the one writer (holding the ledger's exclusive lock) never
-        // rewrites or shrinks a committed prefix, and truncation happens only in
-        // `open` before anything is mapped.
+        // rewrites or shrinks a committed prefix: it truncates only an uncommitted tail
+        // (in `open`), which no reader maps, and gc replaces packs by new files and
+        // unlinks the old ones, which keeps the pages of a reader's map alive.
         let map = unsafe {
             memmap2::MmapOptions::new()
                 .len(self.committed as usize)
@@ -234,19 +290,56 @@ impl Pack {
         self.committed
     }
 
-    /// Write `buf` after the committed end and fsync it. History only grows once the
-    /// caller records the new length in sled and calls [`Pack::commit`].
-    pub fn write_durable(&mut self, buf: &[u8]) -> Result<u64, LedgerError> {
+    /// Write `buf` after what was written so far (not yet durable, not yet history);
+    /// returns the offset it starts at.
+    pub fn write(&mut self, buf: &[u8]) -> Result<u64, LedgerError> {
+        let at = self.written;
         self.file
-            .write_all_at(buf, self.committed)
+            .write_all_at(buf, at)
             .map_err(|e| io_err(&self.path, e))?;
-        self.file.sync_data().map_err(|e| io_err(&self.path, e))?;
-        Ok(self.committed + buf.len() as u64)
+        self.written += buf.len() as u64;
+        Ok(at)
     }
 
-    /// Extend the committed prefix to `len` (after sled recorded it).
+    /// Make everything written durable; returns the end to commit.
+    pub fn sync(&mut self) -> Result<u64, LedgerError> {
+        if self.written > self.committed {
+            self.file.sync_data().map_err(|e| io_err(&self.path, e))?;
+        }
+        Ok(self.written)
+    }
+
+    /// Write `buf` after the committed end and fsync it. History only grows once the
+    /// caller records the new length in `REFS` and calls [`Pack::commit`].
+    pub fn write_durable(&mut self, buf: &[u8]) -> Result<u64, LedgerError> {
+        self.written = self.committed;
+        self.write(buf)?;
+        self.sync()
+    }
+
+    /// The end of what was written (committed or not).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Forget what was written after the committed end (after a failed commit).
+    pub fn rewind(&mut self) {
+        self.written = self.committed;
+    }
+
+    /// Read `len` bytes at `offset`, committed or not (the writer's own reads).
+    pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>, LedgerError> {
+        let mut b = vec![0u8; len];
+        self.file
+            .read_exact_at(&mut b, offset)
+            .map_err(|e| io_err(&self.path, e))?;
+        Ok(b)
+    }
+
+    /// Extend the committed prefix to `len` (after `REFS` recorded it).
     pub fn commit(&mut self, len: u64) -> Result<(), LedgerError> {
         self.committed = len;
+        self.written = self.written.max(len);
         self.remap()
     }
 
@@ -255,7 +348,7 @@ impl Pack {
     pub fn frames(&self) -> Frames<'_> {
         Frames {
             data: self.bytes(),
-            offset: PACK_MAGIC.len(),
+            offset: self.kind.magic().len(),
             failed: false,
         }
     }

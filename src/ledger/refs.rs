@@ -1,16 +1,33 @@
-//! Refs: branch name -> head event, and each pack's committed length, in one sled tree
-//! so a batch's ref move and pack growth are one atomic sled batch.
+//! Refs: the `REFS` file, one small text file that says what the ledger's history is:
+//! every branch's head event and every pack's committed length. It is replaced whole
+//! (temporary file, fsync, rename, fsync of the directory), as git replaces a ref
+//! through its lockfile, so a reader that reads it once holds a consistent snapshot
+//! (heads and everything they reach lie inside the listed committed prefixes) without
+//! taking any lock, and a crash leaves either the old or the new file.
 //!
-//! Keys: `b/<branch>` -> 32-byte event id; `p/<pack id, u32 BE>` -> committed length
-//! (u64 LE). A fork is one new `b/` key: O(1), nothing copied.
+//! ```text
+//! mapf-ledger refs 1
+//! pack 1 1048576              event pack id, committed length
+//! blobs 1 20480               small-blob pack id, committed length
+//! ref main <64 hex>           branch, head event
+//! check <64 hex>              blake3 of every line above (detects a damaged file)
+//! ```
+//!
+//! A fork is one new `ref` line: O(1), nothing copied.
 use super::hash::Hash;
+use super::pack::sync_dir;
 use super::LedgerError;
-
-pub const BRANCH_PREFIX: &[u8] = b"b/";
-pub const PACK_PREFIX: &[u8] = b"p/";
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// The default branch genesis is written to.
 pub const MAIN: &str = "main";
+
+/// Name of the refs file in a ledger directory.
+pub const REFS_FILE: &str = "REFS";
+
+const HEADER: &str = "mapf-ledger refs 1";
 
 /// Check a branch name: 1..=100 chars of `[A-Za-z0-9._-]` in `/`-separated components
 /// (fetched namespaces, `worker1/main`), no component empty or starting with `-`/`.`.
@@ -32,46 +49,155 @@ pub fn validate_branch(name: &str) -> Result<(), LedgerError> {
     }
 }
 
-pub fn branch_key(name: &str) -> Vec<u8> {
-    [BRANCH_PREFIX, name.as_bytes()].concat()
+/// One snapshot of the refs file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Refs {
+    /// Event packs `(id, committed length)`, ids increasing.
+    pub packs: Vec<(u32, u64)>,
+    /// Small-blob packs `(id, committed length)`, ids increasing.
+    pub blob_packs: Vec<(u32, u64)>,
+    /// Branch -> head event.
+    pub branches: BTreeMap<String, Hash>,
 }
 
-pub fn pack_key(id: u32) -> Vec<u8> {
-    [PACK_PREFIX, &id.to_be_bytes()[..]].concat()
+pub fn path(dir: &Path) -> PathBuf {
+    dir.join(REFS_FILE)
 }
 
-/// A ref's stored value as an event id.
-pub fn decode_head(name: &str, v: &[u8]) -> Result<Hash, LedgerError> {
-    let arr: [u8; 32] = v.try_into().map_err(|_| LedgerError::Corrupt {
-        what: format!("ref {name}"),
-        problem: format!("value is {} bytes, not a 32-byte event id", v.len()),
-    })?;
-    Ok(Hash(arr))
-}
-
-/// All `(branch, raw value)` pairs in name order.
-pub fn list_raw(tree: &sled::Tree) -> Result<Vec<(String, Vec<u8>)>, LedgerError> {
-    let mut out = Vec::new();
-    for r in tree.scan_prefix(BRANCH_PREFIX) {
-        let (k, v) = r?;
-        let name = String::from_utf8_lossy(&k[BRANCH_PREFIX.len()..]).into_owned();
-        out.push((name, v.to_vec()));
+fn corrupt(dir: &Path, problem: String) -> LedgerError {
+    LedgerError::Corrupt {
+        what: path(dir).display().to_string(),
+        problem,
     }
-    Ok(out)
 }
 
-/// All `(pack id, committed length)` in id order.
-pub fn packs(tree: &sled::Tree) -> Result<Vec<(u32, u64)>, LedgerError> {
-    let mut out = Vec::new();
-    for r in tree.scan_prefix(PACK_PREFIX) {
-        let (k, v) = r?;
-        let bad = || LedgerError::Corrupt {
-            what: "pack table".into(),
-            problem: "malformed entry".into(),
+impl Refs {
+    /// The file's text.
+    pub fn render(&self) -> String {
+        let mut s = String::with_capacity(64 + 80 * self.branches.len());
+        s.push_str(HEADER);
+        s.push('\n');
+        for (id, len) in &self.packs {
+            s.push_str(&format!("pack {id} {len}\n"));
+        }
+        for (id, len) in &self.blob_packs {
+            s.push_str(&format!("blobs {id} {len}\n"));
+        }
+        for (name, head) in &self.branches {
+            s.push_str(&format!("ref {name} {}\n", head.to_hex()));
+        }
+        let check = blake3::hash(s.as_bytes()).to_hex();
+        s.push_str(&format!("check {check}\n"));
+        s
+    }
+
+    /// Parse the file's text; `dir` names the ledger in errors.
+    pub fn parse(dir: &Path, text: &[u8]) -> Result<Refs, LedgerError> {
+        let text = std::str::from_utf8(text).map_err(|_| corrupt(dir, "not UTF-8 text".into()))?;
+        let Some(body_end) = text.rfind("check ") else {
+            return Err(corrupt(dir, "no check line (truncated?)".into()));
         };
-        let id = u32::from_be_bytes(k.get(2..6).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-        let len = u64::from_le_bytes(v.as_ref().try_into().map_err(|_| bad())?);
-        out.push((id, len));
+        let (body, check) = text.split_at(body_end);
+        let check = check.trim_end().strip_prefix("check ").unwrap_or("");
+        if blake3::hash(body.as_bytes()).to_hex().as_str() != check {
+            return Err(corrupt(
+                dir,
+                "check line does not match the contents (damaged)".into(),
+            ));
+        }
+        let mut lines = body.lines().enumerate();
+        match lines.next() {
+            Some((_, HEADER)) => {}
+            Some((_, other)) => {
+                return Err(corrupt(dir, format!("unknown header `{other}`")));
+            }
+            None => return Err(corrupt(dir, "empty".into())),
+        }
+        let mut r = Refs::default();
+        for (i, line) in lines {
+            let bad = || corrupt(dir, format!("line {}: `{line}`", i + 1));
+            let mut parts = line.split(' ');
+            match (parts.next(), parts.next(), parts.next(), parts.next()) {
+                (Some(kind @ ("pack" | "blobs")), Some(id), Some(len), None) => {
+                    let id: u32 = id.parse().map_err(|_| bad())?;
+                    let len: u64 = len.parse().map_err(|_| bad())?;
+                    let list = if kind == "pack" {
+                        &mut r.packs
+                    } else {
+                        &mut r.blob_packs
+                    };
+                    if list.last().is_some_and(|&(last, _)| last >= id) {
+                        return Err(bad());
+                    }
+                    list.push((id, len));
+                }
+                (Some("ref"), Some(name), Some(head), None) => {
+                    validate_branch(name).map_err(|_| bad())?;
+                    let head = Hash::from_hex(head).ok_or_else(bad)?;
+                    if r.branches.insert(name.to_string(), head).is_some() {
+                        return Err(bad());
+                    }
+                }
+                _ => return Err(bad()),
+            }
+        }
+        Ok(r)
     }
-    Ok(out)
+
+    /// Read the refs file of ledger `dir` (None when there is none: an empty directory
+    /// or a ledger of the older sled layout).
+    pub fn read(dir: &Path) -> Result<Option<Refs>, LedgerError> {
+        let p = path(dir);
+        match std::fs::read(&p) {
+            Ok(b) => Refs::parse(dir, &b).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(LedgerError::Io {
+                path: p,
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// Replace the refs file durably: write a temporary file, fsync it, rename it over
+    /// `REFS`, fsync the directory. Only the one writer calls this.
+    pub fn write(&self, dir: &Path) -> Result<(), LedgerError> {
+        let p = path(dir);
+        let tmp = dir.join(format!("{REFS_FILE}.tmp"));
+        let io = |path: &Path, e: std::io::Error| LedgerError::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
+        let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
+        f.write_all(self.render().as_bytes())
+            .map_err(|e| io(&tmp, e))?;
+        f.sync_data().map_err(|e| io(&tmp, e))?;
+        drop(f);
+        std::fs::rename(&tmp, &p).map_err(|e| io(&p, e))?;
+        sync_dir(dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_damage_is_named() {
+        let mut r = Refs {
+            packs: vec![(1, 100), (3, 8)],
+            blob_packs: vec![(1, 8)],
+            ..Refs::default()
+        };
+        r.branches.insert("main".into(), Hash::of_event(b"a"));
+        r.branches.insert("w1/main".into(), Hash::of_event(b"b"));
+        let d = Path::new("/x");
+        let text = r.render();
+        assert_eq!(Refs::parse(d, text.as_bytes()).unwrap(), r);
+        let mut bad = text.clone().into_bytes();
+        bad[25] ^= 1;
+        let e = Refs::parse(d, &bad).unwrap_err().to_string();
+        assert!(e.contains("/x/REFS") && e.contains("damaged"), "{e}");
+        let e = Refs::parse(d, &text.as_bytes()[..text.len() - 10]).unwrap_err();
+        assert!(e.to_string().contains("/x/REFS"), "{e}");
+    }
 }

@@ -2,18 +2,25 @@
 //! lookups and history walks. Layout of a ledger directory:
 //!
 //! ```text
-//! LOCK            flock: exclusive for the one writer, shared for readers
-//! db/             sled: refs + pack lengths, small blobs, projection cache
+//! LOCK            flock, held exclusively by the one writer (readers take no lock)
+//! REFS            branch heads + committed pack lengths, replaced whole (refs.rs)
 //! packs/          pack-NNNNNNNN.pack: framed event records (see pack.rs)
+//!                 blobs-NNNNNNNN.pack: small blobs, same frames
 //! blobs/ab/cd..   large blobs, one file per hash
+//! db/             sled, the writer's projection cache (derived; `rebuild` remakes it)
 //! ```
 //!
 //! Append protocol (a crash at any instant leaves complete history behind every ref):
-//! 1. blobs: files are fsync'ed and renamed when put; small blobs in sled are flushed;
+//! 1. blobs: files are fsync'ed and renamed when put; small-blob pack frames are
+//!    fsync'ed before step 3;
 //! 2. the batch's frames are written after the pack's committed end and fsync'ed;
-//! 3. one atomic sled batch moves the branch ref and the pack's committed length, and
-//!    sled is flushed. Until then the new frames are an uncommitted tail that the next
+//! 3. a new `REFS` (branch moved, pack lengths grown) is written, fsync'ed and renamed
+//!    over the old one. Until then the new frames are an uncommitted tail that the next
 //!    writer cuts off and readers ignore.
+//!
+//! Readers read `REFS` once when they open: that snapshot (heads, and the committed
+//! pack prefixes that hold everything the heads reach) stays consistent however the
+//! writer goes on, so read commands never wait for a run.
 use super::blob::Blobs;
 use super::codec;
 use super::event::{Event, EventBody, Genesis};
@@ -21,10 +28,10 @@ use super::hash::{is_hex_prefix, Hash};
 use super::index::{Index, MISSING_PARENT, NO_PARENT};
 use super::lock::LedgerLock;
 use super::meta::Meta;
-use super::pack::{self, Pack, PACK_ROLL_BYTES};
+use super::pack::{self, Pack, PackKind, PACK_ROLL_BYTES};
 use super::plan::LedgerPlan;
 use super::projection::{self, BranchState};
-use super::refs::{self, MAIN};
+use super::refs::{self, Refs, MAIN};
 use super::LedgerError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -65,25 +72,24 @@ pub struct RebuildReport {
 }
 
 /// An open ledger: one writer ([`Ledger::open`], [`Ledger::create`]) or a reader
-/// ([`Ledger::open_read_only`]).
+/// ([`Ledger::open_read_only`]) holding the snapshot of `REFS` it opened.
 pub struct Ledger {
     dir: PathBuf,
     writable: bool,
-    db: sled::Db,
-    refs: sled::Tree,
-    proj: sled::Tree,
+    /// The writer's projection cache (readers have none: they fold).
+    db: Option<(sled::Db, sled::Tree)>,
+    refs: Refs,
     blobs: Blobs,
     packs: Vec<Pack>,
     index: Index,
     problems: Vec<OpenProblem>,
-    sled_dirty: bool,
     /// Set when a commit failed after writing: the writer must reopen the ledger
     /// (which cuts any uncommitted tail) before appending again.
     poisoned: bool,
-    /// Projection states of recent heads (writer's incremental cache).
+    /// Projection states of recent heads (incremental cache in memory).
     proj_mem: BTreeMap<Hash, BranchState>,
     // Declared last: released after sled is closed.
-    _lock: LedgerLock,
+    _lock: Option<LedgerLock>,
 }
 
 /// Bumped whenever `BranchState` changes shape: older cached states are ignored and
@@ -109,13 +115,83 @@ fn open_sled(dir: &Path) -> Result<sled::Db, LedgerError> {
                         path: dir.to_path_buf(),
                     });
                 }
-                return Err(LedgerError::Sled(format!(
-                    "{}: {msg}",
-                    dir.join("db").display()
-                )));
+                return Err(sled_error(dir, e));
             }
         }
     }
+}
+
+/// A sled error of ledger `dir`'s projection cache: corruption is [`LedgerError::Corrupt`]
+/// naming the directory (exit 1), anything else an I/O-like storage error.
+pub(crate) fn sled_error(dir: &Path, e: sled::Error) -> LedgerError {
+    let what = format!("{} (projection cache, sled)", dir.join("db").display());
+    match e {
+        sled::Error::Corruption { at, .. } => LedgerError::Corrupt {
+            what,
+            problem: format!(
+                "sled read corrupted data{} (the cache is derived from the log: `ledger rebuild` remakes it)",
+                at.map(|p| format!(" at {p:?}")).unwrap_or_default()
+            ),
+        },
+        e => LedgerError::Sled(format!("{what}: {e}")),
+    }
+}
+
+/// Ids of the pack files of `kind` in `packs_dir`.
+fn pack_files(packs_dir: &Path, kind: PackKind) -> Result<Vec<u32>, LedgerError> {
+    let rd = std::fs::read_dir(packs_dir).map_err(|e| LedgerError::Io {
+        path: packs_dir.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut ids: Vec<u32> = rd
+        .flatten()
+        .filter_map(|e| kind.id_of(&e.file_name().to_string_lossy()))
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Whether `dir` holds a ledger (of this layout, or of the older sled-only one).
+fn is_ledger(dir: &Path) -> bool {
+    refs::path(dir).is_file() || dir.join("db").is_dir()
+}
+
+/// Move a ledger of the older layout (refs, pack lengths and small blobs in sled) to
+/// `REFS` and small-blob packs. Runs under the writer's lock; `REFS` is written last,
+/// so an interrupted migration simply runs again.
+fn migrate_from_sled(dir: &Path) -> Result<(), LedgerError> {
+    let db = open_sled(dir)?;
+    let se = |e| sled_error(dir, e);
+    let old_refs = db.open_tree("refs").map_err(se)?;
+    let mut r = Refs::default();
+    for kv in old_refs.iter() {
+        let (k, v) = kv.map_err(se)?;
+        let bad = || LedgerError::Corrupt {
+            what: format!("{} (refs tree)", dir.join("db").display()),
+            problem: format!("malformed entry {:?}", String::from_utf8_lossy(&k)),
+        };
+        if let Some(name) = k.strip_prefix(b"b/") {
+            let name = String::from_utf8(name.to_vec()).map_err(|_| bad())?;
+            let head: [u8; 32] = v.as_ref().try_into().map_err(|_| bad())?;
+            r.branches.insert(name, Hash(head));
+        } else if let Some(id) = k.strip_prefix(b"p/") {
+            let id = u32::from_be_bytes(id.try_into().map_err(|_| bad())?);
+            let len = u64::from_le_bytes(v.as_ref().try_into().map_err(|_| bad())?);
+            r.packs.push((id, len));
+        }
+    }
+    let old_blobs = db.open_tree("blobs").map_err(se)?;
+    let (mut blobs, _) = Blobs::open(dir, &[], true)?;
+    for kv in old_blobs.iter() {
+        let (_, v) = kv.map_err(se)?;
+        blobs.put(&v)?;
+    }
+    r.blob_packs = blobs.sync()?;
+    r.write(dir)?;
+    db.drop_tree("refs").map_err(se)?;
+    db.drop_tree("blobs").map_err(se)?;
+    db.flush().map_err(se)?;
+    Ok(())
 }
 
 impl Ledger {
@@ -123,7 +199,7 @@ impl Ledger {
     /// as a blob, and the genesis event starts branch `main`.
     pub fn create(dir: &Path, plan_bytes: &[u8]) -> Result<Ledger, LedgerError> {
         let plan = LedgerPlan::parse(plan_bytes)?;
-        if dir.join("db").exists() {
+        if is_ledger(dir) {
             return Err(LedgerError::AlreadyExists {
                 path: dir.to_path_buf(),
             });
@@ -134,7 +210,10 @@ impl Ledger {
                 message: e.to_string(),
             })?;
         }
-        let mut l = Ledger::open_inner(dir, true, true)?;
+        let lock = LedgerLock::acquire(dir, true)?;
+        Refs::default().write(dir)?;
+        drop(lock);
+        let mut l = Ledger::open_inner(dir, true)?;
         // Make the new directory entries durable before history is written into them.
         pack::sync_dir(dir)?;
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -153,42 +232,155 @@ impl Ledger {
         Ok(l)
     }
 
-    /// Open an existing ledger for writing (the one writer).
+    /// Open an existing ledger for writing (the one writer; a second is refused with
+    /// [`LedgerError::Locked`]).
     pub fn open(dir: &Path) -> Result<Ledger, LedgerError> {
-        Ledger::open_inner(dir, true, false)
+        Ledger::open_inner(dir, true)
     }
 
-    /// Open an existing ledger for reading; fails with `Locked` while a writer is active.
+    /// Open for `rebuild`: like [`Ledger::open`], but a projection cache that sled
+    /// finds corrupt is moved aside to `db.corrupt` (it is derived data) and remade.
+    pub fn open_for_rebuild(dir: &Path) -> Result<Ledger, LedgerError> {
+        match Ledger::open(dir) {
+            Err(LedgerError::Corrupt { what, .. }) if what.contains("projection cache") => {
+                let lock = LedgerLock::acquire(dir, true)?;
+                let aside = dir.join("db.corrupt");
+                if aside.exists() {
+                    std::fs::remove_dir_all(&aside).map_err(|e| LedgerError::Io {
+                        path: aside.clone(),
+                        message: e.to_string(),
+                    })?;
+                }
+                std::fs::rename(dir.join("db"), &aside).map_err(|e| LedgerError::Io {
+                    path: dir.join("db"),
+                    message: e.to_string(),
+                })?;
+                drop(lock);
+                Ledger::open(dir)
+            }
+            r => r,
+        }
+    }
+
+    /// Check the writer's projection cache (sled) when no writer holds the ledger:
+    /// every entry must read back and decode. `Ok(None)` when a writer is active (the
+    /// cache is its private state then).
+    pub fn check_projection_cache(dir: &Path) -> Result<Option<Vec<super::Problem>>, LedgerError> {
+        let lock = match LedgerLock::acquire(dir, true) {
+            Ok(l) => l,
+            Err(LedgerError::Locked { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let problem = |e: LedgerError| match e {
+            LedgerError::Corrupt { what, problem } => super::Problem { what, problem },
+            e => super::Problem {
+                what: format!("{} (projection cache, sled)", dir.join("db").display()),
+                problem: e.to_string(),
+            },
+        };
+        let db = match open_sled(dir) {
+            Ok(db) => db,
+            Err(e) => return Ok(Some(vec![problem(e)])),
+        };
+        let mut problems = Vec::new();
+        match db.open_tree("projections") {
+            Err(e) => problems.push(problem(sled_error(dir, e))),
+            Ok(t) => {
+                for kv in t.iter() {
+                    match kv {
+                        Err(e) => {
+                            problems.push(problem(sled_error(dir, e)));
+                            break;
+                        }
+                        Ok((k, v)) => {
+                            let ok = k.len() == 32
+                                && (v.first() != Some(&PROJ_VERSION)
+                                    || codec::decode::<BranchState>(&v[1..], "projection").is_ok());
+                            if !ok {
+                                problems.push(super::Problem {
+                                    what: format!(
+                                        "{} (projection cache, sled) entry {}",
+                                        dir.join("db").display(),
+                                        k.get(..32)
+                                            .map(|x| Hash(x.try_into().expect("32")).short())
+                                            .unwrap_or_default()
+                                    ),
+                                    problem: "does not decode (run `ledger rebuild`)".into(),
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        drop(db);
+        drop(lock);
+        Ok(Some(problems))
+    }
+
+    /// Open an existing ledger for reading, on a snapshot of its refs: works while a
+    /// writer appends (it takes no lock).
     pub fn open_read_only(dir: &Path) -> Result<Ledger, LedgerError> {
-        Ledger::open_inner(dir, false, false)
+        Ledger::open_inner(dir, false)
     }
 
-    fn open_inner(dir: &Path, writable: bool, creating: bool) -> Result<Ledger, LedgerError> {
-        if !creating && !dir.join("db").is_dir() {
+    fn open_inner(dir: &Path, writable: bool) -> Result<Ledger, LedgerError> {
+        if !is_ledger(dir) {
             return Err(LedgerError::NotALedger {
                 path: dir.to_path_buf(),
             });
         }
-        let lock = LedgerLock::acquire(dir, writable)?;
-        let db = open_sled(dir)?;
-        let refs = db.open_tree("refs")?;
-        let proj = db.open_tree("projections")?;
-        let blobs = Blobs::new(dir.join("blobs"), db.open_tree("blobs")?);
-        if writable {
-            blobs.clean_tmp();
+        if !refs::path(dir).is_file() {
+            // The older layout: move it over once (as the writer), then open.
+            let lock = LedgerLock::acquire(dir, true)?;
+            if !refs::path(dir).is_file() {
+                migrate_from_sled(dir)?;
+            }
+            drop(lock);
         }
+        if writable {
+            let lock = LedgerLock::acquire(dir, true)?;
+            let mut l = Ledger::open_snapshot(dir, true)?;
+            l._lock = Some(lock);
+            l.blobs.clean_tmp();
+            l.remove_orphan_packs()?;
+            let db = open_sled(dir)?;
+            let proj = db
+                .open_tree("projections")
+                .map_err(|e| sled_error(dir, e))?;
+            l.db = Some((db, proj));
+            return Ok(l);
+        }
+        // A reader may meet a pack that gc has just replaced: read REFS again.
+        let mut tries = 0;
+        loop {
+            match Ledger::open_snapshot(dir, false) {
+                Err(LedgerError::Io { message, .. })
+                    if tries < 20 && message.contains("No such file") =>
+                {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Read `REFS` and open what it lists (no lock, no projection cache).
+    fn open_snapshot(dir: &Path, writable: bool) -> Result<Ledger, LedgerError> {
+        let refs = Refs::read(dir)?.ok_or_else(|| LedgerError::NotALedger {
+            path: dir.to_path_buf(),
+        })?;
+        let (blobs, blob_problems) = Blobs::open(dir, &refs.blob_packs, writable)?;
         let packs_dir = dir.join("packs");
         let mut packs = Vec::new();
         let mut index = Index::default();
-        let mut problems = Vec::new();
-        for (i, (id, len)) in refs::packs(&refs)?.into_iter().enumerate() {
-            if id as usize != i + 1 {
-                return Err(LedgerError::Corrupt {
-                    what: "pack table".into(),
-                    problem: format!("pack ids are not 1..n (found {id} at position {})", i + 1),
-                });
-            }
-            let p = match Pack::open(&packs_dir, id, len, writable) {
+        let mut problems: Vec<OpenProblem> = blob_problems
+            .into_iter()
+            .map(|(what, problem)| OpenProblem { what, problem })
+            .collect();
+        for &(id, len) in &refs.packs {
+            let p = match Pack::open(&packs_dir, PackKind::Events, id, len, writable) {
                 Ok(p) => p,
                 Err(e @ LedgerError::Corrupt { .. }) if !writable => {
                     problems.push(OpenProblem {
@@ -223,18 +415,51 @@ impl Ledger {
         Ok(Ledger {
             dir: dir.to_path_buf(),
             writable,
-            db,
+            db: None,
             refs,
-            proj,
             blobs,
             packs,
             index,
             problems,
-            sled_dirty: false,
             poisoned: false,
             proj_mem: BTreeMap::new(),
-            _lock: lock,
+            _lock: None,
         })
+    }
+
+    /// Remove pack files `REFS` does not list (a pack created by a batch that never
+    /// committed, or the old packs of an interrupted gc). Writer only.
+    fn remove_orphan_packs(&self) -> Result<(), LedgerError> {
+        let packs_dir = self.dir.join("packs");
+        for (kind, listed) in [
+            (PackKind::Events, &self.refs.packs),
+            (PackKind::Blobs, &self.refs.blob_packs),
+        ] {
+            for id in pack_files(&packs_dir, kind)? {
+                if !listed.iter().any(|&(l, _)| l == id) {
+                    let p = pack::kind_path(&packs_dir, kind, id);
+                    std::fs::remove_file(&p).map_err(|e| LedgerError::Io {
+                        path: p.clone(),
+                        message: e.to_string(),
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Write `next` as the new `REFS` (small blobs made durable first) and adopt it.
+    fn write_refs(&mut self, mut next: Refs) -> Result<(), LedgerError> {
+        next.blob_packs = self.blobs.sync()?;
+        next.write(&self.dir)?;
+        self.blobs.commit(&next.blob_packs)?;
+        self.refs = next;
+        Ok(())
+    }
+
+    /// The refs snapshot this handle reads (a writer's is always current).
+    pub fn refs(&self) -> &Refs {
+        &self.refs
     }
 
     pub fn dir(&self) -> &Path {
@@ -264,9 +489,7 @@ impl Ledger {
         if !self.writable {
             return Err(LedgerError::ReadOnly);
         }
-        let (h, dirty) = self.blobs.put(bytes)?;
-        self.sled_dirty |= dirty;
-        Ok(h)
+        self.blobs.put(bytes)
     }
 
     /// A blob's bytes, checked against its hash.
@@ -286,24 +509,23 @@ impl Ledger {
 
     /// The head event of `branch`.
     pub fn head(&self, branch: &str) -> Result<Hash, LedgerError> {
-        match self.refs.get(refs::branch_key(branch))? {
-            Some(v) => refs::decode_head(branch, &v),
-            None => Err(LedgerError::UnknownBranch {
+        self.refs
+            .branches
+            .get(branch)
+            .copied()
+            .ok_or_else(|| LedgerError::UnknownBranch {
                 name: branch.to_string(),
-            }),
-        }
+            })
     }
 
     /// Every branch and its head, in name order.
     pub fn branches(&self) -> Result<Vec<(String, Hash)>, LedgerError> {
-        refs::list_raw(&self.refs)?
-            .into_iter()
-            .map(|(n, v)| Ok((n.clone(), refs::decode_head(&n, &v)?)))
-            .collect()
-    }
-
-    pub(crate) fn raw_refs(&self) -> Result<Vec<(String, Vec<u8>)>, LedgerError> {
-        refs::list_raw(&self.refs)
+        Ok(self
+            .refs
+            .branches
+            .iter()
+            .map(|(n, h)| (n.clone(), *h))
+            .collect())
     }
 
     /// Create branch `name` at the existing event `at`: one durable ref, nothing copied.
@@ -315,16 +537,14 @@ impl Ledger {
         if self.index.get(at).is_none() {
             return Err(LedgerError::UnknownEvent { what: at.to_hex() });
         }
-        let r =
-            self.refs
-                .compare_and_swap(refs::branch_key(name), None::<&[u8]>, Some(&at.0[..]))?;
-        if r.is_err() {
+        if self.refs.branches.contains_key(name) {
             return Err(LedgerError::BranchExists {
                 name: name.to_string(),
             });
         }
-        self.db.flush()?;
-        Ok(())
+        let mut next = self.refs.clone();
+        next.branches.insert(name.to_string(), *at);
+        self.write_refs(next)
     }
 
     /// Point branch `name` at the existing event `at` (created or moved), durably.
@@ -336,13 +556,13 @@ impl Ledger {
         if self.index.get(at).is_none() {
             return Err(LedgerError::UnknownEvent { what: at.to_hex() });
         }
-        self.refs.insert(refs::branch_key(name), &at.0[..])?;
-        self.db.flush()?;
-        Ok(())
+        let mut next = self.refs.clone();
+        next.branches.insert(name.to_string(), *at);
+        self.write_refs(next)
     }
 
-    /// Remove branch `name`'s ref and flush. Its events stay in the packs (shared with
-    /// other branches, or unreachable). `main` cannot be deleted.
+    /// Remove branch `name`'s ref, durably. Its events stay in the packs (shared with
+    /// other branches, or unreachable until `gc`). `main` cannot be deleted.
     pub fn delete_branch(&mut self, name: &str) -> Result<(), LedgerError> {
         if !self.writable {
             return Err(LedgerError::ReadOnly);
@@ -352,13 +572,13 @@ impl Ledger {
                 "branch `{MAIN}` cannot be deleted"
             )));
         }
-        if self.refs.remove(refs::branch_key(name))?.is_none() {
+        let mut next = self.refs.clone();
+        if next.branches.remove(name).is_none() {
             return Err(LedgerError::UnknownBranch {
                 name: name.to_string(),
             });
         }
-        self.db.flush()?;
-        Ok(())
+        self.write_refs(next)
     }
 
     // ---- append ----
@@ -420,17 +640,13 @@ impl Ledger {
                 self.dir.display()
             )));
         }
-        if self.sled_dirty {
-            self.db.flush()?;
-            self.sled_dirty = false;
-        }
         let need_new = match self.packs.last() {
             None => true,
             Some(p) => p.committed() > PACK_ROLL_BYTES,
         };
         if need_new {
-            let id = self.packs.len() as u32 + 1;
-            let p = Pack::create(&self.dir.join("packs"), id)?;
+            let id = self.packs.last().map_or(1, |p| p.id + 1);
+            let p = Pack::create(&self.dir.join("packs"), PackKind::Events, id)?;
             self.packs.push(p);
         }
         let mut state = match parent {
@@ -442,7 +658,8 @@ impl Ledger {
         let mut buf = Vec::with_capacity(items.len() * 160);
         let mut ev = Vec::with_capacity(256);
         let mut mb = Vec::with_capacity(64);
-        let mut added = Vec::with_capacity(items.len());
+        // (id, offset of a new frame or None when the event is already stored)
+        let mut added: Vec<(Hash, Option<u64>)> = Vec::with_capacity(items.len());
         let mut prev = parent;
         for (body, stage, meta) in items {
             let event = Event {
@@ -452,38 +669,64 @@ impl Ledger {
             };
             ev.clear();
             codec::encode_event_into(event.parent.as_ref(), stage, &event.body, &mut ev);
-            mb.clear();
-            codec::encode_into(&meta, &mut mb);
-            if ev.len() > pack::MAX_PAYLOAD || mb.len() > pack::MAX_PAYLOAD {
+            if ev.len() > pack::MAX_PAYLOAD {
                 return Err(LedgerError::Invalid(format!(
                     "event of {} bytes exceeds the record limit",
                     ev.len()
                 )));
             }
             let h = Hash::of_event(&ev);
-            added.push((h, base + buf.len() as u64, prev));
-            pack::encode_frame(&mut buf, &h, &ev, &mb);
+            // Content-addressed means stored once: an event already stored (a replay
+            // that reproduced it, a branch re-walking shared history) writes nothing.
+            // Its parent is part of its bytes, so the whole chain below it is stored too.
+            let stored = self.index.get(&h).is_some() || added.iter().any(|a| a.0 == h);
+            if stored {
+                added.push((h, None));
+            } else {
+                mb.clear();
+                codec::encode_into(&meta, &mut mb);
+                if mb.len() > pack::MAX_PAYLOAD {
+                    return Err(LedgerError::Invalid(format!(
+                        "metadata of {} bytes exceeds the record limit",
+                        mb.len()
+                    )));
+                }
+                added.push((h, Some(base + buf.len() as u64)));
+                pack::encode_frame(&mut buf, &h, &ev, &mb);
+            }
             projection::apply_in_place(&mut state, &h, &event);
             prev = Some(h);
         }
         let head = prev.expect("batch is not empty");
         self.poisoned = true;
-        let new_len = pack.write_durable(&buf)?;
-        let mut batch = sled::Batch::default();
-        batch.insert(refs::branch_key(branch), &head.0[..]);
-        batch.insert(refs::pack_key(pack.id), &new_len.to_le_bytes()[..]);
-        self.refs.apply_batch(batch)?;
-        self.db.flush()?;
+        let new_len = if buf.is_empty() {
+            base
+        } else {
+            pack.write_durable(&buf)?
+        };
+        let id = pack.id;
+        let mut next = self.refs.clone();
+        next.branches.insert(branch.to_string(), head);
+        match next.packs.iter_mut().find(|p| p.0 == id) {
+            Some(p) => p.1 = new_len,
+            None => next.packs.push((id, new_len)),
+        }
+        if next != self.refs || self.blobs.has_pending() {
+            self.write_refs(next)?;
+        }
+        let pack = self.packs.last_mut().expect("a pack exists");
         pack.commit(new_len)?;
         self.poisoned = false;
-        let id = pack.id;
         self.index.reserve(added.len());
         let mut parent_pos = match parent {
             None => NO_PARENT,
             Some(p) => self.index.position(&p).unwrap_or(MISSING_PARENT),
         };
-        for (h, off, _) in &added {
-            parent_pos = self.index.insert_at(*h, id, *off, parent_pos);
+        for (h, off) in &added {
+            parent_pos = match off {
+                Some(off) => self.index.insert_at(*h, id, *off, parent_pos),
+                None => self.index.position(h).expect("stored events are indexed"),
+            };
         }
         self.cache_state(head, state)?;
         Ok(added.into_iter().map(|a| a.0).collect())
@@ -613,29 +856,20 @@ impl Ledger {
             .map(move |h| Ok((*h, self.event(h)?)))
     }
 
-    /// Resolve a `show` reference: `branch@stageN`, a branch name, or a hash prefix.
+    /// Resolve a reference (the grammar of [`super::Reference`]): `BRANCH@stageN` (the
+    /// stage must exist on the branch), a branch name, or a hash prefix.
     pub fn resolve(&self, r: &str) -> Result<Resolved, LedgerError> {
-        if let Some((b, s)) = r.split_once('@') {
-            let n = s
-                .strip_prefix("stage")
-                .and_then(|n| n.parse::<u32>().ok())
-                .filter(|&n| n >= 1)
-                .ok_or_else(|| LedgerError::UnknownEvent {
-                    what: format!("{r} (expected BRANCH@stageN, N >= 1)"),
-                })?;
-            self.head(b)?;
-            return Ok(Resolved::Stage {
-                branch: b.to_string(),
-                stage: n,
-            });
+        let name = match super::Reference::parse(r)? {
+            super::Reference::Stage { branch, stage } => {
+                self.stage_end(&branch, stage)?;
+                return Ok(Resolved::Stage { branch, stage });
+            }
+            super::Reference::Name(n) => n,
+        };
+        if let Ok(head) = self.head(&name) {
+            return Ok(Resolved::Branch { name, head });
         }
-        if let Ok(head) = self.head(r) {
-            return Ok(Resolved::Branch {
-                name: r.to_string(),
-                head,
-            });
-        }
-        let p = r.to_ascii_lowercase();
+        let p = name.to_ascii_lowercase();
         if p.len() >= 4 && is_hex_prefix(&p) {
             let m = self.index.with_prefix(&p);
             return match m.len() {
@@ -660,7 +894,7 @@ impl Ledger {
         if let Some(s) = self.proj_mem.get(h) {
             return Some(s.clone());
         }
-        let v = self.proj.get(h.0).ok()??;
+        let v = self.db.as_ref()?.1.get(h.0).ok()??;
         if v.first() != Some(&PROJ_VERSION) {
             return None;
         }
@@ -702,10 +936,17 @@ impl Ledger {
     }
 
     fn cache_state(&mut self, head: Hash, state: BranchState) -> Result<(), LedgerError> {
-        if self.writable {
-            let mut v = vec![PROJ_VERSION];
-            codec::encode_into(&state, &mut v);
-            self.proj.insert(head.0, v)?;
+        if let Some((_, proj)) = &self.db {
+            let fresh = proj
+                .get(head.0)
+                .map_err(|e| sled_error(&self.dir, e))?
+                .is_some_and(|v| v.first() == Some(&PROJ_VERSION));
+            if !fresh {
+                let mut v = vec![PROJ_VERSION];
+                codec::encode_into(&state, &mut v);
+                proj.insert(head.0, v)
+                    .map_err(|e| sled_error(&self.dir, e))?;
+            }
         }
         if self.proj_mem.len() >= 64 {
             self.proj_mem.clear();
@@ -728,7 +969,9 @@ impl Ledger {
             return Err(LedgerError::ReadOnly);
         }
         let t = Instant::now();
-        self.proj.clear()?;
+        if let Some((_, proj)) = &self.db {
+            proj.clear().map_err(|e| sled_error(&self.dir, e))?;
+        }
         self.proj_mem.clear();
         let branches = self.branches()?;
         let n = self.index.len();
@@ -806,7 +1049,9 @@ impl Ledger {
             }
             self.cache_state(head, state)?;
         }
-        self.db.flush()?;
+        if let Some((db, _)) = &self.db {
+            db.flush().map_err(|e| sled_error(&self.dir, e))?;
+        }
         Ok(RebuildReport {
             branches: branches.len(),
             events,

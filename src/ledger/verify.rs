@@ -5,7 +5,6 @@ use super::codec;
 use super::event::EventBody;
 use super::hash::Hash;
 use super::index::{MISSING_PARENT, NO_PARENT};
-use super::refs;
 use super::store::Ledger;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -187,49 +186,28 @@ impl Ledger {
             }
         }
 
-        // Refs: well-formed, pointing at a stored event whose chain reaches genesis.
-        let mut branches = 0;
-        match self.raw_refs() {
-            Err(e) => problems.push(Problem {
+        // Refs (parsed and checked when the ledger opened): pointing at a stored event
+        // whose chain reaches genesis.
+        let branches = self.refs().branches.len();
+        if branches == 0 {
+            problems.push(Problem {
                 what: "refs".into(),
-                problem: e.to_string(),
-            }),
-            Ok(raw) => {
-                branches = raw.len();
-                if raw.is_empty() {
-                    problems.push(Problem {
-                        what: "refs".into(),
-                        problem: "no branches (no genesis)".into(),
-                    });
-                }
-                for (name, v) in raw {
-                    let what = format!("ref {name}");
-                    if refs::validate_branch(&name).is_err() {
+                problem: "no branches (no genesis)".into(),
+            });
+        }
+        for (name, h) in &self.refs().branches {
+            let what = format!("ref {name}");
+            match index.position(h) {
+                None => problems.push(Problem {
+                    what,
+                    problem: format!("points at unknown event {}", h.short()),
+                }),
+                Some(pos) => {
+                    if !chain_ok[pos as usize] {
                         problems.push(Problem {
                             what,
-                            problem: "malformed branch name".into(),
+                            problem: "history has a broken parent link".into(),
                         });
-                        continue;
-                    }
-                    match refs::decode_head(&name, &v) {
-                        Err(e) => problems.push(Problem {
-                            what,
-                            problem: e.to_string(),
-                        }),
-                        Ok(h) => match index.position(&h) {
-                            None => problems.push(Problem {
-                                what,
-                                problem: format!("points at unknown event {}", h.short()),
-                            }),
-                            Some(pos) => {
-                                if !chain_ok[pos as usize] {
-                                    problems.push(Problem {
-                                        what,
-                                        problem: "history has a broken parent link".into(),
-                                    });
-                                }
-                            }
-                        },
                     }
                 }
             }
@@ -245,7 +223,7 @@ impl Ledger {
                 Err(e) => (Some(Problem { what: format!("blob {}", b.short()), problem: e.to_string() }), 0),
                 Ok(None) => (
                     Some(Problem {
-                        what: format!("blob {} ({})", b.short(), store.file_path(b).display()),
+                        what: format!("blob {} ({})", b.short(), store.describe(b)),
                         problem: format!("missing (referenced by event {})", ev.short()),
                     }),
                     0,
@@ -253,7 +231,7 @@ impl Ledger {
                 Ok(Some(bytes)) => {
                     let got = Hash::of_blob(&bytes);
                     let p = (got != *b).then(|| Problem {
-                        what: format!("blob {} ({})", b.short(), store.file_path(b).display()),
+                        what: format!("blob {} ({})", b.short(), store.describe(b)),
                         problem: format!(
                             "content ({} bytes) hashes to {} (altered or truncated; referenced by event {})",
                             bytes.len(),
@@ -270,23 +248,25 @@ impl Ledger {
             blob_bytes += n;
             problems.extend(p);
         }
-        for r in store.inline_iter() {
-            match r {
-                Err(e) => problems.push(Problem {
-                    what: "blob store".into(),
-                    problem: e.to_string(),
-                }),
-                Ok((k, v)) => {
-                    let ok = k.len() == 32 && Hash::of_blob(&v).0[..] == k[..];
-                    if !ok {
-                        let name = k
-                            .get(..32)
-                            .map(|x| Hash(x.try_into().expect("32")).short())
-                            .unwrap_or_default();
-                        problems.push(Problem {
-                            what: format!("blob {name} (inline)"),
-                            problem: "content does not match its hash".into(),
-                        });
+        // Every small blob, referenced or not: record checksum and content hash.
+        for p in store.small_packs() {
+            for (off, f) in p.frames() {
+                let what =
+                    |h: &Hash| format!("blob {} ({} offset {off})", h.short(), p.path.display());
+                match f {
+                    Err(_) => {} // reported when the ledger opened
+                    Ok(f) => {
+                        if !f.checksum_ok() {
+                            problems.push(Problem {
+                                what: what(&f.hash),
+                                problem: "record checksum mismatch".into(),
+                            });
+                        } else if Hash::of_blob(f.event) != f.hash {
+                            problems.push(Problem {
+                                what: what(&f.hash),
+                                problem: "content does not match its hash".into(),
+                            });
+                        }
                     }
                 }
             }
