@@ -2,7 +2,6 @@
 //! environments on the MAPF-FrozenLake testbed.
 //!
 //! Data flows top to bottom: [`env`] (the testbed) -> [`ledger`] -> CLI views.
-pub mod audit;
 pub mod cli;
 pub mod engineer;
 pub mod env;
@@ -16,6 +15,7 @@ pub mod seed;
 pub mod stage;
 pub mod study;
 pub mod train;
+pub mod views;
 
 #[cfg(test)]
 mod tests {

@@ -439,7 +439,8 @@ pub fn replay_meta(pipeline: &Pipeline<'_>, live: bool) -> Meta {
     let mut m = Meta::now();
     m.threads = Some(pipeline.plan.train.torch_threads);
     m.device = Some(format!("{:?}", pipeline.device));
-    m.versions.insert("libtorch".into(), "2.11.0".into());
+    m.versions
+        .extend(crate::train::kernels::facts(pipeline.device));
     m.versions.insert(
         "rayon_threads".into(),
         rayon::current_num_threads().to_string(),

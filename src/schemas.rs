@@ -19,7 +19,10 @@ pub fn all() -> Vec<(&'static str, String)> {
     ];
     out.extend(crate::ledger::schemas());
     out.extend([
-        ("audit", pretty(schema_for!(crate::audit::AuditReport))),
+        (
+            "audit",
+            pretty(schema_for!(crate::views::audit::AuditReport)),
+        ),
         (
             "compare",
             pretty(schema_for!(Vec<crate::study::BranchSummary>)),
@@ -40,6 +43,10 @@ pub fn all() -> Vec<(&'static str, String)> {
         (
             "lm-generate",
             pretty(schema_for!(crate::cli::lm::GenerateOutput)),
+        ),
+        (
+            "branches",
+            pretty(schema_for!(Vec<crate::views::branches::BranchListing>)),
         ),
     ]);
     out

@@ -64,7 +64,9 @@ pub struct RunOptions {
     pub branch: String,
     /// Run at most this many more stages (None: to the plan's last stage).
     pub stages: Option<u32>,
-    /// Engineer for the stages this run designs (None: the fork's, else the plan's).
+    /// Engineer for the stages this run designs, not recorded as the branch's choice
+    /// (None: the branch's engineer, see [`Pipeline::branch_engineer`]). `ledger run
+    /// --engineer` records its choice first with [`Pipeline::choose_engineer`].
     pub engineer: Option<String>,
     /// Device override (None: the plan's).
     pub device: Option<String>,
@@ -246,7 +248,7 @@ impl<'a> Pipeline<'a> {
         base_meta.device = Some(device_name);
         base_meta
             .versions
-            .insert("libtorch".into(), "2.11.0".into());
+            .extend(crate::train::kernels::facts(device));
         base_meta.versions.insert(
             "rayon_threads".into(),
             rayon::current_num_threads().to_string(),
@@ -316,6 +318,40 @@ impl<'a> Pipeline<'a> {
             .and_then(|s| s.checkpoint.map(|c| c.0))
     }
 
+    /// The engineer that designs a branch's next stages: its last recorded choice (a
+    /// fork's engineer or `run --engineer`), else the plan's.
+    pub fn branch_engineer(&self, state: &BranchState) -> String {
+        state
+            .engineer
+            .clone()
+            .unwrap_or_else(|| self.plan.engineer.name.clone())
+    }
+
+    /// Make `engineer` the branch's engineer from its next stage on: checked, then
+    /// recorded as an `EngineerChosen` event when it differs from the current one (so a
+    /// later `run` or `resume` without `--engineer` keeps it). Returns whether it changed.
+    pub fn choose_engineer(&mut self, branch: &str, engineer: &str) -> Result<bool, StageError> {
+        let state = self.ledger.projection(branch)?;
+        let previous = self.branch_engineer(&state);
+        let next = next_stage(&state);
+        if previous == engineer || next > self.plan.engineer.stages {
+            return Ok(false);
+        }
+        crate::engineer::check_spec(engineer, &self.plan, &state)?;
+        self.ledger.append(
+            branch,
+            vec![(
+                EventBody::EngineerChosen(crate::ledger::event::EngineerChosen {
+                    engineer: engineer.to_string(),
+                    previous,
+                }),
+                next.saturating_sub(1),
+                self.base_meta.clone(),
+            )],
+        )?;
+        Ok(true)
+    }
+
     /// Drive `opts.branch` forward. `stop` is polled between steps (Ctrl-C).
     pub fn run(
         &mut self,
@@ -337,8 +373,7 @@ impl<'a> Pipeline<'a> {
             let name = opts
                 .engineer
                 .clone()
-                .or_else(|| state.forked_from.as_ref().map(|f| f.2.clone()))
-                .unwrap_or_else(|| self.plan.engineer.name.clone());
+                .unwrap_or_else(|| self.branch_engineer(&state));
             crate::engineer::check_spec(&name, &self.plan, &state)?;
         }
         loop {
@@ -355,8 +390,7 @@ impl<'a> Pipeline<'a> {
                     None => opts
                         .engineer
                         .clone()
-                        .or_else(|| state.forked_from.as_ref().map(|f| f.2.clone()))
-                        .unwrap_or_else(|| self.plan.engineer.name.clone()),
+                        .unwrap_or_else(|| self.branch_engineer(&state)),
                 };
                 self.run_stage(
                     &opts.branch,

@@ -8,7 +8,17 @@ use mapf_ledger::ledger::{schemas, Ledger};
 fn event_schema_names_every_kind_and_plan_schema_every_section() {
     let all = schemas();
     let names: Vec<&str> = all.iter().map(|s| s.0).collect();
-    assert_eq!(names, ["ledger-event", "ledger-plan"]);
+    assert_eq!(
+        names,
+        [
+            "ledger-event",
+            "ledger-plan",
+            "verify",
+            "rebuild",
+            "gc",
+            "fetch"
+        ]
+    );
     let event: serde_json::Value = serde_json::from_str(&all[0].1).unwrap();
     let text = all[0].1.as_str();
     for kind in [
@@ -25,6 +35,7 @@ fn event_schema_names_every_kind_and_plan_schema_every_section() {
         "stage_completed",
         "branch_forked",
         "replay_verified",
+        "engineer_chosen",
     ] {
         assert!(
             text.contains(&format!("\"{kind}\"")),

@@ -9,7 +9,7 @@ pub fn run(ledger: &Path, branch: &str, stage: Option<&str>, json: bool) -> CliR
         .map(|s| crate::ledger::parse_stage(s).map_err(|e| CliError::input(format!("--stage {e}"))))
         .transpose()?;
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let report = crate::audit::audit(&l, branch, stage).map_err(err)?;
+    let report = crate::views::audit::audit(&l, branch, stage).map_err(err)?;
     if let Some(n) = stage {
         if report.decisions.is_empty() {
             return Err(CliError::input(format!(
@@ -23,7 +23,7 @@ pub fn run(ledger: &Path, branch: &str, stage: Option<&str>, json: bool) -> CliR
             serde_json::to_string_pretty(&report).expect("audit serialises")
         );
     } else {
-        print!("{}", crate::audit::render(&report));
+        print!("{}", crate::views::audit::render(&report));
     }
     Ok(())
 }

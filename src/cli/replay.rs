@@ -9,6 +9,7 @@ use crate::ledger::event::{EvalCell, Evaluation};
 use crate::ledger::Ledger;
 use crate::replay::{self, ReplayError, StageReplay};
 use crate::stage::{Pipeline, Progress};
+use crate::train::kernels;
 use std::path::Path;
 
 /// Arguments of `ledger replay`.
@@ -70,6 +71,11 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
         ));
     }
     let mut ledger = Ledger::open(dir).map_err(ledger_error)?;
+    // Before libtorch picks its kernels: run the recorded ones where this CPU can.
+    let recorded = recorded_capabilities(&ledger, &args.branch, stage)?;
+    if args.engineer.is_none() {
+        pin_capability(&recorded);
+    }
     let pipeline = if args.engineer.is_none() {
         Pipeline::regenerating_suites(&mut ledger)
     } else {
@@ -88,11 +94,71 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
                 };
             counterfactual(&mut pipeline, &args, n, engineer)
         }
-        None => verify(&mut pipeline, &args, stage),
+        None => verify(&mut pipeline, &args, stage, &recorded),
     }
 }
 
-fn verify(pipeline: &mut Pipeline<'_>, args: &ReplayArgs, stage: Option<u32>) -> CliResult {
+/// The ATen CPU capability each stage to replay was recorded with (from the metadata
+/// of its `StageStarted`; stages recorded before it was recorded are left out).
+fn recorded_capabilities(
+    ledger: &Ledger,
+    branch: &str,
+    stage: Option<u32>,
+) -> Result<Vec<(u32, String)>, CliError> {
+    let mut out = Vec::new();
+    let history = ledger.ancestry(&ledger.head(branch)?)?;
+    for h in history.iter().rev() {
+        let (e, m) = ledger.event_with_meta(h)?;
+        if matches!(e.body, crate::ledger::EventBody::StageStarted(_))
+            && stage.is_none_or(|n| n == e.stage)
+        {
+            if let Some(c) = m.versions.get(kernels::CAPABILITY_KEY) {
+                out.push((e.stage, c.clone()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Pin ATen to the recorded CPU capability (when every replayed stage recorded the same
+/// one and `ATEN_CPU_CAPABILITY` is not set already): kernels of another capability may
+/// round differently, which would fail a bit-exact replay for no fault of the record.
+fn pin_capability(recorded: &[(u32, String)]) {
+    let Some((_, first)) = recorded.first() else {
+        return;
+    };
+    if std::env::var_os(kernels::CAPABILITY_ENV).is_some()
+        || recorded.iter().any(|(_, c)| c != first)
+    {
+        return;
+    }
+    // ATen reads the variable once, when it first dispatches a kernel; nothing has run
+    // yet in this process (the ledger is opened, no tensor made).
+    std::env::set_var(kernels::CAPABILITY_ENV, first.to_ascii_lowercase());
+}
+
+/// A note when stage `n` was recorded with another ATen CPU capability than this
+/// process runs (the CPU lacks it, or `ATEN_CPU_CAPABILITY` says otherwise).
+fn capability_note(recorded: &[(u32, String)], n: u32) -> Option<String> {
+    let (_, was) = recorded.iter().find(|(s, _)| *s == n)?;
+    let now = kernels::cpu_capability();
+    (*was != now).then(|| {
+        format!(
+            "stage {n} was recorded with ATen CPU capability {was}, this process runs {now}{}: kernels may round differently, so hashes may differ without any fault in the record",
+            match std::env::var(kernels::CAPABILITY_ENV) {
+                Ok(v) => format!(" ({}={v})", kernels::CAPABILITY_ENV),
+                Err(_) => String::new(),
+            }
+        )
+    })
+}
+
+fn verify(
+    pipeline: &mut Pipeline<'_>,
+    args: &ReplayArgs,
+    stage: Option<u32>,
+    recorded: &[(u32, String)],
+) -> CliResult {
     let branch = &args.branch;
     let stages = match stage {
         Some(n) => vec![n],
@@ -107,9 +173,17 @@ fn verify(pipeline: &mut Pipeline<'_>, args: &ReplayArgs, stage: Option<u32>) ->
     replay::check_branch(pipeline.ledger, branch).map_err(replay_error)?;
     let mut done: Vec<StageReplay> = Vec::new();
     for n in stages {
+        let note = capability_note(recorded, n);
+        if let Some(note) = &note {
+            eprintln!("ledger: note: {note}");
+        }
         let r = replay::verify_stage(pipeline, branch, n, args.live, &mut Notes)
             .map_err(replay_error)?;
         if let Some(m) = &r.mismatch {
+            let m = match &note {
+                Some(note) => format!("{m} ({note})"),
+                None => m.to_string(),
+            };
             if args.json {
                 println!(
                     "{}",

@@ -75,6 +75,18 @@ pub fn run(ledger_dir: &Path, opts: RunOptions, quiet: bool) -> CliResult {
     let mut ledger = Ledger::open(ledger_dir)?;
     let stop = stop_on_ctrl_c();
     let mut pipeline = Pipeline::new(&mut ledger, opts.device.as_deref()).map_err(stage_error)?;
+    if let Some(e) = &opts.engineer {
+        if pipeline
+            .choose_engineer(&opts.branch, e)
+            .map_err(stage_error)?
+            && !quiet
+        {
+            eprintln!(
+                "branch {}: engineer {e} designs the next stages from now on",
+                opts.branch
+            );
+        }
+    }
     let mut bars = Bars { bar: None, quiet };
     let summary = pipeline
         .run(&opts, &mut crate::engineer::build, &mut bars, &stop)

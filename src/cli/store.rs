@@ -71,6 +71,15 @@ pub enum StoreCommand {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Remove every event and blob no branch reaches (deleted branches, scratch runs),
+    /// crash-safe: killed at any instant, nothing a branch reaches is lost.
+    Gc {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Branch operations (`ledger branch delete NAME`).
+    #[command(subcommand)]
+    Branch(BranchCommand),
     /// Recompute every projection from the log.
     Rebuild {
         #[arg(long)]
@@ -85,6 +94,12 @@ pub enum StoreCommand {
         #[arg(long)]
         batches: Option<u64>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BranchCommand {
+    /// Remove a branch's ref (its events stay until `ledger gc`; `main` cannot go).
+    Delete { name: String },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -172,6 +187,37 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
                     w.flush().map_err(out_err)?;
                 }
             }
+            Ok(())
+        }
+        StoreCommand::Gc { json } => {
+            let mut l = Ledger::open(ledger).map_err(err)?;
+            let r = l
+                .gc(&crate::train::TrainState::referenced_blobs)
+                .map_err(err)?;
+            if json {
+                print_json(&r)
+            } else {
+                println!(
+                    "gc: removed {} events and {} blobs, kept {} events and {} blobs; {:.1} MB -> {:.1} MB in {:.3}s",
+                    r.events_removed,
+                    r.blobs_removed,
+                    r.events_kept,
+                    r.blobs_kept,
+                    r.bytes_before as f64 / 1e6,
+                    r.bytes_after as f64 / 1e6,
+                    r.seconds
+                );
+                Ok(())
+            }
+        }
+        StoreCommand::Branch(BranchCommand::Delete { name }) => {
+            let mut l = Ledger::open(ledger).map_err(err)?;
+            let head = l.head(&name).map_err(err)?;
+            l.delete_branch(&name).map_err(err)?;
+            println!(
+                "deleted branch {name} (was at {}); `ledger gc` removes what no branch reaches",
+                head.short()
+            );
             Ok(())
         }
         StoreCommand::Rebuild { json } => {
@@ -383,38 +429,27 @@ fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
 
 fn branches(ledger: &Path, json: bool) -> CliResult {
     let mut l = Ledger::open_read_only(ledger).map_err(err)?;
-    let mut rows = Vec::new();
-    for (name, head) in l.branches().map_err(err)? {
-        let s = l.projection(&name).map_err(err)?;
-        rows.push(json!({
-            "name": name,
-            "head": head,
-            "events": s.events,
-            "stages": s.stages.len(),
-            "forked_from": s.forked_from.as_ref().map(|(b, at, e)| json!({"branch": b, "at": at, "engineer": e})),
-        }));
-    }
+    let rows = crate::views::branches::branches(&mut l).map_err(err)?;
     if json {
         return print_json(&rows);
     }
+    let mut w = super::stdout();
     for r in rows {
-        let fork = match &r["forked_from"] {
-            serde_json::Value::Null => String::new(),
-            f => format!(
-                "  forked from {} at {}",
-                f["branch"].as_str().unwrap_or(""),
-                &f["at"].as_str().unwrap_or("")[..12]
-            ),
+        let fork = match &r.forked_from {
+            None => String::new(),
+            Some(f) => format!("  forked from {} at {}", f.branch, f.at.short()),
         };
-        println!(
+        writeln!(
+            w,
             "{:<20} {}  {} events  {} stages{fork}",
-            r["name"].as_str().unwrap_or(""),
-            &r["head"].as_str().unwrap_or("")[..12],
-            r["events"],
-            r["stages"]
-        );
+            r.name,
+            r.head.short(),
+            r.events,
+            r.stages
+        )
+        .map_err(out_err)?;
     }
-    Ok(())
+    w.flush().map_err(out_err)
 }
 
 fn verify(ledger: &Path, json: bool) -> CliResult {

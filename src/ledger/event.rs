@@ -39,6 +39,8 @@ pub enum EventBody {
     StageCompleted(StageCompleted),
     BranchForked(BranchForked),
     ReplayVerified(ReplayVerified),
+    // New kinds go last: the encoding numbers variants in order.
+    EngineerChosen(EngineerChosen),
 }
 
 /// The ledger's first event: the plan file it was created from.
@@ -276,6 +278,15 @@ pub struct BranchForked {
     pub replicate: u32,
 }
 
+/// `run --engineer X` on a branch whose engineer was another: X designs the branch's
+/// next stages (and later runs and resumes without the flag keep X).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineerChosen {
+    pub engineer: String,
+    /// The engineer it replaces (the plan's, a fork's, or an earlier choice).
+    pub previous: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ReplayVerified {
     /// The stage recomputed.
@@ -304,6 +315,7 @@ impl EventBody {
             EventBody::FailureBreakdown(_) => "failure_breakdown",
             EventBody::StageCompleted(_) => "stage_completed",
             EventBody::BranchForked(_) => "branch_forked",
+            EventBody::EngineerChosen(_) => "engineer_chosen",
             EventBody::ReplayVerified(_) => "replay_verified",
         }
     }
@@ -336,6 +348,7 @@ impl EventBody {
             EventBody::GradientStep(_)
             | EventBody::FailureBreakdown(_)
             | EventBody::BranchForked(_)
+            | EventBody::EngineerChosen(_)
             | EventBody::ReplayVerified(_) => vec![],
         }
     }
@@ -394,6 +407,9 @@ impl EventBody {
                 b.at.short(),
                 b.engineer
             ),
+            EventBody::EngineerChosen(c) => {
+                format!("engineer {} (was {})", c.engineer, c.previous)
+            }
             EventBody::ReplayVerified(r) => match &r.mismatch {
                 None => format!("stage {} matched {} events", r.replayed_stage, r.events),
                 Some(m) => format!("stage {} mismatch: {m}", r.replayed_stage),

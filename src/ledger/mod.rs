@@ -6,12 +6,14 @@
 //! [`pack`] (framed append-only pack files), [`index`] (event id -> place),
 //! [`blob`] (content-addressed blobs), [`refs`] (the `REFS` file: branch heads and
 //! committed pack lengths, readable without a lock), [`lock`] (one writer), [`store`] (the [`Ledger`] and its append protocol),
-//! [`projection`] (pure folds), [`verify`], [`export`] and [`bundle`] (bundles, fetch).
+//! [`projection`] (pure folds), [`verify`], [`export`], [`bundle`] (bundles, fetch)
+//! and [`gc`].
 pub mod blob;
 pub mod bundle;
 pub mod codec;
 pub mod event;
 pub mod export;
+pub mod gc;
 pub mod hash;
 pub mod index;
 pub mod lock;
@@ -106,6 +108,20 @@ pub fn schemas() -> Vec<(&'static str, String)> {
         (
             "ledger-plan",
             crate::schemas::pretty(schema_for!(plan::LedgerPlan)),
+        ),
+        // What `verify --json`, `rebuild --json`, `gc --json` and `fetch --json` print.
+        (
+            "verify",
+            crate::schemas::pretty(schema_for!(verify::Report)),
+        ),
+        (
+            "rebuild",
+            crate::schemas::pretty(schema_for!(store::RebuildReport)),
+        ),
+        ("gc", crate::schemas::pretty(schema_for!(gc::GcReport))),
+        (
+            "fetch",
+            crate::schemas::pretty(schema_for!(bundle::FetchReport)),
         ),
     ]
 }

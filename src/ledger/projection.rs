@@ -18,6 +18,9 @@ pub struct BranchState {
     pub events: u64,
     /// Set by a BranchForked event: (source branch, fork point, engineer).
     pub forked_from: Option<(String, Hash, String)>,
+    /// The engineer that designs this branch's next stages, as last chosen (by a fork
+    /// or by `run --engineer`); None: the plan's.
+    pub engineer: Option<String>,
     /// Seed replicate of the stages run after the latest fork (0: the plan's seeds).
     pub replicate: u32,
     /// Registered engineers, in order.
@@ -189,6 +192,7 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
         }
         EventBody::BranchForked(b) => {
             s.forked_from = Some((b.from_branch.clone(), b.at, b.engineer.clone()));
+            s.engineer = Some(b.engineer.clone());
             s.replicate = b.replicate;
             audit(s);
         }
@@ -196,6 +200,7 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
             s.replays.push((r.replayed_stage, r.mismatch.is_none()));
             audit(s);
         }
+        EventBody::EngineerChosen(c) => s.engineer = Some(c.engineer.clone()),
     }
 }
 

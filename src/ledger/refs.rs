@@ -1,19 +1,22 @@
-//! Refs: the `REFS` file, one small text file that says what the ledger's history is:
-//! every branch's head event and every pack's committed length. It is replaced whole
-//! (temporary file, fsync, rename, fsync of the directory), as git replaces a ref
-//! through its lockfile, so a reader that reads it once holds a consistent snapshot
-//! (heads and everything they reach lie inside the listed committed prefixes) without
-//! taking any lock, and a crash leaves either the old or the new file.
+//! Refs: the `REFS` file says what the ledger's history is: every branch's head event
+//! and every pack's committed length. It is a log of whole snapshots, each a record:
 //!
 //! ```text
 //! mapf-ledger refs 1
 //! pack 1 1048576              event pack id, committed length
 //! blobs 1 20480               small-blob pack id, committed length
 //! ref main <64 hex>           branch, head event
-//! check <64 hex>              blake3 of every line above (detects a damaged file)
+//! check <64 hex>              blake3 of the record's lines above
 //! ```
 //!
-//! A fork is one new `ref` line: O(1), nothing copied.
+//! The writer commits by appending one record and fsync'ing it (one sync per commit, as
+//! a database's log); the last complete record is the truth. A record cut short by a
+//! crash (or still being written while a reader reads) has no complete `check` line and
+//! is ignored, so the record before it holds; a complete record whose check fails is
+//! damage, reported. When the log grows past [`COMPACT_BYTES`] it is replaced by its
+//! last record (temporary file, fsync, rename, fsync of the directory, as git replaces a
+//! ref through its lockfile). A reader that reads the file once holds a consistent
+//! snapshot without any lock. A fork is one new `ref` line: O(1), nothing copied.
 use super::hash::Hash;
 use super::pack::sync_dir;
 use super::LedgerError;
@@ -28,6 +31,9 @@ pub const MAIN: &str = "main";
 pub const REFS_FILE: &str = "REFS";
 
 const HEADER: &str = "mapf-ledger refs 1";
+
+/// The log is compacted to its last record once it is larger than this.
+pub const COMPACT_BYTES: u64 = 1 << 20;
 
 /// Check a branch name: 1..=100 chars of `[A-Za-z0-9._-]` in `/`-separated components
 /// (fetched namespaces, `worker1/main`), no component empty or starting with `-`/`.`.
@@ -144,12 +150,30 @@ impl Refs {
         Ok(r)
     }
 
+    /// The last committed record of a refs log's bytes and the length of the file up
+    /// to its end (what a writer keeps; a torn tail after it is cut).
+    pub fn parse_log(dir: &Path, bytes: &[u8]) -> Result<(Refs, usize), LedgerError> {
+        // Records, in order: each runs from its start to the end of its first whole
+        // `check <64 hex>` line. What follows the last one is a torn or in-progress
+        // record, ignored.
+        let mut last: Option<(usize, usize)> = None;
+        let mut pos = 0;
+        while let Some(end) = record_end(&bytes[pos..]) {
+            last = Some((pos, pos + end));
+            pos += end;
+        }
+        match last {
+            Some((s, e)) => Refs::parse(dir, &bytes[s..e]).map(|r| (r, e)),
+            None => Err(corrupt(dir, "no complete record (truncated?)".into())),
+        }
+    }
+
     /// Read the refs file of ledger `dir` (None when there is none: an empty directory
     /// or a ledger of the older sled layout).
     pub fn read(dir: &Path) -> Result<Option<Refs>, LedgerError> {
         let p = path(dir);
         match std::fs::read(&p) {
-            Ok(b) => Refs::parse(dir, &b).map(Some),
+            Ok(b) => Refs::parse_log(dir, &b).map(|r| Some(r.0)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(LedgerError::Io {
                 path: p,
@@ -157,24 +181,98 @@ impl Refs {
             }),
         }
     }
+}
 
-    /// Replace the refs file durably: write a temporary file, fsync it, rename it over
-    /// `REFS`, fsync the directory. Only the one writer calls this.
-    pub fn write(&self, dir: &Path) -> Result<(), LedgerError> {
-        let p = path(dir);
-        let tmp = dir.join(format!("{REFS_FILE}.tmp"));
-        let io = |path: &Path, e: std::io::Error| LedgerError::Io {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        };
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
-        f.write_all(self.render().as_bytes())
-            .map_err(|e| io(&tmp, e))?;
-        f.sync_data().map_err(|e| io(&tmp, e))?;
-        drop(f);
-        std::fs::rename(&tmp, &p).map_err(|e| io(&p, e))?;
-        sync_dir(dir)
+/// The length of the first record of `bytes`: up to and including its first whole
+/// `check <64 hex>` line (None: no complete record).
+fn record_end(bytes: &[u8]) -> Option<usize> {
+    let mut line_start = 0;
+    while line_start < bytes.len() {
+        let nl = bytes[line_start..].iter().position(|&b| b == b'\n')?;
+        let line = &bytes[line_start..line_start + nl];
+        if line.len() == 70 && line.starts_with(b"check ") {
+            return Some(line_start + nl + 1);
+        }
+        line_start += nl + 1;
     }
+    None
+}
+
+fn io(path: &Path, e: std::io::Error) -> LedgerError {
+    LedgerError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// The writer's handle on the refs log: appends one record per commit.
+pub struct RefsLog {
+    dir: PathBuf,
+    file: std::fs::File,
+    len: u64,
+}
+
+impl RefsLog {
+    /// Open (or create, with `initial`) the log for writing; a torn tail is cut off.
+    pub fn open(dir: &Path, initial: Option<&Refs>) -> Result<(RefsLog, Refs), LedgerError> {
+        let p = path(dir);
+        if !p.exists() {
+            let r = initial.cloned().unwrap_or_default();
+            replace(dir, &r)?;
+        }
+        let bytes = std::fs::read(&p).map_err(|e| io(&p, e))?;
+        let (refs, end) = Refs::parse_log(dir, &bytes)?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .map_err(|e| io(&p, e))?;
+        if end < bytes.len() {
+            file.set_len(end as u64).map_err(|e| io(&p, e))?;
+            file.sync_all().map_err(|e| io(&p, e))?;
+        }
+        Ok((
+            RefsLog {
+                dir: dir.to_path_buf(),
+                file,
+                len: end as u64,
+            },
+            refs,
+        ))
+    }
+
+    /// Commit `r`: append its record and fsync (or, once the log is large, replace the
+    /// file by this one record).
+    pub fn commit(&mut self, r: &Refs) -> Result<(), LedgerError> {
+        use std::os::unix::fs::FileExt;
+        let p = path(&self.dir);
+        if self.len > COMPACT_BYTES {
+            replace(&self.dir, r)?;
+            let (fresh, _) = RefsLog::open(&self.dir, None)?;
+            *self = fresh;
+            return Ok(());
+        }
+        let text = r.render();
+        self.file
+            .write_all_at(text.as_bytes(), self.len)
+            .map_err(|e| io(&p, e))?;
+        self.file.sync_data().map_err(|e| io(&p, e))?;
+        self.len += text.len() as u64;
+        Ok(())
+    }
+}
+
+/// Replace the refs file by one record, durably: temporary file, fsync, rename, fsync
+/// of the directory.
+pub fn replace(dir: &Path, r: &Refs) -> Result<(), LedgerError> {
+    let p = path(dir);
+    let tmp = dir.join(format!("{REFS_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
+    f.write_all(r.render().as_bytes())
+        .map_err(|e| io(&tmp, e))?;
+    f.sync_data().map_err(|e| io(&tmp, e))?;
+    drop(f);
+    std::fs::rename(&tmp, &p).map_err(|e| io(&p, e))?;
+    sync_dir(dir)
 }
 
 #[cfg(test)]
@@ -199,5 +297,29 @@ mod tests {
         assert!(e.contains("/x/REFS") && e.contains("damaged"), "{e}");
         let e = Refs::parse(d, &text.as_bytes()[..text.len() - 10]).unwrap_err();
         assert!(e.to_string().contains("/x/REFS"), "{e}");
+    }
+
+    #[test]
+    fn the_log_keeps_the_last_complete_record_and_reports_damage() {
+        let d = Path::new("/x");
+        let mut a = Refs::default();
+        a.branches.insert("main".into(), Hash::of_event(b"a"));
+        let mut b = a.clone();
+        b.branches.insert("f".into(), Hash::of_event(b"b"));
+        let log = format!("{}{}", a.render(), b.render());
+        assert_eq!(
+            Refs::parse_log(d, log.as_bytes()).unwrap(),
+            (b.clone(), log.len())
+        );
+        // A torn last record (any prefix of it) leaves the one before.
+        let whole = a.render().len();
+        for cut in [whole + 1, whole + 20, log.len() - 1, log.len() - 30] {
+            let (r, end) = Refs::parse_log(d, &log.as_bytes()[..cut]).unwrap();
+            assert_eq!((r, end), (a.clone(), whole), "cut at {cut}");
+        }
+        // A complete last record that fails its check is damage, not a torn write.
+        let mut bad = log.clone().into_bytes();
+        bad[whole + 25] ^= 1;
+        assert!(Refs::parse_log(d, &bad).is_err());
     }
 }

@@ -64,7 +64,7 @@ pub enum Resolved {
 }
 
 /// Result of [`Ledger::rebuild`].
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct RebuildReport {
     pub branches: usize,
     pub events: u64,
@@ -79,6 +79,8 @@ pub struct Ledger {
     /// The writer's projection cache (readers have none: they fold).
     db: Option<(sled::Db, sled::Tree)>,
     refs: Refs,
+    /// The writer's handle on the `REFS` log (None for readers).
+    refs_log: Option<refs::RefsLog>,
     blobs: Blobs,
     packs: Vec<Pack>,
     index: Index,
@@ -93,8 +95,9 @@ pub struct Ledger {
 }
 
 /// Bumped whenever `BranchState` changes shape: older cached states are ignored and
-/// refolded from the log (2: stage states cite their evaluation events).
-const PROJ_VERSION: u8 = 2;
+/// refolded from the log (2: stage states cite their evaluation events; 3: the branch's
+/// chosen engineer).
+const PROJ_VERSION: u8 = 3;
 
 fn open_sled(dir: &Path) -> Result<sled::Db, LedgerError> {
     // We hold the ledger's LOCK, so no other ledger process uses sled; a sled lock still
@@ -187,7 +190,7 @@ fn migrate_from_sled(dir: &Path) -> Result<(), LedgerError> {
         blobs.put(&v)?;
     }
     r.blob_packs = blobs.sync()?;
-    r.write(dir)?;
+    refs::replace(dir, &r)?;
     db.drop_tree("refs").map_err(se)?;
     db.drop_tree("blobs").map_err(se)?;
     db.flush().map_err(se)?;
@@ -211,7 +214,7 @@ impl Ledger {
             })?;
         }
         let lock = LedgerLock::acquire(dir, true)?;
-        Refs::default().write(dir)?;
+        refs::replace(dir, &Refs::default())?;
         drop(lock);
         let mut l = Ledger::open_inner(dir, true)?;
         // Make the new directory entries durable before history is written into them.
@@ -340,8 +343,11 @@ impl Ledger {
         }
         if writable {
             let lock = LedgerLock::acquire(dir, true)?;
+            // Cuts a torn last record of REFS before the snapshot is read.
+            let (log, _) = refs::RefsLog::open(dir, None)?;
             let mut l = Ledger::open_snapshot(dir, true)?;
             l._lock = Some(lock);
+            l.refs_log = Some(log);
             l.blobs.clean_tmp();
             l.remove_orphan_packs()?;
             let db = open_sled(dir)?;
@@ -417,6 +423,7 @@ impl Ledger {
             writable,
             db: None,
             refs,
+            refs_log: None,
             blobs,
             packs,
             index,
@@ -448,13 +455,55 @@ impl Ledger {
         Ok(())
     }
 
+    /// Read `REFS` again and reopen what it lists, keeping the lock and the cache (after
+    /// gc replaced packs). Writer only.
+    pub(super) fn reload(&mut self) -> Result<(), LedgerError> {
+        let mut fresh = Ledger::open_snapshot(&self.dir, true)?;
+        fresh._lock = self._lock.take();
+        fresh.db = self.db.take();
+        fresh.refs_log = self.refs_log.take();
+        *self = fresh;
+        Ok(())
+    }
+
+    /// Drop cached projections of events no longer stored (after gc).
+    pub(super) fn prune_projection_cache(&mut self) -> Result<(), LedgerError> {
+        self.proj_mem.clear();
+        let Some((db, proj)) = &self.db else {
+            return Ok(());
+        };
+        let se = |e| sled_error(&self.dir, e);
+        let mut gone = Vec::new();
+        for k in proj.iter().keys() {
+            let k = k.map_err(se)?;
+            let stored =
+                <[u8; 32]>::try_from(k.as_ref()).is_ok_and(|h| self.index.get(&Hash(h)).is_some());
+            if !stored {
+                gone.push(k);
+            }
+        }
+        for k in gone {
+            proj.remove(k).map_err(se)?;
+        }
+        db.flush().map_err(se)?;
+        Ok(())
+    }
+
     /// Write `next` as the new `REFS` (small blobs made durable first) and adopt it.
     fn write_refs(&mut self, mut next: Refs) -> Result<(), LedgerError> {
         next.blob_packs = self.blobs.sync()?;
-        next.write(&self.dir)?;
+        self.commit_refs(&next)?;
         self.blobs.commit(&next.blob_packs)?;
         self.refs = next;
         Ok(())
+    }
+
+    /// Append `next` to the `REFS` log durably (the commit point). Writer only.
+    pub(super) fn commit_refs(&mut self, next: &Refs) -> Result<(), LedgerError> {
+        self.refs_log
+            .as_mut()
+            .ok_or(LedgerError::ReadOnly)?
+            .commit(next)
     }
 
     /// The refs snapshot this handle reads (a writer's is always current).
@@ -679,8 +728,8 @@ impl Ledger {
             // Content-addressed means stored once: an event already stored (a replay
             // that reproduced it, a branch re-walking shared history) writes nothing.
             // Its parent is part of its bytes, so the whole chain below it is stored too.
-            let stored = self.index.get(&h).is_some() || added.iter().any(|a| a.0 == h);
-            if stored {
+            // (A batch cannot repeat an event: each one names the previous as parent.)
+            if self.index.get(&h).is_some() {
                 added.push((h, None));
             } else {
                 mb.clear();

@@ -11,7 +11,7 @@ use serde::Serialize;
 use std::time::Instant;
 
 /// One thing found wrong.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Problem {
     /// What is bad: `event <id> (<pack> offset N)`, `ref <name>`, `blob <id> (<path>)`.
     pub what: String,
@@ -25,7 +25,7 @@ impl std::fmt::Display for Problem {
 }
 
 /// The outcome of [`Ledger::verify`].
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Report {
     pub events: u64,
     pub event_bytes: u64,

@@ -450,7 +450,7 @@ fn timeline(h: &mut String, r: &Report) {
     h.push_str("</section>");
 }
 
-fn decision(h: &mut String, b: &BranchView, d: &crate::audit::DecisionAudit) {
+fn decision(h: &mut String, b: &BranchView, d: &crate::views::audit::DecisionAudit) {
     let what = format!("{} stage {} decision", b.name, d.stage);
     let ev = [d.event];
     let _ = write!(
@@ -566,7 +566,7 @@ fn decision(h: &mut String, b: &BranchView, d: &crate::audit::DecisionAudit) {
                 .into_iter()
                 .flatten()
                 .collect();
-            let shown: Vec<&crate::audit::SizeOutcome> = if o.changed_sizes.is_empty() {
+            let shown: Vec<&crate::views::audit::SizeOutcome> = if o.changed_sizes.is_empty() {
                 Vec::new()
             } else {
                 o.sizes.iter().filter(|s| s.changed).collect()

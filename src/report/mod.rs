@@ -8,10 +8,10 @@
 //! Nothing here reads a clock, so the same ledger and arguments give the same bytes.
 pub mod html;
 
-use crate::audit::AuditReport;
 use crate::env::table::ResultTable;
 use crate::ledger::{Hash, Ledger, LedgerError};
 use crate::study::StudyReport;
+use crate::views::audit::AuditReport;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -188,7 +188,7 @@ fn branch_view(ledger: &Ledger, name: &str) -> Result<BranchView, LedgerError> {
         head,
         fork,
         stages,
-        audit: crate::audit::audit(ledger, name, None)?,
+        audit: crate::views::audit::audit(ledger, name, None)?,
     })
 }
 

@@ -9,6 +9,7 @@ pub mod checkpoint;
 pub mod eval;
 pub mod grid;
 pub mod grpo;
+pub mod kernels;
 pub mod lm;
 pub mod policy;
 pub mod warmup;
