@@ -152,8 +152,9 @@ fn damaged_refs_file_or_a_ref_to_nothing_is_named() {
     let f = fixture();
     let refs = f.dir.join("REFS");
     let orig = std::fs::read(&refs).unwrap();
-    // A byte of the last record (the one that counts).
-    flip(&refs, orig.len() as u64 - 80);
+    // A byte of the last record (the one that counts; zeros pad the file after it).
+    let (_, end) = Refs::parse_log(&f.dir, &orig).unwrap();
+    flip(&refs, end as u64 - 80);
     let (code, out) = verify(&f.dir);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("REFS") && out.contains("damaged"), "{out}");

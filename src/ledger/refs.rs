@@ -13,10 +13,13 @@
 //! a database's log); the last complete record is the truth. A record cut short by a
 //! crash (or still being written while a reader reads) has no complete `check` line and
 //! is ignored, so the record before it holds; a complete record whose check fails is
-//! damage, reported. When the log grows past [`COMPACT_BYTES`] it is replaced by its
-//! last record (temporary file, fsync, rename, fsync of the directory, as git replaces a
-//! ref through its lockfile). A reader that reads the file once holds a consistent
-//! snapshot without any lock. A fork is one new `ref` line: O(1), nothing copied.
+//! damage, reported. The file is written full size with zeros after its first record
+//! ([`COMPACT_BYTES`]), so a commit overwrites bytes the file already has and its fsync
+//! need not journal a new file size (appending made every fork 2-4x slower). When the
+//! next record does not fit, the file is replaced by that one record (temporary file,
+//! fsync, rename, fsync of the directory, as git replaces a ref through its lockfile).
+//! A reader that reads the file once holds a consistent snapshot without any lock. A
+//! fork is one new `ref` line: O(1), nothing copied.
 use super::hash::Hash;
 use super::pack::sync_dir;
 use super::LedgerError;
@@ -32,7 +35,8 @@ pub const REFS_FILE: &str = "REFS";
 
 const HEADER: &str = "mapf-ledger refs 1";
 
-/// The log is compacted to its last record once it is larger than this.
+/// Size of a fresh refs file: its records are committed into this space; when the next
+/// one does not fit, the file is replaced by that record (and zeros up to this size).
 pub const COMPACT_BYTES: u64 = 1 << 20;
 
 /// Check a branch name: 1..=100 chars of `[A-Za-z0-9._-]` in `/`-separated components
@@ -209,7 +213,10 @@ fn io(path: &Path, e: std::io::Error) -> LedgerError {
 pub struct RefsLog {
     dir: PathBuf,
     file: std::fs::File,
+    /// End of the last record.
     len: u64,
+    /// The file's size.
+    capacity: u64,
 }
 
 impl RefsLog {
@@ -226,32 +233,36 @@ impl RefsLog {
             .write(true)
             .open(&p)
             .map_err(|e| io(&p, e))?;
-        if end < bytes.len() {
-            file.set_len(end as u64).map_err(|e| io(&p, e))?;
-            file.sync_all().map_err(|e| io(&p, e))?;
+        // A torn record after the last complete one is zeroed (the file keeps its size).
+        if let Some(last) = bytes[end..].iter().rposition(|&b| b != 0) {
+            use std::os::unix::fs::FileExt;
+            file.write_all_at(&vec![0u8; last + 1], end as u64)
+                .map_err(|e| io(&p, e))?;
+            file.sync_data().map_err(|e| io(&p, e))?;
         }
         Ok((
             RefsLog {
                 dir: dir.to_path_buf(),
                 file,
                 len: end as u64,
+                capacity: bytes.len() as u64,
             },
             refs,
         ))
     }
 
-    /// Commit `r`: append its record and fsync (or, once the log is large, replace the
-    /// file by this one record).
+    /// Commit `r`: write its record after the last one and fsync (or, when it does not
+    /// fit, replace the file by this one record).
     pub fn commit(&mut self, r: &Refs) -> Result<(), LedgerError> {
         use std::os::unix::fs::FileExt;
         let p = path(&self.dir);
-        if self.len > COMPACT_BYTES {
+        let text = r.render();
+        if self.len + text.len() as u64 > self.capacity {
             replace(&self.dir, r)?;
             let (fresh, _) = RefsLog::open(&self.dir, None)?;
             *self = fresh;
             return Ok(());
         }
-        let text = r.render();
         self.file
             .write_all_at(text.as_bytes(), self.len)
             .map_err(|e| io(&p, e))?;
@@ -267,8 +278,11 @@ pub fn replace(dir: &Path, r: &Refs) -> Result<(), LedgerError> {
     let p = path(dir);
     let tmp = dir.join(format!("{REFS_FILE}.tmp"));
     let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
-    f.write_all(r.render().as_bytes())
-        .map_err(|e| io(&tmp, e))?;
+    let text = r.render();
+    f.write_all(text.as_bytes()).map_err(|e| io(&tmp, e))?;
+    // Real zeros, not a hole: later commits then overwrite allocated blocks.
+    let room = (COMPACT_BYTES as usize).max(2 * text.len()) - text.len();
+    f.write_all(&vec![0u8; room]).map_err(|e| io(&tmp, e))?;
     f.sync_data().map_err(|e| io(&tmp, e))?;
     drop(f);
     std::fs::rename(&tmp, &p).map_err(|e| io(&p, e))?;
@@ -317,6 +331,10 @@ mod tests {
             let (r, end) = Refs::parse_log(d, &log.as_bytes()[..cut]).unwrap();
             assert_eq!((r, end), (a.clone(), whole), "cut at {cut}");
         }
+        // The zeros a fresh file is padded with are not a record.
+        let mut padded = log.clone().into_bytes();
+        padded.extend(std::iter::repeat_n(0u8, 4096));
+        assert_eq!(Refs::parse_log(d, &padded).unwrap(), (b.clone(), log.len()));
         // A complete last record that fails its check is damage, not a torn write.
         let mut bad = log.clone().into_bytes();
         bad[whole + 25] ^= 1;
