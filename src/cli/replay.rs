@@ -105,15 +105,18 @@ fn recorded_capabilities(
     branch: &str,
     stage: Option<u32>,
 ) -> Result<Vec<(u32, String)>, CliError> {
+    // The projection knows each stage's StageStarted; only those metadata are read.
+    let state = ledger.state_at(&ledger.head(branch)?)?;
     let mut out = Vec::new();
-    let history = ledger.ancestry(&ledger.head(branch)?)?;
-    for h in history.iter().rev() {
-        let (e, m) = ledger.event_with_meta(h)?;
-        if matches!(e.body, crate::ledger::EventBody::StageStarted(_))
-            && stage.is_none_or(|n| n == e.stage)
-        {
+    for s in state
+        .stages
+        .iter()
+        .filter(|s| stage.is_none_or(|n| n == s.stage))
+    {
+        if let Some(started) = s.started {
+            let (_, m) = ledger.event_with_meta(&started)?;
             if let Some(c) = m.versions.get(kernels::CAPABILITY_KEY) {
-                out.push((e.stage, c.clone()));
+                out.push((s.stage, c.clone()));
             }
         }
     }

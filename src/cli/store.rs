@@ -307,14 +307,12 @@ fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliR
         if head.is_some() && head != printed {
             let l = Ledger::open_read_only(ledger).map_err(err)?;
             let head = l.head(branch).map_err(err)?;
-            let mut new = Vec::new();
-            for h in l.ancestry(&head).map_err(err)? {
-                if Some(h) == printed {
-                    break;
-                }
-                new.push(h);
+            let mut new = l.ancestry(&head).map_err(err)?;
+            let whole = new.len();
+            if let Some(i) = new.iter().position(|h| Some(*h) == printed) {
+                new.truncate(i);
             }
-            if printed.is_some() && new.len() == l.ancestry(&head).map_err(err)?.len() {
+            if printed.is_some() && new.len() == whole {
                 eprintln!(
                     "ledger: branch {branch} moved to {}, which does not continue what was printed",
                     head.short()

@@ -115,11 +115,6 @@ impl Blobs {
         self.pending
     }
 
-    /// The committed `(id, length)` of every small-blob pack.
-    pub fn committed(&self) -> Vec<(u32, u64)> {
-        self.packs.iter().map(|p| (p.id, p.committed())).collect()
-    }
-
     /// Number of small blobs (for reports).
     pub fn small_count(&self) -> usize {
         self.small.len()

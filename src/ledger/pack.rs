@@ -322,11 +322,6 @@ impl Pack {
         self.written
     }
 
-    /// Forget what was written after the committed end (after a failed commit).
-    pub fn rewind(&mut self) {
-        self.written = self.committed;
-    }
-
     /// Read `len` bytes at `offset`, committed or not (the writer's own reads).
     pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>, LedgerError> {
         let mut b = vec![0u8; len];

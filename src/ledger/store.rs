@@ -361,9 +361,7 @@ impl Ledger {
         let mut tries = 0;
         loop {
             match Ledger::open_snapshot(dir, false) {
-                Err(LedgerError::Io { message, .. })
-                    if tries < 20 && message.contains("No such file") =>
-                {
+                Err(LedgerError::Io { path, .. }) if tries < 20 && !path.exists() => {
                     tries += 1;
                     std::thread::sleep(Duration::from_millis(5));
                 }
