@@ -301,3 +301,110 @@ fn truncated_pack_names_the_pack_and_writers_refuse_it() {
         .expect("a writer must not append to a damaged ledger");
     assert!(e.to_string().contains("pack-00000001.pack"), "{e}");
 }
+
+/// A saved index (`packs/INDEX`, here with a tail appended after it) answers exactly as
+/// a scan of the packs does; damage to it is named by verify, a lookup it sends to the
+/// wrong record fails naming it, and `rebuild` remakes it.
+#[test]
+fn a_saved_index_is_used_checked_and_remade() {
+    let f = fixture();
+    let history = |l: &Ledger| l.history("main").unwrap();
+    {
+        let l = Ledger::open(&f.dir).unwrap();
+        l.save_index().unwrap();
+    }
+    let index = f.dir.join("packs").join("INDEX");
+    assert!(index.is_file());
+    let mut l = Ledger::open(&f.dir).unwrap();
+    let tail = l
+        .append(
+            "main",
+            vec![(
+                EventBody::GradientStep(GradientStep {
+                    step: 99,
+                    params: f.big_blob,
+                    loss: 1,
+                    policy_loss: 0,
+                    kl: 0,
+                    entropy: 0,
+                    grad_norm: 0,
+                    reward_mean: 0,
+                }),
+                1,
+                Meta::now(),
+            )],
+        )
+        .unwrap()[0];
+    let expected = history(&l);
+    drop(l);
+    let scanned_away = f.dir.join("INDEX.away");
+    std::fs::rename(&index, &scanned_away).unwrap();
+    let scanned = history(&Ledger::open_read_only(&f.dir).unwrap());
+    std::fs::rename(&scanned_away, &index).unwrap();
+    let r = Ledger::open_read_only(&f.dir).unwrap();
+    assert_eq!(history(&r), expected);
+    assert_eq!(scanned, expected);
+    assert_eq!(r.event_count(), f.events.len() + 2);
+    assert_eq!(
+        r.resolve(&tail.to_hex()[..10]).unwrap(),
+        mapf_ledger::ledger::Resolved::Event(tail)
+    );
+    let e = f.events[5].to_hex();
+    assert_eq!(
+        r.resolve(&e[..10]).unwrap(),
+        mapf_ledger::ledger::Resolved::Event(f.events[5])
+    );
+    drop(r);
+    assert_eq!(verify(&f.dir).0, Some(0));
+
+    // One flipped bit in the sorted ids: verify names the index file, exit 1.
+    let len = std::fs::metadata(&index).unwrap().len();
+    let n = (f.events.len() + 1) as u64; // genesis and the fixture's events
+    flip(&index, len - 4 - n * 56 + 3);
+    let (code, out) = verify(&f.dir);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("packs/INDEX") && out.contains("rebuild"),
+        "{out}"
+    );
+    // rebuild remakes it; verify passes again and history is unchanged.
+    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("--ledger")
+        .arg(&f.dir)
+        .arg("rebuild")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(verify(&f.dir).0, Some(0));
+    let l = Ledger::open(&f.dir).unwrap();
+    l.save_index().unwrap();
+    assert_eq!(history(&l), expected);
+    drop(l);
+
+    // An entry pointing at another record (checksum fixed up, as a buggy writer
+    // would leave it): the lookup fails naming the index instead of returning the
+    // wrong event.
+    let mut b = std::fs::read(&index).unwrap();
+    let n = n + 1; // the tail event is in the index now
+    let entries = b.len() - 4 - (n as usize) * 20; // entries + ranks
+    let (e1, e2) = (entries + 16 * 3 + 8, entries + 16 * 4 + 8);
+    let (o1, o2): ([u8; 8], [u8; 8]) = (
+        b[e1..e1 + 8].try_into().unwrap(),
+        b[e2..e2 + 8].try_into().unwrap(),
+    );
+    b[e1..e1 + 8].copy_from_slice(&o2);
+    b[e2..e2 + 8].copy_from_slice(&o1);
+    let end = b.len() - 4;
+    let sum = crc32fast::hash(&b[..end]);
+    b[end..].copy_from_slice(&sum.to_le_bytes());
+    std::fs::write(&index, &b).unwrap();
+    let r = Ledger::open_read_only(&f.dir).unwrap();
+    let err = r.history("main").unwrap_err().to_string();
+    assert!(
+        err.contains("packs/INDEX") && err.contains("rebuild"),
+        "{err}"
+    );
+    drop(r);
+    let (code, out) = verify(&f.dir);
+    assert_eq!(code, Some(1), "{out}");
+}

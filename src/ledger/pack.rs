@@ -341,9 +341,14 @@ impl Pack {
     /// Iterate the frames of the committed prefix: `(offset, frame)`, stopping with the
     /// error at the first unreadable frame.
     pub fn frames(&self) -> Frames<'_> {
+        self.frames_from(None)
+    }
+
+    /// Like [`Pack::frames`], starting at frame offset `from` (the first frame when None).
+    pub fn frames_from(&self, from: Option<u64>) -> Frames<'_> {
         Frames {
             data: self.bytes(),
-            offset: self.kind.magic().len(),
+            offset: from.map_or(self.kind.magic().len(), |o| o as usize),
             failed: false,
         }
     }

@@ -25,7 +25,7 @@ use super::blob::Blobs;
 use super::codec;
 use super::event::{Event, EventBody, Genesis};
 use super::hash::{is_hex_prefix, Hash};
-use super::index::{Index, MISSING_PARENT, NO_PARENT};
+use super::index::{Covered, Index, MISSING_PARENT, NO_PARENT};
 use super::lock::LedgerLock;
 use super::meta::Meta;
 use super::pack::{self, Pack, PackKind, PACK_ROLL_BYTES};
@@ -196,6 +196,24 @@ fn migrate_from_sled(dir: &Path) -> Result<(), LedgerError> {
     db.flush().map_err(se)?;
     Ok(())
 }
+
+/// Whether a saved index's coverage fits the packs of this snapshot: the packs it covers
+/// are the first ones, in order, each committed at least as far as covered and with the
+/// recorded last frame where the index says (a pack replaced by gc fails this).
+fn saved_index_fits(covered: &[Covered], packs: &[Pack]) -> bool {
+    covered.len() <= packs.len()
+        && covered.iter().zip(packs).all(|(c, p)| {
+            c.id == p.id
+                && c.len <= p.committed()
+                && (c.last_offset == 0
+                    || pack::parse_frame(p.bytes(), c.last_offset as usize)
+                        .is_ok_and(|f| f.hash == c.last_id))
+        })
+}
+
+/// A writer saves its index when closing once this many events are not in `INDEX`
+/// (scanning fewer at open costs a few milliseconds).
+const SAVE_INDEX_TAIL: usize = 50_000;
 
 impl Ledger {
     /// Create a ledger in `dir` from a plan file's bytes: the plan is validated, stored
@@ -378,28 +396,31 @@ impl Ledger {
         let (blobs, blob_problems) = Blobs::open(dir, &refs.blob_packs, writable)?;
         let packs_dir = dir.join("packs");
         let mut packs = Vec::new();
-        let mut index = Index::default();
         let mut problems: Vec<OpenProblem> = blob_problems
             .into_iter()
             .map(|(what, problem)| OpenProblem { what, problem })
             .collect();
         for &(id, len) in &refs.packs {
-            let p = match Pack::open(&packs_dir, PackKind::Events, id, len, writable) {
-                Ok(p) => p,
+            match Pack::open(&packs_dir, PackKind::Events, id, len, writable) {
+                Ok(p) => packs.push(p),
                 Err(e @ LedgerError::Corrupt { .. }) if !writable => {
                     problems.push(OpenProblem {
                         what: pack::pack_path(&packs_dir, id).display().to_string(),
                         problem: e.to_string(),
                     });
-                    continue;
                 }
                 Err(e) => return Err(e),
-            };
-            for (off, f) in p.frames() {
+            }
+        }
+        // The saved index covers a prefix of each pack it lists; only the rest is scanned.
+        let (mut index, covered) = Index::load(dir, |c| saved_index_fits(c, &packs));
+        for p in &packs {
+            let from = covered.iter().find(|c| c.id == p.id).map(|c| c.len);
+            for (off, f) in p.frames_from(from) {
                 match f {
                     Ok(f) => {
                         let parent = codec::event_parent(f.event).ok().flatten();
-                        index.insert(f.hash, id, off, parent);
+                        index.insert(f.hash, p.id, off, parent);
                     }
                     Err(e) => problems.push(OpenProblem {
                         what: format!("record at {} offset {off}", p.path.display()),
@@ -407,7 +428,6 @@ impl Ledger {
                     }),
                 }
             }
-            packs.push(p);
         }
         if writable && !problems.is_empty() {
             let p = &problems[0];
@@ -460,8 +480,26 @@ impl Ledger {
         fresh._lock = self._lock.take();
         fresh.db = self.db.take();
         fresh.refs_log = self.refs_log.take();
-        *self = fresh;
+        // The old handle's index describes the packs before the reload: not saved.
+        let mut old = std::mem::replace(self, fresh);
+        old.writable = false;
         Ok(())
+    }
+
+    /// Save the index as `INDEX` for the committed packs (writer only; a later open then
+    /// scans only what was appended after). Best effort is enough for callers that
+    /// ignore the error: the index is derived, and a missing one means a scan.
+    pub fn save_index(&self) -> Result<(), LedgerError> {
+        if !self.writable || self.poisoned {
+            return Err(LedgerError::ReadOnly);
+        }
+        let covered: Vec<(u32, u64)> = self.packs.iter().map(|p| (p.id, p.committed())).collect();
+        self.index
+            .save(&self.dir, &covered)
+            .map_err(|e| LedgerError::Io {
+                path: super::index::path(&self.dir),
+                message: e.to_string(),
+            })
     }
 
     /// Drop cached projections of events no longer stored (after gc).
@@ -786,7 +824,21 @@ impl Ledger {
             .index
             .get(h)
             .ok_or_else(|| LedgerError::UnknownEvent { what: h.to_hex() })?;
-        self.frame_at(e.pack, e.offset)
+        let f = self.frame_at(e.pack, e.offset)?;
+        if f.hash != *h {
+            // Only a damaged saved index can send a lookup to another record.
+            return Err(LedgerError::Corrupt {
+                what: super::index::path(&self.dir).display().to_string(),
+                problem: format!(
+                    "it places event {} at pack {} offset {}, which holds {} (the index is derived: `ledger rebuild` remakes it)",
+                    h.short(),
+                    e.pack,
+                    e.offset,
+                    f.hash.short()
+                ),
+            });
+        }
+        Ok(f)
     }
 
     pub(crate) fn frame_at(
@@ -897,10 +949,7 @@ impl Ledger {
 
     /// Every stored event in storage (append) order.
     pub fn all_events(&self) -> impl Iterator<Item = Result<(Hash, Event), LedgerError>> + '_ {
-        self.index
-            .hashes()
-            .iter()
-            .map(move |h| Ok((*h, self.event(h)?)))
+        self.index.hashes().map(move |h| Ok((h, self.event(&h)?)))
     }
 
     /// Resolve a reference (the grammar of [`super::Reference`]): `BRANCH@stageN` (the
@@ -1016,6 +1065,25 @@ impl Ledger {
             return Err(LedgerError::ReadOnly);
         }
         let t = Instant::now();
+        // The saved index is derived too: when a segment is damaged both are removed and
+        // the packs scanned afresh (closing saves the index again).
+        if self.index.check_saved().is_err() {
+            for f in [
+                super::index::path(&self.dir),
+                super::index::delta_path(&self.dir),
+            ] {
+                match std::fs::remove_file(&f) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(LedgerError::Io {
+                            path: f,
+                            message: e.to_string(),
+                        })
+                    }
+                    _ => {}
+                }
+            }
+            self.reload()?;
+        }
         if let Some((_, proj)) = &self.db {
             proj.clear().map_err(|e| sled_error(&self.dir, e))?;
         }
@@ -1109,5 +1177,15 @@ impl Ledger {
     /// The cached projection stored for `head`, if any (tests compare it to a rebuild).
     pub fn cached_projection(&self, head: &Hash) -> Option<BranchState> {
         self.cached_state(head)
+    }
+}
+
+impl Drop for Ledger {
+    /// A writer that appended many events since `INDEX` was saved saves it again, so the
+    /// next open does not scan them (errors are ignored: the index is derived data).
+    fn drop(&mut self) {
+        if self.writable && !self.poisoned && self.index.tail_len() >= SAVE_INDEX_TAIL {
+            let _ = self.save_index();
+        }
     }
 }

@@ -87,13 +87,25 @@ impl Ledger {
             event_bytes += pack.committed();
             // Frames in storage order are the index's positions in order; a frame that
             // is not (a duplicate of an earlier event) has no position of its own.
+            // A frame that does not parse ends the pack's walk; opening reports it
+            // unless a saved index spared the open its scan.
+            let mut frame_error = None;
             let mut it = pack
                 .frames()
-                .filter_map(|(off, f)| f.ok().map(|f| (off, f)))
+                .filter_map(|(off, f)| match f {
+                    Ok(f) => Some((off, f)),
+                    Err(e) => {
+                        frame_error = Some(Problem {
+                            what: format!("record at {} offset {off}", pack.path.display()),
+                            problem: e.to_string(),
+                        });
+                        None
+                    }
+                })
                 .map(|(off, f)| {
                     let here = (next_pos as usize) < n && {
                         let e = index.entry(next_pos);
-                        e.pack == pack.id && e.offset == off && index.hash_at(next_pos) == f.hash
+                        e.pack == pack.id && e.offset == off
                     };
                     let pos = here.then(|| {
                         next_pos += 1;
@@ -122,6 +134,12 @@ impl Ledger {
                         };
                         if !f.checksum_ok() {
                             c.problem = Some("record checksum mismatch".into());
+                        }
+                        if pos.is_some_and(|p| index.hash_at(p) != f.hash) {
+                            c.problem = Some(
+                                "the index holds another id at its position (the index is derived: `ledger rebuild` remakes it)"
+                                    .into(),
+                            );
                         }
                         let got = Hash::of_event(f.event);
                         if got != f.hash {
@@ -184,6 +202,31 @@ impl Ledger {
                     referenced.extend(c.blobs.into_iter().map(|b| (b, f.hash)));
                 }
             }
+            drop(it);
+            if let Some(p) = frame_error.filter(|p| !problems.contains(p)) {
+                problems.push(p);
+            }
+        }
+
+        // The saved index: whole and sorted, and every entry met in the walk above.
+        if let Err((file, e)) = index.check_saved() {
+            problems.push(Problem {
+                what: file.display().to_string(),
+                problem: format!("{e} (the index is derived: `ledger rebuild` remakes it)"),
+            });
+        } else if next_pos as usize != n {
+            problems.push(Problem {
+                what: format!("index position {next_pos}"),
+                problem: format!(
+                    "does not name the record stored there ({}; the index is derived: `ledger rebuild` remakes it)",
+                    index
+                        .saved_paths()
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
         }
 
         // Refs (parsed and checked when the ledger opened): pointing at a stored event

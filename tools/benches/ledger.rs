@@ -124,12 +124,25 @@ fn main() {
         pack_bytes as f64 / all.len() as f64,
         dir_size(&d) as f64 / 1e6
     );
+    let t = Instant::now();
     drop(l);
+    println!(
+        "close: the writer saves its index (packs/INDEX) in {:.3}s",
+        t.elapsed().as_secs_f64()
+    );
 
+    let t = Instant::now();
+    let r = Ledger::open_read_only(&d).unwrap();
+    println!(
+        "open (reader): {} events indexed in {:.4}s",
+        r.event_count(),
+        t.elapsed().as_secs_f64()
+    );
+    drop(r);
     let t = Instant::now();
     let mut l = Ledger::open(&d).unwrap();
     println!(
-        "open: {} events indexed in {:.3}s",
+        "open (writer): {} events indexed in {:.4}s",
         l.event_count(),
         t.elapsed().as_secs_f64()
     );
