@@ -16,7 +16,7 @@
 //! durable point.
 use crate::engineer::llm::{RecordedCall, RecordedReplies};
 use crate::ledger::event::{BranchForked, DecisionStatus, EvalCell, EventBody, ReplayVerified};
-use crate::ledger::{codec, Event, Hash, Ledger, LedgerError, Meta};
+use crate::ledger::{Event, Hash, Ledger, LedgerError, Meta};
 use crate::stage::{Pipeline, Progress, RunOptions, StageError};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
@@ -133,7 +133,7 @@ pub enum ReplayError {
 }
 
 /// The first difference between a recorded stage and its recomputation.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct Mismatch {
     pub stage: u32,
     /// The gradient step of the nearest step-carrying event at or before the mismatch
@@ -172,7 +172,7 @@ impl std::fmt::Display for Mismatch {
 }
 
 /// The outcome of replaying one stage.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct StageReplay {
     pub stage: u32,
     /// Recorded events compared.
@@ -255,7 +255,7 @@ fn step_of(e: &Event) -> Option<u64> {
 /// Check that each recorded event's bytes still hash to its id.
 fn check_recorded(ledger: &Ledger, events: &[(Hash, Event)]) -> Result<(), ReplayError> {
     for (id, e) in events {
-        let got = Hash::of_event(&codec::encode_event(e));
+        let got = Hash::of_event(&crate::ledger::event::encode_event(e));
         if got != *id {
             let place = ledger
                 .location(id)
@@ -422,9 +422,10 @@ fn run_one(
         device: None,
     };
     let stop = AtomicBool::new(false);
-    let mut factory = |name: &str, p: &Pipeline<'_>, s: &crate::ledger::BranchState| {
-        crate::engineer::build_replaying(name, p, s, replies)
-    };
+    let mut factory =
+        |name: &str, inputs: &crate::engineer::BuildInputs<'_>, s: &crate::ledger::BranchState| {
+            crate::engineer::build_replaying(name, inputs, s, replies)
+        };
     let summary = pipeline.run(&opts, &mut factory, progress, &stop)?;
     match summary.completed.first() {
         Some(_) if !summary.interrupted => Ok(()),
@@ -479,7 +480,7 @@ pub fn record_verified(
 }
 
 /// The outcome of a counterfactual replay.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct Counterfactual {
     pub stage: u32,
     pub engineer: String,

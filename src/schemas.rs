@@ -25,20 +25,23 @@ pub fn all() -> Vec<(&'static str, String)> {
         ),
         (
             "compare",
-            pretty(schema_for!(Vec<crate::study::BranchSummary>)),
+            pretty(schema_for!(Vec<crate::views::compare::BranchSummary>)),
         ),
-        ("study", pretty(schema_for!(crate::study::StudyReport))),
+        (
+            "study",
+            pretty(schema_for!(crate::views::study::StudyReport)),
+        ),
         (
             "export-metric-row",
-            pretty(schema_for!(crate::ledger::export::MetricRow)),
+            pretty(schema_for!(crate::views::export::MetricRow)),
         ),
         (
             "export-decision-row",
-            pretty(schema_for!(crate::ledger::export::DecisionRow)),
+            pretty(schema_for!(crate::views::export::DecisionRow)),
         ),
         (
             "export-branch-row",
-            pretty(schema_for!(crate::ledger::export::BranchRow)),
+            pretty(schema_for!(crate::views::export::BranchRow)),
         ),
         (
             "lm-generate",
@@ -47,6 +50,46 @@ pub fn all() -> Vec<(&'static str, String)> {
         (
             "branches",
             pretty(schema_for!(Vec<crate::views::branches::BranchListing>)),
+        ),
+        (
+            "show-branch",
+            pretty(schema_for!(crate::views::show::BranchShow)),
+        ),
+        (
+            "show-stage",
+            pretty(schema_for!(crate::views::show::StageShow)),
+        ),
+        (
+            "replay",
+            pretty(schema_for!(crate::views::show::ReplayReport)),
+        ),
+        (
+            "replay-counterfactual",
+            pretty(schema_for!(crate::replay::Counterfactual)),
+        ),
+        (
+            "engineer-list",
+            pretty(schema_for!(Vec<crate::views::show::EngineerRow>)),
+        ),
+        (
+            "env-generate",
+            pretty(schema_for!(Vec<crate::env::generator::Solved>)),
+        ),
+        (
+            "env-solve",
+            pretty(schema_for!(crate::views::testbed::SolveReport)),
+        ),
+        (
+            "env-check",
+            pretty(schema_for!(crate::views::testbed::CheckReport)),
+        ),
+        (
+            "env-suite",
+            pretty(schema_for!(crate::views::testbed::SuiteReport)),
+        ),
+        (
+            "env-throughput",
+            pretty(schema_for!(crate::env::batch::Throughput)),
         ),
     ]);
     out

@@ -10,7 +10,7 @@
 //! two durable points is a pure function of the state at the first one, so a run that
 //! crashed and resumed ends with the same head hash as one that never stopped.
 use crate::engineer::context::TrainingDetails;
-use crate::engineer::{Decision, Engineer, EngineerContext, HistoryEntry};
+use crate::engineer::{BuildError, BuildInputs, Decision, Engineer, EngineerContext, HistoryEntry};
 use crate::env::suite::{self, Suite, SuiteName, SuiteSpec};
 use crate::env::table::ResultTable;
 use crate::env::{project, Budget, GeneratorConfig, Solved};
@@ -202,6 +202,23 @@ pub fn stage_seed(plan: &LedgerPlan, stage: u32, replicate: u32) -> Seed {
     root.derive(stage, "stage", 0)
 }
 
+/// Builds the engineer of a stage from its name (`engineer::build`, or a replay's
+/// variant answering from recorded replies).
+pub type EngineerFactory<'f> =
+    dyn FnMut(&str, &BuildInputs<'_>, &BranchState) -> Result<Box<dyn Engineer>, BuildError> + 'f;
+
+impl From<BuildError> for StageError {
+    fn from(e: BuildError) -> StageError {
+        match e {
+            BuildError::Name(e) => StageError::Engineer(e),
+            BuildError::Ledger(e) => StageError::Ledger(e),
+            BuildError::Train(e) => StageError::Train(e),
+            e @ BuildError::NoCheckpoint { .. } => StageError::Diverged(e.to_string()),
+            BuildError::Registry(m) => StageError::Plan(m),
+        }
+    }
+}
+
 /// Everything a run holds on to between stages.
 pub struct Pipeline<'a> {
     pub ledger: &'a mut Ledger,
@@ -318,6 +335,18 @@ impl<'a> Pipeline<'a> {
             .and_then(|s| s.checkpoint.map(|c| c.0))
     }
 
+    /// What building the engineer of a branch's next stage reads.
+    pub fn engineer_inputs(&self, state: &BranchState) -> BuildInputs<'_> {
+        let stage = next_stage(state);
+        BuildInputs {
+            ledger: self.ledger,
+            plan: &self.plan,
+            device: self.device,
+            stage,
+            stage_seed: stage_seed(&self.plan, stage, state.replicate),
+        }
+    }
+
     /// The engineer that designs a branch's next stages: its last recorded choice (a
     /// fork's engineer or `run --engineer`), else the plan's.
     pub fn branch_engineer(&self, state: &BranchState) -> String {
@@ -356,11 +385,7 @@ impl<'a> Pipeline<'a> {
     pub fn run(
         &mut self,
         opts: &RunOptions,
-        engineers: &mut dyn FnMut(
-            &str,
-            &Pipeline<'_>,
-            &BranchState,
-        ) -> Result<Box<dyn Engineer>, StageError>,
+        engineers: &mut EngineerFactory<'_>,
         progress: &mut dyn Progress,
         stop: &AtomicBool,
     ) -> Result<RunSummary, StageError> {
@@ -552,12 +577,12 @@ impl<'a> Pipeline<'a> {
                 && s >= w.engineer_after
                 && (s - w.engineer_after) % w.engineer_every as u64 == w.engineer_every as u64 - 1;
             ts.set_lr(w.lr_at(s));
-            let (event, loss) = if engineer_step {
+            let (record, loss) = if engineer_step {
                 warmup::text_step(&mut ts, &pairs, w.engineer_batch_size as usize, seed, s)
             } else {
                 warmup::step(&mut ts, &cfg, &data, seed, s)
             };
-            rec.push(0, event);
+            rec.push(0, EventBody::GradientStep(record));
             progress.step(
                 0,
                 s + 1,
@@ -591,11 +616,7 @@ impl<'a> Pipeline<'a> {
         n: u32,
         engineer_name: &str,
         state: &BranchState,
-        engineers: &mut dyn FnMut(
-            &str,
-            &Pipeline<'_>,
-            &BranchState,
-        ) -> Result<Box<dyn Engineer>, StageError>,
+        engineers: &mut EngineerFactory<'_>,
         progress: &mut dyn Progress,
         stop: &AtomicBool,
     ) -> Result<bool, StageError> {
@@ -623,7 +644,14 @@ impl<'a> Pipeline<'a> {
                 .or_else(|| state.initial_config.clone())
                 .expect("genesis has a config");
             let ctx = self.context(state, n, current.clone(), engineer_name)?;
-            let mut engineer = engineers(engineer_name, self, state)?;
+            let inputs = BuildInputs {
+                ledger: self.ledger,
+                plan: &self.plan,
+                device: self.device,
+                stage: n,
+                stage_seed: seed,
+            };
+            let mut engineer = engineers(engineer_name, &inputs, state)?;
             let decision = engineer.decide(&ctx);
             let event = decision_event(
                 engineer_name,
@@ -703,7 +731,7 @@ impl<'a> Pipeline<'a> {
         progress.stage_begin(n, engineer_name, cfg.steps);
         let mut rec = Recorder::new(self.ledger, branch, self.base_meta.clone());
         for s in start..cfg.steps {
-            let (events, stats) = grpo::step(
+            let (records, stats) = grpo::step(
                 &mut ts,
                 base.as_ref().map(|b| b.policy.as_ref()),
                 &cfg,
@@ -712,8 +740,8 @@ impl<'a> Pipeline<'a> {
                 seed,
                 s,
             );
-            for e in events {
-                rec.push(n, e);
+            for r in records {
+                rec.push(n, r.into());
             }
             progress.step(n, s + 1, &stats);
             if durable_point(

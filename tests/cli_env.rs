@@ -1,4 +1,7 @@
 //! `ledger env ...` driven as a user drives it: outputs, exit codes, error messages.
+mod common;
+
+use common::schema::validates;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -31,6 +34,7 @@ fn solve_and_check_round_trip() {
     let o = ledger(&["env", "solve", &inst, "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    validates("env-solve", &v);
     // Two agents swapping ends of the top row around a hole: one detours via the bottom.
     assert_eq!(v["makespan"], 6);
     assert_eq!(v["needs_coordination"], true);
@@ -42,6 +46,7 @@ fn solve_and_check_round_trip() {
     let o = ledger(&["env", "check", &plan, &inst, "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let c: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    validates("env-check", &c);
     assert_eq!(
         (c["valid"].as_bool(), c["optimal"].as_bool()),
         (Some(true), Some(true))
@@ -64,6 +69,7 @@ fn check_reports_failures_with_exit_1_and_bad_input_with_exit_2() {
     let o = ledger(&["env", "check", &garbled, &inst, "--json"]);
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    validates("env-check", &v);
     assert_eq!(v["failure"]["kind"], "parse_error");
     let malformed = write(d.path(), "m.json", r#"{"moves": ["RR", 3]}"#);
     let o = ledger(&["env", "check", &malformed, &inst]);
@@ -91,7 +97,9 @@ fn generate_rejects_out_of_range_config_naming_the_field() {
         "env", "generate", "--size", "4", "--count", "3", "--seed", "5", "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let v: Vec<serde_json::Value> = serde_json::from_str(&stdout(&o)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    validates("env-generate", &v);
+    let v = v.as_array().unwrap();
     assert_eq!(v.len(), 3);
     assert!(v.iter().all(|i| i["instance"]["size"] == 4));
 }
@@ -111,6 +119,7 @@ fn suite_and_movingai_import() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    validates("env-suite", &v);
     assert_eq!(v["instances"], 8);
     assert_eq!(v["hash"].as_str().unwrap().len(), 64);
     let o = ledger(&["env", "suite", "--name", "train"]);

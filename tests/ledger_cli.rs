@@ -2,8 +2,9 @@
 //! export, rebuild, verify, with and without --json, and the contract's exit codes.
 mod common;
 
+use common::schema::validates;
 use common::{ledger, ok};
-use mapf_ledger::ledger::export::EventRecord;
+use mapf_ledger::views::export::EventRecord;
 
 fn plan_path() -> &'static str {
     concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/demo.toml")
@@ -36,10 +37,12 @@ fn init_log_show_branches_export_rebuild_verify() {
     assert!(ok(&ledger(&d, &["show", prefix])).contains(&log[3].hash.to_hex()));
     let b: serde_json::Value =
         serde_json::from_str(&ok(&ledger(&d, &["show", "main", "--json"]))).unwrap();
+    validates("show-branch", &b);
     assert_eq!(b["head"], log[0].hash.to_hex());
     assert_eq!(b["state"]["events"], 9);
     let s: serde_json::Value =
         serde_json::from_str(&ok(&ledger(&d, &["show", "main@stage1", "--json"]))).unwrap();
+    validates("show-stage", &s);
     assert_eq!(s["stage"]["gradient_steps"], 6);
     assert_eq!(s["stage"]["instances"], 4);
     let o = ledger(&d, &["show", "main@stage9"]);

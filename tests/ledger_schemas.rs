@@ -1,8 +1,8 @@
 //! The ledger's JSON Schemas cover every event kind and every plan section, and the
 //! JSON the CLI prints round-trips through the types they are generated from. (The
 //! checked-in copies under schemas/ are compared by tests/schemas.rs.)
-use mapf_ledger::ledger::export::EventRecord;
 use mapf_ledger::ledger::{schemas, Ledger};
+use mapf_ledger::views::export::EventRecord;
 
 #[test]
 fn event_schema_names_every_kind_and_plan_schema_every_section() {
@@ -80,10 +80,10 @@ fn exported_json_round_trips() {
     .unwrap();
     l.projection("main").unwrap();
     let mut out = Vec::new();
-    mapf_ledger::ledger::export::export(
+    mapf_ledger::views::export::export(
         &l,
         None,
-        mapf_ledger::ledger::export::Format::Jsonl,
+        mapf_ledger::views::export::Format::Jsonl,
         &mut out,
     )
     .unwrap();

@@ -58,7 +58,7 @@ fn create_append_reopen_and_walk_history() {
     }
     assert_eq!(hist[5].1.body, step(4));
     // Ids are content hashes: recomputing one from the event gives the same id.
-    let enc = mapf_ledger::ledger::codec::encode_event(&hist[3].1);
+    let enc = mapf_ledger::ledger::event::encode_event(&hist[3].1);
     assert_eq!(Hash::of_event(&enc), hist[3].0);
     assert!(l.verify().ok());
 }

@@ -5,6 +5,9 @@
 //! projection (`stage::decision_event`) with a real recorder on a real ledger, and the
 //! recorded `EngineerDecision` is asserted. The CLI tests register engineers with
 //! `ledger engineer add` and check the API key never reaches the ledger.
+mod common;
+
+use common::schema::validates;
 use mapf_ledger::engineer::context::TrainingDetails;
 use mapf_ledger::engineer::llm::{self, CallPolicy, LlmEngineer, LlmRegistration};
 use mapf_ledger::engineer::{Engineer, EngineerContext, HistoryEntry};
@@ -593,6 +596,7 @@ fn cli_registers_lists_and_never_stores_the_key() {
     ));
     let list: serde_json::Value =
         serde_json::from_str(&ok(&ledger_cmd(&dir, &["engineer", "list", "--json"]))).unwrap();
+    validates("engineer-list", &list);
     let rows = list.as_array().unwrap();
     assert_eq!(rows.len(), 1);
     let r = &rows[0];

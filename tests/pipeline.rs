@@ -319,7 +319,9 @@ fn switching_failure_breakdown_off_changes_a_learnability_decision() {
     );
     assert!(!off.render().contains("Failure breakdown"));
     let decide = |ctx| {
-        let mut e = mapf_ledger::engineer::build("learnability", &p, &state).unwrap();
+        let mut e =
+            mapf_ledger::engineer::build("learnability", &p.engineer_inputs(&state), &state)
+                .unwrap();
         e.decide(ctx)
     };
     let (a, b) = (decide(&on), decide(&off));

@@ -3,6 +3,9 @@
 //! records and blobs named by `verify` and `replay`, counterfactual replays that leave
 //! no branch behind unless kept, and kill -9 at random instants followed by resumes
 //! that end on the uninterrupted run's head hash.
+mod common;
+
+use common::schema::validates;
 use mapf_ledger::ledger::{EventBody, Hash, Ledger};
 use rand::{Rng, SeedableRng};
 use std::path::Path;
@@ -101,6 +104,7 @@ fn verify_every_stage_with_one_and_two_threads_appends_replay_verified() {
     // One stage on its own, as `stageN`, with JSON output.
     let out = ok(&ledger(&d, &["replay", "--stage", "stage1", "--json"]));
     let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    validates("replay", &v);
     assert_eq!(v["matched"][0]["stage"], 1);
     assert!(v["matched"][0]["mismatch"].is_null());
     ok(&ledger(&d, &["verify"]));

@@ -7,8 +7,8 @@
 use super::{CliError, CliResult};
 use crate::ledger::event::{EngineerKind, EngineerRegistered, EventBody};
 use crate::ledger::{Ledger, Meta};
+use crate::views::show::EngineerRow;
 use clap::Subcommand;
-use serde_json::json;
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
@@ -207,18 +207,18 @@ fn list(dir: &Path, branch: &str, as_json: bool) -> CliResult {
         else {
             continue;
         };
-        rows.push(json!({
-            "name": r.name,
-            "kind": "llm",
-            "url": url,
-            "model": model,
-            "api_key_env": api_key_env,
-            "tokenizer": tokenizer.map(|h| h.to_hex()),
-            "max_context": max_context,
-            "context_modules": r.context_modules,
-            "event": hash.to_hex(),
-            "stage": ev.stage,
-        }));
+        rows.push(EngineerRow {
+            name: r.name.clone(),
+            kind: "llm".into(),
+            url: url.clone(),
+            model: model.clone(),
+            api_key_env: api_key_env.clone(),
+            tokenizer: tokenizer.map(|h| h.to_hex()),
+            max_context: *max_context,
+            context_modules: r.context_modules.clone(),
+            event: hash.to_hex(),
+            stage: ev.stage,
+        });
     }
     if as_json {
         let s = serde_json::to_string_pretty(&rows).map_err(|e| CliError::input(e.to_string()))?;
@@ -226,22 +226,24 @@ fn list(dir: &Path, branch: &str, as_json: bool) -> CliResult {
         return Ok(());
     }
     if rows.is_empty() {
-        println!("no LLM engineers registered on {branch} (built-in: fixed, random, heuristic, current, base)");
+        println!(
+            "no LLM engineers registered on {branch} (built-in: {})",
+            crate::engineer::builtin_names()
+        );
     }
     for r in rows {
-        let opt = |k: &str| match &r[k] {
-            serde_json::Value::Null => "-".to_string(),
-            serde_json::Value::String(s) => s.clone(),
-            v => v.to_string(),
-        };
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         println!(
             "{}  {}  model {}  key ${}  tokenizer {}  max-context {}",
-            opt("name"),
-            opt("url"),
-            opt("model"),
-            opt("api_key_env"),
-            opt("tokenizer").chars().take(12).collect::<String>(),
-            opt("max_context"),
+            r.name,
+            r.url,
+            r.model,
+            opt(r.api_key_env.clone()),
+            opt(r.tokenizer.clone())
+                .chars()
+                .take(12)
+                .collect::<String>(),
+            opt(r.max_context.map(|m| m.to_string())),
         );
     }
     Ok(())

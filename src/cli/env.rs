@@ -9,7 +9,9 @@ use crate::env::{
     self, generator, movingai, suite, table, text, Budget, CostMetric, GeneratorConfig, Instance,
     Plan, SolveError,
 };
+use crate::ledger::event::EvalCell;
 use crate::seed::Seed;
+use crate::views::testbed::{CheckReport, SolveReport, SuiteReport};
 use clap::{Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 
@@ -185,15 +187,14 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             match env::solve(&inst, budget) {
                 Ok(sol) => {
                     if json {
-                        print_json(&serde_json::json!({
-                            "status": "solved",
-                            "sum_of_costs": sol.reference.sum_of_costs,
-                            "makespan": sol.reference.makespan,
-                            "independent_sum": sol.independent_sum,
-                            "needs_coordination": sol.needs_coordination(),
-                            "nodes": sol.nodes,
-                            "plan": sol.plan,
-                        }));
+                        print_json(&SolveReport::Solved {
+                            sum_of_costs: sol.reference.sum_of_costs,
+                            makespan: sol.reference.makespan,
+                            independent_sum: sol.independent_sum,
+                            needs_coordination: sol.needs_coordination(),
+                            nodes: sol.nodes,
+                            plan: sol.plan.clone(),
+                        });
                     } else {
                         println!(
                             "optimal sum-of-costs {}, optimal makespan {} (independent paths {}, {} CBS nodes)",
@@ -205,15 +206,13 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                 }
                 Err(e) => {
                     if json {
-                        let status = match e {
+                        let reason = e.to_string();
+                        print_json(&match e {
                             SolveError::Unreachable { .. } | SolveError::Unsolvable { .. } => {
-                                "unsolvable"
+                                SolveReport::Unsolvable { reason }
                             }
-                            SolveError::Unknown { .. } => "unknown",
-                        };
-                        print_json(
-                            &serde_json::json!({ "status": status, "reason": e.to_string() }),
-                        );
+                            SolveError::Unknown { .. } => SolveReport::Unknown { reason },
+                        });
                     }
                     Err(CliError::check(format!("{}: {e}", file.display())))
                 }
@@ -238,14 +237,14 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             };
             let optimal = reference.map(|r| outcome.optimal(&r, metric.into()));
             if json {
-                print_json(&serde_json::json!({
-                    "valid": outcome.valid,
-                    "optimal": optimal,
-                    "failure": outcome.failure,
-                    "sum_of_costs": outcome.sum_of_costs,
-                    "makespan": outcome.makespan,
-                    "reference": reference,
-                }));
+                print_json(&CheckReport {
+                    valid: outcome.valid,
+                    optimal,
+                    failure: outcome.failure.clone(),
+                    sum_of_costs: outcome.sum_of_costs,
+                    makespan: outcome.makespan,
+                    reference,
+                });
             } else if outcome.valid {
                 println!(
                     "valid: sum-of-costs {}, makespan {}{}",
@@ -313,15 +312,24 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             }
             let scores = baseline.then(|| baseline_table(&s));
             if json {
-                print_json(&serde_json::json!({
-                    "name": suite_name,
-                    "hash": s.hash,
-                    "instances": s.len(),
-                    "cells": table::suite_stats(&s),
-                    "baseline": scores.as_ref().map(|t| t.cells.iter().map(|(&(agents, size), c)| {
-                        serde_json::json!({"agents": agents, "size": size, "total": c.total, "valid": c.valid, "optimal": c.optimal})
-                    }).collect::<Vec<_>>()),
-                }));
+                print_json(&SuiteReport {
+                    name: suite_name,
+                    hash: s.hash.clone(),
+                    instances: s.len(),
+                    cells: table::suite_stats(&s),
+                    baseline: scores.as_ref().map(|t| {
+                        t.cells
+                            .iter()
+                            .map(|(&(agents, size), c)| EvalCell {
+                                agents: agents as u32,
+                                size: size as u32,
+                                total: c.total,
+                                valid: c.valid,
+                                optimal: c.optimal,
+                            })
+                            .collect()
+                    }),
+                });
             } else {
                 print!("{}", table::render_suite_stats(&s));
                 if let Some(t) = scores {

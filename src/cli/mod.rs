@@ -410,21 +410,21 @@ fn compare(
         crate::figures::format_of(p).map_err(CliError::input)?;
     }
     let mut ledger = crate::ledger::Ledger::open_read_only(dir)?;
-    let summaries = crate::study::compare(&mut ledger, branches)?;
+    let summaries = crate::views::compare::compare(&mut ledger, branches)?;
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&summaries).expect("serialises")
         );
     } else {
-        print!("{}", crate::study::render(&summaries));
+        print!("{}", crate::views::compare::render(&summaries));
         if decisions {
             println!();
-            print!("{}", crate::study::render_decisions(&summaries));
+            print!("{}", crate::views::compare::render_decisions(&summaries));
         }
     }
     if let Some(p) = plot {
-        crate::study::plot_compare(p, &summaries).map_err(CliError::input)?;
+        crate::views::compare::plot_compare(p, &summaries).map_err(CliError::input)?;
         if !json {
             println!("wrote {}", p.display());
         }

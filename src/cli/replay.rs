@@ -188,10 +188,13 @@ fn verify(
                 None => m.to_string(),
             };
             if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({"branch": branch, "matched": done, "mismatch": m})
-                );
+                let report = crate::views::show::ReplayReport {
+                    branch: branch.to_string(),
+                    matched: done,
+                    mismatch: Some(m.clone()),
+                    replay_verified: None,
+                };
+                println!("{}", serde_json::to_string(&report).expect("serialises"));
             }
             return Err(CliError::check(format!(
                 "replay mismatch on {branch}: {m} (the branch was not changed)"
@@ -208,11 +211,13 @@ fn verify(
     let ids = replay::record_verified(pipeline, branch, &done, args.live)
         .map_err(|e| CliError::input(e.to_string()))?;
     if args.json {
-        let events: Vec<String> = ids.iter().map(|h| h.to_hex()).collect();
-        println!(
-            "{}",
-            serde_json::json!({"branch": branch, "matched": done, "replay_verified": events})
-        );
+        let report = crate::views::show::ReplayReport {
+            branch: branch.to_string(),
+            matched: done,
+            mismatch: None,
+            replay_verified: Some(ids.iter().map(|h| h.to_hex()).collect()),
+        };
+        println!("{}", serde_json::to_string(&report).expect("serialises"));
     } else {
         println!(
             "recorded {} replay-verified event(s) on {branch}; head {}",

@@ -72,6 +72,7 @@ pub fn stop_on_ctrl_c() -> Arc<AtomicBool> {
 }
 
 pub fn run(ledger_dir: &Path, opts: RunOptions, quiet: bool) -> CliResult {
+    let started = std::time::Instant::now();
     let mut ledger = Ledger::open(ledger_dir)?;
     let stop = stop_on_ctrl_c();
     let mut pipeline = Pipeline::new(&mut ledger, opts.device.as_deref()).map_err(stage_error)?;
@@ -109,6 +110,18 @@ pub fn run(ledger_dir: &Path, opts: RunOptions, quiet: bool) -> CliResult {
         summary.head.short(),
         summary.completed
     );
+    if !quiet {
+        // What the ledger cost this run: appends (fsync included), blobs, history and
+        // projections, against the run's wall time.
+        let (busy, wall) = (
+            ledger.busy_time().as_secs_f64(),
+            started.elapsed().as_secs_f64(),
+        );
+        eprintln!(
+            "ledger time {busy:.2} s of {wall:.1} s ({:.2}%)",
+            100.0 * busy / wall.max(1e-9)
+        );
+    }
     Ok(())
 }
 

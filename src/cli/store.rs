@@ -2,10 +2,9 @@
 //! `crate::ledger`; every read command takes `--json`.
 use super::{CliError, CliResult};
 use crate::ledger::event::{EventBody, GradientStep, InstancesGenerated};
-use crate::ledger::export::{self, EventRecord, Format};
 use crate::ledger::{Hash, Ledger, LedgerError, Meta, Resolved};
+use crate::views::export::{self, EventRecord, Format};
 use clap::{Subcommand, ValueEnum};
-use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -379,7 +378,11 @@ fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
         Resolved::Branch { name, head } => {
             let s = l.projection(&name).map_err(err)?;
             if json {
-                return print_json(&json!({ "branch": name, "head": head, "state": s }));
+                return print_json(&crate::views::show::BranchShow {
+                    branch: name,
+                    head,
+                    state: s,
+                });
             }
             println!("branch  {name}");
             println!("head    {head}");
@@ -415,7 +418,10 @@ fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
                 ))
             })?;
             if json {
-                return print_json(&json!({ "branch": branch, "stage": st }));
+                return print_json(&crate::views::show::StageShow {
+                    branch,
+                    stage: st.clone(),
+                });
             }
             let s = serde_json::to_string_pretty(st).map_err(|e| CliError::input(e.to_string()))?;
             println!("{branch}@stage{stage}");

@@ -220,7 +220,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         );
     } else {
         let ran = report.runs.iter().filter(|r| r.action != "skipped").count();
-        print!("{}", crate::study::study_markdown(&report));
+        print!("{}", crate::views::study::study_markdown(&report));
         println!(
             "\n{} runs ({} run now, {} already finished); wrote {}",
             report.runs.len(),

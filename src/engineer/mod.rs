@@ -14,8 +14,38 @@ pub mod teacher;
 pub use context::{EngineerContext, HistoryEntry};
 
 use crate::env::ConfigProposal;
-use crate::ledger::BranchState;
-use crate::stage::{next_stage, stage_seed, Pipeline, StageError};
+use crate::ledger::{BranchState, Hash, Ledger, LedgerError, LedgerPlan};
+use crate::seed::Seed;
+use crate::train::{TrainError, TrainState};
+
+/// What building an engineer reads: the ledger (checkpoints, registered LLM engineers),
+/// the plan, the device, and the stage it designs with that stage's seed. The stage
+/// pipeline fills it in; engineers know nothing of the pipeline.
+pub struct BuildInputs<'a> {
+    pub ledger: &'a Ledger,
+    pub plan: &'a LedgerPlan,
+    pub device: tch::Device,
+    /// The stage the engineer designs.
+    pub stage: u32,
+    /// That stage's seed (`stage::stage_seed`).
+    pub stage_seed: Seed,
+}
+
+/// Why an engineer could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Name(#[from] EngineerNameError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Train(#[from] TrainError),
+    #[error("engineer {name}: stage {stage} has no checkpoint")]
+    NoCheckpoint { name: String, stage: u32 },
+    /// A registered LLM engineer's record could not be read.
+    #[error("{0}")]
+    Registry(String),
+}
 
 /// What an engineer answers.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -260,51 +290,54 @@ pub fn check_spec(
     Ok(s)
 }
 
-/// Build the engineer `spec` for the next stage of a branch.
+/// Build the engineer `spec` for stage `inputs.stage` of a branch.
 pub fn build(
     spec: &str,
-    pipeline: &Pipeline<'_>,
+    inputs: &BuildInputs<'_>,
     state: &BranchState,
-) -> Result<Box<dyn Engineer>, StageError> {
-    build_replaying(spec, pipeline, state, None)
+) -> Result<Box<dyn Engineer>, BuildError> {
+    build_replaying(spec, inputs, state, None)
 }
 
 /// The training state of stage `stage`'s checkpoint on a branch.
 fn checkpoint_state(
-    pipeline: &Pipeline<'_>,
+    inputs: &BuildInputs<'_>,
     state: &BranchState,
     name: &str,
     stage: u32,
-) -> Result<crate::train::TrainState, StageError> {
+) -> Result<TrainState, BuildError> {
     let blob = state
         .stage(stage)
         .and_then(|s| s.checkpoint)
         .map(|c| c.0)
-        .ok_or_else(|| {
-            StageError::Diverged(format!("engineer {name}: stage {stage} has no checkpoint"))
+        .ok_or_else(|| BuildError::NoCheckpoint {
+            name: name.into(),
+            stage,
         })?;
-    crate::stage::load_state(pipeline.ledger, &blob, pipeline.device)
+    let bytes = inputs.ledger.blob(&blob)?;
+    let fetch = |h: &Hash| inputs.ledger.blob(h).map_err(|e| e.to_string());
+    Ok(TrainState::load(&bytes, inputs.device, &fetch)?)
 }
 
 /// [`build`] for a replay: an LLM engineer answers from `recorded` (the branch's
 /// recorded replies, by prompt hash) instead of calling its endpoint.
 pub fn build_replaying(
     spec: &str,
-    pipeline: &Pipeline<'_>,
+    inputs: &BuildInputs<'_>,
     state: &BranchState,
     recorded: Option<&llm::RecordedReplies>,
-) -> Result<Box<dyn Engineer>, StageError> {
-    let spec = check_spec(spec, &pipeline.plan, state)?;
-    let next = next_stage(state);
-    let seed = stage_seed(&pipeline.plan, next, state.replicate).child("engineer", 0);
+) -> Result<Box<dyn Engineer>, BuildError> {
+    let spec = check_spec(spec, inputs.plan, state)?;
+    let next = inputs.stage;
+    let seed = inputs.stage_seed.child("engineer", 0);
     match spec.name.as_str() {
         "fixed" => Ok(Box::new(Fixed)),
         "random" => Ok(Box::new(builtin::Random {
-            seed: stage_seed(&pipeline.plan, next, state.replicate),
+            seed: inputs.stage_seed,
         })),
         "heuristic" => Ok(Box::new(builtin::Heuristic)),
         "learnability" => {
-            let ts = checkpoint_state(pipeline, state, "learnability", next.saturating_sub(1))?;
+            let ts = checkpoint_state(inputs, state, "learnability", next.saturating_sub(1))?;
             Ok(Box::new(probe::Probe {
                 name: "learnability".into(),
                 policy: ts.policy,
@@ -317,14 +350,14 @@ pub fn build_replaying(
             } else {
                 next.saturating_sub(1)
             };
-            let ts = checkpoint_state(pipeline, state, name, stage)?;
+            let ts = checkpoint_state(inputs, state, name, stage)?;
             let policy = crate::train::lm::downcast(ts.policy).ok_or_else(|| {
-                StageError::Engineer(EngineerNameError::NeedsLm {
+                BuildError::Name(EngineerNameError::NeedsLm {
                     name: name.into(),
-                    policy: pipeline.plan.policy.name().into(),
+                    policy: inputs.plan.policy.name().into(),
                 })
             })?;
-            let lm = &pipeline.plan.lm;
+            let lm = &inputs.plan.lm;
             Ok(Box::new(model::ModelEngineer {
                 name: name.to_string(),
                 policy,
@@ -334,14 +367,14 @@ pub fn build_replaying(
             }))
         }
         // A registered LLM engineer on this branch (check_spec found it).
-        other => match llm::registered(pipeline.ledger, state, other) {
+        other => match llm::registered(inputs.ledger, state, other) {
             Ok(reg) => {
                 let mut engineer = llm::LlmEngineer::new(reg);
                 engineer.recorded = recorded.cloned();
                 Ok(Box::new(engineer))
             }
-            Err(llm::LlmError::Ledger(e)) => Err(StageError::Ledger(e)),
-            Err(e) => Err(StageError::Plan(e.to_string())),
+            Err(llm::LlmError::Ledger(e)) => Err(BuildError::Ledger(e)),
+            Err(e) => Err(BuildError::Registry(e.to_string())),
         },
     }
 }

@@ -283,7 +283,7 @@ impl Lane<'_> {
 }
 
 /// Result of [`measure_throughput`].
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct Throughput {
     pub agents: usize,
     pub size: usize,

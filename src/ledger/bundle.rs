@@ -105,11 +105,12 @@ impl Bundle {
             }
             for e in chain.into_iter().rev() {
                 seen.insert(e.hash);
-                let decoded =
-                    codec::decode_event(&e.event).map_err(|source| LedgerError::Decode {
+                let decoded = crate::ledger::event::decode_event(&e.event).map_err(|source| {
+                    LedgerError::Decode {
                         what: format!("event {}", e.hash.short()),
                         source,
-                    })?;
+                    }
+                })?;
                 let mut todo = decoded.body.blobs();
                 while let Some(b) = todo.pop() {
                     if !blobs.contains_key(&b) && !known_blob(&b) {
@@ -238,7 +239,7 @@ impl Bundle {
             if Hash::of_event(&ev) != h {
                 return Err(corrupt(what(), "content does not match its hash"));
             }
-            codec::decode_event(&ev).map_err(|e| corrupt(what(), e.to_string()))?;
+            crate::ledger::event::decode_event(&ev).map_err(|e| corrupt(what(), e.to_string()))?;
             codec::decode::<Meta>(&meta, "event metadata")
                 .map_err(|e| corrupt(what(), e.to_string()))?;
             inside.insert(h);
@@ -277,7 +278,7 @@ impl Bundle {
     /// The genesis event's id and plan bytes, if the bundle holds the genesis.
     pub fn genesis(&self) -> Option<(Hash, Vec<u8>)> {
         let e = self.events.first()?;
-        match codec::decode_event(&e.event).ok()?.body {
+        match crate::ledger::event::decode_event(&e.event).ok()?.body {
             EventBody::Genesis(g) => Some((e.hash, self.blobs.get(&g.plan_blob)?.clone())),
             _ => None,
         }
@@ -381,11 +382,13 @@ impl Ledger {
                 continue;
             }
             let what = format!("incoming event {}", e.hash.short());
-            let ev = codec::decode_event(&e.event).map_err(|source| LedgerError::Decode {
-                what: what.clone(),
-                source,
+            let ev = crate::ledger::event::decode_event(&e.event).map_err(|source| {
+                LedgerError::Decode {
+                    what: what.clone(),
+                    source,
+                }
             })?;
-            if Hash::of_event(&codec::encode_event(&ev)) != e.hash {
+            if Hash::of_event(&crate::ledger::event::encode_event(&ev)) != e.hash {
                 return Err(corrupt(what, "its content does not re-encode to its id"));
             }
             if matches!(ev.body, EventBody::Genesis(_)) {

@@ -4,7 +4,6 @@
 //! floats as their IEEE bit patterns) through serde. An encoded event starts with a
 //! format-version byte. Decoding is always size-limited, rejects trailing bytes and an
 //! unknown version with a typed error, and never panics on arbitrary input.
-use super::event::{Event, EventBody};
 use super::hash::Hash;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -75,23 +74,15 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T
     Ok(v)
 }
 
-/// Append an event's encoding (version byte, parent, stage, body) to `buf`; the event's
-/// id is [`Hash::of_event`] over exactly these bytes.
-pub fn encode_event_into(parent: Option<&Hash>, stage: u32, body: &EventBody, buf: &mut Vec<u8>) {
+/// Append an event's encoding: the format version byte, then `fields` (an event's
+/// parent, stage and body, see `ledger::event::encode_event_into`).
+pub fn encode_event_fields_into<T: Serialize>(fields: &T, buf: &mut Vec<u8>) {
     buf.push(EVENT_VERSION);
-    // A struct encodes as the concatenation of its fields: this equals encoding `Event`.
-    encode_into(&(parent, stage, body), buf);
+    encode_into(fields, buf);
 }
 
-/// The encoded bytes of an event.
-pub fn encode_event(event: &Event) -> Vec<u8> {
-    let mut buf = Vec::new();
-    encode_event_into(event.parent.as_ref(), event.stage, &event.body, &mut buf);
-    buf
-}
-
-/// Decode an event's bytes (as written by [`encode_event_into`]).
-pub fn decode_event(bytes: &[u8]) -> Result<Event, CodecError> {
+/// Decode bytes written by [`encode_event_fields_into`], checking the version byte.
+pub fn decode_event_fields<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     match bytes.first() {
         None => Err(CodecError::Empty),
         Some(&EVENT_VERSION) => decode(&bytes[1..], "event"),

@@ -14,7 +14,7 @@
 //! Readers that opened the old packs keep reading them (an unlinked file stays readable
 //! while mapped); a reader that read the old `REFS` but finds a pack gone reads `REFS`
 //! again.
-use super::codec;
+
 use super::hash::Hash;
 use super::pack::{self, Pack, PackKind, PACK_ROLL_BYTES};
 use super::refs::Refs;
@@ -82,9 +82,11 @@ impl Ledger {
         for &p in &positions {
             let e = index.entry(p);
             let f = self.frame_at(e.pack, e.offset)?;
-            let ev = codec::decode_event(f.event).map_err(|source| LedgerError::Decode {
-                what: format!("event {}", f.hash.short()),
-                source,
+            let ev = crate::ledger::event::decode_event(f.event).map_err(|source| {
+                LedgerError::Decode {
+                    what: format!("event {}", f.hash.short()),
+                    source,
+                }
             })?;
             todo.extend(ev.body.blobs());
         }

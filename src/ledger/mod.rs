@@ -1,31 +1,25 @@
 //! The event-sourced ledger: an append-only, content-addressed, verifiable log that
 //! every later piece writes to and every view reads from (DESIGN.md, "The ledger").
 //!
-//! Modules, top to bottom: [`hash`] (content addresses), [`codec`] (the only bincode
-//! user), [`event`] (the model), [`meta`] (unhashed metadata), [`plan`] (plan files),
-//! [`pack`] (framed append-only pack files), [`index`] (event id -> place),
-//! [`blob`] (content-addressed blobs), [`refs`] (the `REFS` file: branch heads and
-//! committed pack lengths, readable without a lock), [`lock`] (one writer), [`store`] (the [`Ledger`] and its append protocol),
-//! [`projection`] (pure folds), [`verify`], [`export`], [`bundle`] (bundles, fetch)
-//! and [`gc`].
-pub mod blob;
+//! Layers, bottom to top: [`hash`] (content addresses) and [`codec`] (the only bincode
+//! user); [`storage`], the engine (packs, blobs, refs, index, lock), which never looks
+//! inside an event; [`record`], what the bytes mean (events, metadata, plans,
+//! projections, the recorder, references); then the [`Ledger`] itself ([`store`]: open,
+//! the durable append protocol, forks, lookups, the projection cache) with
+//! [`verify`], [`bundle`] (bundles, fetch) and [`gc`]. Views of a ledger live in
+//! [`crate::views`].
 pub mod bundle;
 pub mod codec;
-pub mod event;
-pub mod export;
 pub mod gc;
 pub mod hash;
-pub mod index;
-pub mod lock;
-pub mod meta;
-pub mod pack;
-pub mod plan;
-pub mod projection;
-pub mod recorder;
-pub mod reference;
-pub mod refs;
+pub mod record;
+pub mod storage;
 pub mod store;
 pub mod verify;
+
+// The layers' modules under their short names (`ledger::event`, `ledger::pack`, ...).
+pub use record::{event, meta, plan, projection, recorder, reference};
+pub use storage::{blob, index, lock, pack, refs};
 
 pub use event::{Event, EventBody};
 pub use hash::Hash;
@@ -103,7 +97,7 @@ pub fn schemas() -> Vec<(&'static str, String)> {
     vec![
         (
             "ledger-event",
-            crate::schemas::pretty(schema_for!(export::EventRecord)),
+            crate::schemas::pretty(schema_for!(crate::views::export::EventRecord)),
         ),
         (
             "ledger-plan",

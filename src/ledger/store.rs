@@ -35,6 +35,7 @@ use super::refs::{self, Refs, MAIN};
 use super::LedgerError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Something wrong found while opening (reported by verify; reads avoid it).
@@ -90,6 +91,8 @@ pub struct Ledger {
     poisoned: bool,
     /// Projection states of recent heads (incremental cache in memory).
     proj_mem: BTreeMap<Hash, BranchState>,
+    /// Time spent in this handle's reads and writes (see [`Ledger::busy_time`]).
+    busy: Busy,
     // Declared last: released after sled is closed.
     _lock: Option<LedgerLock>,
 }
@@ -209,6 +212,44 @@ fn saved_index_fits(covered: &[Covered], packs: &[Pack]) -> bool {
                     || pack::parse_frame(p.bytes(), c.last_offset as usize)
                         .is_ok_and(|f| f.hash == c.last_id))
         })
+}
+
+/// Wall time spent inside the ledger's public operations; nested calls count once. (The
+/// pipeline calls them from one thread; calls overlapping from several threads may be
+/// counted twice.)
+#[derive(Clone, Default)]
+struct Busy {
+    depth: std::sync::Arc<AtomicU32>,
+    nanos: std::sync::Arc<AtomicU64>,
+}
+
+/// Counts from its creation to its drop, unless an outer one is already counting.
+struct BusyGuard {
+    busy: Busy,
+    start: Instant,
+}
+
+impl Busy {
+    fn enter(&self) -> BusyGuard {
+        self.depth.fetch_add(1, Ordering::Relaxed);
+        BusyGuard {
+            busy: self.clone(),
+            start: Instant::now(),
+        }
+    }
+
+    fn total(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        if self.busy.depth.fetch_sub(1, Ordering::Relaxed) == 1 {
+            let ns = self.start.elapsed().as_nanos() as u64;
+            self.busy.nanos.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A writer saves its index when closing once this many events are not in `INDEX`
@@ -448,6 +489,7 @@ impl Ledger {
             problems,
             poisoned: false,
             proj_mem: BTreeMap::new(),
+            busy: Busy::default(),
             _lock: None,
         })
     }
@@ -542,6 +584,13 @@ impl Ledger {
             .commit(next)
     }
 
+    /// Wall time spent so far inside this handle's appends, forks, blob reads and writes,
+    /// history walks and projections (nested calls counted once): what the ledger costs
+    /// a run. Only reported, never recorded.
+    pub fn busy_time(&self) -> Duration {
+        self.busy.total()
+    }
+
     /// The refs snapshot this handle reads (a writer's is always current).
     pub fn refs(&self) -> &Refs {
         &self.refs
@@ -571,6 +620,7 @@ impl Ledger {
     /// Store a blob (once per content); returns its hash. Durable before any event
     /// that references it is committed.
     pub fn put_blob(&mut self, bytes: &[u8]) -> Result<Hash, LedgerError> {
+        let _busy = self.busy.enter();
         if !self.writable {
             return Err(LedgerError::ReadOnly);
         }
@@ -579,6 +629,7 @@ impl Ledger {
 
     /// A blob's bytes, checked against its hash.
     pub fn blob(&self, h: &Hash) -> Result<Vec<u8>, LedgerError> {
+        let _busy = self.busy.enter();
         self.blobs.get(h)
     }
 
@@ -615,6 +666,7 @@ impl Ledger {
 
     /// Create branch `name` at the existing event `at`: one durable ref, nothing copied.
     pub fn fork(&mut self, name: &str, at: &Hash) -> Result<(), LedgerError> {
+        let _busy = self.busy.enter();
         if !self.writable {
             return Err(LedgerError::ReadOnly);
         }
@@ -676,6 +728,8 @@ impl Ledger {
         branch: &str,
         items: Vec<(EventBody, u32, Meta)>,
     ) -> Result<Vec<Hash>, LedgerError> {
+        let busy = self.busy.clone();
+        let _busy = busy.enter();
         if !self.writable {
             return Err(LedgerError::ReadOnly);
         }
@@ -753,7 +807,12 @@ impl Ledger {
                 body,
             };
             ev.clear();
-            codec::encode_event_into(event.parent.as_ref(), stage, &event.body, &mut ev);
+            crate::ledger::event::encode_event_into(
+                event.parent.as_ref(),
+                stage,
+                &event.body,
+                &mut ev,
+            );
             if ev.len() > pack::MAX_PAYLOAD {
                 return Err(LedgerError::Invalid(format!(
                     "event of {} bytes exceeds the record limit",
@@ -874,7 +933,7 @@ impl Ledger {
     /// The event with id `h`.
     pub fn event(&self, h: &Hash) -> Result<Event, LedgerError> {
         let f = self.frame_of(h)?;
-        codec::decode_event(f.event).map_err(|source| LedgerError::Decode {
+        crate::ledger::event::decode_event(f.event).map_err(|source| LedgerError::Decode {
             what: format!("event {}", h.short()),
             source,
         })
@@ -889,10 +948,11 @@ impl Ledger {
     /// The event and its metadata.
     pub fn event_with_meta(&self, h: &Hash) -> Result<(Event, Meta), LedgerError> {
         let f = self.frame_of(h)?;
-        let e = codec::decode_event(f.event).map_err(|source| LedgerError::Decode {
-            what: format!("event {}", h.short()),
-            source,
-        })?;
+        let e =
+            crate::ledger::event::decode_event(f.event).map_err(|source| LedgerError::Decode {
+                what: format!("event {}", h.short()),
+                source,
+            })?;
         let m = codec::decode(f.meta, "metadata").map_err(|source| LedgerError::Decode {
             what: format!("metadata of {}", h.short()),
             source,
@@ -942,6 +1002,7 @@ impl Ledger {
 
     /// The history ending at `head`, oldest first.
     pub fn history_to(&self, head: &Hash) -> Result<Vec<(Hash, Event)>, LedgerError> {
+        let _busy = self.busy.enter();
         let mut hs = self.ancestry(head)?;
         hs.reverse();
         hs.into_iter().map(|h| Ok((h, self.event(&h)?))).collect()
@@ -1000,6 +1061,7 @@ impl Ledger {
     /// The projection state after event `h`: from the cache, else folded from the
     /// nearest cached ancestor (forks reuse their shared prefix).
     pub fn state_at(&self, h: &Hash) -> Result<BranchState, LedgerError> {
+        let _busy = self.busy.enter();
         if let Some(s) = self.cached_state(h) {
             return Ok(s);
         }
@@ -1053,6 +1115,7 @@ impl Ledger {
 
     /// The projection of a branch at its head.
     pub fn projection(&mut self, branch: &str) -> Result<BranchState, LedgerError> {
+        let _busy = self.busy.enter();
         let head = self.head(branch)?;
         let s = self.state_at(&head)?;
         self.cache_state(head, s.clone())?;
@@ -1142,11 +1205,12 @@ impl Ledger {
                     .map(|&p| {
                         let e = self.index.entry(p);
                         let f = self.frame_at(e.pack, e.offset)?;
-                        let ev =
-                            codec::decode_event(f.event).map_err(|source| LedgerError::Decode {
+                        let ev = crate::ledger::event::decode_event(f.event).map_err(|source| {
+                            LedgerError::Decode {
                                 what: format!("event {}", f.hash.short()),
                                 source,
-                            })?;
+                            }
+                        })?;
                         Ok((f.hash, ev))
                     })
                     .collect();

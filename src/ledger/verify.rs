@@ -149,7 +149,7 @@ impl Ledger {
                             ));
                             return c;
                         }
-                        match codec::decode_event(f.event) {
+                        match crate::ledger::event::decode_event(f.event) {
                             Err(e) => {
                                 c.problem.get_or_insert(format!("does not decode: {e}"));
                             }

@@ -692,15 +692,17 @@ fn study(h: &mut String, r: &Report) -> Result<(), String> {
     };
     h.push_str("<div class=\"scroll\"><table class=\"study-summary\"><thead><tr><th class=\"l\">engineer</th><th>runs</th><th>final stage</th><th>validation valid %</th><th>validation optimal %</th><th class=\"l\">runs (heads)</th></tr></thead><tbody>");
     for (i, e) in s.engineers.iter().enumerate() {
-        let runs: Vec<&crate::study::StudyRun> =
+        let runs: Vec<&crate::views::study::StudyRun> =
             s.runs.iter().filter(|x| &x.engineer == e).collect();
         let finals: Vec<(u32, f64, f64)> = runs
             .iter()
             .filter_map(|x| x.summary.validation.last().copied())
             .collect();
         let heads: Vec<Hash> = runs.iter().map(|x| x.head).collect();
-        let (v, vci) = crate::study::mean_ci(&finals.iter().map(|f| f.1).collect::<Vec<_>>());
-        let (o, oci) = crate::study::mean_ci(&finals.iter().map(|f| f.2).collect::<Vec<_>>());
+        let (v, vci) =
+            crate::views::compare::mean_ci(&finals.iter().map(|f| f.1).collect::<Vec<_>>());
+        let (o, oci) =
+            crate::views::compare::mean_ci(&finals.iter().map(|f| f.2).collect::<Vec<_>>());
         let stage = finals.iter().map(|f| f.0).max();
         let what = format!("{e}: final-stage validation over {} runs", runs.len());
         let _ = write!(
@@ -721,7 +723,7 @@ fn study(h: &mut String, r: &Report) -> Result<(), String> {
         );
     }
     h.push_str("</tbody></table></div><div class=\"figs\">");
-    let series = crate::study::study_series(s);
+    let series = crate::views::study::study_series(s);
     h.push_str(&inline_svg(curves_svg(&Curves {
         title: "Study: mean validation valid % per stage",
         y_label: "valid %",

@@ -10,8 +10,8 @@ pub mod html;
 
 use crate::env::table::ResultTable;
 use crate::ledger::{Hash, Ledger, LedgerError};
-use crate::study::StudyReport;
 use crate::views::audit::AuditReport;
+use crate::views::study::StudyReport;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -159,7 +159,7 @@ fn branch_view(ledger: &Ledger, name: &str) -> Result<BranchView, LedgerError> {
     let eval = |s: &crate::ledger::StageState, suite: &str| -> Option<Eval> {
         Some(Eval {
             event: *s.evaluation_events.get(suite)?,
-            table: crate::study::table(s, suite)?,
+            table: crate::views::compare::table(s, suite)?,
         })
     };
     let stages = state
@@ -309,7 +309,7 @@ fn figure_files(r: &Report, figures: &Path) -> Result<Vec<PathBuf>, ReportError>
         }
     }
     if let Some(s) = &r.study {
-        let series = crate::study::study_series(s);
+        let series = crate::views::study::study_series(s);
         let title = format!(
             "Study: validation valid % (fork of {} at stage {}, mean over {} seeds)",
             s.from, s.at, s.seeds

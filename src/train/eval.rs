@@ -3,10 +3,10 @@
 //! set (counts by failure type plus a few failing plans rendered as text): the failure
 //! evidence environment engineers read.
 use super::policy::{Policy, Rollout};
+use super::records::{EvalCell, Evaluation, FailureBreakdown, SizeFailures};
 use crate::env::suite::Suite;
 use crate::env::table::{CellCounts, ResultTable};
 use crate::env::{simulate, text, CostMetric, FailureKind, Instance, Outcome};
-use crate::ledger::event::{EvalCell, Evaluation, FailureBreakdown, SizeFailures};
 use crate::seed::Seed;
 use std::collections::BTreeMap;
 

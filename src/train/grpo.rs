@@ -14,9 +14,9 @@
 //! (parameter hash, loss terms as exact bits, gradient norm).
 use super::eval::outcome_of;
 use super::policy::{Policy, Rollout};
+use super::records::{GradientStep, StepRecord, Trajectory, TrajectoryBatch};
 use super::TrainState;
 use crate::env::{CostMetric, Outcome, Reference, Solved};
-use crate::ledger::event::{EventBody, GradientStep, Trajectory, TrajectoryBatch};
 use crate::ledger::Hash;
 use crate::seed::Seed;
 use rand::seq::SliceRandom;
@@ -115,7 +115,7 @@ pub fn step(
     data_blobs: &[Hash],
     stage_seed: Seed,
     step: u64,
-) -> (Vec<EventBody>, StepStats) {
+) -> (Vec<StepRecord>, StepStats) {
     // 1. The batch and its rollouts.
     let idx = batch_indices(
         data.len(),
@@ -144,7 +144,7 @@ pub fn step(
     let adv = advantages(&rewards, cfg.group_size);
 
     // 3. The trajectories, recorded before the update they feed.
-    let mut events = vec![EventBody::Trajectories(TrajectoryBatch {
+    let mut events = vec![StepRecord::Trajectories(TrajectoryBatch {
         step: state.global_step,
         instances: idx.iter().map(|&i| data_blobs[i]).collect(),
         trajectories: rollouts
@@ -240,7 +240,7 @@ pub fn step(
             scalar(&kl),
             scalar(&entropy),
         );
-        events.push(EventBody::GradientStep(GradientStep {
+        events.push(StepRecord::GradientStep(GradientStep {
             step: state.global_step,
             params: super::checkpoint::param_hash(state.policy.vars()),
             loss: l.to_bits(),

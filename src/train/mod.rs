@@ -12,6 +12,7 @@ pub mod grpo;
 pub mod kernels;
 pub mod lm;
 pub mod policy;
+pub mod records;
 pub mod warmup;
 
 use adam::{Adam, AdamConfig};

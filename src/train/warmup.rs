@@ -3,9 +3,9 @@
 //! each step maximises the log-likelihood of a batch of reference plans.
 use super::grpo::batch_indices;
 use super::policy::Rollout;
+use super::records::GradientStep;
 use super::TrainState;
 use crate::env::Solved;
-use crate::ledger::event::{EventBody, GradientStep};
 use crate::seed::Seed;
 use tch::Kind;
 
@@ -19,7 +19,7 @@ pub struct WarmupConfig {
     pub instances: usize,
 }
 
-/// One imitation step on the batch `step` of `data`; returns its gradient-step event
+/// One imitation step on the batch `step` of `data`; returns its gradient-step record
 /// and the loss.
 pub fn step(
     state: &mut TrainState,
@@ -27,7 +27,7 @@ pub fn step(
     data: &[Solved],
     seed: Seed,
     step: u64,
-) -> (EventBody, f64) {
+) -> (GradientStep, f64) {
     let idx = batch_indices(data.len(), cfg.batch_size, seed.child("order", 0), step);
     if let Some(lm) = state.policy.as_lm() {
         let pairs: Vec<(Vec<u32>, Vec<u32>)> = idx
@@ -71,7 +71,7 @@ pub fn text_step(
     batch_size: usize,
     seed: Seed,
     step: u64,
-) -> (EventBody, f64) {
+) -> (GradientStep, f64) {
     let idx = batch_indices(pairs.len(), batch_size, seed.child("order", 1), step);
     let batch: Vec<(Vec<u32>, Vec<u32>)> = idx.iter().map(|&i| pairs[i].clone()).collect();
     text_update(state, &batch)
@@ -91,7 +91,7 @@ const MICRO_ROWS: usize = 4;
 /// target tokens (each micro-batch's sum divided by the batch's token count), the
 /// padding mostly gone. The sort is stable, so the order (and the result) is a pure
 /// function of the batch.
-fn text_update(state: &mut TrainState, pairs: &[(Vec<u32>, Vec<u32>)]) -> (EventBody, f64) {
+fn text_update(state: &mut TrainState, pairs: &[(Vec<u32>, Vec<u32>)]) -> (GradientStep, f64) {
     let lm = state
         .policy
         .as_lm()
@@ -114,12 +114,12 @@ fn text_update(state: &mut TrainState, pairs: &[(Vec<u32>, Vec<u32>)]) -> (Event
     finish_update(state, loss_sum, entropy_sum / tokens as f64)
 }
 
-/// The optimiser update from the accumulated gradients, and its gradient-step event
-/// (with the batch's mean loss and entropy); returns the event and the loss.
-fn finish_update(state: &mut TrainState, loss: f64, entropy: f64) -> (EventBody, f64) {
+/// The optimiser update from the accumulated gradients, and its gradient-step record
+/// (with the batch's mean loss and entropy); returns the record and the loss.
+fn finish_update(state: &mut TrainState, loss: f64, entropy: f64) -> (GradientStep, f64) {
     let grad_norm = state.adam.update(state.policy.vars());
     state.global_step += 1;
-    let event = EventBody::GradientStep(GradientStep {
+    let record = GradientStep {
         step: state.global_step,
         params: super::checkpoint::param_hash(state.policy.vars()),
         loss: loss.to_bits(),
@@ -128,6 +128,6 @@ fn finish_update(state: &mut TrainState, loss: f64, entropy: f64) -> (EventBody,
         entropy: entropy.to_bits(),
         grad_norm: grad_norm.to_bits(),
         reward_mean: 0f64.to_bits(),
-    });
-    (event, loss)
+    };
+    (record, loss)
 }

@@ -1,7 +1,8 @@
-//! Helpers shared by integration tests: the `ledger` binary, and a real headless
-//! Chromium ([`browser`]).
+//! Helpers shared by integration tests: the `ledger` binary, a real headless Chromium
+//! ([`browser`]), and a checker of outputs against the checked-in schemas ([`schema`]).
 #![allow(dead_code)]
 pub mod browser;
+pub mod schema;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -52,7 +52,7 @@ fn main() {
     let _ = std::fs::remove_dir_all(base.join("big"));
     let d = base.join("big");
     let mut l = Ledger::create(&d, PLAN.as_bytes()).unwrap();
-    let event_bytes = mapf_ledger::ledger::codec::encode_event(&Event {
+    let event_bytes = mapf_ledger::ledger::event::encode_event(&Event {
         parent: Some(Hash::default()),
         stage: 1,
         body: small(12345),
@@ -217,7 +217,7 @@ fn main() {
     // Where verify's time goes, per small event, on one core.
     let encoded: Vec<Vec<u8>> = (0..200_000u64)
         .map(|i| {
-            mapf_ledger::ledger::codec::encode_event(&Event {
+            mapf_ledger::ledger::event::encode_event(&Event {
                 parent: Some(Hash::of_blob(&i.to_le_bytes())),
                 stage: 1,
                 body: small(i),
@@ -234,7 +234,7 @@ fn main() {
     };
     let (h, _) = per(&|e| Hash::of_event(e).prefix_u64());
     let (c, _) = per(&|e| crc32fast::hash(e) as u64);
-    let (dec, _) = per(&|e| mapf_ledger::ledger::codec::decode_event(e).unwrap().stage as u64);
+    let (dec, _) = per(&|e| mapf_ledger::ledger::event::decode_event(e).unwrap().stage as u64);
     println!("verify cost per small event (one core): blake3 {h:.0} ns, crc32 {c:.0} ns, decode {dec:.0} ns");
 
     // Stored bytes per trajectory.

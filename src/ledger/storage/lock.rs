@@ -1,7 +1,7 @@
 //! The one-writer rule: an OS file lock (flock) on `<ledger>/LOCK`, taken exclusively
 //! by the writer before it opens anything. Readers take no lock (they read a snapshot
 //! of `REFS`); a second writer gets [`LedgerError::Locked`] naming the ledger.
-use super::LedgerError;
+use crate::ledger::LedgerError;
 use fs4::FileExt;
 use std::fs::{File, OpenOptions};
 use std::path::Path;

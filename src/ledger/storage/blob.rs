@@ -3,9 +3,9 @@
 //! committed through `REFS` like event packs, so a reader sees exactly the blobs of its
 //! snapshot), large ones as files `blobs/ab/cdef...` written to a temporary file,
 //! fsync'ed and renamed, so a blob file either is whole or absent.
-use super::hash::{Hash, PrefixBuild};
-use super::pack::{self, sync_dir, Pack, PackKind, PACK_ROLL_BYTES};
-use super::LedgerError;
+use crate::ledger::hash::{Hash, PrefixBuild};
+use crate::ledger::pack::{self, sync_dir, Pack, PackKind, PACK_ROLL_BYTES};
+use crate::ledger::LedgerError;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};

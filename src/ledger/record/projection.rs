@@ -2,14 +2,14 @@
 //! [`StageState`] per stage, audit rows). `apply` never reads anything but its
 //! arguments, so a state cached by event id (see store.rs) is valid for every branch
 //! that shares that prefix, and `ledger rebuild` recomputes it from the log.
-use super::event::{DecisionStatus, EvalCell, Event, EventBody, FailureBreakdown};
-use super::hash::Hash;
 use crate::env::config::GeneratorConfig;
+use crate::ledger::event::{DecisionStatus, EvalCell, Event, EventBody, FailureBreakdown};
+use crate::ledger::hash::Hash;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Everything the views need about one branch, as of some event.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BranchState {
     pub head: Option<Hash>,
     pub genesis: Option<Hash>,
@@ -33,7 +33,7 @@ pub struct BranchState {
 }
 
 /// The state of one curriculum stage.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StageState {
     pub stage: u32,
     pub started: Option<Hash>,
@@ -64,7 +64,7 @@ pub struct StageState {
 }
 
 /// One decision-relevant event, for the audit view.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AuditRow {
     pub event: Hash,
     pub stage: u32,

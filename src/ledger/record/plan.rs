@@ -3,9 +3,9 @@
 //! Parsed strictly: unknown keys are errors naming the key, out-of-range values errors
 //! naming the field. Sections other than `name`, `seed` and `initial_config` have
 //! defaults, so later issues add fields by adding a field with a `#[serde(default)]`.
-use super::codec;
-use super::hash::{Hash, PLAN_CONTEXT};
 use crate::env::config::GeneratorConfig;
+use crate::ledger::codec;
+use crate::ledger::hash::{Hash, PLAN_CONTEXT};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -422,7 +422,7 @@ impl LedgerPlan {
 mod tests {
     use super::*;
 
-    const DEMO: &str = include_str!("../../ledgers/demo.toml");
+    const DEMO: &str = include_str!("../../../ledgers/demo.toml");
 
     #[test]
     fn cosine_warmup_lr_runs_from_lr_to_a_tenth() {

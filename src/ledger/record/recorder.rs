@@ -2,7 +2,7 @@
 //! durable batches (`flush`), blobs are stored immediately (so a flushed event never
 //! references a missing blob), and every event gets the same run metadata (threads,
 //! device) plus its own wall time. Nothing recorded here is hashed except the events.
-use super::{EventBody, Hash, Ledger, LedgerError, Meta};
+use crate::ledger::{EventBody, Hash, Ledger, LedgerError, Meta};
 
 pub struct Recorder<'a> {
     ledger: &'a mut Ledger,

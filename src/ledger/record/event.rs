@@ -4,10 +4,14 @@
 //! Everything here reaches hashed bytes, so: no HashMap, no wall-clock time, and floats
 //! only as their bit patterns (`u32`/`u64` fields named `*_bits` or documented as bits).
 //! New kinds are appended at the end of [`EventBody`] (the variant index is encoded).
-use super::codec;
-use super::hash::{Hash, TRAJECTORY_CONTEXT};
 use crate::env::config::{Clip, GeneratorConfig};
-use crate::env::simulate::FailureKind;
+use crate::ledger::codec::{self, CodecError};
+use crate::ledger::hash::Hash;
+// The trainer's own records: the stage turns them into events.
+pub use crate::train::records::{
+    EvalCell, Evaluation, FailureBreakdown, GradientStep, SizeFailures, StepRecord, Trajectory,
+    TrajectoryBatch,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -151,112 +155,12 @@ pub struct InstancesGenerated {
     pub instances: Vec<Hash>,
 }
 
-/// A batch of sampled plans with their outcomes. Instances are listed once per batch
-/// and referenced by index, so one trajectory costs a few tens of bytes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct TrajectoryBatch {
-    /// The gradient step these samples fed.
-    pub step: u64,
-    /// Instance blobs referenced by `Trajectory::instance`.
-    pub instances: Vec<Hash>,
-    pub trajectories: Vec<Trajectory>,
-}
-
-/// One sampled plan and its outcome.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Trajectory {
-    /// Index into the batch's `instances`.
-    pub instance: u32,
-    /// The plan in the policy's compact encoding (moves, or text bytes).
-    pub plan: Vec<u8>,
-    pub valid: bool,
-    pub optimal: bool,
-    pub failure: Option<FailureKind>,
-    /// Sum of costs of the plan (0 when invalid) and of the optimum.
-    pub cost: u32,
-    pub optimal_cost: u32,
-    /// The reward, as f32 bits.
-    pub reward_bits: u32,
-}
-
-impl TrajectoryBatch {
-    /// The content hash of each trajectory (trajectory context over the instance hash
-    /// and the trajectory's encoding), in batch order. Errors name a bad instance index.
-    pub fn trajectory_hashes(&self) -> Result<Vec<Hash>, String> {
-        self.trajectories
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let inst = self.instances.get(t.instance as usize).ok_or_else(|| {
-                    format!(
-                        "trajectory {i} names instance {} of {}",
-                        t.instance,
-                        self.instances.len()
-                    )
-                })?;
-                let mut buf = inst.0.to_vec();
-                codec::encode_into(t, &mut buf);
-                Ok(Hash::derive(TRAJECTORY_CONTEXT, &buf))
-            })
-            .collect()
-    }
-}
-
-/// One optimiser step. Loss terms are f64 bit patterns.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct GradientStep {
-    pub step: u64,
-    /// Parameter hash after the step (blake3 over raw parameters in name order).
-    pub params: Hash,
-    pub loss: u64,
-    pub policy_loss: u64,
-    pub kl: u64,
-    pub entropy: u64,
-    pub grad_norm: u64,
-    pub reward_mean: u64,
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CheckpointSaved {
     pub step: u64,
     /// The checkpoint file's blob.
     pub blob: Hash,
     pub params: Hash,
-}
-
-/// Valid/optimal counts of one (agents, size) cell of a suite.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct EvalCell {
-    pub agents: u32,
-    pub size: u32,
-    pub total: u32,
-    pub valid: u32,
-    pub optimal: u32,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Evaluation {
-    /// "val", "test", ...
-    pub suite: String,
-    /// The checkpoint evaluated (None: the current parameters).
-    pub checkpoint: Option<Hash>,
-    pub cells: Vec<EvalCell>,
-}
-
-/// Failure counts for one map size.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct SizeFailures {
-    pub size: u32,
-    pub total: u32,
-    pub counts: Vec<(FailureKind, u32)>,
-    /// Example failing plans, as text.
-    pub examples: Vec<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct FailureBreakdown {
-    pub suite: String,
-    pub sizes: Vec<SizeFailures>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -416,4 +320,32 @@ impl EventBody {
             },
         }
     }
+}
+
+impl From<StepRecord> for EventBody {
+    fn from(r: StepRecord) -> EventBody {
+        match r {
+            StepRecord::Trajectories(t) => EventBody::Trajectories(t),
+            StepRecord::GradientStep(g) => EventBody::GradientStep(g),
+        }
+    }
+}
+
+/// Append an event's encoding (version byte, parent, stage, body) to `buf`; the event's
+/// id is [`Hash::of_event`] over exactly these bytes.
+pub fn encode_event_into(parent: Option<&Hash>, stage: u32, body: &EventBody, buf: &mut Vec<u8>) {
+    // A struct encodes as the concatenation of its fields: this equals encoding `Event`.
+    codec::encode_event_fields_into(&(parent, stage, body), buf);
+}
+
+/// The encoded bytes of an event.
+pub fn encode_event(event: &Event) -> Vec<u8> {
+    let mut buf = Vec::new();
+    encode_event_into(event.parent.as_ref(), event.stage, &event.body, &mut buf);
+    buf
+}
+
+/// Decode an event's bytes (as written by [`encode_event_into`]).
+pub fn decode_event(bytes: &[u8]) -> Result<Event, CodecError> {
+    codec::decode_event_fields(bytes)
 }

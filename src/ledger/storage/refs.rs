@@ -20,9 +20,9 @@
 //! fsync, rename, fsync of the directory, as git replaces a ref through its lockfile).
 //! A reader that reads the file once holds a consistent snapshot without any lock. A
 //! fork is one new `ref` line: O(1), nothing copied.
-use super::hash::Hash;
-use super::pack::sync_dir;
-use super::LedgerError;
+use crate::ledger::hash::Hash;
+use crate::ledger::pack::sync_dir;
+use crate::ledger::LedgerError;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 //! u32  event length  (LE)
 //! u32  meta length   (LE)
 //! [32] event id (blake3, event context, over the event bytes)
-//! ...  event bytes   (codec::encode_event)
+//! ...  event bytes   (crate::ledger::event::encode_event)
 //! ...  meta bytes    (codec::encode(Meta); never hashed)
 //! u32  crc32 of everything above (LE)
 //! ```
@@ -21,8 +21,8 @@
 //! Small blobs live in packs of their own kind ([`PackKind::Blobs`], magic
 //! [`BLOB_PACK_MAGIC`]) with the same frames: the id is the blob's hash, the "event"
 //! bytes are the blob's content and the meta bytes are empty.
-use super::hash::Hash;
-use super::LedgerError;
+use crate::ledger::hash::Hash;
+use crate::ledger::LedgerError;
 use memmap2::Mmap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;

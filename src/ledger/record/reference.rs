@@ -4,8 +4,8 @@
 //! * a reference: `BRANCH`, `BRANCH@stageN` (the branch through stage N), or a hash
 //!   prefix of 4+ hex digits. A name that is both a branch and a hash prefix is the
 //!   branch (as in git).
-use super::refs::validate_branch;
-use super::LedgerError;
+use crate::ledger::refs::validate_branch;
+use crate::ledger::LedgerError;
 
 /// A parsed reference, before it is looked up in a ledger.
 #[derive(Clone, Debug, PartialEq, Eq)]
