@@ -9,7 +9,6 @@ use crate::env::{
     self, generator, movingai, suite, table, text, Budget, CostMetric, GeneratorConfig, Instance,
     Plan, SolveError,
 };
-use crate::ledger::event::EvalCell;
 use crate::seed::Seed;
 use crate::views::testbed::{CheckReport, SolveReport, SuiteReport};
 use clap::{Subcommand, ValueEnum};
@@ -317,18 +316,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                     hash: s.hash.clone(),
                     instances: s.len(),
                     cells: table::suite_stats(&s),
-                    baseline: scores.as_ref().map(|t| {
-                        t.cells
-                            .iter()
-                            .map(|(&(agents, size), c)| EvalCell {
-                                agents: agents as u32,
-                                size: size as u32,
-                                total: c.total,
-                                valid: c.valid,
-                                optimal: c.optimal,
-                            })
-                            .collect()
-                    }),
+                    baseline: scores.as_ref().map(crate::train::eval::cells_of),
                 });
             } else {
                 print!("{}", table::render_suite_stats(&s));

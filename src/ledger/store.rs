@@ -1129,8 +1129,9 @@ impl Ledger {
         }
         let t = Instant::now();
         // The saved index is derived too: when a segment is damaged both are removed and
-        // the packs scanned afresh (closing saves the index again).
-        if self.index.check_saved().is_err() {
+        // the packs scanned afresh (closing saves the index again). Only checksums are
+        // compared here; `verify` checks the tables in full.
+        if !self.index.checksums_ok() {
             for f in [
                 super::index::path(&self.dir),
                 super::index::delta_path(&self.dir),

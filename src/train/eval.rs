@@ -83,18 +83,22 @@ pub fn evaluation_event(
     Evaluation {
         suite: suite.to_string(),
         checkpoint,
-        cells: table(scored)
-            .cells
-            .iter()
-            .map(|(&(agents, size), c)| EvalCell {
-                agents: agents as u32,
-                size: size as u32,
-                total: c.total,
-                valid: c.valid,
-                optimal: c.optimal,
-            })
-            .collect(),
+        cells: cells_of(&table(scored)),
     }
+}
+
+/// A result table as evaluation cells, by (agents, size).
+pub fn cells_of(t: &ResultTable) -> Vec<EvalCell> {
+    t.cells
+        .iter()
+        .map(|(&(agents, size), c)| EvalCell {
+            agents: agents as u32,
+            size: size as u32,
+            total: c.total,
+            valid: c.valid,
+            optimal: c.optimal,
+        })
+        .collect()
 }
 
 /// The table back from an evaluation event.

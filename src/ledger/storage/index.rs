@@ -492,6 +492,14 @@ impl Index {
         (0..self.len() as u32).map(|p| self.hash_at(p))
     }
 
+    /// Whether every saved segment's stored checksum matches its bytes (the cheap part
+    /// of [`Index::check_saved`], for `rebuild`).
+    pub fn checksums_ok(&self) -> bool {
+        self.segs
+            .iter()
+            .all(|s| crc32fast::hash(&s.map[..s.map.len() - 4]) == s.sum())
+    }
+
     /// Check each saved segment on its own (see `Saved::check`): the first problem,
     /// naming the file.
     pub fn check_saved(&self) -> Result<(), (PathBuf, String)> {
