@@ -407,4 +407,52 @@ fn a_saved_index_is_used_checked_and_remade() {
     drop(r);
     let (code, out) = verify(&f.dir);
     assert_eq!(code, Some(1), "{out}");
+
+    // A segment consistent in itself (ids sorted, positions and ranks inverse, checksum
+    // right) that gives two positions each other's ids: verify names the first position.
+    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("--ledger")
+        .arg(&f.dir)
+        .arg("rebuild")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    Ledger::open(&f.dir).unwrap().save_index().unwrap();
+    let (code, out) = verify(&f.dir);
+    assert_eq!(code, Some(0), "{out}");
+    let mut b = std::fs::read(&index).unwrap();
+    let n = n as usize;
+    let ranks = b.len() - 4 - n * 4;
+    let sorted_pos = ranks - n * 16 - n * 4;
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let (r1, r2) = (2usize, 5usize);
+    let (p1, p2) = (
+        u32_at(&b, sorted_pos + r1 * 4) as usize,
+        u32_at(&b, sorted_pos + r2 * 4) as usize,
+    );
+    b[sorted_pos + r1 * 4..][..4].copy_from_slice(&(p2 as u32).to_le_bytes());
+    b[sorted_pos + r2 * 4..][..4].copy_from_slice(&(p1 as u32).to_le_bytes());
+    b[ranks + p1 * 4..][..4].copy_from_slice(&(r2 as u32).to_le_bytes());
+    b[ranks + p2 * 4..][..4].copy_from_slice(&(r1 as u32).to_le_bytes());
+    let end = b.len() - 4;
+    let sum = crc32fast::hash(&b[..end]);
+    b[end..].copy_from_slice(&sum.to_le_bytes());
+    std::fs::write(&index, &b).unwrap();
+    let (code, out) = verify(&f.dir);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!("index position {}", p1.min(p2))) && out.contains("rebuild"),
+        "{out}"
+    );
+    // As the message says, `ledger rebuild` remakes it though its checksums are right.
+    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("--ledger")
+        .arg(&f.dir)
+        .arg("rebuild")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (code, out) = verify(&f.dir);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(history(&Ledger::open_read_only(&f.dir).unwrap()), expected);
 }

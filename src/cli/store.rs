@@ -2,7 +2,7 @@
 //! `crate::ledger`; every read command takes `--json`.
 use super::{CliError, CliResult};
 use crate::ledger::event::{EventBody, GradientStep, InstancesGenerated};
-use crate::ledger::{Hash, Ledger, LedgerError, Meta, Resolved};
+use crate::ledger::{Hash, Ledger, LedgerError, Meta, RebuildReport, Resolved};
 use crate::views::export::{self, EventRecord, Format};
 use clap::{Subcommand, ValueEnum};
 use std::io::Write;
@@ -221,13 +221,19 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
         }
         StoreCommand::Rebuild { json } => {
             let mut l = Ledger::open_for_rebuild(ledger).map_err(err)?;
-            let r = l.rebuild().map_err(err)?;
+            // Everything derived is remade: the index from the packs (a saved one can be
+            // wrong with right checksums), then the projections.
+            let index_seconds = l.reindex().map_err(err)?;
+            let r = RebuildReport {
+                index_seconds,
+                ..l.rebuild().map_err(err)?
+            };
             if json {
                 print_json(&r)
             } else {
                 println!(
-                    "rebuilt projections of {} branches from {} events in {:.3}s",
-                    r.branches, r.events, r.seconds
+                    "rescanned the packs into the index in {:.3}s; rebuilt projections of {} branches from {} events in {:.3}s",
+                    r.index_seconds, r.branches, r.events, r.seconds
                 );
                 Ok(())
             }

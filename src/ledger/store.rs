@@ -64,12 +64,16 @@ pub enum Resolved {
     Stage { branch: String, stage: u32 },
 }
 
-/// Result of [`Ledger::rebuild`].
+/// Result of [`Ledger::rebuild`] (and, from `ledger rebuild`, [`Ledger::reindex`]).
 #[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct RebuildReport {
     pub branches: usize,
     pub events: u64,
+    /// Seconds spent recomputing the projections.
     pub seconds: f64,
+    /// Seconds spent scanning the packs into a fresh index (0 when the saved one was
+    /// kept).
+    pub index_seconds: f64,
 }
 
 /// An open ledger: one writer ([`Ledger::open`], [`Ledger::create`]) or a reader
@@ -800,6 +804,11 @@ impl Ledger {
         // (id, offset of a new frame or None when the event is already stored)
         let mut added: Vec<(Hash, Option<u64>)> = Vec::with_capacity(items.len());
         let mut prev = parent;
+        // Whether the next event may already be stored. Parents are stored before their
+        // children, so once an event is new, every later one in the batch (whose bytes
+        // name a new parent) is new too: only the leading run of a batch is looked up,
+        // which spares a normal append one index probe per event.
+        let mut maybe_stored = true;
         for (body, stage, meta) in items {
             let event = Event {
                 parent: prev,
@@ -824,7 +833,7 @@ impl Ledger {
             // that reproduced it, a branch re-walking shared history) writes nothing.
             // Its parent is part of its bytes, so the whole chain below it is stored too.
             // (A batch cannot repeat an event: each one names the previous as parent.)
-            if self.index.get(&h).is_some() {
+            if maybe_stored && self.index.get(&h).is_some() {
                 added.push((h, None));
             } else {
                 mb.clear();
@@ -835,6 +844,7 @@ impl Ledger {
                         mb.len()
                     )));
                 }
+                maybe_stored = false;
                 added.push((h, Some(base + buf.len() as u64)));
                 pack::encode_frame(&mut buf, &h, &ev, &mb);
             }
@@ -1127,27 +1137,16 @@ impl Ledger {
         if !self.writable {
             return Err(LedgerError::ReadOnly);
         }
+        // The saved index is derived too: a segment whose checksum fails is dropped and
+        // the packs scanned afresh. Only checksums are compared here; `verify` checks the
+        // tables in full, and `ledger rebuild` remakes the index whatever they say
+        // ([`Ledger::reindex`]).
+        let index_seconds = if self.index.checksums_ok() {
+            0.0
+        } else {
+            self.reindex()?
+        };
         let t = Instant::now();
-        // The saved index is derived too: when a segment is damaged both are removed and
-        // the packs scanned afresh (closing saves the index again). Only checksums are
-        // compared here; `verify` checks the tables in full.
-        if !self.index.checksums_ok() {
-            for f in [
-                super::index::path(&self.dir),
-                super::index::delta_path(&self.dir),
-            ] {
-                match std::fs::remove_file(&f) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(LedgerError::Io {
-                            path: f,
-                            message: e.to_string(),
-                        })
-                    }
-                    _ => {}
-                }
-            }
-            self.reload()?;
-        }
         if let Some((_, proj)) = &self.db {
             proj.clear().map_err(|e| sled_error(&self.dir, e))?;
         }
@@ -1236,7 +1235,35 @@ impl Ledger {
             branches: branches.len(),
             events,
             seconds: t.elapsed().as_secs_f64(),
+            index_seconds,
         })
+    }
+
+    /// Remake the index from the packs: remove the saved segments and scan every
+    /// committed frame (closing the writer saves them again). For an index that
+    /// `verify` found wrong however consistent its own checksums are. Returns the
+    /// seconds it took. Writer only.
+    pub fn reindex(&mut self) -> Result<f64, LedgerError> {
+        if !self.writable {
+            return Err(LedgerError::ReadOnly);
+        }
+        let t = Instant::now();
+        for f in [
+            super::index::path(&self.dir),
+            super::index::delta_path(&self.dir),
+        ] {
+            match std::fs::remove_file(&f) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(LedgerError::Io {
+                        path: f,
+                        message: e.to_string(),
+                    })
+                }
+                _ => {}
+            }
+        }
+        self.reload()?;
+        Ok(t.elapsed().as_secs_f64())
     }
 
     /// The cached projection stored for `head`, if any (tests compare it to a rebuild).

@@ -56,6 +56,8 @@ const CHUNK: usize = 1 << 15;
 struct FrameCheck {
     problem: Option<String>,
     blobs: Vec<Hash>,
+    /// This frame's term of the saved positions' pair digest (0 when not saved).
+    digest: u64,
 }
 
 impl Ledger {
@@ -76,6 +78,9 @@ impl Ledger {
         let mut referenced: Vec<(Hash, Hash)> = Vec::new();
         let mut events = 0u64;
         let n = index.len();
+        let saved_n = index.saved_len();
+        // Sum of `pair_mix` over the saved positions met in the walk (see index.rs).
+        let mut walked_digest = 0u64;
         // chain_ok[pos]: the parent chain reaches a root (parents precede children).
         let mut chain_ok = vec![false; n];
         for pos in 0..n {
@@ -124,23 +129,40 @@ impl Ledger {
                     break;
                 }
                 events += frames.len() as u64;
+                let frames = &frames;
                 frames
                     .par_iter()
+                    .enumerate()
                     .with_min_len(1024)
-                    .map(|(_, f, pos)| {
+                    .map(|(i, (_, f, pos))| {
                         let mut c = FrameCheck {
                             problem: None,
                             blobs: Vec::new(),
+                            digest: 0,
                         };
                         if !f.checksum_ok() {
                             c.problem = Some("record checksum mismatch".into());
                         }
-                        if pos.is_some_and(|p| index.hash_at(p) != f.hash) {
-                            c.problem = Some(
-                                "the index holds another id at its position (the index is derived: `ledger rebuild` remakes it)"
-                                    .into(),
-                            );
+                        match *pos {
+                            // Saved positions are checked all at once by their digest.
+                            Some(p) if (p as usize) < saved_n => {
+                                c.digest = super::index::pair_mix(p, &f.hash.0);
+                            }
+                            Some(p) if index.hash_at(p) != f.hash => {
+                                c.problem = Some(
+                                    "the index holds another id at its position (the index is derived: `ledger rebuild` remakes it)"
+                                        .into(),
+                                );
+                            }
+                            _ => {}
                         }
+                        // The id at a position: the frame before this one when it holds
+                        // that position (a parent usually directly precedes its child),
+                        // else the index's.
+                        let id_at = |pp: u32| match i.checked_sub(1).map(|j| &frames[j]) {
+                            Some((_, prev, Some(q))) if *q == pp => prev.hash,
+                            _ => index.hash_at(pp),
+                        };
                         let got = Hash::of_event(f.event);
                         if got != f.hash {
                             c.problem.get_or_insert(format!(
@@ -168,7 +190,7 @@ impl Ledger {
                                         );
                                     }
                                     Some(p) => match parent_pos {
-                                        Some(pp) if index.hash_at(pp) == p => {}
+                                        Some(pp) if id_at(pp) == p => {}
                                         _ => {
                                             c.problem.get_or_insert(format!(
                                                 "parent {} is missing",
@@ -200,6 +222,7 @@ impl Ledger {
                         });
                     }
                     referenced.extend(c.blobs.into_iter().map(|b| (b, f.hash)));
+                    walked_digest = walked_digest.wrapping_add(c.digest);
                 }
             }
             drop(it);
@@ -208,8 +231,10 @@ impl Ledger {
             }
         }
 
-        // The saved index: whole and sorted, and every entry met in the walk above.
-        if let Err((file, e)) = index.check_saved() {
+        // The saved index: whole and sorted, every entry met in the walk above, and the
+        // id it holds for each position the one stored there.
+        let saved_digest = index.check_saved();
+        if let Err((file, e)) = &saved_digest {
             problems.push(Problem {
                 what: file.display().to_string(),
                 problem: format!("{e} (the index is derived: `ledger rebuild` remakes it)"),
@@ -226,6 +251,31 @@ impl Ledger {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
+            });
+        } else if saved_digest != Ok(walked_digest) {
+            // Some saved position names another id than the frame stored there: find
+            // the first (lookups one by one, only on this path).
+            let bad = (0..saved_n as u32).find_map(|pos| {
+                let e = index.entry(pos);
+                let f = self.frame_at(e.pack, e.offset).ok()?;
+                let held = index.hash_at(pos);
+                (held != f.hash).then(|| (pos, held, f.hash, e))
+            });
+            problems.push(match bad {
+                Some((pos, held, stored, e)) => Problem {
+                    what: format!("index position {pos}"),
+                    problem: format!(
+                        "holds id {} but pack {} offset {} stores {} (the index is derived: `ledger rebuild` remakes it)",
+                        held.short(),
+                        e.pack,
+                        e.offset,
+                        stored.short()
+                    ),
+                },
+                None => Problem {
+                    what: "index".into(),
+                    problem: "its (position, id) digest does not match the stored frames (the index is derived: `ledger rebuild` remakes it)".into(),
+                },
             });
         }
 

@@ -244,38 +244,43 @@ impl Saved {
 
     /// Everything `verify` can check of the file alone: its checksum, the ids strictly
     /// sorted and the fan-out right, sorted positions and ranks inverse of each other,
-    /// parents before children.
-    fn check(&self) -> Result<(), String> {
+    /// parents before children. Returns the [`pair_digest`] of the (position, id) pairs
+    /// it holds, for `verify` to compare with the frames it walks.
+    fn check(&self) -> Result<u64, String> {
         if crc32fast::hash(&self.map[..self.map.len() - 4]) != self.sum() {
             return Err("checksum mismatch".into());
         }
         // In parallel chunks: the ids sorted, each sorted position's rank pointing back,
         // and per chunk the counts behind the fan-out table.
         const CH: usize = 1 << 16;
-        let per_chunk: Vec<Vec<u32>> = (0..self.n.div_ceil(CH))
+        let per_chunk: Vec<(Vec<u32>, u64)> = (0..self.n.div_ceil(CH))
             .into_par_iter()
             .map(|c| {
                 let mut counts = vec![0u32; FANOUT];
+                let mut digest = 0u64;
                 for i in c * CH..self.n.min((c + 1) * CH) {
                     let id = self.sorted_id(i);
                     if i > 0 && self.sorted_id(i - 1) >= id {
                         return Err(format!("ids out of order at {i}"));
                     }
                     counts[((id[0] as usize) << 8) | id[1] as usize] += 1;
-                    let pos = (u32_at(&self.map, self.sorted_pos + i * 4) as usize)
-                        .wrapping_sub(self.start);
+                    let abs = u32_at(&self.map, self.sorted_pos + i * 4);
+                    let pos = (abs as usize).wrapping_sub(self.start);
                     if pos >= self.n || u32_at(&self.map, self.ranks + pos * 4) as usize != i {
                         return Err(format!("position table inconsistent at {i}"));
                     }
+                    digest = digest.wrapping_add(pair_mix(abs, id));
                 }
-                Ok(counts)
+                Ok((counts, digest))
             })
             .collect::<Result<_, String>>()?;
         let mut counts = vec![0u32; FANOUT];
-        for c in &per_chunk {
+        let mut digest = 0u64;
+        for (c, d) in &per_chunk {
             for (t, x) in counts.iter_mut().zip(c) {
                 *t += x;
             }
+            digest = digest.wrapping_add(*d);
         }
         let mut acc = 0u32;
         for (k, c) in counts.iter().enumerate() {
@@ -293,9 +298,32 @@ impl Saved {
                 ));
             }
         }
-        Ok(())
+        Ok(digest)
     }
 }
+
+/// One (position, id) pair's term in a [`pair_digest`]: the pair mixed into 64 bits
+/// (splitmix64's finalizer over the position and the id's four words).
+pub fn pair_mix(pos: u32, id: &[u8]) -> u64 {
+    fn mix(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    let mut h = mix(pos as u64 ^ 0x9e37_79b9_7f4a_7c15);
+    for w in id.chunks_exact(8) {
+        h = mix(h ^ u64::from_le_bytes(w.try_into().expect("8 bytes")));
+    }
+    h
+}
+
+// A pair digest is the wrapping sum of `pair_mix` over a set of (position, id) pairs.
+// Why: the saved segments hold ids sorted, so "the id at position p" is a random read
+// (two cache misses per event, once the largest cost of `verify`). Summing over the
+// sorted table and over the frames in storage order reads both sequentially; equal sets
+// give equal sums, and a wrong id at any position changes the sum except with
+// probability about 2^-64. `verify` looks positions up one by one only after a mismatch,
+// to name the first wrong one.
 
 /// Merge two lists sorted by id.
 fn merge_sorted(a: Vec<(Hash, u32)>, b: Vec<(Hash, u32)>) -> Vec<(Hash, u32)> {
@@ -502,11 +530,17 @@ impl Index {
 
     /// Check each saved segment on its own (see `Saved::check`): the first problem,
     /// naming the file.
-    pub fn check_saved(&self) -> Result<(), (PathBuf, String)> {
+    pub fn check_saved(&self) -> Result<u64, (PathBuf, String)> {
+        let mut digest = 0u64;
         for s in &self.segs {
-            s.check().map_err(|e| (s.path.clone(), e))?;
+            digest = digest.wrapping_add(s.check().map_err(|e| (s.path.clone(), e))?);
         }
-        Ok(())
+        Ok(digest)
+    }
+
+    /// Number of positions the saved segments hold (positions `0..saved_len()`).
+    pub fn saved_len(&self) -> usize {
+        self.saved_n
     }
 
     /// Save what the segments do not hold yet, for packs `covered` (id and committed
