@@ -10,7 +10,7 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-env-changed=LIBTORCH");
     println!("cargo:rerun-if-env-changed=LIBTORCH_USE_PYTORCH");
-    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=tools/build.rs");
     let lib_dir = if std::env::var("LIBTORCH_USE_PYTORCH").as_deref() == Ok("1") {
         let out = Command::new("python3")
             .args([
