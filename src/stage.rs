@@ -580,7 +580,7 @@ impl<'a> Pipeline<'a> {
             let (record, loss) = if engineer_step {
                 warmup::text_step(&mut ts, &pairs, w.engineer_batch_size as usize, seed, s)
             } else {
-                warmup::step(&mut ts, &cfg, &data, seed, s)
+                warmup::step(&mut ts, cfg, data, seed, s)
             };
             rec.push(0, EventBody::GradientStep(record));
             progress.step(

@@ -259,7 +259,7 @@ impl Ledger {
                 let e = index.entry(pos);
                 let f = self.frame_at(e.pack, e.offset).ok()?;
                 let held = index.hash_at(pos);
-                (held != f.hash).then(|| (pos, held, f.hash, e))
+                (held != f.hash).then_some((pos, held, f.hash, e))
             });
             problems.push(match bad {
                 Some((pos, held, stored, e)) => Problem {

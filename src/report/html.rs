@@ -238,9 +238,9 @@ pub fn render(r: &Report) -> Result<String, String> {
     if r.study.is_some() {
         study(&mut h, r)?;
     }
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "</main><pre id=\"cite\" hidden></pre><script>{SCRIPT}</script></body></html>\n"
+        "</main><pre id=\"cite\" hidden></pre><script>{SCRIPT}</script></body></html>"
     );
     Ok(h)
 }
