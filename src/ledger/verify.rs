@@ -4,7 +4,7 @@
 use super::codec;
 use super::event::EventBody;
 use super::hash::Hash;
-use super::index::{MISSING_PARENT, NO_PARENT};
+use super::index::{Index, MISSING_PARENT, NO_PARENT};
 use super::store::Ledger;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -119,8 +119,7 @@ impl Ledger {
                     (off, f, pos)
                 });
             // Checked in chunks so memory stays flat however large the pack.
-            let mut frames: Vec<(u64, super::pack::Frame<'_>, Option<u32>)> =
-                Vec::with_capacity(CHUNK);
+            let mut frames: Vec<Walked<'_>> = Vec::with_capacity(CHUNK);
             let mut checks: Vec<FrameCheck> = Vec::with_capacity(CHUNK);
             loop {
                 frames.clear();
@@ -129,85 +128,10 @@ impl Ledger {
                     break;
                 }
                 events += frames.len() as u64;
-                let frames = &frames;
-                frames
-                    .par_iter()
-                    .enumerate()
+                (0..frames.len())
+                    .into_par_iter()
                     .with_min_len(1024)
-                    .map(|(i, (_, f, pos))| {
-                        let mut c = FrameCheck {
-                            problem: None,
-                            blobs: Vec::new(),
-                            digest: 0,
-                        };
-                        if !f.checksum_ok() {
-                            c.problem = Some("record checksum mismatch".into());
-                        }
-                        match *pos {
-                            // Saved positions are checked all at once by their digest.
-                            Some(p) if (p as usize) < saved_n => {
-                                c.digest = super::index::pair_mix(p, &f.hash.0);
-                            }
-                            Some(p) if index.hash_at(p) != f.hash => {
-                                c.problem = Some(
-                                    "the index holds another id at its position (the index is derived: `ledger rebuild` remakes it)"
-                                        .into(),
-                                );
-                            }
-                            _ => {}
-                        }
-                        // The id at a position: the frame before this one when it holds
-                        // that position (a parent usually directly precedes its child),
-                        // else the index's.
-                        let id_at = |pp: u32| match i.checked_sub(1).map(|j| &frames[j]) {
-                            Some((_, prev, Some(q))) if *q == pp => prev.hash,
-                            _ => index.hash_at(pp),
-                        };
-                        let got = Hash::of_event(f.event);
-                        if got != f.hash {
-                            c.problem.get_or_insert(format!(
-                                "content hashes to {} (bytes altered)",
-                                got.short()
-                            ));
-                            return c;
-                        }
-                        match crate::ledger::event::decode_event(f.event) {
-                            Err(e) => {
-                                c.problem.get_or_insert(format!("does not decode: {e}"));
-                            }
-                            Ok(ev) => {
-                                let parent_pos = match pos {
-                                    Some(p) => match index.entry(*p).parent {
-                                        NO_PARENT | MISSING_PARENT => None,
-                                        pp => Some(pp),
-                                    },
-                                    None => ev.parent.and_then(|p| index.position(&p)),
-                                };
-                                match ev.parent {
-                                    None if !matches!(ev.body, EventBody::Genesis(_)) => {
-                                        c.problem.get_or_insert(
-                                            "has no parent but is not a genesis event".into(),
-                                        );
-                                    }
-                                    Some(p) => match parent_pos {
-                                        Some(pp) if id_at(pp) == p => {}
-                                        _ => {
-                                            c.problem.get_or_insert(format!(
-                                                "parent {} is missing",
-                                                p.short()
-                                            ));
-                                        }
-                                    },
-                                    None => {}
-                                }
-                                c.blobs = ev.body.blobs();
-                            }
-                        }
-                        if codec::decode::<super::meta::Meta>(f.meta, "metadata").is_err() {
-                            c.problem.get_or_insert("metadata does not decode".into());
-                        }
-                        c
-                    })
+                    .map(|i| check_frame(index, saved_n, &frames, i))
                     .collect_into_vec(&mut checks);
                 for ((off, f, _), c) in frames.iter().zip(checks.drain(..)) {
                     if let Some(p) = c.problem {
@@ -374,4 +298,81 @@ impl Ledger {
             problems,
         }
     }
+}
+
+/// A frame met in the walk: its offset, the frame, and the index position it holds
+/// (`None` for a duplicate of an earlier event).
+type Walked<'a> = (u64, super::pack::Frame<'a>, Option<u32>);
+
+/// Everything checked of one frame alone: checksum, id, decoding, parent link, index
+/// position (saved positions only contribute their digest term), blobs it names.
+fn check_frame(index: &Index, saved_n: usize, frames: &[Walked<'_>], i: usize) -> FrameCheck {
+    let (_, f, pos) = &frames[i];
+    let mut c = FrameCheck {
+        problem: None,
+        blobs: Vec::new(),
+        digest: 0,
+    };
+    if !f.checksum_ok() {
+        c.problem = Some("record checksum mismatch".into());
+    }
+    match *pos {
+        // Saved positions are checked all at once by their digest.
+        Some(p) if (p as usize) < saved_n => {
+            c.digest = super::index::pair_mix(p, &f.hash.0);
+        }
+        Some(p) if index.hash_at(p) != f.hash => {
+            c.problem = Some(
+                "the index holds another id at its position (the index is derived: `ledger rebuild` remakes it)"
+                    .into(),
+            );
+        }
+        _ => {}
+    }
+    // The id at a position: the frame before this one when it holds
+    // that position (a parent usually directly precedes its child),
+    // else the index's.
+    let id_at = |pp: u32| match i.checked_sub(1).map(|j| &frames[j]) {
+        Some((_, prev, Some(q))) if *q == pp => prev.hash,
+        _ => index.hash_at(pp),
+    };
+    let got = Hash::of_event(f.event);
+    if got != f.hash {
+        c.problem
+            .get_or_insert(format!("content hashes to {} (bytes altered)", got.short()));
+        return c;
+    }
+    match crate::ledger::event::decode_event(f.event) {
+        Err(e) => {
+            c.problem.get_or_insert(format!("does not decode: {e}"));
+        }
+        Ok(ev) => {
+            let parent_pos = match pos {
+                Some(p) => match index.entry(*p).parent {
+                    NO_PARENT | MISSING_PARENT => None,
+                    pp => Some(pp),
+                },
+                None => ev.parent.and_then(|p| index.position(&p)),
+            };
+            match ev.parent {
+                None if !matches!(ev.body, EventBody::Genesis(_)) => {
+                    c.problem
+                        .get_or_insert("has no parent but is not a genesis event".into());
+                }
+                Some(p) => match parent_pos {
+                    Some(pp) if id_at(pp) == p => {}
+                    _ => {
+                        c.problem
+                            .get_or_insert(format!("parent {} is missing", p.short()));
+                    }
+                },
+                None => {}
+            }
+            c.blobs = ev.body.blobs();
+        }
+    }
+    if codec::decode::<super::meta::Meta>(f.meta, "metadata").is_err() {
+        c.problem.get_or_insert("metadata does not decode".into());
+    }
+    c
 }
