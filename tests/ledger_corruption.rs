@@ -56,6 +56,17 @@ fn fixture() -> Fixture {
     }
 }
 
+/// `ledger rebuild`, which must succeed.
+fn rebuild(dir: &Path) {
+    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("--ledger")
+        .arg(dir)
+        .arg("rebuild")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 fn verify(dir: &Path) -> (Option<i32>, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
         .arg("--ledger")
@@ -211,13 +222,7 @@ fn sled_corruption_exits_1_naming_the_cache_and_rebuild_remakes_it() {
         .head("main")
         .unwrap();
     assert_eq!(head, *f.events.last().unwrap());
-    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(&f.dir)
-        .arg("rebuild")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{o:?}");
+    rebuild(&f.dir);
     assert_eq!(verify(&f.dir).0, Some(0));
 }
 
@@ -368,13 +373,7 @@ fn a_saved_index_is_used_checked_and_remade() {
         "{out}"
     );
     // rebuild remakes it; verify passes again and history is unchanged.
-    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(&f.dir)
-        .arg("rebuild")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    rebuild(&f.dir);
     assert_eq!(verify(&f.dir).0, Some(0));
     let l = Ledger::open(&f.dir).unwrap();
     l.save_index().unwrap();
@@ -410,13 +409,7 @@ fn a_saved_index_is_used_checked_and_remade() {
 
     // A segment consistent in itself (ids sorted, positions and ranks inverse, checksum
     // right) that gives two positions each other's ids: verify names the first position.
-    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(&f.dir)
-        .arg("rebuild")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    rebuild(&f.dir);
     Ledger::open(&f.dir).unwrap().save_index().unwrap();
     let (code, out) = verify(&f.dir);
     assert_eq!(code, Some(0), "{out}");
@@ -445,13 +438,7 @@ fn a_saved_index_is_used_checked_and_remade() {
         "{out}"
     );
     // As the message says, `ledger rebuild` remakes it though its checksums are right.
-    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(&f.dir)
-        .arg("rebuild")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    rebuild(&f.dir);
     let (code, out) = verify(&f.dir);
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(history(&Ledger::open_read_only(&f.dir).unwrap()), expected);
