@@ -49,11 +49,14 @@ pub fn format_of(path: &Path) -> Result<Format, String> {
     }
 }
 
+/// One named curve: (name, [(stage, percentage)]).
+pub type Series = (String, Vec<(u32, f64)>);
+
 /// Named curves of (stage, percentage).
 pub struct Curves<'a> {
     pub title: &'a str,
     pub y_label: &'a str,
-    pub series: &'a [(String, Vec<(u32, f64)>)],
+    pub series: &'a [Series],
 }
 
 /// Percentages per (size, stage); missing cells are drawn empty.

@@ -220,7 +220,7 @@ pub fn gather(
 
 /// Validation curves of every branch: (branch, [(stage, valid %)]) and the same for
 /// optimal %.
-pub fn validation_series(r: &Report) -> [Vec<(String, Vec<(u32, f64)>)>; 2] {
+pub fn validation_series(r: &Report) -> [Vec<crate::figures::Series>; 2] {
     let mut valid = Vec::new();
     let mut optimal = Vec::new();
     for b in &r.branches {

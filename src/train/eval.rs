@@ -123,8 +123,9 @@ pub fn table_of(e: &Evaluation) -> ResultTable {
 
 /// Failure counts per size with a few failing plans as text.
 pub fn failure_breakdown(suite_name: &str, suite: &Suite, scored: &[Scored]) -> FailureBreakdown {
-    let mut by_size: BTreeMap<usize, (u32, BTreeMap<FailureKind, u32>, Vec<String>)> =
-        BTreeMap::new();
+    // Per size: (items, failures per kind, a few failing plans).
+    type Tally = (u32, BTreeMap<FailureKind, u32>, Vec<String>);
+    let mut by_size: BTreeMap<usize, Tally> = BTreeMap::new();
     let items = suite.cells.iter().flat_map(|c| c.items.iter());
     for (it, s) in items.zip(scored) {
         let e = by_size.entry(s.size).or_default();

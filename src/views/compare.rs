@@ -294,7 +294,7 @@ fn truncate(s: &str, n: usize) -> String {
 
 /// `compare --plot`: the validation valid-rate curve of every branch.
 pub fn plot_compare(path: &std::path::Path, summaries: &[BranchSummary]) -> Result<(), String> {
-    let series: Vec<(String, Vec<(u32, f64)>)> = summaries
+    let series: Vec<crate::figures::Series> = summaries
         .iter()
         .map(|b| {
             (

@@ -308,7 +308,7 @@ pub fn study_markdown(r: &StudyReport) -> String {
 }
 
 /// A study's mean validation valid-% curve per engineer (plot series).
-pub fn study_series(r: &StudyReport) -> Vec<(String, Vec<(u32, f64)>)> {
+pub fn study_series(r: &StudyReport) -> Vec<crate::figures::Series> {
     r.engineers
         .iter()
         .map(|e| {

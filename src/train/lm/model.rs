@@ -559,7 +559,13 @@ impl Model {
                 if let (Some(a), Some(b)) = (a, b) {
                     let delta =
                         b.to_device(Device::Cpu).matmul(&a.to_device(Device::Cpu)) * spec.scale();
-                    t = t + delta;
+                    // Not `+=`: `t` may share storage with the weight itself (to_kind
+                    // and to_device return the same tensor when nothing changes), and
+                    // an in-place add would merge the adapter into it.
+                    #[allow(clippy::assign_op_pattern)]
+                    {
+                        t = t + delta;
+                    }
                 }
             }
             out.insert(name, t.contiguous());
