@@ -79,7 +79,7 @@ impl Ledger {
         let mut events = 0u64;
         let n = index.len();
         let saved_n = index.saved_len();
-        // Sum of `pair_mix` over the saved positions met in the walk (see index.rs).
+        // Digest of the saved positions met in the walk (see `index::pair_mix`).
         let mut walked_digest = 0u64;
         // chain_ok[pos]: the parent chain reaches a root (parents precede children).
         let mut chain_ok = vec![false; n];
@@ -329,9 +329,8 @@ fn check_frame(index: &Index, saved_n: usize, frames: &[Walked<'_>], i: usize) -
         }
         _ => {}
     }
-    // The id at a position: the frame before this one when it holds
-    // that position (a parent usually directly precedes its child),
-    // else the index's.
+    // The id at a position: the frame before this one when it holds that position (a
+    // parent usually directly precedes its child), else the index's.
     let id_at = |pp: u32| match i.checked_sub(1).map(|j| &frames[j]) {
         Some((_, prev, Some(q))) if *q == pp => prev.hash,
         _ => index.hash_at(pp),

@@ -244,8 +244,8 @@ impl Saved {
 
     /// Everything `verify` can check of the file alone: its checksum, the ids strictly
     /// sorted and the fan-out right, sorted positions and ranks inverse of each other,
-    /// parents before children. Returns the [`pair_digest`] of the (position, id) pairs
-    /// it holds, for `verify` to compare with the frames it walks.
+    /// parents before children. Returns the digest of the (position, id) pairs it holds
+    /// (see [`pair_mix`]), for `verify` to compare with the frames it walks.
     fn check(&self) -> Result<u64, String> {
         if crc32fast::hash(&self.map[..self.map.len() - 4]) != self.sum() {
             return Err("checksum mismatch".into());
@@ -302,8 +302,16 @@ impl Saved {
     }
 }
 
-/// One (position, id) pair's term in a [`pair_digest`]: the pair mixed into 64 bits
+/// One (position, id) pair's term in a pair digest: the pair mixed into 64 bits
 /// (splitmix64's finalizer over the position and the id's four words).
+///
+/// A pair digest is the wrapping sum of these terms over a set of pairs. Why: the saved
+/// segments hold ids sorted, so "the id at position p" is a random read (two cache
+/// misses per event, once the largest cost of `verify`). Summing over the sorted table
+/// and over the frames in storage order reads both sequentially; equal sets give equal
+/// sums, and a wrong id at any position changes the sum except with probability about
+/// 2^-64. `verify` looks positions up one by one only after a mismatch, to name the
+/// first wrong one.
 pub fn pair_mix(pos: u32, id: &[u8]) -> u64 {
     fn mix(mut z: u64) -> u64 {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -316,14 +324,6 @@ pub fn pair_mix(pos: u32, id: &[u8]) -> u64 {
     }
     h
 }
-
-// A pair digest is the wrapping sum of `pair_mix` over a set of (position, id) pairs.
-// Why: the saved segments hold ids sorted, so "the id at position p" is a random read
-// (two cache misses per event, once the largest cost of `verify`). Summing over the
-// sorted table and over the frames in storage order reads both sequentially; equal sets
-// give equal sums, and a wrong id at any position changes the sum except with
-// probability about 2^-64. `verify` looks positions up one by one only after a mismatch,
-// to name the first wrong one.
 
 /// Merge two lists sorted by id.
 fn merge_sorted(a: Vec<(Hash, u32)>, b: Vec<(Hash, u32)>) -> Vec<(Hash, u32)> {
