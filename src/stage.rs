@@ -463,21 +463,7 @@ impl<'a> Pipeline<'a> {
     ) -> Result<bool, StageError> {
         let cfg = warmup_config(&self.plan);
         let seed = stage_seed(&self.plan, 0, 0);
-        let w = &self.plan.warmup;
-        let easy = GeneratorConfig::uniform(
-            2,
-            w.sizes.iter().map(|&n| n as usize),
-            w.hole_ratio,
-            w.wait_ratio,
-        );
-        let data = crate::env::generator::generate_excluding(
-            &easy,
-            cfg.instances,
-            seed.child("instances", 0),
-            Budget::default(),
-            &self.suite_keys,
-        )
-        .map_err(|e| StageError::Generate(e.to_string()))?;
+        let (data, easy_blob) = warmup_data(&self.plan.warmup, cfg.instances, seed, &self.suite_keys)?;
         let resumed = state.stage(0).and_then(|s| s.checkpoint);
         let (ts, start) = match resumed {
             Some((blob, _, _)) => {
@@ -515,7 +501,7 @@ impl<'a> Pipeline<'a> {
                 let val_blobs = Self::instance_blobs(&mut rec, &val_items)?;
                 let test_blobs = Self::instance_blobs(&mut rec, &test_items)?;
                 let data_blobs = Self::instance_blobs(&mut rec, &data)?;
-                let easy_hash = rec.blob(&codec::encode(&easy))?;
+                let easy_hash = rec.blob(&easy_blob)?;
                 rec.push(
                     0,
                     EventBody::StageStarted(StageStarted {
@@ -907,20 +893,93 @@ pub fn load_state(ledger: &Ledger, blob: &Hash, device: Device) -> Result<TrainS
     Ok(TrainState::load(&bytes, device, &fetch)?)
 }
 
+/// Stage 0's training instances and the blob of what they were drawn from.
+///
+/// A plan with one agent count and no ratio lists draws from one generator
+/// configuration (2 agents by default), exactly as before mixing existed. Otherwise the
+/// instances are a *mix*, drawn item by item (in parallel, each from its own seed node
+/// `instances/item/i`, so the result is independent of thread scheduling): an agent
+/// count from `agents` (a count listed twice is drawn twice as often), a size from
+/// `sizes` at least that large, a hole ratio from `hole_ratios` capped at what the map
+/// leaves room for, and for 2 agents a coordination draw from `wait_ratios`; 3 or more
+/// agents leave coordination to chance, as the paper's test sets do (forcing either
+/// way on crowded maps can take thousands of attempts). An instance that coincides with
+/// a suite instance is redrawn from `retry` nodes.
+pub fn warmup_data(
+    w: &crate::ledger::plan::Warmup,
+    instances: usize,
+    seed: Seed,
+    excluded: &std::collections::BTreeSet<[u8; 32]>,
+) -> Result<(Vec<Solved>, Vec<u8>), StageError> {
+    use crate::env::config::max_hole_ratio;
+    use crate::env::generator::{generate_one, instance_key, InstanceSpec};
+    use rand::Rng as _;
+    use rayon::prelude::*;
+    let mixed = w.agents != [2] || !w.hole_ratios.is_empty() || !w.wait_ratios.is_empty();
+    if !mixed {
+        let easy = GeneratorConfig::uniform(
+            2,
+            w.sizes.iter().map(|&n| n as usize),
+            w.hole_ratio,
+            w.wait_ratio,
+        );
+        let data = crate::env::generator::generate_excluding(
+            &easy,
+            instances,
+            seed.child("instances", 0),
+            Budget::default(),
+            excluded,
+        )
+        .map_err(|e| StageError::Generate(e.to_string()))?;
+        return Ok((data, codec::encode(&easy)));
+    }
+    let holes = if w.hole_ratios.is_empty() { vec![w.hole_ratio] } else { w.hole_ratios.clone() };
+    let waits = if w.wait_ratios.is_empty() { vec![w.wait_ratio] } else { w.wait_ratios.clone() };
+    let root = seed.child("instances", 0);
+    let draw = |i: usize| -> Result<Solved, StageError> {
+        let node = root.child("item", i as u64);
+        for retry in 0..64u64 {
+            let mut rng = node.child("retry", retry).rng();
+            let a = w.agents[rng.random_range(0..w.agents.len())] as usize;
+            let sizes: Vec<usize> = w.sizes.iter().map(|&n| n as usize).filter(|&n| n >= a).collect();
+            let size = sizes[rng.random_range(0..sizes.len())];
+            let hole_ratio = holes[rng.random_range(0..holes.len())].min(max_hole_ratio(size, a));
+            let wait = waits[rng.random_range(0..waits.len())];
+            let coordination = (a == 2).then(|| rng.random_bool(wait));
+            let spec = InstanceSpec { size, agents: a, hole_ratio, coordination };
+            match generate_one(&spec, &mut rng, Budget::default()) {
+                Ok(it) if !excluded.contains(&instance_key(&it.instance)) => return Ok(it),
+                Ok(_) => continue,
+                Err(e) => return Err(StageError::Generate(format!("warm-up item {i}: {e}"))),
+            }
+        }
+        Err(StageError::Generate(format!(
+            "warm-up item {i}: 64 draws all coincided with suite instances"
+        )))
+    };
+    let data = (0..instances)
+        .into_par_iter()
+        .map(draw)
+        .collect::<Result<Vec<_>, _>>()?;
+    // What the mix was drawn from, recorded as the stage's configuration blob.
+    let mix = serde_json::json!({
+        "agents": w.agents,
+        "sizes": w.sizes,
+        "hole_ratios": holes,
+        "wait_ratios": waits,
+    });
+    Ok((data, mix.to_string().into_bytes()))
+}
+
 /// The texts a scratch language model's tokenizer is trained on: the prompts and
 /// optimal plans of the warm-up data, in the chat format the model will read.
 pub fn pretraining_corpus(spec: &crate::train::lm::LmSpec, data: &[Solved]) -> Vec<String> {
-    use crate::env::text::{render_compact_prompt, render_plan, render_prompt};
     data.iter()
         .map(|it| {
-            let task = match spec.prompt {
-                crate::train::lm::PromptStyle::Paper => render_prompt(&it.instance),
-                crate::train::lm::PromptStyle::Compact => render_compact_prompt(&it.instance),
-            };
             format!(
                 "{}{}<|im_end|>",
-                crate::train::lm::ChatFormat::ChatMl.wrap(&task),
-                render_plan(&it.plan)
+                crate::train::lm::ChatFormat::ChatMl.wrap(&spec.prompt.task_text(&it.instance)),
+                spec.prompt.plan_text(&it.instance, &it.plan)
             )
         })
         .collect()

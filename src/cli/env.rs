@@ -91,7 +91,13 @@ pub enum EnvCommand {
         json: bool,
     },
     /// Render an instance as the prompt text an LLM reads.
-    Prompt { instance: PathBuf },
+    Prompt {
+        instance: PathBuf,
+        /// `paper` (the natural-language prompt), `compact` or `cells` (the shipped
+        /// base planner's format).
+        #[arg(long, default_value = "paper")]
+        format: String,
+    },
     /// Measure the batched step API: random actions on generated instances, observation
     /// planes updated every step, finished instances auto-reset.
     Throughput {
@@ -225,7 +231,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
         } => {
             let inst: Instance = read_json(&instance)?;
             let plan_text = read_text(&plan)?;
-            let parsed = parse_plan_file(&plan, &plan_text, inst.agents())?;
+            let parsed = parse_plan_file(&plan, &plan_text, &inst)?;
             let outcome = match &parsed {
                 Ok(p) => env::simulate(&inst, p),
                 Err(pe) => env::Outcome::failed(pe.to_failure()),
@@ -379,9 +385,13 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             }
             Ok(())
         }
-        EnvCommand::Prompt { instance } => {
+        EnvCommand::Prompt { instance, format } => {
             let inst: Instance = read_json(&instance)?;
-            print!("{}", text::render_prompt(&inst));
+            let style: crate::train::lm::PromptStyle =
+                serde_json::from_value(serde_json::Value::String(format.clone())).map_err(|_| {
+                    CliError::input(format!("--format {format:?}: expected paper, compact or cells"))
+                })?;
+            print!("{}", style.task_text(&inst));
             Ok(())
         }
     }
@@ -404,19 +414,20 @@ fn baseline_table(s: &suite::Suite) -> table::ResultTable {
     t
 }
 
-/// A plan file is JSON when its first non-blank character is `{`, else plan text.
-/// JSON errors are input errors (exit 2); text parse errors are plan failures.
+/// A plan file is JSON when its first non-blank character is `{`, else plan text (cells
+/// it states, in the cells format, are checked against the instance). JSON errors are
+/// input errors (exit 2); text parse errors are plan failures.
 fn parse_plan_file(
     path: &Path,
     content: &str,
-    agents: usize,
+    inst: &Instance,
 ) -> Result<Result<Plan, text::ParseError>, CliError> {
     if content.trim_start().starts_with('{') {
         serde_json::from_str::<Plan>(content)
             .map(Ok)
             .map_err(|e| CliError::input(format!("{}: {e}", path.display())))
     } else {
-        Ok(text::parse_plan(content, agents))
+        Ok(text::parse_plan_in(content, inst))
     }
 }
 

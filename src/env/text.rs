@@ -5,6 +5,11 @@
 //! parser is tolerant of case, surrounding whitespace, blank lines and separators
 //! (spaces, commas) between moves; everything else is a parse error naming the line and
 //! column, which the simulator reports as a `parse_error` failure.
+//!
+//! The cells format (`prompt = "cells"`, the shipped base planner's) states positions
+//! instead of leaving them implicit: the prompt lists holes, starts and goals as
+//! `(row,col)` cells, and each plan line writes the cell every move reaches,
+//! `agent 1: (0,0) R (0,1) D (1,1)`; [`parse_plan_in`] checks those cells.
 use super::instance::{Instance, Move, Plan};
 use super::simulate::{Failure, FailureKind};
 
@@ -90,6 +95,66 @@ pub fn render_plan(plan: &Plan) -> String {
     s
 }
 
+/// A cell as the cells format writes it: `(row,col)`, no spaces, so that a scratch
+/// tokenizer keeps it one token (see `train::lm::chat::CELLS_SPLIT`).
+pub fn cell_text(inst: &Instance, cell: super::instance::Cell) -> String {
+    let (r, c) = inst.row_col(cell);
+    format!("({r},{c})")
+}
+
+/// The cells prompt: positions are never implicit. Holes are listed by coordinate and
+/// starts and goals are cells, so a small transformer matches cells by token instead of
+/// counting through a flattened grid (the representation experiments of the base
+/// planner chose this; see `ledgers/models/mapf-base/README.md`).
+///
+/// ```text
+/// 4x4 2 agents
+/// holes: (1,1) (3,3)
+/// agent 1: start (0,0) goal (2,3)
+/// agent 2: start (3,0) goal (0,3)
+/// Answer:
+/// ```
+pub fn render_cells_prompt(inst: &Instance) -> String {
+    let n = inst.size();
+    let mut s = format!("{n}x{n} {} agents\nholes:", inst.agents());
+    let holes: Vec<usize> = (0..inst.cells()).filter(|&c| inst.holes()[c]).collect();
+    if holes.is_empty() {
+        s.push_str(" none");
+    }
+    for c in holes {
+        s.push(' ');
+        s.push_str(&cell_text(inst, c as super::instance::Cell));
+    }
+    s.push('\n');
+    for a in 0..inst.agents() {
+        s.push_str(&format!(
+            "agent {}: start {} goal {}\n",
+            a + 1,
+            cell_text(inst, inst.starts()[a]),
+            cell_text(inst, inst.goals()[a])
+        ));
+    }
+    s.push_str("Answer:\n");
+    s
+}
+
+/// A plan in the cells format: each agent's line starts at its start cell and writes
+/// the cell each move reaches, `agent 1: (0,0) R (0,1) D (1,1)`. [`parse_plan_in`]
+/// reads it back and checks every stated cell; [`parse_plan`] reads the moves.
+pub fn render_cells_plan(inst: &Instance, plan: &Plan) -> String {
+    let mut s = String::new();
+    for (a, seq) in plan.moves.iter().enumerate() {
+        let mut at = inst.starts()[a];
+        s.push_str(&format!("agent {}: {}", a + 1, cell_text(inst, at)));
+        for &m in seq {
+            at = inst.step(at, m).unwrap_or(at);
+            s.push_str(&format!(" {} {}", m.letter(), cell_text(inst, at)));
+        }
+        s.push('\n');
+    }
+    s
+}
+
 /// A plan text that does not parse: where and why (line and column are 1-based).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}, column {column}: {message}")]
@@ -111,9 +176,67 @@ impl ParseError {
     }
 }
 
-/// Parse plan text for an instance with `agents` agents.
+/// A cell a plan line states (the cells format): after how many of the agent's moves,
+/// which row and column, and where in the text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StatedCell {
+    after: usize,
+    row: usize,
+    col: usize,
+    line: usize,
+    column: usize,
+}
+
+/// Parse plan text for an instance with `agents` agents. Moves are read; cells stated
+/// between them (`(row,col)`, the cells format) must be well formed but are not checked
+/// against a map: [`parse_plan_in`] does that.
 pub fn parse_plan(text: &str, agents: usize) -> Result<Plan, ParseError> {
+    parse_lines(text, agents).map(|(plan, _)| plan)
+}
+
+/// Parse plan text for `inst`: as [`parse_plan`], and every stated cell must be the cell
+/// the agent is on at that point (its start before the first move). A wrong cell is a
+/// parse error naming it: the plan says something false about where the agent is. A
+/// move that leaves the grid ends the checks of that line (the simulator reports it).
+pub fn parse_plan_in(text: &str, inst: &Instance) -> Result<Plan, ParseError> {
+    let (plan, stated) = parse_lines(text, inst.agents())?;
+    for (a, cells) in stated.iter().enumerate() {
+        let mut at = Some(inst.starts()[a]);
+        let mut done = 0;
+        for sc in cells {
+            while done < sc.after {
+                at = at.and_then(|c| inst.step(c, plan.moves[a][done]));
+                done += 1;
+            }
+            let Some(cell) = at else { break };
+            let (r, c) = inst.row_col(cell);
+            if (sc.row, sc.col) != (r, c) {
+                let when = match sc.after {
+                    0 => "starts".to_string(),
+                    1 => "is after 1 move".to_string(),
+                    k => format!("is after {k} moves"),
+                };
+                return Err(ParseError {
+                    line: sc.line,
+                    column: sc.column,
+                    message: format!(
+                        "agent {} {when} at ({r},{c}), the plan says ({},{})",
+                        a + 1,
+                        sc.row,
+                        sc.col
+                    ),
+                });
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// Moves and stated cells of each agent's line.
+#[allow(clippy::type_complexity)]
+fn parse_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCell>>), ParseError> {
     let mut moves: Vec<Option<Vec<Move>>> = vec![None; agents];
+    let mut stated: Vec<Vec<StatedCell>> = vec![Vec::new(); agents];
     let mut last_line = 0;
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -159,9 +282,39 @@ pub fn parse_plan(text: &str, agents: usize) -> Result<Plan, ParseError> {
             return Err(err(indent + 1, format!("agent {agent} has a second line")));
         }
         let body_start = indent + "agent".len() + colon + 1;
+        let body = &raw[body_start..];
         let mut seq = Vec::new();
-        for (off, ch) in raw[body_start..].char_indices() {
+        let mut chars = body.char_indices().peekable();
+        while let Some((off, ch)) = chars.next() {
             if ch.is_whitespace() || ch == ',' {
+                continue;
+            }
+            if ch == '(' {
+                let column = body_start + off + 1;
+                let Some(close) = body[off..].find(')') else {
+                    return Err(err(column, "a cell `(row,col)` is missing its ')'".into()));
+                };
+                let inner = &body[off + 1..off + close];
+                let parts: Vec<&str> = inner.split(',').map(str::trim).collect();
+                let coords: Option<Vec<usize>> = (parts.len() == 2)
+                    .then(|| parts.iter().map(|p| p.parse().ok()).collect())
+                    .flatten();
+                let Some(rc) = coords else {
+                    return Err(err(
+                        column,
+                        format!("({inner}) is not a cell (write `(row,col)`)"),
+                    ));
+                };
+                stated[agent - 1].push(StatedCell {
+                    after: seq.len(),
+                    row: rc[0],
+                    col: rc[1],
+                    line,
+                    column,
+                });
+                while chars.peek().is_some_and(|&(o, _)| o <= off + close) {
+                    chars.next();
+                }
                 continue;
             }
             match Move::from_letter(ch) {
@@ -189,7 +342,7 @@ pub fn parse_plan(text: &str, agents: usize) -> Result<Plan, ParseError> {
             }
         }
     }
-    Ok(Plan { moves: out })
+    Ok((Plan { moves: out }, stated))
 }
 
 #[cfg(test)]
@@ -237,5 +390,45 @@ mod tests {
         assert_eq!((e.line, e.column), (1, 1));
         let e = parse_plan("agent 1: R\nagent 1: D", 2).unwrap_err();
         assert!(e.message.contains("second line"));
+    }
+
+    #[test]
+    fn cells_format_round_trips_and_checks_every_stated_cell() {
+        let inst = inst();
+        let p = render_cells_prompt(&inst);
+        assert!(p.starts_with("3x3 2 agents\nholes: (1,1)\n"), "{p}");
+        assert!(p.contains("agent 2: start (2,2) goal (0,0)\n"), "{p}");
+        let plan = Plan {
+            moves: vec![
+                vec![Move::R, Move::R, Move::D, Move::D],
+                vec![Move::U, Move::U, Move::L, Move::L],
+            ],
+        };
+        let text = render_cells_plan(&inst, &plan);
+        assert_eq!(
+            text.lines().next().unwrap(),
+            "agent 1: (0,0) R (0,1) R (0,2) D (1,2) D (2,2)"
+        );
+        assert_eq!(parse_plan_in(&text, &inst).unwrap(), plan);
+        assert_eq!(parse_plan(&text, 2).unwrap(), plan);
+        // A wrong cell is named where it stands.
+        let e = parse_plan_in("agent 1: (0,0) R (0,2)\nagent 2: (2,2)", &inst).unwrap_err();
+        assert_eq!((e.line, e.column), (1, 18), "{e}");
+        assert!(e.message.contains("agent 1 is after 1 move at (0,1), the plan says (0,2)"), "{e}");
+        let e = parse_plan_in("agent 1: (0,1)\nagent 2: (2,2)", &inst).unwrap_err();
+        assert!(e.message.contains("agent 1 starts at (0,0)"), "{e}");
+        // Malformed cells are parse errors in both parsers.
+        for (bad, what) in [
+            ("agent 1: (0,0 R\nagent 2: W", "missing its ')'"),
+            ("agent 1: (0;0) R\nagent 2: W", "is not a cell"),
+            ("agent 1: (0,0,1) R\nagent 2: W", "is not a cell"),
+        ] {
+            let e = parse_plan(bad, 2).unwrap_err();
+            assert!(e.message.contains(what), "{bad:?}: {e}");
+            assert_eq!((e.line, e.column), (1, 10), "{bad:?}");
+        }
+        // A move off the grid ends that line's checks: the simulator reports it.
+        let off = parse_plan_in("agent 1: (0,0) U (9,9)\nagent 2: W", &inst).unwrap();
+        assert_eq!(off.moves[0], vec![Move::U]);
     }
 }

@@ -114,10 +114,19 @@ pub struct Warmup {
     pub batch_size: u32,
     /// Solved instances generated for imitation.
     pub instances: u32,
-    /// The easy distribution: map sizes, hole and wait ratios (2 agents).
+    /// The pretraining distribution: map sizes, hole and wait ratios, agent counts.
     pub sizes: Vec<u32>,
     pub hole_ratio: f64,
     pub wait_ratio: f64,
+    /// Agent counts of the solver plans (each with the sizes at least as large as the
+    /// count, as in the paper's test sets). Default `[2]`. A count listed twice gets
+    /// twice the share of the instances.
+    pub agents: Vec<u32>,
+    /// Hole ratios to mix (empty: `hole_ratio` alone). The instances are split evenly
+    /// over every (agents, hole ratio, wait ratio) combination.
+    pub hole_ratios: Vec<f64>,
+    /// Wait ratios to mix (empty: `wait_ratio` alone).
+    pub wait_ratios: Vec<f64>,
     /// Scratch `lm` models: engineer prompts answered by the teacher
     /// (`src/engineer/teacher.rs`) mixed into pretraining, so the base model can write
     /// proposals. 0 disables.
@@ -172,6 +181,9 @@ impl Default for Warmup {
             sizes: vec![3, 4, 5],
             hole_ratio: 0.1,
             wait_ratio: 0.2,
+            agents: vec![2],
+            hole_ratios: Vec::new(),
+            wait_ratios: Vec::new(),
         }
     }
 }
@@ -349,6 +361,29 @@ impl LedgerPlan {
         }
         check_f("warmup.hole_ratio", w.hole_ratio, 0.0, 0.5, false)?;
         check_f("warmup.wait_ratio", w.wait_ratio, 0.0, 1.0, false)?;
+        for &h in &w.hole_ratios {
+            check_f("warmup.hole_ratios", h, 0.0, 0.5, false)?;
+        }
+        for &r in &w.wait_ratios {
+            check_f("warmup.wait_ratios", r, 0.0, 1.0, false)?;
+        }
+        if w.agents.is_empty() {
+            return Err(range("warmup.agents", "must list at least one agent count"));
+        }
+        for &a in &w.agents {
+            check_u(
+                "warmup.agents",
+                a as u64,
+                crate::env::instance::MIN_AGENTS as u64,
+                crate::env::instance::MAX_AGENTS as u64,
+            )?;
+            if !w.sizes.iter().any(|&n| n >= a) {
+                return Err(range(
+                    "warmup.agents",
+                    &format!("{a} agents need a map size of at least {a} in warmup.sizes"),
+                ));
+            }
+        }
         check_u(
             "warmup.engineer_examples",
             w.engineer_examples as u64,

@@ -21,6 +21,11 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer, TokenizerBuilder
 /// feature of `tokenizers`).
 pub const QWEN_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// The cells format's split: a ` (row,col)` cell is one piece (so BPE makes it one
+/// token: a map's cells are matched by token, never counted), numbers stay whole, and
+/// the rest is Qwen's pattern.
+pub const CELLS_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)| ?\(\p{N}+,\p{N}+\)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// Special tokens of a scratch tokenizer, in id order (ids 0, 1, 2).
 pub const SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
 
@@ -112,11 +117,11 @@ pub fn tokenizer_from_bytes(bytes: &[u8]) -> Result<Tokenizer, String> {
     Tokenizer::from_bytes(bytes).map_err(|e| e.to_string())
 }
 
-/// Train a byte-level BPE tokenizer in Qwen's style (NFC, Qwen's split regex, byte
+/// Train a byte-level BPE tokenizer in Qwen's style (NFC, a split regex (`split`: Qwen's or [`CELLS_SPLIT`]), byte
 /// level, the ChatML specials as ids 0..3) on `corpus`, with `vocab_size` entries in
 /// all. Deterministic: the same corpus gives the same bytes (the trainer breaks count
 /// ties by pair ids, which come from the sorted byte alphabet). Returns `tokenizer.json`.
-pub fn train_bpe(corpus: &[String], vocab_size: usize) -> Result<Vec<u8>, String> {
+pub fn train_bpe(corpus: &[String], vocab_size: usize, split: &str) -> Result<Vec<u8>, String> {
     let mut trainer = BpeTrainerBuilder::new()
         .vocab_size(vocab_size)
         .min_frequency(2)
@@ -130,7 +135,7 @@ pub fn train_bpe(corpus: &[String], vocab_size: usize) -> Result<Vec<u8>, String
         .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
         .build();
     let split = Split::new(
-        SplitPattern::Regex(QWEN_SPLIT.into()),
+        SplitPattern::Regex(split.into()),
         SplitDelimiterBehavior::Isolated,
         false,
     )
@@ -169,8 +174,8 @@ mod tests {
                 )
             })
             .collect();
-        let a = train_bpe(&corpus, 320).unwrap();
-        let b = train_bpe(&corpus, 320).unwrap();
+        let a = train_bpe(&corpus, 320, QWEN_SPLIT).unwrap();
+        let b = train_bpe(&corpus, 320, QWEN_SPLIT).unwrap();
         assert_eq!(a, b);
         let tok = tokenizer_from_bytes(&a).unwrap();
         assert_eq!(tok.token_to_id("<|im_end|>"), Some(2));

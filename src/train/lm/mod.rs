@@ -25,7 +25,10 @@ pub mod hf;
 pub mod model;
 
 use super::policy::{LogProbs, Policy, Rollout};
-use crate::env::text::{parse_plan, render_compact_prompt, render_plan, render_prompt};
+use crate::env::text::{
+    parse_plan_in, render_cells_plan, render_cells_prompt, render_compact_prompt, render_plan,
+    render_prompt,
+};
 use crate::env::{Instance, Plan};
 use crate::ledger::Hash;
 use crate::seed::Seed;
@@ -80,6 +83,38 @@ pub enum PromptStyle {
     Paper,
     /// A terse rendering (grid rows, starts and goals), for small scratch models.
     Compact,
+    /// Positions never implicit: holes, starts and goals as `(row,col)` cells, and a
+    /// plan that writes the cell each move reaches (the shipped base planner's format).
+    Cells,
+}
+
+impl PromptStyle {
+    /// The task text of an instance in this style.
+    pub fn task_text(self, inst: &Instance) -> String {
+        match self {
+            PromptStyle::Paper => render_prompt(inst),
+            PromptStyle::Compact => render_compact_prompt(inst),
+            PromptStyle::Cells => render_cells_prompt(inst),
+        }
+    }
+
+    /// A plan's text in this style (what the model is taught to write).
+    pub fn plan_text(self, inst: &Instance, plan: &Plan) -> String {
+        match self {
+            PromptStyle::Paper | PromptStyle::Compact => render_plan(plan),
+            PromptStyle::Cells => render_cells_plan(inst, plan),
+        }
+    }
+
+    /// The regex a scratch tokenizer splits text with before BPE: Qwen's, or for the
+    /// cells format Qwen's with whole numbers and a ` (row,col)` cell as one piece, so
+    /// that every cell of a map up to 10x10 becomes one token.
+    pub fn split_pattern(self) -> &'static str {
+        match self {
+            PromptStyle::Paper | PromptStyle::Compact => chat::QWEN_SPLIT,
+            PromptStyle::Cells => chat::CELLS_SPLIT,
+        }
+    }
 }
 
 /// Where a model's weights came from (recorded with every checkpoint).
@@ -521,10 +556,7 @@ impl LmPolicy {
 
     /// The MAPF prompt's text for an instance.
     pub fn task_text(&self, inst: &Instance) -> String {
-        match self.arch.prompt {
-            PromptStyle::Paper => render_prompt(inst),
-            PromptStyle::Compact => render_compact_prompt(inst),
-        }
+        self.arch.prompt.task_text(inst)
     }
 
     /// Generate replies to arbitrary user messages (engineer prompts, `lm generate`).
@@ -619,7 +651,12 @@ impl LmPolicy {
     /// `agent k: ` plus two tokens per move, with 2x the longest sensible plan.
     fn plan_budget(&self, inst: &Instance) -> usize {
         let steps = super::grid::max_steps(inst);
-        (inst.agents() * (6 + 2 * steps) + 2).min(self.arch.sampling.max_new_tokens)
+        // The cells format writes a cell after every move: twice the tokens.
+        let per_move = match self.arch.prompt {
+            PromptStyle::Cells => 4,
+            _ => 2,
+        };
+        (inst.agents() * (8 + per_move * steps) + 2).min(self.arch.sampling.max_new_tokens)
     }
 
     fn rollouts_of(
@@ -635,7 +672,7 @@ impl LmPolicy {
                 let text = self.decode(&g.tokens);
                 Rollout {
                     instance: i,
-                    plan: parse_plan(&text, instances[i].agents()),
+                    plan: parse_plan_in(&text, &instances[i]),
                     plan_bytes: text.into_bytes(),
                     actions: g.tokens,
                     logprobs: g.logprobs,
@@ -703,8 +740,8 @@ impl Policy for LmPolicy {
             .then(|| self.log_probs_with(instances, rollouts, false))
     }
 
-    fn encode_plan(&self, _inst: &Instance, plan: &Plan) -> Vec<u32> {
-        let mut ids = self.encode(&render_plan(plan));
+    fn encode_plan(&self, inst: &Instance, plan: &Plan) -> Vec<u32> {
+        let mut ids = self.encode(&self.arch.prompt.plan_text(inst, plan));
         if let Some(end) = self.tokenizer.token_to_id(self.arch.chat.end_token()) {
             ids.push(end);
         }
@@ -769,7 +806,7 @@ pub fn init(
         );
     }
     let tokenizer_json =
-        chat::train_bpe(&corpus(), spec.vocab_size as usize).map_err(|m| LmError::Tokenizer {
+        chat::train_bpe(&corpus(), spec.vocab_size as usize, spec.prompt.split_pattern()).map_err(|m| LmError::Tokenizer {
             path: "(scratch corpus)".into(),
             message: m,
         })?;
