@@ -43,6 +43,7 @@ pub fn all() -> Vec<(&'static str, String)> {
             "export-branch-row",
             pretty(schema_for!(crate::views::export::BranchRow)),
         ),
+        ("eval", pretty(schema_for!(crate::cli::eval::EvalReport))),
         (
             "lm-generate",
             pretty(schema_for!(crate::cli::lm::GenerateOutput)),

@@ -56,6 +56,7 @@ pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> Cli
             ))
         })?;
         crate::train::lm::hf::export(hf, &lm.model, &lm.tokenizer_json, lm.arch.chat)
+            .and_then(|()| crate::train::lm::hf::write_prompt_style(hf, lm.arch.prompt))
             .map_err(|e| CliError::input(e.to_string()))?;
         println!(
             "wrote {} (config.json, model.safetensors, tokenizer.json; {} parameters{}, step {})",
@@ -68,6 +69,21 @@ pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> Cli
             },
             state.global_step
         );
+        // Each written file's content hash (what a model card states, and what an
+        // `hf:` init records and re-checks).
+        for name in [
+            "config.json",
+            "generation_config.json",
+            crate::train::lm::hf::MAPF_FILE,
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+        ] {
+            let p = hf.join(name);
+            let bytes = std::fs::read(&p)
+                .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+            println!("blake3 {}  {name}", blake3::hash(&bytes).to_hex());
+        }
         return Ok(());
     }
     let out = out.expect("clap requires --out or --hf");

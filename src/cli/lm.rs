@@ -49,14 +49,19 @@ pub struct GenerateOutput {
     pub stopped: bool,
 }
 
-fn load(dir: &Path, model: &str, device: tch::Device) -> Result<LmPolicy, CliError> {
+/// A language model from an HF directory (its MAPF prompt format from
+/// `mapf-ledger.json` where it says, else the paper's prompt) or a ledger checkpoint.
+pub fn load(dir: &Path, model: &str, device: tch::Device) -> Result<LmPolicy, CliError> {
     let p = Path::new(model);
     if p.join("config.json").exists() {
+        let prompt = crate::train::lm::hf::read_prompt_style(p)
+            .map_err(|e| CliError::input(e.to_string()))?
+            .unwrap_or(PromptStyle::Paper);
         return LmPolicy::from_hf_dir(
             p,
             device,
             None,
-            PromptStyle::Paper,
+            prompt,
             Sampling::default(),
             Seed::root(0),
         )

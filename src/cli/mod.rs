@@ -7,6 +7,7 @@ pub mod audit;
 pub mod checkpoint;
 pub mod engineer;
 pub mod env;
+pub mod eval;
 pub mod lm;
 pub mod replay;
 pub mod report;
@@ -217,6 +218,10 @@ pub enum Command {
     /// a ledger checkpoint (a sanity check of a loaded model).
     #[command(subcommand)]
     Lm(lm::LmCommand),
+    /// Score a checkpoint (an HF model directory or a ledger reference) on the paper's
+    /// suites without a run: valid and optimal % per size, Sum per agent count, failure
+    /// kinds.
+    Eval(eval::EvalArgs),
     /// Recompute recorded stages and compare every event hash (`--verify`, the
     /// default), or re-run a stage with another engineer (`--engineer E [--keep NAME]`).
     Replay(replay::ReplayArgs),
@@ -356,6 +361,7 @@ pub fn main() {
             checkpoint::export(&ledger_dir, &reference, out.as_deref(), hf.as_deref())
         }
         Command::Lm(cmd) => lm::run(&ledger_dir, cmd),
+        Command::Eval(args) => eval::run(&ledger_dir, args),
         Command::Replay(args) => replay::run(&ledger_dir, args),
         Command::Compare {
             branches,

@@ -27,6 +27,16 @@ pub struct Scored {
 
 /// Greedy-decode every suite item and score it.
 pub fn score_suite(policy: &dyn Policy, suite: &Suite, metric: CostMetric) -> Vec<Scored> {
+    score_suite_with(policy, suite, metric, &mut |_| {})
+}
+
+/// [`score_suite`], calling `done(n)` after each batch of `n` items (a progress bar).
+pub fn score_suite_with(
+    policy: &dyn Policy,
+    suite: &Suite,
+    metric: CostMetric,
+    done: &mut dyn FnMut(usize),
+) -> Vec<Scored> {
     let items: Vec<(&crate::env::Solved, usize, usize)> = suite
         .cells
         .iter()
@@ -51,6 +61,7 @@ pub fn score_suite(policy: &dyn Policy, suite: &Suite, metric: CostMetric) -> Ve
                 plan_text,
             });
         }
+        done(chunk.len());
     }
     out
 }

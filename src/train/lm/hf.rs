@@ -23,6 +23,35 @@ pub struct HfDir {
     pub files: Vec<(String, Hash)>,
     /// The chat format `tokenizer_config.json`'s template implies (else the family's).
     pub chat: ChatFormat,
+    /// The MAPF prompt format the model was trained on, when the directory says
+    /// (`mapf-ledger.json`, written by `export-checkpoint --hf`); None for other models.
+    pub prompt: Option<super::PromptStyle>,
+}
+
+/// The file beside an exported model that names the MAPF prompt format it reads.
+pub const MAPF_FILE: &str = "mapf-ledger.json";
+
+/// Record the prompt format a model was trained on in its exported directory.
+pub fn write_prompt_style(out: &Path, prompt: super::PromptStyle) -> Result<(), LmError> {
+    let p = out.join(MAPF_FILE);
+    let body = serde_json::json!({ "prompt": prompt });
+    std::fs::write(&p, serde_json::to_string_pretty(&body).expect("json") + "\n")
+        .map_err(|e| io(&p, e))
+}
+
+/// The prompt format a model directory declares (`mapf-ledger.json`), if any.
+pub fn read_prompt_style(dir: &Path) -> Result<Option<super::PromptStyle>, LmError> {
+    let p = dir.join(MAPF_FILE);
+    let Ok(text) = std::fs::read_to_string(&p) else {
+        return Ok(None);
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| io(&p, e))?;
+    match v.get("prompt") {
+        None => Ok(None),
+        Some(x) => serde_json::from_value(x.clone())
+            .map(Some)
+            .map_err(|e| io(&p, format!("\"prompt\": {e}"))),
+    }
 }
 
 /// Which of the built-in chat formats a Jinja `chat_template` is: the markers of each
@@ -121,6 +150,7 @@ pub fn read_dir(dir: &Path) -> Result<HfDir, LmError> {
         tokenizer_json,
         files,
         chat,
+        prompt: read_prompt_style(dir)?,
     })
 }
 

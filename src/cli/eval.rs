@@ -1,0 +1,247 @@
+//! `ledger eval`: score any checkpoint on the paper's benchmark suites without a run.
+//! The model is an HF directory (a real Qwen3, or an exported base planner) or a
+//! checkpoint reference of the ledger; the output is the paper's layout (valid and
+//! optimal % per size, the Sum row per agent count) plus each suite's failure kinds.
+use super::{CliError, CliResult};
+use crate::env::suite::{self, SuiteName, SuiteSpec};
+use crate::env::{Budget, CostMetric};
+use crate::train::eval;
+use crate::train::policy::Policy;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use schemars::JsonSchema;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// An HF model directory (config.json, safetensors, tokenizer.json) or a checkpoint
+    /// reference of the ledger (BRANCH, BRANCH@stageN, hash prefix).
+    #[arg(long)]
+    pub model: String,
+    /// `val` (2 agents, sizes 3..10), `test` (3, 4 and 5 agents) or `all`.
+    #[arg(long, default_value = "all")]
+    pub suite: String,
+    /// Instances per (agents, size) cell (150 in the paper).
+    #[arg(long, default_value_t = 20)]
+    pub per_cell: usize,
+    /// The suites' seed (a ledger's suites use its plan's, 2026 by default).
+    #[arg(long, default_value_t = 2026)]
+    pub suite_seed: u64,
+    /// Largest map size.
+    #[arg(long, default_value_t = 10)]
+    pub max_size: usize,
+    /// The MAPF prompt an HF directory reads: paper, compact or cells (default: what
+    /// its mapf-ledger.json says, else paper). A checkpoint uses its recorded format.
+    #[arg(long)]
+    pub prompt: Option<String>,
+    /// Cost the optimal rate compares: makespan (the paper's) or sum_of_costs.
+    #[arg(long, default_value = "makespan")]
+    pub metric: String,
+    /// cpu, cuda or cuda:N (an HF directory; checkpoints are scored on the CPU).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One (agents, size) cell of an evaluation.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct EvalCellRow {
+    pub agents: usize,
+    pub size: usize,
+    pub total: u32,
+    pub valid: u32,
+    pub optimal: u32,
+    pub valid_pct: f64,
+    pub optimal_pct: f64,
+}
+
+/// The paper's "Sum" row of one agent count: the mean over its sizes.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct EvalSumRow {
+    pub agents: usize,
+    pub valid_pct: f64,
+    pub optimal_pct: f64,
+}
+
+/// One suite's scores.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct EvalSuite {
+    /// `val` or `test`.
+    pub suite: String,
+    /// The suite's content hash (the same suite as a ledger with the same seed, per
+    /// cell and max size).
+    pub hash: String,
+    pub per_cell: usize,
+    pub cells: Vec<EvalCellRow>,
+    pub sums: Vec<EvalSumRow>,
+    /// First failures by kind (`parse_error`, `hole`, ...), over the whole suite.
+    pub failures: BTreeMap<String, u32>,
+}
+
+/// What `ledger eval --json` prints.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct EvalReport {
+    /// The model as given.
+    pub model: String,
+    /// The policy's kind (`lm` or `grid`) and, for a language model, its parameter count
+    /// and prompt format.
+    pub policy: String,
+    pub parameters: Option<i64>,
+    pub prompt: Option<String>,
+    pub metric: String,
+    pub suites: Vec<EvalSuite>,
+}
+
+fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
+    let device = crate::train::parse_device(&args.device).map_err(|e| CliError::input(e.to_string()))?;
+    let p = Path::new(&args.model);
+    if p.join("config.json").exists() || p.is_dir() {
+        let mut lm = super::lm::load(dir, &args.model, device)?;
+        if let Some(style) = &args.prompt {
+            lm.arch.prompt = serde_json::from_value(serde_json::Value::String(style.clone()))
+                .map_err(|_| {
+                    CliError::input(format!(
+                        "--prompt {style:?}: expected paper, compact or cells"
+                    ))
+                })?;
+        }
+        return Ok(Box::new(lm));
+    }
+    if args.prompt.is_some() {
+        return Err(CliError::input(
+            "--prompt applies to HF directories; a checkpoint uses its recorded format",
+        ));
+    }
+    Ok(super::checkpoint::load_ref(dir, &args.model)?.policy)
+}
+
+pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
+    let names: Vec<SuiteName> = match args.suite.as_str() {
+        "all" => vec![SuiteName::Val, SuiteName::Test],
+        s => vec![SuiteName::parse(s).ok_or_else(|| {
+            CliError::input(format!("--suite {s:?}: expected val, test or all"))
+        })?],
+    };
+    if !(1..=100_000).contains(&args.per_cell) {
+        return Err(CliError::input(format!(
+            "--per-cell must be in 1..=100000, got {}",
+            args.per_cell
+        )));
+    }
+    if !(5..=32).contains(&args.max_size) {
+        return Err(CliError::input(format!(
+            "--max-size must be in 5..=32, got {}",
+            args.max_size
+        )));
+    }
+    let metric = match args.metric.as_str() {
+        "makespan" => CostMetric::Makespan,
+        "sum_of_costs" => CostMetric::SumOfCosts,
+        m => {
+            return Err(CliError::input(format!(
+                "--metric {m:?}: expected makespan or sum_of_costs"
+            )))
+        }
+    };
+    let policy = load(dir, &args)?;
+    let lm = policy.as_lm();
+    let mut report = EvalReport {
+        model: args.model.clone(),
+        policy: policy.kind().to_string(),
+        parameters: lm.map(|l| l.model.cfg.parameter_count()),
+        prompt: lm.map(|l| {
+            serde_json::to_value(l.arch.prompt)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default()
+        }),
+        metric: args.metric.clone(),
+        suites: Vec::new(),
+    };
+    for name in names {
+        let spec = SuiteSpec {
+            name,
+            per_cell: args.per_cell,
+            max_size: args.max_size,
+            seed: args.suite_seed,
+        };
+        let s = suite::build(&spec, Budget::default())
+            .map_err(|e| CliError::input(format!("building the {} suite: {e}", name.as_str())))?;
+        let bar = if args.json {
+            ProgressBar::hidden()
+        } else {
+            let b = ProgressBar::new(s.len() as u64);
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{prefix:>6} [{bar:30}] {pos}/{len} instances  {elapsed_precise} (eta {eta})",
+                )
+                .expect("template")
+                .progress_chars("=> "),
+            );
+            b.set_prefix(name.as_str());
+            b
+        };
+        let scored = eval::score_suite_with(policy.as_ref(), &s, metric, &mut |n| bar.inc(n as u64));
+        bar.finish_and_clear();
+        let table = eval::table(&scored);
+        let mut failures: BTreeMap<String, u32> = BTreeMap::new();
+        for sc in &scored {
+            if let Some(f) = &sc.outcome.failure {
+                *failures.entry(f.kind.name().to_string()).or_default() += 1;
+            }
+        }
+        report.suites.push(EvalSuite {
+            suite: name.as_str().to_string(),
+            hash: s.hash.clone(),
+            per_cell: args.per_cell,
+            cells: table
+                .cells
+                .iter()
+                .map(|(&(agents, size), c)| EvalCellRow {
+                    agents,
+                    size,
+                    total: c.total,
+                    valid: c.valid,
+                    optimal: c.optimal,
+                    valid_pct: c.valid_rate(),
+                    optimal_pct: c.optimal_rate(),
+                })
+                .collect(),
+            sums: table
+                .agent_counts()
+                .into_iter()
+                .map(|a| {
+                    let (v, o) = table.sum_row(a);
+                    EvalSumRow {
+                        agents: a,
+                        valid_pct: v,
+                        optimal_pct: o,
+                    }
+                })
+                .collect(),
+            failures,
+        });
+        if !args.json {
+            let title = format!(
+                "{} suite ({} per cell, valid % / optimal %)",
+                name.as_str(),
+                args.per_cell
+            );
+            print!("{}", table.render(&title));
+            let kinds: Vec<String> = report.suites.last().expect("pushed").failures.iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            println!(
+                "first failures: {}\n",
+                if kinds.is_empty() { "none".to_string() } else { kinds.join(", ") }
+            );
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+    }
+    Ok(())
+}
