@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all libtorch chromium build test demo bench bench-peers schemas fmt clean-ledgers
+.PHONY: all libtorch chromium build test demo base-model bench bench-peers schemas fmt clean-ledgers
 
 all: build
 
@@ -24,6 +24,11 @@ test: libtorch chromium
 
 demo: build
 	tools/demo.sh
+
+# Re-make the shipped base planner (ledgers/models/mapf-base) from ledgers/base.toml:
+# about 75 minutes on 2 cores, resumable (run it again after a stop).
+base-model: build
+	tools/base-model.sh
 
 bench: libtorch
 	$(CARGO) bench

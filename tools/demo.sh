@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: the paper's loop at demo scale on ledgers/demo.toml.
 #   1. init a ledger (ledgers/demo-run, recreated on every run);
-#   2. run it: stage 0 pretrains the base model (plans and engineer answers), then
+#   2. run it: stage 0 loads and evaluates the shipped base planner
+#      (ledgers/models/mapf-base, an HF directory made by `make base-model`), then
 #      3 GRPO stages, each designed by the `current` engineer (the latest checkpoint
 #      reads the evidence and writes the next configuration itself);
 #   3. fork at stage 2 with the `base` engineer (the stage-0 model designs stages 2-3;
@@ -17,7 +18,7 @@ PLAN=${DEMO_PLAN:-ledgers/demo.toml}
 start=$SECONDS
 rm -rf "$DIR"
 "$BIN" --ledger "$DIR" init --plan "$PLAN"
-echo "== run: base-model pretraining + 3 stages designed by the current checkpoint =="
+echo "== run: the shipped base model (stage 0) + 3 stages designed by the current checkpoint =="
 "$BIN" --ledger "$DIR" run --engineer current
 echo "== fork at stage 2: the base model designs stages 2-3 =="
 "$BIN" --ledger "$DIR" fork --at stage2 --engineer base --name base-at2

@@ -1,0 +1,182 @@
+//! The shipped base planner (`ledgers/models/mapf-base`) and `ledger eval`: the
+//! directory loads as an HF model, its files hash to what its README states, it reads
+//! the cells prompt and writes a plan the cells parser accepts; `ledger eval` scores an
+//! HF directory and a ledger checkpoint in the paper's layout, with a schema'd `--json`
+//! and clear refusals.
+mod common;
+use common::{fails, ledger, ok, schema::validates};
+use mapf_ledger::env::{generate, simulate, Budget, GeneratorConfig};
+use mapf_ledger::seed::Seed;
+use mapf_ledger::train::lm::{hf, LmPolicy, PromptStyle, Sampling};
+use mapf_ledger::train::policy::Policy;
+use std::path::Path;
+
+const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/models/mapf-base");
+
+/// `(file, blake3 hex)` rows of the README's file table: lines `| name | blake3 |`.
+fn stated_hashes(readme: &str) -> Vec<(String, String)> {
+    readme
+        .lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cols.len() >= 4
+                && cols[2].len() == 64
+                && cols[2].bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| (cols[1].trim_matches('`').to_string(), cols[2].to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn shipped_base_planner_matches_its_readme_and_plans_in_the_cells_format() {
+    let dir = Path::new(SHIPPED);
+    let readme = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
+    let stated = stated_hashes(&readme);
+    let names: Vec<&str> = stated.iter().map(|(n, _)| n.as_str()).collect();
+    for needed in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        assert!(names.contains(&needed), "README states no hash for {needed}: {names:?}");
+    }
+    for (name, hex) in &stated {
+        let bytes = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(&blake3::hash(&bytes).to_hex().to_string(), hex, "{name} changed");
+    }
+    assert_eq!(hf::read_prompt_style(dir).unwrap(), Some(PromptStyle::Cells));
+    let lm = LmPolicy::from_hf_dir(
+        dir,
+        tch::Device::Cpu,
+        None,
+        PromptStyle::Cells,
+        Sampling::default(),
+        Seed::root(0),
+    )
+    .expect("the shipped directory loads");
+    // Every cell of a 10x10 map is one token of its tokenizer.
+    for r in 0..10 {
+        for c in 0..10 {
+            let ids = lm.encode(&format!(" ({r},{c})"));
+            assert_eq!(ids.len(), 1, "cell ({r},{c}) is {} tokens", ids.len());
+        }
+    }
+    // Greedy plans for easy 2-agent instances parse (stated cells checked), and most
+    // are valid: a base model that can attempt the task.
+    let cfg = GeneratorConfig::uniform(2, [4, 5], 0.1, 0.2);
+    let data = generate(&cfg, 16, Seed::root(99), Budget::default()).unwrap();
+    let instances: Vec<_> = data.iter().map(|s| s.instance.clone()).collect();
+    let rollouts = lm.sample(&instances, 1, true, Seed::root(0));
+    let parsed = rollouts.iter().filter(|r| r.plan.is_ok()).count();
+    let valid = rollouts
+        .iter()
+        .zip(&instances)
+        .filter(|(r, i)| r.plan.as_ref().is_ok_and(|p| simulate(i, p).valid))
+        .count();
+    assert!(parsed >= 14, "{parsed}/16 plans parse");
+    assert!(valid >= 8, "{valid}/16 plans valid");
+}
+
+const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf/tiny-qwen3");
+
+#[test]
+fn eval_scores_an_hf_directory_and_a_checkpoint_in_the_paper_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let none = tmp.path().join("no-ledger");
+    let out = ok(&ledger(
+        &none,
+        &["eval", "--model", TINY, "--suite", "all", "--per-cell", "1", "--max-size", "5", "--json"],
+    ));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    validates("eval", &v);
+    assert_eq!(v["policy"], "lm");
+    assert_eq!(v["prompt"], "paper", "an HF directory without mapf-ledger.json");
+    let suites = v["suites"].as_array().unwrap();
+    assert_eq!(suites.len(), 2);
+    // val: 2 agents on 3..5; test: 3 agents on 3..5, 4 on 4..5, 5 on 5.
+    let cells = |i: usize| suites[i]["cells"].as_array().unwrap().len();
+    assert_eq!((cells(0), cells(1)), (3, 6));
+    let sums: Vec<u64> = suites[1]["sums"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["agents"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sums, vec![3, 4, 5]);
+    // Random weights: every instance fails, and the failures are counted by kind.
+    let failed: u64 = suites[0]["failures"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    let valid: u64 = suites[0]["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["valid"].as_u64().unwrap())
+        .sum();
+    assert_eq!(failed + valid, 3);
+    // The same suite as a ledger's: the text table prints the Sum row.
+    let text = ok(&ledger(&none, &["eval", "--model", TINY, "--suite", "val", "--per-cell", "1", "--max-size", "5"]));
+    assert!(text.contains("Sum"), "{text}");
+    assert!(text.contains("first failures:"), "{text}");
+
+    // A ledger checkpoint (the tiny grid plan's base model).
+    let d = common::tiny_ledger(tmp.path());
+    let out = ok(&ledger(&d, &["eval", "--model", "main@stage0", "--suite", "val", "--per-cell", "2", "--max-size", "5", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    validates("eval", &v);
+    assert_eq!(v["policy"], "grid");
+    let total: u64 = v["suites"][0]["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["total"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 6);
+
+    // Refusals name the bad input, exit 2.
+    fails(&ledger(&d, &["eval", "--model", TINY, "--suite", "train"]), 2, "--suite \"train\"");
+    fails(&ledger(&d, &["eval", "--model", TINY, "--per-cell", "0"]), 2, "--per-cell");
+    fails(&ledger(&d, &["eval", "--model", TINY, "--prompt", "poem"]), 2, "--prompt \"poem\"");
+    fails(&ledger(&d, &["eval", "--model", "main@stage0", "--prompt", "cells"]), 2, "--prompt applies");
+    fails(&ledger(&d, &["eval", "--model", "nosuch@stage0"]), 2, "nosuch");
+    let empty = tmp.path().join("empty-dir");
+    std::fs::create_dir_all(&empty).unwrap();
+    fails(&ledger(&d, &["eval", "--model", empty.to_str().unwrap()]), 2, "without config.json");
+}
+
+#[test]
+fn pretraining_mix_covers_every_agent_count_and_never_a_suite_instance() {
+    use mapf_ledger::env::generator::instance_key;
+    use mapf_ledger::ledger::plan::Warmup;
+    let w = Warmup {
+        sizes: vec![3, 4, 5, 6],
+        agents: vec![1, 2, 2, 3, 5],
+        hole_ratios: vec![0.1, 0.5],
+        wait_ratios: vec![0.2, 0.5],
+        ..Warmup::default()
+    };
+    // Exclude the first few instances the mix would draw: they are redrawn.
+    let (first, _) = mapf_ledger::stage::warmup_data(&w, 200, Seed::root(5), &Default::default()).unwrap();
+    let excluded: std::collections::BTreeSet<[u8; 32]> =
+        first.iter().take(20).map(|s| instance_key(&s.instance)).collect();
+    let (data, blob) = mapf_ledger::stage::warmup_data(&w, 200, Seed::root(5), &excluded).unwrap();
+    assert_eq!(data.len(), 200);
+    assert!(data.iter().all(|s| !excluded.contains(&instance_key(&s.instance))));
+    assert_eq!(&data[20..], &first[20..], "items are drawn independently of each other");
+    let mut per_agents = std::collections::BTreeMap::new();
+    for s in &data {
+        let (a, n) = (s.instance.agents(), s.instance.size());
+        assert!(n >= a && [3, 4, 5, 6].contains(&n), "{a} agents on {n}x{n}");
+        // At most the largest listed ratio (hole counts round to the nearest cell).
+        assert!(s.instance.hole_count() <= mapf_ledger::env::config::hole_count(n, 0.5));
+        *per_agents.entry(a).or_insert(0) += 1;
+    }
+    assert_eq!(per_agents.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3, 5]);
+    // 2 agents are listed twice: drawn about twice as often as 1 or 3.
+    assert!(per_agents[&2] > per_agents[&1] && per_agents[&2] > per_agents[&3], "{per_agents:?}");
+    let mix: serde_json::Value = serde_json::from_slice(&blob).unwrap();
+    assert_eq!(mix["agents"], serde_json::json!([1, 2, 2, 3, 5]));
+    // The same on one thread: scheduling never reaches the data.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    let (again, _) = pool.install(|| mapf_ledger::stage::warmup_data(&w, 200, Seed::root(5), &excluded)).unwrap();
+    assert_eq!(again, data);
+}
