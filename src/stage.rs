@@ -463,7 +463,8 @@ impl<'a> Pipeline<'a> {
     ) -> Result<bool, StageError> {
         let cfg = warmup_config(&self.plan);
         let seed = stage_seed(&self.plan, 0, 0);
-        let (data, easy_blob) = warmup_data(&self.plan.warmup, cfg.instances, seed, &self.suite_keys)?;
+        let (data, easy_blob) =
+            warmup_data(&self.plan.warmup, cfg.instances, seed, &self.suite_keys)?;
         let resumed = state.stage(0).and_then(|s| s.checkpoint);
         let (ts, start) = match resumed {
             Some((blob, _, _)) => {
@@ -933,20 +934,38 @@ pub fn warmup_data(
         .map_err(|e| StageError::Generate(e.to_string()))?;
         return Ok((data, codec::encode(&easy)));
     }
-    let holes = if w.hole_ratios.is_empty() { vec![w.hole_ratio] } else { w.hole_ratios.clone() };
-    let waits = if w.wait_ratios.is_empty() { vec![w.wait_ratio] } else { w.wait_ratios.clone() };
+    let holes = if w.hole_ratios.is_empty() {
+        vec![w.hole_ratio]
+    } else {
+        w.hole_ratios.clone()
+    };
+    let waits = if w.wait_ratios.is_empty() {
+        vec![w.wait_ratio]
+    } else {
+        w.wait_ratios.clone()
+    };
     let root = seed.child("instances", 0);
     let draw = |i: usize| -> Result<Solved, StageError> {
         let node = root.child("item", i as u64);
         for retry in 0..64u64 {
             let mut rng = node.child("retry", retry).rng();
             let a = w.agents[rng.random_range(0..w.agents.len())] as usize;
-            let sizes: Vec<usize> = w.sizes.iter().map(|&n| n as usize).filter(|&n| n >= a).collect();
+            let sizes: Vec<usize> = w
+                .sizes
+                .iter()
+                .map(|&n| n as usize)
+                .filter(|&n| n >= a)
+                .collect();
             let size = sizes[rng.random_range(0..sizes.len())];
             let hole_ratio = holes[rng.random_range(0..holes.len())].min(max_hole_ratio(size, a));
             let wait = waits[rng.random_range(0..waits.len())];
             let coordination = (a == 2).then(|| rng.random_bool(wait));
-            let spec = InstanceSpec { size, agents: a, hole_ratio, coordination };
+            let spec = InstanceSpec {
+                size,
+                agents: a,
+                hole_ratio,
+                coordination,
+            };
             match generate_one(&spec, &mut rng, Budget::default()) {
                 Ok(it) if !excluded.contains(&instance_key(&it.instance)) => return Ok(it),
                 Ok(_) => continue,

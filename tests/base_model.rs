@@ -33,14 +33,29 @@ fn shipped_base_planner_matches_its_readme_and_plans_in_the_cells_format() {
     let readme = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
     let stated = stated_hashes(&readme);
     let names: Vec<&str> = stated.iter().map(|(n, _)| n.as_str()).collect();
-    for needed in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
-        assert!(names.contains(&needed), "README states no hash for {needed}: {names:?}");
+    for needed in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        assert!(
+            names.contains(&needed),
+            "README states no hash for {needed}: {names:?}"
+        );
     }
     for (name, hex) in &stated {
         let bytes = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(&blake3::hash(&bytes).to_hex().to_string(), hex, "{name} changed");
+        assert_eq!(
+            &blake3::hash(&bytes).to_hex().to_string(),
+            hex,
+            "{name} changed"
+        );
     }
-    assert_eq!(hf::read_prompt_style(dir).unwrap(), Some(PromptStyle::Cells));
+    assert_eq!(
+        hf::read_prompt_style(dir).unwrap(),
+        Some(PromptStyle::Cells)
+    );
     let lm = LmPolicy::from_hf_dir(
         dir,
         tch::Device::Cpu,
@@ -81,12 +96,26 @@ fn eval_scores_an_hf_directory_and_a_checkpoint_in_the_paper_layout() {
     let none = tmp.path().join("no-ledger");
     let out = ok(&ledger(
         &none,
-        &["eval", "--model", TINY, "--suite", "all", "--per-cell", "1", "--max-size", "5", "--json"],
+        &[
+            "eval",
+            "--model",
+            TINY,
+            "--suite",
+            "all",
+            "--per-cell",
+            "1",
+            "--max-size",
+            "5",
+            "--json",
+        ],
     ));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     validates("eval", &v);
     assert_eq!(v["policy"], "lm");
-    assert_eq!(v["prompt"], "paper", "an HF directory without mapf-ledger.json");
+    assert_eq!(
+        v["prompt"], "paper",
+        "an HF directory without mapf-ledger.json"
+    );
     let suites = v["suites"].as_array().unwrap();
     assert_eq!(suites.len(), 2);
     // val: 2 agents on 3..5; test: 3 agents on 3..5, 4 on 4..5, 5 on 5.
@@ -114,13 +143,40 @@ fn eval_scores_an_hf_directory_and_a_checkpoint_in_the_paper_layout() {
         .sum();
     assert_eq!(failed + valid, 3);
     // The same suite as a ledger's: the text table prints the Sum row.
-    let text = ok(&ledger(&none, &["eval", "--model", TINY, "--suite", "val", "--per-cell", "1", "--max-size", "5"]));
+    let text = ok(&ledger(
+        &none,
+        &[
+            "eval",
+            "--model",
+            TINY,
+            "--suite",
+            "val",
+            "--per-cell",
+            "1",
+            "--max-size",
+            "5",
+        ],
+    ));
     assert!(text.contains("Sum"), "{text}");
     assert!(text.contains("first failures:"), "{text}");
 
     // A ledger checkpoint (the tiny grid plan's base model).
     let d = common::tiny_ledger(tmp.path());
-    let out = ok(&ledger(&d, &["eval", "--model", "main@stage0", "--suite", "val", "--per-cell", "2", "--max-size", "5", "--json"]));
+    let out = ok(&ledger(
+        &d,
+        &[
+            "eval",
+            "--model",
+            "main@stage0",
+            "--suite",
+            "val",
+            "--per-cell",
+            "2",
+            "--max-size",
+            "5",
+            "--json",
+        ],
+    ));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     validates("eval", &v);
     assert_eq!(v["policy"], "grid");
@@ -133,14 +189,38 @@ fn eval_scores_an_hf_directory_and_a_checkpoint_in_the_paper_layout() {
     assert_eq!(total, 6);
 
     // Refusals name the bad input, exit 2.
-    fails(&ledger(&d, &["eval", "--model", TINY, "--suite", "train"]), 2, "--suite \"train\"");
-    fails(&ledger(&d, &["eval", "--model", TINY, "--per-cell", "0"]), 2, "--per-cell");
-    fails(&ledger(&d, &["eval", "--model", TINY, "--prompt", "poem"]), 2, "--prompt \"poem\"");
-    fails(&ledger(&d, &["eval", "--model", "main@stage0", "--prompt", "cells"]), 2, "--prompt applies");
-    fails(&ledger(&d, &["eval", "--model", "nosuch@stage0"]), 2, "nosuch");
+    fails(
+        &ledger(&d, &["eval", "--model", TINY, "--suite", "train"]),
+        2,
+        "--suite \"train\"",
+    );
+    fails(
+        &ledger(&d, &["eval", "--model", TINY, "--per-cell", "0"]),
+        2,
+        "--per-cell",
+    );
+    fails(
+        &ledger(&d, &["eval", "--model", TINY, "--prompt", "poem"]),
+        2,
+        "--prompt \"poem\"",
+    );
+    fails(
+        &ledger(&d, &["eval", "--model", "main@stage0", "--prompt", "cells"]),
+        2,
+        "--prompt applies",
+    );
+    fails(
+        &ledger(&d, &["eval", "--model", "nosuch@stage0"]),
+        2,
+        "nosuch",
+    );
     let empty = tmp.path().join("empty-dir");
     std::fs::create_dir_all(&empty).unwrap();
-    fails(&ledger(&d, &["eval", "--model", empty.to_str().unwrap()]), 2, "without config.json");
+    fails(
+        &ledger(&d, &["eval", "--model", empty.to_str().unwrap()]),
+        2,
+        "without config.json",
+    );
 }
 
 #[test]
@@ -155,13 +235,23 @@ fn pretraining_mix_covers_every_agent_count_and_never_a_suite_instance() {
         ..Warmup::default()
     };
     // Exclude the first few instances the mix would draw: they are redrawn.
-    let (first, _) = mapf_ledger::stage::warmup_data(&w, 200, Seed::root(5), &Default::default()).unwrap();
-    let excluded: std::collections::BTreeSet<[u8; 32]> =
-        first.iter().take(20).map(|s| instance_key(&s.instance)).collect();
+    let (first, _) =
+        mapf_ledger::stage::warmup_data(&w, 200, Seed::root(5), &Default::default()).unwrap();
+    let excluded: std::collections::BTreeSet<[u8; 32]> = first
+        .iter()
+        .take(20)
+        .map(|s| instance_key(&s.instance))
+        .collect();
     let (data, blob) = mapf_ledger::stage::warmup_data(&w, 200, Seed::root(5), &excluded).unwrap();
     assert_eq!(data.len(), 200);
-    assert!(data.iter().all(|s| !excluded.contains(&instance_key(&s.instance))));
-    assert_eq!(&data[20..], &first[20..], "items are drawn independently of each other");
+    assert!(data
+        .iter()
+        .all(|s| !excluded.contains(&instance_key(&s.instance))));
+    assert_eq!(
+        &data[20..],
+        &first[20..],
+        "items are drawn independently of each other"
+    );
     let mut per_agents = std::collections::BTreeMap::new();
     for s in &data {
         let (a, n) = (s.instance.agents(), s.instance.size());
@@ -170,13 +260,24 @@ fn pretraining_mix_covers_every_agent_count_and_never_a_suite_instance() {
         assert!(s.instance.hole_count() <= mapf_ledger::env::config::hole_count(n, 0.5));
         *per_agents.entry(a).or_insert(0) += 1;
     }
-    assert_eq!(per_agents.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3, 5]);
+    assert_eq!(
+        per_agents.keys().copied().collect::<Vec<_>>(),
+        vec![1, 2, 3, 5]
+    );
     // 2 agents are listed twice: drawn about twice as often as 1 or 3.
-    assert!(per_agents[&2] > per_agents[&1] && per_agents[&2] > per_agents[&3], "{per_agents:?}");
+    assert!(
+        per_agents[&2] > per_agents[&1] && per_agents[&2] > per_agents[&3],
+        "{per_agents:?}"
+    );
     let mix: serde_json::Value = serde_json::from_slice(&blob).unwrap();
     assert_eq!(mix["agents"], serde_json::json!([1, 2, 2, 3, 5]));
     // The same on one thread: scheduling never reaches the data.
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-    let (again, _) = pool.install(|| mapf_ledger::stage::warmup_data(&w, 200, Seed::root(5), &excluded)).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let (again, _) = pool
+        .install(|| mapf_ledger::stage::warmup_data(&w, 200, Seed::root(5), &excluded))
+        .unwrap();
     assert_eq!(again, data);
 }

@@ -238,11 +238,22 @@ fn shipped_plans_parse_with_the_protocols_they_promise() {
     counts.dedup();
     assert_eq!(counts, vec![1, 2, 3, 4, 5]);
     assert_eq!(
-        (base.suites.validation_per_cell, base.suites.test_per_cell, base.suites.seed),
-        (demo.suites.validation_per_cell, demo.suites.test_per_cell, demo.suites.seed),
+        (
+            base.suites.validation_per_cell,
+            base.suites.test_per_cell,
+            base.suites.seed
+        ),
+        (
+            demo.suites.validation_per_cell,
+            demo.suites.test_per_cell,
+            demo.suites.seed
+        ),
         "the base planner never trains on the demo's suites"
     );
-    assert_eq!(base.lm.engineer_prompt_tokens, demo.lm.engineer_prompt_tokens);
+    assert_eq!(
+        base.lm.engineer_prompt_tokens,
+        demo.lm.engineer_prompt_tokens
+    );
     let grid = LedgerPlan::parse(include_bytes!("../ledgers/grid-demo.toml")).unwrap();
     assert_eq!(
         (grid.policy, grid.engineer.name.as_str()),

@@ -80,8 +80,8 @@ pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> Cli
             "tokenizer_config.json",
         ] {
             let p = hf.join(name);
-            let bytes = std::fs::read(&p)
-                .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+            let bytes =
+                std::fs::read(&p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
             println!("blake3 {}  {name}", blake3::hash(&bytes).to_hex());
         }
         return Ok(());

@@ -387,10 +387,14 @@ pub fn run(cmd: EnvCommand) -> CliResult {
         }
         EnvCommand::Prompt { instance, format } => {
             let inst: Instance = read_json(&instance)?;
-            let style: crate::train::lm::PromptStyle =
-                serde_json::from_value(serde_json::Value::String(format.clone())).map_err(|_| {
-                    CliError::input(format!("--format {format:?}: expected paper, compact or cells"))
-                })?;
+            let style: crate::train::lm::PromptStyle = serde_json::from_value(
+                serde_json::Value::String(format.clone()),
+            )
+            .map_err(|_| {
+                CliError::input(format!(
+                    "--format {format:?}: expected paper, compact or cells"
+                ))
+            })?;
             print!("{}", style.task_text(&inst));
             Ok(())
         }

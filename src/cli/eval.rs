@@ -6,6 +6,7 @@ use super::{CliError, CliResult};
 use crate::env::suite::{self, SuiteName, SuiteSpec};
 use crate::env::{Budget, CostMetric};
 use crate::train::eval;
+use crate::train::lm::PromptStyle;
 use crate::train::policy::Policy;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -36,9 +37,9 @@ pub struct EvalArgs {
     /// its mapf-ledger.json says, else paper). A checkpoint uses its recorded format.
     #[arg(long)]
     pub prompt: Option<String>,
-    /// Cost the optimal rate compares: makespan (the paper's) or sum_of_costs.
-    #[arg(long, default_value = "makespan")]
-    pub metric: String,
+    /// Cost the optimal rate compares: makespan (the paper's) or sum-of-costs.
+    #[arg(long, value_enum, default_value = "makespan")]
+    pub metric: super::env::Metric,
     /// cpu, cuda or cuda:N (an HF directory; checkpoints are scored on the CPU).
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -96,17 +97,17 @@ pub struct EvalReport {
 }
 
 fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
-    let device = crate::train::parse_device(&args.device).map_err(|e| CliError::input(e.to_string()))?;
+    let device =
+        crate::train::parse_device(&args.device).map_err(|e| CliError::input(e.to_string()))?;
     let p = Path::new(&args.model);
     if p.join("config.json").exists() || p.is_dir() {
         let mut lm = super::lm::load(dir, &args.model, device)?;
         if let Some(style) = &args.prompt {
-            lm.arch.prompt = serde_json::from_value(serde_json::Value::String(style.clone()))
-                .map_err(|_| {
-                    CliError::input(format!(
-                        "--prompt {style:?}: expected paper, compact or cells"
-                    ))
-                })?;
+            lm.arch.prompt = PromptStyle::parse(style).ok_or_else(|| {
+                CliError::input(format!(
+                    "--prompt {style:?}: expected paper, compact or cells"
+                ))
+            })?;
         }
         return Ok(Box::new(lm));
     }
@@ -121,9 +122,8 @@ fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
 pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
     let names: Vec<SuiteName> = match args.suite.as_str() {
         "all" => vec![SuiteName::Val, SuiteName::Test],
-        s => vec![SuiteName::parse(s).ok_or_else(|| {
-            CliError::input(format!("--suite {s:?}: expected val, test or all"))
-        })?],
+        s => vec![SuiteName::parse(s)
+            .ok_or_else(|| CliError::input(format!("--suite {s:?}: expected val, test or all")))?],
     };
     if !(1..=100_000).contains(&args.per_cell) {
         return Err(CliError::input(format!(
@@ -137,28 +137,19 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
             args.max_size
         )));
     }
-    let metric = match args.metric.as_str() {
-        "makespan" => CostMetric::Makespan,
-        "sum_of_costs" => CostMetric::SumOfCosts,
-        m => {
-            return Err(CliError::input(format!(
-                "--metric {m:?}: expected makespan or sum_of_costs"
-            )))
-        }
-    };
+    let metric = CostMetric::from(args.metric);
     let policy = load(dir, &args)?;
     let lm = policy.as_lm();
     let mut report = EvalReport {
         model: args.model.clone(),
         policy: policy.kind().to_string(),
         parameters: lm.map(|l| l.model.cfg.parameter_count()),
-        prompt: lm.map(|l| {
-            serde_json::to_value(l.arch.prompt)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default()
-        }),
-        metric: args.metric.clone(),
+        prompt: lm.map(|l| l.arch.prompt.name().to_string()),
+        metric: match metric {
+            CostMetric::Makespan => "makespan",
+            CostMetric::SumOfCosts => "sum_of_costs",
+        }
+        .to_string(),
         suites: Vec::new(),
     };
     for name in names {
@@ -184,7 +175,8 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
             b.set_prefix(name.as_str());
             b
         };
-        let scored = eval::score_suite_with(policy.as_ref(), &s, metric, &mut |n| bar.inc(n as u64));
+        let scored =
+            eval::score_suite_with(policy.as_ref(), &s, metric, &mut |n| bar.inc(n as u64));
         bar.finish_and_clear();
         let table = eval::table(&scored);
         let mut failures: BTreeMap<String, u32> = BTreeMap::new();
@@ -231,12 +223,21 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
                 args.per_cell
             );
             print!("{}", table.render(&title));
-            let kinds: Vec<String> = report.suites.last().expect("pushed").failures.iter()
+            let kinds: Vec<String> = report
+                .suites
+                .last()
+                .expect("pushed")
+                .failures
+                .iter()
                 .map(|(k, n)| format!("{k} {n}"))
                 .collect();
             println!(
                 "first failures: {}\n",
-                if kinds.is_empty() { "none".to_string() } else { kinds.join(", ") }
+                if kinds.is_empty() {
+                    "none".to_string()
+                } else {
+                    kinds.join(", ")
+                }
             );
         }
     }

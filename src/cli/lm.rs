@@ -57,15 +57,8 @@ pub fn load(dir: &Path, model: &str, device: tch::Device) -> Result<LmPolicy, Cl
         let prompt = crate::train::lm::hf::read_prompt_style(p)
             .map_err(|e| CliError::input(e.to_string()))?
             .unwrap_or(PromptStyle::Paper);
-        return LmPolicy::from_hf_dir(
-            p,
-            device,
-            None,
-            prompt,
-            Sampling::default(),
-            Seed::root(0),
-        )
-        .map_err(|e| CliError::input(e.to_string()));
+        return LmPolicy::from_hf_dir(p, device, None, prompt, Sampling::default(), Seed::root(0))
+            .map_err(|e| CliError::input(e.to_string()));
     }
     if p.is_dir() {
         return Err(CliError::input(format!(

@@ -414,7 +414,11 @@ mod tests {
         // A wrong cell is named where it stands.
         let e = parse_plan_in("agent 1: (0,0) R (0,2)\nagent 2: (2,2)", &inst).unwrap_err();
         assert_eq!((e.line, e.column), (1, 18), "{e}");
-        assert!(e.message.contains("agent 1 is after 1 move at (0,1), the plan says (0,2)"), "{e}");
+        assert!(
+            e.message
+                .contains("agent 1 is after 1 move at (0,1), the plan says (0,2)"),
+            "{e}"
+        );
         let e = parse_plan_in("agent 1: (0,1)\nagent 2: (2,2)", &inst).unwrap_err();
         assert!(e.message.contains("agent 1 starts at (0,0)"), "{e}");
         // Malformed cells are parse errors in both parsers.

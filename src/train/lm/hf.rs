@@ -35,8 +35,11 @@ pub const MAPF_FILE: &str = "mapf-ledger.json";
 pub fn write_prompt_style(out: &Path, prompt: super::PromptStyle) -> Result<(), LmError> {
     let p = out.join(MAPF_FILE);
     let body = serde_json::json!({ "prompt": prompt });
-    std::fs::write(&p, serde_json::to_string_pretty(&body).expect("json") + "\n")
-        .map_err(|e| io(&p, e))
+    std::fs::write(
+        &p,
+        serde_json::to_string_pretty(&body).expect("json") + "\n",
+    )
+    .map_err(|e| io(&p, e))
 }
 
 /// The prompt format a model directory declares (`mapf-ledger.json`), if any.

@@ -89,6 +89,20 @@ pub enum PromptStyle {
 }
 
 impl PromptStyle {
+    /// The style a plan or command line names (`paper`, `compact`, `cells`).
+    pub fn parse(name: &str) -> Option<PromptStyle> {
+        serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
+    }
+
+    /// The name a plan or command line uses for this style.
+    pub fn name(self) -> &'static str {
+        match self {
+            PromptStyle::Paper => "paper",
+            PromptStyle::Compact => "compact",
+            PromptStyle::Cells => "cells",
+        }
+    }
+
     /// The task text of an instance in this style.
     pub fn task_text(self, inst: &Instance) -> String {
         match self {
@@ -805,11 +819,15 @@ pub fn init(
             seed.child("lora", 0),
         );
     }
-    let tokenizer_json =
-        chat::train_bpe(&corpus(), spec.vocab_size as usize, spec.prompt.split_pattern()).map_err(|m| LmError::Tokenizer {
-            path: "(scratch corpus)".into(),
-            message: m,
-        })?;
+    let tokenizer_json = chat::train_bpe(
+        &corpus(),
+        spec.vocab_size as usize,
+        spec.prompt.split_pattern(),
+    )
+    .map_err(|m| LmError::Tokenizer {
+        path: "(scratch corpus)".into(),
+        message: m,
+    })?;
     let tok = chat::tokenizer_from_bytes(&tokenizer_json).map_err(|m| LmError::Tokenizer {
         path: "(scratch corpus)".into(),
         message: m,
