@@ -111,6 +111,9 @@ pub fn grpo_config(plan: &LedgerPlan) -> GrpoConfig {
         valid_reward: g.valid_reward,
         optimal_bonus: g.optimal_bonus,
         format_reward: g.format_reward,
+        agent_reward: g.agent_reward,
+        cost_reward: g.cost_reward,
+        zero_variance: g.zero_variance,
         metric: plan.train.metric,
         checkpoint_every: g.checkpoint_every,
     }

@@ -390,6 +390,9 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
         valid_reward: 1.0,
         optimal_bonus: 0.5,
         format_reward: 0.1,
+        agent_reward: 0.0,
+        cost_reward: 0.0,
+        zero_variance: grpo::ZeroVariance::Keep,
         metric: mapf_ledger::env::CostMetric::Makespan,
         checkpoint_every: 100,
     };
@@ -403,7 +406,13 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
             .iter()
             .map(|r| {
                 let o = mapf_ledger::train::eval::outcome_of(&inst[r.instance], r);
-                grpo::reward(&g, &o, &probe[r.instance].reference, r.plan.is_ok())
+                grpo::reward(
+                    &g,
+                    &inst[r.instance],
+                    r.plan.as_ref().ok(),
+                    &o,
+                    &probe[r.instance].reference,
+                )
             })
             .sum();
         total / rollouts.len() as f64

@@ -252,6 +252,61 @@ pub fn simulate(inst: &Instance, plan: &Plan) -> Outcome {
     }
 }
 
+/// Which agents of `plan` did their own part: an agent is credited when its path stays on
+/// the grid, never enters a hole, is in no vertex or edge conflict with another agent
+/// still on the board, and ends on its goal within the horizon. Unlike [`simulate`],
+/// which stops at the first failure, this plays the whole plan (an agent that fails is
+/// taken off the board at that step), so a plan whose agents 1 and 2 collide still
+/// credits agent 3. A plan with the wrong agent count credits nobody. GRPO's per-agent
+/// reward term reads it; a valid plan credits every agent.
+pub fn agent_credit(inst: &Instance, plan: &Plan) -> Vec<bool> {
+    let k = inst.agents();
+    if plan.moves.len() != k {
+        return vec![false; k];
+    }
+    let horizon = inst.horizon();
+    let steps = plan.len();
+    let mut ok = vec![true; k];
+    let mut pos: Vec<Cell> = inst.starts().to_vec();
+    let mut next = pos.clone();
+    for t in 1..=steps {
+        for i in 0..k {
+            if !ok[i] {
+                continue;
+            }
+            if t > horizon && plan.moves[i].len() >= t {
+                ok[i] = false;
+                continue;
+            }
+            let mv = plan.moves[i].get(t - 1).copied().unwrap_or(super::Move::W);
+            match inst.step(pos[i], mv) {
+                Some(c) if !inst.is_hole(c) => next[i] = c,
+                _ => ok[i] = false,
+            }
+        }
+        let alive: Vec<usize> = (0..k).filter(|&i| ok[i]).collect();
+        let mut clash = vec![false; k];
+        for (a, &i) in alive.iter().enumerate() {
+            for &j in &alive[a + 1..] {
+                let vertex = next[i] == next[j];
+                let edge = next[i] == pos[j] && next[j] == pos[i];
+                if vertex || edge {
+                    clash[i] = true;
+                    clash[j] = true;
+                }
+            }
+        }
+        for i in alive {
+            if clash[i] {
+                ok[i] = false;
+            } else {
+                pos[i] = next[i];
+            }
+        }
+    }
+    (0..k).map(|i| ok[i] && pos[i] == inst.goals()[i]).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,5 +399,33 @@ mod tests {
             &[([0, 0], [0, 2]), ([0, 1], [1, 2])],
         );
         assert!(simulate(&i, &plan(&["RR", "RD"])).valid);
+    }
+    #[test]
+    fn agent_credit_plays_past_the_first_failure() {
+        let i = inst(
+            &["FFFF", "FFFF", "FFFF", "FHFF"],
+            &[([0, 0], [0, 2]), ([0, 3], [0, 1]), ([3, 0], [3, 2])],
+        );
+        // Agents 1 and 2 meet at (0,1)/(0,2): both uncredited; agent 3 walks into the hole.
+        assert_eq!(
+            agent_credit(&i, &plan(&["RR", "LL", "RR"])),
+            vec![false, false, false]
+        );
+        // Agent 3 goes around the hole and is credited although 1 and 2 collide first.
+        assert_eq!(
+            agent_credit(&i, &plan(&["RR", "LL", "URRD"])),
+            vec![false, false, true]
+        );
+        // A valid plan credits everyone; a swap (edge conflict) credits neither swapper.
+        let two = inst(
+            &["FFF", "FFF", "FFF"],
+            &[([0, 0], [0, 1]), ([0, 1], [0, 0])],
+        );
+        assert_eq!(agent_credit(&two, &plan(&["R", "L"])), vec![false, false]);
+        assert_eq!(agent_credit(&two, &plan(&["DRU", "WWL"])), vec![true, true]);
+        assert!(simulate(&two, &plan(&["DRU", "WWL"])).valid);
+        // Ending off the goal, or the wrong agent count, earns nothing.
+        assert_eq!(agent_credit(&two, &plan(&["D", "W"])), vec![false, false]);
+        assert_eq!(agent_credit(&two, &plan(&["R"])), vec![false, false]);
     }
 }

@@ -2,9 +2,13 @@
 //!
 //! Per gradient step: take a batch of training instances (a seeded permutation of the
 //! stage's set, a pure function of (stage, step)); sample G plans per instance; score
-//! each with the fixed verifiable reward (valid, optimal bonus, format term for text);
-//! normalise rewards within each instance's group; optimise the clipped-ratio objective
-//! per action, with an optional KL penalty to the base model and an entropy bonus.
+//! each with the fixed, shaped, verifiable reward ([`reward`]: format, per-agent credit,
+//! validity, cost relative to the solver's optimum); normalise rewards within each
+//! instance's group; optimise the clipped-ratio objective per action, with an optional
+//! KL penalty to the base model and an entropy bonus. Groups whose rewards are all equal
+//! carry no gradient: they are counted, and with `zero_variance = skip` left out of the
+//! loss. Each step ends with a [`GrpoStats`] record (reward spread, groups with signal,
+//! KL, clip fraction, tokens).
 //!
 //! Loss normalisation is token-level: every term is the mean over all actions (tokens)
 //! of the whole batch, so long and short answers weigh per token, not per answer (DAPO's
@@ -14,9 +18,11 @@
 //! (parameter hash, loss terms as exact bits, gradient norm).
 use super::eval::outcome_of;
 use super::policy::{Policy, Rollout};
-use super::records::{GradientStep, StepRecord, Trajectory, TrajectoryBatch};
+use super::records::{GradientStep, GrpoStats, StepRecord, Trajectory, TrajectoryBatch};
 use super::TrainState;
-use crate::env::{CostMetric, Outcome, Reference, Solved};
+use crate::env::simulate::agent_credit;
+use crate::env::{CostMetric, Instance, Outcome, Plan, Reference, Solved};
+pub use crate::ledger::plan::ZeroVariance;
 use crate::ledger::Hash;
 use crate::seed::Seed;
 use rand::seq::SliceRandom;
@@ -37,21 +43,58 @@ pub struct GrpoConfig {
     pub entropy_coef: f64,
     /// Optimiser updates per sampled batch (1 = on-policy).
     pub epochs: usize,
-    /// Reward for a valid plan; optimal plans get `valid_reward + optimal_bonus`.
+    /// The reward's terms (see [`reward`]).
     pub valid_reward: f64,
     pub optimal_bonus: f64,
-    /// Reward for text that parses (text policy only).
     pub format_reward: f64,
+    pub agent_reward: f64,
+    pub cost_reward: f64,
+    /// Zero-variance groups: kept in the loss (advantage 0) or skipped.
+    pub zero_variance: ZeroVariance,
     pub metric: CostMetric,
     /// Save a checkpoint (a durable point) every this many steps.
     pub checkpoint_every: u64,
 }
 
-/// The fixed, verifiable reward. The engineer never changes it.
-pub fn reward(cfg: &GrpoConfig, outcome: &Outcome, reference: &Reference, parsed: bool) -> f64 {
-    let mut r = if parsed { cfg.format_reward } else { 0.0 };
+/// The fixed, shaped, verifiable reward; the engineer never changes it. For a plan that
+/// parses (`plan` is Some):
+/// - `format_reward`;
+/// - `agent_reward` times the share of agents credited by [`agent_credit`] (reached the
+///   goal with no hole, illegal move or conflict of their own, played past the first
+///   failure), so a plan with one collision still ranks above one where everyone fails;
+/// - if valid, `valid_reward`, plus `cost_reward` times optimum / cost under `metric`
+///   (1 for an optimal plan, less the longer the plan), plus `optimal_bonus` if optimal.
+///
+/// A plan that does not parse earns 0.
+pub fn reward(
+    cfg: &GrpoConfig,
+    inst: &Instance,
+    plan: Option<&Plan>,
+    outcome: &Outcome,
+    reference: &Reference,
+) -> f64 {
+    let Some(plan) = plan else {
+        return 0.0;
+    };
+    let mut r = cfg.format_reward;
+    if cfg.agent_reward > 0.0 {
+        let credit = agent_credit(inst, plan);
+        let share = credit.iter().filter(|&&c| c).count() as f64 / credit.len().max(1) as f64;
+        r += cfg.agent_reward * share;
+    }
     if outcome.valid {
         r += cfg.valid_reward;
+        let (cost, best) = match cfg.metric {
+            CostMetric::Makespan => (outcome.makespan, reference.makespan),
+            CostMetric::SumOfCosts => (outcome.sum_of_costs, reference.sum_of_costs),
+        };
+        // A valid plan never beats the optimum; cost 0 means every agent starts on its goal.
+        let ratio = if cost == 0 {
+            1.0
+        } else {
+            (best as f64 / cost as f64).min(1.0)
+        };
+        r += cfg.cost_reward * ratio;
         if outcome.optimal(reference, cfg.metric) {
             r += cfg.optimal_bonus;
         }
@@ -82,16 +125,31 @@ pub fn batch_indices(n: usize, batch: usize, seed: Seed, step: u64) -> Vec<usize
 pub fn advantages(rewards: &[f64], group: usize) -> Vec<f64> {
     let mut adv = vec![0.0; rewards.len()];
     for (g, chunk) in rewards.chunks(group).enumerate() {
-        let mean = chunk.iter().sum::<f64>() / chunk.len() as f64;
-        let var = chunk.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / chunk.len() as f64;
-        let std = var.sqrt();
-        if std > 1e-8 {
+        if let Some(std) = group_spread(chunk) {
+            let mean = chunk.iter().sum::<f64>() / chunk.len() as f64;
             for (i, r) in chunk.iter().enumerate() {
                 adv[g * group + i] = (r - mean) / (std + 1e-6);
             }
         }
     }
     adv
+}
+
+/// The population standard deviation of a group's rewards, None when they are all
+/// equal (below 1e-8): such a group has no signal.
+fn group_spread(chunk: &[f64]) -> Option<f64> {
+    let mean = chunk.iter().sum::<f64>() / chunk.len().max(1) as f64;
+    let var = chunk.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / chunk.len().max(1) as f64;
+    let std = var.sqrt();
+    (std > 1e-8).then_some(std)
+}
+
+/// Which groups of a batch have signal (rewards that differ), in group order.
+pub fn signal_groups(rewards: &[f64], group: usize) -> Vec<bool> {
+    rewards
+        .chunks(group)
+        .map(|c| group_spread(c).is_some())
+        .collect()
 }
 
 /// What one GRPO step reports (for progress bars and the stage summary).
@@ -102,6 +160,8 @@ pub struct StepStats {
     pub reward_mean: f64,
     pub valid_rate: f64,
     pub grad_norm: f64,
+    /// Share of groups with a reward difference.
+    pub signal_share: f64,
 }
 
 /// One GRPO step: sample, score, update. Returns the events to record (trajectories
@@ -139,9 +199,13 @@ pub fn step(
     let rewards: Vec<f64> = rollouts
         .iter()
         .zip(&outcomes)
-        .map(|(r, o)| reward(cfg, o, &data[idx[r.instance]].reference, r.plan.is_ok()))
+        .map(|(r, o)| {
+            let d = &data[idx[r.instance]];
+            reward(cfg, &d.instance, r.plan.as_ref().ok(), o, &d.reference)
+        })
         .collect();
     let adv = advantages(&rewards, cfg.group_size);
+    let signal = signal_groups(&rewards, cfg.group_size);
 
     // 3. The trajectories, recorded before the update they feed.
     let mut events = vec![StepRecord::Trajectories(TrajectoryBatch {
@@ -197,29 +261,74 @@ pub fn step(
         None
     };
     let adv_t = Tensor::from_slice(&adv.iter().map(|&a| a as f32).collect::<Vec<_>>()).to(device);
+    let n = rewards.len().max(1) as f64;
+    let reward_mean = rewards.iter().sum::<f64>() / n;
+    let mut grpo_stats = GrpoStats {
+        samples: rewards.len() as u32,
+        groups: signal.len() as u32,
+        signal_groups: signal.iter().filter(|&&s| s).count() as u32,
+        valid: outcomes.iter().filter(|o| o.valid).count() as u32,
+        optimal: rollouts
+            .iter()
+            .zip(&outcomes)
+            .filter(|(r, o)| o.optimal(&data[idx[r.instance]].reference, cfg.metric))
+            .count() as u32,
+        reward_mean: reward_mean.to_bits(),
+        reward_std: (rewards
+            .iter()
+            .map(|r| (r - reward_mean).powi(2))
+            .sum::<f64>()
+            / n)
+            .sqrt()
+            .to_bits(),
+        tokens: rollouts.iter().map(|r| r.actions.len() as u64).sum(),
+        ..Default::default()
+    };
+    // `skip`: the loss is a mean over the tokens of groups with signal only (a per-rollout
+    // 0/1 weight); `keep` takes the plain mean over every token, as before the option.
+    let keep = match cfg.zero_variance {
+        ZeroVariance::Skip => {
+            grpo_stats.skipped_groups = grpo_stats.groups - grpo_stats.signal_groups;
+            let w: Vec<f32> = (0..rollouts.len())
+                .map(|i| signal[i / cfg.group_size] as u8 as f32)
+                .collect();
+            Some(Tensor::from_slice(&w).to(device))
+        }
+        ZeroVariance::Keep => None,
+    };
     let mut stats = StepStats {
         step: state.global_step,
-        reward_mean: rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,
-        valid_rate: outcomes.iter().filter(|o| o.valid).count() as f64
-            / outcomes.len().max(1) as f64,
+        reward_mean,
+        valid_rate: grpo_stats.valid as f64 / n,
+        signal_share: grpo_stats.signal_share(),
         ..Default::default()
     };
     for _epoch in 0..cfg.epochs {
         let lp = state.policy.log_probs(&instances, &rollouts);
         let adv_a = adv_t.index_select(0, &lp.rollout_of);
+        let weight = keep.as_ref().map(|w| w.index_select(0, &lp.rollout_of));
+        let token_mean = |t: &Tensor| match &weight {
+            Some(w) => (t * w).sum(Kind::Float) / w.sum(Kind::Float).clamp_min(1.0),
+            None => t.mean(Kind::Float),
+        };
         let ratio = (&lp.per_action - &old).exp();
         let unclipped = &ratio * &adv_a;
         let clipped = ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * &adv_a;
-        let policy_loss = -unclipped.minimum(&clipped).mean(Kind::Float);
+        let policy_loss = -token_mean(&unclipped.minimum(&clipped));
+        // A token is clipped when the clipped term is the smaller one and differs.
+        let held = (ratio.gt(1.0 + cfg.clip_eps).logical_and(&adv_a.gt(0.0)))
+            .logical_or(&ratio.lt(1.0 - cfg.clip_eps).logical_and(&adv_a.lt(0.0)))
+            .to_kind(Kind::Float);
+        let clip_fraction = tch::no_grad(|| token_mean(&held));
         let kl = match &base_lp {
             // k3 estimator of KL(pi || base): exp(b - p) - (b - p) - 1 >= 0.
             Some(b) => {
                 let d = b - &lp.per_action;
-                (d.exp() - &d - 1.0).mean(Kind::Float)
+                token_mean(&(d.exp() - &d - 1.0))
             }
             None => Tensor::zeros([], (Kind::Float, device)),
         };
-        let entropy = lp.entropy.mean(Kind::Float);
+        let entropy = token_mean(&lp.entropy);
         let loss = &policy_loss + &kl * cfg.kl_coef - &entropy * cfg.entropy_coef;
         super::adam::Adam::zero_grad(state.policy.vars());
         if lp.per_action.numel() > 0 {
@@ -252,7 +361,11 @@ pub fn step(
         }));
         stats.loss = l;
         stats.grad_norm = grad_norm;
+        grpo_stats.step = state.global_step;
+        grpo_stats.kl = k.to_bits();
+        grpo_stats.clip_fraction = scalar(&clip_fraction).to_bits();
     }
+    events.push(StepRecord::GrpoStats(grpo_stats));
     (events, stats)
 }
 

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 pub enum StepRecord {
     Trajectories(TrajectoryBatch),
     GradientStep(GradientStep),
+    GrpoStats(GrpoStats),
 }
 
 /// A batch of sampled plans with their outcomes. Instances are listed once per batch
@@ -79,6 +80,39 @@ pub struct GradientStep {
     pub entropy: u64,
     pub grad_norm: u64,
     pub reward_mean: u64,
+}
+
+/// What one GRPO step's sampled batch looked like and what the update did: recorded
+/// after its gradient step(s), one per sampled batch. Floats are f64 bit patterns.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GrpoStats {
+    /// The global step of the (last) optimiser update these samples fed.
+    pub step: u64,
+    pub samples: u32,
+    /// Instances (one group of `group_size` samples each).
+    pub groups: u32,
+    /// Groups whose rewards differ: the ones that carry a policy gradient.
+    pub signal_groups: u32,
+    /// Zero-variance groups left out of the loss (`grpo.zero_variance = "skip"`).
+    pub skipped_groups: u32,
+    pub valid: u32,
+    pub optimal: u32,
+    /// Mean and population standard deviation of the batch's rewards.
+    pub reward_mean: u64,
+    pub reward_std: u64,
+    /// The k3 estimate of KL(policy || reference) over the loss's tokens (0 without one).
+    pub kl: u64,
+    /// Share of the loss's tokens whose ratio the clip held back.
+    pub clip_fraction: u64,
+    /// Sampled (response) tokens of the batch.
+    pub tokens: u64,
+}
+
+impl GrpoStats {
+    /// Share of groups with a reward difference, in [0, 1].
+    pub fn signal_share(&self) -> f64 {
+        self.signal_groups as f64 / self.groups.max(1) as f64
+    }
 }
 
 /// Valid/optimal counts of one (agents, size) cell of a suite.

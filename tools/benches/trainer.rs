@@ -32,6 +32,9 @@ fn grpo_config() -> GrpoConfig {
         valid_reward: 1.0,
         optimal_bonus: 0.5,
         format_reward: 0.1,
+        agent_reward: 0.0,
+        cost_reward: 0.0,
+        zero_variance: grpo::ZeroVariance::Keep,
         metric: CostMetric::Makespan,
         checkpoint_every: 1000,
     }

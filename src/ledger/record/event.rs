@@ -9,8 +9,8 @@ use crate::ledger::codec::{self, CodecError};
 use crate::ledger::hash::Hash;
 // The trainer's own records: the stage turns them into events.
 pub use crate::train::records::{
-    EvalCell, Evaluation, FailureBreakdown, GradientStep, SizeFailures, StepRecord, Trajectory,
-    TrajectoryBatch,
+    EvalCell, Evaluation, FailureBreakdown, GradientStep, GrpoStats, SizeFailures, StepRecord,
+    Trajectory, TrajectoryBatch,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -45,6 +45,8 @@ pub enum EventBody {
     ReplayVerified(ReplayVerified),
     // New kinds go last: the encoding numbers variants in order.
     EngineerChosen(EngineerChosen),
+    /// Per GRPO step: reward spread, groups with signal, KL, clip fraction, tokens.
+    GrpoStats(GrpoStats),
 }
 
 /// The ledger's first event: the plan file it was created from.
@@ -220,6 +222,7 @@ impl EventBody {
             EventBody::StageCompleted(_) => "stage_completed",
             EventBody::BranchForked(_) => "branch_forked",
             EventBody::EngineerChosen(_) => "engineer_chosen",
+            EventBody::GrpoStats(_) => "grpo_stats",
             EventBody::ReplayVerified(_) => "replay_verified",
         }
     }
@@ -253,6 +256,7 @@ impl EventBody {
             | EventBody::FailureBreakdown(_)
             | EventBody::BranchForked(_)
             | EventBody::EngineerChosen(_)
+            | EventBody::GrpoStats(_)
             | EventBody::ReplayVerified(_) => vec![],
         }
     }
@@ -314,6 +318,17 @@ impl EventBody {
             EventBody::EngineerChosen(c) => {
                 format!("engineer {} (was {})", c.engineer, c.previous)
             }
+            EventBody::GrpoStats(g) => format!(
+                "step {} reward {:.3} ± {:.3}, {}/{} groups with signal, kl {:.4}, clipped {:.1}%, {} tokens",
+                g.step,
+                f(g.reward_mean),
+                f(g.reward_std),
+                g.signal_groups,
+                g.groups,
+                f(g.kl),
+                100.0 * f(g.clip_fraction),
+                g.tokens
+            ),
             EventBody::ReplayVerified(r) => match &r.mismatch {
                 None => format!("stage {} matched {} events", r.replayed_stage, r.events),
                 Some(m) => format!("stage {} mismatch: {m}", r.replayed_stage),
@@ -327,6 +342,7 @@ impl From<StepRecord> for EventBody {
         match r {
             StepRecord::Trajectories(t) => EventBody::Trajectories(t),
             StepRecord::GradientStep(g) => EventBody::GradientStep(g),
+            StepRecord::GrpoStats(g) => EventBody::GrpoStats(g),
         }
     }
 }

@@ -203,12 +203,31 @@ pub struct Grpo {
     pub entropy_coef: f64,
     /// Optimiser updates per sampled batch.
     pub epochs: u32,
+    /// The shaped reward's terms (each recorded here, none changed by an engineer):
+    /// `format_reward` for a plan that parses; `agent_reward` times the share of agents
+    /// that reach their goal without a violation (plays past the first failure);
+    /// `valid_reward` for a valid plan; `cost_reward` times optimum / cost (1 when
+    /// optimal, under `train.metric`) and `optimal_bonus` for an optimal one.
     pub valid_reward: f64,
     pub optimal_bonus: f64,
-    /// Reward for parseable text (text policy).
     pub format_reward: f64,
+    pub agent_reward: f64,
+    pub cost_reward: f64,
+    /// What a group whose rewards are all equal (no signal) does: `keep` (it stays in the
+    /// loss's token mean with advantage 0, diluting the step) or `skip` (its tokens leave
+    /// the loss, DAPO's filter). Counted in every step's `grpo_stats` either way.
+    pub zero_variance: ZeroVariance,
     /// A checkpoint (durable point) every this many steps.
     pub checkpoint_every: u64,
+}
+
+/// What GRPO does with a zero-variance group (see [`Grpo::zero_variance`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ZeroVariance {
+    #[default]
+    Keep,
+    Skip,
 }
 
 impl Default for Grpo {
@@ -226,6 +245,9 @@ impl Default for Grpo {
             valid_reward: 1.0,
             optimal_bonus: 0.5,
             format_reward: 0.0,
+            agent_reward: 0.0,
+            cost_reward: 0.0,
+            zero_variance: ZeroVariance::Keep,
             checkpoint_every: 25,
         }
     }
@@ -422,6 +444,8 @@ impl LedgerPlan {
         check_f("grpo.valid_reward", g.valid_reward, 0.0, 100.0, false)?;
         check_f("grpo.optimal_bonus", g.optimal_bonus, 0.0, 100.0, false)?;
         check_f("grpo.format_reward", g.format_reward, 0.0, 100.0, false)?;
+        check_f("grpo.agent_reward", g.agent_reward, 0.0, 100.0, false)?;
+        check_f("grpo.cost_reward", g.cost_reward, 0.0, 100.0, false)?;
         check_u("grpo.checkpoint_every", g.checkpoint_every, 1, u64::MAX)?;
         let t = &self.train;
         crate::train::parse_device_name(&t.device).map_err(|m| range("train.device", m))?;

@@ -61,6 +61,45 @@ pub struct StageState {
     pub evaluation_events: BTreeMap<String, Hash>,
     pub failures: Option<FailureBreakdown>,
     pub completed: Option<Hash>,
+    /// Sums of the stage's per-step GRPO statistics (`grpo_stats` events).
+    pub grpo: GrpoTotals,
+}
+
+/// Running sums of a stage's `grpo_stats` events (means are sum / steps).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GrpoTotals {
+    pub steps: u64,
+    pub samples: u64,
+    pub groups: u64,
+    pub signal_groups: u64,
+    pub skipped_groups: u64,
+    pub tokens: u64,
+    pub reward_sum: f64,
+    pub reward_std_sum: f64,
+    pub kl_sum: f64,
+    pub clip_fraction_sum: f64,
+}
+
+impl GrpoTotals {
+    fn mean(&self, sum: f64) -> Option<f64> {
+        (self.steps > 0).then(|| sum / self.steps as f64)
+    }
+    pub fn reward_mean(&self) -> Option<f64> {
+        self.mean(self.reward_sum)
+    }
+    pub fn reward_std_mean(&self) -> Option<f64> {
+        self.mean(self.reward_std_sum)
+    }
+    pub fn kl_mean(&self) -> Option<f64> {
+        self.mean(self.kl_sum)
+    }
+    pub fn clip_fraction_mean(&self) -> Option<f64> {
+        self.mean(self.clip_fraction_sum)
+    }
+    /// Share of groups with a reward difference over the stage.
+    pub fn signal_share(&self) -> Option<f64> {
+        (self.groups > 0).then(|| self.signal_groups as f64 / self.groups as f64)
+    }
 }
 
 /// One decision-relevant event, for the audit view.
@@ -201,6 +240,20 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
             audit(s);
         }
         EventBody::EngineerChosen(c) => s.engineer = Some(c.engineer.clone()),
+        EventBody::GrpoStats(g) => {
+            let t = &mut s.stage_mut(n).grpo;
+            let f = f64::from_bits;
+            t.steps += 1;
+            t.samples += g.samples as u64;
+            t.groups += g.groups as u64;
+            t.signal_groups += g.signal_groups as u64;
+            t.skipped_groups += g.skipped_groups as u64;
+            t.tokens += g.tokens;
+            t.reward_sum += f(g.reward_mean);
+            t.reward_std_sum += f(g.reward_std);
+            t.kl_sum += f(g.kl);
+            t.clip_fraction_sum += f(g.clip_fraction);
+        }
     }
 }
 
