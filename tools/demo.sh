@@ -17,6 +17,14 @@ DIR=${DEMO_LEDGER:-ledgers/demo-run}
 PLAN=${DEMO_PLAN:-ledgers/demo.toml}
 start=$SECONDS
 rm -rf "$DIR"
+# DEMO_SEED=N: the same plan with another seed (training data, sampling, engineers'
+# replies; the suites keep their own seed, so every seed is scored on the same items).
+if [[ -n "${DEMO_SEED:-}" ]]; then
+    seeded=$(mktemp --suffix=.toml)
+    trap 'rm -f "$seeded"' EXIT
+    sed "s/^seed = .*/seed = ${DEMO_SEED}/" "$PLAN" > "$seeded"
+    PLAN=$seeded
+fi
 "$BIN" --ledger "$DIR" init --plan "$PLAN"
 echo "== run: the shipped base model (stage 0) + 3 stages designed by the current checkpoint =="
 "$BIN" --ledger "$DIR" run --engineer current

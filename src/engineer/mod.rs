@@ -364,6 +364,7 @@ pub fn build_replaying(
                 seed,
                 sampling: lm.engineer_sampling(),
                 max_prompt_tokens: lm.engineer_prompt_tokens,
+                attempts: lm.engineer_attempts,
             }))
         }
         // A registered LLM engineer on this branch (check_spec found it).

@@ -4,7 +4,9 @@
 //! own tokenizer), *generates* the reply in-process, seeded from the seed tree (a
 //! replay regenerates it bit for bit), and the reply goes through the same parse ->
 //! project -> clip -> record path as any LLM reply. An unparseable reply is a recorded
-//! rejection, as for HTTP engineers.
+//! rejection, as for HTTP engineers, unless the plan allows more attempts
+//! (`lm.engineer_attempts`): then the reply is resampled from the next seed of the
+//! decision's node, and the rejected attempts are named in the rationale.
 //!
 //! `current` is the latest checkpoint of the branch; `base` is stage 0's model. A
 //! scratch base model learns to answer these prompts in stage 0 from [`prompt_ids`] of
@@ -23,6 +25,8 @@ pub struct ModelEngineer {
     pub sampling: Sampling,
     /// Most prompt tokens (the context is trimmed as for registered engineers).
     pub max_prompt_tokens: u32,
+    /// Replies sampled at most (>= 1) until one holds a usable proposal.
+    pub attempts: u32,
 }
 
 /// The prompt a model engineer reads for `ctx`, trimmed to `max_tokens` as counted by
@@ -71,41 +75,66 @@ impl Engineer for ModelEngineer {
     fn decide(&mut self, ctx: &EngineerContext) -> Decision {
         let prompt = self.prompt(ctx);
         let ids = prompt_ids(&self.policy, &prompt);
-        let g = crate::train::lm::generate::generate(
-            &self.policy.model,
-            &[ids],
-            1,
-            &[self.sampling.max_new_tokens],
-            &self.sampling,
-            false,
-            &self.policy.stop,
-            self.seed,
-            true,
-        )
-        .remove(0);
-        let reply = self.policy.decode(&g.tokens);
-        let mut notes: Vec<String> = prompt
-            .cut_note(Some(self.max_prompt_tokens))
-            .into_iter()
-            .collect();
-        notes.push(format!(
-            "{} checkpoint wrote {} tokens ({}; temperature {}, top-p {})",
-            self.name,
-            g.tokens.len(),
-            if g.stopped {
-                "ended its turn"
-            } else {
-                "hit the token cap"
-            },
-            self.sampling.temperature,
-            self.sampling.top_p
-        ));
-        let mut d = Decision {
-            prompt: Some(prompt.text()),
-            reply: Some(reply.clone()),
-            ..Decision::default()
-        };
-        llm::read_reply(&mut d, &reply, notes);
-        d
+        let mut rejected: Vec<String> = Vec::new();
+        let attempts = self.attempts.max(1);
+        for attempt in 0..attempts {
+            // Attempt 0 draws from the decision's own seed (so a plan with one attempt
+            // records what it always did); later ones from its `retry` children.
+            let seed = match attempt {
+                0 => self.seed,
+                n => self.seed.child("retry", n as u64),
+            };
+            let g = crate::train::lm::generate::generate(
+                &self.policy.model,
+                std::slice::from_ref(&ids),
+                1,
+                &[self.sampling.max_new_tokens],
+                &self.sampling,
+                false,
+                &self.policy.stop,
+                seed,
+                true,
+            )
+            .remove(0);
+            let reply = self.policy.decode(&g.tokens);
+            let mut notes: Vec<String> = prompt
+                .cut_note(Some(self.max_prompt_tokens))
+                .into_iter()
+                .collect();
+            notes.extend(rejected.iter().cloned());
+            notes.push(format!(
+                "{} checkpoint wrote {} tokens ({}; temperature {}, top-p {}{})",
+                self.name,
+                g.tokens.len(),
+                if g.stopped {
+                    "ended its turn"
+                } else {
+                    "hit the token cap"
+                },
+                self.sampling.temperature,
+                self.sampling.top_p,
+                if attempts > 1 {
+                    format!("; attempt {} of at most {attempts}", attempt + 1)
+                } else {
+                    String::new()
+                }
+            ));
+            let mut d = Decision {
+                prompt: Some(prompt.text()),
+                reply: Some(reply.clone()),
+                ..Decision::default()
+            };
+            llm::read_reply(&mut d, &reply, notes);
+            if d.proposal.is_some() || attempt + 1 == attempts {
+                return d;
+            }
+            let head: String = reply.chars().take(60).collect();
+            rejected.push(format!(
+                "attempt {} rejected ({}); it began {head:?}",
+                attempt + 1,
+                d.rationale.lines().next().unwrap_or_default()
+            ));
+        }
+        unreachable!("the last attempt returns")
     }
 }

@@ -388,4 +388,90 @@ mod tests {
         assert_eq!(seen, (0..20).collect::<Vec<_>>());
         assert_eq!(batch_indices(20, 4, seed, 7), batch_indices(20, 4, seed, 7));
     }
+    fn cfg() -> GrpoConfig {
+        GrpoConfig {
+            steps: 1,
+            lr: 1e-4,
+            group_size: 4,
+            batch_size: 1,
+            clip_eps: 0.2,
+            kl_coef: 0.0,
+            entropy_coef: 0.0,
+            epochs: 1,
+            valid_reward: 1.0,
+            optimal_bonus: 0.25,
+            format_reward: 0.1,
+            agent_reward: 0.5,
+            cost_reward: 0.5,
+            zero_variance: ZeroVariance::Keep,
+            metric: CostMetric::SumOfCosts,
+            checkpoint_every: 1,
+        }
+    }
+
+    fn moves(s: &[&str]) -> Plan {
+        Plan {
+            moves: s
+                .iter()
+                .map(|x| x.chars().map(|c| crate::env::Move::from_letter(c).unwrap()).collect())
+                .collect(),
+        }
+    }
+
+    /// Each term of the shaped reward on hand-made plans for one 3x3 instance with a hole
+    /// in the middle: agent 1 (0,0) -> (0,2), agent 2 (2,0) -> (2,2); optimum 2 + 2.
+    #[test]
+    fn shaped_reward_terms() {
+        let inst = Instance::try_from(crate::env::instance::InstanceJson {
+            size: 3,
+            grid: vec!["FFF".into(), "FHF".into(), "FFF".into()],
+            agents: vec![
+                crate::env::instance::AgentSpec { start: [0, 0], goal: [0, 2] },
+                crate::env::instance::AgentSpec { start: [2, 0], goal: [2, 2] },
+            ],
+        })
+        .unwrap();
+        let reference = Reference { sum_of_costs: 4, makespan: 2 };
+        let c = cfg();
+        let r = |p: Option<&Plan>| {
+            let o = match p {
+                Some(p) => crate::env::simulate::simulate(&inst, p),
+                None => Outcome::failed(crate::env::simulate::Failure {
+                    kind: crate::env::FailureKind::ParseError,
+                    t: 0,
+                    agents: vec![],
+                    detail: String::new(),
+                }),
+            };
+            reward(&c, &inst, p, &o, &reference)
+        };
+        let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-12, "{a} != {b}");
+        // Unparseable: nothing.
+        close(r(None), 0.0);
+        // Parses, nobody arrives (agent 1 falls into the hole, agent 2 stops short): format only.
+        close(r(Some(&moves(&["DR", "R"]))), 0.1);
+        // Agent 1 home, agent 2 short of its goal: format + half the agent term.
+        close(r(Some(&moves(&["RR", "R"]))), 0.1 + 0.25);
+        // Valid and optimal: every term, cost ratio 1.
+        close(r(Some(&moves(&["RR", "RR"]))), 0.1 + 0.5 + 1.0 + 0.5 + 0.25);
+        // Valid with a detour (agent 2 waits twice: cost 2 + 4 = 6): cost term 0.5 * 4/6,
+        // no optimality bonus.
+        close(
+            r(Some(&moves(&["RR", "WWRR"]))),
+            0.1 + 0.5 + 1.0 + 0.5 * 4.0 / 6.0,
+        );
+    }
+
+    /// Zero-variance groups are counted; `skip` records them as skipped and leaves
+    /// the others' advantages untouched.
+    #[test]
+    fn zero_variance_groups_are_counted() {
+        let rewards = [1.0, 1.0, 1.0, 1.0, 0.0, 1.5, 0.0, 0.0, 0.2, 0.2, 0.2, 0.2];
+        assert_eq!(signal_groups(&rewards, 4), vec![false, true, false]);
+        let adv = advantages(&rewards, 4);
+        assert!(adv[..4].iter().chain(&adv[8..]).all(|&a| a == 0.0));
+        assert!(adv[5] > 0.0 && adv[4] < 0.0);
+        // A group differing by less than 1e-8 has no signal either.
+        assert_eq!(signal_groups(&[0.3, 0.3 + 1e-12], 2), vec![false]);
+    }
 }

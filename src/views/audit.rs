@@ -50,6 +50,8 @@ pub struct DecisionAudit {
     /// Keys the engineer may not set, with their values (never applied).
     pub refused: Vec<crate::env::RefusedField>,
     pub rationale: String,
+    /// How GRPO went on the stage this decision designed (None before any step).
+    pub training: Option<TrainingSummary>,
     pub outcome: Option<DecisionOutcome>,
 }
 
@@ -275,6 +277,51 @@ fn outcome(state: &BranchState, stage: u32, changes: &[FieldChange]) -> Option<D
     })
 }
 
+/// A stage's GRPO statistics, averaged over its steps (`grpo_stats` events).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrainingSummary {
+    pub steps: u64,
+    pub reward_mean: f64,
+    /// Mean over steps of the batch's reward standard deviation.
+    pub reward_std: f64,
+    /// Share of groups with a reward difference (the ones that carry a gradient).
+    pub signal_share: f64,
+    pub skipped_groups: u64,
+    pub kl: f64,
+    pub clip_fraction: f64,
+    pub tokens: u64,
+}
+
+impl TrainingSummary {
+    pub fn of(t: &crate::ledger::projection::GrpoTotals) -> Option<TrainingSummary> {
+        Some(TrainingSummary {
+            steps: t.steps,
+            reward_mean: t.reward_mean()?,
+            reward_std: t.reward_std_mean()?,
+            signal_share: t.signal_share()?,
+            skipped_groups: t.skipped_groups,
+            kl: t.kl_mean()?,
+            clip_fraction: t.clip_fraction_mean()?,
+            tokens: t.tokens,
+        })
+    }
+
+    /// One line: `12 steps, reward 1.23 ± 0.41, 64% of groups with signal, ...`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} steps, reward {:.3} ± {:.3}, {:.0}% of groups with signal ({} skipped), kl {:.4}, clipped {:.1}%, {} tokens",
+            self.steps,
+            self.reward_mean,
+            self.reward_std,
+            100.0 * self.signal_share,
+            self.skipped_groups,
+            self.kl,
+            100.0 * self.clip_fraction,
+            self.tokens
+        )
+    }
+}
+
 /// Audit the decisions of `branch` (all stages, or only `stage`).
 pub fn audit(
     ledger: &Ledger,
@@ -352,6 +399,7 @@ pub fn audit(
                 .collect(),
             refused: d.refused.clone(),
             rationale: d.rationale.clone(),
+            training: TrainingSummary::of(&st.grpo),
             outcome,
         });
     }
@@ -444,6 +492,9 @@ pub fn render(r: &AuditReport) -> String {
             );
         }
         let _ = writeln!(s, "  rationale: {}", d.rationale.trim());
+        if let Some(t) = &d.training {
+            let _ = writeln!(s, "  training: {}", t.line());
+        }
         match &d.outcome {
             None => {
                 let _ = writeln!(

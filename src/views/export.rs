@@ -140,6 +140,16 @@ pub struct MetricRow {
     pub train_trajectories: u64,
     pub train_valid: u64,
     pub train_optimal: u64,
+    /// The stage's GRPO statistics (means over its steps of the `grpo_stats` events;
+    /// empty for stages without them): reward mean and spread, share of groups with a
+    /// reward difference, groups left out of the loss, KL, clip fraction, sampled tokens.
+    pub grpo_reward_mean: Option<f64>,
+    pub grpo_reward_std: Option<f64>,
+    pub grpo_signal_share: Option<f64>,
+    pub grpo_skipped_groups: u64,
+    pub grpo_kl: Option<f64>,
+    pub grpo_clip_fraction: Option<f64>,
+    pub grpo_tokens: u64,
     pub completed: bool,
 }
 
@@ -181,7 +191,7 @@ pub struct BranchRow {
 }
 
 /// CSV columns of [`MetricRow`], in order.
-pub const METRIC_COLUMNS: [&str; 16] = [
+pub const METRIC_COLUMNS: [&str; 23] = [
     "branch",
     "stage",
     "engineer",
@@ -197,6 +207,13 @@ pub const METRIC_COLUMNS: [&str; 16] = [
     "train_trajectories",
     "train_valid",
     "train_optimal",
+    "grpo_reward_mean",
+    "grpo_reward_std",
+    "grpo_signal_share",
+    "grpo_skipped_groups",
+    "grpo_kl",
+    "grpo_clip_fraction",
+    "grpo_tokens",
     "completed",
 ];
 
@@ -286,6 +303,13 @@ pub fn export_table(
                                 train_trajectories: s.trajectories,
                                 train_valid: s.valid,
                                 train_optimal: s.optimal,
+                                grpo_reward_mean: s.grpo.reward_mean(),
+                                grpo_reward_std: s.grpo.reward_std_mean(),
+                                grpo_signal_share: s.grpo.signal_share(),
+                                grpo_skipped_groups: s.grpo.skipped_groups,
+                                grpo_kl: s.grpo.kl_mean(),
+                                grpo_clip_fraction: s.grpo.clip_fraction_mean(),
+                                grpo_tokens: s.grpo.tokens,
                                 completed: s.completed.is_some(),
                             };
                             rows.push(serde_json::to_value(&r).expect("row"));

@@ -50,6 +50,8 @@ fn main() {
         seed: Seed::root(0),
         sampling: spec.engineer_sampling(),
         max_prompt_tokens: spec.engineer_prompt_tokens,
+        // One reply per prompt: the benchmark measures how often the first one parses.
+        attempts: 1,
     };
     let held_out = Seed::root(plan.seed).child("held-out engineer prompts", 0);
     let spec = teacher::TeacherSpec {

@@ -203,6 +203,11 @@ pub struct LmSpec {
     /// sampled cooler than it explores plans.
     pub engineer_temperature: f64,
     pub engineer_top_p: f64,
+    /// Replies sampled at most per decision: a reply with no usable proposal is
+    /// resampled (the next seed of the decision's node) up to this many times in all,
+    /// and the rejected attempts are named in the rationale. 1: one reply, as an HTTP
+    /// engineer gets.
+    pub engineer_attempts: u32,
 }
 
 impl Default for LmSpec {
@@ -230,6 +235,7 @@ impl Default for LmSpec {
             engineer_prompt_tokens: 4096,
             engineer_temperature: 0.7,
             engineer_top_p: 0.9,
+            engineer_attempts: 1,
         }
     }
 }
@@ -264,6 +270,7 @@ impl LmSpec {
             ("head_dim", self.head_dim, 2, 1024),
             ("vocab_size", self.vocab_size, 300, 1_000_000),
             ("max_new_tokens", self.max_new_tokens, 1, 1_000_000),
+            ("engineer_attempts", self.engineer_attempts, 1, 16),
             (
                 "engineer_max_new_tokens",
                 self.engineer_max_new_tokens,
