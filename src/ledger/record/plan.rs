@@ -92,6 +92,15 @@ pub struct Suites {
     /// Seed of the suites (independent of the plan's seed so that ledgers with other
     /// seeds are evaluated on the same instances).
     pub seed: u64,
+    /// Stratify both suites by wait ratio (the paper's test subsets), e.g. `[0.25, 0.5,
+    /// 0.75]`: each cell's instances are split into equal consecutive subsets, one per
+    /// ratio, whose items need coordination with that probability; every evaluation is
+    /// then also recorded per subset (`val@wait0.25`, `test@wait0.50`, ...). Both
+    /// `*_per_cell` must be multiples of the count. Empty (the default): coordination
+    /// is left to chance and the suites are exactly those of plans without the field
+    /// (and, skipped when empty, it leaves the plan's canonical hash as it was).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wait_ratios: Vec<f64>,
 }
 
 impl Default for Suites {
@@ -101,6 +110,7 @@ impl Default for Suites {
             test_per_cell: 50,
             max_size: 10,
             seed: 2026,
+            wait_ratios: Vec::new(),
         }
     }
 }
@@ -370,6 +380,23 @@ impl LedgerPlan {
             100_000,
         )?;
         check_u("suites.test_per_cell", s.test_per_cell as u64, 1, 100_000)?;
+        check_u("suites.wait_ratios", s.wait_ratios.len() as u64, 0, 16)?;
+        crate::env::suite::check_wait_ratios(&s.wait_ratios, 1)
+            .map_err(|m| range("suites.wait_ratios", m))?;
+        for (field, per_cell) in [
+            ("suites.validation_per_cell", s.validation_per_cell),
+            ("suites.test_per_cell", s.test_per_cell),
+        ] {
+            let n = s.wait_ratios.len() as u32;
+            if n > 0 && per_cell % n != 0 {
+                return Err(range(
+                    field,
+                    format!(
+                        "{per_cell} is not a multiple of the {n} suites.wait_ratios (each cell is split into {n} equal subsets)"
+                    ),
+                ));
+            }
+        }
         let w = &self.warmup;
         check_u("warmup.steps", w.steps, 0, 100_000_000)?;
         check_f("warmup.lr", w.lr, 0.0, 1.0, true)?;
