@@ -92,13 +92,14 @@ impl SuiteSpec {
     /// Why this spec cannot be built, if it cannot: a `per_cell` that the wait ratios do
     /// not divide, a ratio outside [0, 1], or a ratio listed twice.
     pub fn check(&self) -> Result<(), String> {
-        check_wait_ratios(&self.wait_ratios, self.per_cell)
+        check_wait_ratios(&self.wait_ratios, Some(self.per_cell))
     }
 }
 
-/// The stratification rules (see [`SuiteSpec::wait_ratios`]); the message says what is
-/// wrong, the caller names the field.
-pub fn check_wait_ratios(wait_ratios: &[f64], per_cell: usize) -> Result<(), String> {
+/// The stratification rules (see [`SuiteSpec::wait_ratios`]): ratios in [0, 1], none
+/// listed twice, and (`per_cell` given) a `per_cell` they divide into equal subsets.
+/// The message says what is wrong; the caller names the field.
+pub fn check_wait_ratios(wait_ratios: &[f64], per_cell: Option<usize>) -> Result<(), String> {
     for (i, &w) in wait_ratios.iter().enumerate() {
         if !(0.0..=1.0).contains(&w) {
             return Err(format!("wait ratio {w} is outside [0, 1]"));
@@ -111,12 +112,12 @@ pub fn check_wait_ratios(wait_ratios: &[f64], per_cell: usize) -> Result<(), Str
         }
     }
     let n = wait_ratios.len();
-    if n > 0 && per_cell % n != 0 {
-        return Err(format!(
+    match per_cell {
+        Some(per_cell) if n > 0 && per_cell % n != 0 => Err(format!(
             "{per_cell} instances per cell do not split into {n} equal wait-ratio subsets"
-        ));
+        )),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// The name of a wait-ratio subset: `wait0.25`, `wait0.50`, ... (two decimals, more when

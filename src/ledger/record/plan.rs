@@ -381,7 +381,7 @@ impl LedgerPlan {
         )?;
         check_u("suites.test_per_cell", s.test_per_cell as u64, 1, 100_000)?;
         check_u("suites.wait_ratios", s.wait_ratios.len() as u64, 0, 16)?;
-        crate::env::suite::check_wait_ratios(&s.wait_ratios, 1)
+        crate::env::suite::check_wait_ratios(&s.wait_ratios, None)
             .map_err(|m| range("suites.wait_ratios", m))?;
         for (field, per_cell) in [
             ("suites.validation_per_cell", s.validation_per_cell),
@@ -547,6 +547,46 @@ mod tests {
         let bad = DEMO.replace("[grpo]", "[grpo]\nlearning_rate = 0.1");
         let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("learning_rate"), "{e}");
+    }
+
+    #[test]
+    fn wait_ratio_subsets_must_divide_each_per_cell() {
+        let with = |ratios: &str| {
+            DEMO.replace(
+                "test_per_cell = 10",
+                &format!("test_per_cell = 10\nwait_ratios = {ratios}"),
+            )
+        };
+        // 20 and 10 split into 2 subsets.
+        let p = LedgerPlan::parse(with("[0.25, 0.75]").as_bytes()).unwrap();
+        assert_eq!(p.suites.wait_ratios, [0.25, 0.75]);
+        let e = LedgerPlan::parse(with("[0.25, 0.5, 0.75]").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("suites.validation_per_cell") && e.contains("suites.wait_ratios"),
+            "{e}"
+        );
+        let e = LedgerPlan::parse(with("[0.25, 0.5, 0.5, 0.75]").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("suites.wait_ratios") && e.contains("twice"),
+            "{e}"
+        );
+        let e = LedgerPlan::parse(with("[1.5]").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("suites.wait_ratios"), "{e}");
+        // Empty, the field adds nothing to the canonical encoding: plan hashes of plans
+        // without it are what they were.
+        let s = Suites::default();
+        assert_eq!(
+            codec::encode(&s),
+            codec::encode(&(s.validation_per_cell, s.test_per_cell, s.max_size, s.seed))
+        );
+        let plain = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        assert_ne!(p.hash(), plain.hash());
     }
 
     #[test]
