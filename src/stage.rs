@@ -1124,14 +1124,21 @@ fn evaluate(
 ) -> Result<ResultTable, StageError> {
     let v = eval::score_suite(ts.policy.as_ref(), val, metric);
     let t = eval::score_suite(ts.policy.as_ref(), test, metric);
-    rec.push(
-        stage,
-        EventBody::Evaluation(eval::evaluation_event("val", &v, Some(ckpt))),
-    );
-    rec.push(
-        stage,
-        EventBody::Evaluation(eval::evaluation_event("test", &t, Some(ckpt))),
-    );
+    // Per suite: its table, its per-instance outcomes (paired statistics), and, when the
+    // suite is stratified by wait ratio, one table per subset.
+    for (name, suite, scored) in [("val", val, &v), ("test", test, &t)] {
+        rec.push(
+            stage,
+            EventBody::Evaluation(eval::evaluation_event(name, scored, Some(ckpt))),
+        );
+        rec.push(
+            stage,
+            EventBody::EvaluationOutcomes(eval::outcomes_event(name, suite, scored, Some(ckpt))),
+        );
+        for e in eval::subset_evaluations(name, suite, scored, Some(ckpt)) {
+            rec.push(stage, EventBody::Evaluation(e));
+        }
+    }
     rec.push(
         stage,
         EventBody::FailureBreakdown(eval::failure_breakdown("val", val, &v)),
