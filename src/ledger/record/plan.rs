@@ -429,7 +429,7 @@ impl LedgerPlan {
             if !w.sizes.iter().any(|&n| n >= a) {
                 return Err(range(
                     "warmup.agents",
-                    &format!("{a} agents need a map size of at least {a} in warmup.sizes"),
+                    format!("{a} agents need a map size of at least {a} in warmup.sizes"),
                 ));
             }
         }
