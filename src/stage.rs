@@ -155,16 +155,9 @@ pub fn ledger_suites(ledger: &Ledger, plan: &LedgerPlan) -> Result<(Suite, Suite
         }
         Ok(Some(items))
     };
-    let s = &plan.suites;
-    let spec = |name, per_cell: u32| SuiteSpec {
-        name,
-        per_cell: per_cell as usize,
-        max_size: s.max_size as usize,
-        seed: s.seed,
-    };
     if let (Some(v), Some(t)) = (recorded("val")?, recorded("test")?) {
-        let val = suite::from_items(&spec(SuiteName::Val, s.validation_per_cell), v);
-        let test = suite::from_items(&spec(SuiteName::Test, s.test_per_cell), t);
+        let val = suite::from_items(&suite_spec(plan, SuiteName::Val), v);
+        let test = suite::from_items(&suite_spec(plan, SuiteName::Test), t);
         if let (Some(val), Some(test)) = (val, test) {
             return Ok((val, test));
         }
@@ -172,25 +165,28 @@ pub fn ledger_suites(ledger: &Ledger, plan: &LedgerPlan) -> Result<(Suite, Suite
     suites(plan)
 }
 
+/// The spec of one of a plan's evaluation suites.
+pub fn suite_spec(plan: &LedgerPlan, name: SuiteName) -> SuiteSpec {
+    let s = &plan.suites;
+    SuiteSpec {
+        name,
+        per_cell: match name {
+            SuiteName::Val => s.validation_per_cell,
+            SuiteName::Test => s.test_per_cell,
+        } as usize,
+        max_size: s.max_size as usize,
+        seed: s.seed,
+        wait_ratios: s.wait_ratios.clone(),
+    }
+}
+
 /// The evaluation suites of a plan (deterministic from the plan's suite seed).
 pub fn suites(plan: &LedgerPlan) -> Result<(Suite, Suite), StageError> {
-    let s = &plan.suites;
-    let build = |name, per_cell| {
-        suite::build(
-            &SuiteSpec {
-                name,
-                per_cell: per_cell as usize,
-                max_size: s.max_size as usize,
-                seed: s.seed,
-            },
-            Budget::default(),
-        )
-        .map_err(|e| StageError::Generate(e.to_string()))
+    let build = |name| {
+        suite::build(&suite_spec(plan, name), Budget::default())
+            .map_err(|e| StageError::Generate(e.to_string()))
     };
-    Ok((
-        build(SuiteName::Val, s.validation_per_cell)?,
-        build(SuiteName::Test, s.test_per_cell)?,
-    ))
+    Ok((build(SuiteName::Val)?, build(SuiteName::Test)?))
 }
 
 /// The stage's node of the seed tree. Replicate 0 is the plan's own tree; a study's
@@ -1128,14 +1124,21 @@ fn evaluate(
 ) -> Result<ResultTable, StageError> {
     let v = eval::score_suite(ts.policy.as_ref(), val, metric);
     let t = eval::score_suite(ts.policy.as_ref(), test, metric);
-    rec.push(
-        stage,
-        EventBody::Evaluation(eval::evaluation_event("val", &v, Some(ckpt))),
-    );
-    rec.push(
-        stage,
-        EventBody::Evaluation(eval::evaluation_event("test", &t, Some(ckpt))),
-    );
+    // Per suite: its table, its per-instance outcomes (paired statistics), and, when the
+    // suite is stratified by wait ratio, one table per subset.
+    for (name, suite, scored) in [("val", val, &v), ("test", test, &t)] {
+        rec.push(
+            stage,
+            EventBody::Evaluation(eval::evaluation_event(name, scored, Some(ckpt))),
+        );
+        rec.push(
+            stage,
+            EventBody::EvaluationOutcomes(eval::outcomes_event(name, suite, scored, Some(ckpt))),
+        );
+        for e in eval::subset_evaluations(name, suite, scored, Some(ckpt)) {
+            rec.push(stage, EventBody::Evaluation(e));
+        }
+    }
     rec.push(
         stage,
         EventBody::FailureBreakdown(eval::failure_breakdown("val", val, &v)),

@@ -2,9 +2,9 @@
 //! engineer and seed, run the forks (here, in worker processes or on Slurm, see
 //! `crate::executor`), and summarise them ([`crate::views::study`]).
 use crate::ledger::{Ledger, LedgerError};
-use crate::views::compare::summarise;
+use crate::views::compare::{load_outcomes, summarise};
 use crate::views::study::{
-    aggregate, study_csv, study_markdown, study_series, StudyReport, StudyRun,
+    aggregate, paired_vs_baseline, study_csv, study_markdown, study_series, StudyReport, StudyRun,
 };
 use std::collections::BTreeSet;
 
@@ -137,16 +137,19 @@ pub fn run_study(
     let mut runs = Vec::new();
     for (e, r, name, action) in plan {
         let st = ledger.projection(&name)?;
+        let mut summary = summarise(&name, &st);
+        load_outcomes(ledger, &st, &mut summary)?;
         runs.push(StudyRun {
             engineer: e,
             replicate: r,
             head: ledger.head(&name)?,
-            summary: summarise(&name, &st),
+            summary,
             branch: name,
             action: action.into(),
         });
     }
     let (cells, validation) = aggregate(&spec.engineers, &runs);
+    let paired = paired_vs_baseline(&spec.engineers, &runs);
     Ok(StudyReport {
         from: spec.from.clone(),
         at: spec.at,
@@ -155,6 +158,7 @@ pub fn run_study(
         runs,
         cells,
         validation,
+        paired,
         files: vec![],
     })
 }

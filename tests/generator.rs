@@ -96,6 +96,7 @@ fn suites_follow_the_paper_protocol_and_are_pinned() {
         per_cell: 2,
         max_size: 6,
         seed: 1,
+        wait_ratios: Vec::new(),
     };
     let s = suite::build(&spec, Budget::default()).unwrap();
     let cells: Vec<(usize, usize)> = s.cells.iter().map(|c| (c.agents, c.size)).collect();
@@ -128,6 +129,7 @@ fn suites_follow_the_paper_protocol_and_are_pinned() {
             per_cell: 3,
             max_size: 10,
             seed: 1,
+            wait_ratios: Vec::new(),
         },
         Budget::default(),
     )
@@ -152,6 +154,7 @@ fn training_instances_never_coincide_with_suite_instances() {
             per_cell: 150,
             max_size: 5,
             seed: 2026,
+            wait_ratios: Vec::new(),
         },
         Budget::default(),
     )
@@ -183,4 +186,125 @@ fn training_instances_never_coincide_with_suite_instances() {
     assert_eq!(per_size(&a), per_size(&plain));
     let b = generate_excluding(&cfg, 600, Seed::root(9), Budget::default(), &keys).unwrap();
     assert_eq!(a, b);
+}
+
+/// Stratified suites (`wait_ratios`, the paper's test subsets): each cell's items are
+/// equal consecutive subsets in the order listed, ratio 0 never needs coordination and
+/// ratio 1 always does, a subset's items do not depend on the other ratios listed, and
+/// the suite is the same whatever the rayon thread count. A per_cell the ratios do not
+/// divide is refused.
+#[test]
+fn stratified_suites_follow_their_layout_and_are_deterministic() {
+    // Validation cells (2 agents): a 3- to 5-agent instance that must not need
+    // coordination can take the solver a second to find (see the test suite below).
+    let spec = SuiteSpec {
+        name: SuiteName::Val,
+        per_cell: 6,
+        max_size: 8,
+        seed: 5,
+        wait_ratios: vec![0.0, 0.5, 1.0],
+    };
+    let s = in_pool(4, || suite::build(&spec, Budget::default()).unwrap());
+    assert_eq!(s.wait_ratios, spec.wait_ratios);
+    assert_eq!(s.cells.len(), 6);
+    for c in &s.cells {
+        assert_eq!(c.items.len(), 6);
+        let coord: Vec<bool> = c.items.iter().map(|i| i.needs_coordination).collect();
+        assert_eq!(&coord[..2], [false, false], "{}x{} ratio 0", c.size, c.size);
+        assert_eq!(&coord[4..], [true, true], "{}x{} ratio 1", c.size, c.size);
+    }
+    assert_eq!(s.item_subsets().len(), s.len());
+    assert_eq!(&s.item_subsets()[..7], [0, 0, 1, 1, 2, 2, 0]);
+    let again = in_pool(1, || suite::build(&spec, Budget::default()).unwrap());
+    assert_eq!(again.hash, s.hash);
+    assert_eq!(again, s);
+    // Another suite than the unstratified one of the same seed.
+    let plain = suite::build(
+        &SuiteSpec {
+            wait_ratios: Vec::new(),
+            ..spec.clone()
+        },
+        Budget::default(),
+    )
+    .unwrap();
+    assert_ne!(plain.hash, s.hash);
+    // The subset of ratio 1 alone, two per cell: the same items.
+    let ones = suite::build(
+        &SuiteSpec {
+            per_cell: 2,
+            wait_ratios: vec![1.0],
+            ..spec.clone()
+        },
+        Budget::default(),
+    )
+    .unwrap();
+    for (a, b) in ones.cells.iter().zip(&s.cells) {
+        assert_eq!(a.items[..], b.items[4..]);
+    }
+    // Refusals.
+    let bad = SuiteSpec {
+        per_cell: 5,
+        ..spec.clone()
+    };
+    let e = suite::build(&bad, Budget::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("5 instances per cell") && e.contains("3"), "{e}");
+    assert_eq!(suite::subset_label(0.25), "wait0.25");
+    assert_eq!(suite::subset_label(0.5), "wait0.50");
+    assert_eq!(suite::subset_label(0.125), "wait0.125");
+    // The test suite stratifies the same way (3 to 5 agents; small and mostly
+    // coordination instances, the fast kind to find).
+    let t = suite::build(
+        &SuiteSpec {
+            name: SuiteName::Test,
+            per_cell: 2,
+            max_size: 5,
+            seed: 5,
+            wait_ratios: vec![0.75, 1.0],
+        },
+        Budget::default(),
+    )
+    .unwrap();
+    assert_eq!(t.cells.len(), 6);
+    assert!(t.cells.iter().all(|c| c.items[1].needs_coordination));
+}
+
+/// Training never draws a stratified suite's instances either: the pipeline's exclusion
+/// keys are every suite item, whatever subset it is in.
+#[test]
+fn training_instances_avoid_stratified_suites() {
+    use mapf_ledger::env::generator::{generate_excluding, instance_key};
+    use std::collections::BTreeSet;
+    let val = suite::build(
+        &SuiteSpec {
+            name: SuiteName::Val,
+            per_cell: 150,
+            max_size: 5,
+            seed: 2026,
+            wait_ratios: vec![0.25, 0.5, 0.75],
+        },
+        Budget::default(),
+    )
+    .unwrap();
+    let keys: BTreeSet<[u8; 32]> = val
+        .cells
+        .iter()
+        .flat_map(|c| c.items.iter())
+        .map(|it| instance_key(&it.instance))
+        .collect();
+    // Hole-free 3x3 maps: few enough that plain generation hits suite items.
+    let cfg = GeneratorConfig::uniform(2, [3], 0.0, 0.5);
+    let plain = generate(&cfg, 600, Seed::root(9), Budget::default()).unwrap();
+    assert!(
+        plain
+            .iter()
+            .any(|it| keys.contains(&instance_key(&it.instance))),
+        "the fixture does not collide: the test would prove nothing"
+    );
+    let a = generate_excluding(&cfg, 600, Seed::root(9), Budget::default(), &keys).unwrap();
+    assert_eq!(a.len(), 600);
+    assert!(a
+        .iter()
+        .all(|it| !keys.contains(&instance_key(&it.instance))));
 }

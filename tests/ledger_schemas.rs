@@ -36,6 +36,8 @@ fn event_schema_names_every_kind_and_plan_schema_every_section() {
         "branch_forked",
         "replay_verified",
         "engineer_chosen",
+        "grpo_stats",
+        "evaluation_outcomes",
     ] {
         assert!(
             text.contains(&format!("\"{kind}\"")),

@@ -271,6 +271,8 @@ fn shipped_plans_parse_with_the_protocols_they_promise() {
         ),
         (150, 150, 10)
     );
+    // The paper's test subsets: 50 instances per cell at each wait ratio.
+    assert_eq!(paper.suites.wait_ratios, [0.25, 0.5, 0.75]);
     assert_eq!(paper.initial_config.agents, 2);
     assert_eq!(
         paper

@@ -307,6 +307,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                 per_cell,
                 max_size,
                 seed,
+                wait_ratios: Vec::new(),
             };
             let s = suite::build(&spec, Budget::default())
                 .map_err(|e| CliError::input(e.to_string()))?;

@@ -158,6 +158,7 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
             per_cell: args.per_cell,
             max_size: args.max_size,
             seed: args.suite_seed,
+            wait_ratios: Vec::new(),
         };
         let s = suite::build(&spec, Budget::default())
             .map_err(|e| CliError::input(format!("building the {} suite: {e}", name.as_str())))?;

@@ -5,6 +5,12 @@
 //! Each suite is deterministic from its name and seed and content-addressed: its hash is
 //! blake3 over the canonical bytes of every instance, its optima and its plan, in cell
 //! order, so any change to generation or solving is visible as a new hash.
+//!
+//! A suite can be **stratified by wait ratio** (`SuiteSpec::wait_ratios`, the paper's
+//! test subsets): each cell's `per_cell` items are then split into equal consecutive
+//! subsets, one per wait ratio in the order listed, and item j of the subset for ratio w
+//! needs coordination with probability w (drawn from that item's own seed node). Without
+//! wait ratios a suite is exactly what it always was (same items, same hash).
 use super::config::max_hole_ratio;
 use super::generator::{generate_one, GenerateError, InstanceSpec, Solved};
 use super::solver::Budget;
@@ -60,6 +66,11 @@ pub struct SuiteSpec {
     /// Largest map size (10 in the paper).
     pub max_size: usize,
     pub seed: u64,
+    /// Stratification by wait ratio (empty: none, coordination left to chance): each
+    /// cell's items are split into `wait_ratios.len()` equal consecutive subsets, in this
+    /// order; `per_cell` must be a multiple of the count.
+    #[serde(default)]
+    pub wait_ratios: Vec<f64>,
 }
 
 impl SuiteSpec {
@@ -69,8 +80,61 @@ impl SuiteSpec {
             per_cell: 150,
             max_size: 10,
             seed: 2026,
+            wait_ratios: Vec::new(),
         }
     }
+
+    /// Items per subset of a cell (`per_cell` without stratification).
+    pub fn per_subset(&self) -> usize {
+        self.per_cell / self.wait_ratios.len().max(1)
+    }
+
+    /// Why this spec cannot be built, if it cannot: a `per_cell` that the wait ratios do
+    /// not divide, a ratio outside [0, 1], or a ratio listed twice.
+    pub fn check(&self) -> Result<(), String> {
+        check_wait_ratios(&self.wait_ratios, Some(self.per_cell))
+    }
+}
+
+/// The stratification rules (see [`SuiteSpec::wait_ratios`]): ratios in [0, 1], none
+/// listed twice, and (`per_cell` given) a `per_cell` they divide into equal subsets.
+/// The message says what is wrong; the caller names the field.
+pub fn check_wait_ratios(wait_ratios: &[f64], per_cell: Option<usize>) -> Result<(), String> {
+    for (i, &w) in wait_ratios.iter().enumerate() {
+        if !(0.0..=1.0).contains(&w) {
+            return Err(format!("wait ratio {w} is outside [0, 1]"));
+        }
+        if wait_ratios[..i]
+            .iter()
+            .any(|&v| subset_label(v) == subset_label(w))
+        {
+            return Err(format!("wait ratio {w} is listed twice"));
+        }
+    }
+    let n = wait_ratios.len();
+    match per_cell {
+        Some(per_cell) if n > 0 && per_cell % n != 0 => Err(format!(
+            "{per_cell} instances per cell do not split into {n} equal wait-ratio subsets"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The name of a wait-ratio subset: `wait0.25`, `wait0.50`, ... (two decimals, more when
+/// the ratio needs them). Evaluations of a subset are recorded as `SUITE@LABEL`.
+pub fn subset_label(wait_ratio: f64) -> String {
+    let two = format!("{wait_ratio:.2}");
+    if two.parse::<f64>() == Ok(wait_ratio) {
+        format!("wait{two}")
+    } else {
+        format!("wait{wait_ratio}")
+    }
+}
+
+/// The subset of item `j` (0-based within its cell) of a cell of `per_cell` items split
+/// into `subsets` equal consecutive runs (None without stratification).
+pub fn subset_of(j: usize, per_cell: usize, subsets: usize) -> Option<usize> {
+    (subsets > 0).then(|| j / (per_cell / subsets).max(1))
 }
 
 /// One (agents, size) cell of a suite.
@@ -82,37 +146,54 @@ pub struct SuiteCell {
 }
 
 /// A generated suite.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Suite {
     pub name: SuiteName,
     /// blake3 (hex) over the canonical bytes of every item, in cell order.
     pub hash: String,
     pub cells: Vec<SuiteCell>,
+    /// The wait ratios the cells are stratified by (see [`SuiteSpec::wait_ratios`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wait_ratios: Vec<f64>,
 }
 
 /// Build a suite. Hole ratios are spread uniformly over what each cell allows (up to
 /// 0.5, fewer where the agents need room); coordination is left to chance, as in the
-/// paper's test sets.
+/// paper's test sets, unless the spec stratifies by wait ratio.
 pub fn build(spec: &SuiteSpec, budget: Budget) -> Result<Suite, GenerateError> {
+    spec.check().map_err(GenerateError::Config)?;
     let root = Seed::named(spec.name.as_str(), spec.seed);
     let cells: Vec<(usize, usize)> = spec.name.cells(spec.max_size);
     let jobs: Vec<(usize, usize, usize)> = cells
         .iter()
         .flat_map(|&(k, s)| (0..spec.per_cell).map(move |j| (k, s, j)))
         .collect();
+    let per_subset = spec.per_subset();
     let items: Vec<Solved> = jobs
         .into_par_iter()
         .map(|(k, s, j)| {
-            let mut rng = root
-                .child("cell", (k * 100 + s) as u64)
-                .child("instance", j as u64)
-                .rng();
+            let cell = root.child("cell", (k * 100 + s) as u64);
+            // Unstratified: today's node. Stratified: item j' of the subset for ratio w
+            // has its own node under the ratio's bits, so a subset's items do not depend
+            // on which other ratios are listed or in what order.
+            let (node, wait) = match subset_of(j, spec.per_cell, spec.wait_ratios.len()) {
+                None => (cell.child("instance", j as u64), None),
+                Some(w) => {
+                    let ratio = spec.wait_ratios[w];
+                    let node = cell
+                        .child("wait", ratio.to_bits())
+                        .child("instance", (j - w * per_subset) as u64);
+                    (node, Some(ratio))
+                }
+            };
+            let mut rng = node.rng();
             let hole_ratio = rng.random::<f64>() * max_hole_ratio(s, k);
+            let coordination = wait.map(|w| rng.random_bool(w));
             let spec = InstanceSpec {
                 size: s,
                 agents: k,
                 hole_ratio,
-                coordination: None,
+                coordination,
             };
             generate_one(&spec, &mut rng, budget)
         })
@@ -135,6 +216,7 @@ fn assemble(spec: &SuiteSpec, cells: Vec<(usize, usize)>, items: Vec<Solved>) ->
         name: spec.name,
         hash: suite_hash(&cells),
         cells,
+        wait_ratios: spec.wait_ratios.clone(),
     }
 }
 
@@ -143,7 +225,7 @@ fn assemble(spec: &SuiteSpec, cells: Vec<(usize, usize)>, items: Vec<Solved>) ->
 /// spec's cells exactly.
 pub fn from_items(spec: &SuiteSpec, items: Vec<Solved>) -> Option<Suite> {
     let cells: Vec<(usize, usize)> = spec.name.cells(spec.max_size);
-    if items.len() != cells.len() * spec.per_cell {
+    if items.len() != cells.len() * spec.per_cell || spec.check().is_err() {
         return None;
     }
     let suite = assemble(spec, cells, items);
@@ -187,6 +269,16 @@ impl Solved {
 impl Suite {
     pub fn len(&self) -> usize {
         self.cells.iter().map(|c| c.items.len()).sum()
+    }
+
+    /// The subset (index into `wait_ratios`) of every item, in suite order; empty when
+    /// the suite is not stratified.
+    pub fn item_subsets(&self) -> Vec<usize> {
+        let w = self.wait_ratios.len();
+        self.cells
+            .iter()
+            .flat_map(|c| (0..c.items.len()).filter_map(move |j| subset_of(j, c.items.len(), w)))
+            .collect()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0

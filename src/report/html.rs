@@ -316,7 +316,8 @@ fn test(h: &mut String, r: &Report) {
     let _ = write!(
         h,
         "<section id=\"test\"><h2>Test</h2><p class=\"hint\">Final evaluated stage of each branch; \
-         rows are map sizes, the Sum row is the mean over sizes (the paper's layout).</p>"
+         rows are map sizes, the Sum row is the mean over sizes (the paper's layout). Below them: the \
+         tables per wait-ratio subset of stratified suites, and each branch against the first, item by item.</p>"
     );
     if agents.is_empty() {
         h.push_str("<p class=\"muted\">No branch has a test evaluation yet.</p>");
@@ -368,7 +369,135 @@ fn test(h: &mut String, r: &Report) {
         }
         h.push_str("</tbody></table></div>");
     }
-    h.push_str("</div></section>");
+    h.push_str("</div>");
+    subsets(h, r);
+    paired(h, r);
+    h.push_str("</section>");
+}
+
+/// The final stage's Sum rows per wait-ratio subset: rows (suite, agents, subset), a
+/// column pair per branch; nothing when no suite is stratified.
+fn subsets(h: &mut String, r: &Report) {
+    let keys: BTreeSet<(bool, String, usize, String)> = r
+        .branches
+        .iter()
+        .flat_map(|b| b.subsets.iter())
+        .flat_map(|t| {
+            t.table
+                .agent_counts()
+                .into_iter()
+                .map(|k| (t.suite != "val", t.suite.clone(), k, t.subset.clone()))
+        })
+        .collect();
+    if keys.is_empty() {
+        return;
+    }
+    let _ = write!(
+        h,
+        "<h3>By wait-ratio subset</h3><p class=\"hint\">Final evaluated stage; each cell's items are split into equal subsets \
+         whose items need coordination with the subset's probability; mean over sizes.</p>\
+         <div class=\"scroll\"><table class=\"subsets\"><thead><tr><th class=\"l\">suite</th><th class=\"l\">agents</th><th class=\"l\">subset</th>"
+    );
+    for (i, b) in r.branches.iter().enumerate() {
+        let _ = write!(h, "<th colspan=\"2\">{}{}</th>", swatch(i), esc(&b.name));
+    }
+    h.push_str("</tr><tr><th></th><th></th><th></th>");
+    for _ in &r.branches {
+        h.push_str("<th>valid %</th><th>optimal %</th>");
+    }
+    h.push_str("</tr></thead><tbody>");
+    for (_, suite, k, subset) in keys {
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{k}</td><td class=\"l\">{}</td>",
+            esc(&suite),
+            esc(&subset)
+        );
+        for b in &r.branches {
+            let t = b
+                .subsets
+                .iter()
+                .find(|t| t.suite == suite && t.subset == subset)
+                .filter(|t| t.table.agent_counts().contains(&k));
+            let events: Vec<Hash> = t.iter().map(|t| t.event).collect();
+            rate_pair(
+                h,
+                t.map(|t| {
+                    let (v, o) = t.table.sum_row(k);
+                    (pct(v), pct(o))
+                }),
+                &events,
+                &format!("{} {suite}@{subset}, {k} agents", b.name),
+            );
+        }
+        h.push_str("</tr>");
+    }
+    h.push_str("</tbody></table></div>");
+}
+
+/// Every branch after the first against the first, item by item on the same suite
+/// items: both rates with their own intervals, the paired difference, McNemar's test.
+fn paired(h: &mut String, r: &Report) {
+    for (branch, p) in &r.paired {
+        let _ = write!(
+            h,
+            "<h3>Paired: {} − {}</h3><p class=\"hint\">Final stages {} and {}, on the same suite items pair by pair: \
+             each branch's rate (mean over sizes) with its own 95% bootstrap interval, the difference in points with \
+             its paired 95% bootstrap interval ({} resamples, items resampled within each size), the items only one \
+             branch gets right and McNemar's exact p.</p>",
+            esc(branch),
+            esc(&p.against),
+            p.against_stage.map_or("–".into(), |n| n.to_string()),
+            p.stage.map_or("–".into(), |n| n.to_string()),
+            p.resamples
+        );
+        if !p.rows.is_empty() {
+            let _ = write!(
+                h,
+                "<div class=\"scroll\"><table class=\"paired\" data-branch=\"{}\"><thead><tr>\
+                 <th class=\"l\">suite</th><th class=\"l\">agents</th><th class=\"l\">subset</th><th>items</th><th class=\"l\">metric</th>\
+                 <th>{} % [95%]</th><th>{} % [95%]</th><th>Δ points [paired 95%]</th><th>only {} / only {}</th><th>McNemar p</th>\
+                 </tr></thead><tbody>",
+                esc(branch),
+                esc(&p.against),
+                esc(branch),
+                esc(&p.against),
+                esc(branch)
+            );
+            for row in &p.rows {
+                for (name, m) in [("valid", &row.valid), ("optimal", &row.optimal)] {
+                    let what = format!(
+                        "{branch} − {}: {} {} agents {} {name}",
+                        p.against,
+                        row.suite,
+                        row.agents,
+                        row.subset.as_deref().unwrap_or("all")
+                    );
+                    let c = |t: String| format!("<td>{}</td>", cite(&t, &row.events, &what));
+                    let _ = write!(
+                        h,
+                        "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td>{}<td class=\"l\">{name}</td>{}{}{}{}{}</tr>",
+                        esc(&row.suite),
+                        row.agents,
+                        esc(row.subset.as_deref().unwrap_or("all")),
+                        c(row.instances.to_string()),
+                        c(format!("{:.2} [{:.2}, {:.2}]", m.a, m.a_ci95.low, m.a_ci95.high)),
+                        c(format!("{:.2} [{:.2}, {:.2}]", m.b, m.b_ci95.low, m.b_ci95.high)),
+                        c(format!(
+                            "{:+.2} [{:+.2}, {:+.2}]",
+                            m.diff, m.diff_ci95.low, m.diff_ci95.high
+                        )),
+                        c(format!("{} / {}", m.mcnemar.a_only, m.mcnemar.b_only)),
+                        c(format!("{:.4}", m.mcnemar.p)),
+                    );
+                }
+            }
+            h.push_str("</tbody></table></div>");
+        }
+        for m in &p.missing {
+            let _ = write!(h, "<p class=\"muted\">{}</p>", esc(m));
+        }
+    }
 }
 
 fn heatmaps(h: &mut String, r: &Report) {
@@ -734,7 +863,8 @@ fn study(h: &mut String, r: &Report) -> Result<(), String> {
     })?));
     h.push_str("</div>");
     // Test cells in the paper's layout: rows (agents, size | Sum), a column per engineer.
-    let agents: BTreeSet<usize> = s.cells.iter().map(|c| c.agents).collect();
+    let whole = |c: &&crate::views::study::StudyCell| c.subset.is_none();
+    let agents: BTreeSet<usize> = s.cells.iter().filter(whole).map(|c| c.agents).collect();
     for k in agents {
         let _ = write!(
             h,
@@ -748,6 +878,7 @@ fn study(h: &mut String, r: &Report) -> Result<(), String> {
         let sizes: BTreeSet<usize> = s
             .cells
             .iter()
+            .filter(whole)
             .filter(|c| c.agents == k)
             .filter_map(|c| c.size)
             .collect();
@@ -764,6 +895,7 @@ fn study(h: &mut String, r: &Report) -> Result<(), String> {
                 let cell = s
                     .cells
                     .iter()
+                    .filter(whole)
                     .find(|c| &c.engineer == e && c.agents == k && c.size == n);
                 rate_pair(
                     h,
@@ -781,8 +913,170 @@ fn study(h: &mut String, r: &Report) -> Result<(), String> {
         }
         h.push_str("</tbody></table></div>");
     }
+    // Sum rows per wait-ratio subset (stratified test suites).
+    let subsets: BTreeSet<(usize, String)> = s
+        .cells
+        .iter()
+        .filter_map(|c| Some((c.agents, c.subset.clone()?)))
+        .collect();
+    if !subsets.is_empty() {
+        h.push_str("<h3>Final-stage test per wait-ratio subset (mean over sizes)</h3><div class=\"scroll\"><table class=\"study-subsets\"><thead><tr><th class=\"l\">agents</th><th class=\"l\">subset</th>");
+        for (i, e) in s.engineers.iter().enumerate() {
+            let _ = write!(h, "<th colspan=\"2\">{}{}</th>", swatch(i), esc(e));
+        }
+        h.push_str("</tr><tr><th></th><th></th>");
+        for _ in &s.engineers {
+            h.push_str("<th>valid %</th><th>optimal %</th>");
+        }
+        h.push_str("</tr></thead><tbody>");
+        for (k, subset) in subsets {
+            let _ = write!(
+                h,
+                "<tr><td class=\"l\">{k}</td><td class=\"l\">{}</td>",
+                esc(&subset)
+            );
+            for e in &s.engineers {
+                let heads: Vec<Hash> = s
+                    .runs
+                    .iter()
+                    .filter(|x| &x.engineer == e)
+                    .map(|x| x.head)
+                    .collect();
+                let cell = s.cells.iter().find(|c| {
+                    &c.engineer == e && c.agents == k && c.subset.as_ref() == Some(&subset)
+                });
+                rate_pair(
+                    h,
+                    cell.map(|c| {
+                        (
+                            pm(c.valid_mean, c.valid_ci95),
+                            pm(c.optimal_mean, c.optimal_ci95),
+                        )
+                    }),
+                    &heads,
+                    &format!(
+                        "{e}: test@{subset} {k} agents over {} runs",
+                        cell.map_or(0, |c| c.n)
+                    ),
+                );
+            }
+            h.push_str("</tr>");
+        }
+        h.push_str("</tbody></table></div>");
+    }
+    study_paired(h, s);
     h.push_str("</section>");
     Ok(())
+}
+
+/// A study's paired differences against `fixed`: per metric, one row per engineer (and
+/// wait-ratio subset), a column per Sum row, each citing the runs' heads.
+fn study_paired(h: &mut String, s: &crate::views::study::StudyReport) {
+    use crate::views::study::{paired_cell_parts, BASELINE};
+    if s.paired.is_empty() {
+        return;
+    }
+    let _ = write!(
+        h,
+        "<h3>Paired differences vs {BASELINE}</h3><p class=\"hint\">Replicate r of each engineer against replicate r of \
+         {BASELINE} (the same fork point and suite items): Δ = engineer − {BASELINE} in points, mean over seeds \
+         [95% t-interval of the per-seed differences]; boot: paired bootstrap over items pooled over seeds \
+         ({} resamples); p: McNemar's exact test on the discordant items pooled over seeds.</p>",
+        crate::views::paired::RESAMPLES
+    );
+    let mut cols: Vec<(bool, String, usize)> = s
+        .paired
+        .iter()
+        .map(|p| (p.suite != "val", p.suite.clone(), p.agents))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    cols.sort();
+    let mut rows: Vec<(String, Option<String>)> = Vec::new();
+    for p in &s.paired {
+        let key = (p.engineer.clone(), p.subset.clone());
+        if !rows.contains(&key) {
+            rows.push(key);
+        }
+    }
+    rows.sort_by_key(|(e, sub)| {
+        (
+            s.engineers.iter().position(|x| x == e),
+            sub.is_some(),
+            sub.clone(),
+        )
+    });
+    for (title, pick) in [("Valid %", 0usize), ("Optimal %", 1)] {
+        let _ = write!(
+            h,
+            "<h4>{title}, Δ vs {BASELINE}</h4><div class=\"scroll\"><table class=\"study-paired\"><thead><tr><th class=\"l\">engineer</th>"
+        );
+        for (_, suite, k) in &cols {
+            let _ = write!(
+                h,
+                "<th>{}</th>",
+                if suite == "val" {
+                    format!("validation ({k} agents)")
+                } else {
+                    format!("{k} agents")
+                }
+            );
+        }
+        h.push_str("</tr></thead><tbody>");
+        for (e, sub) in &rows {
+            let _ = write!(
+                h,
+                "<tr><td class=\"l\">{}{}</td>",
+                esc(e),
+                sub.as_ref()
+                    .map(|w| format!(" @ {}", esc(w)))
+                    .unwrap_or_default()
+            );
+            for (_, suite, k) in &cols {
+                let p = s.paired.iter().find(|p| {
+                    &p.engineer == e && &p.suite == suite && p.agents == *k && &p.subset == sub
+                });
+                match p {
+                    Some(p) => {
+                        let heads: Vec<Hash> = s
+                            .runs
+                            .iter()
+                            .filter(|x| {
+                                (x.engineer == p.engineer || x.engineer == p.baseline)
+                                    && p.replicates.contains(&x.replicate)
+                            })
+                            .map(|x| x.head)
+                            .collect();
+                        let m = if pick == 0 { &p.valid } else { &p.optimal };
+                        let what = format!("{e} − {BASELINE}: {suite} {k} agents, {title}");
+                        let (main, detail) = paired_cell_parts(m);
+                        let _ = write!(
+                            h,
+                            "<td>{}{}</td>",
+                            cite(&main, &heads, &what),
+                            detail
+                                .map(|d| format!(
+                                    "<br><small class=\"muted\">{}</small>",
+                                    cite(&d, &heads, &what)
+                                ))
+                                .unwrap_or_default()
+                        );
+                    }
+                    None => h.push_str("<td>–</td>"),
+                }
+            }
+            h.push_str("</tr>");
+        }
+        h.push_str("</tbody></table></div>");
+    }
+    let notes: BTreeSet<&String> = s.paired.iter().filter_map(|p| p.note.as_ref()).collect();
+    for n in notes {
+        let _ = write!(
+            h,
+            "<p class=\"muted\">No instance-level statistics: {}.</p>",
+            esc(n)
+        );
+    }
 }
 
 #[cfg(test)]

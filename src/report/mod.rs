@@ -1,6 +1,8 @@
 //! `ledger report`: one self-contained HTML page of an experiment (validation curves,
-//! test tables, a size × stage heatmap per branch, the decision timeline, the fork tree,
-//! and a study's means with 95% intervals), plus its figures as SVG and PNG beside it.
+//! test tables with their wait-ratio subsets and paired differences between branches, a
+//! size × stage heatmap per branch, the decision timeline, the fork tree, and a study's
+//! means with 95% intervals and paired differences against `fixed`), plus its figures
+//! as SVG and PNG beside it.
 //!
 //! Two steps, one data flow: [`gather`] reads projections and audits of the chosen
 //! branches into a [`Report`] (every number keeps the hash of the event it came from),
@@ -96,6 +98,8 @@ pub struct BranchView {
     pub fork: Option<Fork>,
     pub stages: Vec<StageView>,
     pub audit: AuditReport,
+    /// The final stage's tables per wait-ratio subset (stratified suites).
+    pub subsets: Vec<crate::views::compare::SubsetTable>,
 }
 
 impl BranchView {
@@ -122,6 +126,9 @@ pub struct Report {
     pub ledger: String,
     pub plan: String,
     pub branches: Vec<BranchView>,
+    /// Every branch after the first against the first, item by item (`compare`'s
+    /// paired section): (branch, comparison).
+    pub paired: Vec<(String, crate::views::compare::PairedComparison)>,
     pub study: Option<StudyReport>,
 }
 
@@ -153,9 +160,14 @@ pub fn read_study(dir: &Path) -> Result<StudyReport, ReportError> {
     })
 }
 
-fn branch_view(ledger: &Ledger, name: &str) -> Result<BranchView, LedgerError> {
+fn branch_view(
+    ledger: &Ledger,
+    name: &str,
+) -> Result<(BranchView, crate::views::compare::BranchSummary), LedgerError> {
     let head = ledger.head(name)?;
     let state = ledger.state_at(&head)?;
+    let mut summary = crate::views::compare::summarise(name, &state);
+    crate::views::compare::load_outcomes(ledger, &state, &mut summary)?;
     let eval = |s: &crate::ledger::StageState, suite: &str| -> Option<Eval> {
         Some(Eval {
             event: *s.evaluation_events.get(suite)?,
@@ -183,13 +195,15 @@ fn branch_view(ledger: &Ledger, name: &str) -> Result<BranchView, LedgerError> {
         }),
         None => None,
     };
-    Ok(BranchView {
+    let view = BranchView {
         name: name.to_string(),
         head,
         fork,
         stages,
         audit: crate::views::audit::audit(ledger, name, None)?,
-    })
+        subsets: summary.subsets.clone(),
+    };
+    Ok((view, summary))
 }
 
 /// Read the branches (in the order given) and the optional study into a [`Report`].
@@ -202,10 +216,22 @@ pub fn gather(
     if branches.is_empty() && study.is_none() {
         return Err(ReportError::NoBranches);
     }
-    let views = branches
+    let (views, summaries): (Vec<BranchView>, Vec<_>) = branches
         .iter()
         .map(|b| branch_view(ledger, b))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .unzip();
+    let paired = summaries
+        .iter()
+        .skip(1)
+        .map(|b| {
+            (
+                b.branch.clone(),
+                crate::views::compare::pair(&summaries[0], b),
+            )
+        })
+        .collect();
     let plan = match ledger.branches()?.first() {
         Some((_, head)) => ledger.state_at(head)?.plan_name,
         None => String::new(),
@@ -214,6 +240,7 @@ pub fn gather(
         ledger: ledger_arg.to_string(),
         plan,
         branches: views,
+        paired,
         study,
     })
 }

@@ -3,7 +3,10 @@
 //! set (counts by failure type plus a few failing plans rendered as text): the failure
 //! evidence environment engineers read.
 use super::policy::{Policy, Rollout};
-use super::records::{EvalCell, Evaluation, FailureBreakdown, SizeFailures};
+use super::records::{
+    EvalCell, Evaluation, EvaluationOutcomes, FailureBreakdown, SizeFailures, OUTCOME_INVALID,
+    OUTCOME_OPTIMAL, OUTCOME_VALID,
+};
 use crate::env::suite::Suite;
 use crate::env::table::{CellCounts, ResultTable};
 use crate::env::{simulate, text, CostMetric, FailureKind, Instance, Outcome};
@@ -96,6 +99,65 @@ pub fn evaluation_event(
         checkpoint,
         cells: cells_of(&table(scored)),
     }
+}
+
+/// The per-instance outcomes of a scored suite (`scored` in suite order, as
+/// [`score_suite`] returns it).
+pub fn outcomes_event(
+    suite_name: &str,
+    suite: &Suite,
+    scored: &[Scored],
+    checkpoint: Option<crate::ledger::Hash>,
+) -> EvaluationOutcomes {
+    debug_assert_eq!(scored.len(), suite.len());
+    EvaluationOutcomes {
+        suite: suite_name.to_string(),
+        suite_hash: crate::ledger::Hash::from_hex(&suite.hash).expect("a suite hash is hex"),
+        checkpoint,
+        cells: suite
+            .cells
+            .iter()
+            .map(|c| (c.agents as u32, c.size as u32, c.items.len() as u32))
+            .collect(),
+        wait_ratios: suite.wait_ratios.iter().map(|w| w.to_bits()).collect(),
+        outcomes: scored
+            .iter()
+            .map(|s| match (s.outcome.valid, s.optimal) {
+                (false, _) => OUTCOME_INVALID,
+                (true, false) => OUTCOME_VALID,
+                (true, true) => OUTCOME_OPTIMAL,
+            })
+            .collect(),
+    }
+}
+
+/// One evaluation per wait-ratio subset of a stratified suite, named
+/// `SUITE@wait0.25`, ... in the suite's ratio order (none when it is not stratified).
+pub fn subset_evaluations(
+    suite_name: &str,
+    suite: &Suite,
+    scored: &[Scored],
+    checkpoint: Option<crate::ledger::Hash>,
+) -> Vec<Evaluation> {
+    let subsets = suite.item_subsets();
+    suite
+        .wait_ratios
+        .iter()
+        .enumerate()
+        .map(|(w, &ratio)| {
+            let part: Vec<Scored> = scored
+                .iter()
+                .zip(&subsets)
+                .filter(|(_, &sw)| sw == w)
+                .map(|(s, _)| s.clone())
+                .collect();
+            evaluation_event(
+                &format!("{suite_name}@{}", crate::env::suite::subset_label(ratio)),
+                &part,
+                checkpoint,
+            )
+        })
+        .collect()
 }
 
 /// A result table as evaluation cells, by (agents, size).

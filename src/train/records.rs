@@ -1,6 +1,7 @@
 //! What the trainer reports: typed records of its steps and evaluations. The trainer
 //! knows nothing of the ledger's events; the stage wraps these records into events
-//! (`EventBody::Trajectories`, `::GradientStep`, `::Evaluation`, `::FailureBreakdown`),
+//! (`EventBody::Trajectories`, `::GradientStep`, `::Evaluation`, `::EvaluationOutcomes`,
+//! `::FailureBreakdown`),
 //! so their encoding is part of the event encoding and reaches hashed bytes: no
 //! HashMap, no wall-clock time, floats only as bit patterns.
 use crate::env::simulate::FailureKind;
@@ -132,6 +133,53 @@ pub struct Evaluation {
     /// The checkpoint evaluated (None: the current parameters).
     pub checkpoint: Option<Hash>,
     pub cells: Vec<EvalCell>,
+}
+
+/// `EvaluationOutcomes::outcomes` byte of an invalid plan.
+pub const OUTCOME_INVALID: u8 = 0;
+/// `EvaluationOutcomes::outcomes` byte of a valid plan that is not optimal.
+pub const OUTCOME_VALID: u8 = 1;
+/// `EvaluationOutcomes::outcomes` byte of an optimal plan (optimal implies valid).
+pub const OUTCOME_OPTIMAL: u8 = 2;
+
+/// Per-instance results of one suite evaluation, recorded right after the suite's
+/// [`Evaluation`]: one byte per suite item in suite order (cells in order, each cell's
+/// items in order): 0 invalid, 1 valid but not optimal, 2 optimal. Forks are evaluated on
+/// the same items, so two branches' outcomes of a suite with the same `suite_hash` pair
+/// item by item (paired statistics: `views::paired`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EvaluationOutcomes {
+    /// "val" or "test" (the whole suite, never a subset).
+    pub suite: String,
+    /// The suite's content hash (`Suite::hash`): outcomes pair only when it is equal.
+    pub suite_hash: Hash,
+    /// The checkpoint evaluated (None: the current parameters).
+    pub checkpoint: Option<Hash>,
+    /// (agents, size, items) of each cell, in suite order: the items' layout.
+    pub cells: Vec<(u32, u32, u32)>,
+    /// The wait ratios (f64 bits) the cells are stratified by: each cell's items split
+    /// into equal consecutive subsets in this order. Empty: not stratified.
+    pub wait_ratios: Vec<u64>,
+    /// One byte per item: [`OUTCOME_INVALID`], [`OUTCOME_VALID`] or [`OUTCOME_OPTIMAL`].
+    pub outcomes: Vec<u8>,
+}
+
+impl EvaluationOutcomes {
+    /// Whether the layout accounts for every byte and every byte is a known outcome.
+    pub fn is_well_formed(&self) -> bool {
+        let items: u64 = self.cells.iter().map(|c| c.2 as u64).sum();
+        let w = self.wait_ratios.len() as u32;
+        items == self.outcomes.len() as u64
+            && self.outcomes.iter().all(|&b| b <= OUTCOME_OPTIMAL)
+            && (w == 0 || self.cells.iter().all(|c| c.2 % w == 0))
+    }
+
+    pub fn wait_ratios(&self) -> Vec<f64> {
+        self.wait_ratios
+            .iter()
+            .map(|&b| f64::from_bits(b))
+            .collect()
+    }
 }
 
 /// Failure counts for one map size.

@@ -1,10 +1,13 @@
 //! `compare`: per-stage validation curves and final test tables of branches side by
 //! side in the paper's layout (rows are map sizes, a "Sum" row per agent count is the
-//! mean over sizes), every engineer decision, and the statistics study reports share.
-//! Pure views over projections.
+//! mean over sizes), the final stage's tables per wait-ratio subset of stratified
+//! suites, paired differences of every branch against the first on the same suite items
+//! ([`super::paired`]), every engineer decision, and the statistics study reports share.
+//! Views over projections (and the outcomes events they name).
+use super::paired::{paired_rows, unpairable, PairedRow};
 use crate::env::table::ResultTable;
-use crate::ledger::event::Evaluation;
-use crate::ledger::{BranchState, Ledger, LedgerError};
+use crate::ledger::event::{Evaluation, EvaluationOutcomes};
+use crate::ledger::{BranchState, EventBody, Hash, Ledger, LedgerError};
 use crate::train::eval::table_of;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -25,6 +28,49 @@ pub struct BranchSummary {
     pub test_cells: Vec<(usize, usize, u32, u32, u32)>,
     /// Every engineer decision of the branch, by stage.
     pub decisions: Vec<DecisionLine>,
+    /// The final stage's tables of each wait-ratio subset (stratified suites only).
+    #[serde(default)]
+    pub subsets: Vec<SubsetTable>,
+    /// Paired differences against the first branch compared (`compare` only; absent on
+    /// the first branch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired: Option<PairedComparison>,
+    /// The final stage's per-instance outcomes per suite, with their events (loaded by
+    /// [`load_outcomes`]; empty for ledgers recorded before outcomes were).
+    #[serde(skip)]
+    pub outcomes: Vec<(Hash, EvaluationOutcomes)>,
+}
+
+/// One wait-ratio subset's table at the final stage (`test@wait0.25`, ...).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct SubsetTable {
+    /// `val` or `test`.
+    pub suite: String,
+    /// `wait0.25`, ...
+    pub subset: String,
+    /// The evaluation event it came from.
+    pub event: Hash,
+    /// (agents, size, total, valid, optimal) per cell.
+    pub cells: Vec<(usize, usize, u32, u32, u32)>,
+    #[serde(skip)]
+    pub table: ResultTable,
+}
+
+/// A branch against the first branch compared, item by item on the same suites.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct PairedComparison {
+    /// The branch compared against (A; differences are this branch minus it).
+    pub against: String,
+    /// A's final evaluated stage and this branch's.
+    pub against_stage: Option<u32>,
+    pub stage: Option<u32>,
+    /// Bootstrap resamples of every interval.
+    pub resamples: u32,
+    /// Per suite, agent count and wait-ratio subset: both rates with their own
+    /// intervals, the paired difference with its bootstrap interval, McNemar's test.
+    pub rows: Vec<PairedRow>,
+    /// Suites without rows and why (no outcomes recorded, different instances).
+    pub missing: Vec<String>,
 }
 
 /// One engineer decision as `compare --decisions` shows it.
@@ -115,22 +161,162 @@ pub fn summarise(branch: &str, state: &BranchState) -> BranchSummary {
             .collect(),
         test,
         decisions: Vec::new(),
+        subsets: final_stage
+            .and_then(|n| state.stage(n))
+            .map(subset_tables)
+            .unwrap_or_default(),
+        paired: None,
+        outcomes: Vec::new(),
     }
 }
 
+/// The subset tables of a stage (evaluations named `SUITE@SUBSET`), in suite then
+/// recorded order.
+fn subset_tables(st: &crate::ledger::StageState) -> Vec<SubsetTable> {
+    let mut out: Vec<SubsetTable> = st
+        .evaluations
+        .keys()
+        .filter_map(|name| {
+            let (suite, subset) = name.split_once('@')?;
+            let table = table(st, name)?;
+            Some(SubsetTable {
+                suite: suite.to_string(),
+                subset: subset.to_string(),
+                event: *st.evaluation_events.get(name)?,
+                cells: table
+                    .cells
+                    .iter()
+                    .map(|(&(k, n), c)| (k, n, c.total, c.valid, c.optimal))
+                    .collect(),
+                table,
+            })
+        })
+        .collect();
+    // `val` before `test`, as everywhere; subsets by name (wait0.25 < wait0.50 ...).
+    out.sort_by_key(|t| (t.suite != "val", t.subset.clone()));
+    out
+}
+
+/// Load the final stage's outcomes events into `summary` (none when the ledger
+/// predates them).
+pub fn load_outcomes(
+    ledger: &Ledger,
+    state: &BranchState,
+    summary: &mut BranchSummary,
+) -> Result<(), LedgerError> {
+    summary.outcomes.clear();
+    let Some(st) = summary.final_stage.and_then(|n| state.stage(n)) else {
+        return Ok(());
+    };
+    for suite in ["val", "test"] {
+        if let Some(h) = st.outcome_events.get(suite) {
+            if let EventBody::EvaluationOutcomes(o) = ledger.event(h)?.body {
+                summary.outcomes.push((*h, o));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One number pair of the paper's tables at a branch's final stage: the Sum (mean over
+/// sizes) of one agent count of a suite, whole or one wait-ratio subset.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SumRate {
+    pub suite: String,
+    pub agents: usize,
+    pub subset: Option<String>,
+    pub valid: f64,
+    pub optimal: f64,
+}
+
+impl BranchSummary {
+    /// The final stage's outcomes of `suite`, with their event.
+    pub fn outcomes_of(&self, suite: &str) -> Option<&(Hash, EvaluationOutcomes)> {
+        self.outcomes.iter().find(|o| o.1.suite == suite)
+    }
+
+    /// Every Sum row of the final stage: validation (2 agents), test per agent count,
+    /// then each subset's per agent count.
+    pub fn sum_rates(&self) -> Vec<SumRate> {
+        let mut out = Vec::new();
+        let Some(fs) = self.final_stage else {
+            return out;
+        };
+        let rate = |suite: &str, agents, subset: Option<&str>, (valid, optimal)| SumRate {
+            suite: suite.to_string(),
+            agents,
+            subset: subset.map(str::to_string),
+            valid,
+            optimal,
+        };
+        if let Some(&(_, v, o)) = self.validation.iter().find(|v| v.0 == fs) {
+            out.push(rate("val", 2, None, (v, o)));
+        }
+        for k in self.test.agent_counts() {
+            out.push(rate("test", k, None, self.test.sum_row(k)));
+        }
+        for t in &self.subsets {
+            for k in t.table.agent_counts() {
+                out.push(rate(&t.suite, k, Some(&t.subset), t.table.sum_row(k)));
+            }
+        }
+        out
+    }
+}
+
+/// `b` against `a`, item by item, on each suite both have outcomes of.
+pub fn pair(a: &BranchSummary, b: &BranchSummary) -> PairedComparison {
+    let mut rows = Vec::new();
+    let mut missing = Vec::new();
+    for suite in ["val", "test"] {
+        let lacking: Vec<&str> = [a, b]
+            .iter()
+            .filter(|x| x.outcomes_of(suite).is_none())
+            .map(|x| x.branch.as_str())
+            .collect();
+        if !lacking.is_empty() {
+            missing.push(format!(
+                "{suite}: no per-instance outcomes on {} (evaluated before evaluation_outcomes events were recorded, or not evaluated)",
+                lacking.join(" and ")
+            ));
+            continue;
+        }
+        let (ha, oa) = a.outcomes_of(suite).expect("checked");
+        let (hb, ob) = b.outcomes_of(suite).expect("checked");
+        match unpairable(oa, ob) {
+            Some(why) => missing.push(format!("{suite}: {why}")),
+            None => rows.extend(paired_rows(oa, ob, [*ha, *hb])),
+        }
+    }
+    PairedComparison {
+        against: a.branch.clone(),
+        against_stage: a.final_stage,
+        stage: b.final_stage,
+        resamples: super::paired::RESAMPLES,
+        rows,
+        missing,
+    }
+}
+
+/// Summaries of `branches`, each after the first paired against the first.
 pub fn compare(
     ledger: &mut Ledger,
     branches: &[String],
 ) -> Result<Vec<BranchSummary>, LedgerError> {
-    branches
+    let mut out = branches
         .iter()
         .map(|b| {
             let state = ledger.projection(b)?;
             let mut summary = summarise(b, &state);
             summary.decisions = decisions(ledger, &state)?;
+            load_outcomes(ledger, &state, &mut summary)?;
             Ok(summary)
         })
-        .collect()
+        .collect::<Result<Vec<_>, LedgerError>>()?;
+    for i in 1..out.len() {
+        out[i].paired = Some(pair(&out[0], &out[i]));
+    }
+    Ok(out)
 }
 
 /// Render each branch's decisions, then say where branches made the same decision at
@@ -282,6 +468,139 @@ pub fn render(summaries: &[BranchSummary]) -> String {
             row.push_str(&format!(" | {v:>8.2} {o:>8.2}"));
         }
         let _ = writeln!(s, "{row}");
+    }
+    s.push_str(&render_subsets(summaries));
+    s.push_str(&render_paired(summaries));
+    s
+}
+
+/// The final stage's Sum rows per wait-ratio subset, one row per (suite, agents,
+/// subset), one column pair per branch (empty when no suite is stratified).
+pub fn render_subsets(summaries: &[BranchSummary]) -> String {
+    let mut s = String::new();
+    // (suite order, suite, agents, subset) in display order.
+    let keys: BTreeSet<(bool, String, usize, String)> = summaries
+        .iter()
+        .flat_map(|b| b.subsets.iter())
+        .flat_map(|t| {
+            t.table
+                .agent_counts()
+                .into_iter()
+                .map(|k| (t.suite != "val", t.suite.clone(), k, t.subset.clone()))
+        })
+        .collect();
+    if keys.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "\nBy wait-ratio subset (final stage, mean over sizes), valid % / optimal %:"
+    );
+    let mut head = format!("{:>5} {:>6} {:>9}", "suite", "agents", "subset");
+    for b in summaries {
+        head.push_str(&format!(" | {:^17}", truncate(&b.branch, 17)));
+    }
+    let _ = writeln!(s, "{head}");
+    for (_, suite, k, subset) in keys {
+        let mut row = format!("{suite:>5} {k:>6} {subset:>9}");
+        for b in summaries {
+            let t = b
+                .subsets
+                .iter()
+                .find(|t| t.suite == suite && t.subset == subset)
+                .filter(|t| t.table.agent_counts().contains(&k));
+            match t {
+                Some(t) => {
+                    let (v, o) = t.table.sum_row(k);
+                    row.push_str(&format!(" | {v:>8.2} {o:>8.2}"));
+                }
+                None => row.push_str(&format!(" | {:>8} {:>8}", "-", "-")),
+            }
+        }
+        let _ = writeln!(s, "{row}");
+    }
+    s
+}
+
+fn signed(x: f64) -> String {
+    format!("{x:+.2}")
+}
+
+/// Every branch after the first against the first, item by item: per suite, agent count
+/// and subset, each branch's rate with its own 95% interval, the paired difference with
+/// its bootstrap interval, the discordant counts and McNemar's p.
+pub fn render_paired(summaries: &[BranchSummary]) -> String {
+    let mut s = String::new();
+    for b in summaries {
+        let Some(p) = &b.paired else { continue };
+        let stage = |x: Option<u32>| x.map_or("-".to_string(), |n| n.to_string());
+        let _ = writeln!(
+            s,
+            "\nPaired, {} − {} (A = {}, B = {}; final stages {} and {}; the same suite items pair by pair; 95% bootstrap intervals, {} resamples; McNemar's exact test):",
+            b.branch,
+            p.against,
+            p.against,
+            b.branch,
+            stage(p.against_stage),
+            stage(p.stage),
+            p.resamples
+        );
+        if p.rows.is_empty() {
+            let _ = writeln!(s, "  no paired data");
+        } else {
+            let a = format!("A {}", truncate(&p.against, 18));
+            let bb = format!("B {}", truncate(&b.branch, 18));
+            let _ = writeln!(
+                s,
+                "{:>5} {:>6} {:>9} {:>5} {:<7} | {:^22} | {:^22} | {:^23} | {:>13} {:>9}",
+                "suite",
+                "agents",
+                "subset",
+                "n",
+                "metric",
+                a,
+                bb,
+                "Δ pp [paired 95%]",
+                "only A/only B",
+                "McNemar p"
+            );
+            for r in &p.rows {
+                for (i, (name, m)) in [("valid", &r.valid), ("optimal", &r.optimal)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let lead = if i == 0 {
+                        format!(
+                            "{:>5} {:>6} {:>9} {:>5}",
+                            r.suite,
+                            r.agents,
+                            r.subset.as_deref().unwrap_or("all"),
+                            r.instances
+                        )
+                    } else {
+                        format!("{:>5} {:>6} {:>9} {:>5}", "", "", "", "")
+                    };
+                    let _ = writeln!(
+                        s,
+                        "{lead} {name:<7} | {:>6.2} [{:>5.2}, {:>6.2}] | {:>6.2} [{:>5.2}, {:>6.2}] | {:>6} [{:>6}, {:>6}] | {:>13} {:>9.4}",
+                        m.a,
+                        m.a_ci95.low,
+                        m.a_ci95.high,
+                        m.b,
+                        m.b_ci95.low,
+                        m.b_ci95.high,
+                        signed(m.diff),
+                        signed(m.diff_ci95.low),
+                        signed(m.diff_ci95.high),
+                        format!("{}/{}", m.mcnemar.a_only, m.mcnemar.b_only),
+                        m.mcnemar.p
+                    );
+                }
+            }
+        }
+        for m in &p.missing {
+            let _ = writeln!(s, "  {m}");
+        }
     }
     s
 }

@@ -1,9 +1,15 @@
 //! Study reports: the runs of a counterfactual study (`ledger study`), their test
-//! cells aggregated over seeds (mean and 95% t-interval), and the CSV, Markdown and
-//! plot series written from them. `crate::study` runs the study and writes the files.
+//! cells aggregated over seeds (mean and 95% t-interval), each engineer's paired
+//! differences against `fixed` (replicate r against replicate r: the same fork point and
+//! suite items), and the CSV, Markdown and plot series written from them.
+//! `crate::study` runs the study and writes the files.
 use super::compare::{mean_ci, BranchSummary};
+use super::paired::{self, Interval, McNemar};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
+
+/// The engineer every other is paired against, when the study has it.
+pub const BASELINE: &str = "fixed";
 
 /// One engineer × seed run of a study.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
@@ -25,6 +31,10 @@ pub struct StudyCell {
     pub agents: usize,
     /// Map size (None: the Sum row, the mean over sizes).
     pub size: Option<usize>,
+    /// The wait-ratio subset of a stratified test suite (`wait0.25`, ...; Sum rows only);
+    /// None: every item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subset: Option<String>,
     /// Seeds aggregated.
     pub n: usize,
     pub valid_mean: f64,
@@ -54,8 +64,164 @@ pub struct StudyReport {
     pub runs: Vec<StudyRun>,
     pub cells: Vec<StudyCell>,
     pub validation: Vec<StudyCurvePoint>,
+    /// Each engineer against `fixed`, paired seed by seed (empty without `fixed`).
+    #[serde(default)]
+    pub paired: Vec<StudyPaired>,
     /// Files written (CSV, markdown, SVG).
     pub files: Vec<String>,
+}
+
+/// One engineer against the baseline (`fixed`) on one Sum row of the final stage
+/// (validation, a test agent count, or one of their wait-ratio subsets), paired seed by
+/// seed: replicate r of the engineer against replicate r of the baseline.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct StudyPaired {
+    pub engineer: String,
+    pub baseline: String,
+    /// `val` or `test`.
+    pub suite: String,
+    pub agents: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subset: Option<String>,
+    /// The replicates paired (both sides finished an evaluated stage).
+    pub replicates: Vec<u32>,
+    pub valid: StudyPairedMetric,
+    pub optimal: StudyPairedMetric,
+    /// Why the instance-level statistics are missing, when they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One metric of a [`StudyPaired`], in percentage points.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct StudyPairedMetric {
+    /// Engineer − baseline of each paired replicate (from the recorded tables).
+    pub per_seed: Vec<f64>,
+    /// Their mean, and the half-width of the 95% t-interval over seeds (None with one).
+    pub mean: f64,
+    pub ci95: Option<f64>,
+    /// The instance-level paired bootstrap pooled over seeds (items resampled within
+    /// each seed's cells): 95% interval of the mean difference. None without
+    /// per-instance outcomes.
+    pub bootstrap_ci95: Option<Interval>,
+    /// McNemar's exact test on the discordant items pooled over seeds (A: baseline).
+    pub mcnemar: Option<McNemar>,
+}
+
+/// Each engineer against [`BASELINE`] on every Sum row of the final stage, replicate
+/// by replicate (empty when the study has no baseline).
+pub fn paired_vs_baseline(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyPaired> {
+    let mut out = Vec::new();
+    if !engineers.iter().any(|e| e == BASELINE) {
+        return out;
+    }
+    let run = |e: &str, r: u32| -> Option<&StudyRun> {
+        runs.iter()
+            .find(|x| x.engineer == e && x.replicate == r && x.summary.final_stage.is_some())
+    };
+    for e in engineers.iter().filter(|e| *e != BASELINE) {
+        // (baseline run, engineer run) per replicate both finished.
+        let pairs: Vec<(&StudyRun, &StudyRun)> = runs
+            .iter()
+            .filter(|x| &x.engineer == e)
+            .filter_map(|x| Some((run(BASELINE, x.replicate)?, run(e, x.replicate)?)))
+            .collect();
+        let Some(&(first, _)) = pairs.first() else {
+            continue;
+        };
+        for key in first.summary.sum_rates() {
+            let same = |s: &BranchSummary| {
+                s.sum_rates().into_iter().find(|x| {
+                    x.suite == key.suite && x.agents == key.agents && x.subset == key.subset
+                })
+            };
+            let rows: Vec<(u32, f64, f64)> = pairs
+                .iter()
+                .filter_map(|(a, b)| {
+                    let (ra, rb) = (same(&a.summary)?, same(&b.summary)?);
+                    Some((b.replicate, rb.valid - ra.valid, rb.optimal - ra.optimal))
+                })
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let (boot, note) = pooled_bootstrap(&pairs, &key);
+            let metric = |m: usize| {
+                let per_seed: Vec<f64> = rows
+                    .iter()
+                    .map(|r| if m == 0 { r.1 } else { r.2 })
+                    .collect();
+                let (mean, ci95) = mean_ci(&per_seed);
+                let b = boot.as_ref().map(|b| if m == 0 { b.0 } else { b.1 });
+                StudyPairedMetric {
+                    per_seed,
+                    mean,
+                    ci95,
+                    bootstrap_ci95: b.map(|b| b.diff_ci95),
+                    mcnemar: b.map(|b| b.mcnemar),
+                }
+            };
+            out.push(StudyPaired {
+                engineer: e.clone(),
+                baseline: BASELINE.to_string(),
+                suite: key.suite.clone(),
+                agents: key.agents,
+                subset: key.subset.clone(),
+                replicates: rows.iter().map(|r| r.0).collect(),
+                valid: metric(0),
+                optimal: metric(1),
+                note,
+            });
+        }
+    }
+    out
+}
+
+/// The instance-level paired bootstrap of one Sum row pooled over the replicate pairs,
+/// or why there is none.
+#[allow(clippy::type_complexity)]
+fn pooled_bootstrap(
+    pairs: &[(&StudyRun, &StudyRun)],
+    key: &super::compare::SumRate,
+) -> (
+    Option<(paired::PairedMetric, paired::PairedMetric)>,
+    Option<String>,
+) {
+    let mut units = Vec::new();
+    for (a, b) in pairs {
+        let (Some((_, oa)), Some((_, ob))) = (
+            a.summary.outcomes_of(&key.suite),
+            b.summary.outcomes_of(&key.suite),
+        ) else {
+            return (
+                None,
+                Some(format!(
+                    "no per-instance {} outcomes on replicate {} (runs recorded before evaluation_outcomes events)",
+                    key.suite, b.replicate
+                )),
+            );
+        };
+        if let Some(why) = paired::unpairable(oa, ob) {
+            return (None, Some(format!("replicate {}: {why}", b.replicate)));
+        }
+        let Some(g) = paired::groups(oa)
+            .into_iter()
+            .find(|g| g.agents == key.agents && g.subset == key.subset)
+        else {
+            return (
+                None,
+                Some(format!("replicate {}: no such group", b.replicate)),
+            );
+        };
+        units.push(paired::unit(&g, oa, ob));
+    }
+    let label = format!(
+        "study {} {} agents {}",
+        key.suite,
+        key.agents,
+        key.subset.as_deref().unwrap_or("all")
+    );
+    (Some(paired::paired_metrics(&units, &label)), None)
 }
 
 pub(crate) fn aggregate(
@@ -79,6 +245,7 @@ pub(crate) fn aggregate(
                     engineer: e.clone(),
                     agents: k,
                     size,
+                    subset: None,
                     n: vals.len(),
                     valid_mean: vm,
                     valid_ci95: vc,
@@ -102,6 +269,36 @@ pub(crate) fn aggregate(
                         .collect(),
                 );
             }
+        }
+        // Sum rows of each test subset (stratified suites).
+        let subsets: BTreeSet<(usize, String)> = rs
+            .iter()
+            .flat_map(|r| r.summary.sum_rates())
+            .filter(|x| x.suite == "test")
+            .filter_map(|x| Some((x.agents, x.subset?)))
+            .collect();
+        for (k, subset) in subsets {
+            let vals: Vec<(f64, f64)> = rs
+                .iter()
+                .flat_map(|r| r.summary.sum_rates())
+                .filter(|x| {
+                    x.suite == "test" && x.agents == k && x.subset.as_ref() == Some(&subset)
+                })
+                .map(|x| (x.valid, x.optimal))
+                .collect();
+            let (vm, vc) = mean_ci(&vals.iter().map(|v| v.0).collect::<Vec<_>>());
+            let (om, oc) = mean_ci(&vals.iter().map(|v| v.1).collect::<Vec<_>>());
+            cells.push(StudyCell {
+                engineer: e.clone(),
+                agents: k,
+                size: None,
+                subset: Some(subset),
+                n: vals.len(),
+                valid_mean: vm,
+                valid_ci95: vc,
+                optimal_mean: om,
+                optimal_ci95: oc,
+            });
         }
         let stages: BTreeSet<u32> = rs
             .iter()
@@ -131,11 +328,18 @@ fn opt(x: Option<f64>) -> String {
 }
 
 /// study.csv: one `cell` row per run and test cell, one `sum` row per run and agent
-/// count, and one `mean` row per engineer and cell (mean and 95% half-width over seeds).
+/// count, one `mean` row per engineer and cell (mean and 95% half-width over seeds; with
+/// a `subset` for each wait-ratio subset's Sum of a stratified suite), and against
+/// `fixed` one `paired` row per engineer, Sum row and replicate (`valid_rate`,
+/// `optimal_rate`: the differences in points) and one `paired_mean` row per engineer and
+/// Sum row (the mean difference, its t half-width, the pooled bootstrap interval and
+/// McNemar's test).
 pub fn study_csv(r: &StudyReport) -> String {
     let mut s = String::from(
-        "kind,engineer,replicate,branch,final_stage,agents,size,n,total,valid,optimal,valid_rate,optimal_rate,valid_ci95,optimal_ci95\n",
+        "kind,engineer,replicate,branch,final_stage,agents,size,n,total,valid,optimal,valid_rate,optimal_rate,valid_ci95,optimal_ci95,suite,subset,baseline,valid_boot_low,valid_boot_high,optimal_boot_low,optimal_boot_high,valid_a_only,valid_b_only,valid_p,optimal_a_only,optimal_b_only,optimal_p\n",
     );
+    // The 13 paired-statistics columns after `valid_ci95,optimal_ci95`, for test cells.
+    let plain_tail = "test,,,,,,,,,,,,";
     for run in &r.runs {
         let fs = run
             .summary
@@ -145,7 +349,7 @@ pub fn study_csv(r: &StudyReport) -> String {
         for (&(k, n), c) in &run.summary.test.cells {
             let _ = writeln!(
                 s,
-                "cell,{},{},{},{fs},{k},{n},1,{},{},{},{:.4},{:.4},,",
+                "cell,{},{},{},{fs},{k},{n},1,{},{},{},{:.4},{:.4},,,{plain_tail}",
                 run.engineer,
                 run.replicate,
                 run.branch,
@@ -168,7 +372,7 @@ pub fn study_csv(r: &StudyReport) -> String {
                 .collect();
             let _ = writeln!(
                 s,
-                "sum,{},{},{},{fs},{k},,1,{},{},{},{v:.4},{o:.4},,",
+                "sum,{},{},{},{fs},{k},,1,{},{},{},{v:.4},{o:.4},,,{plain_tail}",
                 run.engineer,
                 run.replicate,
                 run.branch,
@@ -181,7 +385,7 @@ pub fn study_csv(r: &StudyReport) -> String {
     for c in &r.cells {
         let _ = writeln!(
             s,
-            "mean,{},,,,{},{},{},,,,{:.4},{:.4},{},{}",
+            "mean,{},,,,{},{},{},,,,{:.4},{:.4},{},{},test,{},,,,,,,,,,,",
             c.engineer,
             c.agents,
             c.size.map(|n| n.to_string()).unwrap_or_default(),
@@ -189,7 +393,62 @@ pub fn study_csv(r: &StudyReport) -> String {
             c.valid_mean,
             c.optimal_mean,
             opt(c.valid_ci95),
-            opt(c.optimal_ci95)
+            opt(c.optimal_ci95),
+            c.subset.as_deref().unwrap_or("")
+        );
+    }
+    let branch = |e: &str, rep: u32| {
+        r.runs
+            .iter()
+            .find(|x| x.engineer == e && x.replicate == rep)
+            .map(|x| {
+                (
+                    x.branch.clone(),
+                    x.summary
+                        .final_stage
+                        .map(|n| n.to_string())
+                        .unwrap_or_default(),
+                )
+            })
+            .unwrap_or_default()
+    };
+    for p in &r.paired {
+        let group = format!(
+            "{},{},{}",
+            p.suite,
+            p.subset.as_deref().unwrap_or(""),
+            p.baseline
+        );
+        for (i, rep) in p.replicates.iter().enumerate() {
+            let (b, fs) = branch(&p.engineer, *rep);
+            let _ = writeln!(
+                s,
+                "paired,{},{rep},{b},{fs},{},,1,,,,{:.4},{:.4},,,{group},,,,,,,,,,",
+                p.engineer, p.agents, p.valid.per_seed[i], p.optimal.per_seed[i]
+            );
+        }
+        let boot = |m: &StudyPairedMetric| match m.bootstrap_ci95 {
+            Some(i) => format!("{:.4},{:.4}", i.low, i.high),
+            None => ",".into(),
+        };
+        let mc = |m: &StudyPairedMetric| match m.mcnemar {
+            Some(t) => format!("{},{},{:.6}", t.a_only, t.b_only, t.p),
+            None => ",,".into(),
+        };
+        let _ = writeln!(
+            s,
+            "paired_mean,{},,,,{},,{},,,,{:.4},{:.4},{},{},{group},{},{},{},{}",
+            p.engineer,
+            p.agents,
+            p.replicates.len(),
+            p.valid.mean,
+            p.optimal.mean,
+            opt(p.valid.ci95),
+            opt(p.optimal.ci95),
+            boot(&p.valid),
+            boot(&p.optimal),
+            mc(&p.valid),
+            mc(&p.optimal)
         );
     }
     s
@@ -232,7 +491,8 @@ pub fn study_markdown(r: &StudyReport) -> String {
         rule.push_str("---|");
     }
     let _ = writeln!(s, "{head}\n{rule}");
-    let agents: BTreeSet<usize> = r.cells.iter().map(|c| c.agents).collect();
+    let whole = |c: &&StudyCell| c.subset.is_none();
+    let agents: BTreeSet<usize> = r.cells.iter().filter(whole).map(|c| c.agents).collect();
     for k in agents {
         let mut sizes: Vec<Option<usize>> = vec![None];
         sizes.extend(
@@ -254,6 +514,7 @@ pub fn study_markdown(r: &StudyReport) -> String {
                 match r
                     .cells
                     .iter()
+                    .filter(whole)
                     .find(|c| &c.engineer == e && c.agents == k && c.size == size)
                 {
                     Some(c) => row.push_str(&format!(
@@ -267,6 +528,8 @@ pub fn study_markdown(r: &StudyReport) -> String {
             let _ = writeln!(s, "{row}");
         }
     }
+    s.push_str(&subset_markdown(r));
+    s.push_str(&paired_markdown(r));
     let _ = writeln!(
         s,
         "\nValidation (2 agents, mean over sizes), valid % / optimal %, mean over seeds:\n"
@@ -303,6 +566,170 @@ pub fn study_markdown(r: &StudyReport) -> String {
             run.replicate,
             run.head.short()
         );
+    }
+    s
+}
+
+/// The Sum rows of each wait-ratio subset of a stratified test suite (empty when the
+/// suite is not stratified): rows (agents, subset), a column per engineer.
+fn subset_markdown(r: &StudyReport) -> String {
+    let mut s = String::new();
+    let rows: BTreeSet<(usize, String)> = r
+        .cells
+        .iter()
+        .filter_map(|c| Some((c.agents, c.subset.clone()?)))
+        .collect();
+    if rows.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "\nFinal-stage test results per wait-ratio subset (Sum: mean over sizes), valid % / optimal %:\n"
+    );
+    let mut head = String::from("| Agents | Subset |");
+    let mut rule = String::from("|---|---|");
+    for e in &r.engineers {
+        head.push_str(&format!(" {e} |"));
+        rule.push_str("---|");
+    }
+    let _ = writeln!(s, "{head}\n{rule}");
+    for (k, subset) in rows {
+        let mut row = format!("| {k} | {subset} |");
+        for e in &r.engineers {
+            match r
+                .cells
+                .iter()
+                .find(|c| &c.engineer == e && c.agents == k && c.subset.as_ref() == Some(&subset))
+            {
+                Some(c) => row.push_str(&format!(
+                    " {} / {} |",
+                    pm(c.valid_mean, c.valid_ci95),
+                    pm(c.optimal_mean, c.optimal_ci95)
+                )),
+                None => row.push_str(" - |"),
+            }
+        }
+        let _ = writeln!(s, "{row}");
+    }
+    s
+}
+
+/// One paired cell: `+2.50 [-1.20, +6.20]; boot [-0.80, +5.10]; p 0.2100`.
+pub fn paired_cell(m: &StudyPairedMetric) -> String {
+    let (main, detail) = paired_cell_parts(m);
+    match detail {
+        Some(d) => format!("{main}; {d}"),
+        None => main,
+    }
+}
+
+/// A paired cell in two parts: the mean difference with its t-interval over seeds, and
+/// the instance-level statistics (`boot [-0.80, +5.10]; p 0.2100`) when there are any.
+pub fn paired_cell_parts(m: &StudyPairedMetric) -> (String, Option<String>) {
+    let mut main = format!("{:+.2}", m.mean);
+    if let Some(h) = m.ci95 {
+        main.push_str(&format!(" [{:+.2}, {:+.2}]", m.mean - h, m.mean + h));
+    }
+    let mut detail = Vec::new();
+    if let Some(b) = m.bootstrap_ci95 {
+        detail.push(format!("boot [{:+.2}, {:+.2}]", b.low, b.high));
+    }
+    if let Some(mc) = m.mcnemar {
+        detail.push(format!("p {:.4}", mc.p));
+    }
+    (main, (!detail.is_empty()).then(|| detail.join("; ")))
+}
+
+/// Each engineer against `fixed` in the paper's layout: one row per engineer (and per
+/// engineer and wait-ratio subset), a column per Sum row (validation, 3, 4, 5 agents).
+fn paired_markdown(r: &StudyReport) -> String {
+    let mut s = String::new();
+    if r.paired.is_empty() {
+        return s;
+    }
+    let seeds = r
+        .paired
+        .iter()
+        .map(|p| p.replicates.len())
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "\nPaired differences vs {BASELINE}: replicate r of each engineer against replicate r of {BASELINE} \
+         (the same fork point and suite items). Δ = engineer − {BASELINE} in percentage points, \
+         mean over {seeds} seed{}{}; boot: 95% paired bootstrap over items pooled over seeds \
+         ({} resamples, items resampled within each seed's cells); p: McNemar's exact test on the \
+         discordant items pooled over seeds.",
+        if seeds == 1 { "" } else { "s" },
+        if seeds > 1 {
+            " [95% t-interval of the per-seed differences]"
+        } else {
+            " (one seed: no t-interval)"
+        },
+        paired::RESAMPLES
+    );
+    // Columns: (suite, agents) in order; rows: (engineer, subset).
+    let cols: Vec<(String, usize)> = {
+        let mut c: Vec<(bool, String, usize)> = r
+            .paired
+            .iter()
+            .map(|p| (p.suite != "val", p.suite.clone(), p.agents))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        c.sort();
+        c.into_iter().map(|(_, s, k)| (s, k)).collect()
+    };
+    let mut rows: Vec<(String, Option<String>)> = Vec::new();
+    for p in &r.paired {
+        let key = (p.engineer.clone(), p.subset.clone());
+        if !rows.contains(&key) {
+            rows.push(key);
+        }
+    }
+    // Engineers in study order, each whole first, then its subsets.
+    rows.sort_by_key(|(e, sub)| {
+        (
+            r.engineers.iter().position(|x| x == e),
+            sub.is_some(),
+            sub.clone(),
+        )
+    });
+    for (title, pick) in [("Valid %", 0usize), ("Optimal %", 1usize)] {
+        let _ = writeln!(s, "\n{title}, Δ vs {BASELINE} [95% paired CI]:\n");
+        let mut head = String::from("| Engineer |");
+        let mut rule = String::from("|---|");
+        for (suite, k) in &cols {
+            head.push_str(&if suite == "val" {
+                format!(" Validation ({k} agents) |")
+            } else {
+                format!(" {k} agents |")
+            });
+            rule.push_str("---|");
+        }
+        let _ = writeln!(s, "{head}\n{rule}");
+        for (e, sub) in &rows {
+            let mut row = match sub {
+                Some(w) => format!("| {e} @ {w} |"),
+                None => format!("| {e} |"),
+            };
+            for (suite, k) in &cols {
+                match r.paired.iter().find(|p| {
+                    &p.engineer == e && &p.suite == suite && p.agents == *k && &p.subset == sub
+                }) {
+                    Some(p) => {
+                        let m = if pick == 0 { &p.valid } else { &p.optimal };
+                        row.push_str(&format!(" {} |", paired_cell(m)));
+                    }
+                    None => row.push_str(" - |"),
+                }
+            }
+            let _ = writeln!(s, "{row}");
+        }
+    }
+    let notes: BTreeSet<String> = r.paired.iter().filter_map(|p| p.note.clone()).collect();
+    for n in notes {
+        let _ = writeln!(s, "\nNo instance-level statistics: {n}.");
     }
     s
 }

@@ -67,6 +67,7 @@ fn main() {
             per_cell,
             max_size: 10,
             seed: 2026,
+            wait_ratios: Vec::new(),
         };
         let s = suite::build(&spec, Budget::default()).expect("suite");
         println!("CBS solve time per cell, suite {} ({} per cell): p50 / p90 / p99 / max in microseconds", name.as_str(), per_cell);

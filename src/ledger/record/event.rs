@@ -9,8 +9,9 @@ use crate::ledger::codec::{self, CodecError};
 use crate::ledger::hash::Hash;
 // The trainer's own records: the stage turns them into events.
 pub use crate::train::records::{
-    EvalCell, Evaluation, FailureBreakdown, GradientStep, GrpoStats, SizeFailures, StepRecord,
-    Trajectory, TrajectoryBatch,
+    EvalCell, Evaluation, EvaluationOutcomes, FailureBreakdown, GradientStep, GrpoStats,
+    SizeFailures, StepRecord, Trajectory, TrajectoryBatch, OUTCOME_INVALID, OUTCOME_OPTIMAL,
+    OUTCOME_VALID,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -47,6 +48,9 @@ pub enum EventBody {
     EngineerChosen(EngineerChosen),
     /// Per GRPO step: reward spread, groups with signal, KL, clip fraction, tokens.
     GrpoStats(GrpoStats),
+    /// Per suite evaluation, right after its `Evaluation`: one byte per suite item (0
+    /// invalid, 1 valid, 2 optimal), for paired statistics between branches.
+    EvaluationOutcomes(EvaluationOutcomes),
 }
 
 /// The ledger's first event: the plan file it was created from.
@@ -223,6 +227,7 @@ impl EventBody {
             EventBody::BranchForked(_) => "branch_forked",
             EventBody::EngineerChosen(_) => "engineer_chosen",
             EventBody::GrpoStats(_) => "grpo_stats",
+            EventBody::EvaluationOutcomes(_) => "evaluation_outcomes",
             EventBody::ReplayVerified(_) => "replay_verified",
         }
     }
@@ -251,6 +256,7 @@ impl EventBody {
             EventBody::Trajectories(t) => t.instances.clone(),
             EventBody::CheckpointSaved(c) => vec![c.blob],
             EventBody::Evaluation(e) => e.checkpoint.into_iter().collect(),
+            EventBody::EvaluationOutcomes(o) => o.checkpoint.into_iter().collect(),
             EventBody::StageCompleted(s) => s.checkpoint.into_iter().collect(),
             EventBody::GradientStep(_)
             | EventBody::FailureBreakdown(_)
@@ -306,6 +312,21 @@ impl EventBody {
                     )
                 });
                 format!("{}: {v}/{t} valid, {o}/{t} optimal", e.suite)
+            }
+            EventBody::EvaluationOutcomes(o) => {
+                let count = |b: u8| o.outcomes.iter().filter(|&&x| x == b).count();
+                format!(
+                    "{}: {} items, {} valid, {} optimal{}",
+                    o.suite,
+                    o.outcomes.len(),
+                    count(OUTCOME_VALID) + count(OUTCOME_OPTIMAL),
+                    count(OUTCOME_OPTIMAL),
+                    if o.wait_ratios.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {} wait-ratio subsets", o.wait_ratios.len())
+                    }
+                )
             }
             EventBody::FailureBreakdown(b) => format!("{}: {} sizes", b.suite, b.sizes.len()),
             EventBody::StageCompleted(s) => format!("{} steps", s.steps),

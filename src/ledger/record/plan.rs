@@ -92,6 +92,15 @@ pub struct Suites {
     /// Seed of the suites (independent of the plan's seed so that ledgers with other
     /// seeds are evaluated on the same instances).
     pub seed: u64,
+    /// Stratify both suites by wait ratio (the paper's test subsets), e.g. `[0.25, 0.5,
+    /// 0.75]`: each cell's instances are split into equal consecutive subsets, one per
+    /// ratio, whose items need coordination with that probability; every evaluation is
+    /// then also recorded per subset (`val@wait0.25`, `test@wait0.50`, ...). Both
+    /// `*_per_cell` must be multiples of the count. Empty (the default): coordination
+    /// is left to chance and the suites are exactly those of plans without the field
+    /// (and, skipped when empty, it leaves the plan's canonical hash as it was).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wait_ratios: Vec<f64>,
 }
 
 impl Default for Suites {
@@ -101,6 +110,7 @@ impl Default for Suites {
             test_per_cell: 50,
             max_size: 10,
             seed: 2026,
+            wait_ratios: Vec::new(),
         }
     }
 }
@@ -370,6 +380,23 @@ impl LedgerPlan {
             100_000,
         )?;
         check_u("suites.test_per_cell", s.test_per_cell as u64, 1, 100_000)?;
+        check_u("suites.wait_ratios", s.wait_ratios.len() as u64, 0, 16)?;
+        crate::env::suite::check_wait_ratios(&s.wait_ratios, None)
+            .map_err(|m| range("suites.wait_ratios", m))?;
+        for (field, per_cell) in [
+            ("suites.validation_per_cell", s.validation_per_cell),
+            ("suites.test_per_cell", s.test_per_cell),
+        ] {
+            let n = s.wait_ratios.len() as u32;
+            if n > 0 && per_cell % n != 0 {
+                return Err(range(
+                    field,
+                    format!(
+                        "{per_cell} is not a multiple of the {n} suites.wait_ratios (each cell is split into {n} equal subsets)"
+                    ),
+                ));
+            }
+        }
         let w = &self.warmup;
         check_u("warmup.steps", w.steps, 0, 100_000_000)?;
         check_f("warmup.lr", w.lr, 0.0, 1.0, true)?;
@@ -402,7 +429,7 @@ impl LedgerPlan {
             if !w.sizes.iter().any(|&n| n >= a) {
                 return Err(range(
                     "warmup.agents",
-                    &format!("{a} agents need a map size of at least {a} in warmup.sizes"),
+                    format!("{a} agents need a map size of at least {a} in warmup.sizes"),
                 ));
             }
         }
@@ -520,6 +547,46 @@ mod tests {
         let bad = DEMO.replace("[grpo]", "[grpo]\nlearning_rate = 0.1");
         let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("learning_rate"), "{e}");
+    }
+
+    #[test]
+    fn wait_ratio_subsets_must_divide_each_per_cell() {
+        let with = |ratios: &str| {
+            DEMO.replace(
+                "test_per_cell = 10",
+                &format!("test_per_cell = 10\nwait_ratios = {ratios}"),
+            )
+        };
+        // 20 and 10 split into 2 subsets.
+        let p = LedgerPlan::parse(with("[0.25, 0.75]").as_bytes()).unwrap();
+        assert_eq!(p.suites.wait_ratios, [0.25, 0.75]);
+        let e = LedgerPlan::parse(with("[0.25, 0.5, 0.75]").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("suites.validation_per_cell") && e.contains("suites.wait_ratios"),
+            "{e}"
+        );
+        let e = LedgerPlan::parse(with("[0.25, 0.5, 0.5, 0.75]").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("suites.wait_ratios") && e.contains("twice"),
+            "{e}"
+        );
+        let e = LedgerPlan::parse(with("[1.5]").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("suites.wait_ratios"), "{e}");
+        // Empty, the field adds nothing to the canonical encoding: plan hashes of plans
+        // without it are what they were.
+        let s = Suites::default();
+        assert_eq!(
+            codec::encode(&s),
+            codec::encode(&(s.validation_per_cell, s.test_per_cell, s.max_size, s.seed))
+        );
+        let plain = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        assert_ne!(p.hash(), plain.hash());
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub struct StageState {
     pub evaluations: BTreeMap<String, Vec<EvalCell>>,
     /// The event each of those evaluations came from (views cite it).
     pub evaluation_events: BTreeMap<String, Hash>,
+    /// Latest per-instance outcomes event per suite (`evaluation_outcomes`; absent in
+    /// ledgers recorded before it existed). Views load the event for paired statistics.
+    pub outcome_events: BTreeMap<String, Hash>,
     pub failures: Option<FailureBreakdown>,
     pub completed: Option<Hash>,
     /// Sums of the stage's per-step GRPO statistics (`grpo_stats` events).
@@ -223,6 +226,9 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
             let x = s.stage_mut(n);
             x.evaluations.insert(e.suite.clone(), e.cells.clone());
             x.evaluation_events.insert(e.suite.clone(), *hash);
+        }
+        EventBody::EvaluationOutcomes(o) => {
+            s.stage_mut(n).outcome_events.insert(o.suite.clone(), *hash);
         }
         EventBody::FailureBreakdown(f) => s.stage_mut(n).failures = Some(f.clone()),
         EventBody::StageCompleted(_) => {
