@@ -103,7 +103,12 @@ fn input_errors_exit_2_naming_the_input() {
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("warp_speed") && e.contains("bad.toml"), "{e}");
-    std::fs::write(&bad, plan.replace("lr = 0.0003", "lr = 3.0")).unwrap();
+    let lr = "\nlr = 0.0001\n";
+    assert!(
+        plan.contains(lr),
+        "the demo plan's grpo.lr changed: update this test"
+    );
+    std::fs::write(&bad, plan.replace(lr, "\nlr = 3.0\n")).unwrap();
     let e = String::from_utf8_lossy(&ledger(&d, &["init", "--plan", bad.to_str().unwrap()]).stderr)
         .into_owned();
     assert!(e.contains("grpo.lr"), "{e}");

@@ -9,6 +9,7 @@ use mapf_ledger::train::grpo::{self, GrpoConfig};
 use mapf_ledger::train::lm::generate::{attention_bias, generate as lm_generate};
 use mapf_ledger::train::lm::model::{LoraSpec, Model};
 use mapf_ledger::train::lm::{self, hf, LmPolicy, LmSpec, Sampling};
+use mapf_ledger::train::records::StepRecord;
 use mapf_ledger::train::warmup::{self, WarmupConfig};
 use mapf_ledger::train::TrainState;
 use std::collections::BTreeMap;
@@ -419,8 +420,34 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
     };
     let before = mean_reward(&ts);
     let blobs = vec![mapf_ledger::ledger::Hash([0; 32]); data.len()];
+    // Every step ends with its statistics, which agree with the trajectories it recorded:
+    // groups whose rewards differ are the ones with signal; `keep` skips none.
+    let check = |records: &[StepRecord], skip: bool| {
+        let (Some(StepRecord::Trajectories(t)), Some(StepRecord::GrpoStats(st))) =
+            (records.first(), records.last())
+        else {
+            panic!("a step records trajectories first and its statistics last");
+        };
+        let rewards: Vec<f32> = t
+            .trajectories
+            .iter()
+            .map(|x| f32::from_bits(x.reward_bits))
+            .collect();
+        let signal = rewards
+            .chunks(g.group_size)
+            .filter(|c| c.iter().any(|&r| r != c[0]))
+            .count() as u32;
+        assert_eq!((st.samples, st.groups), (128, 16));
+        assert_eq!(st.signal_groups, signal);
+        assert_eq!(st.skipped_groups, if skip { 16 - signal } else { 0 });
+        assert_eq!(
+            st.valid as usize,
+            t.trajectories.iter().filter(|x| x.valid).count()
+        );
+    };
     for s in 0..g.steps {
-        grpo::step(&mut ts, None, &g, &data, &blobs, Seed::root(4), s);
+        let (records, _) = grpo::step(&mut ts, None, &g, &data, &blobs, Seed::root(4), s);
+        check(&records, false);
     }
     let after = mean_reward(&ts);
     // 512 samples: the standard error of each mean is about 0.02.
@@ -428,6 +455,12 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
         after > before + 0.05,
         "mean reward {before:.3} -> {after:.3}"
     );
+    let skip = GrpoConfig {
+        zero_variance: grpo::ZeroVariance::Skip,
+        ..g.clone()
+    };
+    let (records, _) = grpo::step(&mut ts, None, &skip, &data, &blobs, Seed::root(4), g.steps);
+    check(&records, true);
 }
 
 fn ledger(args: &[&str]) -> std::process::Output {

@@ -114,6 +114,8 @@ fn audit_export_and_compare_plot() {
         "failures 3x3",
         "config: field",
         "rationale:",
+        "training: ",
+        "groups with signal",
         "outcome (val set, stage 1 -> 2",
         "verdict:",
     ] {
@@ -146,11 +148,25 @@ fn audit_export_and_compare_plot() {
     let mut lines = csv.lines();
     assert_eq!(
         lines.next().unwrap(),
-        "branch,stage,engineer,suite,agents,size,total,valid,optimal,valid_rate,optimal_rate,gradient_steps,train_trajectories,train_valid,train_optimal,completed"
+        "branch,stage,engineer,suite,agents,size,total,valid,optimal,valid_rate,optimal_rate,gradient_steps,train_trajectories,train_valid,train_optimal,grpo_reward_mean,grpo_reward_std,grpo_signal_share,grpo_skipped_groups,grpo_kl,grpo_clip_fraction,grpo_tokens,completed"
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), cells);
-    assert!(rows.iter().all(|r| r.len() == 16 && r[0] == "h"));
+    assert!(rows.iter().all(|r| r.len() == 23 && r[0] == "h"));
+    // GRPO statistics: empty for stage 0 (no GRPO step), a reward mean, a signal share
+    // in [0, 1] and sampled tokens for every trained stage.
+    for r in &rows {
+        if r[1] == "0" {
+            assert_eq!((r[15], r[17], r[21]), ("", "", "0"), "{r:?}");
+        } else {
+            let share: f64 = r[17].parse().unwrap();
+            assert!(
+                r[15].parse::<f64>().is_ok() && (0.0..=1.0).contains(&share),
+                "{r:?}"
+            );
+            assert!(r[21].parse::<u64>().unwrap() > 0, "{r:?}");
+        }
+    }
     let jsonl = ok(&ledger(
         &d,
         &["export", "--what", "metrics", "--branch", "h"],

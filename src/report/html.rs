@@ -682,7 +682,11 @@ fn decision(h: &mut String, b: &BranchView, d: &crate::views::audit::DecisionAud
     // What happened next: how GRPO went on the stage, then validation.
     h.push_str("<div><h4>Outcome</h4>");
     if let Some(t) = &d.training {
-        let _ = write!(h, "<p class=\"muted training\">GRPO: {}</p>", esc(&t.line()));
+        let _ = write!(
+            h,
+            "<p class=\"muted training\">GRPO: {}</p>",
+            esc(&t.line())
+        );
     }
     match &d.outcome {
         None => h.push_str("<p class=\"muted\">not evaluated yet</p>"),

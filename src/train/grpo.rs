@@ -413,7 +413,11 @@ mod tests {
         Plan {
             moves: s
                 .iter()
-                .map(|x| x.chars().map(|c| crate::env::Move::from_letter(c).unwrap()).collect())
+                .map(|x| {
+                    x.chars()
+                        .map(|c| crate::env::Move::from_letter(c).unwrap())
+                        .collect()
+                })
                 .collect(),
         }
     }
@@ -426,12 +430,21 @@ mod tests {
             size: 3,
             grid: vec!["FFF".into(), "FHF".into(), "FFF".into()],
             agents: vec![
-                crate::env::instance::AgentSpec { start: [0, 0], goal: [0, 2] },
-                crate::env::instance::AgentSpec { start: [2, 0], goal: [2, 2] },
+                crate::env::instance::AgentSpec {
+                    start: [0, 0],
+                    goal: [0, 2],
+                },
+                crate::env::instance::AgentSpec {
+                    start: [2, 0],
+                    goal: [2, 2],
+                },
             ],
         })
         .unwrap();
-        let reference = Reference { sum_of_costs: 4, makespan: 2 };
+        let reference = Reference {
+            sum_of_costs: 4,
+            makespan: 2,
+        };
         let c = cfg();
         let r = |p: Option<&Plan>| {
             let o = match p {
