@@ -378,17 +378,7 @@ fn test(h: &mut String, r: &Report) {
 /// The final stage's Sum rows per wait-ratio subset: rows (suite, agents, subset), a
 /// column pair per branch; nothing when no suite is stratified.
 fn subsets(h: &mut String, r: &Report) {
-    let keys: BTreeSet<(bool, String, usize, String)> = r
-        .branches
-        .iter()
-        .flat_map(|b| b.subsets.iter())
-        .flat_map(|t| {
-            t.table
-                .agent_counts()
-                .into_iter()
-                .map(|k| (t.suite != "val", t.suite.clone(), k, t.subset.clone()))
-        })
-        .collect();
+    let keys = crate::views::compare::subset_rows(r.branches.iter().map(|b| b.subsets.as_slice()));
     if keys.is_empty() {
         return;
     }
@@ -988,34 +978,13 @@ fn study_paired(h: &mut String, s: &crate::views::study::StudyReport) {
          ({} resamples); p: McNemar's exact test on the discordant items pooled over seeds.</p>",
         crate::views::paired::RESAMPLES
     );
-    let mut cols: Vec<(bool, String, usize)> = s
-        .paired
-        .iter()
-        .map(|p| (p.suite != "val", p.suite.clone(), p.agents))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    cols.sort();
-    let mut rows: Vec<(String, Option<String>)> = Vec::new();
-    for p in &s.paired {
-        let key = (p.engineer.clone(), p.subset.clone());
-        if !rows.contains(&key) {
-            rows.push(key);
-        }
-    }
-    rows.sort_by_key(|(e, sub)| {
-        (
-            s.engineers.iter().position(|x| x == e),
-            sub.is_some(),
-            sub.clone(),
-        )
-    });
+    let (cols, rows) = s.paired_layout();
     for (title, pick) in [("Valid %", 0usize), ("Optimal %", 1)] {
         let _ = write!(
             h,
             "<h4>{title}, Δ vs {BASELINE}</h4><div class=\"scroll\"><table class=\"study-paired\"><thead><tr><th class=\"l\">engineer</th>"
         );
-        for (_, suite, k) in &cols {
+        for (suite, k) in &cols {
             let _ = write!(
                 h,
                 "<th>{}</th>",
@@ -1036,7 +1005,7 @@ fn study_paired(h: &mut String, s: &crate::views::study::StudyReport) {
                     .map(|w| format!(" @ {}", esc(w)))
                     .unwrap_or_default()
             );
-            for (_, suite, k) in &cols {
+            for (suite, k) in &cols {
                 let p = s.paired.iter().find(|p| {
                     &p.engineer == e && &p.suite == suite && p.agents == *k && &p.subset == sub
                 });

@@ -474,21 +474,27 @@ pub fn render(summaries: &[BranchSummary]) -> String {
     s
 }
 
-/// The final stage's Sum rows per wait-ratio subset, one row per (suite, agents,
-/// subset), one column pair per branch (empty when no suite is stratified).
-pub fn render_subsets(summaries: &[BranchSummary]) -> String {
-    let mut s = String::new();
-    // (suite order, suite, agents, subset) in display order.
-    let keys: BTreeSet<(bool, String, usize, String)> = summaries
-        .iter()
-        .flat_map(|b| b.subsets.iter())
+/// The rows of a subset table, in display order: (validation first, suite, agents,
+/// subset) over every branch's subset tables. The text view and the report share it.
+pub fn subset_rows<'a>(
+    tables: impl Iterator<Item = &'a [SubsetTable]>,
+) -> BTreeSet<(bool, String, usize, String)> {
+    tables
+        .flatten()
         .flat_map(|t| {
             t.table
                 .agent_counts()
                 .into_iter()
                 .map(|k| (t.suite != "val", t.suite.clone(), k, t.subset.clone()))
         })
-        .collect();
+        .collect()
+}
+
+/// The final stage's Sum rows per wait-ratio subset, one row per (suite, agents,
+/// subset), one column pair per branch (empty when no suite is stratified).
+pub fn render_subsets(summaries: &[BranchSummary]) -> String {
+    let mut s = String::new();
+    let keys = subset_rows(summaries.iter().map(|b| b.subsets.as_slice()));
     if keys.is_empty() {
         return s;
     }

@@ -642,6 +642,35 @@ pub fn paired_cell_parts(m: &StudyPairedMetric) -> (String, Option<String>) {
 
 /// Each engineer against `fixed` in the paper's layout: one row per engineer (and per
 /// engineer and wait-ratio subset), a column per Sum row (validation, 3, 4, 5 agents).
+impl StudyReport {
+    /// The paired table's layout, shared by study.md and the report: columns (suite,
+    /// agents) with validation first; rows (engineer, subset) in study order, each
+    /// engineer's whole suite before its subsets.
+    #[allow(clippy::type_complexity)]
+    pub fn paired_layout(&self) -> (Vec<(String, usize)>, Vec<(String, Option<String>)>) {
+        let cols: BTreeSet<(bool, String, usize)> = self
+            .paired
+            .iter()
+            .map(|p| (p.suite != "val", p.suite.clone(), p.agents))
+            .collect();
+        let mut rows: Vec<(String, Option<String>)> = Vec::new();
+        for p in &self.paired {
+            let key = (p.engineer.clone(), p.subset.clone());
+            if !rows.contains(&key) {
+                rows.push(key);
+            }
+        }
+        rows.sort_by_key(|(e, sub)| {
+            (
+                self.engineers.iter().position(|x| x == e),
+                sub.is_some(),
+                sub.clone(),
+            )
+        });
+        (cols.into_iter().map(|(_, s, k)| (s, k)).collect(), rows)
+    }
+}
+
 fn paired_markdown(r: &StudyReport) -> String {
     let mut s = String::new();
     if r.paired.is_empty() {
@@ -668,33 +697,7 @@ fn paired_markdown(r: &StudyReport) -> String {
         },
         paired::RESAMPLES
     );
-    // Columns: (suite, agents) in order; rows: (engineer, subset).
-    let cols: Vec<(String, usize)> = {
-        let mut c: Vec<(bool, String, usize)> = r
-            .paired
-            .iter()
-            .map(|p| (p.suite != "val", p.suite.clone(), p.agents))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        c.sort();
-        c.into_iter().map(|(_, s, k)| (s, k)).collect()
-    };
-    let mut rows: Vec<(String, Option<String>)> = Vec::new();
-    for p in &r.paired {
-        let key = (p.engineer.clone(), p.subset.clone());
-        if !rows.contains(&key) {
-            rows.push(key);
-        }
-    }
-    // Engineers in study order, each whole first, then its subsets.
-    rows.sort_by_key(|(e, sub)| {
-        (
-            r.engineers.iter().position(|x| x == e),
-            sub.is_some(),
-            sub.clone(),
-        )
-    });
+    let (cols, rows) = r.paired_layout();
     for (title, pick) in [("Valid %", 0usize), ("Optimal %", 1usize)] {
         let _ = writeln!(s, "\n{title}, Δ vs {BASELINE} [95% paired CI]:\n");
         let mut head = String::from("| Engineer |");
