@@ -16,6 +16,7 @@ fn event_schema_names_every_kind_and_plan_schema_every_section() {
             "verify",
             "rebuild",
             "gc",
+            "recover",
             "fetch"
         ]
     );

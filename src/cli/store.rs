@@ -54,6 +54,18 @@ pub enum StoreCommand {
     Verify {
         #[arg(long)]
         json: bool,
+        /// Fail (exit 1) on warnings too: a damaged superseded REFS record, a blob
+        /// `recover` recorded as lost.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Repair damage: restore the newest intact REFS snapshot, cut damaged pack bytes out
+    /// of history (moving the intact records after them), move damaged blob files aside,
+    /// bring back branch tips no ref reaches as `recovered/...`, and rebuild. Copies of
+    /// everything damaged are kept in `<ledger>/damaged/<n>/`.
+    Recover {
+        #[arg(long)]
+        json: bool,
     },
     /// Export events, per-cell metrics, decisions or branches as JSON lines or CSV (every
     /// branch, or one branch's history).
@@ -150,7 +162,8 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
         } => log(ledger, &branch, limit, json),
         StoreCommand::Show { reference, json } => show(ledger, &reference, json),
         StoreCommand::Branches { json } => branches(ledger, json),
-        StoreCommand::Verify { json } => verify(ledger, json),
+        StoreCommand::Verify { json, strict } => verify(ledger, json, strict),
+        StoreCommand::Recover { json } => recover(ledger, json),
         StoreCommand::Export {
             format,
             what,
@@ -462,7 +475,7 @@ fn branches(ledger: &Path, json: bool) -> CliResult {
     w.flush().map_err(out_err)
 }
 
-fn verify(ledger: &Path, json: bool) -> CliResult {
+fn verify(ledger: &Path, json: bool, strict: bool) -> CliResult {
     let l = Ledger::open_read_only(ledger).map_err(err)?;
     let mut r = l.verify();
     drop(l);
@@ -473,6 +486,9 @@ fn verify(ledger: &Path, json: bool) -> CliResult {
     if json {
         print_json(&r)?;
     } else if r.ok() {
+        for w in &r.warnings {
+            println!("WARN {w}");
+        }
         println!(
             "ledger {} verified: {} events ({:.1} MB), {} blobs ({:.1} MB), {} branches in {:.3}s ({:.0} MB/s)",
             ledger.display(),
@@ -492,13 +508,100 @@ fn verify(ledger: &Path, json: bool) -> CliResult {
             println!("... and {} more problems", r.problems.len() - 20);
         }
     }
-    match r.first() {
+    match r.first().or(r.warnings.first().filter(|_| strict)) {
         None => Ok(()),
         Some(p) => Err(CliError::check(format!(
-            "verify failed for ledger {}: {p}",
+            "verify failed for ledger {}: {p} (`ledger recover` repairs damaged packs, blobs and REFS; `ledger rebuild` remakes the index and projections)",
             ledger.display()
         ))),
     }
+}
+
+fn recover(ledger: &Path, json: bool) -> CliResult {
+    let r = crate::ledger::recover::recover(ledger).map_err(err)?;
+    if json {
+        return print_json(&r);
+    }
+    let short = |h: &Option<Hash>| h.map_or("-".to_string(), |h| h.short());
+    if !r.changed {
+        println!(
+            "ledger {}: nothing damaged in REFS, packs or blobs; index and projections rebuilt ({} events)",
+            ledger.display(),
+            r.events
+        );
+        return Ok(());
+    }
+    if r.refs.newest_damaged {
+        match r.refs.restored_record {
+            Some(n) => println!(
+                "REFS: the newest record was damaged; restored record {n} of {}",
+                r.refs.records
+            ),
+            None => println!("REFS: no intact record; branches rebuilt from the packs"),
+        }
+    } else if !r.refs.damaged_records.is_empty() {
+        println!(
+            "REFS: superseded records {:?} were damaged; rewritten as the one current record",
+            r.refs.damaged_records
+        );
+    }
+    for p in &r.packs {
+        let len = |l: Option<u64>| l.map_or("unlisted".to_string(), |l| l.to_string());
+        if p.created {
+            println!(
+                "pack {}: made, holding {} moved records",
+                p.file, p.moved_frames
+            );
+        } else {
+            println!(
+                "pack {}: committed {} -> {}; damaged {}; {} intact records moved",
+                p.file,
+                len(p.committed_before),
+                len(p.committed_after),
+                p.damaged
+                    .iter()
+                    .map(|(o, n)| format!("{n} bytes at {o}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                p.moved_frames
+            );
+        }
+    }
+    for f in &r.moved_blob_files {
+        println!("blob file {f}: damaged, moved out of the store");
+    }
+    for b in r.branches.iter().filter(|b| b.action != "kept") {
+        println!(
+            "branch {}: {} ({} -> {})",
+            b.name,
+            b.action,
+            short(&b.before),
+            short(&b.after)
+        );
+    }
+    for h in &r.lost_events {
+        println!("LOST event {} (its record was in damaged bytes)", h.short());
+    }
+    if !r.cut_off_events.is_empty() {
+        println!(
+            "LOST {} intact events after a lost one (no ref reaches them; their records are in the damaged copy): {}",
+            r.cut_off_events.len(),
+            r.cut_off_events.iter().map(|h| h.short()).collect::<Vec<_>>().join(" ")
+        );
+    }
+    for h in &r.lost_blobs {
+        println!(
+            "LOST blob {} (fetching it from a copy of the ledger restores it)",
+            h.short()
+        );
+    }
+    println!(
+        "recovered ledger {}: copies of the damaged files in {}; rebuilt from {} events",
+        ledger.display(),
+        r.damaged_copy.as_deref().unwrap_or("-"),
+        r.events
+    );
+    Ok(())
 }
 
 fn append_loop(ledger: &Path, batch: usize, batches: Option<u64>) -> CliResult {

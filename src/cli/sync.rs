@@ -66,18 +66,27 @@ pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
     Ok(())
 }
 
-/// Read a fetch source: a ledger directory (only what `dest` lacks) or a bundle file.
+/// Read a fetch source: a ledger directory (only what `dest` lacks, and the blobs its
+/// `LOST` file names) or a bundle file.
 pub fn read_source(src: &Path, dest: &Ledger) -> Result<Bundle, LedgerError> {
     if src.join("db").is_dir() {
         let s = Ledger::open_read_only(src)?;
         let refs = s.branches()?;
-        Bundle::collect(
+        let mut b = Bundle::collect(
             &s,
             &refs,
             &|h| dest.contains_event(h),
             &|h| dest.has_blob(h).unwrap_or(false),
             &crate::train::TrainState::referenced_blobs,
-        )
+        )?;
+        // Blobs `recover` recorded as lost here belong to events `dest` has, so the walk
+        // above skips them: the source's copies restore them.
+        for (h, kind) in crate::ledger::recover::read_lost(dest.dir()) {
+            if kind == "blob" && !dest.has_blob(&h)? && s.has_blob(&h)? {
+                b.blobs.insert(h, s.blob(&h)?);
+            }
+        }
+        Ok(b)
     } else {
         Bundle::read(src)
     }

@@ -13,6 +13,7 @@ pub mod codec;
 pub mod gc;
 pub mod hash;
 pub mod record;
+pub mod recover;
 pub mod storage;
 pub mod store;
 pub mod verify;
@@ -103,7 +104,7 @@ pub fn schemas() -> Vec<(&'static str, String)> {
             "ledger-plan",
             crate::schemas::pretty(schema_for!(plan::LedgerPlan)),
         ),
-        // What `verify --json`, `rebuild --json`, `gc --json` and `fetch --json` print.
+        // What `verify --json`, `rebuild --json`, `gc --json`, `recover --json` and `fetch --json` print.
         (
             "verify",
             crate::schemas::pretty(schema_for!(verify::Report)),
@@ -113,6 +114,10 @@ pub fn schemas() -> Vec<(&'static str, String)> {
             crate::schemas::pretty(schema_for!(store::RebuildReport)),
         ),
         ("gc", crate::schemas::pretty(schema_for!(gc::GcReport))),
+        (
+            "recover",
+            crate::schemas::pretty(schema_for!(recover::RecoverReport)),
+        ),
         (
             "fetch",
             crate::schemas::pretty(schema_for!(bundle::FetchReport)),

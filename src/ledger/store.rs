@@ -148,7 +148,7 @@ pub(crate) fn sled_error(dir: &Path, e: sled::Error) -> LedgerError {
 }
 
 /// Ids of the pack files of `kind` in `packs_dir`.
-fn pack_files(packs_dir: &Path, kind: PackKind) -> Result<Vec<u32>, LedgerError> {
+pub(crate) fn pack_files(packs_dir: &Path, kind: PackKind) -> Result<Vec<u32>, LedgerError> {
     let rd = std::fs::read_dir(packs_dir).map_err(|e| LedgerError::Io {
         path: packs_dir.to_path_buf(),
         message: e.to_string(),
@@ -162,7 +162,7 @@ fn pack_files(packs_dir: &Path, kind: PackKind) -> Result<Vec<u32>, LedgerError>
 }
 
 /// Whether `dir` holds a ledger (of this layout, or of the older sled-only one).
-fn is_ledger(dir: &Path) -> bool {
+pub(crate) fn is_ledger(dir: &Path) -> bool {
     refs::path(dir).is_file() || dir.join("db").is_dir()
 }
 
@@ -478,7 +478,7 @@ impl Ledger {
             let p = &problems[0];
             return Err(LedgerError::Corrupt {
                 what: p.what.clone(),
-                problem: p.problem.clone(),
+                problem: format!("{}; {}", p.problem, refs::RECOVER_HINT),
             });
         }
         Ok(Ledger {

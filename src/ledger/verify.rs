@@ -34,6 +34,9 @@ pub struct Report {
     pub branches: usize,
     pub seconds: f64,
     pub problems: Vec<Problem>,
+    /// Damage that leaves history whole: a superseded `REFS` record that fails its check,
+    /// blobs `ledger recover` recorded as lost (in `LOST`). Exit 0 unless `--strict`.
+    pub warnings: Vec<Problem>,
 }
 
 impl Report {
@@ -158,6 +161,12 @@ impl Ledger {
         // The saved index: whole and sorted, every entry met in the walk above, and the
         // id it holds for each position the one stored there.
         let saved_digest = index.check_saved();
+        for file in Index::unreadable_saved(self.dir()) {
+            problems.push(Problem {
+                what: file.display().to_string(),
+                problem: "does not load (bad header, size or tables; the index is derived: `ledger rebuild` remakes it)".into(),
+            });
+        }
         if let Err((file, e)) = &saved_digest {
             problems.push(Problem {
                 what: file.display().to_string(),
@@ -230,6 +239,36 @@ impl Ledger {
             }
         }
 
+        // REFS' history: every record's check line, not only the last one's (which the
+        // open checked). A damaged superseded record loses nothing; it is a warning.
+        let mut warnings = Vec::new();
+        let refs_path = super::refs::path(self.dir());
+        if let Ok(bytes) = std::fs::read(&refs_path) {
+            if (bytes.len() as u64) < super::refs::COMPACT_BYTES {
+                problems.push(Problem {
+                    what: refs_path.display().to_string(),
+                    problem: super::refs::short_file_problem(bytes.len()),
+                });
+            }
+            let spans = super::refs::records(&bytes);
+            for (i, &(s, e)) in spans.iter().enumerate().rev().skip(1) {
+                if let Err(err) = super::refs::Refs::parse(self.dir(), &bytes[s..e]) {
+                    let problem = match err {
+                        super::LedgerError::Corrupt { problem, .. } => problem,
+                        e => e.to_string(),
+                    };
+                    warnings.push(Problem {
+                        what: format!("{} record {} (offset {s})", refs_path.display(), i + 1),
+                        problem: format!(
+                            "superseded record damaged; the current one is intact: {problem}"
+                        ),
+                    });
+                }
+            }
+            warnings.reverse();
+        }
+        let lost = super::recover::read_lost(self.dir());
+
         // Blobs: every referenced one present and whole, every stored one whole.
         referenced.sort();
         referenced.dedup_by(|a, b| a.0 == b.0);
@@ -261,9 +300,19 @@ impl Ledger {
             })
             .collect();
         let mut blob_bytes = 0;
-        for (p, n) in blob_checks {
+        for ((p, n), (b, _)) in blob_checks.into_iter().zip(&referenced) {
             blob_bytes += n;
-            problems.extend(p);
+            match p {
+                // A loss `recover` recorded: known, named, and not a failure.
+                Some(p) if n == 0 && lost.contains_key(b) => warnings.push(Problem {
+                    what: p.what,
+                    problem: format!(
+                        "lost to damage (recorded in {} by `ledger recover`; fetching it from a copy of the ledger restores it)",
+                        super::recover::LOST_FILE
+                    ),
+                }),
+                p => problems.extend(p),
+            }
         }
         // Every small blob, referenced or not: record checksum and content hash.
         for p in store.small_packs() {
@@ -296,6 +345,7 @@ impl Ledger {
             branches,
             seconds: t.elapsed().as_secs_f64(),
             problems,
+            warnings,
         }
     }
 }

@@ -528,6 +528,16 @@ impl Index {
             .all(|s| crc32fast::hash(&s.map[..s.map.len() - 4]) == s.sum())
     }
 
+    /// Saved segment files of the ledger in `ledger_dir` that exist but do not load
+    /// (bad magic, header, size or tables): damage that opening skips silently, since
+    /// the index is derived, but `verify` names.
+    pub fn unreadable_saved(ledger_dir: &Path) -> Vec<PathBuf> {
+        [path(ledger_dir), delta_path(ledger_dir)]
+            .into_iter()
+            .filter(|p| p.is_file() && Saved::load(p).is_none())
+            .collect()
+    }
+
     /// Check each saved segment on its own (see `Saved::check`): the first problem,
     /// naming the file.
     pub fn check_saved(&self) -> Result<u64, (PathBuf, String)> {

@@ -239,7 +239,10 @@ impl Pack {
         if len < committed {
             return Err(LedgerError::Corrupt {
                 what: format!("pack {}", path.display()),
-                problem: format!("file has {len} bytes but {committed} are committed (truncated)"),
+                problem: format!(
+                    "file has {len} bytes but {committed} are committed (truncated); {}",
+                    crate::ledger::refs::RECOVER_HINT
+                ),
             });
         }
         if writable && len > committed {
@@ -259,7 +262,10 @@ impl Pack {
         if p.bytes().get(..PACK_MAGIC.len()) != Some(&kind.magic()[..]) {
             return Err(LedgerError::Corrupt {
                 what: format!("pack {}", p.path.display()),
-                problem: "bad magic or unknown pack format version".into(),
+                problem: format!(
+                    "bad magic or unknown pack format version; {}",
+                    crate::ledger::refs::RECOVER_HINT
+                ),
             });
         }
         Ok(p)

@@ -74,10 +74,14 @@ pub fn path(dir: &Path) -> PathBuf {
     dir.join(REFS_FILE)
 }
 
+/// What every command says when it meets a damaged `REFS`: the tool that repairs it.
+pub const RECOVER_HINT: &str =
+    "`ledger recover` restores the newest intact snapshot and finds the branch tips after it";
+
 fn corrupt(dir: &Path, problem: String) -> LedgerError {
     LedgerError::Corrupt {
         what: path(dir).display().to_string(),
-        problem,
+        problem: format!("{problem}; {RECOVER_HINT}"),
     }
 }
 
@@ -157,16 +161,14 @@ impl Refs {
     /// The last committed record of a refs log's bytes and the length of the file up
     /// to its end (what a writer keeps; a torn tail after it is cut).
     pub fn parse_log(dir: &Path, bytes: &[u8]) -> Result<(Refs, usize), LedgerError> {
-        // Records, in order: each runs from its start to the end of its first whole
-        // `check <64 hex>` line. What follows the last one is a torn or in-progress
-        // record, ignored.
-        let mut last: Option<(usize, usize)> = None;
-        let mut pos = 0;
-        while let Some(end) = record_end(&bytes[pos..]) {
-            last = Some((pos, pos + end));
-            pos += end;
+        let spans = records(bytes);
+        if tail_is_damaged_record(&bytes[spans.last().map_or(0, |s| s.1)..]) {
+            return Err(corrupt(
+                dir,
+                "the last record's check line is damaged (a whole record, not a torn write)".into(),
+            ));
         }
-        match last {
+        match spans.last().copied() {
             Some((s, e)) => Refs::parse(dir, &bytes[s..e]).map(|r| (r, e)),
             None => Err(corrupt(dir, "no complete record (truncated?)".into())),
         }
@@ -184,6 +186,86 @@ impl Refs {
                 message: e.to_string(),
             }),
         }
+    }
+}
+
+/// Why a refs file shorter than [`COMPACT_BYTES`] is damage: every one is written at
+/// least that long, so a shorter one was cut, and the records after the cut (the
+/// newest commits) are gone from it though their events are in the packs.
+pub fn short_file_problem(len: usize) -> String {
+    format!(
+        "the file has {len} bytes but is always written at least {COMPACT_BYTES} long: truncated (records after the cut are lost); {RECOVER_HINT}"
+    )
+}
+
+/// The records of a refs log's bytes, as `(start, end)`, in order: each runs from its
+/// start to the end of its first whole `check <64 hex>` line. What follows the last one
+/// is a torn or in-progress record (or the zeros a fresh file is padded with).
+pub fn records(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while let Some(end) = record_end(&bytes[pos..]) {
+        out.push((pos, pos + end));
+        pos += end;
+    }
+    out
+}
+
+/// Whether what follows the last complete record is a whole record whose check line was
+/// damaged (so it no longer reads as one), rather than a write torn by a crash.
+///
+/// A torn write is a prefix of a record: it ends inside a line, after a whole `ref`
+/// line, or (one byte short of whole) after a right check line with no newline. A whole
+/// record ends with `\ncheck <64 hex>\n`; one damaged byte in the seven before the hex,
+/// or in the final newline, leaves it ending in 64 hex digits (and the damaged byte)
+/// one byte away from that shape, which no torn prefix is.
+fn tail_is_damaged_record(tail: &[u8]) -> bool {
+    let t = &tail[..tail.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)];
+    let terminated = t.ends_with(b"\n");
+    let core = &t[..t.len() - usize::from(terminated)];
+    let hex_end = |c: &[u8]| c.len() >= 71 && c[c.len() - 64..].iter().all(u8::is_ascii_hexdigit);
+    let (core, extra) = if hex_end(core) {
+        (core, false)
+    } else if !terminated && !core.is_empty() && hex_end(&core[..core.len() - 1]) {
+        (&core[..core.len() - 1], true)
+    } else {
+        return false;
+    };
+    let n = core.len();
+    let differ = core[n - 71..n - 64]
+        .iter()
+        .zip(b"\ncheck ")
+        .filter(|(a, b)| a != b)
+        .count();
+    if differ == 0 && !extra && !terminated {
+        // Whole but for its newline: torn, if the check line is right.
+        return blake3::hash(&core[..n - 70]).to_hex().as_bytes() != &core[n - 64..];
+    }
+    differ + usize::from(extra) == 1 || (differ == 0 && terminated)
+}
+
+/// What can still be read from a record that failed its check: its `ref` lines that
+/// parse on their own (`recover` uses them only to name recovered tips; nothing here is
+/// trusted as history).
+#[derive(Clone, Debug, Default)]
+pub struct Legible {
+    pub branches: Vec<(String, Hash)>,
+}
+
+impl Legible {
+    pub fn read(bytes: &[u8]) -> Legible {
+        let mut l = Legible::default();
+        for line in bytes.split(|&b| b == b'\n') {
+            let Ok(line) = std::str::from_utf8(line) else {
+                continue;
+            };
+            if let ["ref", name, head] = line.split(' ').collect::<Vec<_>>().as_slice() {
+                if let (Ok(()), Some(h)) = (validate_branch(name), Hash::from_hex(head)) {
+                    l.branches.push((name.to_string(), h));
+                }
+            }
+        }
+        l
     }
 }
 
@@ -228,6 +310,14 @@ impl RefsLog {
             replace(dir, &r)?;
         }
         let bytes = std::fs::read(&p).map_err(|e| io(&p, e))?;
+        // A writer must not go on from a cut file: committing would cut the packs back
+        // to the older lengths it holds, deleting what the lost records committed.
+        if (bytes.len() as u64) < COMPACT_BYTES {
+            return Err(LedgerError::Corrupt {
+                what: p.display().to_string(),
+                problem: short_file_problem(bytes.len()),
+            });
+        }
         let (refs, end) = Refs::parse_log(dir, &bytes)?;
         let file = std::fs::OpenOptions::new()
             .write(true)
@@ -327,7 +417,7 @@ mod tests {
         );
         // A torn last record (any prefix of it) leaves the one before.
         let whole = a.render().len();
-        for cut in [whole + 1, whole + 20, log.len() - 1, log.len() - 30] {
+        for cut in whole..log.len() {
             let (r, end) = Refs::parse_log(d, &log.as_bytes()[..cut]).unwrap();
             assert_eq!((r, end), (a.clone(), whole), "cut at {cut}");
         }
@@ -335,9 +425,18 @@ mod tests {
         let mut padded = log.clone().into_bytes();
         padded.extend(std::iter::repeat_n(0u8, 4096));
         assert_eq!(Refs::parse_log(d, &padded).unwrap(), (b.clone(), log.len()));
-        // A complete last record that fails its check is damage, not a torn write.
-        let mut bad = log.clone().into_bytes();
-        bad[whole + 25] ^= 1;
-        assert!(Refs::parse_log(d, &bad).is_err());
+        // A complete last record with any bit of any byte flipped (its check line's
+        // prefix and newline included, which make it no longer read as a record) is
+        // damage, not a torn write, also with the file's zero padding after it.
+        for at in whole..log.len() {
+            for bit in 0..8 {
+                let mut bad = log.clone().into_bytes();
+                bad[at] ^= 1 << bit;
+                bad.extend(std::iter::repeat_n(0u8, 64));
+                let e = Refs::parse_log(d, &bad);
+                assert!(e.is_err(), "flip of bit {bit} at {at} read as {e:?}");
+                assert!(e.unwrap_err().to_string().contains("ledger recover"));
+            }
+        }
     }
 }

@@ -1,0 +1,885 @@
+//! `recover`: bring a damaged ledger back to a state that verifies, losing nothing a ref
+//! reached except the damaged bytes themselves (git's reflog and `fsck --lost-found` in
+//! one command). Everything runs under the writer's lock:
+//!
+//! 1. **REFS.** Every record is checked. The newest intact one is the snapshot restored;
+//!    a damaged newer record is still read line by line ([`Legible`]) for branch names,
+//!    never trusted as history.
+//! 2. **Packs.** Every pack file is scanned frame by frame. A frame whose checksum or
+//!    content hash fails, or bytes that are no frame, are damage; the scan finds its
+//!    footing again at the next offset where a whole, right frame starts. A pack's
+//!    committed length becomes the end of its intact prefix; intact frames after damage
+//!    (and every frame of later event packs, so parents still precede children) are
+//!    copied into a new pack. When REFS itself was damaged, what was committed after
+//!    the restored snapshot is found this way too.
+//! 3. **Loose blobs** are rehashed; a damaged one is moved out of the store.
+//! 4. **Branches.** A head whose history is whole stays. One that damage cut off moves
+//!    back to its newest intact ancestor: the parent named in the damaged record (when
+//!    that field is legible), else its head in an older REFS record, then forward along
+//!    the only intact child no other branch owns.
+//! 5. **Lost and found.** Event tips committed after the restored snapshot that no ref
+//!    reaches become branches `recovered/<name>` (the name from the damaged record, or
+//!    the branch whose older head they continue) or `recovered/tip-<hash>`.
+//!
+//! Nothing is deleted: every damaged file is copied to `damaged/<n>/` before anything
+//! changes (with the report as `report.json`), what is lost is appended to `LOST` (so
+//! `verify` names a known loss as a warning, not a failure; a later `fetch` of the same
+//! blob from a copy clears it), `REFS` is replaced by one intact record, and the index
+//! and projections are rebuilt. Run on a sound ledger, it changes nothing but the
+//! derived index and projections, which it remakes.
+//!
+//! Killed at any instant it leaves a ledger the next `recover` finishes: copies come
+//! first, then new packs (unlisted until step 3, so a writer removes them), then the one
+//! rename of `REFS`.
+use super::codec;
+use super::event::decode_event;
+use super::hash::Hash;
+use super::index::Index;
+use super::lock::LedgerLock;
+use super::pack::{self, kind_path, parse_frame, sync_dir, Pack, PackKind};
+use super::refs::{self, Legible, Refs};
+use super::store::{is_ledger, pack_files};
+use super::{Ledger, LedgerError};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Name of the file listing what damage took: `event <hex> <where>` / `blob <hex> <where>`.
+pub const LOST_FILE: &str = "LOST";
+/// Directory (in the ledger) holding copies of damaged files, one numbered folder a run.
+pub const DAMAGED_DIR: &str = "damaged";
+
+/// What `ledger recover` found and did (`--json`).
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
+pub struct RecoverReport {
+    /// Whether anything in the ledger's history changed (REFS, packs, blobs).
+    pub changed: bool,
+    /// Where the damaged files were copied (`<ledger>/damaged/<n>`), when any were.
+    pub damaged_copy: Option<String>,
+    pub refs: RefsOutcome,
+    /// Every pack whose committed length changed, that was damaged, or that was made.
+    pub packs: Vec<PackOutcome>,
+    /// Every branch before and after.
+    pub branches: Vec<BranchOutcome>,
+    /// Events whose records lay in damaged bytes (ids read from their headers or from
+    /// the links of their children).
+    pub lost_events: Vec<Hash>,
+    /// Intact events no ref reaches any more because an ancestor was lost (kept only in
+    /// the damaged copy, or in the packs until `gc`).
+    pub cut_off_events: Vec<Hash>,
+    /// Blobs a ref still reaches whose bytes were damaged or are missing.
+    pub lost_blobs: Vec<Hash>,
+    /// Damaged loose blob files moved out of the store (into the damaged copy).
+    pub moved_blob_files: Vec<String>,
+    /// Events and projections counted by the rebuild that ends the run.
+    pub events: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
+pub struct RefsOutcome {
+    /// Complete records in the file.
+    pub records: usize,
+    /// Records (1-based) whose check line failed.
+    pub damaged_records: Vec<usize>,
+    /// The record restored (1-based), when the newest one was damaged or missing.
+    pub restored_record: Option<usize>,
+    /// Whether the newest record was damaged (or the file had no complete record).
+    pub newest_damaged: bool,
+}
+
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct PackOutcome {
+    pub file: String,
+    /// Committed length before (from the restored snapshot; none when it did not list
+    /// the pack).
+    pub committed_before: Option<u64>,
+    /// Committed length after (none: no longer listed, its frames live elsewhere).
+    pub committed_after: Option<u64>,
+    /// Damaged spans `(offset, length)` inside what was committed.
+    pub damaged: Vec<(u64, u64)>,
+    /// Intact frames copied into a new pack from this one.
+    pub moved_frames: usize,
+    /// Whether this pack was made by recover (the new home of moved frames).
+    pub created: bool,
+}
+
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct BranchOutcome {
+    pub name: String,
+    pub before: Option<Hash>,
+    pub after: Option<Hash>,
+    /// kept, moved (back to an intact ancestor), lost (nothing intact to point at),
+    /// recovered (a lost-and-found tip).
+    pub action: String,
+}
+
+/// An intact frame found by the scan.
+#[derive(Clone, Debug)]
+struct Good {
+    offset: u64,
+    len: u64,
+    hash: Hash,
+}
+
+/// A damaged span: `[offset, end)`, with what its header claims when it reads.
+#[derive(Clone, Debug)]
+struct Bad {
+    offset: u64,
+    end: u64,
+    claimed: Option<Hash>,
+    claimed_parent: Option<Hash>,
+}
+
+/// One pack file as found on disk.
+struct Scanned {
+    kind: PackKind,
+    id: u32,
+    path: PathBuf,
+    bytes: Vec<u8>,
+    magic_ok: bool,
+    good: Vec<Good>,
+    bad: Vec<Bad>,
+}
+
+/// Whether a parsed frame is whole: checksum, and the id its bytes hash to.
+fn frame_whole(kind: PackKind, f: &pack::Frame<'_>) -> bool {
+    f.checksum_ok()
+        && match kind {
+            PackKind::Events => Hash::of_event(f.event) == f.hash,
+            PackKind::Blobs => Hash::of_blob(f.event) == f.hash,
+        }
+}
+
+/// Scan every frame of a pack's bytes, resynchronising after damage.
+fn scan(kind: PackKind, bytes: &[u8]) -> (Vec<Good>, Vec<Bad>) {
+    let start = pack::PACK_MAGIC.len();
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    let mut off = start;
+    while off < bytes.len() {
+        match parse_frame(bytes, off) {
+            Ok(f) if frame_whole(kind, &f) => {
+                good.push(Good {
+                    offset: off as u64,
+                    len: f.len as u64,
+                    hash: f.hash,
+                });
+                off += f.len;
+            }
+            r => {
+                // The header may still say what the record was (its id, its parent).
+                let (claimed, claimed_parent) = match r {
+                    Ok(f) => (
+                        Some(f.hash),
+                        match kind {
+                            PackKind::Events => codec::event_parent(f.event).ok().flatten(),
+                            PackKind::Blobs => None,
+                        },
+                    ),
+                    Err(_) => (None, None),
+                };
+                // Where the next whole frame starts: where this header says (when it
+                // is right), else the first offset a whole frame parses at.
+                let next = r
+                    .ok()
+                    .map(|f| off + f.len)
+                    .filter(|&n| {
+                        n >= bytes.len()
+                            || parse_frame(bytes, n).is_ok_and(|f| frame_whole(kind, &f))
+                    })
+                    .or_else(|| {
+                        (off + 1..bytes.len()).find(|&o| {
+                            bytes[o] == pack::FRAME_VERSION
+                                && parse_frame(bytes, o).is_ok_and(|f| frame_whole(kind, &f))
+                        })
+                    })
+                    .unwrap_or(bytes.len())
+                    .min(bytes.len());
+                bad.push(Bad {
+                    offset: off as u64,
+                    end: next as u64,
+                    claimed,
+                    claimed_parent,
+                });
+                off = next;
+            }
+        }
+    }
+    (good, bad)
+}
+
+fn io(path: &Path, e: std::io::Error) -> LedgerError {
+    LedgerError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// An event found intact, in final storage order.
+struct Node {
+    parent: Option<Hash>,
+    /// Lies beyond the restored snapshot's committed lengths (committed after it).
+    newer: bool,
+}
+
+/// Recover the ledger in `dir` (see the module doc). Errors only when it cannot work at
+/// all (not a ledger, another writer, I/O); damage is what it handles.
+pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
+    if !is_ledger(dir) {
+        return Err(LedgerError::NotALedger {
+            path: dir.to_path_buf(),
+        });
+    }
+    let lock = LedgerLock::acquire(dir, true)?;
+    let mut report = RecoverReport::default();
+
+    // 1. REFS: the newest intact record, and what newer damaged ones still say.
+    let refs_path = refs::path(dir);
+    let refs_bytes = match std::fs::read(&refs_path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(io(&refs_path, e)),
+    };
+    let spans = refs::records(&refs_bytes);
+    let parsed: Vec<Option<Refs>> = spans
+        .iter()
+        .map(|&(s, e)| Refs::parse(dir, &refs_bytes[s..e]).ok())
+        .collect();
+    report.refs.records = spans.len();
+    report.refs.damaged_records = (0..spans.len())
+        .filter(|&i| parsed[i].is_none())
+        .map(|i| i + 1)
+        .collect();
+    let newest_intact = parsed.iter().rposition(Option::is_some);
+    // A file shorter than it is always written was cut: its newest records may be gone.
+    let newest_damaged = parsed.last().is_none_or(Option::is_none)
+        || (refs_bytes.len() as u64) < refs::COMPACT_BYTES
+        || Refs::parse_log(dir, &refs_bytes).is_err();
+    report.refs.newest_damaged = newest_damaged;
+    if newest_damaged {
+        report.refs.restored_record = newest_intact.map(|i| i + 1);
+    }
+    let snapshot = newest_intact
+        .and_then(|i| parsed[i].clone())
+        .unwrap_or_default();
+    // Damaged records newer than the snapshot, newest first; a torn tail after the last
+    // complete record is not history (a crash mid-commit), so it is not read.
+    let after_last = spans.last().map_or(0, |s| s.1);
+    let legible: Vec<Legible> = std::iter::once(Legible::read(&refs_bytes[after_last..]))
+        .chain(
+            (newest_intact.map_or(0, |i| i + 1)..spans.len())
+                .rev()
+                .map(|i| Legible::read(&refs_bytes[spans[i].0..spans[i].1])),
+        )
+        .collect();
+    // Older heads of each branch, newest record first (the reflog).
+    let reflog: Vec<&Refs> = parsed.iter().rev().flatten().collect();
+
+    // 2. Packs: scan every file; decide each one's committed length.
+    let packs_dir = dir.join("packs");
+    let mut scanned = Vec::new();
+    for kind in [PackKind::Events, PackKind::Blobs] {
+        for id in pack_files(&packs_dir, kind)? {
+            let path = kind_path(&packs_dir, kind, id);
+            let bytes = std::fs::read(&path).map_err(|e| io(&path, e))?;
+            let magic = match kind {
+                PackKind::Events => &pack::PACK_MAGIC[..],
+                PackKind::Blobs => &pack::BLOB_PACK_MAGIC[..],
+            };
+            let magic_ok = bytes.get(..magic.len()) == Some(magic);
+            let (good, bad) = scan(kind, &bytes);
+            scanned.push(Scanned {
+                kind,
+                id,
+                path,
+                bytes,
+                magic_ok,
+                good,
+                bad,
+            });
+        }
+    }
+    let listed = |kind: PackKind, id: u32| -> Option<u64> {
+        let l = match kind {
+            PackKind::Events => &snapshot.packs,
+            PackKind::Blobs => &snapshot.blob_packs,
+        };
+        l.iter().find(|&&(i, _)| i == id).map(|&(_, n)| n)
+    };
+    // Per pack: the committed limit, the intact prefix kept in place, the frames moved.
+    let mut new_packs: Vec<(u32, u64)> = Vec::new();
+    let mut new_blob_packs: Vec<(u32, u64)> = Vec::new();
+    let mut moved: BTreeMap<u8, Vec<(usize, Good)>> = BTreeMap::new(); // kind -> frames
+    let mut damaged_files: Vec<PathBuf> = Vec::new();
+    let mut lost_events: BTreeSet<Hash> = BTreeSet::new();
+    // Every intact event in final storage order, and which are newer than the snapshot.
+    let mut order: Vec<(Hash, usize, u64)> = Vec::new(); // (id, scanned index, offset)
+    let mut newer: BTreeSet<Hash> = BTreeSet::new();
+    let mut moving_events = false;
+    let mut claimed_parent: BTreeMap<Hash, Hash> = BTreeMap::new();
+    let mut damaged_spans: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for (si, s) in scanned.iter().enumerate() {
+        let before = listed(s.kind, s.id);
+        // What was committed: the snapshot's length; when REFS was damaged, the whole
+        // file (what the lost records committed after the snapshot is in it, and a
+        // damaged record's lengths are not trusted).
+        let limit = if newest_damaged {
+            (s.bytes.len() as u64).max(before.unwrap_or(0))
+        } else {
+            match before {
+                Some(n) => n,
+                None => continue, // an uncommitted pack: the next writer removes it
+            }
+        };
+        let kind_key = s.kind as u8;
+        let in_limit = |g: &Good| g.offset + g.len <= limit;
+        // Damage inside what was committed (a file shorter than its committed length
+        // lost the bytes after its end).
+        let mut damage: Vec<(u64, u64)> = s
+            .bad
+            .iter()
+            .filter(|b| b.offset < limit)
+            .map(|b| (b.offset, b.end.min(limit) - b.offset))
+            .collect();
+        if (s.bytes.len() as u64) < limit {
+            damage.push((s.bytes.len() as u64, limit - s.bytes.len() as u64));
+        }
+        if !s.magic_ok {
+            damage.insert(0, (0, pack::PACK_MAGIC.len() as u64));
+        }
+        for b in s.bad.iter().filter(|b| b.offset < limit) {
+            if let Some(h) = b.claimed {
+                match s.kind {
+                    PackKind::Events => {
+                        lost_events.insert(h);
+                        if let Some(p) = b.claimed_parent {
+                            claimed_parent.insert(h, p);
+                        }
+                    }
+                    // A damaged small blob that a kept event names is listed below.
+                    PackKind::Blobs => {}
+                }
+            }
+        }
+        let first_damage = damage.iter().map(|d| d.0).min();
+        let move_all = s.kind == PackKind::Events && moving_events;
+        let keep_end = if move_all || !s.magic_ok {
+            None
+        } else {
+            let cut = first_damage.unwrap_or(u64::MAX);
+            Some(
+                s.good
+                    .iter()
+                    .take_while(|g| g.offset < cut && in_limit(g))
+                    .last()
+                    .map_or(pack::PACK_MAGIC.len() as u64, |g| g.offset + g.len),
+            )
+        };
+        let mut moved_here = 0;
+        for g in s.good.iter().filter(|g| in_limit(g)) {
+            let stays = keep_end.is_some_and(|e| g.offset + g.len <= e);
+            if s.kind == PackKind::Events {
+                order.push((g.hash, si, g.offset));
+                if before.is_none_or(|b| g.offset >= b) {
+                    newer.insert(g.hash);
+                }
+            }
+            if !stays {
+                moved.entry(kind_key).or_default().push((si, g.clone()));
+                moved_here += 1;
+            }
+        }
+        if moved_here > 0 && s.kind == PackKind::Events {
+            // Later event packs move too, so that parents still precede children.
+            moving_events = true;
+        }
+        if let Some(e) = keep_end {
+            match s.kind {
+                PackKind::Events => new_packs.push((s.id, e)),
+                PackKind::Blobs => new_blob_packs.push((s.id, e)),
+            }
+        }
+        let changed = keep_end != before || !damage.is_empty() || moved_here > 0;
+        if !damage.is_empty() {
+            damaged_files.push(s.path.clone());
+            if s.kind == PackKind::Events {
+                damaged_spans.insert(s.id, damage.clone());
+            }
+        }
+        if changed {
+            report.packs.push(PackOutcome {
+                file: s.path.display().to_string(),
+                committed_before: before,
+                committed_after: keep_end,
+                damaged: damage,
+                moved_frames: moved_here,
+                created: false,
+            });
+        }
+    }
+
+    // The frames moved, deduplicated against what stays (a recover killed after making
+    // its pack, run again, finds them twice).
+    let staying: BTreeSet<(u8, Hash)> = scanned
+        .iter()
+        .flat_map(|s| {
+            let end = match s.kind {
+                PackKind::Events => new_packs.iter(),
+                PackKind::Blobs => new_blob_packs.iter(),
+            }
+            .find(|&&(i, _)| i == s.id)
+            .map(|&(_, e)| e);
+            s.good
+                .iter()
+                .filter(move |g| end.is_some_and(|e| g.offset + g.len <= e))
+                .map(move |g| (s.kind as u8, g.hash))
+        })
+        .collect();
+    let mut to_write: Vec<(PackKind, Vec<(usize, Good)>)> = Vec::new();
+    for kind in [PackKind::Events, PackKind::Blobs] {
+        let mut seen = BTreeSet::new();
+        let frames: Vec<(usize, Good)> = moved
+            .remove(&(kind as u8))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, g)| !staying.contains(&(kind as u8, g.hash)) && seen.insert(g.hash))
+            .collect();
+        if !frames.is_empty() {
+            to_write.push((kind, frames));
+        }
+    }
+    // Storage order of events after the move: what stays, then the new pack's frames.
+    let new_event_order: Vec<Hash> = {
+        let stays: Vec<Hash> = order
+            .iter()
+            .filter(|(h, _, _)| staying.contains(&(PackKind::Events as u8, *h)))
+            .map(|x| x.0)
+            .collect();
+        let moved_ev = to_write
+            .iter()
+            .filter(|(k, _)| *k == PackKind::Events)
+            .flat_map(|(_, f)| f.iter().map(|(_, g)| g.hash));
+        let mut seen = BTreeSet::new();
+        stays
+            .into_iter()
+            .chain(moved_ev)
+            .filter(|h| seen.insert(*h))
+            .collect()
+    };
+
+    // The saved index, when its checks pass, names the events whose records lay in the
+    // damaged spans (their headers may be gone).
+    let (saved, _) = Index::load(dir, |_| true);
+    if saved.check_saved().is_ok() {
+        for pos in 0..saved.saved_len() as u32 {
+            let e = saved.entry(pos);
+            let hit = damaged_spans.get(&e.pack).is_some_and(|spans| {
+                spans
+                    .iter()
+                    .any(|&(o, n)| e.offset >= o && e.offset < o.saturating_add(n))
+            });
+            if hit {
+                lost_events.insert(saved.hash_at(pos));
+            }
+        }
+    }
+    drop(saved);
+
+    // Events: parent links and whether each chain reaches a root, in storage order.
+    let mut nodes: BTreeMap<Hash, Node> = BTreeMap::new();
+    let locate: BTreeMap<Hash, (usize, u64)> = order
+        .iter()
+        .rev()
+        .map(|&(h, si, off)| (h, (si, off)))
+        .collect();
+    let event_bytes = |h: &Hash| -> Option<&[u8]> {
+        locate.get(h).and_then(|&(si, off)| {
+            parse_frame(&scanned[si].bytes, off as usize)
+                .ok()
+                .map(|f| f.event)
+        })
+    };
+    let mut chain_ok: BTreeMap<Hash, bool> = BTreeMap::new();
+    for h in &new_event_order {
+        let parent = event_bytes(h).and_then(|b| codec::event_parent(b).ok().flatten());
+        let ok = match parent {
+            None => true,
+            Some(p) => chain_ok.get(&p).copied().unwrap_or(false),
+        };
+        chain_ok.insert(*h, ok);
+        nodes.insert(
+            *h,
+            Node {
+                parent,
+                newer: newer.contains(h),
+            },
+        );
+    }
+    let ok = |h: &Hash| chain_ok.get(h).copied().unwrap_or(false);
+    // Moved events whose history is broken cannot be history again: they stay only in
+    // the damaged copy (and the report names those a ref reached).
+    for (kind, frames) in &mut to_write {
+        if *kind == PackKind::Events {
+            frames.retain(|(_, g)| ok(&g.hash));
+        }
+    }
+    to_write.retain(|(_, f)| !f.is_empty());
+    let mut children: BTreeMap<Hash, Vec<Hash>> = BTreeMap::new();
+    for h in &new_event_order {
+        if let Some(p) = nodes[h].parent {
+            children.entry(p).or_default().push(*h);
+        }
+    }
+    let ancestry = |from: &Hash| -> Vec<Hash> {
+        let mut out = Vec::new();
+        let mut at = Some(*from);
+        while let Some(h) = at {
+            match nodes.get(&h) {
+                Some(n) => {
+                    out.push(h);
+                    at = n.parent;
+                }
+                None => break,
+            }
+        }
+        out
+    };
+
+    // 4. Branches.
+    let mut branches: BTreeMap<String, Hash> = BTreeMap::new();
+    let mut outcomes: Vec<BranchOutcome> = Vec::new();
+    let mut cut_off: BTreeSet<Hash> = BTreeSet::new();
+    let whole: BTreeMap<String, Hash> = snapshot
+        .branches
+        .iter()
+        .filter(|(_, h)| ok(h))
+        .map(|(n, h)| (n.clone(), *h))
+        .collect();
+    let owned: BTreeSet<Hash> = whole.values().flat_map(&ancestry).collect();
+    for (name, head) in &snapshot.branches {
+        if ok(head) {
+            branches.insert(name.clone(), *head);
+            outcomes.push(BranchOutcome {
+                name: name.clone(),
+                before: Some(*head),
+                after: Some(*head),
+                action: "kept".into(),
+            });
+            continue;
+        }
+        // Walk back from the head to the first link into missing history.
+        let mut gap = *head;
+        let mut walked = Vec::new();
+        while let Some(n) = nodes.get(&gap) {
+            walked.push(gap);
+            match n.parent {
+                Some(p) => gap = p,
+                None => break,
+            }
+        }
+        cut_off.extend(walked.iter().copied());
+        lost_events.insert(gap);
+        // The newest intact ancestor: the lost record's own parent field, else an older
+        // head of this branch; then forward along the only intact child no other
+        // branch owns.
+        let mut start = claimed_parent.get(&gap).copied().filter(ok).or_else(|| {
+            reflog
+                .iter()
+                .filter_map(|r| r.branches.get(name))
+                .find(|h| ok(h) && !walked.contains(h))
+                .copied()
+        });
+        if let Some(mut s) = start {
+            loop {
+                let next: Vec<Hash> = children
+                    .get(&s)
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| ok(c) && !owned.contains(c))
+                    .copied()
+                    .collect();
+                match next.as_slice() {
+                    [only] => s = *only,
+                    _ => break,
+                }
+            }
+            start = Some(s);
+        }
+        match start {
+            Some(s) => {
+                branches.insert(name.clone(), s);
+                outcomes.push(BranchOutcome {
+                    name: name.clone(),
+                    before: Some(*head),
+                    after: Some(s),
+                    action: "moved".into(),
+                });
+            }
+            None => outcomes.push(BranchOutcome {
+                name: name.clone(),
+                before: Some(*head),
+                after: None,
+                action: "lost".into(),
+            }),
+        }
+    }
+
+    // 5. Lost and found: tips committed after the snapshot that no ref reaches.
+    let reachable: BTreeSet<Hash> = branches.values().flat_map(&ancestry).collect();
+    cut_off.retain(|h| !reachable.contains(h));
+    let tips: Vec<Hash> = new_event_order
+        .iter()
+        .filter(|h| {
+            nodes[*h].newer
+                && ok(h)
+                && !reachable.contains(*h)
+                && !children.get(*h).is_some_and(|c| c.iter().any(&ok))
+        })
+        .copied()
+        .collect();
+    let tips_all = tips.clone();
+    for tip in tips {
+        let anc = ancestry(&tip);
+        let named = legible
+            .iter()
+            .flat_map(|l| l.branches.iter())
+            .find(|(_, h)| *h == tip)
+            .map(|(n, _)| n.clone())
+            .or_else(|| {
+                anc.iter().find_map(|a| {
+                    reflog
+                        .iter()
+                        .flat_map(|r| r.branches.iter())
+                        .find(|(_, h)| *h == a)
+                        .map(|(n, _)| n.clone())
+                })
+            });
+        // With no record to go by: a tip whose history holds no fork event continues
+        // genesis' branch, when it is the only one.
+        let named = named.or_else(|| {
+            let unforked = |t: &Hash| {
+                !ancestry(t).iter().any(|a| {
+                    event_bytes(a)
+                        .and_then(|b| decode_event(b).ok())
+                        .is_some_and(|e| matches!(e.body, super::event::EventBody::BranchForked(_)))
+                })
+            };
+            (snapshot.branches.is_empty()
+                && unforked(&tip)
+                && tips_all.iter().filter(|t| unforked(t)).count() == 1)
+                .then(|| refs::MAIN.to_string())
+        });
+        let base = match named {
+            Some(n) => format!("recovered/{n}"),
+            None => format!("recovered/tip-{}", tip.short()),
+        };
+        let mut name = base.clone();
+        let mut k = 2;
+        while branches.contains_key(&name) || refs::validate_branch(&name).is_err() {
+            name = if refs::validate_branch(&base).is_err() {
+                format!("recovered/tip-{}", tip.short())
+            } else {
+                format!("{base}-{k}")
+            };
+            k += 1;
+        }
+        branches.insert(name.clone(), tip);
+        outcomes.push(BranchOutcome {
+            name,
+            before: None,
+            after: Some(tip),
+            action: "recovered".into(),
+        });
+    }
+    let reachable: BTreeSet<Hash> = branches.values().flat_map(&ancestry).collect();
+    cut_off.retain(|h| !reachable.contains(h));
+    lost_events.retain(|h| !reachable.contains(h));
+
+    // 3. Loose blobs: rehash each file; blobs the kept events reference must exist.
+    let blobs_dir = dir.join("blobs");
+    let mut bad_blob_files: Vec<(Hash, PathBuf)> = Vec::new();
+    let mut loose: BTreeSet<Hash> = BTreeSet::new();
+    if let Ok(rd) = std::fs::read_dir(&blobs_dir) {
+        let mut subdirs: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+        subdirs.sort();
+        for sub in subdirs.into_iter().filter(|p| p.is_dir()) {
+            let prefix = sub
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&sub)
+                .map_err(|e| io(&sub, e))?
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            files.sort();
+            for f in files {
+                let name = f
+                    .file_name()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let Some(h) = Hash::from_hex(&format!("{prefix}{name}")) else {
+                    continue; // a temporary file
+                };
+                let bytes = std::fs::read(&f).map_err(|e| io(&f, e))?;
+                if Hash::of_blob(&bytes) == h {
+                    loose.insert(h);
+                } else {
+                    bad_blob_files.push((h, f));
+                }
+            }
+        }
+    }
+    let small: BTreeSet<Hash> = scanned
+        .iter()
+        .filter(|s| s.kind == PackKind::Blobs)
+        .flat_map(|s| s.good.iter().map(|g| g.hash))
+        .collect();
+    let mut referenced: BTreeSet<Hash> = BTreeSet::new();
+    for h in &reachable {
+        if let Some(ev) = event_bytes(h).and_then(|b| decode_event(b).ok()) {
+            referenced.extend(ev.body.blobs());
+        }
+    }
+    let lost_blobs: Vec<Hash> = referenced
+        .iter()
+        .filter(|b| !loose.contains(b) && !small.contains(b))
+        .copied()
+        .collect();
+
+    // What changed in history.
+    let new_refs = Refs {
+        packs: new_packs,
+        blob_packs: new_blob_packs,
+        branches,
+    };
+    let refs_history_damaged = !report.refs.damaged_records.is_empty();
+    report.changed = new_refs != snapshot
+        || newest_damaged
+        || refs_history_damaged
+        || !to_write.is_empty()
+        || !bad_blob_files.is_empty()
+        || !damaged_files.is_empty();
+    report.branches = outcomes;
+    report.lost_events = lost_events.into_iter().collect();
+    report.cut_off_events = cut_off.into_iter().collect();
+    report.lost_blobs = lost_blobs;
+
+    if report.changed {
+        // Copies first: nothing damaged is ever deleted.
+        let damaged_root = dir.join(DAMAGED_DIR);
+        std::fs::create_dir_all(&damaged_root).map_err(|e| io(&damaged_root, e))?;
+        let mut n = 1;
+        while damaged_root.join(n.to_string()).exists() {
+            n += 1;
+        }
+        let copy_dir = damaged_root.join(n.to_string());
+        std::fs::create_dir(&copy_dir).map_err(|e| io(&copy_dir, e))?;
+        report.damaged_copy = Some(copy_dir.display().to_string());
+        let copy = |from: &Path| -> Result<(), LedgerError> {
+            let to = copy_dir.join(from.file_name().unwrap_or_default());
+            std::fs::copy(from, &to).map_err(|e| io(&to, e))?;
+            std::fs::File::open(&to)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io(&to, e))
+        };
+        if refs_path.is_file() {
+            copy(&refs_path)?;
+        }
+        for f in &damaged_files {
+            copy(f)?;
+        }
+        if !bad_blob_files.is_empty() {
+            let bd = copy_dir.join("blobs");
+            std::fs::create_dir(&bd).map_err(|e| io(&bd, e))?;
+            for (h, f) in &bad_blob_files {
+                let to = bd.join(h.to_hex());
+                std::fs::rename(f, &to).map_err(|e| io(f, e))?;
+                report.moved_blob_files.push(f.display().to_string());
+            }
+            sync_dir(&bd)?;
+        }
+        sync_dir(&copy_dir)?;
+        sync_dir(&damaged_root)?;
+        sync_dir(dir)?;
+
+        // New packs for the frames that move (unlisted until REFS names them).
+        let mut new_refs = new_refs;
+        for (kind, frames) in &to_write {
+            let next_id = scanned
+                .iter()
+                .filter(|s| s.kind == *kind)
+                .map(|s| s.id)
+                .max()
+                .unwrap_or(0)
+                + 1;
+            let mut p = Pack::create(&packs_dir, *kind, next_id)?;
+            let mut buf = Vec::new();
+            for (si, g) in frames {
+                buf.extend_from_slice(
+                    &scanned[*si].bytes[g.offset as usize..(g.offset + g.len) as usize],
+                );
+            }
+            p.write(&buf)?;
+            let end = p.sync()?;
+            match kind {
+                PackKind::Events => new_refs.packs.push((next_id, end)),
+                PackKind::Blobs => new_refs.blob_packs.push((next_id, end)),
+            }
+            report.packs.push(PackOutcome {
+                file: p.path.display().to_string(),
+                committed_before: None,
+                committed_after: Some(end),
+                damaged: Vec::new(),
+                moved_frames: frames.len(),
+                created: true,
+            });
+        }
+        // What was lost, for verify (a known loss is a warning, not a failure).
+        if !report.lost_events.is_empty() || !report.lost_blobs.is_empty() {
+            use std::io::Write;
+            let lost_path = dir.join(LOST_FILE);
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&lost_path)
+                .map_err(|e| io(&lost_path, e))?;
+            let mut text = String::new();
+            for h in &report.lost_events {
+                text.push_str(&format!("event {} recover {n}\n", h.to_hex()));
+            }
+            for h in &report.lost_blobs {
+                text.push_str(&format!("blob {} recover {n}\n", h.to_hex()));
+            }
+            f.write_all(text.as_bytes())
+                .and_then(|_| f.sync_all())
+                .map_err(|e| io(&lost_path, e))?;
+        }
+        let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
+        let rp = copy_dir.join("report.json");
+        std::fs::write(&rp, json).map_err(|e| io(&rp, e))?;
+        // The one step that changes history: REFS becomes one intact record.
+        refs::replace(dir, &new_refs)?;
+    }
+    drop(lock);
+
+    // Everything derived is remade from the recovered history.
+    let mut l = Ledger::open_for_rebuild(dir)?;
+    l.reindex()?;
+    let r = l.rebuild()?;
+    report.events = r.events;
+    Ok(report)
+}
+
+/// The hashes `LOST` records as lost, by kind (`"event"`, `"blob"`).
+pub fn read_lost(dir: &Path) -> BTreeMap<Hash, String> {
+    let mut out = BTreeMap::new();
+    if let Ok(text) = std::fs::read_to_string(dir.join(LOST_FILE)) {
+        for line in text.lines() {
+            let mut p = line.split(' ');
+            if let (Some(kind), Some(h)) = (p.next(), p.next().and_then(Hash::from_hex)) {
+                out.insert(h, kind.to_string());
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,534 @@
+//! Chaos: damage every kind of file a ledger holds (event pack, small-blob pack, loose
+//! blob, the last and an earlier `REFS` record, `packs/INDEX`, the sled projection
+//! cache) by a flipped bit, a truncation or a zeroed page, seeded. Each time `verify`
+//! must exit 1 naming the file (or, for a superseded REFS record, warn naming it), and
+//! `recover` must bring the ledger back to a state that verifies, with every event and
+//! blob the heads reached before still reachable, except those `recover` names as lost.
+//!
+//! Then kill -9 at random instants of `run`, `gc`, `fetch` and `recover` itself:
+//! `recover` and `verify` after it lose nothing that was durable.
+//!
+//! `CHAOS_TRIALS=N` (default 1) runs N trials per (file class, damage) pair and prints
+//! the figures (`CHAOS_SEED` varies the draws); `tools/chaos.sh N` runs it that way.
+mod common;
+
+use common::{ledger, ok};
+use mapf_ledger::ledger::event::*;
+use mapf_ledger::ledger::{Hash, Ledger, Meta};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const PLAN: &str = include_str!("plans/tiny.toml");
+
+/// A ledger with history worth losing: several commits on `main`, two forks with
+/// commits of their own, small blobs (in the blob pack) and large ones (files), a
+/// saved index and a filled projection cache.
+fn fixture(dir: &Path) {
+    let mut l = Ledger::create(dir, PLAN.as_bytes()).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let mut step = 0u64;
+    let mut commit = |l: &mut Ledger, branch: &str, n: usize| {
+        let mut items = Vec::new();
+        for _ in 0..n {
+            step += 1;
+            // Alternate small (packed) and large (file) blobs.
+            let len = if step % 3 == 0 {
+                6000
+            } else {
+                rng.random_range(50..2000)
+            };
+            let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            let blob = l.put_blob(&bytes).unwrap();
+            items.push((
+                EventBody::CheckpointSaved(CheckpointSaved {
+                    step,
+                    blob,
+                    params: blob,
+                }),
+                1,
+                Meta::now(),
+            ));
+            items.push((
+                EventBody::GradientStep(GradientStep {
+                    step,
+                    params: blob,
+                    loss: step,
+                    policy_loss: 0,
+                    kl: 0,
+                    entropy: 0,
+                    grad_norm: 0,
+                    reward_mean: 0,
+                }),
+                1,
+                Meta::now(),
+            ));
+        }
+        l.append(branch, items).unwrap()
+    };
+    let mut mid = Vec::new();
+    for _ in 0..4 {
+        mid.extend(commit(&mut l, "main", 3));
+    }
+    let head = l.head("main").unwrap();
+    l.fork("b", &head).unwrap();
+    commit(&mut l, "b", 2);
+    commit(&mut l, "main", 2);
+    l.fork("c", &mid[7]).unwrap();
+    commit(&mut l, "c", 2);
+    commit(&mut l, "b", 2);
+    commit(&mut l, "main", 2);
+    l.rebuild().unwrap();
+    l.save_index().unwrap();
+}
+
+/// What the heads reach: events and the blobs they name.
+#[derive(Default)]
+struct Reach {
+    events: BTreeSet<Hash>,
+    blobs: BTreeSet<Hash>,
+}
+
+fn reach(dir: &Path) -> Reach {
+    let l = Ledger::open_read_only(dir).unwrap();
+    let mut r = Reach::default();
+    for (_, head) in l.branches().unwrap() {
+        for h in l.ancestry(&head).unwrap() {
+            if r.events.insert(h) {
+                r.blobs.extend(l.event(&h).unwrap().body.blobs());
+            }
+        }
+    }
+    r
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let p = e.path();
+        if p.is_dir() {
+            copy_dir(&p, &to.join(e.file_name()));
+        } else if e.file_name() != "LOCK" {
+            std::fs::copy(&p, to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Class {
+    EventPack,
+    BlobPack,
+    LooseBlob,
+    RefsLast,
+    RefsEarlier,
+    Index,
+    Sled,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Damage {
+    Flip,
+    Truncate,
+    ZeroPage,
+}
+
+/// The file of a class to damage and the byte range that matters in it.
+fn target(dir: &Path, class: Class, rng: &mut ChaCha8Rng) -> (PathBuf, u64, u64) {
+    let whole = |p: PathBuf| {
+        let n = std::fs::metadata(&p).unwrap().len();
+        (p, 0, n)
+    };
+    match class {
+        Class::EventPack => whole(dir.join("packs/pack-00000001.pack")),
+        Class::BlobPack => whole(dir.join("packs/blobs-00000001.pack")),
+        Class::LooseBlob => {
+            let mut files: Vec<PathBuf> = walk(&dir.join("blobs"));
+            files.sort();
+            whole(files[rng.random_range(0..files.len())].clone())
+        }
+        Class::RefsLast | Class::RefsEarlier => {
+            let p = dir.join("REFS");
+            let b = std::fs::read(&p).unwrap();
+            let spans = mapf_ledger::ledger::refs::records(&b);
+            let (s, e) = if class == Class::RefsLast {
+                *spans.last().unwrap()
+            } else {
+                spans[rng.random_range(0..spans.len() - 1)]
+            };
+            (p, s as u64, e as u64)
+        }
+        Class::Index => whole(dir.join("packs/INDEX")),
+        Class::Sled => whole(dir.join("db/db")),
+    }
+}
+
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Damage the file; returns whether any byte changed.
+fn damage(path: &Path, lo: u64, hi: u64, how: Damage, class: Class, rng: &mut ChaCha8Rng) -> bool {
+    let before = std::fs::read(path).unwrap();
+    let mut b = before.clone();
+    let at = rng.random_range(lo..hi) as usize;
+    match how {
+        Damage::Flip => b[at] ^= 1 << rng.random_range(0..8),
+        // An earlier REFS record cannot be cut without the later ones: its bytes are
+        // zeroed instead.
+        Damage::Truncate if class == Class::RefsEarlier => {
+            for x in &mut b[at..(at + 16).min(hi as usize)] {
+                *x = 0;
+            }
+        }
+        Damage::Truncate => b.truncate(at),
+        Damage::ZeroPage => {
+            let page = at / 4096 * 4096;
+            for x in &mut b[page..(page + 4096).min(before.len())] {
+                *x = 0;
+            }
+        }
+    }
+    std::fs::write(path, &b).unwrap();
+    b != before
+}
+
+fn out(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[derive(Default)]
+struct Tally {
+    trials: u32,
+    detected: u32,
+    harmless: u32,
+    recovered: u32,
+    /// Genesis itself was in the damaged bytes.
+    unrecoverable: u32,
+    lost_events: u32,
+    lost_blobs: u32,
+}
+
+#[test]
+fn damage_to_any_file_is_named_and_recovered_losing_only_the_damaged_bytes() {
+    let trials: u64 = std::env::var("CHAOS_TRIALS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    fixture(&base);
+    let before = reach(&base);
+    assert!(before.events.len() > 40 && before.blobs.len() > 20);
+    let classes = [
+        Class::EventPack,
+        Class::BlobPack,
+        Class::LooseBlob,
+        Class::RefsLast,
+        Class::RefsEarlier,
+        Class::Index,
+        Class::Sled,
+    ];
+    let seed = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2026);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut table = Vec::new();
+    for class in classes {
+        for how in [Damage::Flip, Damage::Truncate, Damage::ZeroPage] {
+            let mut t = Tally::default();
+            for trial in 0..trials {
+                let d = tmp.path().join(format!("{class:?}-{how:?}-{trial}"));
+                copy_dir(&base, &d);
+                let (file, lo, hi) = target(&d, class, &mut rng);
+                if !damage(&file, lo, hi, how, class, &mut rng) {
+                    continue;
+                }
+                t.trials += 1;
+                let ctx = format!("{class:?} {how:?} trial {trial} ({})", file.display());
+                let name = file.file_name().unwrap().to_string_lossy().into_owned();
+                let v = ledger(&d, &["verify"]);
+                let said = out(&v);
+                let named = match class {
+                    // A loose blob is named by its id (the file name is its hex tail).
+                    Class::LooseBlob => said.contains(&name[..10]),
+                    Class::Sled => said.contains("projection cache"),
+                    _ => said.contains(&name),
+                };
+                match (v.status.code(), class) {
+                    (Some(1), _) if named => t.detected += 1,
+                    // A superseded record is a warning: history is whole.
+                    (Some(0), Class::RefsEarlier) if said.contains("WARN") && named => {
+                        t.detected += 1;
+                        assert_eq!(
+                            ledger(&d, &["verify", "--strict"]).status.code(),
+                            Some(1),
+                            "{ctx}: --strict fails on the warning"
+                        );
+                    }
+                    // sled's file has free space; verify read every entry back.
+                    (Some(0), Class::Sled) => t.harmless += 1,
+                    _ => panic!("{ctx}: verify did not name the damage: {said}"),
+                }
+                let r = ledger(&d, &["recover", "--json"]);
+                let report: serde_json::Value = serde_json::from_str(&ok(&r))
+                    .unwrap_or_else(|e| panic!("{ctx}: recover --json: {e}"));
+                common::schema::validates("recover", &report);
+                let v = ledger(&d, &["verify"]);
+                // Damage that took genesis takes every branch with it (nothing is left
+                // to root history in); the report must say so, and verify keeps failing.
+                let all_lost = report["branches"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|b| b["after"].is_null());
+                if all_lost {
+                    assert!(out(&v).contains("no branches"), "{ctx}: {}", out(&v));
+                    t.lost_events += before.events.len() as u32;
+                    t.unrecoverable += 1;
+                    continue;
+                }
+                assert_eq!(
+                    v.status.code(),
+                    Some(0),
+                    "{ctx}: after recover: {}",
+                    out(&v)
+                );
+                t.recovered += 1;
+                let named_lost = |key: &str| -> BTreeSet<Hash> {
+                    report[key]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|h| h.as_str().unwrap().parse().unwrap())
+                        .collect()
+                };
+                let after = reach(&d);
+                let lost: BTreeSet<Hash> = named_lost("lost_events")
+                    .union(&named_lost("cut_off_events"))
+                    .copied()
+                    .collect();
+                let gone: Vec<&Hash> = before.events.difference(&after.events).collect();
+                for h in &gone {
+                    assert!(
+                        lost.contains(h),
+                        "{ctx}: event {} lost unreported",
+                        h.short()
+                    );
+                }
+                let lost_blobs = named_lost("lost_blobs");
+                let l = Ledger::open_read_only(&d).unwrap();
+                for b in before.blobs.iter().filter(|b| after.blobs.contains(b)) {
+                    assert!(
+                        l.has_blob(b).unwrap() || lost_blobs.contains(b),
+                        "{ctx}: blob {} lost unreported",
+                        b.short()
+                    );
+                }
+                t.lost_events += gone.len() as u32;
+                t.lost_blobs += lost_blobs.len() as u32;
+                // Everything damaged was kept aside.
+                if report["changed"].as_bool().unwrap() {
+                    let copy = report["damaged_copy"].as_str().unwrap();
+                    assert!(Path::new(copy).is_dir(), "{ctx}");
+                }
+                // And the ledger takes new history again.
+                if common::heads(&d).iter().any(|(n, _)| n == "main") {
+                    ok(&ledger(
+                        &d,
+                        &["debug-append-loop", "--batch", "3", "--batches", "1"],
+                    ));
+                }
+            }
+            table.push((class, how, t));
+        }
+    }
+    println!("class        damage    trials detected harmless recovered no-genesis lost-events lost-blobs");
+    for (c, h, t) in &table {
+        println!(
+            "{:<12} {:<9} {:>6} {:>8} {:>8} {:>9} {:>10} {:>11} {:>10}",
+            format!("{c:?}"),
+            format!("{h:?}"),
+            t.trials,
+            t.detected,
+            t.harmless,
+            t.recovered,
+            t.unrecoverable,
+            t.lost_events,
+            t.lost_blobs
+        );
+    }
+}
+
+/// Kill `args` at a random instant (after `after` ms and up to `spread` ms more), then
+/// `recover` and `verify`: every event the durable heads reached is still reached.
+fn kill_then_recover(d: &Path, args: &[&str], rng: &mut ChaCha8Rng, spread: u64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("--ledger")
+        .arg(d)
+        .args(args)
+        .env_remove("LEDGER")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(rng.random_range(0..spread)));
+    let _ = child.kill();
+    child.wait().unwrap();
+    // What was durable when it died: the heads of the last complete REFS record.
+    let durable = reach(d);
+    let r = ledger(d, &["recover", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&ok(&r)).unwrap();
+    assert!(
+        report["lost_events"].as_array().unwrap().is_empty()
+            && report["lost_blobs"].as_array().unwrap().is_empty(),
+        "{args:?}: recover after a kill lost something: {report}"
+    );
+    let v = ledger(d, &["verify"]);
+    assert_eq!(v.status.code(), Some(0), "{args:?}: {}", out(&v));
+    let after = reach(d);
+    assert!(
+        durable.events.is_subset(&after.events),
+        "{args:?}: recover lost durable events"
+    );
+}
+
+#[test]
+fn kill_9_during_run_gc_fetch_and_recover_loses_nothing_durable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
+    // run: the tiny grid plan, killed at random instants, resumed by the next round.
+    let d = tmp.path().join("run");
+    ok(&ledger(&d, &["init", "--plan", plan]));
+    for _ in 0..3 {
+        kill_then_recover(&d, &["run", "--quiet"], &mut rng, 3000);
+    }
+    ok(&ledger(&d, &["run", "--quiet"]));
+    // gc: a deleted fork's events go; kills at random instants of the rewrite.
+    for _ in 0..3 {
+        let main = common::heads(&d)
+            .into_iter()
+            .find(|(n, _)| n == "main")
+            .unwrap()
+            .1;
+        let _ = main;
+        ok(&ledger(
+            &d,
+            &[
+                "fork",
+                "--at",
+                "stage2",
+                "--engineer",
+                "random",
+                "--name",
+                "scratch",
+            ],
+        ));
+        ok(&ledger(&d, &["run", "--branch", "scratch", "--quiet"]));
+        ok(&ledger(&d, &["branch", "delete", "scratch"]));
+        kill_then_recover(&d, &["gc"], &mut rng, 400);
+    }
+    // fetch: into a fresh ledger from the run's ledger.
+    let into = tmp.path().join("into");
+    ok(&ledger(&into, &["init", "--plan", plan]));
+    for _ in 0..3 {
+        kill_then_recover(
+            &into,
+            &["fetch", d.to_str().unwrap(), "--prefix", "w/"],
+            &mut rng,
+            400,
+        );
+    }
+    // recover itself, on a ledger whose REFS lost its last record.
+    for _ in 0..3 {
+        let x = tmp.path().join(format!("rec-{}", rng.random::<u32>()));
+        copy_dir(&d, &x);
+        let refs = x.join("REFS");
+        let b = std::fs::read(&refs).unwrap();
+        let (_, end) = *mapf_ledger::ledger::refs::records(&b).last().unwrap();
+        let mut b2 = b.clone();
+        b2[end - 30] ^= 4;
+        std::fs::write(&refs, &b2).unwrap();
+        let before_damage = {
+            let c = tmp.path().join("probe");
+            let _ = std::fs::remove_dir_all(&c);
+            copy_dir(&d, &c);
+            reach(&c)
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ledger"))
+            .arg("--ledger")
+            .arg(&x)
+            .arg("recover")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..300)));
+        let _ = child.kill();
+        child.wait().unwrap();
+        ok(&ledger(&x, &["recover"]));
+        let v = ledger(&x, &["verify"]);
+        assert_eq!(
+            v.status.code(),
+            Some(0),
+            "recover after a killed recover: {}",
+            out(&v)
+        );
+        let after = reach(&x);
+        assert!(
+            before_damage.events.is_subset(&after.events),
+            "a killed recover lost events"
+        );
+    }
+}
+
+/// A blob lost to damage is a named warning after `recover`, and fetching from a copy
+/// of the ledger that still has it brings it back.
+#[test]
+fn a_lost_blob_comes_back_from_a_copy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    fixture(&base);
+    let d = tmp.path().join("d");
+    copy_dir(&base, &d);
+    let mut files = walk(&d.join("blobs"));
+    files.sort();
+    let mut b = std::fs::read(&files[0]).unwrap();
+    b[100] ^= 0x20;
+    std::fs::write(&files[0], b).unwrap();
+    assert_eq!(ledger(&d, &["verify"]).status.code(), Some(1));
+    let report: serde_json::Value =
+        serde_json::from_str(&ok(&ledger(&d, &["recover", "--json"]))).unwrap();
+    let lost = report["lost_blobs"].as_array().unwrap();
+    assert_eq!(lost.len(), 1, "{report}");
+    let v = ledger(&d, &["verify"]);
+    assert_eq!(v.status.code(), Some(0), "{}", out(&v));
+    let said = out(&v);
+    assert!(
+        said.contains("WARN") && said.contains("lost to damage"),
+        "{said}"
+    );
+    assert_eq!(ledger(&d, &["verify", "--strict"]).status.code(), Some(1));
+    ok(&ledger(&d, &["fetch", base.to_str().unwrap()]));
+    let v = ledger(&d, &["verify", "--strict"]);
+    assert_eq!(v.status.code(), Some(0), "{}", out(&v));
+    assert!(!out(&v).contains("WARN"));
+}
