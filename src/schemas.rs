@@ -92,6 +92,10 @@ pub fn all() -> Vec<(&'static str, String)> {
             "env-throughput",
             pretty(schema_for!(crate::env::batch::Throughput)),
         ),
+        (
+            "plan-check",
+            pretty(schema_for!(crate::views::plan_check::MemoryPlan)),
+        ),
     ]);
     out
 }

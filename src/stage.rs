@@ -116,6 +116,7 @@ pub fn grpo_config(plan: &LedgerPlan) -> GrpoConfig {
         zero_variance: g.zero_variance,
         metric: plan.train.metric,
         checkpoint_every: g.checkpoint_every,
+        micro_batch: g.micro_batch as usize,
     }
 }
 
@@ -266,6 +267,10 @@ impl<'a> Pipeline<'a> {
             .versions
             .extend(crate::train::kernels::facts(device));
         base_meta.versions.insert(
+            "compute_dtype".into(),
+            plan.train.compute(device).dtype_name().into(),
+        );
+        base_meta.versions.insert(
             "rayon_threads".into(),
             rayon::current_num_threads().to_string(),
         );
@@ -285,6 +290,11 @@ impl<'a> Pipeline<'a> {
         })
     }
 
+    /// The device and the plan's compute dtype on it.
+    pub fn compute(&self) -> crate::train::compute::Compute {
+        self.plan.train.compute(self.device)
+    }
+
     fn recorder(&mut self, branch: &str) -> Recorder<'_> {
         Recorder::new(self.ledger, branch, self.base_meta.clone())
     }
@@ -297,7 +307,7 @@ impl<'a> Pipeline<'a> {
     }
 
     fn load_state(&self, blob: &Hash) -> Result<TrainState, StageError> {
-        load_state(self.ledger, blob, self.device)
+        load_state(self.ledger, blob, self.compute())
     }
 
     /// Stage 0's freshly made policy: a grid network, or the plan's language model
@@ -310,12 +320,13 @@ impl<'a> Pipeline<'a> {
         match self.plan.policy {
             crate::ledger::plan::PolicyKind::Lm => {
                 let spec = &self.plan.lm;
-                let lm = crate::train::lm::init(spec, self.device, seed.child("init", 0), || {
-                    let mut corpus = pretraining_corpus(spec, data);
-                    corpus.extend(engineer_corpus(&engineer_examples(&self.plan, seed)));
-                    corpus
-                })
-                .map_err(crate::train::TrainError::from)?;
+                let lm =
+                    crate::train::lm::init(spec, self.compute(), seed.child("init", 0), || {
+                        let mut corpus = pretraining_corpus(spec, data);
+                        corpus.extend(engineer_corpus(&engineer_examples(&self.plan, seed)));
+                        corpus
+                    })
+                    .map_err(crate::train::TrainError::from)?;
                 Ok(Box::new(lm))
             }
             kind => Ok(crate::train::new_policy(
@@ -887,10 +898,14 @@ fn durable_point(
 
 /// Load a checkpoint blob of `ledger` as a training state (the blobs it references
 /// come from the same ledger).
-pub fn load_state(ledger: &Ledger, blob: &Hash, device: Device) -> Result<TrainState, StageError> {
+pub fn load_state(
+    ledger: &Ledger,
+    blob: &Hash,
+    compute: impl Into<crate::train::compute::Compute>,
+) -> Result<TrainState, StageError> {
     let bytes = ledger.blob(blob)?;
     let fetch = |h: &Hash| ledger.blob(h).map_err(|e| e.to_string());
-    Ok(TrainState::load(&bytes, device, &fetch)?)
+    Ok(TrainState::load(&bytes, compute, &fetch)?)
 }
 
 /// Stage 0's training instances and the blob of what they were drawn from.

@@ -396,6 +396,7 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
         zero_variance: grpo::ZeroVariance::Keep,
         metric: mapf_ledger::env::CostMetric::Makespan,
         checkpoint_every: 100,
+        micro_batch: 0,
     };
     ts.set_lr(g.lr);
     // The mean reward of 8 samples on each of 64 held-out instances, same seed each time.

@@ -106,12 +106,27 @@ fn stop_and_resume_inside_an_lm_stage_records_what_an_uninterrupted_run_records(
     ));
 }
 
+/// And in bf16 (the CUDA dtype path, on the CPU), with GRPO in micro-batches: the
+/// resumed run ends on the same head, bit for bit, as the f32 path's test asks.
+#[test]
+fn stop_and_resume_in_bf16_records_what_an_uninterrupted_run_records() {
+    stop_and_resume(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/plans/lm-tiny-bf16.toml"
+    ));
+}
+
 fn stop_and_resume(plan: &str) {
     let t = tempfile::tempdir().unwrap();
     let plan = std::fs::read(plan).unwrap();
     let (a, b) = (t.path().join("straight"), t.path().join("resumed"));
     Ledger::create(&a, &plan).unwrap();
     Ledger::create(&b, &plan).unwrap();
+    if plan.ends_with(b"dtype = \"bf16\"\n") {
+        let mut l = Ledger::open(&a).unwrap();
+        let p = Pipeline::new(&mut l, None).unwrap();
+        assert_eq!(p.compute().dtype, tch::Kind::BFloat16);
+    }
     let (straight, interrupted) = run_lib(&a, None);
     assert!(!interrupted);
     // Stop inside stage 1 (checkpoints every 4 steps): stops at step 4's checkpoint.

@@ -38,11 +38,14 @@ pub fn checkpoint_of(ledger: &mut Ledger, r: &str) -> Result<Hash, String> {
     }
 }
 
-/// The training state of a checkpoint reference (on the CPU).
+/// The training state of a checkpoint reference (on the CPU, in the compute dtype the
+/// ledger's plan trains in: a bf16-trained LoRA model is its adapters on the
+/// bf16-rounded base it was trained on).
 pub fn load_ref(dir: &Path, r: &str) -> Result<TrainState, CliError> {
     let mut ledger = Ledger::open_read_only(dir)?;
     let blob = checkpoint_of(&mut ledger, r).map_err(CliError::input)?;
-    crate::stage::load_state(&ledger, &blob, tch::Device::Cpu)
+    let plan = crate::stage::ledger_plan(&ledger).map_err(|e| CliError::input(e.to_string()))?;
+    crate::stage::load_state(&ledger, &blob, plan.train.compute(tch::Device::Cpu))
         .map_err(|e| CliError::input(format!("{r}: {e}")))
 }
 

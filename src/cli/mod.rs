@@ -9,6 +9,7 @@ pub mod engineer;
 pub mod env;
 pub mod eval;
 pub mod lm;
+pub mod plan;
 pub mod replay;
 pub mod report;
 pub mod run;
@@ -174,6 +175,13 @@ pub enum Command {
         /// cpu, cuda or cuda:N (default: the plan's).
         #[arg(long)]
         device: Option<String>,
+        /// On CUDA: the GPU memory the memory check compares with (default: the
+        /// device's own), e.g. 80GiB.
+        #[arg(long, value_name = "SIZE")]
+        gpu_memory: Option<String>,
+        /// Run even when the memory check says the plan cannot fit.
+        #[arg(long)]
+        force: bool,
         /// No progress bars.
         #[arg(long)]
         quiet: bool,
@@ -184,6 +192,10 @@ pub enum Command {
         branch: String,
         #[arg(long)]
         device: Option<String>,
+        #[arg(long, value_name = "SIZE")]
+        gpu_memory: Option<String>,
+        #[arg(long)]
+        force: bool,
         #[arg(long)]
         quiet: bool,
     },
@@ -214,6 +226,9 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         hf: Option<PathBuf>,
     },
+    /// Plan files on their own: `plan check` estimates a run's peak device memory.
+    #[command(subcommand)]
+    Plan(plan::PlanCommand),
     /// The language model on its own: `lm generate` samples from a model directory or
     /// a ledger checkpoint (a sanity check of a loaded model).
     #[command(subcommand)]
@@ -326,6 +341,8 @@ pub fn main() {
             stages,
             engineer,
             device,
+            gpu_memory,
+            force,
             quiet,
         } => run::run(
             &ledger_dir,
@@ -335,11 +352,14 @@ pub fn main() {
                 engineer,
                 device,
             },
+            run::MemoryCheck { gpu_memory, force },
             quiet,
         ),
         Command::Resume {
             branch,
             device,
+            gpu_memory,
+            force,
             quiet,
         } => run::run(
             &ledger_dir,
@@ -349,8 +369,10 @@ pub fn main() {
                 engineer: None,
                 device,
             },
+            run::MemoryCheck { gpu_memory, force },
             quiet,
         ),
+        Command::Plan(cmd) => plan::run(cmd),
         Command::Fork {
             at,
             from,

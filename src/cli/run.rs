@@ -71,9 +71,22 @@ pub fn stop_on_ctrl_c() -> Arc<AtomicBool> {
     stop
 }
 
-pub fn run(ledger_dir: &Path, opts: RunOptions, quiet: bool) -> CliResult {
+/// `run --gpu-memory SIZE --force`: the memory check made before a CUDA run.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryCheck {
+    pub gpu_memory: Option<String>,
+    pub force: bool,
+}
+
+pub fn run(ledger_dir: &Path, opts: RunOptions, check: MemoryCheck, quiet: bool) -> CliResult {
     let started = std::time::Instant::now();
     let mut ledger = Ledger::open(ledger_dir)?;
+    let plan = crate::stage::ledger_plan(&ledger).map_err(stage_error)?;
+    let device = opts
+        .device
+        .clone()
+        .unwrap_or_else(|| plan.train.device.clone());
+    super::plan::check_before_run(&plan, &device, check.gpu_memory.as_deref(), check.force)?;
     let stop = stop_on_ctrl_c();
     let mut pipeline = Pipeline::new(&mut ledger, opts.device.as_deref()).map_err(stage_error)?;
     if let Some(e) = &opts.engineer {

@@ -121,6 +121,12 @@ pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
             engineer: None,
             device: args.device.clone(),
         },
+        // A worker warns when the memory check fails but runs: the study was started
+        // on purpose, and a refusal here would only show up in a task log.
+        super::run::MemoryCheck {
+            gpu_memory: None,
+            force: true,
+        },
         args.quiet,
     )?;
     let l = Ledger::open_read_only(ledger_dir).map_err(input)?;

@@ -316,7 +316,8 @@ fn checkpoint_state(
         })?;
     let bytes = inputs.ledger.blob(&blob)?;
     let fetch = |h: &Hash| inputs.ledger.blob(h).map_err(|e| e.to_string());
-    Ok(TrainState::load(&bytes, inputs.device, &fetch)?)
+    let compute = inputs.plan.train.compute(inputs.device);
+    Ok(TrainState::load(&bytes, compute, &fetch)?)
 }
 
 /// [`build`] for a replay: an LLM engineer answers from `recorded` (the branch's

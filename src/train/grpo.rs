@@ -54,6 +54,9 @@ pub struct GrpoConfig {
     pub metric: CostMetric,
     /// Save a checkpoint (a durable point) every this many steps.
     pub checkpoint_every: u64,
+    /// Rollouts per training forward and backward (gradients accumulate over the
+    /// micro-batches); 0: all of the step's rollouts at once.
+    pub micro_batch: usize,
 }
 
 /// The fixed, shaped, verifiable reward; the engineer never changes it. For a plan that
@@ -249,13 +252,26 @@ pub fn step(
                 .detach()
         })
     };
+    let micro =
+        (cfg.micro_batch > 0 && cfg.micro_batch < rollouts.len()).then_some(cfg.micro_batch);
     let base_lp = if cfg.kl_coef > 0.0 {
         tch::no_grad(|| {
-            state
-                .policy
-                .reference_log_probs(&instances, &rollouts)
-                .or_else(|| base.map(|b| b.log_probs(&instances, &rollouts)))
-                .map(|lp| lp.per_action.detach())
+            let reference = |part: &[Rollout]| {
+                state
+                    .policy
+                    .reference_log_probs(&instances, part)
+                    .or_else(|| base.map(|b| b.log_probs(&instances, part)))
+                    .map(|lp| lp.per_action.detach())
+            };
+            match micro {
+                None => reference(&rollouts),
+                // Per micro-batch, concatenated: the same actions in the same order.
+                Some(m) => rollouts
+                    .chunks(m)
+                    .map(reference)
+                    .collect::<Option<Vec<Tensor>>>()
+                    .map(|parts| Tensor::cat(&parts, 0)),
+            }
         })
     } else {
         None
@@ -304,6 +320,37 @@ pub fn step(
         ..Default::default()
     };
     for _epoch in 0..cfg.epochs {
+        if let Some(m) = micro {
+            let terms = accumulate_micro_batches(
+                state,
+                &instances,
+                &rollouts,
+                m,
+                &old,
+                base_lp.as_ref(),
+                &adv_t,
+                keep.as_ref(),
+                cfg,
+            );
+            let grad_norm = state.adam.update(state.policy.vars());
+            state.global_step += 1;
+            events.push(StepRecord::GradientStep(GradientStep {
+                step: state.global_step,
+                params: super::checkpoint::param_hash(state.policy.vars()),
+                loss: terms.loss.to_bits(),
+                policy_loss: terms.policy_loss.to_bits(),
+                kl: terms.kl.to_bits(),
+                entropy: terms.entropy.to_bits(),
+                grad_norm: grad_norm.to_bits(),
+                reward_mean: stats.reward_mean.to_bits(),
+            }));
+            stats.loss = terms.loss;
+            stats.grad_norm = grad_norm;
+            grpo_stats.step = state.global_step;
+            grpo_stats.kl = terms.kl.to_bits();
+            grpo_stats.clip_fraction = terms.clip_fraction.to_bits();
+            continue;
+        }
         let lp = state.policy.log_probs(&instances, &rollouts);
         let adv_a = adv_t.index_select(0, &lp.rollout_of);
         let weight = keep.as_ref().map(|w| w.index_select(0, &lp.rollout_of));
@@ -369,6 +416,100 @@ pub fn step(
     (events, stats)
 }
 
+/// The loss terms of one update, each a token mean over the whole batch.
+struct Terms {
+    loss: f64,
+    policy_loss: f64,
+    kl: f64,
+    entropy: f64,
+    clip_fraction: f64,
+}
+
+/// One update's gradients accumulated over micro-batches of `micro` rollouts: each
+/// micro-batch's token sums are divided by the *whole batch's* token count (or signal
+/// weight under `skip`), so the summed loss is the batch's token mean, as without
+/// micro-batches (up to float summation order). Leaves the gradients in the variables.
+#[allow(clippy::too_many_arguments)]
+fn accumulate_micro_batches(
+    state: &TrainState,
+    instances: &[Instance],
+    rollouts: &[Rollout],
+    micro: usize,
+    old: &Tensor,
+    base_lp: Option<&Tensor>,
+    adv_t: &Tensor,
+    keep: Option<&Tensor>,
+    cfg: &GrpoConfig,
+) -> Terms {
+    let lens: Vec<i64> = rollouts.iter().map(|r| r.actions.len() as i64).collect();
+    // The whole batch's denominator: every action, or every action of a signal group.
+    let denom = match keep {
+        Some(w) => {
+            let per: Vec<f32> =
+                Vec::<f32>::try_from(w.to_device(tch::Device::Cpu)).expect("f32 weights");
+            per.iter()
+                .zip(&lens)
+                .map(|(w, &n)| *w as f64 * n as f64)
+                .sum::<f64>()
+                .max(1.0)
+        }
+        None => lens.iter().sum::<i64>().max(1) as f64,
+    };
+    super::adam::Adam::zero_grad(state.policy.vars());
+    let mut t = Terms {
+        loss: 0.0,
+        policy_loss: 0.0,
+        kl: 0.0,
+        entropy: 0.0,
+        clip_fraction: 0.0,
+    };
+    let mut action = 0i64;
+    for (c, part) in rollouts.chunks(micro).enumerate() {
+        let first = (c * micro) as i64;
+        let actions: i64 = lens[c * micro..c * micro + part.len()].iter().sum();
+        if actions == 0 {
+            continue;
+        }
+        let lp = state.policy.log_probs(instances, part);
+        let old_p = old.narrow(0, action, actions);
+        let adv_a = adv_t
+            .narrow(0, first, part.len() as i64)
+            .index_select(0, &lp.rollout_of);
+        let weight = keep.map(|w| {
+            w.narrow(0, first, part.len() as i64)
+                .index_select(0, &lp.rollout_of)
+        });
+        let token_sum = |x: &Tensor| match &weight {
+            Some(w) => (x * w).sum(Kind::Float) / denom,
+            None => x.sum(Kind::Float) / denom,
+        };
+        let ratio = (&lp.per_action - &old_p).exp();
+        let unclipped = &ratio * &adv_a;
+        let clipped = ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * &adv_a;
+        let policy_loss = -token_sum(&unclipped.minimum(&clipped));
+        let held = (ratio.gt(1.0 + cfg.clip_eps).logical_and(&adv_a.gt(0.0)))
+            .logical_or(&ratio.lt(1.0 - cfg.clip_eps).logical_and(&adv_a.lt(0.0)))
+            .to_kind(Kind::Float);
+        let kl = match base_lp {
+            Some(b) => {
+                let d = b.narrow(0, action, actions) - &lp.per_action;
+                token_sum(&(d.exp() - &d - 1.0))
+            }
+            None => Tensor::zeros([], (Kind::Float, lp.per_action.device())),
+        };
+        let entropy = token_sum(&lp.entropy);
+        let loss = &policy_loss + &kl * cfg.kl_coef - &entropy * cfg.entropy_coef;
+        loss.backward();
+        t.loss += loss.double_value(&[]);
+        t.policy_loss += policy_loss.double_value(&[]);
+        t.kl += kl.double_value(&[]);
+        t.entropy += entropy.double_value(&[]);
+        t.clip_fraction += tch::no_grad(|| token_sum(&held)).double_value(&[]);
+        action += actions;
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,6 +547,7 @@ mod tests {
             zero_variance: ZeroVariance::Keep,
             metric: CostMetric::SumOfCosts,
             checkpoint_every: 1,
+            micro_batch: 0,
         }
     }
 

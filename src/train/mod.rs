@@ -6,11 +6,13 @@
 //! every reduction the trainer does itself runs in a fixed order.
 pub mod adam;
 pub mod checkpoint;
+pub mod compute;
 pub mod eval;
 pub mod grid;
 pub mod grpo;
 pub mod kernels;
 pub mod lm;
+pub mod memory;
 pub mod policy;
 pub mod records;
 pub mod warmup;
@@ -44,7 +46,7 @@ pub enum TrainError {
     PolicyKind(String),
     #[error(transparent)]
     Lm(#[from] lm::LmError),
-    #[error("device {0:?} is not available ({1})")]
+    #[error("device {0:?} is not available: {1}")]
     Device(String, String),
     #[error(transparent)]
     Checkpoint(#[from] checkpoint::CheckpointError),
@@ -68,6 +70,9 @@ pub fn parse_device_name(s: &str) -> Result<Option<usize>, String> {
     }
 }
 
+/// Where the README says how to provide CUDA (named in every refusal).
+const CUDA_HELP: &str = "see README.md, \"Using a GPU\"";
+
 /// One binary serves CPU and GPU: a build linked against the CPU libtorch can load the
 /// CUDA half of a libtorch of the *same version* at run time. `libtorch_cuda.so`
 /// registers its CUDA backend with the already loaded `libtorch_cpu.so` when it is
@@ -79,44 +84,121 @@ fn load_cuda_runtime() -> Result<(), String> {
         Some(dir) => std::path::Path::new(&dir).join("libtorch_cuda.so"),
         None => std::path::PathBuf::from("libtorch_cuda.so"), // the loader's search path
     };
-    let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+    dlopen_global(&path.to_string_lossy()).map_err(|msg| {
+        format!(
+            "libtorch_cuda is missing: this libtorch has no CUDA and {} could not be loaded ({msg}); set LIBTORCH_CUDA_LIB to the lib directory of a CUDA libtorch 2.11.0 (e.g. pip's torch/lib), or build with LIBTORCH_USE_PYTORCH=1; {CUDA_HELP}",
+            path.display()
+        )
+    })
+}
+
+/// `dlopen(name, RTLD_NOW | RTLD_GLOBAL)`; the handle is never closed. Err: dlerror().
+fn dlopen_global(name: &str) -> Result<(), String> {
+    let c = std::ffi::CString::new(name.as_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: dlopen with a valid C string; the handle is deliberately never closed
     // (the CUDA backend must stay registered for the life of the process).
     let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
     if handle.is_null() {
         // SAFETY: dlerror returns a thread-local C string or null.
         let err = unsafe { libc::dlerror() };
-        let msg = if err.is_null() {
+        return Err(if err.is_null() {
             "unknown error".to_string()
         } else {
             unsafe { std::ffi::CStr::from_ptr(err) }
                 .to_string_lossy()
                 .into_owned()
-        };
-        return Err(format!(
-            "this libtorch has no CUDA and {} could not be loaded ({msg}); set LIBTORCH_CUDA_LIB to the lib directory of a CUDA libtorch 2.11.0 (e.g. pip's torch/lib), or build with LIBTORCH_USE_PYTORCH=1",
-            path.display()
-        ));
+        });
     }
     Ok(())
 }
 
-/// Parse `--device`: `cpu`, `cuda` or `cuda:N`, checking that CUDA is there.
+/// What a CUDA request found on this machine, in the order it is checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CudaFacts {
+    /// Err: why libtorch_cuda could not be loaded.
+    pub runtime: Result<(), String>,
+    /// Err: why the NVIDIA driver library (libcuda.so.1) could not be loaded.
+    pub driver: Result<(), String>,
+    /// CUDA devices libtorch sees.
+    pub devices: usize,
+}
+
+/// Decide a `cuda:N` request from what the machine has: the first missing piece
+/// (libtorch_cuda, the driver, a device, device N) is named, with the README section
+/// that says how to provide it.
+pub fn check_cuda(index: usize, facts: &CudaFacts) -> Result<(), String> {
+    facts.runtime.clone()?;
+    if let Err(e) = &facts.driver {
+        return Err(format!(
+            "no NVIDIA driver: libtorch_cuda loaded but libcuda.so.1 could not ({e}); install the NVIDIA driver; {CUDA_HELP}"
+        ));
+    }
+    match facts.devices {
+        0 => Err(format!(
+            "no CUDA device: the driver is there but libtorch sees no GPU (CUDA_VISIBLE_DEVICES={}); {CUDA_HELP}",
+            std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into())
+        )),
+        n if index >= n => Err(format!(
+            "no device cuda:{index}: this machine has {n} CUDA device{} (cuda:0{}); {CUDA_HELP}",
+            if n == 1 { "" } else { "s" },
+            if n > 1 { format!("..cuda:{}", n - 1) } else { String::new() }
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Parse `--device`: `cpu`, `cuda` or `cuda:N`, checking that CUDA and device N are
+/// there (exit 2 from the CLI, naming what is missing).
 pub fn parse_device(s: &str) -> Result<Device, TrainError> {
     match parse_device_name(s).map_err(|m| TrainError::Device(s.into(), m))? {
         None => Ok(Device::Cpu),
         Some(idx) => {
-            if !tch::Cuda::is_available() {
-                load_cuda_runtime().map_err(|m| TrainError::Device(s.into(), m))?;
-            }
-            if !tch::Cuda::is_available() {
-                return Err(TrainError::Device(
-                    s.into(),
-                    "this libtorch has no CUDA; build with LIBTORCH_USE_PYTORCH=1 against a CUDA PyTorch 2.11".into(),
-                ));
-            }
+            let runtime = if tch::Cuda::is_available() {
+                Ok(())
+            } else {
+                load_cuda_runtime()
+            };
+            let driver = match &runtime {
+                Ok(()) if !tch::Cuda::is_available() => dlopen_global("libcuda.so.1"),
+                _ => Ok(()),
+            };
+            let facts = CudaFacts {
+                devices: if runtime.is_ok() {
+                    tch::Cuda::device_count().max(0) as usize
+                } else {
+                    0
+                },
+                runtime,
+                driver,
+            };
+            check_cuda(idx, &facts).map_err(|m| TrainError::Device(s.into(), m))?;
             Ok(Device::Cuda(idx))
         }
+    }
+}
+
+/// Total memory of CUDA device `index` in bytes, from the CUDA runtime libtorch_cuda
+/// loaded (`cudaMemGetInfo`); None when it cannot be asked.
+pub fn cuda_total_memory(index: usize) -> Option<u64> {
+    type SetDevice = unsafe extern "C" fn(i32) -> i32;
+    type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
+    let sym = |name: &str| {
+        let c = std::ffi::CString::new(name).ok()?;
+        // SAFETY: dlsym over every loaded library with a valid C string.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    };
+    let set = sym("cudaSetDevice")?;
+    let info = sym("cudaMemGetInfo")?;
+    // SAFETY: the CUDA runtime's documented signatures; both only write the outputs.
+    unsafe {
+        let set: SetDevice = std::mem::transmute(set);
+        let info: MemGetInfo = std::mem::transmute(info);
+        if set(index as i32) != 0 {
+            return None;
+        }
+        let (mut free, mut total) = (0usize, 0usize);
+        (info(&mut free, &mut total) == 0).then_some(total as u64)
     }
 }
 
@@ -161,11 +243,14 @@ impl TrainState {
 
     /// Rebuild a training state from checkpoint bytes; `blobs` fetches what the
     /// checkpoint references (an `lm` tokenizer, a frozen base checkpoint).
+    /// `compute`: a device (its default dtype) or a device and dtype (`lm` policies).
     pub fn load(
         bytes: &[u8],
-        device: Device,
+        compute: impl Into<compute::Compute>,
         blobs: lm::BlobSource<'_>,
     ) -> Result<TrainState, TrainError> {
+        let compute = compute.into();
+        let device = compute.device;
         let (h, _) = checkpoint::header(bytes)?;
         let mut policy: Box<dyn Policy> = match h.policy.as_str() {
             "grid" => {
@@ -181,7 +266,7 @@ impl TrainState {
             "lm" => {
                 let arch: lm::LmArch = crate::ledger::codec::decode(&h.arch, "lm architecture")
                     .map_err(|e| TrainError::Arch(e.to_string()))?;
-                Box::new(lm::LmPolicy::from_arch(arch, device, blobs)?)
+                Box::new(lm::LmPolicy::from_arch(arch, compute, blobs)?)
             }
             other => return Err(TrainError::PolicyKind(other.into())),
         };
@@ -218,5 +303,52 @@ impl TrainState {
     /// Point the optimiser at a new learning rate (stages may differ from the warm-up).
     pub fn set_lr(&mut self, lr: f64) {
         self.adam.config.lr = lr;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_refusals_name_the_first_missing_piece_and_the_readme() {
+        let ok = CudaFacts {
+            runtime: Ok(()),
+            driver: Ok(()),
+            devices: 2,
+        };
+        assert_eq!(check_cuda(1, &ok), Ok(()));
+        let e = check_cuda(2, &ok).unwrap_err();
+        assert!(
+            e.contains("no device cuda:2") && e.contains("2 CUDA devices (cuda:0..cuda:1)"),
+            "{e}"
+        );
+        let none = CudaFacts {
+            devices: 0,
+            ..ok.clone()
+        };
+        assert!(check_cuda(0, &none).unwrap_err().contains("no CUDA device"));
+        let no_driver = CudaFacts {
+            driver: Err("libcuda.so.1: cannot open shared object file".into()),
+            devices: 0,
+            ..ok.clone()
+        };
+        let e = check_cuda(0, &no_driver).unwrap_err();
+        assert!(
+            e.contains("no NVIDIA driver") && e.contains("libcuda.so.1"),
+            "{e}"
+        );
+        let no_runtime = CudaFacts {
+            runtime: Err("libtorch_cuda is missing: ...".into()),
+            ..no_driver
+        };
+        assert!(check_cuda(0, &no_runtime)
+            .unwrap_err()
+            .contains("libtorch_cuda"));
+        for facts in [&ok, &none] {
+            if let Err(e) = check_cuda(5, facts) {
+                assert!(e.contains("README.md"), "{e}");
+            }
+        }
     }
 }

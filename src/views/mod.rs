@@ -10,6 +10,7 @@ pub mod branches;
 pub mod compare;
 pub mod export;
 pub mod paired;
+pub mod plan_check;
 pub mod show;
 pub mod study;
 pub mod testbed;

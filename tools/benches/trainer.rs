@@ -37,6 +37,7 @@ fn grpo_config() -> GrpoConfig {
         zero_variance: grpo::ZeroVariance::Keep,
         metric: CostMetric::Makespan,
         checkpoint_every: 1000,
+        micro_batch: 0,
     }
 }
 

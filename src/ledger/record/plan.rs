@@ -69,6 +69,12 @@ pub struct Train {
     pub torch_threads: u32,
     /// "makespan" (the paper's ground truth) or "sum_of_costs".
     pub metric: crate::env::CostMetric,
+    /// The language model's compute dtype: `auto` (the default: bf16 on CUDA, f32 on the
+    /// CPU), `f32`, or `bf16` (bf16 compute with f32 master copies of what trains, on any
+    /// device: the CUDA path, testable on a CPU). Skipped when `auto`, so plans without
+    /// the field keep their canonical hash.
+    #[serde(skip_serializing_if = "crate::train::compute::Dtype::is_auto")]
+    pub dtype: crate::train::compute::Dtype,
 }
 
 impl Default for Train {
@@ -77,7 +83,15 @@ impl Default for Train {
             device: "cpu".into(),
             torch_threads: 1,
             metric: crate::env::CostMetric::Makespan,
+            dtype: crate::train::compute::Dtype::Auto,
         }
+    }
+}
+
+impl Train {
+    /// The device and compute dtype of a run on `device`.
+    pub fn compute(&self, device: tch::Device) -> crate::train::compute::Compute {
+        crate::train::compute::Compute::new(device, self.dtype)
     }
 }
 
@@ -229,6 +243,17 @@ pub struct Grpo {
     pub zero_variance: ZeroVariance,
     /// A checkpoint (durable point) every this many steps.
     pub checkpoint_every: u64,
+    /// Sampled plans per training forward and backward: the step's gradient is
+    /// accumulated over micro-batches of this many rows (same loss, less memory; the
+    /// KL reference forward is cut the same way). 0, the default: the whole batch
+    /// (`batch_size` x `group_size` rows) at once, as plans without the field run (it
+    /// is then skipped in the canonical encoding, leaving their hash unchanged).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub micro_batch: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// What GRPO does with a zero-variance group (see [`Grpo::zero_variance`]).
@@ -259,6 +284,7 @@ impl Default for Grpo {
             cost_reward: 0.0,
             zero_variance: ZeroVariance::Keep,
             checkpoint_every: 25,
+            micro_batch: 0,
         }
     }
 }
@@ -474,6 +500,7 @@ impl LedgerPlan {
         check_f("grpo.agent_reward", g.agent_reward, 0.0, 100.0, false)?;
         check_f("grpo.cost_reward", g.cost_reward, 0.0, 100.0, false)?;
         check_u("grpo.checkpoint_every", g.checkpoint_every, 1, u64::MAX)?;
+        check_u("grpo.micro_batch", g.micro_batch as u64, 0, 1 << 20)?;
         let t = &self.train;
         crate::train::parse_device_name(&t.device).map_err(|m| range("train.device", m))?;
         check_u("train.torch_threads", t.torch_threads as u64, 1, 256)?;
@@ -587,6 +614,43 @@ mod tests {
         );
         let plain = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
         assert_ne!(p.hash(), plain.hash());
+    }
+
+    #[test]
+    fn new_fields_at_their_defaults_leave_the_plan_hash_unchanged() {
+        // `train.dtype` (auto) and `grpo.micro_batch` (0) add nothing to the canonical
+        // encoding: a plan written before them hashes as it did, so existing ledgers'
+        // genesis plan_hash still matches.
+        let t = Train::default();
+        assert_eq!(
+            codec::encode(&t),
+            codec::encode(&(t.device.clone(), t.torch_threads, t.metric))
+        );
+        let g = Grpo::default();
+        let with = Grpo {
+            micro_batch: 7,
+            ..g.clone()
+        };
+        let (a, b) = (codec::encode(&g), codec::encode(&with));
+        assert_eq!(
+            &b[..a.len()],
+            &a[..],
+            "micro_batch is appended, nothing else moves"
+        );
+        assert_eq!(b.len(), a.len() + 1);
+        let demo = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        let explicit = DEMO.replace("torch_threads = 2", "torch_threads = 2\ndtype = \"auto\"");
+        assert_eq!(
+            LedgerPlan::parse(explicit.as_bytes()).unwrap().hash(),
+            demo.hash()
+        );
+        let bf16 = DEMO.replace("torch_threads = 2", "torch_threads = 2\ndtype = \"bf16\"");
+        let bf16 = LedgerPlan::parse(bf16.as_bytes()).unwrap();
+        assert_eq!(bf16.train.dtype, crate::train::compute::Dtype::Bf16);
+        assert_ne!(bf16.hash(), demo.hash());
+        let bad = DEMO.replace("torch_threads = 2", "torch_threads = 2\ndtype = \"f16\"");
+        let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("f16") && e.contains("bf16"), "{e}");
     }
 
     #[test]

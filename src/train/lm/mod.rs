@@ -24,6 +24,7 @@ pub mod generate;
 pub mod hf;
 pub mod model;
 
+use super::compute::Compute;
 use super::policy::{LogProbs, Policy, Rollout};
 use crate::env::text::{
     parse_plan_in, render_cells_plan, render_cells_prompt, render_compact_prompt, render_plan,
@@ -449,7 +450,7 @@ impl LmPolicy {
     /// `lora` with fresh adapters from `seed`).
     pub fn from_hf_dir(
         dir: &std::path::Path,
-        device: Device,
+        compute: impl Into<Compute>,
         lora: Option<LoraSpec>,
         prompt: PromptStyle,
         sampling: Sampling,
@@ -457,7 +458,7 @@ impl LmPolicy {
     ) -> Result<LmPolicy, LmError> {
         let m = hf::read_dir(dir)?;
         let weights = hf::load_weights(dir, &m.config)?;
-        let model = Model::from_weights(m.config.clone(), weights, device, lora.clone(), seed)
+        let model = Model::from_weights(m.config.clone(), weights, compute, lora.clone(), seed)
             .map_err(|e| LmError::Weights {
                 path: dir.display().to_string(),
                 source: e,
@@ -483,7 +484,7 @@ impl LmPolicy {
     /// the checkpoint loader.
     pub fn from_arch(
         arch: LmArch,
-        device: Device,
+        compute: impl Into<Compute>,
         blobs: BlobSource<'_>,
     ) -> Result<LmPolicy, LmError> {
         let tokenizer_json =
@@ -513,7 +514,7 @@ impl LmPolicy {
         let model = Model::from_weights(
             arch.config.clone(),
             weights,
-            device,
+            compute,
             arch.lora.clone(),
             Seed::root(0),
         )
@@ -533,12 +534,15 @@ impl LmPolicy {
         frozen_blob: Hash,
         seed: Seed,
     ) -> Result<LmPolicy, LmError> {
-        let device = self.model.device();
+        let compute = Compute {
+            device: self.model.device(),
+            dtype: self.model.dtype,
+        };
         let weights = self.model.merged_weights();
         let model = Model::from_weights(
             self.arch.config.clone(),
             weights,
-            device,
+            compute,
             Some(spec.clone()),
             seed,
         )
@@ -812,14 +816,15 @@ impl LmPolicy {
 /// (LoRA adapters from the start when `lora_rank > 0`).
 pub fn init(
     spec: &LmSpec,
-    device: Device,
+    compute: impl Into<Compute>,
     seed: Seed,
     corpus: impl FnOnce() -> Vec<String>,
 ) -> Result<LmPolicy, LmError> {
+    let compute = compute.into();
     if let Some(dir) = spec.hf_dir() {
         return LmPolicy::from_hf_dir(
             std::path::Path::new(dir),
-            device,
+            compute,
             spec.lora(),
             spec.prompt,
             spec.sampling(),
@@ -844,7 +849,7 @@ pub fn init(
         .expect("scratch tokenizers carry the ChatML specials") as i64;
     let config = spec.scratch_config(tok.get_vocab_size(true) as i64, vec![end]);
     let weights = Model::random_weights(&config, seed.child("weights", 0));
-    let model = Model::from_weights(config.clone(), weights, device, None, seed)
+    let model = Model::from_weights(config.clone(), weights, compute, None, seed)
         .expect("random weights have the config's shapes");
     let arch = LmArch {
         config,

@@ -16,7 +16,8 @@
 //! - Qwen3 normalises each query and key head before RoPE;
 //! - the MLP is SwiGLU, `down(silu(gate(x)) * up(x))`.
 //!
-//! Dtypes: weights run in the *compute dtype* (bf16 on CUDA, f32 on CPU). Trainable
+//! Dtypes: weights run in the *compute dtype* (`[train] dtype`: by default bf16 on CUDA,
+//! f32 on CPU; `bf16` selects the CUDA path on the CPU too, see `train::compute`). Trainable
 //! parameters are f32 master copies in the `VarStore` and are cast on use, so Adam
 //! updates at lr 1e-6 are not lost to bf16 rounding; frozen weights (the base under
 //! LoRA) are stored directly in the compute dtype.
@@ -157,7 +158,7 @@ pub struct Model {
     /// Frozen weights in the compute dtype (the base under LoRA), by name.
     pub frozen: BTreeMap<String, Tensor>,
     pub lora: Option<LoraSpec>,
-    /// bf16 on CUDA, f32 on CPU.
+    /// The compute dtype (f32 or bf16; see `train::compute`).
     pub dtype: Kind,
     embed: Tensor,
     layers: Vec<Layer>,
@@ -181,12 +182,10 @@ pub enum WeightsError {
     Extra(String),
 }
 
-/// The compute dtype for a device.
+/// The default compute dtype for a device (bf16 on CUDA, f32 on CPU; `[train] dtype =
+/// "auto"`).
 pub fn compute_dtype(device: Device) -> Kind {
-    match device {
-        Device::Cpu => Kind::Float,
-        _ => Kind::BFloat16,
-    }
+    crate::train::compute::Dtype::Auto.kind(device)
 }
 
 /// RoPE inverse frequencies `[head_dim / 2]` (f32), as transformers computes them.
@@ -228,14 +227,15 @@ impl Model {
     /// weight is frozen in the compute dtype and fresh adapters are the trainable
     /// parameters (A uniform in ±1/sqrt(in) from `seed`, B zero, so the adapted model
     /// starts equal to the base); without, every weight is a trainable f32 master.
+    /// `compute`: a device (its default dtype) or a device and dtype.
     pub fn from_weights(
         cfg: LmConfig,
         mut weights: BTreeMap<String, Tensor>,
-        device: Device,
+        compute: impl Into<crate::train::compute::Compute>,
         lora: Option<LoraSpec>,
         seed: crate::seed::Seed,
     ) -> Result<Model, WeightsError> {
-        let dtype = compute_dtype(device);
+        let crate::train::compute::Compute { device, dtype } = compute.into();
         let shapes = param_shapes(&cfg);
         for (name, shape) in &shapes {
             let t = weights

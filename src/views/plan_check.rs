@@ -1,0 +1,511 @@
+//! `ledger plan check`: the memory plan of a ledger plan, before a GPU is booked.
+//!
+//! From the plan alone (and the model's `config.json` and `tokenizer.json` where the
+//! `hf:` directory is present) it builds the workloads a run will put on the device —
+//! a GRPO group's generation, the training micro-batch, the KL reference, an evaluation
+//! batch, the engineer's reply, a stage-0 warm-up — and estimates each one's peak with
+//! [`crate::train::memory`]. Given the GPU's memory it says whether the run fits and,
+//! if not, which single setting (micro-batch, batch, group, max new tokens, LoRA rank)
+//! would make it fit.
+use crate::engineer::llm::TokenCounter;
+use crate::env::{generate, Budget, GeneratorConfig, Instance};
+use crate::ledger::plan::LedgerPlan;
+use crate::seed::Seed;
+use crate::train::lm::config::LmConfig;
+use crate::train::lm::{ChatFormat, PromptStyle};
+use crate::train::memory::{self, Estimator, Generation, Training, CUDA_RESERVE};
+use schemars::JsonSchema;
+use serde::Serialize;
+
+/// Instances decoded per evaluation batch (`train::eval`).
+const EVAL_BATCH: u64 = 256;
+
+/// What `ledger plan check --json` prints.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct MemoryPlan {
+    /// The plan's name.
+    pub plan: String,
+    /// `cpu`, `cuda` or `cuda:N`.
+    pub device: String,
+    /// The compute dtype: `bf16` or `f32`.
+    pub dtype: String,
+    pub model: ModelFacts,
+    pub tokens: TokenFacts,
+    /// Memory held throughout: weights, trainable tensors, gradients and Adam moments.
+    pub resident: Vec<Part>,
+    /// Each workload's peak (resident memory included).
+    pub phases: Vec<Part>,
+    pub peak_bytes: u64,
+    /// The phase that sets the peak.
+    pub peak_phase: String,
+    /// Set aside on a GPU for the CUDA context, kernels and allocator slack (0 on CPU).
+    pub reserve_bytes: u64,
+    /// The memory compared against (`--gpu-memory`, or the device's), if any.
+    pub gpu_memory_bytes: Option<u64>,
+    /// peak + reserve <= GPU memory (absent without a memory to compare against).
+    pub fits: Option<bool>,
+    /// When it does not fit: single settings that would make it fit, with the peak then.
+    pub changes: Vec<Change>,
+    /// Settings tried that no value makes fit alone.
+    pub no_single_fix: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ModelFacts {
+    /// Where the shape came from: a config.json path, or `scratch`.
+    pub source: String,
+    pub parameters: u64,
+    pub trainable: u64,
+    pub layers: u64,
+    pub hidden_size: u64,
+    pub vocab_size: u64,
+    /// 0: full fine-tuning.
+    pub lora_rank: u32,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct TokenFacts {
+    /// `tokenizer.json` of the model directory, or an estimate (characters / 4).
+    pub counted_by: String,
+    pub train_prompt: u64,
+    pub train_new: u64,
+    pub eval_prompt: u64,
+    pub eval_new: u64,
+    pub engineer_prompt: u64,
+    pub engineer_new: u64,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Part {
+    pub name: String,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Change {
+    /// The plan field, e.g. `grpo.micro_batch`.
+    pub setting: String,
+    pub from: u64,
+    pub to: u64,
+    pub peak_bytes: u64,
+}
+
+/// Why a memory plan cannot be made; names the file or field.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("{0}")]
+    Input(String),
+}
+
+/// The settings a memory plan depends on (the plan's, or a candidate change of them).
+#[derive(Clone, Copy, Debug)]
+struct Knobs {
+    batch: u64,
+    group: u64,
+    micro: u64,
+    max_new: u64,
+    rank: u32,
+}
+
+/// The model's shape: `--model-config`, the `hf:` directory's config.json, or the
+/// plan's scratch architecture. Also the tokenizer counting prompt tokens.
+fn model_shape(
+    plan: &LedgerPlan,
+    model_config: Option<&std::path::Path>,
+) -> Result<(LmConfig, String, TokenCounter, String), CheckError> {
+    let approx = || {
+        (
+            TokenCounter::Approximate,
+            format!(
+                "estimate ({} characters per token)",
+                crate::engineer::llm::CHARS_PER_TOKEN
+            ),
+        )
+    };
+    let read_config = |p: &std::path::Path| -> Result<LmConfig, CheckError> {
+        let text = std::fs::read_to_string(p)
+            .map_err(|e| CheckError::Input(format!("{}: {e}", p.display())))?;
+        LmConfig::from_hf_json(&text)
+            .map_err(|e| CheckError::Input(format!("{}: {e}", p.display())))
+    };
+    if let Some(p) = model_config {
+        let (c, by) = approx();
+        return Ok((read_config(p)?, p.display().to_string(), c, by));
+    }
+    match plan.lm.hf_dir() {
+        Some(dir) => {
+            let dir = std::path::Path::new(dir);
+            let cfg_path = dir.join("config.json");
+            if !cfg_path.exists() {
+                return Err(CheckError::Input(format!(
+                    "{}: not found (lm.init = {:?}); put the model directory there, or pass --model-config FILE (its config.json)",
+                    cfg_path.display(),
+                    plan.lm.init
+                )));
+            }
+            let cfg = read_config(&cfg_path)?;
+            let tok = dir.join("tokenizer.json");
+            let (counter, by) = match std::fs::read(&tok)
+                .ok()
+                .and_then(|b| crate::train::lm::chat::tokenizer_from_bytes(&b).ok())
+            {
+                Some(t) => (
+                    TokenCounter::Tokenizer(Box::new(t)),
+                    tok.display().to_string(),
+                ),
+                None => approx(),
+            };
+            Ok((cfg, cfg_path.display().to_string(), counter, by))
+        }
+        None => {
+            let (c, by) = approx();
+            let cfg = plan.lm.scratch_config(plan.lm.vocab_size as i64, vec![]);
+            Ok((cfg, "scratch".into(), c, by))
+        }
+    }
+}
+
+/// One solvable instance of `agents` agents on a `size` map (the longest prompts).
+fn instance(agents: usize, size: usize) -> Result<Instance, CheckError> {
+    let cfg = GeneratorConfig::uniform(agents, [size], 0.2, 0.2);
+    generate(
+        &cfg,
+        1,
+        Seed::root(0).child("plan-check", 0),
+        Budget::default(),
+    )
+    .map_err(|e| CheckError::Input(format!("a {agents}-agent {size}x{size} instance: {e}")))?
+    .pop()
+    .map(|s| s.instance)
+    .ok_or_else(|| CheckError::Input("no instance generated".into()))
+}
+
+/// New tokens a plan for `inst` may take (the policy's plan budget).
+fn plan_budget(inst: &Instance, prompt: PromptStyle, max_new: u64) -> u64 {
+    let per_move = if prompt == PromptStyle::Cells { 4 } else { 2 };
+    let steps = crate::train::grid::max_steps(inst);
+    ((inst.agents() * (8 + per_move * steps) + 2) as u64).min(max_new)
+}
+
+/// Build the memory plan of `plan` on `device` (compared with `gpu_memory` if given).
+pub fn check(
+    plan: &LedgerPlan,
+    device: &str,
+    gpu_memory: Option<u64>,
+    model_config: Option<&std::path::Path>,
+) -> Result<MemoryPlan, CheckError> {
+    if plan.policy != crate::ledger::plan::PolicyKind::Lm {
+        return Err(CheckError::Input(format!(
+            "policy {:?}: the memory plan is for lm plans (a grid policy is a few MB)",
+            plan.policy.name()
+        )));
+    }
+    let index = crate::train::parse_device_name(device)
+        .map_err(|m| CheckError::Input(format!("--device {m}")))?;
+    let tch_device = index.map_or(tch::Device::Cpu, tch::Device::Cuda);
+    let dtype = plan.train.dtype.kind(tch_device);
+    let (cfg, source, counter, counted_by) = model_shape(plan, model_config)?;
+    let chat = ChatFormat::for_family(cfg.family);
+    let count = |text: &str| counter.count(&chat.wrap(text)) as u64;
+    let train_agents = plan.initial_config.agents;
+    let train_inst = instance(train_agents, plan.engineer.max_size as usize)?;
+    let eval_inst = instance(5, plan.suites.max_size as usize)?;
+    let spec = &plan.lm;
+    let knobs = Knobs {
+        batch: plan.grpo.batch_size as u64,
+        group: plan.grpo.group_size as u64,
+        micro: plan.grpo.micro_batch as u64,
+        max_new: spec.max_new_tokens as u64,
+        rank: spec.lora_rank,
+    };
+    let tokens = TokenFacts {
+        counted_by,
+        train_prompt: count(&spec.prompt.task_text(&train_inst)),
+        train_new: plan_budget(&train_inst, spec.prompt, knobs.max_new),
+        eval_prompt: count(&spec.prompt.task_text(&eval_inst)),
+        eval_new: plan_budget(&eval_inst, spec.prompt, knobs.max_new),
+        engineer_prompt: spec.engineer_prompt_tokens as u64,
+        engineer_new: spec.engineer_max_new_tokens as u64,
+    };
+    let model_engineer = ["current", "base"]
+        .iter()
+        .any(|e| plan.engineer.name.split(':').next() == Some(e));
+    let bytes = if dtype == tch::Kind::BFloat16 { 2 } else { 4 };
+    let on_cuda = index.is_some();
+    let estimate = |k: Knobs| -> (Vec<Part>, Vec<Part>, ModelFacts) {
+        let lora = spec.lora().map(|mut l| {
+            l.rank = k.rank as i64;
+            l
+        });
+        let lora = lora.filter(|l| l.rank > 0);
+        let est = Estimator {
+            cfg: &cfg,
+            lora: lora.as_ref(),
+            bytes,
+        };
+        let (w, t, o) = est.resident();
+        let resident = w + t + o;
+        let train_new = tokens.train_new.min(k.max_new);
+        let eval_new = tokens.eval_new.min(k.max_new);
+        let lanes = k.batch * k.group;
+        let rows = if k.micro > 0 {
+            k.micro.min(lanes)
+        } else {
+            lanes
+        };
+        let train = Training {
+            rows,
+            tokens: tokens.train_prompt + train_new - 1,
+            targets: rows * train_new,
+        };
+        let mut phases = vec![
+            Part {
+                name: format!(
+                    "GRPO generation ({} prompts x {} samples)",
+                    k.batch, k.group
+                ),
+                bytes: resident
+                    + est.generation(&Generation {
+                        prompts: k.batch,
+                        lanes,
+                        prompt_tokens: tokens.train_prompt,
+                        new_tokens: train_new,
+                        top_p: spec.top_p < 1.0,
+                    }),
+            },
+            Part {
+                name: format!("GRPO training ({rows} rows x {} tokens)", train.tokens),
+                bytes: resident + est.training(&train),
+            },
+        ];
+        if plan.grpo.kl_coef > 0.0 && lora.is_some() {
+            phases.push(Part {
+                name: format!("KL reference ({rows} rows, no gradients)"),
+                bytes: resident + est.scoring(&train),
+            });
+        }
+        phases.push(Part {
+            name: format!("evaluation ({EVAL_BATCH} greedy plans, 5 agents)"),
+            bytes: resident
+                + est.generation(&Generation {
+                    prompts: EVAL_BATCH,
+                    lanes: EVAL_BATCH,
+                    prompt_tokens: tokens.eval_prompt,
+                    new_tokens: eval_new,
+                    top_p: false,
+                }),
+        });
+        if model_engineer {
+            phases.push(Part {
+                name: "engineer reply (current/base)".into(),
+                bytes: resident
+                    + est.generation(&Generation {
+                        prompts: 1,
+                        lanes: 1,
+                        prompt_tokens: tokens.engineer_prompt,
+                        new_tokens: tokens.engineer_new,
+                        top_p: spec.engineer_top_p < 1.0,
+                    }),
+            });
+        }
+        if plan.warmup.steps > 0 && spec.hf_dir().is_none() {
+            // Stage 0 pretrains every weight of a scratch model (no LoRA yet).
+            let full = Estimator {
+                cfg: &cfg,
+                lora: None,
+                bytes,
+            };
+            let (fw, ft, fo) = full.resident();
+            let rows = (plan.warmup.batch_size as u64).div_ceil(8).max(4);
+            let new = tokens.train_new;
+            phases.push(Part {
+                name: format!("warm-up (stage 0, full weights, {rows} rows)"),
+                bytes: fw
+                    + ft
+                    + fo
+                    + full.training(&Training {
+                        rows,
+                        tokens: tokens.train_prompt + new - 1,
+                        targets: rows * new,
+                    }),
+            });
+        }
+        let resident_parts = vec![
+            Part {
+                name: if lora.is_some() {
+                    format!(
+                        "weights (frozen, {})",
+                        crate::train::compute::kind_name(dtype)
+                    )
+                } else {
+                    "weights (f32 masters)".into()
+                },
+                bytes: w,
+            },
+            Part {
+                name: "trainable adapters (f32)".into(),
+                bytes: t,
+            },
+            Part {
+                name: "gradients and Adam moments (f32)".into(),
+                bytes: o,
+            },
+        ];
+        let facts = ModelFacts {
+            source: source.clone(),
+            parameters: est.parameters(),
+            trainable: est.trainable(),
+            layers: cfg.num_hidden_layers as u64,
+            hidden_size: cfg.hidden_size as u64,
+            vocab_size: cfg.vocab_size as u64,
+            lora_rank: lora.as_ref().map_or(0, |l| l.rank as u32),
+        };
+        (resident_parts, phases, facts)
+    };
+    let peak_of = |phases: &[Part]| {
+        phases
+            .iter()
+            .max_by_key(|p| p.bytes)
+            .map(|p| (p.name.clone(), p.bytes))
+            .unwrap_or_default()
+    };
+    let reserve = if on_cuda { CUDA_RESERVE } else { 0 };
+    let fits_in = |peak: u64, mem: u64| peak + reserve <= mem;
+    let (resident, phases, model) = estimate(knobs);
+    let (peak_phase, peak) = peak_of(&phases);
+    let fits = gpu_memory.map(|m| fits_in(peak, m));
+    let (mut changes, mut no_single_fix) = (Vec::new(), Vec::new());
+    if let (Some(false), Some(mem)) = (fits, gpu_memory) {
+        let lanes = knobs.batch * knobs.group;
+        let rows = if knobs.micro > 0 { knobs.micro } else { lanes };
+        type Set = fn(Knobs, u64) -> Knobs;
+        let mut candidates: Vec<(&str, u64, u64, Set)> = vec![
+            ("grpo.micro_batch", rows, 1, |k, v| Knobs { micro: v, ..k }),
+            ("grpo.batch_size", knobs.batch, 1, |k, v| Knobs {
+                batch: v,
+                ..k
+            }),
+            ("grpo.group_size", knobs.group, 2, |k, v| Knobs {
+                group: v,
+                ..k
+            }),
+            ("lm.max_new_tokens", knobs.max_new, 16, |k, v| Knobs {
+                max_new: v,
+                ..k
+            }),
+        ];
+        if knobs.rank > 0 {
+            candidates.push(("lm.lora_rank", knobs.rank as u64, 1, |k, v| Knobs {
+                rank: v as u32,
+                ..k
+            }));
+        }
+        for (setting, from, floor, set) in candidates {
+            // Halve until it fits (the largest power-of-two fraction that does).
+            let mut v = from;
+            let mut found = None;
+            while v > floor {
+                v = (v / 2).max(floor);
+                let (_, p, _) = estimate(set(knobs, v));
+                let (_, peak) = peak_of(&p);
+                if fits_in(peak, mem) {
+                    found = Some((v, peak));
+                    break;
+                }
+            }
+            match found {
+                Some((to, peak_bytes)) => changes.push(Change {
+                    setting: setting.into(),
+                    from,
+                    to,
+                    peak_bytes,
+                }),
+                None => no_single_fix.push(setting.into()),
+            }
+        }
+    }
+    Ok(MemoryPlan {
+        plan: plan.name.clone(),
+        device: device.into(),
+        dtype: crate::train::compute::kind_name(dtype).into(),
+        model,
+        tokens,
+        resident,
+        phases,
+        peak_bytes: peak,
+        peak_phase,
+        reserve_bytes: reserve,
+        gpu_memory_bytes: gpu_memory,
+        fits,
+        changes,
+        no_single_fix,
+    })
+}
+
+/// The memory plan as text.
+pub fn render(m: &MemoryPlan) -> String {
+    use memory::human;
+    let mut s = String::new();
+    let lora = if m.model.lora_rank > 0 {
+        format!("LoRA rank {}", m.model.lora_rank)
+    } else {
+        "full fine-tuning".into()
+    };
+    s += &format!(
+        "memory plan of {} on {} in {} ({lora})\n",
+        m.plan, m.device, m.dtype
+    );
+    s += &format!(
+        "  model: {} ({:.2} B parameters, {:.1} M trainable; {} layers, hidden {}, vocabulary {})\n",
+        m.model.source,
+        m.model.parameters as f64 / 1e9,
+        m.model.trainable as f64 / 1e6,
+        m.model.layers,
+        m.model.hidden_size,
+        m.model.vocab_size
+    );
+    let t = &m.tokens;
+    s += &format!(
+        "  tokens ({}): GRPO prompt {} + {} new, evaluation prompt {} + {} new, engineer prompt {} + {} new\n",
+        t.counted_by, t.train_prompt, t.train_new, t.eval_prompt, t.eval_new, t.engineer_prompt, t.engineer_new
+    );
+    s += "  resident:";
+    for p in &m.resident {
+        s += &format!(" {} {};", p.name, human(p.bytes));
+    }
+    s.pop();
+    s += "\n  peak per phase (resident included):\n";
+    for p in &m.phases {
+        s += &format!("    {:<52} {:>12}\n", p.name, human(p.bytes));
+    }
+    s += &format!("  peak: {} ({})", human(m.peak_bytes), m.peak_phase);
+    if m.reserve_bytes > 0 {
+        s += &format!(" + {} CUDA reserve", human(m.reserve_bytes));
+    }
+    match (m.fits, m.gpu_memory_bytes) {
+        (Some(true), Some(g)) => s += &format!(": fits in {}\n", human(g)),
+        (Some(false), Some(g)) => {
+            s += &format!(": does NOT fit in {}\n", human(g));
+            if !m.changes.is_empty() {
+                s += "  it fits with one of these changes:\n";
+                for c in &m.changes {
+                    s += &format!(
+                        "    {} = {} (now {}): peak {}\n",
+                        c.setting,
+                        c.to,
+                        c.from,
+                        human(c.peak_bytes)
+                    );
+                }
+            }
+            if !m.no_single_fix.is_empty() {
+                s += &format!(
+                    "  no value of {} alone makes it fit\n",
+                    m.no_single_fix.join(", ")
+                );
+            }
+        }
+        _ => s += "\n  (give --gpu-memory SIZE to compare with a GPU)\n",
+    }
+    s
+}

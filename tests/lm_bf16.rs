@@ -1,0 +1,244 @@
+//! The bf16 path (`[train] dtype = "bf16"`: what CUDA runs, here on the CPU) on tiny
+//! models: weights compute in bf16 while what trains stays f32 (masters, adapters, Adam
+//! moments), a LoRA base is frozen in bf16, generation takes one bf16 copy per call,
+//! sampling log-probs equal training log-probs within bf16's tolerance, a LoRA GRPO step
+//! (whole batch and micro-batched) trains the adapters, and micro-batching leaves the f32
+//! loss as it was. Bit-exact stop and resume in bf16: tests/train_determinism.rs.
+use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig};
+use mapf_ledger::ledger::Hash;
+use mapf_ledger::seed::Seed;
+use mapf_ledger::train::adam::AdamConfig;
+use mapf_ledger::train::compute::{Compute, Dtype};
+use mapf_ledger::train::grpo::{self, GrpoConfig};
+use mapf_ledger::train::lm::generate::generate as lm_generate;
+use mapf_ledger::train::lm::model::LoraSpec;
+use mapf_ledger::train::lm::{self, LmPolicy, LmSpec};
+use mapf_ledger::train::records::StepRecord;
+use mapf_ledger::train::TrainState;
+use tch::{Device, Kind};
+
+/// The largest |sampled - recomputed| log-prob allowed in bf16. bf16 keeps 8 bits of
+/// mantissa (relative step 2^-8 = 0.0039): the cached decode and the full training
+/// forward round their bf16 activations at different points (measured here: 2.7e-3 at
+/// most over 180 tokens; the f32 path holds 1e-5).
+const BF16_LOGPROB_TOL: f32 = 1e-2;
+
+fn spec() -> LmSpec {
+    LmSpec {
+        hidden_size: 32,
+        intermediate_size: 64,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 8,
+        vocab_size: 320,
+        max_new_tokens: 40,
+        temperature: 0.7,
+        top_p: 0.9,
+        ..LmSpec::default()
+    }
+}
+
+fn data() -> Vec<mapf_ledger::env::Solved> {
+    let cfg = GeneratorConfig::uniform(2, [3, 4], 0.1, 0.2);
+    generate(&cfg, 64, Seed::root(1), Budget::default()).unwrap()
+}
+
+fn bf16() -> Compute {
+    Compute::new(Device::Cpu, Dtype::Bf16)
+}
+
+/// A scratch model in bf16, switched to LoRA (rank 4) on its own weights.
+fn lora_policy(seed: u64) -> LmPolicy {
+    let d = data();
+    let p = lm::init(&spec(), bf16(), Seed::root(seed), || {
+        mapf_ledger::stage::pretraining_corpus(&spec(), &d)
+    })
+    .unwrap();
+    assert_eq!(p.model.dtype, Kind::BFloat16);
+    // Full weights: f32 masters in the var store.
+    assert!(p
+        .model
+        .vs
+        .variables()
+        .values()
+        .all(|v| v.kind() == Kind::Float));
+    let spec = LoraSpec {
+        rank: 4,
+        alpha: 8.0,
+        targets: vec!["q_proj".into(), "v_proj".into(), "down_proj".into()],
+    };
+    p.into_lora(spec, Hash([0; 32]), Seed::root(seed + 1))
+        .unwrap()
+}
+
+fn grpo_cfg(micro_batch: usize) -> GrpoConfig {
+    GrpoConfig {
+        steps: 1,
+        lr: 1e-2,
+        group_size: 4,
+        batch_size: 4,
+        clip_eps: 0.2,
+        kl_coef: 0.05,
+        entropy_coef: 0.001,
+        epochs: 1,
+        valid_reward: 1.0,
+        optimal_bonus: 0.5,
+        format_reward: 0.1,
+        agent_reward: 0.5,
+        cost_reward: 0.0,
+        zero_variance: grpo::ZeroVariance::Keep,
+        metric: CostMetric::Makespan,
+        checkpoint_every: 100,
+        micro_batch,
+    }
+}
+
+#[test]
+fn bf16_lora_base_is_frozen_in_bf16_and_generation_matches_training_log_probs() {
+    let p = lora_policy(2);
+    assert_eq!(p.model.dtype, Kind::BFloat16);
+    assert!(!p.model.frozen.is_empty());
+    assert!(p.model.frozen.values().all(|t| t.kind() == Kind::BFloat16));
+    let vars = p.model.vs.variables();
+    assert!(vars.keys().all(|k| k.contains(".lora_")));
+    assert!(vars.values().all(|v| v.kind() == Kind::Float));
+    // Give the adapters an effect, so the f32 adapter path is part of what is compared.
+    tch::no_grad(|| {
+        for (name, mut v) in p.model.vs.variables() {
+            if name.contains("lora_B") {
+                v.copy_(&(tch::Tensor::randn(v.size(), (Kind::Float, Device::Cpu)) * 0.05));
+            }
+        }
+    });
+    let prompts = vec![p.chat_ids("agent 1:"), p.chat_ids("4x4 2 agents")];
+    let s = spec().sampling();
+    let gens = lm_generate(
+        &p.model,
+        &prompts,
+        3,
+        &[30, 30],
+        &s,
+        false,
+        &p.stop,
+        Seed::root(5),
+        true,
+    );
+    assert!(gens.iter().all(|g| !g.tokens.is_empty()));
+    let ps: Vec<&[u32]> = (0..6).map(|l| prompts[l / 3].as_slice()).collect();
+    let ts: Vec<&[u32]> = gens.iter().map(|g| g.tokens.as_slice()).collect();
+    let lp = tch::no_grad(|| p.token_log_probs(&ps, &ts, 0.7, true));
+    assert_eq!(lp.per_action.kind(), Kind::Float);
+    let trained = Vec::<f32>::try_from(lp.per_action).unwrap();
+    let sampled: Vec<f32> = gens.iter().flat_map(|g| g.logprobs.clone()).collect();
+    assert_eq!(trained.len(), sampled.len());
+    let worst = trained
+        .iter()
+        .zip(&sampled)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    eprintln!(
+        "bf16: {} tokens, max |sampled - trained| log-prob {worst:.2e}",
+        sampled.len()
+    );
+    assert!(
+        worst <= BF16_LOGPROB_TOL,
+        "max |sampled - trained| = {worst}"
+    );
+    // Generation is reproducible in bf16 too.
+    let again = lm_generate(
+        &p.model,
+        &prompts,
+        3,
+        &[30, 30],
+        &s,
+        false,
+        &p.stop,
+        Seed::root(5),
+        true,
+    );
+    assert_eq!(again, gens);
+}
+
+#[test]
+fn a_bf16_lora_grpo_step_trains_the_f32_adapters_whole_or_in_micro_batches() {
+    let d = data();
+    let blobs = vec![Hash([0; 32]); d.len()];
+    let step = |micro: usize| {
+        let mut ts = TrainState::new(
+            Box::new(lora_policy(3)),
+            AdamConfig {
+                lr: 1e-2,
+                ..AdamConfig::default()
+            },
+        );
+        let before = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
+        let (records, stats) = grpo::step(
+            &mut ts,
+            None,
+            &grpo_cfg(micro),
+            &d,
+            &blobs,
+            Seed::root(4),
+            0,
+        );
+        let after = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
+        assert!(stats.loss.is_finite() && stats.grad_norm > 0.0, "{stats:?}");
+        assert_ne!(before, after, "the step changed no adapter");
+        assert!(ts
+            .policy
+            .vars()
+            .variables()
+            .values()
+            .all(|v| v.kind() == Kind::Float));
+        assert!(matches!(records.last(), Some(StepRecord::GrpoStats(_))));
+        stats
+    };
+    let whole = step(0);
+    let micro = step(3);
+    // The same samples (same seeds), the same loss up to bf16 rounding.
+    assert_eq!(whole.reward_mean, micro.reward_mean);
+    assert!(
+        (whole.loss - micro.loss).abs() <= 1e-2 * whole.loss.abs().max(0.1),
+        "whole {} vs micro-batched {}",
+        whole.loss,
+        micro.loss
+    );
+}
+
+#[test]
+fn micro_batches_give_the_whole_batch_loss_in_f32() {
+    let d = data();
+    let blobs = vec![Hash([0; 32]); d.len()];
+    let run = |micro: usize| {
+        let p = lm::init(&spec(), Device::Cpu, Seed::root(6), || {
+            mapf_ledger::stage::pretraining_corpus(&spec(), &d)
+        })
+        .unwrap();
+        assert_eq!(p.model.dtype, Kind::Float);
+        let mut ts = TrainState::new(Box::new(p), AdamConfig::default());
+        let (_, stats) = grpo::step(
+            &mut ts,
+            None,
+            &grpo_cfg(micro),
+            &d,
+            &blobs,
+            Seed::root(4),
+            0,
+        );
+        stats
+    };
+    let (whole, micro) = (run(0), run(5));
+    assert!(
+        (whole.loss - micro.loss).abs() <= 1e-5 * whole.loss.abs().max(1e-3),
+        "whole {} vs micro-batched {}",
+        whole.loss,
+        micro.loss
+    );
+    assert!(
+        (whole.grad_norm - micro.grad_norm).abs() <= 1e-4 * whole.grad_norm.max(1e-6),
+        "grad norm whole {} vs micro-batched {}",
+        whole.grad_norm,
+        micro.grad_norm
+    );
+}
