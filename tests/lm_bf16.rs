@@ -242,3 +242,113 @@ fn micro_batches_give_the_whole_batch_loss_in_f32() {
         micro.grad_norm
     );
 }
+
+/// A bf16-trained LoRA model exports as transformers writes a Qwen3 directory: the
+/// committed fixture `tests/fixtures/hf/tiny-qwen3` (written by transformers 5.23) is the
+/// reference for the config's keys and the tensor names, every tensor is f32 with the
+/// adapters merged, and loaded back by the loader tests/hf_parity.rs holds to
+/// transformers' own outputs, it gives the trained model's logits within bf16 rounding.
+#[test]
+fn a_bf16_trained_lora_export_is_a_transformers_qwen3_directory() {
+    let d = data();
+    let blobs = vec![Hash([0; 32]); d.len()];
+    let mut ts = TrainState::new(
+        Box::new(lora_policy(8)),
+        AdamConfig {
+            lr: 1e-2,
+            ..AdamConfig::default()
+        },
+    );
+    let before = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
+    grpo::step(&mut ts, None, &grpo_cfg(0), &d, &blobs, Seed::root(4), 0);
+    assert_ne!(
+        before,
+        mapf_ledger::train::checkpoint::param_hash(ts.policy.vars())
+    );
+    let p = lm::downcast(ts.policy).expect("an LM policy");
+    assert_eq!(p.model.dtype, Kind::BFloat16);
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("export");
+    lm::hf::export(&out, &p.model, &p.tokenizer_json, p.arch.chat).unwrap();
+
+    // The config carries every key transformers writes for a Qwen3 model.
+    let read = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/tiny-qwen3");
+    let reference = read(&fixture.join("config.json"));
+    let ours = read(&out.join("config.json"));
+    for key in [
+        "architectures",
+        "model_type",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rms_norm_eps",
+        "vocab_size",
+        "tie_word_embeddings",
+        "hidden_act",
+    ] {
+        assert!(reference.get(key).is_some(), "the fixture names {key}");
+        assert!(ours.get(key).is_some(), "export config lacks {key}: {ours}");
+    }
+    assert_eq!(ours["model_type"], "qwen3");
+    assert_eq!(ours["architectures"], reference["architectures"]);
+
+    // Tensor names as transformers names them (the fixture's index), all f32, no adapters.
+    let index = read(&fixture.join("model.safetensors.index.json"));
+    let fixture_names: std::collections::BTreeSet<String> = index["weight_map"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.replace(|c: char| c.is_ascii_digit(), "N"))
+        .collect();
+    let tensors = tch::Tensor::read_safetensors(out.join("model.safetensors")).unwrap();
+    for (name, tensor) in &tensors {
+        assert_eq!(
+            tensor.kind(),
+            Kind::Float,
+            "{name} exported as {:?}",
+            tensor.kind()
+        );
+        let shape = name.replace(|c: char| c.is_ascii_digit(), "N");
+        assert!(
+            fixture_names.contains(&shape) || name == "lm_head.weight",
+            "{name} is not a transformers Qwen3 tensor name"
+        );
+    }
+
+    // Loaded back in f32, the logits of the bf16 model it was trained as.
+    let back = LmPolicy::from_hf_dir(
+        &out,
+        Device::Cpu,
+        None,
+        p.arch.prompt,
+        p.arch.sampling,
+        Seed::root(0),
+    )
+    .unwrap();
+    let ids = p.chat_ids("agent 1: R R D");
+    let logits = |m: &lm::model::Model| {
+        let n = ids.len() as i64;
+        let toks = tch::Tensor::from_slice(&ids.iter().map(|&x| x as i64).collect::<Vec<_>>())
+            .view([1, n]);
+        let pos = tch::Tensor::arange(n, (Kind::Int64, Device::Cpu)).view([1, n]);
+        let bias = lm::generate::attention_bias(&[0], n, n, Device::Cpu);
+        tch::no_grad(|| {
+            let h = m.hidden(&toks, &pos, &bias, None, true);
+            m.logits(&h.squeeze_dim(0)).to_kind(Kind::Float)
+        })
+    };
+    let (a, b) = (logits(&p.model), logits(&back.model));
+    let diff = (&a - &b).abs().max().double_value(&[]);
+    let scale = a.abs().max().double_value(&[]);
+    assert!(
+        diff <= 0.05 * scale.max(1.0),
+        "exported logits differ by {diff} (scale {scale})"
+    );
+}
