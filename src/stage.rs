@@ -598,7 +598,7 @@ impl<'a> Pipeline<'a> {
             0,
             &ts,
             (&self.val, &self.test),
-            self.plan.train.metric,
+            (self.plan.train.metric, self.plan.suites.eval_batch as usize),
             cfg.steps,
         )?;
         progress.stage_end(0, &validation);
@@ -759,7 +759,7 @@ impl<'a> Pipeline<'a> {
             n,
             &ts,
             (&self.val, &self.test),
-            self.plan.train.metric,
+            (self.plan.train.metric, self.plan.suites.eval_batch as usize),
             cfg.steps,
         )?;
         progress.stage_end(n, &validation);
@@ -1110,11 +1110,11 @@ fn finish_stage(
     stage: u32,
     ts: &TrainState,
     (val, test): (&Suite, &Suite),
-    metric: crate::env::CostMetric,
+    (metric, eval_batch): (crate::env::CostMetric, usize),
     steps: u64,
 ) -> Result<ResultTable, StageError> {
     let ckpt = checkpoint(rec, ts, stage)?;
-    let validation = evaluate(rec, stage, ts, val, test, metric, ckpt)?;
+    let validation = evaluate(rec, stage, ts, val, test, metric, eval_batch, ckpt)?;
     rec.push(
         stage,
         EventBody::StageCompleted(StageCompleted {
@@ -1135,10 +1135,11 @@ fn evaluate(
     val: &Suite,
     test: &Suite,
     metric: crate::env::CostMetric,
+    eval_batch: usize,
     ckpt: Hash,
 ) -> Result<ResultTable, StageError> {
-    let v = eval::score_suite(ts.policy.as_ref(), val, metric);
-    let t = eval::score_suite(ts.policy.as_ref(), test, metric);
+    let v = eval::score_suite(ts.policy.as_ref(), val, metric, eval_batch);
+    let t = eval::score_suite(ts.policy.as_ref(), test, metric, eval_batch);
     // Per suite: its table, its per-instance outcomes (paired statistics), and, when the
     // suite is stratified by wait ratio, one table per subset.
     for (name, suite, scored) in [("val", val, &v), ("test", test, &t)] {

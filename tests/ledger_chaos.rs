@@ -329,7 +329,7 @@ fn damage_to_any_file_is_named_and_recovered_losing_only_the_damaged_bytes() {
                 for h in &gone {
                     assert!(
                         lost.contains(h),
-                        "{ctx}: event {} lost unreported",
+                        "{ctx}: event {} lost unreported; recover said {report}",
                         h.short()
                     );
                 }

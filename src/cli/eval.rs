@@ -43,6 +43,11 @@ pub struct EvalArgs {
     /// cpu, cuda or cuda:N (an HF directory; checkpoints are scored on the CPU).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Instances greedily decoded per batch (as a plan's `suites.eval_batch`; smaller
+    /// needs less memory).
+    #[arg(long, default_value_t = crate::ledger::plan::DEFAULT_EVAL_BATCH as usize,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65536))]
+    pub batch: usize,
     #[arg(long)]
     pub json: bool,
 }
@@ -176,8 +181,9 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
             b.set_prefix(name.as_str());
             b
         };
-        let scored =
-            eval::score_suite_with(policy.as_ref(), &s, metric, &mut |n| bar.inc(n as u64));
+        let scored = eval::score_suite_with(policy.as_ref(), &s, metric, args.batch, &mut |n| {
+            bar.inc(n as u64)
+        });
         bar.finish_and_clear();
         let table = eval::table(&scored);
         let mut failures: BTreeMap<String, u32> = BTreeMap::new();

@@ -34,7 +34,7 @@
 use super::codec;
 use super::event::decode_event;
 use super::hash::Hash;
-use super::index::Index;
+use super::index::{Index, MISSING_PARENT, NO_PARENT};
 use super::lock::LedgerLock;
 use super::pack::{self, kind_path, parse_frame, sync_dir, Pack, PackKind};
 use super::refs::{self, Legible, Refs};
@@ -469,7 +469,8 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
     // The saved index, when its checks pass, names the events whose records lay in the
     // damaged spans (their headers may be gone).
     let (saved, _) = Index::load(dir, |_| true);
-    if saved.check_saved().is_ok() {
+    let saved = saved.check_saved().is_ok().then_some(saved);
+    if let Some(saved) = &saved {
         for pos in 0..saved.saved_len() as u32 {
             let e = saved.entry(pos);
             let hit = damaged_spans.get(&e.pack).is_some_and(|spans| {
@@ -482,7 +483,6 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
             }
         }
     }
-    drop(saved);
 
     // Events: parent links and whether each chain reaches a root, in storage order.
     let mut nodes: BTreeMap<Hash, Node> = BTreeMap::new();
@@ -578,9 +578,37 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
         }
         cut_off.extend(walked.iter().copied());
         lost_events.insert(gap);
-        // The newest intact ancestor: the lost record's own parent field, else an older
-        // head of this branch; then forward along the only intact child no other
-        // branch owns.
+        // The newest intact ancestor. Exactly, from the saved index, which holds every
+        // event's parent (lost ones included); else the lost record's own parent field,
+        // or an older head of this branch, then forward along the only intact child no
+        // other branch owns.
+        if let Some(s) = saved.as_ref().and_then(|ix| {
+            let mut pos = ix.position(&gap)?;
+            loop {
+                let h = ix.hash_at(pos);
+                if ok(&h) {
+                    return Some(h);
+                }
+                if nodes.contains_key(&h) {
+                    cut_off.insert(h);
+                } else {
+                    lost_events.insert(h);
+                }
+                match ix.entry(pos).parent {
+                    NO_PARENT | MISSING_PARENT => return None,
+                    p => pos = p,
+                }
+            }
+        }) {
+            branches.insert(name.clone(), s);
+            outcomes.push(BranchOutcome {
+                name: name.clone(),
+                before: Some(*head),
+                after: Some(s),
+                action: "moved".into(),
+            });
+            continue;
+        }
         let mut start = claimed_parent.get(&gap).copied().filter(ok).or_else(|| {
             reflog
                 .iter()
@@ -860,6 +888,7 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
         // The one step that changes history: REFS becomes one intact record.
         refs::replace(dir, &new_refs)?;
     }
+    drop(saved);
     drop(lock);
 
     // Everything derived is remade from the recovered history.

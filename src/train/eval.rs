@@ -13,8 +13,6 @@ use crate::env::{simulate, text, CostMetric, FailureKind, Instance, Outcome};
 use crate::seed::Seed;
 use std::collections::BTreeMap;
 
-/// Instances decoded per forward batch.
-const EVAL_BATCH: usize = 256;
 /// Failing examples kept per size in a breakdown.
 pub const EXAMPLES_PER_SIZE: usize = 2;
 
@@ -28,9 +26,15 @@ pub struct Scored {
     pub plan_text: String,
 }
 
-/// Greedy-decode every suite item and score it.
-pub fn score_suite(policy: &dyn Policy, suite: &Suite, metric: CostMetric) -> Vec<Scored> {
-    score_suite_with(policy, suite, metric, &mut |_| {})
+/// Greedy-decode every suite item, `batch` at a time (the plan's `suites.eval_batch`),
+/// and score it.
+pub fn score_suite(
+    policy: &dyn Policy,
+    suite: &Suite,
+    metric: CostMetric,
+    batch: usize,
+) -> Vec<Scored> {
+    score_suite_with(policy, suite, metric, batch, &mut |_| {})
 }
 
 /// [`score_suite`], calling `done(n)` after each batch of `n` items (a progress bar).
@@ -38,6 +42,7 @@ pub fn score_suite_with(
     policy: &dyn Policy,
     suite: &Suite,
     metric: CostMetric,
+    batch: usize,
     done: &mut dyn FnMut(usize),
 ) -> Vec<Scored> {
     let items: Vec<(&crate::env::Solved, usize, usize)> = suite
@@ -46,7 +51,7 @@ pub fn score_suite_with(
         .flat_map(|c| c.items.iter().map(move |it| (it, c.agents, c.size)))
         .collect();
     let mut out = Vec::with_capacity(items.len());
-    for chunk in items.chunks(EVAL_BATCH) {
+    for chunk in items.chunks(batch.max(1)) {
         let instances: Vec<Instance> = chunk.iter().map(|(it, _, _)| it.instance.clone()).collect();
         let rollouts = policy.sample(&instances, 1, true, Seed::root(0));
         for ((it, agents, size), r) in chunk.iter().zip(rollouts) {

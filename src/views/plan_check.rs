@@ -5,8 +5,8 @@
 //! a GRPO group's generation, the training micro-batch, the KL reference, an evaluation
 //! batch, the engineer's reply, a stage-0 warm-up — and estimates each one's peak with
 //! [`crate::train::memory`]. Given the GPU's memory it says whether the run fits and,
-//! if not, which single setting (micro-batch, batch, group, max new tokens, LoRA rank)
-//! would make it fit.
+//! if not, which single setting (micro-batch, batch, group, max new tokens, evaluation
+//! batch, LoRA rank) would make it fit, or else which settings together would.
 use crate::engineer::llm::TokenCounter;
 use crate::env::{generate, Budget, GeneratorConfig, Instance};
 use crate::ledger::plan::LedgerPlan;
@@ -16,9 +16,6 @@ use crate::train::lm::{ChatFormat, PromptStyle};
 use crate::train::memory::{self, Estimator, Generation, Training, CUDA_RESERVE};
 use schemars::JsonSchema;
 use serde::Serialize;
-
-/// Instances decoded per evaluation batch (`train::eval`).
-const EVAL_BATCH: u64 = 256;
 
 /// What `ledger plan check --json` prints.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -48,6 +45,10 @@ pub struct MemoryPlan {
     pub changes: Vec<Change>,
     /// Settings tried that no value makes fit alone.
     pub no_single_fix: Vec<String>,
+    /// When no single setting fits: settings changed together that do (each halved in
+    /// turn where it lowers the peak most), with the peak they reach; empty when even
+    /// all of them at their floors do not fit.
+    pub together: Vec<Change>,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -105,6 +106,7 @@ struct Knobs {
     micro: u64,
     max_new: u64,
     rank: u32,
+    eval: u64,
 }
 
 /// The model's shape: `--model-config`, the `hf:` directory's config.json, or the
@@ -217,6 +219,7 @@ pub fn check(
         micro: plan.grpo.micro_batch as u64,
         max_new: spec.max_new_tokens as u64,
         rank: spec.lora_rank,
+        eval: plan.suites.eval_batch as u64,
     };
     let tokens = TokenFacts {
         counted_by,
@@ -285,11 +288,11 @@ pub fn check(
             });
         }
         phases.push(Part {
-            name: format!("evaluation ({EVAL_BATCH} greedy plans, 5 agents)"),
+            name: format!("evaluation ({} greedy plans, 5 agents)", k.eval),
             bytes: resident
                 + est.generation(&Generation {
-                    prompts: EVAL_BATCH,
-                    lanes: EVAL_BATCH,
+                    prompts: k.eval,
+                    lanes: k.eval,
                     prompt_tokens: tokens.eval_prompt,
                     new_tokens: eval_new,
                     top_p: false,
@@ -374,7 +377,7 @@ pub fn check(
     let (resident, phases, model) = estimate(knobs);
     let (peak_phase, peak) = peak_of(&phases);
     let fits = gpu_memory.map(|m| fits_in(peak, m));
-    let (mut changes, mut no_single_fix) = (Vec::new(), Vec::new());
+    let (mut changes, mut no_single_fix, mut together) = (Vec::new(), Vec::new(), Vec::new());
     if let (Some(false), Some(mem)) = (fits, gpu_memory) {
         let lanes = knobs.batch * knobs.group;
         let rows = if knobs.micro > 0 { knobs.micro } else { lanes };
@@ -394,13 +397,17 @@ pub fn check(
                 ..k
             }),
         ];
+        candidates.push(("suites.eval_batch", knobs.eval, 1, |k, v| Knobs {
+            eval: v,
+            ..k
+        }));
         if knobs.rank > 0 {
             candidates.push(("lm.lora_rank", knobs.rank as u64, 1, |k, v| Knobs {
                 rank: v as u32,
                 ..k
             }));
         }
-        for (setting, from, floor, set) in candidates {
+        for &(setting, from, floor, set) in &candidates {
             // Halve until it fits (the largest power-of-two fraction that does).
             let mut v = from;
             let mut found = None;
@@ -423,6 +430,49 @@ pub fn check(
                 None => no_single_fix.push(setting.into()),
             }
         }
+        if changes.is_empty() {
+            // Several settings together: halve, one at a time, whichever lowers the
+            // peak most, until it fits or nothing lowers it. Each setting's current
+            // value is kept in `values`, in the order of `candidates`.
+            let mut values: Vec<u64> = candidates.iter().map(|c| c.1).collect();
+            let apply = |values: &[u64]| {
+                candidates
+                    .iter()
+                    .zip(values)
+                    .fold(knobs, |k, (c, &v)| (c.3)(k, v))
+            };
+            let mut peak = peak_of(&estimate(apply(&values)).1).1;
+            while !fits_in(peak, mem) {
+                let best = (0..candidates.len())
+                    .filter(|&i| values[i] > candidates[i].2)
+                    .map(|i| {
+                        let mut v = values.clone();
+                        v[i] = (v[i] / 2).max(candidates[i].2);
+                        (peak_of(&estimate(apply(&v)).1).1, i, v)
+                    })
+                    .min_by_key(|(p, i, _)| (*p, *i));
+                match best {
+                    Some((p, _, v)) if p < peak => {
+                        peak = p;
+                        values = v;
+                    }
+                    _ => break,
+                }
+            }
+            if fits_in(peak, mem) {
+                together = candidates
+                    .iter()
+                    .zip(&values)
+                    .filter(|(c, &v)| v != c.1)
+                    .map(|(c, &v)| Change {
+                        setting: c.0.into(),
+                        from: c.1,
+                        to: v,
+                        peak_bytes: peak,
+                    })
+                    .collect();
+            }
+        }
     }
     Ok(MemoryPlan {
         plan: plan.name.clone(),
@@ -439,6 +489,7 @@ pub fn check(
         fits,
         changes,
         no_single_fix,
+        together,
     })
 }
 
@@ -503,6 +554,17 @@ pub fn render(m: &MemoryPlan) -> String {
                     "  no value of {} alone makes it fit\n",
                     m.no_single_fix.join(", ")
                 );
+            }
+            if let Some(c) = m.together.first() {
+                s += &format!(
+                    "  it fits with these changes together (peak {}):\n",
+                    human(c.peak_bytes)
+                );
+                for c in &m.together {
+                    s += &format!("    {} = {} (now {})\n", c.setting, c.to, c.from);
+                }
+            } else if m.changes.is_empty() {
+                s += "  no combination of these settings makes it fit: a smaller model or a larger GPU\n";
             }
         }
         _ => s += "\n  (give --gpu-memory SIZE to compare with a GPU)\n",

@@ -30,7 +30,12 @@ fn main() {
     let blob = mapf_ledger::cli::checkpoint::checkpoint_of(&mut ledger, r).expect("checkpoint");
     let ts = mapf_ledger::stage::load_state(&ledger, &blob, tch::Device::Cpu).expect("state");
     let (val, _) = mapf_ledger::stage::suites(&plan).expect("suites");
-    let scored = mapf_ledger::train::eval::score_suite(ts.policy.as_ref(), &val, plan.train.metric);
+    let scored = mapf_ledger::train::eval::score_suite(
+        ts.policy.as_ref(),
+        &val,
+        plan.train.metric,
+        plan.suites.eval_batch as usize,
+    );
     let parsed = scored
         .iter()
         .filter(|s| s.outcome.failure_kind() != Some(mapf_ledger::env::FailureKind::ParseError))

@@ -115,6 +115,18 @@ pub struct Suites {
     /// (and, skipped when empty, it leaves the plan's canonical hash as it was).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub wait_ratios: Vec<f64>,
+    /// Suite items greedily decoded per batch (256, the default: as plans without the
+    /// field run, whose canonical hash it then leaves unchanged). The evaluation's KV
+    /// cache grows with it: `ledger plan check` names it when a GPU is too small.
+    #[serde(skip_serializing_if = "is_default_eval_batch")]
+    pub eval_batch: u32,
+}
+
+/// Suite items decoded per batch unless a plan says otherwise.
+pub const DEFAULT_EVAL_BATCH: u32 = 256;
+
+fn is_default_eval_batch(v: &u32) -> bool {
+    *v == DEFAULT_EVAL_BATCH
 }
 
 impl Default for Suites {
@@ -125,6 +137,7 @@ impl Default for Suites {
             max_size: 10,
             seed: 2026,
             wait_ratios: Vec::new(),
+            eval_batch: DEFAULT_EVAL_BATCH,
         }
     }
 }
@@ -501,6 +514,12 @@ impl LedgerPlan {
         check_f("grpo.cost_reward", g.cost_reward, 0.0, 100.0, false)?;
         check_u("grpo.checkpoint_every", g.checkpoint_every, 1, u64::MAX)?;
         check_u("grpo.micro_batch", g.micro_batch as u64, 0, 1 << 20)?;
+        check_u(
+            "suites.eval_batch",
+            self.suites.eval_batch as u64,
+            1,
+            1 << 16,
+        )?;
         let t = &self.train;
         crate::train::parse_device_name(&t.device).map_err(|m| range("train.device", m))?;
         check_u("train.torch_threads", t.torch_threads as u64, 1, 256)?;
