@@ -221,60 +221,63 @@ struct Node {
     newer: bool,
 }
 
-/// Recover the ledger in `dir` (see the module doc). Errors only when it cannot work at
-/// all (not a ledger, another writer, I/O); damage is what it handles.
-pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
-    if !is_ledger(dir) {
-        return Err(LedgerError::NotALedger {
-            path: dir.to_path_buf(),
-        });
-    }
-    let lock = LedgerLock::acquire(dir, true)?;
-    let mut report = RecoverReport::default();
+/// What `REFS` holds, read record by record.
+struct RefsFound {
+    /// The newest intact record (empty when there is none).
+    snapshot: Refs,
+    /// What damaged records newer than the snapshot (and a torn tail) still say, newest
+    /// first.
+    legible: Vec<Legible>,
+    /// Every intact record, newest first (older heads of each branch: the reflog).
+    reflog: Vec<Refs>,
+    outcome: RefsOutcome,
+}
 
-    // 1. REFS: the newest intact record, and what newer damaged ones still say.
+fn read_refs(dir: &Path) -> Result<RefsFound, LedgerError> {
     let refs_path = refs::path(dir);
-    let refs_bytes = match std::fs::read(&refs_path) {
+    let bytes = match std::fs::read(&refs_path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(io(&refs_path, e)),
     };
-    let spans = refs::records(&refs_bytes);
+    let spans = refs::records(&bytes);
     let parsed: Vec<Option<Refs>> = spans
         .iter()
-        .map(|&(s, e)| Refs::parse(dir, &refs_bytes[s..e]).ok())
-        .collect();
-    report.refs.records = spans.len();
-    report.refs.damaged_records = (0..spans.len())
-        .filter(|&i| parsed[i].is_none())
-        .map(|i| i + 1)
+        .map(|&(s, e)| Refs::parse(dir, &bytes[s..e]).ok())
         .collect();
     let newest_intact = parsed.iter().rposition(Option::is_some);
     // A file shorter than it is always written was cut: its newest records may be gone.
     let newest_damaged = parsed.last().is_none_or(Option::is_none)
-        || (refs_bytes.len() as u64) < refs::COMPACT_BYTES
-        || Refs::parse_log(dir, &refs_bytes).is_err();
-    report.refs.newest_damaged = newest_damaged;
-    if newest_damaged {
-        report.refs.restored_record = newest_intact.map(|i| i + 1);
-    }
-    let snapshot = newest_intact
-        .and_then(|i| parsed[i].clone())
-        .unwrap_or_default();
-    // Damaged records newer than the snapshot, newest first; a torn tail after the last
-    // complete record is not history (a crash mid-commit), so it is not read.
+        || (bytes.len() as u64) < refs::COMPACT_BYTES
+        || Refs::parse_log(dir, &bytes).is_err();
     let after_last = spans.last().map_or(0, |s| s.1);
-    let legible: Vec<Legible> = std::iter::once(Legible::read(&refs_bytes[after_last..]))
+    let legible = std::iter::once(Legible::read(&bytes[after_last..]))
         .chain(
             (newest_intact.map_or(0, |i| i + 1)..spans.len())
                 .rev()
-                .map(|i| Legible::read(&refs_bytes[spans[i].0..spans[i].1])),
+                .map(|i| Legible::read(&bytes[spans[i].0..spans[i].1])),
         )
         .collect();
-    // Older heads of each branch, newest record first (the reflog).
-    let reflog: Vec<&Refs> = parsed.iter().rev().flatten().collect();
+    Ok(RefsFound {
+        snapshot: newest_intact
+            .and_then(|i| parsed[i].clone())
+            .unwrap_or_default(),
+        legible,
+        outcome: RefsOutcome {
+            records: spans.len(),
+            damaged_records: (0..spans.len())
+                .filter(|&i| parsed[i].is_none())
+                .map(|i| i + 1)
+                .collect(),
+            restored_record: newest_intact.filter(|_| newest_damaged).map(|i| i + 1),
+            newest_damaged,
+        },
+        reflog: parsed.into_iter().rev().flatten().collect(),
+    })
+}
 
-    // 2. Packs: scan every file; decide each one's committed length.
+/// Every pack file of the ledger, read and scanned.
+fn scan_packs(dir: &Path) -> Result<Vec<Scanned>, LedgerError> {
     let packs_dir = dir.join("packs");
     let mut scanned = Vec::new();
     for kind in [PackKind::Events, PackKind::Blobs] {
@@ -298,6 +301,185 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
             });
         }
     }
+    Ok(scanned)
+}
+
+/// Rehash every loose blob file: the intact ones, and the damaged ones with their paths.
+#[allow(clippy::type_complexity)]
+fn check_loose_blobs(dir: &Path) -> Result<(BTreeSet<Hash>, Vec<(Hash, PathBuf)>), LedgerError> {
+    let blobs_dir = dir.join("blobs");
+    let (mut intact, mut damaged) = (BTreeSet::new(), Vec::new());
+    let Ok(rd) = std::fs::read_dir(&blobs_dir) else {
+        return Ok((intact, damaged));
+    };
+    let mut subdirs: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    subdirs.sort();
+    for sub in subdirs.into_iter().filter(|p| p.is_dir()) {
+        let prefix = sub
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&sub)
+            .map_err(|e| io(&sub, e))?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        for f in files {
+            let name = f
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let Some(h) = Hash::from_hex(&format!("{prefix}{name}")) else {
+                continue; // a temporary file
+            };
+            let bytes = std::fs::read(&f).map_err(|e| io(&f, e))?;
+            if Hash::of_blob(&bytes) == h {
+                intact.insert(h);
+            } else {
+                damaged.push((h, f));
+            }
+        }
+    }
+    Ok((intact, damaged))
+}
+
+/// What the write phase of `recover` changes on disk.
+struct Rewrite<'a> {
+    scanned: &'a [Scanned],
+    /// Intact frames that move into a new pack of their kind.
+    to_write: &'a [(PackKind, Vec<(usize, Good)>)],
+    damaged_files: &'a [PathBuf],
+    bad_blob_files: &'a [(Hash, PathBuf)],
+}
+
+/// The write phase, in an order a kill at any instant survives: copies of everything
+/// damaged (and REFS) into `damaged/<n>/`, damaged blob files moved there, new packs for
+/// moved frames (unlisted until REFS names them), `LOST`, then the one rename of REFS.
+fn write_recovery(
+    dir: &Path,
+    report: &mut RecoverReport,
+    w: &Rewrite<'_>,
+    mut new_refs: Refs,
+) -> Result<(), LedgerError> {
+    let refs_path = refs::path(dir);
+    let packs_dir = dir.join("packs");
+    let (scanned, to_write, damaged_files, bad_blob_files) =
+        (w.scanned, w.to_write, w.damaged_files, w.bad_blob_files);
+    // Copies first: nothing damaged is ever deleted.
+    let damaged_root = dir.join(DAMAGED_DIR);
+    std::fs::create_dir_all(&damaged_root).map_err(|e| io(&damaged_root, e))?;
+    let mut n = 1;
+    while damaged_root.join(n.to_string()).exists() {
+        n += 1;
+    }
+    let copy_dir = damaged_root.join(n.to_string());
+    std::fs::create_dir(&copy_dir).map_err(|e| io(&copy_dir, e))?;
+    report.damaged_copy = Some(copy_dir.display().to_string());
+    let copy = |from: &Path| -> Result<(), LedgerError> {
+        let to = copy_dir.join(from.file_name().unwrap_or_default());
+        std::fs::copy(from, &to).map_err(|e| io(&to, e))?;
+        std::fs::File::open(&to)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io(&to, e))
+    };
+    if refs_path.is_file() {
+        copy(&refs_path)?;
+    }
+    for f in damaged_files {
+        copy(f)?;
+    }
+    if !bad_blob_files.is_empty() {
+        let bd = copy_dir.join("blobs");
+        std::fs::create_dir(&bd).map_err(|e| io(&bd, e))?;
+        for (h, f) in bad_blob_files {
+            let to = bd.join(h.to_hex());
+            std::fs::rename(f, &to).map_err(|e| io(f, e))?;
+            report.moved_blob_files.push(f.display().to_string());
+        }
+        sync_dir(&bd)?;
+    }
+    sync_dir(&copy_dir)?;
+    sync_dir(&damaged_root)?;
+    sync_dir(dir)?;
+
+    // New packs for the frames that move (unlisted until REFS names them).
+    for (kind, frames) in to_write {
+        let next_id = scanned
+            .iter()
+            .filter(|s| s.kind == *kind)
+            .map(|s| s.id)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let mut p = Pack::create(&packs_dir, *kind, next_id)?;
+        let mut buf = Vec::new();
+        for (si, g) in frames {
+            buf.extend_from_slice(
+                &scanned[*si].bytes[g.offset as usize..(g.offset + g.len) as usize],
+            );
+        }
+        p.write(&buf)?;
+        let end = p.sync()?;
+        match kind {
+            PackKind::Events => new_refs.packs.push((next_id, end)),
+            PackKind::Blobs => new_refs.blob_packs.push((next_id, end)),
+        }
+        report.packs.push(PackOutcome {
+            file: p.path.display().to_string(),
+            committed_before: None,
+            committed_after: Some(end),
+            damaged: Vec::new(),
+            moved_frames: frames.len(),
+            created: true,
+        });
+    }
+    // What was lost, for verify (a known loss is a warning, not a failure).
+    if !report.lost_events.is_empty() || !report.lost_blobs.is_empty() {
+        use std::io::Write;
+        let lost_path = dir.join(LOST_FILE);
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&lost_path)
+            .map_err(|e| io(&lost_path, e))?;
+        let mut text = String::new();
+        for h in &report.lost_events {
+            text.push_str(&format!("event {} recover {n}\n", h.to_hex()));
+        }
+        for h in &report.lost_blobs {
+            text.push_str(&format!("blob {} recover {n}\n", h.to_hex()));
+        }
+        f.write_all(text.as_bytes())
+            .and_then(|_| f.sync_all())
+            .map_err(|e| io(&lost_path, e))?;
+    }
+    let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
+    let rp = copy_dir.join("report.json");
+    std::fs::write(&rp, json).map_err(|e| io(&rp, e))?;
+    // The one step that changes history: REFS becomes one intact record.
+    refs::replace(dir, &new_refs)
+}
+
+/// Recover the ledger in `dir` (see the module doc). Errors only when it cannot work at
+/// all (not a ledger, another writer, I/O); damage is what it handles.
+pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
+    if !is_ledger(dir) {
+        return Err(LedgerError::NotALedger {
+            path: dir.to_path_buf(),
+        });
+    }
+    let lock = LedgerLock::acquire(dir, true)?;
+    let mut report = RecoverReport::default();
+
+    // 1. REFS: the newest intact record, and what newer damaged ones still say.
+    let found = read_refs(dir)?;
+    report.refs = found.outcome.clone();
+    let (snapshot, newest_damaged) = (&found.snapshot, found.outcome.newest_damaged);
+    let (legible, reflog) = (&found.legible, &found.reflog);
+
+    // 2. Packs: scan every file; decide each one's committed length.
+    let scanned = scan_packs(dir)?;
     let listed = |kind: PackKind, id: u32| -> Option<u64> {
         let l = match kind {
             PackKind::Events => &snapshot.packs,
@@ -723,40 +905,7 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
     lost_events.retain(|h| !reachable.contains(h));
 
     // 3. Loose blobs: rehash each file; blobs the kept events reference must exist.
-    let blobs_dir = dir.join("blobs");
-    let mut bad_blob_files: Vec<(Hash, PathBuf)> = Vec::new();
-    let mut loose: BTreeSet<Hash> = BTreeSet::new();
-    if let Ok(rd) = std::fs::read_dir(&blobs_dir) {
-        let mut subdirs: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
-        subdirs.sort();
-        for sub in subdirs.into_iter().filter(|p| p.is_dir()) {
-            let prefix = sub
-                .file_name()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let mut files: Vec<PathBuf> = std::fs::read_dir(&sub)
-                .map_err(|e| io(&sub, e))?
-                .flatten()
-                .map(|e| e.path())
-                .collect();
-            files.sort();
-            for f in files {
-                let name = f
-                    .file_name()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                let Some(h) = Hash::from_hex(&format!("{prefix}{name}")) else {
-                    continue; // a temporary file
-                };
-                let bytes = std::fs::read(&f).map_err(|e| io(&f, e))?;
-                if Hash::of_blob(&bytes) == h {
-                    loose.insert(h);
-                } else {
-                    bad_blob_files.push((h, f));
-                }
-            }
-        }
-    }
+    let (loose, bad_blob_files) = check_loose_blobs(dir)?;
     let small: BTreeSet<Hash> = scanned
         .iter()
         .filter(|s| s.kind == PackKind::Blobs)
@@ -781,7 +930,7 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
         branches,
     };
     let refs_history_damaged = !report.refs.damaged_records.is_empty();
-    report.changed = new_refs != snapshot
+    report.changed = new_refs != *snapshot
         || newest_damaged
         || refs_history_damaged
         || !to_write.is_empty()
@@ -793,100 +942,13 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
     report.lost_blobs = lost_blobs;
 
     if report.changed {
-        // Copies first: nothing damaged is ever deleted.
-        let damaged_root = dir.join(DAMAGED_DIR);
-        std::fs::create_dir_all(&damaged_root).map_err(|e| io(&damaged_root, e))?;
-        let mut n = 1;
-        while damaged_root.join(n.to_string()).exists() {
-            n += 1;
-        }
-        let copy_dir = damaged_root.join(n.to_string());
-        std::fs::create_dir(&copy_dir).map_err(|e| io(&copy_dir, e))?;
-        report.damaged_copy = Some(copy_dir.display().to_string());
-        let copy = |from: &Path| -> Result<(), LedgerError> {
-            let to = copy_dir.join(from.file_name().unwrap_or_default());
-            std::fs::copy(from, &to).map_err(|e| io(&to, e))?;
-            std::fs::File::open(&to)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| io(&to, e))
+        let plan = Rewrite {
+            scanned: &scanned,
+            to_write: &to_write,
+            damaged_files: &damaged_files,
+            bad_blob_files: &bad_blob_files,
         };
-        if refs_path.is_file() {
-            copy(&refs_path)?;
-        }
-        for f in &damaged_files {
-            copy(f)?;
-        }
-        if !bad_blob_files.is_empty() {
-            let bd = copy_dir.join("blobs");
-            std::fs::create_dir(&bd).map_err(|e| io(&bd, e))?;
-            for (h, f) in &bad_blob_files {
-                let to = bd.join(h.to_hex());
-                std::fs::rename(f, &to).map_err(|e| io(f, e))?;
-                report.moved_blob_files.push(f.display().to_string());
-            }
-            sync_dir(&bd)?;
-        }
-        sync_dir(&copy_dir)?;
-        sync_dir(&damaged_root)?;
-        sync_dir(dir)?;
-
-        // New packs for the frames that move (unlisted until REFS names them).
-        let mut new_refs = new_refs;
-        for (kind, frames) in &to_write {
-            let next_id = scanned
-                .iter()
-                .filter(|s| s.kind == *kind)
-                .map(|s| s.id)
-                .max()
-                .unwrap_or(0)
-                + 1;
-            let mut p = Pack::create(&packs_dir, *kind, next_id)?;
-            let mut buf = Vec::new();
-            for (si, g) in frames {
-                buf.extend_from_slice(
-                    &scanned[*si].bytes[g.offset as usize..(g.offset + g.len) as usize],
-                );
-            }
-            p.write(&buf)?;
-            let end = p.sync()?;
-            match kind {
-                PackKind::Events => new_refs.packs.push((next_id, end)),
-                PackKind::Blobs => new_refs.blob_packs.push((next_id, end)),
-            }
-            report.packs.push(PackOutcome {
-                file: p.path.display().to_string(),
-                committed_before: None,
-                committed_after: Some(end),
-                damaged: Vec::new(),
-                moved_frames: frames.len(),
-                created: true,
-            });
-        }
-        // What was lost, for verify (a known loss is a warning, not a failure).
-        if !report.lost_events.is_empty() || !report.lost_blobs.is_empty() {
-            use std::io::Write;
-            let lost_path = dir.join(LOST_FILE);
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&lost_path)
-                .map_err(|e| io(&lost_path, e))?;
-            let mut text = String::new();
-            for h in &report.lost_events {
-                text.push_str(&format!("event {} recover {n}\n", h.to_hex()));
-            }
-            for h in &report.lost_blobs {
-                text.push_str(&format!("blob {} recover {n}\n", h.to_hex()));
-            }
-            f.write_all(text.as_bytes())
-                .and_then(|_| f.sync_all())
-                .map_err(|e| io(&lost_path, e))?;
-        }
-        let json = serde_json::to_vec_pretty(&report).unwrap_or_default();
-        let rp = copy_dir.join("report.json");
-        std::fs::write(&rp, json).map_err(|e| io(&rp, e))?;
-        // The one step that changes history: REFS becomes one intact record.
-        refs::replace(dir, &new_refs)?;
+        write_recovery(dir, &mut report, &plan, new_refs)?;
     }
     drop(saved);
     drop(lock);
