@@ -2,22 +2,8 @@
 mod common;
 
 use common::schema::validates;
+use common::{cli, stderr, stdout};
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn ledger(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .args(args)
-        .output()
-        .expect("run ledger")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 const INSTANCE: &str = r#"{"size":3,"grid":["FFF","FHF","FFF"],"agents":[{"start":[0,0],"goal":[0,2]},{"start":[0,2],"goal":[0,0]}]}"#;
 
@@ -31,7 +17,7 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 fn solve_and_check_round_trip() {
     let d = tempfile::tempdir().unwrap();
     let inst = write(d.path(), "i.json", INSTANCE);
-    let o = ledger(&["env", "solve", &inst, "--json"]);
+    let o = cli(&["env", "solve", &inst, "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     validates("env-solve", &v);
@@ -43,7 +29,7 @@ fn solve_and_check_round_trip() {
         "p.json",
         &serde_json::json!({ "moves": v["plan"]["moves"] }).to_string(),
     );
-    let o = ledger(&["env", "check", &plan, &inst, "--json"]);
+    let o = cli(&["env", "check", &plan, &inst, "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let c: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     validates("env-check", &c);
@@ -58,7 +44,7 @@ fn check_reports_failures_with_exit_1_and_bad_input_with_exit_2() {
     let d = tempfile::tempdir().unwrap();
     let inst = write(d.path(), "i.json", INSTANCE);
     let bad = write(d.path(), "p.txt", "agent 1: R R\nagent 2: L L\n");
-    let o = ledger(&["env", "check", &bad, &inst]);
+    let o = cli(&["env", "check", &bad, &inst]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stdout(&o).contains("vertex_conflict at t=1"),
@@ -66,20 +52,20 @@ fn check_reports_failures_with_exit_1_and_bad_input_with_exit_2() {
         stdout(&o)
     );
     let garbled = write(d.path(), "g.txt", "agent 1: R Q\nagent 2: L\n");
-    let o = ledger(&["env", "check", &garbled, &inst, "--json"]);
+    let o = cli(&["env", "check", &garbled, &inst, "--json"]);
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     validates("env-check", &v);
     assert_eq!(v["failure"]["kind"], "parse_error");
     let malformed = write(d.path(), "m.json", r#"{"moves": ["RR", 3]}"#);
-    let o = ledger(&["env", "check", &malformed, &inst]);
+    let o = cli(&["env", "check", &malformed, &inst]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("m.json"), "{}", stderr(&o));
-    let o = ledger(&["env", "solve", "/nonexistent/x.json"]);
+    let o = cli(&["env", "solve", "/nonexistent/x.json"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("/nonexistent/x.json"));
     let holes = write(d.path(), "h.json", &INSTANCE.replace("\"FHF\"", "\"FHX\""));
-    let o = ledger(&["env", "solve", &holes]);
+    let o = cli(&["env", "solve", &holes]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("h.json") && stderr(&o).contains("row 1 col 2"),
@@ -90,10 +76,10 @@ fn check_reports_failures_with_exit_1_and_bad_input_with_exit_2() {
 
 #[test]
 fn generate_rejects_out_of_range_config_naming_the_field() {
-    let o = ledger(&["env", "generate", "--holes", "0.7", "--count", "1"]);
+    let o = cli(&["env", "generate", "--holes", "0.7", "--count", "1"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("sizes.5.hole_ratio"), "{}", stderr(&o));
-    let o = ledger(&[
+    let o = cli(&[
         "env", "generate", "--size", "4", "--count", "3", "--seed", "5", "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -106,7 +92,7 @@ fn generate_rejects_out_of_range_config_naming_the_field() {
 
 #[test]
 fn suite_and_movingai_import() {
-    let o = ledger(&[
+    let o = cli(&[
         "env",
         "suite",
         "--name",
@@ -122,7 +108,7 @@ fn suite_and_movingai_import() {
     validates("env-suite", &v);
     assert_eq!(v["instances"], 8);
     assert_eq!(v["hash"].as_str().unwrap().len(), 64);
-    let o = ledger(&["env", "suite", "--name", "train"]);
+    let o = cli(&["env", "suite", "--name", "train"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--name \"train\""));
 
@@ -137,7 +123,7 @@ fn suite_and_movingai_import() {
         "m.scen",
         "version 1\n0\tm.map\t4\t4\t0\t0\t3\t3\t6\n0\tm.map\t4\t4\t3\t3\t0\t0\t6\n",
     );
-    let o = ledger(&[
+    let o = cli(&[
         "env",
         "import-movingai",
         &map,
@@ -148,5 +134,5 @@ fn suite_and_movingai_import() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let inst = write(d.path(), "i.json", &stdout(&o));
-    assert!(ledger(&["env", "solve", &inst]).status.success());
+    assert!(cli(&["env", "solve", &inst]).status.success());
 }

@@ -12,14 +12,14 @@
 //! the figures (`CHAOS_SEED` varies the draws); `tools/chaos.sh N` runs it that way.
 mod common;
 
-use common::{ledger, ok};
+use common::{files_under, fork_and_run, ledger, ledger_cmd, ok, text};
 use mapf_ledger::ledger::event::*;
 use mapf_ledger::ledger::{Hash, Ledger, Meta};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 const PLAN: &str = include_str!("plans/tiny.toml");
@@ -146,7 +146,7 @@ fn target(dir: &Path, class: Class, rng: &mut ChaCha8Rng) -> (PathBuf, u64, u64)
         Class::EventPack => whole(dir.join("packs/pack-00000001.pack")),
         Class::BlobPack => whole(dir.join("packs/blobs-00000001.pack")),
         Class::LooseBlob => {
-            let mut files: Vec<PathBuf> = walk(&dir.join("blobs"));
+            let mut files: Vec<PathBuf> = files_under(&dir.join("blobs"));
             files.sort();
             whole(files[rng.random_range(0..files.len())].clone())
         }
@@ -164,19 +164,6 @@ fn target(dir: &Path, class: Class, rng: &mut ChaCha8Rng) -> (PathBuf, u64, u64)
         Class::Index => whole(dir.join("packs/INDEX")),
         Class::Sled => whole(dir.join("db/db")),
     }
-}
-
-fn walk(d: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(d).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// Damage the file; returns whether any byte changed.
@@ -203,14 +190,6 @@ fn damage(path: &Path, lo: u64, hi: u64, how: Damage, class: Class, rng: &mut Ch
     }
     std::fs::write(path, &b).unwrap();
     b != before
-}
-
-fn out(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[derive(Default)]
@@ -265,7 +244,7 @@ fn damage_to_any_file_is_named_and_recovered_losing_only_the_damaged_bytes() {
                 let ctx = format!("{class:?} {how:?} trial {trial} ({})", file.display());
                 let name = file.file_name().unwrap().to_string_lossy().into_owned();
                 let v = ledger(&d, &["verify"]);
-                let said = out(&v);
+                let said = text(&v);
                 let named = match class {
                     // A loose blob is named by its id (the file name is its hex tail).
                     Class::LooseBlob => said.contains(&name[..10]),
@@ -300,7 +279,7 @@ fn damage_to_any_file_is_named_and_recovered_losing_only_the_damaged_bytes() {
                     .iter()
                     .all(|b| b["after"].is_null());
                 if all_lost {
-                    assert!(out(&v).contains("no branches"), "{ctx}: {}", out(&v));
+                    assert!(text(&v).contains("no branches"), "{ctx}: {}", text(&v));
                     t.lost_events += before.events.len() as u32;
                     t.unrecoverable += 1;
                     continue;
@@ -309,7 +288,7 @@ fn damage_to_any_file_is_named_and_recovered_losing_only_the_damaged_bytes() {
                     v.status.code(),
                     Some(0),
                     "{ctx}: after recover: {}",
-                    out(&v)
+                    text(&v)
                 );
                 t.recovered += 1;
                 let named_lost = |key: &str| -> BTreeSet<Hash> {
@@ -380,11 +359,7 @@ fn damage_to_any_file_is_named_and_recovered_losing_only_the_damaged_bytes() {
 /// Kill `args` at a random instant (after `after` ms and up to `spread` ms more), then
 /// `recover` and `verify`: every event the durable heads reached is still reached.
 fn kill_then_recover(d: &Path, args: &[&str], rng: &mut ChaCha8Rng, spread: u64) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(d)
-        .args(args)
-        .env_remove("LEDGER")
+    let mut child = ledger_cmd(d, args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -402,7 +377,7 @@ fn kill_then_recover(d: &Path, args: &[&str], rng: &mut ChaCha8Rng, spread: u64)
         "{args:?}: recover after a kill lost something: {report}"
     );
     let v = ledger(d, &["verify"]);
-    assert_eq!(v.status.code(), Some(0), "{args:?}: {}", out(&v));
+    assert_eq!(v.status.code(), Some(0), "{args:?}: {}", text(&v));
     let after = reach(d);
     assert!(
         durable.events.is_subset(&after.events),
@@ -430,19 +405,7 @@ fn kill_9_during_run_gc_fetch_and_recover_loses_nothing_durable() {
             .unwrap()
             .1;
         let _ = main;
-        ok(&ledger(
-            &d,
-            &[
-                "fork",
-                "--at",
-                "stage2",
-                "--engineer",
-                "random",
-                "--name",
-                "scratch",
-            ],
-        ));
-        ok(&ledger(&d, &["run", "--branch", "scratch", "--quiet"]));
+        fork_and_run(&d, "stage2", "random", "scratch");
         ok(&ledger(&d, &["branch", "delete", "scratch"]));
         kill_then_recover(&d, &["gc"], &mut rng, 400);
     }
@@ -473,10 +436,7 @@ fn kill_9_during_run_gc_fetch_and_recover_loses_nothing_durable() {
             copy_dir(&d, &c);
             reach(&c)
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ledger"))
-            .arg("--ledger")
-            .arg(&x)
-            .arg("recover")
+        let mut child = ledger_cmd(&x, &["recover"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -490,7 +450,7 @@ fn kill_9_during_run_gc_fetch_and_recover_loses_nothing_durable() {
             v.status.code(),
             Some(0),
             "recover after a killed recover: {}",
-            out(&v)
+            text(&v)
         );
         let after = reach(&x);
         assert!(
@@ -509,7 +469,7 @@ fn a_lost_blob_comes_back_from_a_copy() {
     fixture(&base);
     let d = tmp.path().join("d");
     copy_dir(&base, &d);
-    let mut files = walk(&d.join("blobs"));
+    let mut files = files_under(&d.join("blobs"));
     files.sort();
     let mut b = std::fs::read(&files[0]).unwrap();
     b[100] ^= 0x20;
@@ -520,8 +480,8 @@ fn a_lost_blob_comes_back_from_a_copy() {
     let lost = report["lost_blobs"].as_array().unwrap();
     assert_eq!(lost.len(), 1, "{report}");
     let v = ledger(&d, &["verify"]);
-    assert_eq!(v.status.code(), Some(0), "{}", out(&v));
-    let said = out(&v);
+    assert_eq!(v.status.code(), Some(0), "{}", text(&v));
+    let said = text(&v);
     assert!(
         said.contains("WARN") && said.contains("lost to damage"),
         "{said}"
@@ -529,6 +489,6 @@ fn a_lost_blob_comes_back_from_a_copy() {
     assert_eq!(ledger(&d, &["verify", "--strict"]).status.code(), Some(1));
     ok(&ledger(&d, &["fetch", base.to_str().unwrap()]));
     let v = ledger(&d, &["verify", "--strict"]);
-    assert_eq!(v.status.code(), Some(0), "{}", out(&v));
-    assert!(!out(&v).contains("WARN"));
+    assert_eq!(v.status.code(), Some(0), "{}", text(&v));
+    assert!(!text(&v).contains("WARN"));
 }

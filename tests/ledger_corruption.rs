@@ -1,11 +1,13 @@
 //! Damage detection: a flipped byte in an event record, a blob (file or small-blob
 //! pack), the refs file or the sled projection cache, and a truncated blob file or
 //! pack, make `ledger verify` exit 1 naming the bad event, blob, file or ref.
+mod common;
+
+use common::{ledger, ok, text};
 use mapf_ledger::ledger::event::*;
 use mapf_ledger::ledger::{Hash, Ledger, Meta};
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const PLAN: &str = include_str!("../ledgers/demo.toml");
 
@@ -58,30 +60,13 @@ fn fixture() -> Fixture {
 
 /// `ledger rebuild`, which must succeed.
 fn rebuild(dir: &Path) {
-    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(dir)
-        .arg("rebuild")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(&ledger(dir, &["rebuild"]));
 }
 
+/// `ledger verify`: its exit code and everything it printed.
 fn verify(dir: &Path) -> (Option<i32>, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(dir)
-        .arg("verify")
-        .output()
-        .unwrap();
-    (
-        o.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ),
-    )
+    let o = ledger(dir, &["verify"]);
+    (o.status.code(), text(&o))
 }
 
 fn flip(path: &Path, at: u64) {

@@ -3,18 +3,12 @@
 //! crash-safe, a branch keeps the engineer it was given, and replay explains or avoids
 //! a kernel-capability difference.
 mod common;
-use common::{fails, ledger, ok, tiny_ledger};
+use common::{fails, fork, fork_and_run, ledger, ledger_cmd, ok, tiny_ledger};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
-
-fn ledger_cmd(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_ledger"));
-    c.arg("--ledger").arg(dir).args(args).env_remove("LEDGER");
-    c
-}
 
 /// Bytes of stored objects: packs (events, small blobs) and blob files. (Not the
 /// derived projection cache, nor the REFS log, whose ref records are compacted at
@@ -184,31 +178,8 @@ fn gc_removes_what_no_branch_reaches_and_a_crash_anywhere_loses_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tiny_ledger(tmp.path());
     // A fork that is run and then deleted: its stage-2 events and blobs are garbage.
-    ok(&ledger(
-        &d,
-        &[
-            "fork",
-            "--at",
-            "stage2",
-            "--engineer",
-            "random",
-            "--name",
-            "scratch",
-        ],
-    ));
-    ok(&ledger(&d, &["run", "--branch", "scratch", "--quiet"]));
-    ok(&ledger(
-        &d,
-        &[
-            "fork",
-            "--at",
-            "stage2",
-            "--engineer",
-            "heuristic",
-            "--name",
-            "kept",
-        ],
-    ));
+    fork_and_run(&d, "stage2", "random", "scratch");
+    fork(&d, "stage2", "heuristic", "kept");
     fails(
         &ledger(&d, &["branch", "delete", "main2"]),
         2,

@@ -4,7 +4,7 @@
 //! branch is refused unless namespaced; a corrupted bundle is refused naming the object.
 mod common;
 
-use common::{fails, heads, ledger, ok, tiny_ledger};
+use common::{fails, fork_and_run, heads, ledger, ok, tiny_ledger};
 use mapf_ledger::ledger::bundle::Bundle;
 use mapf_ledger::ledger::event::*;
 use mapf_ledger::ledger::{Hash, Ledger, LedgerError, Meta};
@@ -41,34 +41,10 @@ fn bundle_init_run_fetch_round_trip() {
     let w = tmp.path().join("worker");
     ok(&ledger(&w, &["init", "--from-bundle", b.to_str().unwrap()]));
     ok(&ledger(&w, &["verify"]));
-    ok(&ledger(
-        &w,
-        &[
-            "fork",
-            "--at",
-            "stage2",
-            "--engineer",
-            "random",
-            "--name",
-            "x",
-        ],
-    ));
-    ok(&ledger(&w, &["run", "--branch", "x", "--quiet"]));
+    fork_and_run(&w, "stage2", "random", "x");
 
     // The same fork run in the origin itself ends on the same head.
-    ok(&ledger(
-        &d,
-        &[
-            "fork",
-            "--at",
-            "stage2",
-            "--engineer",
-            "random",
-            "--name",
-            "y",
-        ],
-    ));
-    ok(&ledger(&d, &["run", "--branch", "y", "--quiet"]));
+    fork_and_run(&d, "stage2", "random", "y");
     assert_eq!(
         head_of(&w, "x"),
         head_of(&d, "y"),

@@ -8,6 +8,7 @@
 mod common;
 
 use common::schema::validates;
+use common::{files_under, ok};
 use mapf_ledger::engineer::context::TrainingDetails;
 use mapf_ledger::engineer::llm::{self, CallPolicy, LlmEngineer, LlmRegistration};
 use mapf_ledger::engineer::{Engineer, EngineerContext, HistoryEntry};
@@ -21,7 +22,7 @@ use mapf_ledger::ledger::{Ledger, Meta};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -538,25 +539,12 @@ fn tokens_are_counted_with_the_registered_tokenizer() {
 
 // ---- the command line ----
 
+/// The `ledger` command with a secret in the environment (which must never be stored).
 fn ledger_cmd(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(dir)
-        .args(args)
+    common::ledger_cmd(dir, args)
         .env("MAPF_LEDGER_TEST_SECRET", "sk-cli-supersecret-42")
         .output()
         .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).to_string()
 }
 
 fn init(plan: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
@@ -707,7 +695,7 @@ fn cli_registers_lists_and_never_stores_the_key() {
     assert!(export.contains("engineer_registered"));
     assert!(export.contains("MAPF_LEDGER_TEST_SECRET"));
     assert!(!export.contains("sk-cli-supersecret"));
-    for entry in walk(&dir) {
+    for entry in files_under(&dir) {
         let bytes = std::fs::read(&entry).unwrap();
         assert!(
             !bytes.windows(9).any(|w| w == b"sk-cli-su"),
@@ -725,19 +713,6 @@ fn cli_registers_lists_and_never_stores_the_key() {
     assert_eq!(reg.tokenizer.as_deref(), Some(TOKENIZER.as_bytes()));
     assert_eq!(reg.max_context, Some(32768));
     assert_eq!(reg.endpoint(), "http://127.0.0.1:8000/v1/chat/completions");
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 const TINY: &str = r#"name = "tiny-llm"
@@ -789,19 +764,15 @@ fn a_run_with_a_garbage_reply_continues_and_verifies() {
             "fake",
         ],
     ));
-    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(&dir)
-        .args(["run", "--engineer", "myllm", "--quiet", "--device", "cpu"])
-        .env("MAPF_LEDGER_LLM_TIMEOUT_MS", "5000")
-        .output()
-        .unwrap();
+    let o = common::ledger_cmd(
+        &dir,
+        &["run", "--engineer", "myllm", "--quiet", "--device", "cpu"],
+    )
+    .env("MAPF_LEDGER_LLM_TIMEOUT_MS", "5000")
+    .output()
+    .unwrap();
     ok(&o);
-    let terminal = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let terminal = common::text(&o);
     assert!(
         terminal.contains("engineer myllm's proposal was not used"),
         "{terminal}"

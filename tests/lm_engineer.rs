@@ -2,24 +2,12 @@
 //! A decision carries the prompt and the generated reply as blobs (an unparseable
 //! reply is a recorded rejection); `current` and `base` answer differently once the two
 //! checkpoints differ; replay regenerates the replies bit for bit.
+mod common;
+
+use common::{fork_and_run, ledger, ok};
 use mapf_ledger::ledger::{EventBody, Ledger};
-use std::process::Command;
 
 const PLAN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/lm-engineer.toml");
-
-fn ledger(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(o: std::process::Output) -> String {
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 /// (stage, prompt text, reply text, rationale) of every decision on a branch.
 fn decisions(dir: &std::path::Path, branch: &str) -> Vec<(u32, String, String, String)> {
@@ -44,8 +32,8 @@ fn decisions(dir: &std::path::Path, branch: &str) -> Vec<(u32, String, String, S
 fn the_checkpoint_writes_the_proposal_and_base_differs_from_current() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("l");
-    ok(ledger(&dir, &["init", "--plan", PLAN]));
-    ok(ledger(&dir, &["run", "--quiet"]));
+    ok(&ledger(&dir, &["init", "--plan", PLAN]));
+    ok(&ledger(&dir, &["run", "--quiet"]));
     let main = decisions(&dir, "main");
     assert_eq!(main.iter().map(|d| d.0).collect::<Vec<_>>(), vec![1, 2]);
     for (stage, prompt, reply, rationale) in &main {
@@ -63,19 +51,7 @@ fn the_checkpoint_writes_the_proposal_and_base_differs_from_current() {
     }
     // Fork at stage 2 with the base model as engineer: stage 1's checkpoint has trained
     // away from stage 0, so the base model answers the same evidence differently.
-    ok(ledger(
-        &dir,
-        &[
-            "fork",
-            "--at",
-            "stage2",
-            "--engineer",
-            "base",
-            "--name",
-            "b",
-        ],
-    ));
-    ok(ledger(&dir, &["run", "--branch", "b", "--quiet"]));
+    fork_and_run(&dir, "stage2", "base", "b");
     let b = decisions(&dir, "b");
     assert_eq!(b[0].1, main[0].1, "the fork keeps stage 1's decision");
     let (cur, base) = (&main[1], &b[1]);
@@ -83,19 +59,7 @@ fn the_checkpoint_writes_the_proposal_and_base_differs_from_current() {
     assert_ne!(cur.2, base.2, "current and base wrote the same reply");
     // The ablation switch reaches the prompt the model reads: a fork whose engineer is
     // `current:-failure_breakdown` gets a prompt without the breakdown.
-    ok(ledger(
-        &dir,
-        &[
-            "fork",
-            "--at",
-            "stage2",
-            "--engineer",
-            "current:-failure_breakdown",
-            "--name",
-            "ablated",
-        ],
-    ));
-    ok(ledger(&dir, &["run", "--branch", "ablated", "--quiet"]));
+    fork_and_run(&dir, "stage2", "current:-failure_breakdown", "ablated");
     let ablated = decisions(&dir, "ablated");
     assert!(cur.1.contains("## Failure breakdown"), "{}", cur.1);
     assert!(
@@ -105,6 +69,6 @@ fn the_checkpoint_writes_the_proposal_and_base_differs_from_current() {
     );
     assert!(ablated[1].1.contains("## Summary"), "{}", ablated[1].1);
     // Replay regenerates every reply: the recomputed hashes match.
-    let out = ok(ledger(&dir, &["replay", "--branch", "b", "--verify"]));
+    let out = ok(&ledger(&dir, &["replay", "--branch", "b", "--verify"]));
     assert!(out.contains("every hash matches"), "{out}");
 }

@@ -2,6 +2,9 @@
 //! uncached recomputation, sampling log-probs equal training log-probs, loading (single
 //! file and shards) with every refusal, LoRA merged equals unmerged, export then load
 //! gives identical logits, and GRPO raises the reward on a small task.
+mod common;
+
+use common::cli;
 use mapf_ledger::env::{generate, Budget, GeneratorConfig};
 use mapf_ledger::seed::Seed;
 use mapf_ledger::train::adam::AdamConfig;
@@ -464,13 +467,6 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
     check(&records, true);
 }
 
-fn ledger(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn an_lm_ledger_trains_exports_and_generates_through_the_cli() {
     let t = tempfile::tempdir().unwrap();
@@ -481,13 +477,13 @@ fn an_lm_ledger_trains_exports_and_generates_through_the_cli() {
         vec!["--ledger", l, "init", "--plan", plan],
         vec!["--ledger", l, "run", "--quiet"],
     ] {
-        let o = ledger(&args);
+        let o = cli(&args);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     let prompt = t.path().join("p.txt");
     std::fs::write(&prompt, "3x3 2 agents\nF F F\nF H F\nF F F\n").unwrap();
     let gen = |model: &str| -> serde_json::Value {
-        let o = ledger(&[
+        let o = cli(&[
             "--ledger",
             l,
             "lm",
@@ -511,7 +507,7 @@ fn an_lm_ledger_trains_exports_and_generates_through_the_cli() {
     // Export the LoRA stage merged as an HF directory; it loads and gives the same
     // greedy continuation (merging changes float rounding only).
     let hf = t.path().join("hf");
-    let o = ledger(&[
+    let o = cli(&[
         "--ledger",
         l,
         "export-checkpoint",
@@ -535,12 +531,12 @@ fn an_lm_ledger_trains_exports_and_generates_through_the_cli() {
     let g = t.path().join("g");
     let g = g.to_str().unwrap();
     let grid = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
-    assert!(ledger(&["--ledger", g, "init", "--plan", grid])
+    assert!(cli(&["--ledger", g, "init", "--plan", grid])
         .status
         .success());
-    let o = ledger(&["--ledger", g, "run", "--quiet", "--stages", "1"]);
+    let o = cli(&["--ledger", g, "run", "--quiet", "--stages", "1"]);
     assert!(o.status.success());
-    let o = ledger(&[
+    let o = cli(&[
         "--ledger",
         g,
         "export-checkpoint",
@@ -566,7 +562,7 @@ fn a_text_plan_is_refused_with_a_pointer_to_lm() {
         grid.replace("policy = \"grid\"", "policy = \"text\""),
     )
     .unwrap();
-    let o = ledger(&[
+    let o = cli(&[
         "--ledger",
         t.path().join("l").to_str().unwrap(),
         "init",

@@ -7,7 +7,7 @@
 mod common;
 
 use common::schema::validates;
-use common::{fails, ledger, ok};
+use common::{fails, fork_and_run, json, ledger, ok};
 use mapf_ledger::ledger::event::*;
 use mapf_ledger::ledger::{Hash, Ledger, Meta};
 use mapf_ledger::views::paired::{mcnemar_p, paired_metrics, paired_rows, unpairable, Unit};
@@ -146,10 +146,6 @@ fn pooling_over_seeds_averages_the_per_seed_differences() {
     assert!(v.diff_ci95.contains(5.0) && v.diff_ci95.low >= 0.0);
 }
 
-fn json(o: &std::process::Output) -> Value {
-    serde_json::from_str(&ok(o)).unwrap()
-}
-
 /// The tiny grid plan with both suites split into two wait-ratio subsets (validation 10
 /// per cell: 5 + 5; test 4: 2 + 2).
 fn stratified_ledger(tmp: &Path) -> PathBuf {
@@ -178,19 +174,7 @@ fn stratified_ledger(tmp: &Path) -> PathBuf {
 fn compare_and_study_pair_forks_of_a_stratified_ledger() {
     let tmp = tempfile::tempdir().unwrap();
     let d = stratified_ledger(tmp.path());
-    ok(&ledger(
-        &d,
-        &[
-            "fork",
-            "--at",
-            "stage1",
-            "--engineer",
-            "heuristic",
-            "--name",
-            "h",
-        ],
-    ));
-    ok(&ledger(&d, &["run", "--branch", "h", "--quiet"]));
+    fork_and_run(&d, "stage1", "heuristic", "h");
 
     // The events behind it, read with the library.
     {

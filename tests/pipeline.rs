@@ -1,40 +1,23 @@
 //! The stage pipeline with every built-in engineer, ablation switches, and checkpoint
 //! export, through the real `ledger` binary on a tiny plan.
+mod common;
+
+use common::{ledger, ok, param_hashes};
 use mapf_ledger::engineer::EngineerContext;
 use mapf_ledger::ledger::event::DecisionStatus;
 use mapf_ledger::ledger::{codec, EventBody, Hash, Ledger};
 use std::path::Path;
-use std::process::{Command, Output};
 
 const TINY: &str = include_str!("plans/tiny.toml");
-
-fn ledger(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 fn init_run(dir: &Path, plan: &str, engineer: &str) {
     let plan_file = dir.with_extension("toml");
     std::fs::write(&plan_file, plan).unwrap();
-    ok(ledger(
+    ok(&ledger(
         dir,
         &["init", "--plan", plan_file.to_str().unwrap()],
     ));
-    ok(ledger(dir, &["run", "--quiet", "--engineer", engineer]));
+    ok(&ledger(dir, &["run", "--quiet", "--engineer", engineer]));
 }
 
 /// The structured context a decision recorded.
@@ -48,7 +31,7 @@ fn every_builtin_engineer_of_the_grid_policy_runs_records_its_decisions_and_veri
     for engineer in ["fixed", "random", "heuristic", "learnability"] {
         let dir = t.path().join(engineer);
         init_run(&dir, TINY, engineer);
-        ok(ledger(&dir, &["verify"]));
+        ok(&ledger(&dir, &["verify"]));
         let l = Ledger::open_read_only(&dir).unwrap();
         let decisions: Vec<_> = l
             .history("main")
@@ -100,7 +83,7 @@ fn current_and_base_on_a_grid_plan_exit_2_before_any_work() {
     let dir = t.path().join("l");
     let plan_file = t.path().join("tiny.toml");
     std::fs::write(&plan_file, TINY).unwrap();
-    ok(ledger(
+    ok(&ledger(
         &dir,
         &["init", "--plan", plan_file.to_str().unwrap()],
     ));
@@ -117,7 +100,7 @@ fn current_and_base_on_a_grid_plan_exit_2_before_any_work() {
     let l = Ledger::open_read_only(&dir).unwrap();
     assert_eq!(l.history("main").unwrap().len(), 1);
     drop(l);
-    ok(ledger(&dir, &["run", "--quiet", "--stages", "1"]));
+    ok(&ledger(&dir, &["run", "--quiet", "--stages", "1"]));
     let o = ledger(&dir, &["fork", "--at", "stage1", "--engineer", "base"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("learnability"));
@@ -127,19 +110,6 @@ fn current_and_base_on_a_grid_plan_exit_2_before_any_work() {
     );
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown context module"));
-}
-
-fn param_hashes(dir: &Path) -> Vec<Hash> {
-    Ledger::open_read_only(dir)
-        .unwrap()
-        .history("main")
-        .unwrap()
-        .into_iter()
-        .filter_map(|(_, e)| match e.body {
-            EventBody::GradientStep(g) => Some(g.params),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]
@@ -177,7 +147,7 @@ fn export_checkpoint_writes_safetensors_of_the_stage_weights() {
     let dir = t.path().join("l");
     init_run(&dir, TINY, "fixed");
     let out = t.path().join("base.safetensors");
-    let msg = ok(ledger(
+    let msg = ok(&ledger(
         &dir,
         &[
             "export-checkpoint",
@@ -302,11 +272,11 @@ fn switching_failure_breakdown_off_changes_a_learnability_decision() {
         "{TINY}\n[initial_config.sizes.5]\ndata_ratio = 0.5\nhole_ratio = 0.1\nwait_ratio = 0.2\n[initial_config.sizes.6]\ndata_ratio = 0.5\nhole_ratio = 0.1\nwait_ratio = 0.2\n"
     );
     std::fs::write(&plan_file, plan).unwrap();
-    ok(ledger(
+    ok(&ledger(
         &dir,
         &["init", "--plan", plan_file.to_str().unwrap()],
     ));
-    ok(ledger(&dir, &["run", "--quiet", "--stages", "1"]));
+    ok(&ledger(&dir, &["run", "--quiet", "--stages", "1"]));
     let mut l = Ledger::open(&dir).unwrap();
     let state = l.projection("main").unwrap();
     let p = mapf_ledger::stage::Pipeline::new(&mut l, None).unwrap();

@@ -4,7 +4,7 @@
 //! README section that says how to provide it).
 mod common;
 use common::schema::validates;
-use common::{fails, ledger, ok};
+use common::{fails, ledger, ledger_cmd, ok};
 use std::path::Path;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -167,12 +167,8 @@ fn bad_inputs_are_refused_by_name() {
 
 /// `ledger run` with LIBTORCH_CUDA_LIB pointing where there is no libtorch_cuda.
 fn run_cuda(dir: &Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(dir)
-        .arg("run")
+    ledger_cmd(dir, &["run"])
         .args(args)
-        .env_remove("LEDGER")
         .env("LIBTORCH_CUDA_LIB", dir.join("no-cuda-here"))
         .output()
         .unwrap()

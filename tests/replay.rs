@@ -6,37 +6,15 @@
 mod common;
 
 use common::schema::validates;
+use common::{ledger, ledger_cmd, ok, text};
 use mapf_ledger::ledger::{EventBody, Hash, Ledger};
 use rand::{Rng, SeedableRng};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 fn plan(name: &str) -> String {
     format!("{}/tests/plans/{name}.toml", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn ledger_cmd(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_ledger"));
-    c.arg("--ledger").arg(dir).args(args).env_remove("LEDGER");
-    c
-}
-
-fn ledger(dir: &Path, args: &[&str]) -> Output {
-    ledger_cmd(dir, args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn ok(o: &Output) -> String {
-    assert!(o.status.success(), "command failed: {}", text(o));
-    text(o)
 }
 
 /// A ledger of `plan` with every stage run.

@@ -8,10 +8,11 @@
 mod common;
 
 use common::browser::Browser;
-use common::{fails, ledger, ok, tiny_ledger};
+use common::{fails, fork_and_run, json, ledger, ok, tiny_ledger};
 use mapf_ledger::engineer::context::{EngineerContext, TrainingDetails};
 use mapf_ledger::env::config::GeneratorConfig;
 use mapf_ledger::env::simulate::FailureKind;
+use mapf_ledger::env::RefusedField;
 use mapf_ledger::ledger::event::*;
 use mapf_ledger::ledger::plan::ContextModules;
 use mapf_ledger::ledger::{codec, Hash, Ledger, Meta};
@@ -56,10 +57,15 @@ fn screenshots() -> PathBuf {
 /// Open a report in Chromium; returns the probe's answer after checking the page loaded
 /// cleanly and offline, and writes a screenshot named `name`.
 fn open_in_browser(tmp: &Path, page: &Path, name: &str, width: u32) -> Value {
+    open_and_probe(tmp, page, name, width, PROBE)
+}
+
+/// [`open_in_browser`] with another probe expression (its answer is returned).
+fn open_and_probe(tmp: &Path, page: &Path, name: &str, width: u32, probe: &str) -> Value {
     let mut b = Browser::launch(tmp, Duration::from_secs(120));
     let url = format!("file://{}", page.canonicalize().unwrap().display());
     b.open(&url, width, 900);
-    let mut probe = b.eval(PROBE);
+    let mut probe = b.eval(probe);
     let shot = screenshots().join(format!("{name}.png"));
     b.screenshot(&shot);
     // Clicking a number shows the command that prints its event.
@@ -79,27 +85,11 @@ fn open_in_browser(tmp: &Path, page: &Path, name: &str, width: u32) -> Value {
     probe
 }
 
-fn json(o: &std::process::Output) -> Value {
-    serde_json::from_str(&ok(o)).unwrap()
-}
-
 #[test]
 fn report_of_a_real_ledger_in_chromium() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tiny_ledger(tmp.path());
-    ok(&ledger(
-        &d,
-        &[
-            "fork",
-            "--at",
-            "stage1",
-            "--engineer",
-            "random",
-            "--name",
-            "h",
-        ],
-    ));
-    ok(&ledger(&d, &["run", "--branch", "h", "--quiet"]));
+    fork_and_run(&d, "stage1", "random", "h");
     let study = tmp.path().join("study");
     ok(&ledger(
         &d,
@@ -254,6 +244,69 @@ fn report_refuses_bad_input_naming_it() {
     assert_eq!(a, std::fs::read(out.join("index.html")).unwrap());
 }
 
+/// What an LLM writes reaches the page as text: its rationale, the keys it proposed
+/// that were refused, and a rejection reason quoting its reply, each carrying
+/// `<script>`, `</td>` and other markup.
+#[test]
+fn markup_written_by_an_llm_renders_as_text() {
+    const HOSTILE: &str = "Raise holes</td></tr></table></blockquote></div><script>console.error('injected script ran')</script><b class=\"injected\">bold</b> & \"quoted\" 'single' <!-- comment";
+    let tmp = tempfile::tempdir().unwrap();
+    let d = fixture_with(tmp.path(), 1, 2, &|d| {
+        d.rationale = HOSTILE.to_string();
+        d.refused = vec![RefusedField {
+            field: "</td><script>console.error('injected key ran')</script>".into(),
+            value: HOSTILE.to_string(),
+        }];
+        d.status = DecisionStatus::Rejected {
+            reason: format!("no usable JSON object in the reply; reply began {HOSTILE:?}"),
+        };
+    });
+    let out = tmp.path().join("report");
+    ok(&ledger(&d, &["report", "--out", out.to_str().unwrap()]));
+    // open_and_probe also fails on any console error (the injected scripts log one)
+    // and on any request besides the page itself.
+    let p = open_and_probe(
+        tmp.path(),
+        &out.join("index.html"),
+        "llm-markup",
+        1280,
+        r#"(() => {
+          const all = (s) => [...document.querySelectorAll(s)];
+          return {
+            scripts: document.scripts.length,
+            injected: all('.injected').length,
+            decisions: all('#decisions article.decision').length,
+            rationale: all('#decisions blockquote').map(b => [b.textContent, b.children.length]),
+            refused: all('#decisions ul.refused code').map(c => c.textContent),
+            reason: all('#decisions article.decision header span.muted').map(s => s.textContent),
+            sections: all('main > section').map(s => s.id),
+            forks: all('#forks li.fork').length,
+          };
+        })()"#,
+    );
+    assert_eq!(p["scripts"], 1, "only the page's own script: {p}");
+    assert_eq!(p["injected"], 0, "no element was made from the text: {p}");
+    assert_eq!(p["decisions"], 1, "{p}");
+    assert_eq!(p["rationale"], serde_json::json!([[HOSTILE, 0]]));
+    let refused = p["refused"][0].as_str().unwrap();
+    assert!(
+        refused.contains("</td><script>console.error('injected key ran')</script>")
+            && refused.contains("injected script ran"),
+        "{refused}"
+    );
+    let reason = p["reason"][0].as_str().unwrap();
+    assert!(
+        reason.contains("<b class=\\\"injected\\\">bold</b>"),
+        "{reason}"
+    );
+    assert_eq!(
+        p["sections"],
+        serde_json::json!(["validation", "test", "heatmaps", "decisions", "forks"]),
+        "the text closed no element: every section is still there"
+    );
+    assert_eq!(p["forks"], 1);
+}
+
 #[test]
 fn ten_branches_by_ten_stages_stay_readable() {
     let tmp = tempfile::tempdir().unwrap();
@@ -309,7 +362,14 @@ fn cells(
 
 /// Events of stages `from..stages` on `branch`: engineer decisions whose rationale
 /// carries markup (which the page must escape), validation every stage, test at the end.
-fn stages(l: &mut Ledger, branch: &str, k: u32, from: u32, stages: u32) {
+fn stages(
+    l: &mut Ledger,
+    branch: &str,
+    k: u32,
+    from: u32,
+    stages: u32,
+    tweak: &dyn Fn(&mut EngineerDecision),
+) {
     let mut config = GeneratorConfig::uniform(2, 3..=10, 0.1, 0.2);
     for s in from..stages {
         let seed = Hash::of_blob(format!("{branch}/{s}").as_bytes());
@@ -360,24 +420,22 @@ fn stages(l: &mut Ledger, branch: &str, k: u32, from: u32, stages: u32) {
                 max_size: 10,
             };
             let blob = l.put_blob(&codec::encode(&context)).unwrap();
-            events.push((
-                EventBody::EngineerDecision(EngineerDecision {
-                    engineer: format!("engineer{k}"),
-                    context: blob,
-                    prompt: None,
-                    reply: None,
-                    proposed: ProposedConfig::None,
-                    applied: config.clone(),
-                    clips: vec![],
-                    refused: vec![],
-                    rationale: format!(
-                        "Stage {s}: <img src=x onerror=\"console.error('unescaped')\"> holes & waits"
-                    ),
-                    status: DecisionStatus::Accepted,
-                }),
-                s,
-                Meta::now(),
-            ));
+            let mut decision = EngineerDecision {
+                engineer: format!("engineer{k}"),
+                context: blob,
+                prompt: None,
+                reply: None,
+                proposed: ProposedConfig::None,
+                applied: config.clone(),
+                clips: vec![],
+                refused: vec![],
+                rationale: format!(
+                    "Stage {s}: <img src=x onerror=\"console.error('unescaped')\"> holes & waits"
+                ),
+                status: DecisionStatus::Accepted,
+            };
+            tweak(&mut decision);
+            events.push((EventBody::EngineerDecision(decision), s, Meta::now()));
         }
         events.push((
             EventBody::Evaluation(Evaluation {
@@ -416,6 +474,17 @@ fn stages(l: &mut Ledger, branch: &str, k: u32, from: u32, stages: u32) {
 /// A ledger of `branches` branches (main and forks of it before stage 1), each with
 /// `n` stages (0..n), made from events directly (no training).
 fn fixture(tmp: &Path, branches: u32, n: u32) -> PathBuf {
+    fixture_with(tmp, branches, n, &|_| {})
+}
+
+/// [`fixture`] with every engineer decision passed through `tweak` before it is
+/// recorded.
+fn fixture_with(
+    tmp: &Path,
+    branches: u32,
+    n: u32,
+    tweak: &dyn Fn(&mut EngineerDecision),
+) -> PathBuf {
     let d = tmp.join("fixture");
     let plan = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -423,9 +492,9 @@ fn fixture(tmp: &Path, branches: u32, n: u32) -> PathBuf {
     ))
     .unwrap();
     let mut l = Ledger::create(&d, &plan).unwrap();
-    stages(&mut l, "main", 0, 0, 1);
+    stages(&mut l, "main", 0, 0, 1, tweak);
     let at = l.head("main").unwrap();
-    stages(&mut l, "main", 0, 1, n);
+    stages(&mut l, "main", 0, 1, n, tweak);
     for k in 1..branches {
         let name = format!("fork{k:02}");
         l.fork(&name, &at).unwrap();
@@ -443,7 +512,7 @@ fn fixture(tmp: &Path, branches: u32, n: u32) -> PathBuf {
             )],
         )
         .unwrap();
-        stages(&mut l, &name, k, 1, n);
+        stages(&mut l, &name, k, 1, n, tweak);
     }
     d
 }

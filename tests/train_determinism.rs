@@ -2,29 +2,27 @@
 //! same plan and seed give identical event hashes; the rayon thread count does not
 //! matter; stopping at a durable point and resuming records exactly what an
 //! uninterrupted run records (parameter hashes and trajectory hashes included).
-use mapf_ledger::ledger::{EventBody, Hash, Ledger};
+mod common;
+
+use common::{ledger_cmd, ok, param_hashes};
+use mapf_ledger::ledger::{Hash, Ledger};
 use mapf_ledger::stage::{Pipeline, Progress, RunOptions};
 use mapf_ledger::train::grpo::StepStats;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 const PLAN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
 
-fn ledger_cmd(dir: &std::path::Path, args: &[&str], rayon: &str) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(dir)
-        .args(args)
+/// `ledger ARGS` on `dir` with `rayon` threads; it must succeed.
+fn ledger_with_threads(dir: &std::path::Path, args: &[&str], rayon: &str) {
+    ok(&ledger_cmd(dir, args)
         .env("RAYON_NUM_THREADS", rayon)
         .output()
-        .unwrap()
+        .unwrap());
 }
 
 fn run_cli(dir: &std::path::Path, rayon: &str) -> Hash {
-    let o = ledger_cmd(dir, &["init", "--plan", PLAN], rayon);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = ledger_cmd(dir, &["run", "--quiet"], rayon);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ledger_with_threads(dir, &["init", "--plan", PLAN], rayon);
+    ledger_with_threads(dir, &["run", "--quiet"], rayon);
     Ledger::open_read_only(dir).unwrap().head("main").unwrap()
 }
 
@@ -35,16 +33,7 @@ fn same_seed_gives_identical_hashes_with_one_or_two_rayon_threads() {
     let b = run_cli(&t.path().join("b"), "2");
     assert_eq!(a, b, "head hashes differ between RAYON_NUM_THREADS=1 and 2");
     // And the run really trained: gradient steps with changing parameter hashes.
-    let l = Ledger::open_read_only(&t.path().join("a")).unwrap();
-    let params: Vec<Hash> = l
-        .history("main")
-        .unwrap()
-        .into_iter()
-        .filter_map(|(_, e)| match e.body {
-            EventBody::GradientStep(g) => Some(g.params),
-            _ => None,
-        })
-        .collect();
+    let params = param_hashes(&t.path().join("a"));
     assert!(params.len() > 40);
     assert_ne!(params.first(), params.last());
 }

@@ -4,41 +4,33 @@
 //! JSON output is validated against its checked-in schema under schemas/.
 mod common;
 
-use common::schema::{check, schema, validates};
-use common::{fails, heads, ledger, ok, tiny_ledger};
+use common::schema::{errors, validates};
+use common::{fails, fork, fork_and_run, heads, ledger, ok, tiny_ledger};
 use serde_json::Value;
 
 #[test]
 fn schema_checker_rejects_bad_documents() {
-    let root = schema("audit");
-    let mut errs = Vec::new();
-    check(
-        &root,
-        &root,
-        &serde_json::json!({"branch": 3, "head": "xyz"}),
-        "$",
-        &mut errs,
-    );
+    let errs = errors("audit", &serde_json::json!({"branch": 3, "head": "xyz"}));
     assert!(errs.len() >= 3, "{errs:?}");
+    // `maximum` (schemars writes it for every u8) is enforced too.
+    let agent = |goal: u32| {
+        serde_json::json!({"size": 3, "grid": ["FFF", "FFF", "FFF"],
+        "agents": [{"start": [0, 0], "goal": [goal, 0]}]})
+    };
+    assert_eq!(errors("instance", &agent(2)), Vec::<String>::new());
+    let errs = errors("instance", &agent(256));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("$/agents/0/goal/0") && e.contains("255")),
+        "{errs:?}"
+    );
 }
 
 #[test]
 fn audit_export_and_compare_plot() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tiny_ledger(tmp.path());
-    ok(&ledger(
-        &d,
-        &[
-            "fork",
-            "--at",
-            "stage1",
-            "--engineer",
-            "heuristic",
-            "--name",
-            "h",
-        ],
-    ));
-    ok(&ledger(&d, &["run", "--branch", "h", "--quiet"]));
+    fork_and_run(&d, "stage1", "heuristic", "h");
 
     // Audit, JSON: one entry per designed stage, complete, schema-valid.
     let a: Value =
@@ -241,18 +233,7 @@ fn study_forks_runs_writes_and_resumes() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tiny_ledger(tmp.path());
     // A partial run left behind (as by a kill): the study resumes it.
-    ok(&ledger(
-        &d,
-        &[
-            "fork",
-            "--at",
-            "stage1",
-            "--engineer",
-            "fixed",
-            "--name",
-            "study-at1-fixed-s0",
-        ],
-    ));
+    fork(&d, "stage1", "fixed", "study-at1-fixed-s0");
     ok(&ledger(
         &d,
         &[
@@ -384,18 +365,7 @@ fn study_forks_runs_writes_and_resumes() {
     assert!(d.join("study-at1/study.md").exists());
 
     // A branch with a study name that is not the study's run is a clear input error.
-    ok(&ledger(
-        &d,
-        &[
-            "fork",
-            "--at",
-            "stage1",
-            "--engineer",
-            "fixed",
-            "--name",
-            "study-at1-random-s0",
-        ],
-    ));
+    fork(&d, "stage1", "fixed", "study-at1-random-s0");
     fails(
         &ledger(
             &d,

@@ -1,6 +1,6 @@
 //! Plan simulation and validation: the verifiable reward every policy is judged by.
 //!
-//! Semantics (DESIGN.md, MAPF-FrozenLake): agents move simultaneously; an agent whose
+//! Semantics (MAPF-FrozenLake, as the paper defines it): agents move simultaneously; an agent whose
 //! sequence has ended waits where it is; a plan is valid when nobody leaves the grid,
 //! enters a hole, shares a cell (vertex conflict) or swaps cells (edge conflict) with
 //! another agent, and everyone ends on their goal. The first failure is reported with

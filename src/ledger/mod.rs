@@ -1,5 +1,5 @@
 //! The event-sourced ledger: an append-only, content-addressed, verifiable log that
-//! every later piece writes to and every view reads from (DESIGN.md, "The ledger").
+//! every later piece writes to and every view reads from.
 //!
 //! Layers, bottom to top: [`hash`] (content addresses) and [`codec`] (the only bincode
 //! user); [`storage`], the engine (packs, blobs, refs, index, lock), which never looks

@@ -2,39 +2,25 @@
 //! server, CDN or network). Every number is wrapped in an element carrying the hash of
 //! the event it came from (`data-ev`); hovering shows it, clicking shows (and copies)
 //! the `ledger show` command that prints the event.
+//!
+//! The page is built with maud's `html!`, which escapes every spliced value by
+//! construction: ledger text (branch names, engineers' rationales, LLM replies) can only
+//! ever become text on the page. The only raw HTML is ours: the style sheet, the script
+//! and the SVG figures (plotters escapes the text it draws).
 use super::{heatmap_values, validation_series, BranchView, Eval, Report};
 use crate::figures::{css_color, curves_svg, Curves};
 use crate::ledger::Hash;
+use crate::views::study::{StudyCell, StudyReport};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
-
-/// HTML-escape text (element content and attribute values).
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
 
 /// A number that cites its events: `data-ev` holds their full hashes.
-fn cite(text: &str, events: &[Hash], what: &str) -> String {
+fn cite(text: &str, events: &[Hash], what: &str) -> Markup {
     let full: Vec<String> = events.iter().map(|h| h.to_hex()).collect();
     let short: Vec<String> = events.iter().map(|h| h.short()).collect();
-    format!(
-        "<span class=\"n\" data-ev=\"{}\" title=\"{} · event {}\">{}</span>",
-        full.join(" "),
-        esc(what),
-        short.join(", "),
-        esc(text)
-    )
+    html! {
+        span.n data-ev=(full.join(" ")) title={ (what) " · event " (short.join(", ")) } { (text) }
+    }
 }
 
 fn pct(v: f64) -> String {
@@ -42,38 +28,30 @@ fn pct(v: f64) -> String {
 }
 
 /// Two cells, valid % then optimal %, citing `events`; two dashes when not evaluated.
-fn rate_pair(h: &mut String, cell: Option<(String, String)>, events: &[Hash], what: &str) {
-    match cell {
-        Some((v, o)) => {
-            let _ = write!(
-                h,
-                "<td>{}</td><td>{}</td>",
-                cite(&v, events, what),
-                cite(&o, events, what)
-            );
+fn rate_pair(cell: Option<(String, String)>, events: &[Hash], what: &str) -> Markup {
+    html! {
+        @match cell {
+            Some((v, o)) => { td { (cite(&v, events, what)) } td { (cite(&o, events, what)) } }
+            None => { td { "–" } td { "–" } }
         }
-        None => h.push_str("<td>–</td><td>–</td>"),
     }
 }
 
-/// The second header row of a table with `groups` valid/optimal column pairs.
-fn rate_header(h: &mut String, groups: usize) {
-    h.push_str("<tr><th></th>");
-    for _ in 0..groups {
-        h.push_str("<th>valid %</th><th>optimal %</th>");
+/// The second header row of a table with `groups` valid/optimal column pairs, after
+/// `blank` empty header cells.
+fn rate_header(blank: usize, groups: usize) -> Markup {
+    html! {
+        tr {
+            @for _ in 0..blank { th {} }
+            @for _ in 0..groups { th { "valid %" } th { "optimal %" } }
+        }
     }
-    h.push_str("</tr></thead><tbody>");
 }
 
-/// The start of a paper-layout row: `N×N`, or the Sum row (`None`).
-fn size_row(h: &mut String, n: Option<usize>) {
-    let _ = write!(
-        h,
-        "<tr{}><td class=\"l\">{}</td>",
-        if n.is_none() { " class=\"sum\"" } else { "" },
-        n.map(|n| format!("{n}×{n}"))
-            .unwrap_or_else(|| "Sum".into())
-    );
+/// The first cell of a paper-layout row: `N×N`, or the Sum row's label (`None`).
+fn size_label(n: Option<usize>) -> String {
+    n.map(|n| format!("{n}×{n}"))
+        .unwrap_or_else(|| "Sum".into())
 }
 
 /// "sizes.9.data_ratio" -> "9×9 data"; "agents" stays.
@@ -93,6 +71,15 @@ fn value(x: Option<f64>) -> String {
     }
 }
 
+/// "" for one, else the plural ending `many`.
+fn plural(n: usize, many: &'static str) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        many
+    }
+}
+
 /// A valid-rate colour (the viridis map of the heatmap figures) and a readable ink.
 fn heat(v: f64) -> (String, &'static str) {
     use plotters::style::colors::colormaps::{ColorMap, ViridisRGB};
@@ -103,24 +90,34 @@ fn heat(v: f64) -> (String, &'static str) {
     )
 }
 
-fn swatch(i: usize) -> String {
-    format!("<i class=\"sw\" style=\"background:{}\"></i>", css_color(i))
+fn swatch(i: usize) -> Markup {
+    html! { i.sw style={ "background:" (css_color(i)) } {} }
 }
 
-fn inline_svg(svg: String) -> String {
-    // Scale with the page: plotters writes a fixed width/height; keep them as the
-    // aspect ratio via viewBox and let CSS size the element.
+/// A column-pair header per name (branches or engineers), each with its colour.
+fn name_headers<'a>(names: impl Iterator<Item = &'a str>) -> Markup {
+    html! {
+        @for (i, name) in names.enumerate() {
+            th colspan="2" { (swatch(i)) (name) }
+        }
+    }
+}
+
+/// An SVG figure of ours (plotters escapes the text it draws), scaled with the page:
+/// plotters writes a fixed width/height; keep them as the aspect ratio via viewBox and
+/// let CSS size the element.
+fn inline_svg(svg: String) -> Markup {
     if svg.contains("viewBox") {
-        return svg;
+        return PreEscaped(svg);
     }
     let dims = |attr: &str| -> Option<u32> {
         let i = svg.find(&format!("{attr}=\""))? + attr.len() + 2;
         svg[i..].split('"').next()?.parse().ok()
     };
-    match (dims("width"), dims("height")) {
+    PreEscaped(match (dims("width"), dims("height")) {
         (Some(w), Some(h)) => svg.replacen("<svg ", &format!("<svg viewBox=\"0 0 {w} {h}\" "), 1),
         _ => svg,
-    }
+    })
 }
 
 const STYLE: &str = r#"
@@ -194,58 +191,67 @@ const SCRIPT: &str = r#"
 
 /// Render the whole page.
 pub fn render(r: &Report) -> Result<String, String> {
-    let mut h = String::new();
     let decisions: usize = r.branches.iter().map(|b| b.audit.decisions.len()).sum();
-    let _ = write!(
-        h,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <title>{plan} · mapf-ledger report</title><style>{STYLE}</style></head>\
-         <body data-ledger=\"{dir}\"><main>\
-         <h1>Experiment report: {plan}</h1>\
-         <p class=\"lead\">Ledger <code>{dir}</code> · {nb} branch{bs} · {decisions} engineer decision{ds}{study}</p>\
-         <p class=\"hint\">Every number names the event it came from: hover it for the hash, \
-         click it for the <code>ledger show</code> command.</p>\
-         <nav><a href=\"#validation\">Validation</a><a href=\"#test\">Test</a>\
-         <a href=\"#heatmaps\">Heatmaps</a><a href=\"#decisions\">Decisions</a>\
-         <a href=\"#forks\">Fork tree</a>{study_link}</nav>",
-        plan = esc(&r.plan),
-        dir = esc(&r.ledger),
-        nb = r.branches.len(),
-        bs = if r.branches.len() == 1 { "" } else { "es" },
-        ds = if decisions == 1 { "" } else { "s" },
-        study = match &r.study {
-            Some(s) => format!(
-                " · study of {} engineer{} × {} seed{}",
-                s.engineers.len(),
-                if s.engineers.len() == 1 { "" } else { "s" },
-                s.seeds,
-                if s.seeds == 1 { "" } else { "s" }
-            ),
-            None => String::new(),
-        },
-        study_link = if r.study.is_some() {
-            "<a href=\"#study\">Study</a>"
-        } else {
-            ""
-        },
-    );
-    validation(&mut h, r)?;
-    test(&mut h, r);
-    heatmaps(&mut h, r);
-    timeline(&mut h, r);
-    forks(&mut h, r);
-    if r.study.is_some() {
-        study(&mut h, r)?;
-    }
-    let _ = writeln!(
-        h,
-        "</main><pre id=\"cite\" hidden></pre><script>{SCRIPT}</script></body></html>"
-    );
-    Ok(h)
+    let nb = r.branches.len();
+    let study_lead = r.study.as_ref().map(|s| {
+        format!(
+            " · study of {} engineer{} × {} seed{}",
+            s.engineers.len(),
+            plural(s.engineers.len(), "s"),
+            s.seeds,
+            plural(s.seeds as usize, "s")
+        )
+    });
+    let validation = validation(r)?;
+    let study = match &r.study {
+        Some(s) => Some(study(s)?),
+        None => None,
+    };
+    let page = html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width,initial-scale=1";
+                title { (r.plan) " · mapf-ledger report" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body data-ledger=(r.ledger) {
+                main {
+                    h1 { "Experiment report: " (r.plan) }
+                    p.lead {
+                        "Ledger " code { (r.ledger) } " · " (nb) " branch" (plural(nb, "es"))
+                        " · " (decisions) " engineer decision" (plural(decisions, "s"))
+                        (study_lead.unwrap_or_default())
+                    }
+                    p.hint {
+                        "Every number names the event it came from: hover it for the hash, click it for the "
+                        code { "ledger show" } " command."
+                    }
+                    nav {
+                        a href="#validation" { "Validation" }
+                        a href="#test" { "Test" }
+                        a href="#heatmaps" { "Heatmaps" }
+                        a href="#decisions" { "Decisions" }
+                        a href="#forks" { "Fork tree" }
+                        @if r.study.is_some() { a href="#study" { "Study" } }
+                    }
+                    (validation)
+                    (test(r))
+                    (heatmaps(r))
+                    (timeline(r))
+                    (forks(r))
+                    @if let Some(s) = study { (s) }
+                }
+                pre #cite hidden {}
+                script { (PreEscaped(SCRIPT)) }
+            }
+        }
+    };
+    Ok(page.into_string() + "\n")
 }
 
-fn validation(h: &mut String, r: &Report) -> Result<(), String> {
+fn validation(r: &Report) -> Result<Markup, String> {
     let stages: BTreeSet<u32> = r
         .branches
         .iter()
@@ -256,246 +262,242 @@ fn validation(h: &mut String, r: &Report) -> Result<(), String> {
                 .map(|s| s.stage)
         })
         .collect();
-    let _ = write!(
-        h,
-        "<section id=\"validation\"><h2>Validation</h2>\
-         <p class=\"hint\">Mean over map sizes of the validation set (training agent count), per stage; one line per branch.</p>"
-    );
     let [valid, optimal] = validation_series(r);
-    let _ = write!(h, "<div class=\"figs\">");
+    let mut figures = Vec::new();
     for (title, y, series) in [
         ("Validation valid %", "valid %", &valid),
         ("Validation optimal %", "optimal %", &optimal),
     ] {
-        h.push_str(&inline_svg(curves_svg(&Curves {
+        figures.push(inline_svg(curves_svg(&Curves {
             title,
             y_label: y,
             series,
         })?));
     }
-    let _ = write!(
-        h,
-        "</div><div class=\"scroll\"><table class=\"curves\"><thead><tr><th class=\"l\">stage</th>"
-    );
-    for (i, b) in r.branches.iter().enumerate() {
-        let _ = write!(h, "<th colspan=\"2\">{}{}</th>", swatch(i), esc(&b.name));
-    }
-    h.push_str("</tr>");
-    rate_header(h, r.branches.len());
-    for st in &stages {
-        let _ = write!(h, "<tr class=\"stage\"><td class=\"l\">{st}</td>");
-        for b in &r.branches {
-            let agents = b.validation_agents().unwrap_or(2);
-            let cell = b
-                .stages
-                .iter()
-                .find(|s| s.stage == *st)
-                .and_then(|s| s.validation.as_ref())
-                .and_then(|v| Some((v.event, v.sum(agents)?)));
-            let events: Vec<Hash> = cell.iter().map(|c| c.0).collect();
-            rate_pair(
-                h,
-                cell.map(|(_, (v, o))| (pct(v), pct(o))),
-                &events,
-                &format!("{} stage {st} validation", b.name),
-            );
+    // One row per stage: each branch's validation Sum row at that stage.
+    let row = |st: u32| {
+        html! {
+            tr.stage {
+                td.l { (st) }
+                @for b in &r.branches {
+                    @let agents = b.validation_agents().unwrap_or(2);
+                    @let cell = b
+                        .stages
+                        .iter()
+                        .find(|s| s.stage == st)
+                        .and_then(|s| s.validation.as_ref())
+                        .and_then(|v| Some((v.event, v.sum(agents)?)));
+                    @let events: Vec<Hash> = cell.iter().map(|c| c.0).collect();
+                    (rate_pair(
+                        cell.map(|(_, (v, o))| (pct(v), pct(o))),
+                        &events,
+                        &format!("{} stage {st} validation", b.name),
+                    ))
+                }
+            }
         }
-        h.push_str("</tr>");
-    }
-    h.push_str("</tbody></table></div></section>");
-    Ok(())
+    };
+    Ok(html! {
+        section #validation {
+            h2 { "Validation" }
+            p.hint { "Mean over map sizes of the validation set (training agent count), per stage; one line per branch." }
+            div.figs { @for f in figures { (f) } }
+            div.scroll {
+                table.curves {
+                    thead {
+                        tr {
+                            th.l { "stage" }
+                            (name_headers(r.branches.iter().map(|b| b.name.as_str())))
+                        }
+                        (rate_header(1, r.branches.len()))
+                    }
+                    tbody { @for st in stages { (row(st)) } }
+                }
+            }
+        }
+    })
 }
 
-fn test(h: &mut String, r: &Report) {
+fn test(r: &Report) -> Markup {
     let finals: Vec<Option<(u32, &Eval)>> = r.branches.iter().map(|b| b.final_test()).collect();
     let agents: BTreeSet<usize> = finals
         .iter()
         .flatten()
         .flat_map(|(_, e)| e.table.agent_counts())
         .collect();
-    let _ = write!(
-        h,
-        "<section id=\"test\"><h2>Test</h2><p class=\"hint\">Final evaluated stage of each branch; \
-         rows are map sizes, the Sum row is the mean over sizes (the paper's layout). Below them: the \
-         tables per wait-ratio subset of stratified suites, and each branch against the first, item by item.</p>"
-    );
-    if agents.is_empty() {
-        h.push_str("<p class=\"muted\">No branch has a test evaluation yet.</p>");
-    }
-    h.push_str("<div class=\"tests\">");
-    for k in agents {
+    // One table per agent count: rows are sizes then Sum, a column pair per branch.
+    let table = |k: usize| {
         let sizes: BTreeSet<usize> = finals
             .iter()
             .flatten()
             .flat_map(|(_, e)| e.sizes(k))
             .collect();
-        let _ = write!(
-            h,
-            "<div class=\"scroll\"><h3>{k} agents</h3><table class=\"test\" data-agents=\"{k}\"><thead><tr><th class=\"l\">size</th>"
-        );
-        for (i, (b, f)) in r.branches.iter().zip(&finals).enumerate() {
-            let stage = f.map(|f| format!(" <span class=\"muted\">stage {}</span>", f.0));
-            let _ = write!(
-                h,
-                "<th colspan=\"2\">{}{}{}</th>",
-                swatch(i),
-                esc(&b.name),
-                stage.unwrap_or_default()
-            );
-        }
-        h.push_str("</tr>");
-        rate_header(h, r.branches.len());
         let rows: Vec<Option<usize>> = sizes.iter().copied().map(Some).chain([None]).collect();
-        for n in rows {
-            size_row(h, n);
-            for (b, f) in r.branches.iter().zip(&finals) {
-                let cell = f.and_then(|(stage, e)| {
-                    let v = match n {
-                        Some(n) => e.rate(k, n),
-                        None => e.sum(k),
-                    }?;
-                    Some((stage, e.event, v))
-                });
-                let stage = cell.map(|c| c.0).unwrap_or_default();
-                let events: Vec<Hash> = cell.iter().map(|c| c.1).collect();
-                rate_pair(
-                    h,
-                    cell.map(|(_, _, (v, o))| (pct(v), pct(o))),
-                    &events,
-                    &format!("{} stage {stage} test, {k} agents", b.name),
-                );
+        html! {
+            div.scroll {
+                h3 { (k) " agents" }
+                table.test data-agents=(k) {
+                    thead {
+                        tr {
+                            th.l { "size" }
+                            @for (i, (b, f)) in r.branches.iter().zip(&finals).enumerate() {
+                                th colspan="2" {
+                                    (swatch(i)) (b.name)
+                                    @if let Some((stage, _)) = f { " " span.muted { "stage " (stage) } }
+                                }
+                            }
+                        }
+                        (rate_header(1, r.branches.len()))
+                    }
+                    tbody {
+                        @for n in rows {
+                            tr class=[n.is_none().then_some("sum")] {
+                                td.l { (size_label(n)) }
+                                @for (b, f) in r.branches.iter().zip(&finals) {
+                                    @let cell = f.and_then(|(stage, e)| {
+                                        let v = match n {
+                                            Some(n) => e.rate(k, n),
+                                            None => e.sum(k),
+                                        }?;
+                                        Some((stage, e.event, v))
+                                    });
+                                    @let stage = cell.map(|c| c.0).unwrap_or_default();
+                                    @let events: Vec<Hash> = cell.iter().map(|c| c.1).collect();
+                                    (rate_pair(
+                                        cell.map(|(_, _, (v, o))| (pct(v), pct(o))),
+                                        &events,
+                                        &format!("{} stage {stage} test, {k} agents", b.name),
+                                    ))
+                                }
+                            }
+                        }
+                    }
+                }
             }
-            h.push_str("</tr>");
         }
-        h.push_str("</tbody></table></div>");
+    };
+    html! {
+        section #test {
+            h2 { "Test" }
+            p.hint {
+                "Final evaluated stage of each branch; rows are map sizes, the Sum row is the mean over sizes (the paper's layout). "
+                "Below them: the tables per wait-ratio subset of stratified suites, and each branch against the first, item by item."
+            }
+            @if agents.is_empty() { p.muted { "No branch has a test evaluation yet." } }
+            div.tests { @for k in agents { (table(k)) } }
+            (subsets(r))
+            (paired(r))
+        }
     }
-    h.push_str("</div>");
-    subsets(h, r);
-    paired(h, r);
-    h.push_str("</section>");
 }
 
 /// The final stage's Sum rows per wait-ratio subset: rows (suite, agents, subset), a
 /// column pair per branch; nothing when no suite is stratified.
-fn subsets(h: &mut String, r: &Report) {
+fn subsets(r: &Report) -> Markup {
     let keys = crate::views::compare::subset_rows(r.branches.iter().map(|b| b.subsets.as_slice()));
     if keys.is_empty() {
-        return;
+        return html! {};
     }
-    let _ = write!(
-        h,
-        "<h3>By wait-ratio subset</h3><p class=\"hint\">Final evaluated stage; each cell's items are split into equal subsets \
-         whose items need coordination with the subset's probability; mean over sizes.</p>\
-         <div class=\"scroll\"><table class=\"subsets\"><thead><tr><th class=\"l\">suite</th><th class=\"l\">agents</th><th class=\"l\">subset</th>"
-    );
-    for (i, b) in r.branches.iter().enumerate() {
-        let _ = write!(h, "<th colspan=\"2\">{}{}</th>", swatch(i), esc(&b.name));
-    }
-    h.push_str("</tr><tr><th></th><th></th><th></th>");
-    for _ in &r.branches {
-        h.push_str("<th>valid %</th><th>optimal %</th>");
-    }
-    h.push_str("</tr></thead><tbody>");
-    for (_, suite, k, subset) in keys {
-        let _ = write!(
-            h,
-            "<tr><td class=\"l\">{}</td><td class=\"l\">{k}</td><td class=\"l\">{}</td>",
-            esc(&suite),
-            esc(&subset)
-        );
-        for b in &r.branches {
-            let t = b
-                .subsets
-                .iter()
-                .find(|t| t.suite == suite && t.subset == subset)
-                .filter(|t| t.table.agent_counts().contains(&k));
-            let events: Vec<Hash> = t.iter().map(|t| t.event).collect();
-            rate_pair(
-                h,
-                t.map(|t| {
-                    let (v, o) = t.table.sum_row(k);
-                    (pct(v), pct(o))
-                }),
-                &events,
-                &format!("{} {suite}@{subset}, {k} agents", b.name),
-            );
+    html! {
+        h3 { "By wait-ratio subset" }
+        p.hint {
+            "Final evaluated stage; each cell's items are split into equal subsets whose items need coordination "
+            "with the subset's probability; mean over sizes."
         }
-        h.push_str("</tr>");
+        div.scroll {
+            table.subsets {
+                thead {
+                    tr {
+                        th.l { "suite" } th.l { "agents" } th.l { "subset" }
+                        (name_headers(r.branches.iter().map(|b| b.name.as_str())))
+                    }
+                    (rate_header(3, r.branches.len()))
+                }
+                tbody {
+                    @for (_, suite, k, subset) in &keys {
+                        tr {
+                            td.l { (suite) } td.l { (k) } td.l { (subset) }
+                            @for b in &r.branches {
+                                @let t = b
+                                    .subsets
+                                    .iter()
+                                    .find(|t| &t.suite == suite && &t.subset == subset)
+                                    .filter(|t| t.table.agent_counts().contains(k));
+                                @let events: Vec<Hash> = t.iter().map(|t| t.event).collect();
+                                (rate_pair(
+                                    t.map(|t| {
+                                        let (v, o) = t.table.sum_row(*k);
+                                        (pct(v), pct(o))
+                                    }),
+                                    &events,
+                                    &format!("{} {suite}@{subset}, {k} agents", b.name),
+                                ))
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
-    h.push_str("</tbody></table></div>");
 }
 
 /// Every branch after the first against the first, item by item on the same suite
 /// items: both rates with their own intervals, the paired difference, McNemar's test.
-fn paired(h: &mut String, r: &Report) {
-    for (branch, p) in &r.paired {
-        let _ = write!(
-            h,
-            "<h3>Paired: {} − {}</h3><p class=\"hint\">Final stages {} and {}, on the same suite items pair by pair: \
-             each branch's rate (mean over sizes) with its own 95% bootstrap interval, the difference in points with \
-             its paired 95% bootstrap interval ({} resamples, items resampled within each size), the items only one \
-             branch gets right and McNemar's exact p.</p>",
-            esc(branch),
-            esc(&p.against),
-            p.against_stage.map_or("–".into(), |n| n.to_string()),
-            p.stage.map_or("–".into(), |n| n.to_string()),
-            p.resamples
-        );
-        if !p.rows.is_empty() {
-            let _ = write!(
-                h,
-                "<div class=\"scroll\"><table class=\"paired\" data-branch=\"{}\"><thead><tr>\
-                 <th class=\"l\">suite</th><th class=\"l\">agents</th><th class=\"l\">subset</th><th>items</th><th class=\"l\">metric</th>\
-                 <th>{} % [95%]</th><th>{} % [95%]</th><th>Δ points [paired 95%]</th><th>only {} / only {}</th><th>McNemar p</th>\
-                 </tr></thead><tbody>",
-                esc(branch),
-                esc(&p.against),
-                esc(branch),
-                esc(&p.against),
-                esc(branch)
-            );
-            for row in &p.rows {
-                for (name, m) in [("valid", &row.valid), ("optimal", &row.optimal)] {
-                    let what = format!(
-                        "{branch} − {}: {} {} agents {} {name}",
-                        p.against,
-                        row.suite,
-                        row.agents,
-                        row.subset.as_deref().unwrap_or("all")
-                    );
-                    let c = |t: String| format!("<td>{}</td>", cite(&t, &row.events, &what));
-                    let _ = write!(
-                        h,
-                        "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td>{}<td class=\"l\">{name}</td>{}{}{}{}{}</tr>",
-                        esc(&row.suite),
-                        row.agents,
-                        esc(row.subset.as_deref().unwrap_or("all")),
-                        c(row.instances.to_string()),
-                        c(format!("{:.2} [{:.2}, {:.2}]", m.a, m.a_ci95.low, m.a_ci95.high)),
-                        c(format!("{:.2} [{:.2}, {:.2}]", m.b, m.b_ci95.low, m.b_ci95.high)),
-                        c(format!(
-                            "{:+.2} [{:+.2}, {:+.2}]",
-                            m.diff, m.diff_ci95.low, m.diff_ci95.high
-                        )),
-                        c(format!("{} / {}", m.mcnemar.a_only, m.mcnemar.b_only)),
-                        c(format!("{:.4}", m.mcnemar.p)),
-                    );
+fn paired(r: &Report) -> Markup {
+    html! {
+        @for (branch, p) in &r.paired {
+            h3 { "Paired: " (branch) " − " (p.against) }
+            p.hint {
+                "Final stages " (p.against_stage.map_or("–".into(), |n| n.to_string()))
+                " and " (p.stage.map_or("–".into(), |n| n.to_string()))
+                ", on the same suite items pair by pair: each branch's rate (mean over sizes) with its own 95% "
+                "bootstrap interval, the difference in points with its paired 95% bootstrap interval ("
+                (p.resamples) " resamples, items resampled within each size), the items only one branch gets "
+                "right and McNemar's exact p."
+            }
+            @if !p.rows.is_empty() {
+                div.scroll {
+                    table.paired data-branch=(branch) {
+                        thead {
+                            tr {
+                                th.l { "suite" } th.l { "agents" } th.l { "subset" } th { "items" } th.l { "metric" }
+                                th { (p.against) " % [95%]" } th { (branch) " % [95%]" }
+                                th { "Δ points [paired 95%]" } th { "only " (p.against) " / only " (branch) }
+                                th { "McNemar p" }
+                            }
+                        }
+                        tbody {
+                            @for row in &p.rows {
+                                @for (name, m) in [("valid", &row.valid), ("optimal", &row.optimal)] {
+                                    @let subset = row.subset.as_deref().unwrap_or("all");
+                                    @let what = format!(
+                                        "{branch} − {}: {} {} agents {subset} {name}",
+                                        p.against, row.suite, row.agents
+                                    );
+                                    @let c = |t: String| html! { td { (cite(&t, &row.events, &what)) } };
+                                    tr {
+                                        td.l { (row.suite) } td.l { (row.agents) } td.l { (subset) }
+                                        (c(row.instances.to_string()))
+                                        td.l { (name) }
+                                        (c(format!("{:.2} [{:.2}, {:.2}]", m.a, m.a_ci95.low, m.a_ci95.high)))
+                                        (c(format!("{:.2} [{:.2}, {:.2}]", m.b, m.b_ci95.low, m.b_ci95.high)))
+                                        (c(format!("{:+.2} [{:+.2}, {:+.2}]", m.diff, m.diff_ci95.low, m.diff_ci95.high)))
+                                        (c(format!("{} / {}", m.mcnemar.a_only, m.mcnemar.b_only)))
+                                        (c(format!("{:.4}", m.mcnemar.p)))
+                                    }
+                                }
+                            }
+                        }
+                    }
                 }
             }
-            h.push_str("</tbody></table></div>");
-        }
-        for m in &p.missing {
-            let _ = write!(h, "<p class=\"muted\">{}</p>", esc(m));
+            @for m in &p.missing { p.muted { (m) } }
         }
     }
 }
 
-fn heatmaps(h: &mut String, r: &Report) {
-    let _ = write!(
-        h,
-        "<section id=\"heatmaps\"><h2>Heatmaps</h2><p class=\"hint\">Validation valid % per map size (rows) and stage (columns), per branch.</p><div class=\"heatmaps\">"
-    );
-    for b in &r.branches {
+fn heatmaps(r: &Report) -> Markup {
+    let figure = |b: &BranchView| {
         let values = heatmap_values(b);
         let stages: BTreeSet<u32> = values.keys().map(|k| k.1).collect();
         let sizes: BTreeSet<usize> = values.keys().map(|k| k.0).collect();
@@ -504,236 +506,205 @@ fn heatmaps(h: &mut String, r: &Report) {
             .iter()
             .filter_map(|s| Some((s.stage, s.validation.as_ref()?.event)))
             .collect();
-        let _ = write!(
-            h,
-            "<figure class=\"heatmap\" data-branch=\"{}\"><figcaption>{}</figcaption><table><thead><tr><th class=\"l\">size \\ stage</th>",
-            esc(&b.name),
-            esc(&b.name)
-        );
-        for st in &stages {
-            let _ = write!(h, "<th>{st}</th>");
-        }
-        h.push_str("</tr></thead><tbody>");
-        for n in &sizes {
-            let _ = write!(h, "<tr><th class=\"l\">{n}×{n}</th>");
-            for st in &stages {
-                match (values.get(&(*n, *st)), events.get(st)) {
-                    (Some(&v), Some(ev)) => {
-                        let (bg, ink) = heat(v);
-                        let _ = write!(
-                            h,
-                            "<td style=\"background:{bg};color:{ink}\">{}</td>",
-                            cite(
-                                &format!("{v:.0}"),
-                                &[*ev],
-                                &format!("{} stage {st} validation {n}×{n}, valid %", b.name)
-                            )
-                        );
+        html! {
+            figure.heatmap data-branch=(b.name) {
+                figcaption { (b.name) }
+                table {
+                    thead { tr { th.l { "size \\ stage" } @for st in &stages { th { (st) } } } }
+                    tbody {
+                        @for n in &sizes {
+                            tr {
+                                th.l { (n) "×" (n) }
+                                @for st in &stages {
+                                    @match (values.get(&(*n, *st)), events.get(st)) {
+                                        (Some(&v), Some(ev)) => {
+                                            @let (bg, ink) = heat(v);
+                                            td style={ "background:" (bg) ";color:" (ink) } {
+                                                (cite(
+                                                    &format!("{v:.0}"),
+                                                    &[*ev],
+                                                    &format!("{} stage {st} validation {n}×{n}, valid %", b.name)
+                                                ))
+                                            }
+                                        }
+                                        _ => { td { "–" } }
+                                    }
+                                }
+                            }
+                        }
                     }
-                    _ => h.push_str("<td>–</td>"),
                 }
             }
-            h.push_str("</tr>");
         }
-        h.push_str("</tbody></table></figure>");
+    };
+    html! {
+        section #heatmaps {
+            h2 { "Heatmaps" }
+            p.hint { "Validation valid % per map size (rows) and stage (columns), per branch." }
+            div.heatmaps { @for b in &r.branches { (figure(b)) } }
+        }
     }
-    h.push_str("</div></section>");
 }
 
-fn timeline(h: &mut String, r: &Report) {
-    let _ = write!(
-        h,
-        "<section id=\"decisions\"><h2>Decisions</h2><p class=\"hint\">Per stage: the engineer, \
-         its status, what it saw, the configuration it proposed and what was applied (clips and \
-         refused keys), its rationale, and validation on the sizes it changed, before → after.</p>"
-    );
-    for (i, b) in r.branches.iter().enumerate() {
-        let n = b.audit.decisions.len();
-        let _ = write!(
-            h,
-            "<details class=\"branch\" data-branch=\"{}\"{}><summary>{}{} · {n} decision{}</summary>",
-            esc(&b.name),
-            if i == 0 { " open" } else { "" },
-            swatch(i),
-            esc(&b.name),
-            if n == 1 { "" } else { "s" }
-        );
-        if n == 0 {
-            h.push_str("<p class=\"muted\">No engineer decision on this branch.</p>");
+fn timeline(r: &Report) -> Markup {
+    html! {
+        section #decisions {
+            h2 { "Decisions" }
+            p.hint {
+                "Per stage: the engineer, its status, what it saw, the configuration it proposed and what was "
+                "applied (clips and refused keys), its rationale, and validation on the sizes it changed, before → after."
+            }
+            @for (i, b) in r.branches.iter().enumerate() {
+                @let n = b.audit.decisions.len();
+                details.branch data-branch=(b.name) open[i == 0] {
+                    summary { (swatch(i)) (b.name) " · " (n) " decision" (plural(n, "s")) }
+                    @if n == 0 { p.muted { "No engineer decision on this branch." } }
+                    @for d in &b.audit.decisions { (decision(b, d)) }
+                }
+            }
         }
-        for d in &b.audit.decisions {
-            decision(h, b, d);
-        }
-        h.push_str("</details>");
     }
-    h.push_str("</section>");
 }
 
-fn decision(h: &mut String, b: &BranchView, d: &crate::views::audit::DecisionAudit) {
+fn decision(b: &BranchView, d: &crate::views::audit::DecisionAudit) -> Markup {
     let what = format!("{} stage {} decision", b.name, d.stage);
     let ev = [d.event];
-    let _ = write!(
-        h,
-        "<article class=\"decision {status}\" data-branch=\"{branch}\" data-stage=\"{stage}\">\
-         <header><b>stage {stage}</b><span>{engineer}</span><span class=\"badge\">{status}</span>{reason}\
-         <span class=\"muted\">decision {ev}</span></header><div class=\"cols\">",
-        status = esc(&d.status),
-        branch = esc(&b.name),
-        stage = d.stage,
-        engineer = esc(&d.engineer),
-        reason = d
-            .status_reason
-            .as_deref()
-            .map(|r| format!("<span class=\"muted\">{}</span>", esc(r)))
-            .unwrap_or_default(),
-        ev = cite(&d.event.short(), &ev, &what),
-    );
-    // What it saw.
-    h.push_str("<div><h4>Saw</h4>");
-    if d.evidence.is_empty() {
-        h.push_str("<p class=\"muted\">no summary or failure breakdown in its context</p>");
-    } else {
-        h.push_str("<ul>");
-        for e in &d.evidence {
-            let _ = write!(
-                h,
-                "<li>{}</li>",
-                cite(
-                    e,
-                    &ev,
-                    &format!("{what}, context blob {}", d.context.short())
-                )
-            );
-        }
-        h.push_str("</ul>");
-    }
-    h.push_str("</div>");
-    // What it changed.
-    h.push_str("<div><h4>Changed</h4>");
-    if d.changes.is_empty() {
-        h.push_str("<p class=\"muted\">no change</p>");
-    } else {
-        h.push_str("<table class=\"diff\"><thead><tr><th class=\"l\">field</th><th>was</th><th>proposed</th><th>applied</th></tr></thead><tbody>");
-        for c in &d.changes {
-            let clipped = d.clips.iter().any(|k| k.field == c.field);
-            let _ = write!(
-                h,
-                "<tr{}><td class=\"l\">{}{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                if clipped { " class=\"clipped\"" } else { "" },
-                esc(&field_label(&c.field)),
-                if clipped {
-                    " <span class=\"badge\">clipped</span>"
-                } else {
-                    ""
-                },
-                cite(&value(c.previous), &ev, &what),
-                cite(&value(c.proposed), &ev, &what),
-                cite(&value(c.applied), &ev, &what),
-            );
-        }
-        h.push_str("</tbody></table>");
-    }
-    if !d.clips.is_empty() {
-        h.push_str("<ul class=\"clips\">");
-        for c in &d.clips {
-            let _ = write!(
-                h,
-                "<li>clip {}: {} → {} ({})</li>",
-                esc(&field_label(&c.field)),
-                esc(&c.proposed),
-                esc(&c.applied),
-                esc(&c.reason)
-            );
-        }
-        h.push_str("</ul>");
-    }
-    if !d.refused.is_empty() {
-        h.push_str("<ul class=\"refused\">");
-        for f in &d.refused {
-            let _ = write!(
-                h,
-                "<li>refused <code>{}</code></li>",
-                esc(&serde_json::to_string(f).unwrap_or_default())
-            );
-        }
-        h.push_str("</ul>");
-    }
-    h.push_str("</div>");
-    // Why.
-    let _ = write!(
-        h,
-        "<div><h4>Rationale</h4>{}</div>",
-        if d.rationale.trim().is_empty() {
-            "<p class=\"muted\">none given</p>".to_string()
-        } else {
-            format!("<blockquote>{}</blockquote>", esc(d.rationale.trim()))
-        }
-    );
-    // What happened next: how GRPO went on the stage, then validation.
-    h.push_str("<div><h4>Outcome</h4>");
-    if let Some(t) = &d.training {
-        let _ = write!(
-            h,
-            "<p class=\"muted training\">GRPO: {}</p>",
-            esc(&t.line())
-        );
-    }
-    match &d.outcome {
-        None => h.push_str("<p class=\"muted\">not evaluated yet</p>"),
-        Some(o) => {
-            let event_of = |stage: u32| {
-                b.stages
-                    .iter()
-                    .find(|s| s.stage == stage)
-                    .and_then(|s| s.validation.as_ref())
-                    .map(|v| v.event)
-            };
-            let evs: Vec<Hash> = [event_of(o.previous_stage), event_of(o.stage)]
-                .into_iter()
-                .flatten()
-                .collect();
-            let shown: Vec<&crate::views::audit::SizeOutcome> = if o.changed_sizes.is_empty() {
-                Vec::new()
-            } else {
-                o.sizes.iter().filter(|s| s.changed).collect()
-            };
-            let _ = write!(
-                h,
-                "<p><span class=\"verdict\">{}</span> · all sizes Δ valid {}</p>",
-                esc(&o.verdict.replace('_', " ")),
-                cite(
-                    &format!("{:+.2}", o.sum_delta_valid),
-                    &evs,
-                    &format!(
-                        "{} validation, stage {} → {}",
-                        b.name, o.previous_stage, o.stage
-                    )
-                )
-            );
-            if !shown.is_empty() {
-                h.push_str("<table class=\"outcome\"><thead><tr><th class=\"l\">size</th><th>valid before</th><th>after</th><th>Δ</th></tr></thead><tbody>");
-                for s in shown {
-                    let w = format!(
-                        "{} validation {}×{}, stage {} → {}",
-                        b.name, s.size, s.size, o.previous_stage, o.stage
-                    );
-                    let _ = write!(
-                        h,
-                        "<tr><td class=\"l\">{n}×{n}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                        cite(&pct(s.valid_before), &evs, &w),
-                        cite(&pct(s.valid_after), &evs, &w),
-                        cite(&format!("{:+.2}", s.delta_valid), &evs, &w),
-                        n = s.size
-                    );
+    html! {
+        article class={ "decision " (d.status) } data-branch=(b.name) data-stage=(d.stage) {
+            header {
+                b { "stage " (d.stage) }
+                span { (d.engineer) }
+                span.badge { (d.status) }
+                @if let Some(reason) = &d.status_reason { span.muted { (reason) } }
+                span.muted { "decision " (cite(&d.event.short(), &ev, &what)) }
+            }
+            div.cols {
+                // What it saw.
+                div {
+                    h4 { "Saw" }
+                    @if d.evidence.is_empty() {
+                        p.muted { "no summary or failure breakdown in its context" }
+                    } @else {
+                        ul {
+                            @for e in &d.evidence {
+                                li { (cite(e, &ev, &format!("{what}, context blob {}", d.context.short()))) }
+                            }
+                        }
+                    }
                 }
-                h.push_str("</tbody></table>");
+                // What it changed.
+                div {
+                    h4 { "Changed" }
+                    @if d.changes.is_empty() {
+                        p.muted { "no change" }
+                    } @else {
+                        table.diff {
+                            thead { tr { th.l { "field" } th { "was" } th { "proposed" } th { "applied" } } }
+                            tbody {
+                                @for c in &d.changes {
+                                    @let clipped = d.clips.iter().any(|k| k.field == c.field);
+                                    tr class=[clipped.then_some("clipped")] {
+                                        td.l {
+                                            (field_label(&c.field))
+                                            @if clipped { " " span.badge { "clipped" } }
+                                        }
+                                        td { (cite(&value(c.previous), &ev, &what)) }
+                                        td { (cite(&value(c.proposed), &ev, &what)) }
+                                        td { (cite(&value(c.applied), &ev, &what)) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    @if !d.clips.is_empty() {
+                        ul.clips {
+                            @for c in &d.clips {
+                                li { "clip " (field_label(&c.field)) ": " (c.proposed) " → " (c.applied) " (" (c.reason) ")" }
+                            }
+                        }
+                    }
+                    @if !d.refused.is_empty() {
+                        ul.refused {
+                            @for f in &d.refused {
+                                li { "refused " code { (serde_json::to_string(f).unwrap_or_default()) } }
+                            }
+                        }
+                    }
+                }
+                // Why.
+                div {
+                    h4 { "Rationale" }
+                    @if d.rationale.trim().is_empty() {
+                        p.muted { "none given" }
+                    } @else {
+                        blockquote { (d.rationale.trim()) }
+                    }
+                }
+                // What happened next: how GRPO went on the stage, then validation.
+                div {
+                    h4 { "Outcome" }
+                    @if let Some(t) = &d.training { p.muted.training { "GRPO: " (t.line()) } }
+                    @match &d.outcome {
+                        None => { p.muted { "not evaluated yet" } }
+                        Some(o) => { (outcome(b, o)) }
+                    }
+                }
             }
         }
     }
-    h.push_str("</div></div></article>");
 }
 
-fn forks(h: &mut String, r: &Report) {
+/// Validation after a decision: the change over all sizes, then the sizes it changed,
+/// before → after.
+fn outcome(b: &BranchView, o: &crate::views::audit::DecisionOutcome) -> Markup {
+    let event_of = |stage: u32| {
+        b.stages
+            .iter()
+            .find(|s| s.stage == stage)
+            .and_then(|s| s.validation.as_ref())
+            .map(|v| v.event)
+    };
+    let evs: Vec<Hash> = [event_of(o.previous_stage), event_of(o.stage)]
+        .into_iter()
+        .flatten()
+        .collect();
+    let shown: Vec<&crate::views::audit::SizeOutcome> = if o.changed_sizes.is_empty() {
+        Vec::new()
+    } else {
+        o.sizes.iter().filter(|s| s.changed).collect()
+    };
+    let all = format!(
+        "{} validation, stage {} → {}",
+        b.name, o.previous_stage, o.stage
+    );
+    html! {
+        p {
+            span.verdict { (o.verdict.replace('_', " ")) }
+            " · all sizes Δ valid " (cite(&format!("{:+.2}", o.sum_delta_valid), &evs, &all))
+        }
+        @if !shown.is_empty() {
+            table.outcome {
+                thead { tr { th.l { "size" } th { "valid before" } th { "after" } th { "Δ" } } }
+                tbody {
+                    @for s in shown {
+                        @let w = format!(
+                            "{} validation {}×{}, stage {} → {}",
+                            b.name, s.size, s.size, o.previous_stage, o.stage
+                        );
+                        tr {
+                            td.l { (s.size) "×" (s.size) }
+                            td { (cite(&pct(s.valid_before), &evs, &w)) }
+                            td { (cite(&pct(s.valid_after), &evs, &w)) }
+                            td { (cite(&format!("{:+.2}", s.delta_valid), &evs, &w)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn forks(r: &Report) -> Markup {
     let names: BTreeSet<&str> = r.branches.iter().map(|b| b.name.as_str()).collect();
     let mut children: BTreeMap<&str, Vec<&BranchView>> = BTreeMap::new();
     let mut roots = Vec::new();
@@ -751,124 +722,82 @@ fn forks(h: &mut String, r: &Report) {
             key(a).cmp(&key(b)).then(a.name.cmp(&b.name))
         });
     }
-    let _ = write!(
-        h,
-        "<section id=\"forks\"><h2>Fork tree</h2><p class=\"hint\">Each fork keeps its source's stages before the fork stage and lets its engineer design the rest.</p><ul class=\"tree\">"
-    );
     let mut seen = BTreeSet::new();
-    for b in roots {
-        fork_node(h, b, &children, &mut seen);
+    let nodes: Vec<Markup> = roots
+        .into_iter()
+        .map(|b| fork_node(b, &children, &mut seen))
+        .collect();
+    html! {
+        section #forks {
+            h2 { "Fork tree" }
+            p.hint { "Each fork keeps its source's stages before the fork stage and lets its engineer design the rest." }
+            ul.tree { @for n in nodes { (n) } }
+        }
     }
-    h.push_str("</ul></section>");
 }
 
 fn fork_node<'a>(
-    h: &mut String,
     b: &'a BranchView,
     children: &BTreeMap<&str, Vec<&'a BranchView>>,
     seen: &mut BTreeSet<&'a str>,
-) {
+) -> Markup {
     if !seen.insert(b.name.as_str()) {
-        return;
+        return html! {};
     }
     let stages = b.stages.iter().filter(|s| s.completed.is_some()).count();
-    let _ = write!(
-        h,
-        "<li class=\"fork\" data-branch=\"{}\"><span class=\"branchname\">{}</span> · head {} · {stages} completed stage{}",
-        esc(&b.name),
-        esc(&b.name),
-        cite(&b.head.short(), &[b.head], &format!("{} head", b.name)),
-        if stages == 1 { "" } else { "s" }
-    );
-    if let Some(f) = &b.fork {
-        let _ = write!(
-            h,
-            " · <span class=\"muted\">forked from {} before stage {} (engineer {}, at {})</span>",
-            esc(&f.from),
-            f.stage,
-            esc(&f.engineer),
-            cite(&f.at.short(), &[f.at], &format!("fork point of {}", b.name))
-        );
-    }
-    if let Some(kids) = children.get(b.name.as_str()) {
-        h.push_str("<ul>");
-        for k in kids {
-            fork_node(h, k, children, seen);
+    let kids: Option<Vec<Markup>> = children
+        .get(b.name.as_str())
+        .map(|kids| kids.iter().map(|k| fork_node(k, children, seen)).collect());
+    html! {
+        li.fork data-branch=(b.name) {
+            span.branchname { (b.name) }
+            " · head " (cite(&b.head.short(), &[b.head], &format!("{} head", b.name)))
+            " · " (stages) " completed stage" (plural(stages, "s"))
+            @if let Some(f) = &b.fork {
+                " · "
+                span.muted {
+                    "forked from " (f.from) " before stage " (f.stage) " (engineer " (f.engineer) ", at "
+                    (cite(&f.at.short(), &[f.at], &format!("fork point of {}", b.name))) ")"
+                }
+            }
+            @if let Some(kids) = kids { ul { @for k in kids { (k) } } }
         }
-        h.push_str("</ul>");
     }
-    h.push_str("</li>");
 }
 
-fn study(h: &mut String, r: &Report) -> Result<(), String> {
-    let Some(s) = &r.study else { return Ok(()) };
-    let _ = write!(
-        h,
-        "<section id=\"study\"><h2>Study</h2><p class=\"hint\">Forks of {} before stage {}, {} seed{} per engineer; \
-         mean ± half-width of the 95% t-interval over seeds{}.</p>",
-        esc(&s.from),
-        s.at,
-        s.seeds,
-        if s.seeds == 1 { "" } else { "s" },
-        if s.seeds < 2 { " (one seed: no interval)" } else { "" }
-    );
-    let pm = |m: f64, ci: Option<f64>| match ci {
+/// "mean ± half-width", or the mean alone without an interval.
+fn pm(m: f64, ci: Option<f64>) -> String {
+    match ci {
         Some(c) => format!("{m:.2} ± {c:.2}"),
         None => format!("{m:.2}"),
-    };
-    h.push_str("<div class=\"scroll\"><table class=\"study-summary\"><thead><tr><th class=\"l\">engineer</th><th>runs</th><th>final stage</th><th>validation valid %</th><th>validation optimal %</th><th class=\"l\">runs (heads)</th></tr></thead><tbody>");
-    for (i, e) in s.engineers.iter().enumerate() {
-        let runs: Vec<&crate::views::study::StudyRun> =
-            s.runs.iter().filter(|x| &x.engineer == e).collect();
-        let finals: Vec<(u32, f64, f64)> = runs
-            .iter()
-            .filter_map(|x| x.summary.validation.last().copied())
-            .collect();
-        let heads: Vec<Hash> = runs.iter().map(|x| x.head).collect();
-        let (v, vci) =
-            crate::views::compare::mean_ci(&finals.iter().map(|f| f.1).collect::<Vec<_>>());
-        let (o, oci) =
-            crate::views::compare::mean_ci(&finals.iter().map(|f| f.2).collect::<Vec<_>>());
-        let stage = finals.iter().map(|f| f.0).max();
-        let what = format!("{e}: final-stage validation over {} runs", runs.len());
-        let _ = write!(
-            h,
-            "<tr class=\"engineer\"><td class=\"l\">{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
-            swatch(i),
-            esc(e),
-            cite(&runs.len().to_string(), &heads, &what),
-            stage
-                .map(|x| cite(&x.to_string(), &heads, &what))
-                .unwrap_or_else(|| "–".into()),
-            if finals.is_empty() { "–".into() } else { cite(&pm(v, vci), &heads, &what) },
-            if finals.is_empty() { "–".into() } else { cite(&pm(o, oci), &heads, &what) },
-            runs.iter()
-                .map(|x| format!("{} {}", esc(&x.branch), cite(&x.head.short(), &[x.head], &format!("head of {}", x.branch))))
-                .collect::<Vec<_>>()
-                .join("<br>")
-        );
     }
-    h.push_str("</tbody></table></div><div class=\"figs\">");
-    let series = crate::views::study::study_series(s);
-    h.push_str(&inline_svg(curves_svg(&Curves {
+}
+
+fn study(s: &StudyReport) -> Result<Markup, String> {
+    let curves = inline_svg(curves_svg(&Curves {
         title: "Study: mean validation valid % per stage",
         y_label: "valid %",
-        series: &series,
-    })?));
-    h.push_str("</div>");
+        series: &crate::views::study::study_series(s),
+    })?);
     // Test cells in the paper's layout: rows (agents, size | Sum), a column per engineer.
-    let whole = |c: &&crate::views::study::StudyCell| c.subset.is_none();
+    let whole = |c: &&StudyCell| c.subset.is_none();
     let agents: BTreeSet<usize> = s.cells.iter().filter(whole).map(|c| c.agents).collect();
-    for k in agents {
-        let _ = write!(
-            h,
-            "<h3>Final-stage test, {k} agents</h3><div class=\"scroll\"><table class=\"study-test\"><thead><tr><th class=\"l\">size</th>"
-        );
-        for (i, e) in s.engineers.iter().enumerate() {
-            let _ = write!(h, "<th colspan=\"2\">{}{}</th>", swatch(i), esc(e));
-        }
-        h.push_str("</tr>");
-        rate_header(h, s.engineers.len());
+    let heads = |e: &str| -> Vec<Hash> {
+        s.runs
+            .iter()
+            .filter(|x| x.engineer == e)
+            .map(|x| x.head)
+            .collect()
+    };
+    let cell_pair = |c: Option<&StudyCell>| {
+        c.map(|c| {
+            (
+                pm(c.valid_mean, c.valid_ci95),
+                pm(c.optimal_mean, c.optimal_ci95),
+            )
+        })
+    };
+    let test_table = |k: usize| {
         let sizes: BTreeSet<usize> = s
             .cells
             .iter()
@@ -877,178 +806,211 @@ fn study(h: &mut String, r: &Report) -> Result<(), String> {
             .filter_map(|c| c.size)
             .collect();
         let rows: Vec<Option<usize>> = sizes.into_iter().map(Some).chain([None]).collect();
-        for n in rows {
-            size_row(h, n);
-            for e in &s.engineers {
-                let heads: Vec<Hash> = s
-                    .runs
-                    .iter()
-                    .filter(|x| &x.engineer == e)
-                    .map(|x| x.head)
-                    .collect();
-                let cell = s
-                    .cells
-                    .iter()
-                    .filter(whole)
-                    .find(|c| &c.engineer == e && c.agents == k && c.size == n);
-                rate_pair(
-                    h,
-                    cell.map(|c| {
-                        (
-                            pm(c.valid_mean, c.valid_ci95),
-                            pm(c.optimal_mean, c.optimal_ci95),
-                        )
-                    }),
-                    &heads,
-                    &format!("{e}: test {k} agents over {} runs", cell.map_or(0, |c| c.n)),
-                );
+        html! {
+            h3 { "Final-stage test, " (k) " agents" }
+            div.scroll {
+                table.study-test {
+                    thead {
+                        tr { th.l { "size" } (name_headers(s.engineers.iter().map(String::as_str))) }
+                        (rate_header(1, s.engineers.len()))
+                    }
+                    tbody {
+                        @for n in rows {
+                            tr class=[n.is_none().then_some("sum")] {
+                                td.l { (size_label(n)) }
+                                @for e in &s.engineers {
+                                    @let cell = s
+                                        .cells
+                                        .iter()
+                                        .filter(whole)
+                                        .find(|c| &c.engineer == e && c.agents == k && c.size == n);
+                                    (rate_pair(
+                                        cell_pair(cell),
+                                        &heads(e),
+                                        &format!("{e}: test {k} agents over {} runs", cell.map_or(0, |c| c.n)),
+                                    ))
+                                }
+                            }
+                        }
+                    }
+                }
             }
-            h.push_str("</tr>");
         }
-        h.push_str("</tbody></table></div>");
-    }
+    };
     // Sum rows per wait-ratio subset (stratified test suites).
     let subsets: BTreeSet<(usize, String)> = s
         .cells
         .iter()
         .filter_map(|c| Some((c.agents, c.subset.clone()?)))
         .collect();
-    if !subsets.is_empty() {
-        h.push_str("<h3>Final-stage test per wait-ratio subset (mean over sizes)</h3><div class=\"scroll\"><table class=\"study-subsets\"><thead><tr><th class=\"l\">agents</th><th class=\"l\">subset</th>");
-        for (i, e) in s.engineers.iter().enumerate() {
-            let _ = write!(h, "<th colspan=\"2\">{}{}</th>", swatch(i), esc(e));
-        }
-        h.push_str("</tr><tr><th></th><th></th>");
-        for _ in &s.engineers {
-            h.push_str("<th>valid %</th><th>optimal %</th>");
-        }
-        h.push_str("</tr></thead><tbody>");
-        for (k, subset) in subsets {
-            let _ = write!(
-                h,
-                "<tr><td class=\"l\">{k}</td><td class=\"l\">{}</td>",
-                esc(&subset)
-            );
-            for e in &s.engineers {
-                let heads: Vec<Hash> = s
-                    .runs
-                    .iter()
-                    .filter(|x| &x.engineer == e)
-                    .map(|x| x.head)
-                    .collect();
-                let cell = s.cells.iter().find(|c| {
-                    &c.engineer == e && c.agents == k && c.subset.as_ref() == Some(&subset)
-                });
-                rate_pair(
-                    h,
-                    cell.map(|c| {
-                        (
-                            pm(c.valid_mean, c.valid_ci95),
-                            pm(c.optimal_mean, c.optimal_ci95),
-                        )
-                    }),
-                    &heads,
-                    &format!(
-                        "{e}: test@{subset} {k} agents over {} runs",
-                        cell.map_or(0, |c| c.n)
-                    ),
-                );
+    Ok(html! {
+        section #study {
+            h2 { "Study" }
+            p.hint {
+                "Forks of " (s.from) " before stage " (s.at) ", " (s.seeds) " seed" (plural(s.seeds as usize, "s"))
+                " per engineer; mean ± half-width of the 95% t-interval over seeds"
+                @if s.seeds < 2 { " (one seed: no interval)" }
+                "."
             }
-            h.push_str("</tr>");
+            div.scroll {
+                table.study-summary {
+                    thead {
+                        tr {
+                            th.l { "engineer" } th { "runs" } th { "final stage" }
+                            th { "validation valid %" } th { "validation optimal %" } th.l { "runs (heads)" }
+                        }
+                    }
+                    tbody { @for (i, e) in s.engineers.iter().enumerate() { (study_summary_row(s, i, e)) } }
+                }
+            }
+            div.figs { (curves) }
+            @for k in agents { (test_table(k)) }
+            @if !subsets.is_empty() {
+                h3 { "Final-stage test per wait-ratio subset (mean over sizes)" }
+                div.scroll {
+                    table.study-subsets {
+                        thead {
+                            tr {
+                                th.l { "agents" } th.l { "subset" }
+                                (name_headers(s.engineers.iter().map(String::as_str)))
+                            }
+                            (rate_header(2, s.engineers.len()))
+                        }
+                        tbody {
+                            @for (k, subset) in &subsets {
+                                tr {
+                                    td.l { (k) } td.l { (subset) }
+                                    @for e in &s.engineers {
+                                        @let cell = s.cells.iter().find(|c| {
+                                            &c.engineer == e && c.agents == *k && c.subset.as_ref() == Some(subset)
+                                        });
+                                        (rate_pair(
+                                            cell_pair(cell),
+                                            &heads(e),
+                                            &format!(
+                                                "{e}: test@{subset} {k} agents over {} runs",
+                                                cell.map_or(0, |c| c.n)
+                                            ),
+                                        ))
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            (study_paired(s))
         }
-        h.push_str("</tbody></table></div>");
+    })
+}
+
+/// One engineer of a study: its runs, final stage and final-stage validation (mean ±
+/// 95% half-width over seeds), and the runs' branches with their heads.
+fn study_summary_row(s: &StudyReport, i: usize, e: &str) -> Markup {
+    let runs: Vec<&crate::views::study::StudyRun> =
+        s.runs.iter().filter(|x| x.engineer == e).collect();
+    let finals: Vec<(u32, f64, f64)> = runs
+        .iter()
+        .filter_map(|x| x.summary.validation.last().copied())
+        .collect();
+    let heads: Vec<Hash> = runs.iter().map(|x| x.head).collect();
+    let (v, vci) = crate::views::compare::mean_ci(&finals.iter().map(|f| f.1).collect::<Vec<_>>());
+    let (o, oci) = crate::views::compare::mean_ci(&finals.iter().map(|f| f.2).collect::<Vec<_>>());
+    let stage = finals.iter().map(|f| f.0).max();
+    let what = format!("{e}: final-stage validation over {} runs", runs.len());
+    html! {
+        tr.engineer {
+            td.l { (swatch(i)) (e) }
+            td { (cite(&runs.len().to_string(), &heads, &what)) }
+            td {
+                @match stage {
+                    Some(x) => { (cite(&x.to_string(), &heads, &what)) }
+                    None => { "–" }
+                }
+            }
+            td { @if finals.is_empty() { "–" } @else { (cite(&pm(v, vci), &heads, &what)) } }
+            td { @if finals.is_empty() { "–" } @else { (cite(&pm(o, oci), &heads, &what)) } }
+            td.l {
+                @for (j, x) in runs.iter().enumerate() {
+                    @if j > 0 { br; }
+                    (x.branch) " " (cite(&x.head.short(), &[x.head], &format!("head of {}", x.branch)))
+                }
+            }
+        }
     }
-    study_paired(h, s);
-    h.push_str("</section>");
-    Ok(())
 }
 
 /// A study's paired differences against `fixed`: per metric, one row per engineer (and
 /// wait-ratio subset), a column per Sum row, each citing the runs' heads.
-fn study_paired(h: &mut String, s: &crate::views::study::StudyReport) {
+fn study_paired(s: &StudyReport) -> Markup {
     use crate::views::study::{paired_cell_parts, BASELINE};
     if s.paired.is_empty() {
-        return;
+        return html! {};
     }
-    let _ = write!(
-        h,
-        "<h3>Paired differences vs {BASELINE}</h3><p class=\"hint\">Replicate r of each engineer against replicate r of \
-         {BASELINE} (the same fork point and suite items): Δ = engineer − {BASELINE} in points, mean over seeds \
-         [95% t-interval of the per-seed differences]; boot: paired bootstrap over items pooled over seeds \
-         ({} resamples); p: McNemar's exact test on the discordant items pooled over seeds.</p>",
-        crate::views::paired::RESAMPLES
-    );
     let (cols, rows) = s.paired_layout();
-    for (title, pick) in [("Valid %", 0usize), ("Optimal %", 1)] {
-        let _ = write!(
-            h,
-            "<h4>{title}, Δ vs {BASELINE}</h4><div class=\"scroll\"><table class=\"study-paired\"><thead><tr><th class=\"l\">engineer</th>"
-        );
-        for (suite, k) in &cols {
-            let _ = write!(
-                h,
-                "<th>{}</th>",
-                if suite == "val" {
-                    format!("validation ({k} agents)")
-                } else {
-                    format!("{k} agents")
-                }
-            );
-        }
-        h.push_str("</tr></thead><tbody>");
-        for (e, sub) in &rows {
-            let _ = write!(
-                h,
-                "<tr><td class=\"l\">{}{}</td>",
-                esc(e),
-                sub.as_ref()
-                    .map(|w| format!(" @ {}", esc(w)))
-                    .unwrap_or_default()
-            );
-            for (suite, k) in &cols {
-                let p = s.paired.iter().find(|p| {
-                    &p.engineer == e && &p.suite == suite && p.agents == *k && &p.subset == sub
-                });
-                match p {
-                    Some(p) => {
-                        let heads: Vec<Hash> = s
-                            .runs
-                            .iter()
-                            .filter(|x| {
-                                (x.engineer == p.engineer || x.engineer == p.baseline)
-                                    && p.replicates.contains(&x.replicate)
-                            })
-                            .map(|x| x.head)
-                            .collect();
-                        let m = if pick == 0 { &p.valid } else { &p.optimal };
-                        let what = format!("{e} − {BASELINE}: {suite} {k} agents, {title}");
-                        let (main, detail) = paired_cell_parts(m);
-                        let _ = write!(
-                            h,
-                            "<td>{}{}</td>",
-                            cite(&main, &heads, &what),
-                            detail
-                                .map(|d| format!(
-                                    "<br><small class=\"muted\">{}</small>",
-                                    cite(&d, &heads, &what)
-                                ))
-                                .unwrap_or_default()
-                        );
-                    }
-                    None => h.push_str("<td>–</td>"),
+    let cell =
+        |e: &String, sub: &Option<String>, suite: &String, k: usize, title: &str, pick: usize| {
+            let p = s.paired.iter().find(|p| {
+                &p.engineer == e && &p.suite == suite && p.agents == k && &p.subset == sub
+            });
+            let Some(p) = p else {
+                return html! { td { "–" } };
+            };
+            let heads: Vec<Hash> = s
+                .runs
+                .iter()
+                .filter(|x| {
+                    (x.engineer == p.engineer || x.engineer == p.baseline)
+                        && p.replicates.contains(&x.replicate)
+                })
+                .map(|x| x.head)
+                .collect();
+            let m = if pick == 0 { &p.valid } else { &p.optimal };
+            let what = format!("{e} − {BASELINE}: {suite} {k} agents, {title}");
+            let (main, detail) = paired_cell_parts(m);
+            html! {
+                td {
+                    (cite(&main, &heads, &what))
+                    @if let Some(d) = detail { br; small.muted { (cite(&d, &heads, &what)) } }
                 }
             }
-            h.push_str("</tr>");
-        }
-        h.push_str("</tbody></table></div>");
-    }
+        };
     let notes: BTreeSet<&String> = s.paired.iter().filter_map(|p| p.note.as_ref()).collect();
-    for n in notes {
-        let _ = write!(
-            h,
-            "<p class=\"muted\">No instance-level statistics: {}.</p>",
-            esc(n)
-        );
+    html! {
+        h3 { "Paired differences vs " (BASELINE) }
+        p.hint {
+            "Replicate r of each engineer against replicate r of " (BASELINE)
+            " (the same fork point and suite items): Δ = engineer − " (BASELINE)
+            " in points, mean over seeds [95% t-interval of the per-seed differences]; boot: paired bootstrap "
+            "over items pooled over seeds (" (crate::views::paired::RESAMPLES) " resamples); p: McNemar's exact "
+            "test on the discordant items pooled over seeds."
+        }
+        @for (title, pick) in [("Valid %", 0usize), ("Optimal %", 1)] {
+            h4 { (title) ", Δ vs " (BASELINE) }
+            div.scroll {
+                table.study-paired {
+                    thead {
+                        tr {
+                            th.l { "engineer" }
+                            @for (suite, k) in &cols {
+                                th {
+                                    @if suite == "val" { "validation (" (k) " agents)" } @else { (k) " agents" }
+                                }
+                            }
+                        }
+                    }
+                    tbody {
+                        @for (e, sub) in &rows {
+                            tr {
+                                td.l { (e) @if let Some(w) = sub { " @ " (w) } }
+                                @for (suite, k) in &cols { (cell(e, sub, suite, *k, title, pick)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @for n in notes { p.muted { "No instance-level statistics: " (n) "." } }
     }
 }
 
@@ -1057,19 +1019,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn escapes_markup_in_text() {
-        assert_eq!(
-            esc(r#"<b a="1">&'x'</b>"#),
-            "&lt;b a=&quot;1&quot;&gt;&amp;&#39;x&#39;&lt;/b&gt;"
-        );
+    fn numbers_cite_full_hashes() {
+        let h = Hash::of_blob(b"x");
+        let s = cite("1.00", &[h], "a < b").into_string();
+        assert!(s.contains(&format!("data-ev=\"{}\"", h.to_hex())), "{s}");
+        assert!(s.contains("a &lt; b"), "{s}");
     }
 
     #[test]
-    fn numbers_cite_full_hashes() {
-        let h = Hash::of_blob(b"x");
-        let s = cite("1.00", &[h], "a < b");
-        assert!(s.contains(&format!("data-ev=\"{}\"", h.to_hex())), "{s}");
-        assert!(s.contains("a &lt; b"), "{s}");
+    fn markup_in_text_stays_text() {
+        let s = cite("<script>x</script>", &[], "\"><td>").into_string();
+        assert_eq!(
+            s,
+            "<span class=\"n\" data-ev=\"\" title=\"&quot;&gt;&lt;td&gt; · event \">&lt;script&gt;x&lt;/script&gt;</span>"
+        );
     }
 
     #[test]

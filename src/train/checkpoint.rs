@@ -18,7 +18,7 @@ const PARAMS_CONTEXT: &str = "mapf-ledger 2026 params v1";
 /// Checkpoint metadata (part of the hashed blob: no floats formatted, no times).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Header {
-    /// "grid" or "text".
+    /// The policy kind: "grid" or "lm".
     pub policy: String,
     /// The policy's architecture, codec-encoded by the policy itself.
     pub arch: Vec<u8>,

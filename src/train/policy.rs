@@ -18,7 +18,7 @@ pub struct Rollout {
     pub instance: usize,
     /// The action ids, in the order the policy emitted them.
     pub actions: Vec<u32>,
-    /// The plan, or why the emitted text does not parse (text policy).
+    /// The plan, or why the emitted text does not parse (the `lm` policy).
     pub plan: Result<Plan, ParseError>,
     /// Compact, policy-specific bytes of the plan for trajectory events (moves as
     /// letters with '|' between agents, or the generated text).
@@ -38,7 +38,10 @@ pub struct LogProbs {
     pub rollout_of: Tensor,
 }
 
-/// Hyper-parameters of a policy network, recorded in the checkpoint.
+/// A trainable policy (`grid` or `lm`): it samples plans for instances (or decodes them
+/// greedily), gives the log-probabilities of its actions with gradients for GRPO and the
+/// warm-up, turns reference plans into its action ids, and owns the parameters and
+/// architecture that checkpoints record.
 pub trait Policy {
     /// "grid" or "lm".
     fn kind(&self) -> &'static str;

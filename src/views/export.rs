@@ -46,11 +46,16 @@ pub enum Format {
     Csv,
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
+/// A CSV writer over `out` (the `csv` crate: fields quoted when they need it).
+fn csv_writer(out: &mut dyn Write) -> csv::Writer<&mut dyn Write> {
+    csv::Writer::from_writer(out)
+}
+
+/// A failed CSV write, as the ledger's output error.
+fn csv_error(e: csv::Error) -> LedgerError {
+    LedgerError::Io {
+        path: "<output>".into(),
+        message: e.to_string(),
     }
 }
 
@@ -77,29 +82,31 @@ pub fn export(
         path: "<output>".into(),
         message: e.to_string(),
     };
-    if format == Format::Csv {
-        writeln!(out, "hash,parent,stage,kind,summary").map_err(io)?;
-    }
-    for h in &hashes {
-        let (event, meta) = ledger.event_with_meta(h)?;
-        match format {
-            Format::Jsonl => {
+    match format {
+        Format::Jsonl => {
+            for h in &hashes {
+                let (event, meta) = ledger.event_with_meta(h)?;
                 let rec = EventRecord::new(*h, event, meta);
                 serde_json::to_writer(&mut *out, &rec).map_err(|e| io(e.into()))?;
                 out.write_all(b"\n").map_err(io)?;
             }
-            Format::Csv => {
-                writeln!(
-                    out,
-                    "{},{},{},{},{}",
-                    h,
+        }
+        Format::Csv => {
+            let mut w = csv_writer(out);
+            w.write_record(["hash", "parent", "stage", "kind", "summary"])
+                .map_err(csv_error)?;
+            for h in &hashes {
+                let event = ledger.event(h)?;
+                w.write_record([
+                    h.to_string(),
                     event.parent.map(|p| p.to_hex()).unwrap_or_default(),
-                    event.stage,
-                    event.body.kind(),
-                    csv_field(&event.body.summary())
-                )
-                .map_err(io)?;
+                    event.stage.to_string(),
+                    event.body.kind().to_string(),
+                    event.body.summary(),
+                ])
+                .map_err(csv_error)?;
             }
+            w.flush().map_err(io)?;
         }
     }
     Ok(hashes.len() as u64)
@@ -381,26 +388,25 @@ pub fn export_table(
             }
         }
     }
-    if format == Format::Csv {
-        writeln!(out, "{}", header.join(",")).map_err(io)?;
-    }
-    for r in &rows {
-        match format {
-            Format::Jsonl => {
+    match format {
+        Format::Jsonl => {
+            for r in &rows {
                 serde_json::to_writer(&mut *out, r).map_err(|e| io(e.into()))?;
                 out.write_all(b"\n").map_err(io)?;
             }
-            Format::Csv => {
-                let fields: Vec<String> = header
-                    .iter()
-                    .map(|k| match &r[*k] {
-                        serde_json::Value::String(s) => csv_field(s),
-                        serde_json::Value::Null => String::new(),
-                        v => v.to_string(),
-                    })
-                    .collect();
-                writeln!(out, "{}", fields.join(",")).map_err(io)?;
+        }
+        Format::Csv => {
+            let mut w = csv_writer(out);
+            w.write_record(header).map_err(csv_error)?;
+            for r in &rows {
+                w.write_record(header.iter().map(|k| match &r[*k] {
+                    serde_json::Value::String(s) => s.clone(),
+                    serde_json::Value::Null => String::new(),
+                    v => v.to_string(),
+                }))
+                .map_err(csv_error)?;
             }
+            w.flush().map_err(io)?;
         }
     }
     Ok(rows.len() as u64)

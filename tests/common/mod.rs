@@ -1,5 +1,6 @@
-//! Helpers shared by integration tests: the `ledger` binary, a real headless Chromium
-//! ([`browser`]), and a checker of outputs against the checked-in schemas ([`schema`]).
+//! The one home of helpers shared by integration tests (a test file adds `mod common;`):
+//! the `ledger` binary and its outputs, the tiny ledger, a real headless Chromium
+//! ([`browser`]), and validation of outputs against the checked-in schemas ([`schema`]).
 #![allow(dead_code)]
 pub mod browser;
 pub mod schema;
@@ -7,15 +8,41 @@ pub mod schema;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The `ledger` command on the ledger `dir` (never the caller's `$LEDGER`), to add
+/// environment or stdio to before running it.
+pub fn ledger_cmd(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ledger"));
+    c.arg("--ledger").arg(dir).args(args).env_remove("LEDGER");
+    c
+}
+
 /// Run the `ledger` binary on the ledger `dir` (never the caller's `$LEDGER`).
 pub fn ledger(dir: &Path, args: &[&str]) -> Output {
+    ledger_cmd(dir, args).output().expect("run ledger")
+}
+
+/// Run the `ledger` binary with no ledger (`env ...`, `eval`, `plan check`, ...).
+pub fn cli(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(dir)
         .args(args)
         .env_remove("LEDGER")
         .output()
         .expect("run ledger")
+}
+
+/// A command's stdout, lossily decoded.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A command's stderr, lossily decoded.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Everything a command printed: stdout, then stderr.
+pub fn text(o: &Output) -> String {
+    format!("{}{}", stdout(o), stderr(o))
 }
 
 /// The stdout of a command that must succeed (else its outputs, in the panic).
@@ -28,6 +55,26 @@ pub fn ok(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+/// The JSON a command that must succeed printed.
+pub fn json(o: &Output) -> serde_json::Value {
+    let out = ok(o);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// Every file under `dir`, recursively.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// Assert an exit code and a phrase of stderr.
@@ -45,6 +92,35 @@ pub fn tiny_ledger(tmp: &Path) -> PathBuf {
     ok(&ledger(&d, &["init", "--plan", plan]));
     ok(&ledger(&d, &["run", "--quiet"]));
     d
+}
+
+/// `ledger fork --at AT --engineer ENGINEER --name NAME` on `dir`, which must succeed.
+pub fn fork(dir: &Path, at: &str, engineer: &str, name: &str) {
+    ok(&ledger(
+        dir,
+        &["fork", "--at", at, "--engineer", engineer, "--name", name],
+    ));
+}
+
+/// [`fork`], then run the new branch to the plan's end.
+pub fn fork_and_run(dir: &Path, at: &str, engineer: &str, name: &str) {
+    fork(dir, at, engineer, name);
+    ok(&ledger(dir, &["run", "--branch", name, "--quiet"]));
+}
+
+/// The parameter hash after every gradient step on `main`, oldest first.
+pub fn param_hashes(dir: &Path) -> Vec<mapf_ledger::ledger::Hash> {
+    use mapf_ledger::ledger::{EventBody, Ledger};
+    Ledger::open_read_only(dir)
+        .unwrap()
+        .history("main")
+        .unwrap()
+        .into_iter()
+        .filter_map(|(_, e)| match e.body {
+            EventBody::GradientStep(g) => Some(g.params),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Every branch and its head (full hex), in name order, from `ledger branches --json`.

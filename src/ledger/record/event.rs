@@ -62,7 +62,7 @@ pub struct Genesis {
     pub plan_hash: Hash,
     pub name: String,
     pub seed: u64,
-    /// "grid" or "text".
+    /// The plan's policy kind: "grid" or "lm".
     pub policy: String,
     /// The generator configuration of stage 1 before any engineer decision.
     pub initial_config: GeneratorConfig,
