@@ -411,18 +411,34 @@ fn fences(text: &str) -> Vec<(std::ops::Range<usize>, String, String)> {
     out
 }
 
-/// The JSON object that starts at byte `start` of `text` (a `{`), as its byte range:
-/// serde_json's streaming deserializer reads one value there and says where it ended.
-/// `Err` says why no object starts there (`None`: it is not closed before the end).
-fn object_at(text: &str, start: usize) -> Result<std::ops::Range<usize>, Option<String>> {
-    let mut values =
-        serde_json::Deserializer::from_str(&text[start..]).into_iter::<serde::de::IgnoredAny>();
-    match values.next() {
-        Some(Ok(_)) => Ok(start..start + values.byte_offset()),
-        Some(Err(e)) if e.is_eof() => Err(None),
-        Some(Err(e)) => Err(Some(format!("not JSON ({e})"))),
-        None => Err(None),
+/// The byte range of the balanced `{...}` starting at `start` (strings and escapes
+/// respected), if it closes.
+fn balanced(text: &str, start: usize) -> Option<std::ops::Range<usize>> {
+    let bytes = text.as_bytes();
+    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+    for (i, &b) in bytes.iter().enumerate().skip(start) {
+        if in_str {
+            match (esc, b) {
+                (true, _) => esc = false,
+                (false, b'\\') => esc = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(start..i + 1);
+                }
+            }
+            _ => {}
+        }
     }
+    None
 }
 
 /// Read a JSON text as a proposal: `{"agents"?, "sizes"?}`, that object wrapped as
@@ -509,8 +525,8 @@ fn prose(text: &str, cut: std::ops::Range<usize>) -> String {
 }
 
 /// Extract a proposal from a model reply: drop `<think>` blocks, prefer a fenced JSON
-/// block (```json first, then unlabelled fences), else the first JSON object (tried at
-/// each `{`, see [`object_at`]) that reads as a proposal. The rationale is the remaining prose. The error says why
+/// block (```json first, then unlabelled fences), else the first balanced `{...}` that
+/// reads as a proposal. The rationale is the remaining prose. The error says why
 /// nothing usable was found, quoting the start of the reply.
 pub fn extract(reply: &str) -> Result<Extracted, String> {
     let text = strip_think(reply);
@@ -544,8 +560,8 @@ pub fn extract(reply: &str) -> Result<Extracted, String> {
         if tried > MAX_CANDIDATES {
             break;
         }
-        match object_at(&text, start) {
-            Ok(r) => match parse_proposal(&text[r.clone()]) {
+        match balanced(&text, start) {
+            Some(r) => match parse_proposal(&text[r.clone()]) {
                 Ok((p, refused)) => {
                     return Ok(Extracted {
                         proposal: p,
@@ -556,8 +572,7 @@ pub fn extract(reply: &str) -> Result<Extracted, String> {
                 }
                 Err(e) => reasons.push(e),
             },
-            Err(Some(e)) => reasons.push(e),
-            Err(None) => {
+            None => {
                 if !reasons.iter().any(|r| r == "an unclosed '{'") {
                     reasons.push("an unclosed '{'".into());
                 }
@@ -1047,10 +1062,6 @@ mod tests {
             let err = extract_proposal(r).unwrap_err();
             assert!(err.contains("reply began"), "{r:?}: {err}");
         }
-        let err = extract_proposal("{not json}").unwrap_err();
-        assert!(err.contains("not JSON (key must be a string"), "{err}");
-        let err = extract_proposal("so {\"sizes\": {\"5\": ").unwrap_err();
-        assert!(err.contains("an unclosed '{'"), "{err}");
         let err = extract_proposal("The weather is nice").unwrap_err();
         assert!(err.contains("The weather is nice"), "{err}");
     }
