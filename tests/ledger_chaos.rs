@@ -52,20 +52,7 @@ fn fixture(dir: &Path) {
                 1,
                 Meta::now(),
             ));
-            items.push((
-                EventBody::GradientStep(GradientStep {
-                    step,
-                    params: blob,
-                    loss: step,
-                    policy_loss: 0,
-                    kl: 0,
-                    entropy: 0,
-                    grad_norm: 0,
-                    reward_mean: 0,
-                }),
-                1,
-                Meta::now(),
-            ));
+            items.push((common::gradient_step(step, blob, step), 1, Meta::now()));
         }
         l.append(branch, items).unwrap()
     };

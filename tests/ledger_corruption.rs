@@ -34,20 +34,7 @@ fn fixture() -> Fixture {
         Meta::now(),
     )];
     for i in 0..20u64 {
-        items.push((
-            EventBody::GradientStep(GradientStep {
-                step: i,
-                params: big_blob,
-                loss: i,
-                policy_loss: i,
-                kl: 0,
-                entropy: 0,
-                grad_norm: 0,
-                reward_mean: 0,
-            }),
-            1,
-            Meta::now(),
-        ));
+        items.push((common::gradient_step(i, big_blob, i), 1, Meta::now()));
     }
     let events = l.append("main", items).unwrap();
     Fixture {
@@ -309,20 +296,7 @@ fn a_saved_index_is_used_checked_and_remade() {
     let tail = l
         .append(
             "main",
-            vec![(
-                EventBody::GradientStep(GradientStep {
-                    step: 99,
-                    params: f.big_blob,
-                    loss: 1,
-                    policy_loss: 0,
-                    kl: 0,
-                    entropy: 0,
-                    grad_norm: 0,
-                    reward_mean: 0,
-                }),
-                1,
-                Meta::now(),
-            )],
+            vec![(common::gradient_step(99, f.big_blob, 1), 1, Meta::now())],
         )
         .unwrap()[0];
     let expected = history(&l);

@@ -158,16 +158,7 @@ fn steps(seed: u64, n: u64) -> Vec<(EventBody, u32, Meta)> {
     (0..n)
         .map(|i| {
             (
-                EventBody::GradientStep(GradientStep {
-                    step: i,
-                    params: Hash::of_blob(&(seed * 1000 + i).to_le_bytes()),
-                    loss: seed,
-                    policy_loss: 0,
-                    kl: 0,
-                    entropy: 0,
-                    grad_norm: 0,
-                    reward_mean: 0,
-                }),
+                common::gradient_step(i, Hash::of_blob(&(seed * 1000 + i).to_le_bytes()), seed),
                 1,
                 Meta::now(),
             )

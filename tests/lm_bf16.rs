@@ -4,6 +4,8 @@
 //! sampling log-probs equal training log-probs within bf16's tolerance, a LoRA GRPO step
 //! (whole batch and micro-batched) trains the adapters, and micro-batching leaves the f32
 //! loss as it was. Bit-exact stop and resume in bf16: tests/train_determinism.rs.
+mod common;
+
 use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig};
 use mapf_ledger::ledger::Hash;
 use mapf_ledger::seed::Seed;
@@ -25,17 +27,9 @@ const BF16_LOGPROB_TOL: f32 = 1e-2;
 
 fn spec() -> LmSpec {
     LmSpec {
-        hidden_size: 32,
-        intermediate_size: 64,
-        layers: 2,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 8,
-        vocab_size: 320,
-        max_new_tokens: 40,
         temperature: 0.7,
         top_p: 0.9,
-        ..LmSpec::default()
+        ..common::tiny_lm_spec()
     }
 }
 

@@ -19,17 +19,7 @@ use std::collections::BTreeMap;
 use tch::{Device, Kind, Tensor};
 
 fn spec() -> LmSpec {
-    LmSpec {
-        hidden_size: 32,
-        intermediate_size: 64,
-        layers: 2,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 8,
-        vocab_size: 320,
-        max_new_tokens: 40,
-        ..LmSpec::default()
-    }
+    common::tiny_lm_spec()
 }
 
 fn corpus() -> Vec<String> {

@@ -138,3 +138,38 @@ pub fn heads(d: &Path) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// A gradient-step event for store tests (what the fields hold does not matter there;
+/// `params` names a blob when the test wants one referenced).
+pub fn gradient_step(
+    step: u64,
+    params: mapf_ledger::ledger::Hash,
+    loss: u64,
+) -> mapf_ledger::ledger::EventBody {
+    use mapf_ledger::ledger::event::{EventBody, GradientStep};
+    EventBody::GradientStep(GradientStep {
+        step,
+        params,
+        loss,
+        policy_loss: 0,
+        kl: 0,
+        entropy: 0,
+        grad_norm: 0,
+        reward_mean: 0,
+    })
+}
+
+/// The tiny language model the LM tests train in seconds (2 layers, hidden 32).
+pub fn tiny_lm_spec() -> mapf_ledger::train::lm::LmSpec {
+    mapf_ledger::train::lm::LmSpec {
+        hidden_size: 32,
+        intermediate_size: 64,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 8,
+        vocab_size: 320,
+        max_new_tokens: 40,
+        ..mapf_ledger::train::lm::LmSpec::default()
+    }
+}
