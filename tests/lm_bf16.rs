@@ -107,17 +107,20 @@ fn bf16_lora_base_is_frozen_in_bf16_and_generation_matches_training_log_probs() 
     });
     let prompts = vec![p.chat_ids("agent 1:"), p.chat_ids("4x4 2 agents")];
     let s = spec().sampling();
-    let gens = lm_generate(
-        &p.model,
-        &prompts,
-        3,
-        &[30, 30],
-        &s,
-        false,
-        &p.stop,
-        Seed::root(5),
-        true,
-    );
+    let sample = || {
+        lm_generate(
+            &p.model,
+            &prompts,
+            3,
+            &[30, 30],
+            &s,
+            false,
+            &p.stop,
+            Seed::root(5),
+            true,
+        )
+    };
+    let gens = sample();
     assert!(gens.iter().all(|g| !g.tokens.is_empty()));
     let ps: Vec<&[u32]> = (0..6).map(|l| prompts[l / 3].as_slice()).collect();
     let ts: Vec<&[u32]> = gens.iter().map(|g| g.tokens.as_slice()).collect();
@@ -140,18 +143,7 @@ fn bf16_lora_base_is_frozen_in_bf16_and_generation_matches_training_log_probs() 
         "max |sampled - trained| = {worst}"
     );
     // Generation is reproducible in bf16 too.
-    let again = lm_generate(
-        &p.model,
-        &prompts,
-        3,
-        &[30, 30],
-        &s,
-        false,
-        &p.stop,
-        Seed::root(5),
-        true,
-    );
-    assert_eq!(again, gens);
+    assert_eq!(sample(), gens);
 }
 
 #[test]

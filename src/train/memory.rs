@@ -287,28 +287,13 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::lm::config::Family;
 
+    /// Qwen3-0.6B's shape, from the config file the project ships for it.
     fn qwen3_0_6b() -> LmConfig {
-        LmConfig {
-            family: Family::Qwen3,
-            vocab_size: 151_936,
-            hidden_size: 1024,
-            intermediate_size: 3072,
-            num_hidden_layers: 28,
-            num_attention_heads: 16,
-            num_key_value_heads: 8,
-            head_dim: 128,
-            rms_norm_eps: 1e-6,
-            rope_theta: 1e6,
-            rope_scaling: None,
-            qkv_bias: false,
-            qk_norm: true,
-            tie_word_embeddings: true,
-            max_position_embeddings: 40_960,
-            bos_token_id: None,
-            eos_token_ids: vec![151_645],
-        }
+        LmConfig::from_hf_json(include_str!(
+            "../../ledgers/models/shapes/qwen3-0.6b.config.json"
+        ))
+        .expect("the shipped Qwen3-0.6B shape parses")
     }
 
     #[test]

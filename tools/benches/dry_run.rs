@@ -26,7 +26,7 @@ use mapf_ledger::seed::Seed;
 use mapf_ledger::train::adam::AdamConfig;
 use mapf_ledger::train::compute::{Compute, Dtype};
 use mapf_ledger::train::grpo::{self, GrpoConfig};
-use mapf_ledger::train::lm::config::{Family, LmConfig};
+use mapf_ledger::train::lm::config::LmConfig;
 use mapf_ledger::train::lm::model::{param_shapes, LoraSpec, Model, LORA_MODULES};
 use mapf_ledger::train::lm::{
     self, chat, ChatFormat, LmArch, LmPolicy, Origin, PromptStyle, Sampling,
@@ -38,36 +38,37 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
-/// A published shape (config.json values, written here), or a small one.
+/// A published shape (the config files under `ledgers/models/shapes/`), or a small one.
+/// End-of-sequence ids are cleared so random weights decode every requested token.
 fn shape(name: &str) -> LmConfig {
-    let (h, i, l, heads, kv, d, v) = match name {
-        // Qwen/Qwen3-0.6B config.json.
-        "qwen3-0.6b" => (1024, 3072, 28, 16, 8, 128, 151_936),
-        // Qwen/Qwen3-4B config.json.
-        "qwen3-4b" => (2560, 9728, 36, 32, 8, 128, 151_936),
-        "10m" => (256, 768, 6, 8, 4, 32, 16_384),
-        "tiny" => (64, 192, 2, 4, 2, 16, 1_024),
-        other => panic!("unknown shape {other:?} (qwen3-0.6b, qwen3-4b, 10m, tiny)"),
+    let published = |file: &str| {
+        let path = format!(
+            "{}/ledgers/models/shapes/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        LmConfig::from_hf_json(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
     };
-    LmConfig {
-        family: Family::Qwen3,
-        vocab_size: v,
+    let small = |(h, i, l, heads, kv, d, v)| LmConfig {
         hidden_size: h,
         intermediate_size: i,
         num_hidden_layers: l,
         num_attention_heads: heads,
         num_key_value_heads: kv,
         head_dim: d,
-        rms_norm_eps: 1e-6,
-        rope_theta: 1_000_000.0,
-        rope_scaling: None,
-        qkv_bias: false,
-        qk_norm: true,
-        // Qwen3-0.6B and Qwen3-4B both tie the head to the embedding.
-        tie_word_embeddings: true,
-        max_position_embeddings: 40_960,
-        bos_token_id: None,
+        vocab_size: v,
+        ..published("qwen3-0.6b.config.json")
+    };
+    let cfg = match name {
+        "qwen3-0.6b" => published("qwen3-0.6b.config.json"),
+        "qwen3-4b" => published("qwen3-4b.config.json"),
+        "10m" => small((256, 768, 6, 8, 4, 32, 16_384)),
+        "tiny" => small((64, 192, 2, 4, 2, 16, 1_024)),
+        other => panic!("unknown shape {other:?} (qwen3-0.6b, qwen3-4b, 10m, tiny)"),
+    };
+    LmConfig {
         eos_token_ids: vec![],
+        ..cfg
     }
 }
 
