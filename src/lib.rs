@@ -2,16 +2,23 @@
 //! environments on the MAPF-FrozenLake testbed.
 //!
 //! Data flows top to bottom: [`env`] (the testbed) -> [`ledger`] -> CLI views.
+//!
+//! The workspace's other crates sit below this one: `mapf-testbed` (`src/testbed`, the
+//! MAPF-FrozenLake environment and the seed tree; re-exported here as [`env`] and
+//! [`seed`]) and `ledger-store` (`src/store`, the storage engine; re-exported through
+//! [`ledger`]). Neither links libtorch.
 pub mod cli;
 pub mod engineer;
-pub mod env;
+pub use mapf_testbed as env;
 pub mod executor;
 pub mod figures;
 pub mod ledger;
+pub mod plan;
+pub mod record;
 pub mod replay;
 pub mod report;
 pub mod schemas;
-pub mod seed;
+pub use mapf_testbed::seed;
 pub mod stage;
 pub mod study;
 pub mod train;

@@ -15,8 +15,8 @@
 //! Resume needs nothing here: `Pipeline::run` continues any branch from its last
 //! durable point.
 use crate::engineer::llm::{RecordedCall, RecordedReplies};
-use crate::ledger::event::{BranchForked, DecisionStatus, EvalCell, EventBody, ReplayVerified};
 use crate::ledger::{Event, Hash, Ledger, LedgerError, Meta};
+use crate::record::event::{BranchForked, DecisionStatus, EvalCell, EventBody, ReplayVerified};
 use crate::stage::{Pipeline, Progress, RunOptions, StageError};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
@@ -255,7 +255,7 @@ fn step_of(e: &Event) -> Option<u64> {
 /// Check that each recorded event's bytes still hash to its id.
 fn check_recorded(ledger: &Ledger, events: &[(Hash, Event)]) -> Result<(), ReplayError> {
     for (id, e) in events {
-        let got = Hash::of_event(&crate::ledger::event::encode_event(e));
+        let got = Hash::of_event(&crate::record::event::encode_event(e));
         if got != *id {
             let place = ledger
                 .location(id)

@@ -17,7 +17,26 @@ pub fn all() -> Vec<(&'static str, String)> {
         ),
         ("outcome", pretty(schema_for!(crate::env::Outcome))),
     ];
-    out.extend(crate::ledger::schemas());
+    // The ledger's formats: the JSON form of an event (every kind), the plan file, and
+    // what `verify`, `rebuild`, `gc`, `recover` and `fetch` print with --json.
+    out.extend([
+        (
+            "ledger-event",
+            pretty(schema_for!(crate::views::export::EventRecord)),
+        ),
+        ("ledger-plan", pretty(schema_for!(crate::plan::LedgerPlan))),
+        ("verify", pretty(schema_for!(crate::ledger::verify::Report))),
+        ("rebuild", pretty(schema_for!(crate::ledger::RebuildReport))),
+        ("gc", pretty(schema_for!(crate::ledger::gc::GcReport))),
+        (
+            "recover",
+            pretty(schema_for!(crate::ledger::recover::RecoverReport)),
+        ),
+        (
+            "fetch",
+            pretty(schema_for!(crate::ledger::bundle::FetchReport)),
+        ),
+    ]);
     out.extend([
         (
             "audit",
@@ -43,10 +62,10 @@ pub fn all() -> Vec<(&'static str, String)> {
             "export-branch-row",
             pretty(schema_for!(crate::views::export::BranchRow)),
         ),
-        ("eval", pretty(schema_for!(crate::cli::eval::EvalReport))),
+        ("eval", pretty(schema_for!(crate::views::model::EvalReport))),
         (
             "lm-generate",
-            pretty(schema_for!(crate::cli::lm::GenerateOutput)),
+            pretty(schema_for!(crate::views::model::GenerateOutput)),
         ),
         (
             "branches",
@@ -100,7 +119,7 @@ pub fn all() -> Vec<(&'static str, String)> {
     out
 }
 
-pub(crate) fn pretty(s: schemars::Schema) -> String {
+fn pretty(s: schemars::Schema) -> String {
     let mut t = serde_json::to_string_pretty(&s).expect("schemas serialize");
     t.push('\n');
     t

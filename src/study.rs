@@ -1,11 +1,7 @@
 //! Counterfactual studies (`ledger study`): fork a branch before stage N once per
 //! engineer and seed, run the forks (here, in worker processes or on Slurm, see
-//! `crate::executor`), and summarise them ([`crate::views::study`]).
+//! `crate::executor`). Summarising them is a view (`crate::views::study`), above this.
 use crate::ledger::{Ledger, LedgerError};
-use crate::views::compare::{load_outcomes, summarise};
-use crate::views::study::{
-    aggregate, paired_vs_baseline, study_csv, study_markdown, study_series, StudyReport, StudyRun,
-};
 use std::collections::BTreeSet;
 
 // ---- counterfactual studies ----
@@ -55,14 +51,24 @@ pub enum StudyError {
     Executor(#[from] crate::executor::ExecutorError),
 }
 
-/// Fork (when missing) and run (when unfinished) every engineer × seed branch, then
-/// summarise them. A second call skips the finished runs.
+/// One engineer × seed run of a study, once [`run_study`] has forked and run it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StudyRunRecord {
+    pub engineer: String,
+    pub replicate: u32,
+    pub branch: String,
+    /// `ran` (forked and run now), `resumed` or `skipped` (already finished).
+    pub action: &'static str,
+}
+
+/// Fork (when missing) and run (when unfinished) every engineer × seed branch, in the
+/// order engineer by engineer, seed by seed. A second call skips the finished runs.
 pub fn run_study(
     ledger: &mut Ledger,
     spec: &StudySpec,
     progress: &mut dyn crate::stage::Progress,
     stop: &std::sync::atomic::AtomicBool,
-) -> Result<StudyReport, StudyError> {
+) -> Result<Vec<StudyRunRecord>, StudyError> {
     use crate::stage::{next_stage, Pipeline, RunOptions};
     let last = crate::stage::ledger_plan(ledger)?.engineer.stages;
     let existing: BTreeSet<String> = ledger.branches()?.into_iter().map(|b| b.0).collect();
@@ -133,34 +139,15 @@ pub fn run_study(
             run_elsewhere(ledger, spec, executor, &names, progress, stop)?;
         }
     }
-    // Pass 3: summaries and aggregates.
-    let mut runs = Vec::new();
-    for (e, r, name, action) in plan {
-        let st = ledger.projection(&name)?;
-        let mut summary = summarise(&name, &st);
-        load_outcomes(ledger, &st, &mut summary)?;
-        runs.push(StudyRun {
-            engineer: e,
-            replicate: r,
-            head: ledger.head(&name)?,
-            summary,
-            branch: name,
-            action: action.into(),
-        });
-    }
-    let (cells, validation) = aggregate(&spec.engineers, &runs);
-    let paired = paired_vs_baseline(&spec.engineers, &runs);
-    Ok(StudyReport {
-        from: spec.from.clone(),
-        at: spec.at,
-        seeds: spec.seeds,
-        engineers: spec.engineers.clone(),
-        runs,
-        cells,
-        validation,
-        paired,
-        files: vec![],
-    })
+    Ok(plan
+        .into_iter()
+        .map(|(engineer, replicate, branch, action)| StudyRunRecord {
+            engineer,
+            replicate,
+            branch,
+            action,
+        })
+        .collect())
 }
 
 /// Run `branches` (forks in `ledger`, maybe partly run) in worker ledgers with
@@ -240,45 +227,6 @@ fn run_elsewhere(
         }
         .into());
     }
-    Ok(())
-}
-
-/// Write study.csv, study.md, study.svg, study.png and study.json into `dir` (listed in
-/// `r.files`).
-pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), StudyError> {
-    let io = |p: &std::path::Path, e: std::io::Error| {
-        StudyError::Output(format!("{}: {e}", p.display()))
-    };
-    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-    let csv = dir.join("study.csv");
-    std::fs::write(&csv, study_csv(r)).map_err(|e| io(&csv, e))?;
-    let md = dir.join("study.md");
-    std::fs::write(&md, study_markdown(r)).map_err(|e| io(&md, e))?;
-    let svg = dir.join("study.svg");
-    let series = study_series(r);
-    let title = format!(
-        "Validation valid % per stage (fork of {} at stage {}, mean over {} seeds)",
-        r.from, r.at, r.seeds
-    );
-    let curves = crate::figures::Curves {
-        title: &title,
-        y_label: "valid %",
-        series: &series,
-    };
-    crate::figures::write_curves(&svg, &curves).map_err(StudyError::Output)?;
-    let png = dir.join("study.png");
-    crate::figures::write_curves(&png, &curves).map_err(StudyError::Output)?;
-    let json = dir.join("study.json");
-    r.files = [&csv, &md, &svg, &png, &json]
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect();
-    // study.json is what `ledger report --study DIR` reads back.
-    std::fs::write(
-        &json,
-        serde_json::to_string_pretty(&*r).expect("a study report serialises"),
-    )
-    .map_err(|e| io(&json, e))?;
     Ok(())
 }
 

@@ -8,6 +8,7 @@ mod common;
 
 use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig};
 use mapf_ledger::ledger::Hash;
+use mapf_ledger::record::trainer::StepRecord;
 use mapf_ledger::seed::Seed;
 use mapf_ledger::train::adam::AdamConfig;
 use mapf_ledger::train::compute::{Compute, Dtype};
@@ -15,7 +16,6 @@ use mapf_ledger::train::grpo::{self, GrpoConfig};
 use mapf_ledger::train::lm::generate::generate as lm_generate;
 use mapf_ledger::train::lm::model::LoraSpec;
 use mapf_ledger::train::lm::{self, LmPolicy, LmSpec};
-use mapf_ledger::train::records::StepRecord;
 use mapf_ledger::train::TrainState;
 use tch::{Device, Kind};
 
@@ -66,7 +66,7 @@ fn lora_policy(seed: u64) -> LmPolicy {
         .unwrap()
 }
 
-fn grpo_cfg(micro_batch: usize) -> GrpoConfig {
+fn grpo_cfg(micro_batch: u32) -> GrpoConfig {
     GrpoConfig {
         steps: 1,
         lr: 1e-2,
@@ -82,9 +82,9 @@ fn grpo_cfg(micro_batch: usize) -> GrpoConfig {
         agent_reward: 0.5,
         cost_reward: 0.0,
         zero_variance: grpo::ZeroVariance::Keep,
-        metric: CostMetric::Makespan,
         checkpoint_every: 100,
         micro_batch,
+        ..GrpoConfig::default()
     }
 }
 
@@ -150,7 +150,7 @@ fn bf16_lora_base_is_frozen_in_bf16_and_generation_matches_training_log_probs() 
 fn a_bf16_lora_grpo_step_trains_the_f32_adapters_whole_or_in_micro_batches() {
     let d = data();
     let blobs = vec![Hash([0; 32]); d.len()];
-    let step = |micro: usize| {
+    let step = |micro: u32| {
         let mut ts = TrainState::new(
             Box::new(lora_policy(3)),
             AdamConfig {
@@ -163,6 +163,7 @@ fn a_bf16_lora_grpo_step_trains_the_f32_adapters_whole_or_in_micro_batches() {
             &mut ts,
             None,
             &grpo_cfg(micro),
+            CostMetric::Makespan,
             &d,
             &blobs,
             Seed::root(4),
@@ -196,7 +197,7 @@ fn a_bf16_lora_grpo_step_trains_the_f32_adapters_whole_or_in_micro_batches() {
 fn micro_batches_give_the_whole_batch_loss_in_f32() {
     let d = data();
     let blobs = vec![Hash([0; 32]); d.len()];
-    let run = |micro: usize| {
+    let run = |micro: u32| {
         let p = lm::init(&spec(), Device::Cpu, Seed::root(6), || {
             mapf_ledger::stage::pretraining_corpus(&spec(), &d)
         })
@@ -207,6 +208,7 @@ fn micro_batches_give_the_whole_batch_loss_in_f32() {
             &mut ts,
             None,
             &grpo_cfg(micro),
+            CostMetric::Makespan,
             &d,
             &blobs,
             Seed::root(4),
@@ -246,7 +248,16 @@ fn a_bf16_trained_lora_export_is_a_transformers_qwen3_directory() {
         },
     );
     let before = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
-    grpo::step(&mut ts, None, &grpo_cfg(0), &d, &blobs, Seed::root(4), 0);
+    grpo::step(
+        &mut ts,
+        None,
+        &grpo_cfg(0),
+        CostMetric::Makespan,
+        &d,
+        &blobs,
+        Seed::root(4),
+        0,
+    );
     assert_ne!(
         before,
         mapf_ledger::train::checkpoint::param_hash(ts.policy.vars())

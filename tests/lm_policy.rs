@@ -6,13 +6,13 @@ mod common;
 
 use common::cli;
 use mapf_ledger::env::{generate, Budget, GeneratorConfig};
+use mapf_ledger::record::trainer::StepRecord;
 use mapf_ledger::seed::Seed;
 use mapf_ledger::train::adam::AdamConfig;
 use mapf_ledger::train::grpo::{self, GrpoConfig};
 use mapf_ledger::train::lm::generate::{attention_bias, generate as lm_generate};
 use mapf_ledger::train::lm::model::{LoraSpec, Model};
 use mapf_ledger::train::lm::{self, hf, LmPolicy, LmSpec, Sampling};
-use mapf_ledger::train::records::StepRecord;
 use mapf_ledger::train::warmup::{self, WarmupConfig};
 use mapf_ledger::train::TrainState;
 use std::collections::BTreeMap;
@@ -387,9 +387,9 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
         agent_reward: 0.0,
         cost_reward: 0.0,
         zero_variance: grpo::ZeroVariance::Keep,
-        metric: mapf_ledger::env::CostMetric::Makespan,
         checkpoint_every: 100,
         micro_batch: 0,
+        ..GrpoConfig::default()
     };
     ts.set_lr(g.lr);
     // The mean reward of 8 samples on each of 64 held-out instances, same seed each time.
@@ -403,6 +403,7 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
                 let o = mapf_ledger::train::eval::outcome_of(&inst[r.instance], r);
                 grpo::reward(
                     &g,
+                    mapf_ledger::env::CostMetric::Makespan,
                     &inst[r.instance],
                     r.plan.as_ref().ok(),
                     &o,
@@ -428,7 +429,7 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
             .map(|x| f32::from_bits(x.reward_bits))
             .collect();
         let signal = rewards
-            .chunks(g.group_size)
+            .chunks(g.group_size as usize)
             .filter(|c| c.iter().any(|&r| r != c[0]))
             .count() as u32;
         assert_eq!((st.samples, st.groups), (128, 16));
@@ -440,7 +441,16 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
         );
     };
     for s in 0..g.steps {
-        let (records, _) = grpo::step(&mut ts, None, &g, &data, &blobs, Seed::root(4), s);
+        let (records, _) = grpo::step(
+            &mut ts,
+            None,
+            &g,
+            mapf_ledger::env::CostMetric::Makespan,
+            &data,
+            &blobs,
+            Seed::root(4),
+            s,
+        );
         check(&records, false);
     }
     let after = mean_reward(&ts);
@@ -453,7 +463,16 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
         zero_variance: grpo::ZeroVariance::Skip,
         ..g.clone()
     };
-    let (records, _) = grpo::step(&mut ts, None, &skip, &data, &blobs, Seed::root(4), g.steps);
+    let (records, _) = grpo::step(
+        &mut ts,
+        None,
+        &skip,
+        mapf_ledger::env::CostMetric::Makespan,
+        &data,
+        &blobs,
+        Seed::root(4),
+        g.steps,
+    );
     check(&records, true);
 }
 

@@ -5,8 +5,8 @@
 //! the *name* of the environment variable holding the API key (the key is read at call
 //! time and never stored), the tokenizer.json (as a blob) and the context window.
 use super::{CliError, CliResult};
-use crate::ledger::event::{EngineerKind, EngineerRegistered, EventBody};
 use crate::ledger::{Ledger, Meta};
+use crate::record::event::{EngineerKind, EngineerRegistered, EventBody};
 use crate::views::show::EngineerRow;
 use clap::Subcommand;
 use std::path::{Path, PathBuf};

@@ -8,10 +8,9 @@ use crate::env::{Budget, CostMetric};
 use crate::train::eval;
 use crate::train::lm::PromptStyle;
 use crate::train::policy::Policy;
+use crate::views::model::{EvalCellRow, EvalReport, EvalSuite, EvalSumRow};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use schemars::JsonSchema;
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -45,60 +44,11 @@ pub struct EvalArgs {
     pub device: String,
     /// Instances greedily decoded per batch (as a plan's `suites.eval_batch`; smaller
     /// needs less memory).
-    #[arg(long, default_value_t = crate::ledger::plan::DEFAULT_EVAL_BATCH as usize,
+    #[arg(long, default_value_t = crate::plan::DEFAULT_EVAL_BATCH as usize,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65536))]
     pub batch: usize,
     #[arg(long)]
     pub json: bool,
-}
-
-/// One (agents, size) cell of an evaluation.
-#[derive(Clone, Debug, Serialize, JsonSchema)]
-pub struct EvalCellRow {
-    pub agents: usize,
-    pub size: usize,
-    pub total: u32,
-    pub valid: u32,
-    pub optimal: u32,
-    pub valid_pct: f64,
-    pub optimal_pct: f64,
-}
-
-/// The paper's "Sum" row of one agent count: the mean over its sizes.
-#[derive(Clone, Debug, Serialize, JsonSchema)]
-pub struct EvalSumRow {
-    pub agents: usize,
-    pub valid_pct: f64,
-    pub optimal_pct: f64,
-}
-
-/// One suite's scores.
-#[derive(Clone, Debug, Serialize, JsonSchema)]
-pub struct EvalSuite {
-    /// `val` or `test`.
-    pub suite: String,
-    /// The suite's content hash (the same suite as a ledger with the same seed, per
-    /// cell and max size).
-    pub hash: String,
-    pub per_cell: usize,
-    pub cells: Vec<EvalCellRow>,
-    pub sums: Vec<EvalSumRow>,
-    /// First failures by kind (`parse_error`, `hole`, ...), over the whole suite.
-    pub failures: BTreeMap<String, u32>,
-}
-
-/// What `ledger eval --json` prints.
-#[derive(Clone, Debug, Serialize, JsonSchema)]
-pub struct EvalReport {
-    /// The model as given.
-    pub model: String,
-    /// The policy's kind (`lm` or `grid`) and, for a language model, its parameter count
-    /// and prompt format.
-    pub policy: String,
-    pub parameters: Option<i64>,
-    pub prompt: Option<String>,
-    pub metric: String,
-    pub suites: Vec<EvalSuite>,
 }
 
 fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {

@@ -4,6 +4,7 @@
 use super::{CliError, CliResult};
 use crate::seed::Seed;
 use crate::train::lm::{LmPolicy, PromptStyle, Sampling};
+use crate::views::model::GenerateOutput;
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
 
@@ -36,17 +37,6 @@ pub enum LmCommand {
         #[arg(long)]
         json: bool,
     },
-}
-
-/// What `lm generate --json` prints.
-#[derive(serde::Serialize, schemars::JsonSchema)]
-pub struct GenerateOutput {
-    pub prompt_tokens: Vec<u32>,
-    pub tokens: Vec<u32>,
-    pub text: String,
-    pub logprobs: Vec<f32>,
-    /// Ended on a stop token (else on --max-new-tokens).
-    pub stopped: bool,
 }
 
 /// A language model from an HF directory (its MAPF prompt format from

@@ -2,7 +2,7 @@
 //! phase, whether it fits a GPU, which setting to change if not), and the same check
 //! that `ledger run --device cuda` makes before it starts.
 use super::{CliError, CliResult};
-use crate::ledger::plan::LedgerPlan;
+use crate::plan::LedgerPlan;
 use crate::train::memory::{human, parse_size};
 use crate::views::plan_check::{self, MemoryPlan};
 use clap::Subcommand;
@@ -79,7 +79,7 @@ pub fn check_before_run(
     let Ok(Some(index)) = crate::train::parse_device_name(device) else {
         return Ok(());
     };
-    if plan.policy != crate::ledger::plan::PolicyKind::Lm {
+    if plan.policy != crate::plan::PolicyKind::Lm {
         return Ok(());
     }
     let memory = match gpu_memory {

@@ -5,8 +5,8 @@
 //! appended to the branch) or the counterfactual ran; 1 a mismatch or an altered
 //! record (the branch is left unchanged); 2 usage or input error.
 use super::{CliError, CliResult};
-use crate::ledger::event::{EvalCell, Evaluation};
 use crate::ledger::Ledger;
+use crate::record::event::{EvalCell, Evaluation};
 use crate::replay::{self, ReplayError, StageReplay};
 use crate::stage::{Pipeline, Progress};
 use crate::train::kernels;

@@ -1,8 +1,8 @@
 //! Ledger store commands: init, log, show, branches, verify, export, rebuild. Thin over
 //! `crate::ledger`; every read command takes `--json`.
 use super::{CliError, CliResult};
-use crate::ledger::event::{EventBody, GradientStep, InstancesGenerated};
 use crate::ledger::{Hash, Ledger, LedgerError, Meta, RebuildReport, Resolved};
+use crate::record::event::{EventBody, GradientStep, InstancesGenerated};
 use crate::views::export::{self, EventRecord, Format};
 use clap::{Subcommand, ValueEnum};
 use std::io::Write;
@@ -320,7 +320,7 @@ fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliR
     loop {
         let writing = crate::ledger::lock::writer_active(ledger);
         let head = Refs::read(ledger)
-            .map_err(err)?
+            .map_err(|e| err(e.into()))?
             .and_then(|r| r.branches.get(branch).copied());
         if head.is_some() && head != printed {
             let l = Ledger::open_read_only(ledger).map_err(err)?;

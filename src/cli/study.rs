@@ -204,7 +204,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         workdir: workdir.unwrap_or_else(|| dir.join("work")),
     };
     let mut progress = Lines { quiet, steps: 0 };
-    let mut report = match crate::study::run_study(&mut ledger, &spec, &mut progress, &stop) {
+    let runs = match crate::study::run_study(&mut ledger, &spec, &mut progress, &stop) {
         Ok(r) => r,
         Err(StudyError::Interrupted) => {
             eprintln!("{}", StudyError::Interrupted);
@@ -218,7 +218,8 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         }
         Err(e) => return Err(e.into()),
     };
-    crate::study::write_study(&mut report, &dir).map_err(|e| CliError::input(e.to_string()))?;
+    let mut report = crate::views::study::study_report(&mut ledger, &spec, runs)?;
+    crate::views::study::write_study(&mut report, &dir).map_err(CliError::input)?;
     if json {
         println!(
             "{}",

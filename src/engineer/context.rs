@@ -9,8 +9,8 @@
 use crate::env::config::{max_hole_ratio, HOLE_RATIO_MAX};
 use crate::env::table::ResultTable;
 use crate::env::GeneratorConfig;
-use crate::ledger::event::FailureBreakdown;
-use crate::ledger::plan::ContextModules;
+use crate::plan::ContextModules;
+use crate::record::event::FailureBreakdown;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -241,7 +241,7 @@ fn render_summary(t: &ResultTable) -> String {
 }
 
 /// `5: 7/20 failed (vertex_conflict 3, hole 4)`.
-fn failure_line(size: &crate::ledger::event::SizeFailures) -> String {
+fn failure_line(size: &crate::record::event::SizeFailures) -> String {
     let failed: u32 = size.counts.iter().map(|c| c.1).sum();
     let counts: Vec<String> = size
         .counts

@@ -2,21 +2,17 @@
 //! (vLLM, llama.cpp server, Ollama, hosted APIs) designs the next stage's configuration.
 //!
 //! * The prompt ([`prompt_for`]) is a pure function of the engineer context and the
-//!   registration: a system message (the role), then the rendered context modules and
-//!   the answer format ([`answer_format`]). When the registration
-//!   names a context window, the context is trimmed to fit, counting tokens with the
-//!   registered `tokenizer.json` (else about 4 characters per token): first the example
-//!   failing plans, then history entries (oldest first), then the training details.
-//!   What was cut is noted in the decision's rationale.
+//!   registration, built by [`super::prompt`] (the one prompt every engineer reads) with
+//!   the registration's module choice and context window, counting tokens with the
+//!   registered `tokenizer.json` (else about 4 characters per token).
 //! * The call ([`LlmEngineer::decide`]) is bounded: a per-attempt timeout
 //!   (`MAPF_LEDGER_LLM_TIMEOUT_MS`, default 120 s) and at most
 //!   `MAPF_LEDGER_LLM_ATTEMPTS` attempts (default 3), retrying on timeouts, connection
 //!   errors and HTTP 5xx. The attempt log (outcomes only, never durations, never the
 //!   key) is recorded with the decision.
-//! * The reply is parsed by [`extract`]: `<think>` blocks are dropped, a fenced JSON
-//!   block is preferred, else the first balanced JSON object that reads as a proposal.
-//!   An unparseable reply yields no proposal (the stage records a rejection and keeps
-//!   the previous configuration); a transport failure yields an error (a fallback).
+//! * The reply is read by [`super::reply`], as every engineer's is. An unparseable reply
+//!   yields no proposal (the stage records a rejection and keeps the previous
+//!   configuration); a transport failure yields an error (a fallback).
 //!
 //! The API key is read from the registered environment variable at call time and is
 //! never stored anywhere.
@@ -25,10 +21,11 @@
 //! ([`RecordedReplies`], keyed by the prompt's blob hash): a prompt that matches gets
 //! the recorded reply instead of an HTTP call; one that does not is answered with an
 //! error naming the prompt hash, which the replay reports as a mismatch.
+pub use super::prompt::{Prompt, TokenCounter};
+use super::reply::read_reply;
 use super::{Decision, Engineer, EngineerContext};
-use crate::env::{ConfigProposal, RefusedField};
-use crate::ledger::event::{EngineerKind, EngineerRegistered, EventBody};
 use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
+use crate::record::event::{EngineerKind, EngineerRegistered, EventBody};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokenizers::Tokenizer;
@@ -41,8 +38,6 @@ pub const ATTEMPTS_ENV: &str = "MAPF_LEDGER_LLM_ATTEMPTS";
 pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 /// Default number of attempts.
 pub const DEFAULT_ATTEMPTS: u32 = 3;
-/// Characters per token when no tokenizer is registered.
-pub const CHARS_PER_TOKEN: usize = 4;
 
 /// Errors of setting up an LLM engineer.
 #[derive(Debug, thiserror::Error)]
@@ -135,12 +130,8 @@ pub fn registered(
     LlmRegistration::from_event(&r, ledger)?.ok_or_else(|| LlmError::NotRegistered(name.into()))
 }
 
-/// Counts tokens: with the registered tokenizer, else about 4 characters per token.
-pub enum TokenCounter {
-    Tokenizer(Box<Tokenizer>),
-    Approximate,
-}
-
+// The token counter a registration implies (here, not in `prompt`: it reads the
+// registration's tokenizer and reports `LlmError`).
 impl TokenCounter {
     /// The counter of a registration (an unloadable tokenizer is an error).
     pub fn for_registration(reg: &LlmRegistration) -> Result<TokenCounter, LlmError> {
@@ -154,180 +145,16 @@ impl TokenCounter {
                 }),
         }
     }
-
-    pub fn count(&self, text: &str) -> usize {
-        match self {
-            TokenCounter::Tokenizer(t) => match t.encode(text, false) {
-                Ok(enc) => enc.len(),
-                Err(_) => text.chars().count().div_ceil(CHARS_PER_TOKEN),
-            },
-            TokenCounter::Approximate => text.chars().count().div_ceil(CHARS_PER_TOKEN),
-        }
-    }
 }
 
-/// A built prompt: the two chat messages and what was cut to fit the window.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Prompt {
-    pub system: String,
-    pub user: String,
-    /// What was cut from the context to fit `max_context` (empty: nothing).
-    pub cut: Vec<String>,
-    /// Tokens of the final prompt, when a window was given.
-    pub tokens: Option<usize>,
-}
-
-impl Prompt {
-    /// The exact text sent, as stored in the ledger: both messages, labelled.
-    pub fn text(&self) -> String {
-        format!("[system]\n{}\n\n[user]\n{}", self.system, self.user)
-    }
-
-    /// The note recorded with the decision about trimming (None: nothing was cut).
-    pub fn cut_note(&self, max_context: Option<u32>) -> Option<String> {
-        if self.cut.is_empty() {
-            return None;
-        }
-        Some(format!(
-            "context trimmed to fit {} tokens: cut {}",
-            max_context.unwrap_or(0),
-            self.cut.join(", ")
-        ))
-    }
-}
-
-/// The system message: the engineer's role.
-pub fn system_message() -> String {
-    "You are the environment engineer of a training curriculum for a multi-agent path-finding \
-policy on MAPF-FrozenLake maps. Between training stages you read the evidence about the current \
-policy and write the next stage's training-instance generator configuration."
-        .to_string()
-}
-
-/// The answer format every engineer prompt ends with (whatever modules are on). One
-/// regular shape: each size changed with its three values, in a fenced block. Partial
-/// sizes, prose around the JSON and wrapper keys are still read by [`extract`]; the
-/// JSON Schema of a proposal is in `schemas/config-proposal.json`, not in the prompt (a
-/// small in-process model pays for every token of it and large models need no schema
-/// for three numbers).
-pub fn answer_format() -> &'static str {
-    "## Answer\nA ```json block {\"sizes\": {\"N\": {\"data_ratio\": x, \"hole_ratio\": y, \"wait_ratio\": z}}} \
-with each size you change and its three values, then one short paragraph of rationale.\n"
-}
-
-fn user_message(ctx: &EngineerContext) -> String {
-    let mut s = ctx.render();
-    s.push_str(answer_format());
-    s
-}
-
-/// The context with the registration's module choice applied (when it names any).
-fn with_modules(ctx: &EngineerContext, reg: &LlmRegistration) -> EngineerContext {
-    let mut c = ctx.clone();
-    if !reg.context_modules.is_empty() {
-        let on = |m: &str| reg.context_modules.iter().any(|x| x == m);
-        c.modules.failure_breakdown = on("failure_breakdown");
-        c.modules.guideline = on("guideline");
-        c.modules.history = on("history");
-        c.modules.summary = on("summary");
-        c.modules.training_details = on("training_details");
-    }
-    c
-}
-
-/// Build the prompt, trimming the context to `reg.max_context` tokens as counted by
-/// `counter`: example failing plans first (last example first), then history entries
-/// (oldest first), then the training details. If it still does not fit, it is sent as
-/// it is and the cut list says so.
+/// The prompt of a registered engineer: its module choice and context window (see
+/// [`super::prompt::build`]).
 pub fn build_prompt(
     ctx: &EngineerContext,
     reg: &LlmRegistration,
     counter: &TokenCounter,
 ) -> Prompt {
-    let system = system_message();
-    let mut c = with_modules(ctx, reg);
-    let Some(max) = reg.max_context else {
-        return Prompt {
-            system,
-            user: user_message(&c),
-            cut: vec![],
-            tokens: None,
-        };
-    };
-    let max = max as usize;
-    let size = |c: &EngineerContext| counter.count(&system) + counter.count(&user_message(c));
-    let mut tokens = size(&c);
-    let (mut examples, mut history, mut training) = (0usize, Vec::<u32>::new(), false);
-    // Cutting an example subtracts its own token count (an estimate: tokens rarely
-    // straddle a line break); the whole prompt is counted again whenever the estimate
-    // says it fits, so the result is exact and a long context costs a few full counts
-    // instead of one per cut.
-    let mut exact = true;
-    loop {
-        if tokens <= max {
-            if exact {
-                break;
-            }
-            tokens = size(&c);
-            exact = true;
-            if tokens <= max {
-                break;
-            }
-        }
-        if let Some(s) = c
-            .failures
-            .sizes
-            .iter_mut()
-            .rev()
-            .find(|s| !s.examples.is_empty())
-        {
-            let e = s.examples.pop().expect("a non-empty list");
-            tokens = tokens.saturating_sub(counter.count(&format!("{e}\n")));
-            exact = false;
-            examples += 1;
-        } else if c.modules.history && !c.history.is_empty() {
-            history.push(c.history.remove(0).stage);
-            tokens = size(&c);
-            exact = true;
-        } else if c.modules.training_details {
-            c.modules.training_details = false;
-            training = true;
-            tokens = size(&c);
-            exact = true;
-        } else {
-            break;
-        }
-    }
-    if !exact {
-        tokens = size(&c);
-    }
-    let mut cut = Vec::new();
-    if examples > 0 {
-        cut.push(format!("{examples} example failing plan(s)"));
-    }
-    if !history.is_empty() {
-        let stages: Vec<String> = history.iter().map(|s| s.to_string()).collect();
-        cut.push(format!(
-            "{} history entr{} (stage {})",
-            history.len(),
-            if history.len() == 1 { "y" } else { "ies" },
-            stages.join(", ")
-        ));
-    }
-    if training {
-        cut.push("training details".into());
-    }
-    if tokens > max {
-        cut.push(format!(
-            "nothing more to cut: the prompt is {tokens} tokens"
-        ));
-    }
-    Prompt {
-        system,
-        user: user_message(&c),
-        cut,
-        tokens: Some(tokens),
-    }
+    super::prompt::build(ctx, &reg.context_modules, reg.max_context, counter)
 }
 
 /// The exact prompt text for `ctx` and `reg` (a pure function of both; replays match
@@ -336,267 +163,6 @@ pub fn build_prompt(
 pub fn prompt_for(ctx: &EngineerContext, reg: &LlmRegistration) -> String {
     let counter = TokenCounter::for_registration(reg).unwrap_or(TokenCounter::Approximate);
     build_prompt(ctx, reg, &counter).text()
-}
-
-/// What [`extract`] found in a reply.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Extracted {
-    pub proposal: ConfigProposal,
-    /// Keys the engineer may not set, with their values (recorded, never applied).
-    pub refused: Vec<RefusedField>,
-    /// The JSON object as the model wrote it.
-    pub json: String,
-    /// The prose outside the JSON (and outside `<think>` blocks), trimmed.
-    pub rationale: String,
-}
-
-/// Parse a reply into a proposal (see [`extract`]).
-pub fn extract_proposal(reply: &str) -> Result<ConfigProposal, String> {
-    extract(reply).map(|e| e.proposal)
-}
-
-/// Drop `<think>…</think>` blocks: a `</think>` without an opening tag ends reasoning
-/// that started in the prompt (everything before it goes), and an unclosed `<think>`
-/// runs to the end of the reply.
-pub fn strip_think(reply: &str) -> String {
-    let mut s = reply.to_string();
-    if let (Some(close), open) = (s.find("</think>"), s.find("<think>")) {
-        if open.is_none_or(|o| o > close) {
-            s = s[close + "</think>".len()..].to_string();
-        }
-    }
-    let mut out = String::new();
-    let mut rest = s.as_str();
-    while let Some(o) = rest.find("<think>") {
-        out.push_str(&rest[..o]);
-        let after = &rest[o + "<think>".len()..];
-        match after.find("</think>") {
-            Some(c) => rest = &after[c + "</think>".len()..],
-            None => {
-                rest = "";
-                break;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Fenced code blocks: (byte range of the whole fence, language tag, body).
-fn fences(text: &str) -> Vec<(std::ops::Range<usize>, String, String)> {
-    let mut out = Vec::new();
-    let mut from = 0;
-    while let Some(o) = text[from..].find("```") {
-        let start = from + o;
-        let after = start + 3;
-        let line_end = text[after..]
-            .find('\n')
-            .map(|i| after + i)
-            .unwrap_or(text.len());
-        let lang = text[after..line_end].trim().to_ascii_lowercase();
-        let body_start = (line_end + 1).min(text.len());
-        match text[body_start..].find("```") {
-            Some(c) => {
-                let end = body_start + c + 3;
-                out.push((
-                    start..end,
-                    lang,
-                    text[body_start..body_start + c].to_string(),
-                ));
-                from = end;
-            }
-            None => break,
-        }
-    }
-    out
-}
-
-/// The byte range of the balanced `{...}` starting at `start` (strings and escapes
-/// respected), if it closes.
-fn balanced(text: &str, start: usize) -> Option<std::ops::Range<usize>> {
-    let bytes = text.as_bytes();
-    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
-    for (i, &b) in bytes.iter().enumerate().skip(start) {
-        if in_str {
-            match (esc, b) {
-                (true, _) => esc = false,
-                (false, b'\\') => esc = true,
-                (false, b'"') => in_str = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_str = true,
-            b'{' => depth += 1,
-            b'}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(start..i + 1);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
-/// Read a JSON text as a proposal: `{"agents"?, "sizes"?}`, that object wrapped as
-/// `{"config": {...}}` or `{"proposal": {...}}`, or a bare map of sizes
-/// (`{"5": {...}}`). Other keys make it not a proposal.
-pub fn parse_proposal(json: &str) -> Result<(ConfigProposal, Vec<RefusedField>), String> {
-    let v: serde_json::Value =
-        serde_json::from_str(json.trim()).map_err(|e| format!("not JSON ({e})"))?;
-    let mut obj = match v {
-        serde_json::Value::Object(o) => o,
-        other => return Err(format!("not a JSON object ({other})")),
-    };
-    for wrapper in ["config", "proposal"] {
-        if obj.len() == 1 && obj.get(wrapper).is_some_and(|x| x.is_object()) {
-            if let Some(serde_json::Value::Object(inner)) = obj.remove(wrapper) {
-                obj = inner;
-            }
-            break;
-        }
-    }
-    if !obj.is_empty() && obj.keys().all(|k| k.trim().parse::<u32>().is_ok()) {
-        let mut wrapped = serde_json::Map::new();
-        wrapped.insert("sizes".into(), serde_json::Value::Object(obj));
-        obj = wrapped;
-    }
-    // Keys an engineer may not set (`reward`, `validation_set`, anything else) are
-    // taken out and returned as refused fields: recorded with the decision, never
-    // applied and never silently dropped. An object with no proposal key at all is not
-    // a proposal (prose may quote other JSON).
-    if !obj.is_empty() && !obj.contains_key("agents") && !obj.contains_key("sizes") {
-        let keys: Vec<String> = obj.keys().map(|k| format!("{k:?}")).collect();
-        return Err(format!(
-            "no \"sizes\" or \"agents\" key (found {})",
-            if keys.is_empty() {
-                "an empty object".to_string()
-            } else {
-                keys.join(", ")
-            }
-        ));
-    }
-    let mut refused = Vec::new();
-    let unknown: Vec<String> = obj
-        .keys()
-        .filter(|k| *k != "agents" && *k != "sizes")
-        .cloned()
-        .collect();
-    for k in unknown {
-        let v = obj.remove(&k).expect("listed above");
-        refused.push(RefusedField {
-            field: k,
-            value: v.to_string(),
-        });
-    }
-    if let Some(serde_json::Value::Object(sizes)) = obj.get_mut("sizes") {
-        for (n, v) in sizes.iter_mut() {
-            if let serde_json::Value::Object(fields) = v {
-                let bad: Vec<String> = fields
-                    .keys()
-                    .filter(|f| !["data_ratio", "hole_ratio", "wait_ratio"].contains(&f.as_str()))
-                    .cloned()
-                    .collect();
-                for f in bad {
-                    let v = fields.remove(&f).expect("listed above");
-                    refused.push(RefusedField {
-                        field: format!("sizes.{n}.{f}"),
-                        value: v.to_string(),
-                    });
-                }
-            }
-        }
-    }
-    let proposal = serde_json::from_value(serde_json::Value::Object(obj))
-        .map_err(|e| format!("not a configuration proposal ({e})"))?;
-    Ok((proposal, refused))
-}
-
-/// The text around the JSON at `cut`: both sides trimmed, joined by a blank line.
-fn prose(text: &str, cut: std::ops::Range<usize>) -> String {
-    let parts: Vec<&str> = [text[..cut.start].trim(), text[cut.end..].trim()]
-        .into_iter()
-        .filter(|p| !p.is_empty())
-        .collect();
-    parts.join("\n\n")
-}
-
-/// Extract a proposal from a model reply: drop `<think>` blocks, prefer a fenced JSON
-/// block (```json first, then unlabelled fences), else the first balanced `{...}` that
-/// reads as a proposal. The rationale is the remaining prose. The error says why
-/// nothing usable was found, quoting the start of the reply.
-pub fn extract(reply: &str) -> Result<Extracted, String> {
-    let text = strip_think(reply);
-    let mut reasons: Vec<String> = Vec::new();
-    let fenced = fences(&text);
-    let mut ordered: Vec<&(std::ops::Range<usize>, String, String)> =
-        fenced.iter().filter(|f| f.1 == "json").collect();
-    ordered.extend(fenced.iter().filter(|f| f.1 != "json"));
-    for (range, _, body) in ordered {
-        match parse_proposal(body) {
-            Ok((p, refused)) => {
-                return Ok(Extracted {
-                    proposal: p,
-                    refused,
-                    json: body.trim().to_string(),
-                    rationale: prose(&text, range.clone()),
-                })
-            }
-            Err(e) => reasons.push(format!("fenced block: {e}")),
-        }
-    }
-    // Every '{' starts a candidate (at most MAX_CANDIDATES, so a pathological reply
-    // stays cheap); an unclosed one does not hide a complete object after it.
-    const MAX_CANDIDATES: usize = 256;
-    let mut from = 0;
-    let mut tried = 0;
-    while let Some(o) = text[from..].find('{') {
-        let start = from + o;
-        from = start + 1;
-        tried += 1;
-        if tried > MAX_CANDIDATES {
-            break;
-        }
-        match balanced(&text, start) {
-            Some(r) => match parse_proposal(&text[r.clone()]) {
-                Ok((p, refused)) => {
-                    return Ok(Extracted {
-                        proposal: p,
-                        refused,
-                        json: text[r.clone()].to_string(),
-                        rationale: prose(&text, r),
-                    })
-                }
-                Err(e) => reasons.push(e),
-            },
-            None => {
-                if !reasons.iter().any(|r| r == "an unclosed '{'") {
-                    reasons.push("an unclosed '{'".into());
-                }
-            }
-        }
-    }
-    let excerpt: String = reply.trim().chars().take(120).collect();
-    let ellipsis = if reply.trim().chars().count() > 120 {
-        "…"
-    } else {
-        ""
-    };
-    let why = if text.trim().is_empty() && !reply.trim().is_empty() {
-        "the reply has nothing outside <think> blocks".to_string()
-    } else if reasons.is_empty() {
-        "no JSON object in the reply".to_string()
-    } else {
-        reasons.truncate(3);
-        format!(
-            "no usable JSON object in the reply ({})",
-            reasons.join("; ")
-        )
-    };
-    Err(format!("{why}; reply began {excerpt:?}{ellipsis}"))
 }
 
 /// Transport settings: per-attempt timeout and attempt count.
@@ -919,152 +485,9 @@ fn conclude(mut d: Decision, mut notes: Vec<String>, out: CallOutcome) -> Decisi
     d
 }
 
-/// Fill a decision from a reply: the extracted proposal and its rationale followed by
-/// `notes`, or a rejection naming why nothing usable was found. Every engineer that
-/// writes text (HTTP or in-process) goes through here.
-pub fn read_reply(d: &mut Decision, reply: &str, notes: Vec<String>) {
-    match extract(reply) {
-        Ok(e) => {
-            d.proposal = Some(e.proposal);
-            d.refused = e.refused;
-            d.proposed_text = Some(e.json);
-            d.rationale = std::iter::once(e.rationale)
-                .filter(|r| !r.is_empty())
-                .chain(notes)
-                .collect::<Vec<_>>()
-                .join("\n\n");
-        }
-        Err(e) => {
-            d.rationale = std::iter::once(format!("reply rejected: {e}"))
-                .chain(notes)
-                .collect::<Vec<_>>()
-                .join("\n");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sizes(p: &ConfigProposal) -> Vec<(String, Option<f64>)> {
-        p.sizes
-            .iter()
-            .map(|(k, v)| (k.clone(), v.hole_ratio))
-            .collect()
-    }
-
-    #[test]
-    fn plain_json_object() {
-        let e = extract(r#"{"sizes": {"5": {"hole_ratio": 0.2}}}"#).unwrap();
-        assert_eq!(sizes(&e.proposal), vec![("5".into(), Some(0.2))]);
-        assert_eq!(e.rationale, "");
-    }
-
-    #[test]
-    fn think_then_fenced_json_then_prose() {
-        let r = "<think>maybe {\"sizes\": {\"3\": {\"hole_ratio\": 0.4}}}? no.</think>\n```json\n{\"sizes\": {\"6\": {\"hole_ratio\": 0.05}}}\n```\nSize 6 fails on holes.";
-        let e = extract(r).unwrap();
-        assert_eq!(sizes(&e.proposal), vec![("6".into(), Some(0.05))]);
-        assert_eq!(e.rationale, "Size 6 fails on holes.");
-        assert!(e.json.starts_with('{'));
-    }
-
-    #[test]
-    fn closing_think_without_opening_and_unclosed_think() {
-        let r = "reasoning {\"sizes\":{\"3\":{}}} ...</think>{\"agents\": 2}";
-        assert_eq!(extract_proposal(r).unwrap().agents, Some(2.0));
-        let r = "<think>I think {\"agents\": 3} but I ran out of tokens";
-        let err = extract(r).unwrap_err();
-        assert!(err.contains("outside <think>"), "{err}");
-    }
-
-    #[test]
-    fn prose_around_json_and_braces_in_strings() {
-        let r =
-            "Here is my plan: {\"sizes\": {\"4\": {\"wait_ratio\": 0.5}}} because {waits} matter.";
-        let e = extract(r).unwrap();
-        assert_eq!(e.proposal.sizes["4"].wait_ratio, Some(0.5));
-        assert!(e.rationale.starts_with("Here is my plan:"));
-        assert!(e.rationale.ends_with("because {waits} matter."));
-        let r = "{\"note\": \"}\"} then {\"sizes\": {\"4\": {\"hole_ratio\": 0.1}}}";
-        assert_eq!(
-            extract_proposal(r).unwrap().sizes["4"].hole_ratio,
-            Some(0.1)
-        );
-    }
-
-    #[test]
-    fn wrapped_and_bare_size_maps() {
-        let p = extract_proposal(r#"{"config": {"sizes": {"5": {"data_ratio": 0.3}}}}"#).unwrap();
-        assert_eq!(p.sizes["5"].data_ratio, Some(0.3));
-        let p = extract_proposal(r#"{"proposal": {"agents": 2}}"#).unwrap();
-        assert_eq!(p.agents, Some(2.0));
-        let p = extract_proposal(r#"{"5": {"hole_ratio": 0.3}, "6": {}}"#).unwrap();
-        assert_eq!(p.sizes.len(), 2);
-        assert_eq!(extract_proposal("{}").unwrap(), ConfigProposal::default());
-    }
-
-    #[test]
-    fn fence_preference_and_unlabelled_fences() {
-        let r = "```\n{\"agents\": 3}\n```\n```json\n{\"agents\": 2}\n```";
-        assert_eq!(extract_proposal(r).unwrap().agents, Some(2.0));
-        let r = "```\n{\"agents\": 3}\n```";
-        assert_eq!(extract_proposal(r).unwrap().agents, Some(3.0));
-        let r = "```JSON\n{\"sizes\": {\"3\": {\"hole_ratio\": 0}}}\n```";
-        assert_eq!(
-            extract_proposal(r).unwrap().sizes["3"].hole_ratio,
-            Some(0.0)
-        );
-        // A broken fence falls through to a balanced object in the prose.
-        let r = "```json\n{\"sizes\": \n```\nso: {\"agents\": 2}";
-        assert_eq!(extract_proposal(r).unwrap().agents, Some(2.0));
-    }
-
-    #[test]
-    fn forbidden_keys_are_refused_with_their_values_and_the_rest_is_used() {
-        let e = extract(
-            "```json\n{\"reward\": 2, \"sizes\": {\"5\": {\"hole_ratio\": 0.1, \"agents\": 4}}, \"validation_set\": [1]}\n```",
-        )
-        .unwrap();
-        assert_eq!(sizes(&e.proposal), vec![("5".to_string(), Some(0.1))]);
-        let refused: Vec<(&str, &str)> = e
-            .refused
-            .iter()
-            .map(|r| (r.field.as_str(), r.value.as_str()))
-            .collect();
-        assert_eq!(
-            refused,
-            [
-                ("reward", "2"),
-                ("validation_set", "[1]"),
-                ("sizes.5.agents", "4")
-            ]
-        );
-        // A misspelt field is refused, not guessed.
-        let e = extract("{\"sizes\": {\"5\": {\"holes\": 0.2}}}").unwrap();
-        assert_eq!(e.refused[0].field, "sizes.5.holes");
-        // An object with no proposal key is prose, not a proposal.
-        assert!(extract("As {\"note\": 1} says, nothing.").is_err());
-    }
-
-    #[test]
-    fn garbage_is_an_error_naming_the_reply() {
-        for r in [
-            "I cannot help with that.",
-            "",
-            "{not json}",
-            "{\"foo\": 1}",
-            "{\"sizes\": {\"5\": {\"hole_ratio\": \"lots\"}}}",
-            "[1, 2, 3]",
-            "{\"sizes\": {",
-        ] {
-            let err = extract_proposal(r).unwrap_err();
-            assert!(err.contains("reply began"), "{r:?}: {err}");
-        }
-        let err = extract_proposal("The weather is nice").unwrap_err();
-        assert!(err.contains("The weather is nice"), "{err}");
-    }
 
     #[test]
     fn endpoint_joins_base_urls() {

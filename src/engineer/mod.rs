@@ -9,6 +9,8 @@ pub mod context;
 pub mod llm;
 pub mod model;
 pub mod probe;
+pub mod prompt;
+pub mod reply;
 pub mod teacher;
 
 pub use context::{EngineerContext, HistoryEntry};
@@ -242,10 +244,7 @@ impl EngineerSpec {
     }
 
     /// The plan's modules with this spec's switches applied.
-    pub fn modules(
-        &self,
-        plan: &crate::ledger::plan::ContextModules,
-    ) -> crate::ledger::plan::ContextModules {
+    pub fn modules(&self, plan: &crate::plan::ContextModules) -> crate::plan::ContextModules {
         let mut m = plan.clone();
         for (module, on) in &self.switches {
             let slot = match module.as_str() {
@@ -282,7 +281,7 @@ impl EngineerSpec {
 /// registered LLM engineers).
 pub fn check_spec(
     spec: &str,
-    plan: &crate::ledger::plan::LedgerPlan,
+    plan: &crate::plan::LedgerPlan,
     state: &BranchState,
 ) -> Result<EngineerSpec, EngineerNameError> {
     let s = EngineerSpec::parse(spec)?;
@@ -389,7 +388,7 @@ mod tests {
     fn specs_parse_switch_modules_and_name_bad_input() {
         let s = EngineerSpec::parse("current:-failure_breakdown+training_details").unwrap();
         assert_eq!(s.name, "current");
-        let m = s.modules(&crate::ledger::plan::ContextModules::default());
+        let m = s.modules(&crate::plan::ContextModules::default());
         assert!(!m.failure_breakdown && m.training_details && m.summary);
         assert_eq!(EngineerSpec::parse("fixed").unwrap().switches, vec![]);
         for bad in [

@@ -1,6 +1,6 @@
 //! `current` and `base` for `lm` policies: the checkpoint itself is the engineer. It
 //! reads the very prompt an HTTP LLM engineer gets (the five context modules and the
-//! answer format; [`llm::build_prompt`], trimmed to the model's prompt budget with its
+//! answer format; [`super::prompt::build`], trimmed to the model's prompt budget with its
 //! own tokenizer), *generates* the reply in-process, seeded from the seed tree (a
 //! replay regenerates it bit for bit), and the reply goes through the same parse ->
 //! project -> clip -> record path as any LLM reply. An unparseable reply is a recorded
@@ -11,7 +11,7 @@
 //! `current` is the latest checkpoint of the branch; `base` is stage 0's model. A
 //! scratch base model learns to answer these prompts in stage 0 from [`prompt_ids`] of
 //! teacher contexts, so what it is trained on and what it reads here are one function.
-use super::llm::{self, LlmRegistration, TokenCounter};
+use super::prompt::{self, Prompt, TokenCounter};
 use super::{Decision, Engineer, EngineerContext};
 use crate::seed::Seed;
 use crate::train::lm::{LmPolicy, Sampling};
@@ -31,22 +31,13 @@ pub struct ModelEngineer {
 
 /// The prompt a model engineer reads for `ctx`, trimmed to `max_tokens` as counted by
 /// the model's own tokenizer (`counter`).
-pub fn prompt(ctx: &EngineerContext, counter: &TokenCounter, max_tokens: u32) -> llm::Prompt {
-    let reg = LlmRegistration {
-        name: "in-process".into(),
-        url: "in-process".into(),
-        model: "in-process".into(),
-        api_key_env: None,
-        tokenizer: None,
-        max_context: Some(max_tokens),
-        context_modules: vec![],
-    };
-    llm::build_prompt(ctx, &reg, counter)
+pub fn prompt(ctx: &EngineerContext, counter: &TokenCounter, max_tokens: u32) -> Prompt {
+    prompt::build(ctx, &[], Some(max_tokens), counter)
 }
 
 /// The token ids the model reads for `prompt`: the chat template around its system and
 /// user messages, up to the assistant's turn.
-pub fn prompt_ids(policy: &LmPolicy, prompt: &llm::Prompt) -> Vec<u32> {
+pub fn prompt_ids(policy: &LmPolicy, prompt: &Prompt) -> Vec<u32> {
     policy.encode(
         &policy
             .arch
@@ -62,7 +53,7 @@ pub fn counter(policy: &LmPolicy) -> TokenCounter {
 
 impl ModelEngineer {
     /// The prompt this engineer reads for `ctx` (system and user messages).
-    pub fn prompt(&self, ctx: &EngineerContext) -> llm::Prompt {
+    pub fn prompt(&self, ctx: &EngineerContext) -> Prompt {
         prompt(ctx, &counter(&self.policy), self.max_prompt_tokens)
     }
 }
@@ -124,7 +115,7 @@ impl Engineer for ModelEngineer {
                 reply: Some(reply.clone()),
                 ..Decision::default()
             };
-            llm::read_reply(&mut d, &reply, notes);
+            super::reply::read_reply(&mut d, &reply, notes);
             if d.proposal.is_some() || attempt + 1 == attempts {
                 return d;
             }

@@ -24,8 +24,8 @@ use crate::env::config::max_hole_ratio;
 use crate::env::table::{CellCounts, ResultTable};
 use crate::env::text::render_plan;
 use crate::env::{Budget, FailureKind, GeneratorConfig, Instance, Move, Plan, SizeConfig};
-use crate::ledger::event::{FailureBreakdown, SizeFailures};
-use crate::ledger::plan::ContextModules;
+use crate::plan::ContextModules;
+use crate::record::event::{FailureBreakdown, SizeFailures};
 use crate::seed::Seed;
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -402,7 +402,7 @@ mod tests {
             let ctx = context(Seed::root(i), &spec(), 1 + (i % 3) as u32);
             with_examples += ctx.failures.sizes.iter().any(|s| !s.examples.is_empty()) as u32;
             let a = answer(&ctx, Seed::root(100 + i));
-            let e = crate::engineer::llm::extract(&a).unwrap_or_else(|e| panic!("{a}: {e}"));
+            let e = crate::engineer::reply::extract(&a).unwrap_or_else(|e| panic!("{a}: {e}"));
             assert!(!e.proposal.sizes.is_empty(), "{a}");
             for s in e.proposal.sizes.values() {
                 assert!(

@@ -105,7 +105,7 @@ impl Bundle {
             }
             for e in chain.into_iter().rev() {
                 seen.insert(e.hash);
-                let decoded = crate::ledger::event::decode_event(&e.event).map_err(|source| {
+                let decoded = crate::record::event::decode_event(&e.event).map_err(|source| {
                     LedgerError::Decode {
                         what: format!("event {}", e.hash.short()),
                         source,
@@ -239,7 +239,7 @@ impl Bundle {
             if Hash::of_event(&ev) != h {
                 return Err(corrupt(what(), "content does not match its hash"));
             }
-            crate::ledger::event::decode_event(&ev).map_err(|e| corrupt(what(), e.to_string()))?;
+            crate::record::event::decode_event(&ev).map_err(|e| corrupt(what(), e.to_string()))?;
             codec::decode::<Meta>(&meta, "event metadata")
                 .map_err(|e| corrupt(what(), e.to_string()))?;
             inside.insert(h);
@@ -278,7 +278,7 @@ impl Bundle {
     /// The genesis event's id and plan bytes, if the bundle holds the genesis.
     pub fn genesis(&self) -> Option<(Hash, Vec<u8>)> {
         let e = self.events.first()?;
-        match crate::ledger::event::decode_event(&e.event).ok()?.body {
+        match crate::record::event::decode_event(&e.event).ok()?.body {
             EventBody::Genesis(g) => Some((e.hash, self.blobs.get(&g.plan_blob)?.clone())),
             _ => None,
         }
@@ -382,13 +382,13 @@ impl Ledger {
                 continue;
             }
             let what = format!("incoming event {}", e.hash.short());
-            let ev = crate::ledger::event::decode_event(&e.event).map_err(|source| {
+            let ev = crate::record::event::decode_event(&e.event).map_err(|source| {
                 LedgerError::Decode {
                     what: what.clone(),
                     source,
                 }
             })?;
-            if Hash::of_event(&crate::ledger::event::encode_event(&ev)) != e.hash {
+            if Hash::of_event(&crate::record::event::encode_event(&ev)) != e.hash {
                 return Err(corrupt(what, "its content does not re-encode to its id"));
             }
             if matches!(ev.body, EventBody::Genesis(_)) {

@@ -82,7 +82,7 @@ impl Ledger {
         for &p in &positions {
             let e = index.entry(p);
             let f = self.frame_at(e.pack, e.offset)?;
-            let ev = crate::ledger::event::decode_event(f.event).map_err(|source| {
+            let ev = crate::record::event::decode_event(f.event).map_err(|source| {
                 LedgerError::Decode {
                     what: format!("event {}", f.hash.short()),
                     source,

@@ -1,26 +1,28 @@
 //! The event-sourced ledger: an append-only, content-addressed, verifiable log that
 //! every later piece writes to and every view reads from.
 //!
-//! Layers, bottom to top: [`hash`] (content addresses) and [`codec`] (the only bincode
-//! user); [`storage`], the engine (packs, blobs, refs, index, lock), which never looks
-//! inside an event; [`record`], what the bytes mean (events, metadata, plans,
-//! projections, the recorder, references); then the [`Ledger`] itself ([`store`]: open,
+//! Layers, bottom to top: the storage engine, its own crate `ledger-store` (`src/store`:
+//! [`hash`], [`codec`], packs, blobs, refs, index, lock), which never looks inside an
+//! event and cannot see a MAPF type; [`crate::record`], what the bytes mean (events,
+//! metadata, projections) and [`crate::plan`]; then the [`Ledger`] itself ([`store`]: open,
 //! the durable append protocol, forks, lookups, the projection cache) with
-//! [`verify`], [`bundle`] (bundles, fetch) and [`gc`]. Views of a ledger live in
-//! [`crate::views`].
+//! [`verify`], [`bundle`] (bundles, fetch), [`gc`] and [`recover`]. Views of a ledger
+//! live in `crate::views`, above it.
 pub mod bundle;
-pub mod codec;
 pub mod gc;
-pub mod hash;
-pub mod record;
+pub mod recorder;
 pub mod recover;
-pub mod storage;
+pub mod reference;
 pub mod store;
 pub mod verify;
 
-// The layers' modules under their short names (`ledger::event`, `ledger::pack`, ...).
-pub use record::{event, meta, plan, projection, recorder, reference};
-pub use storage::{blob, index, lock, pack, refs};
+// The storage engine's modules under their short names (`ledger::pack`, `ledger::hash`, ...).
+pub use ledger_store::{blob, codec, hash, index, lock, pack, refs};
+
+// The record's modules and the plan under the ledger's name (`ledger::event`,
+// `ledger::plan`, ...), for users of the library; the crate itself names them directly.
+pub use crate::plan;
+pub use crate::record::{event, meta, projection};
 
 pub use event::{Event, EventBody};
 pub use hash::Hash;
@@ -31,7 +33,6 @@ pub use reference::{parse_stage, Reference};
 pub use store::{Ledger, Location, RebuildReport, Resolved};
 pub use verify::{Problem, Report};
 
-use schemars::schema_for;
 use std::path::PathBuf;
 
 /// Errors at the ledger's library boundary. Messages name the path, branch, event or
@@ -86,41 +87,22 @@ pub enum LedgerError {
     },
 }
 
+/// The store's errors keep their names and messages at the ledger's boundary.
+impl From<ledger_store::StoreError> for LedgerError {
+    fn from(e: ledger_store::StoreError) -> Self {
+        use ledger_store::StoreError as S;
+        match e {
+            S::Io { path, message } => LedgerError::Io { path, message },
+            S::Locked { path } => LedgerError::Locked { path },
+            S::Corrupt { what, problem } => LedgerError::Corrupt { what, problem },
+            S::BadBranchName { name } => LedgerError::BadBranchName { name },
+            S::MissingBlob { hash } => LedgerError::MissingBlob { hash },
+        }
+    }
+}
+
 impl From<sled::Error> for LedgerError {
     fn from(e: sled::Error) -> Self {
         LedgerError::Sled(e.to_string())
     }
-}
-
-/// JSON Schemas of the ledger's formats: the JSON form of an event (every kind) and
-/// the plan file, as `(file stem, pretty JSON)`.
-pub fn schemas() -> Vec<(&'static str, String)> {
-    vec![
-        (
-            "ledger-event",
-            crate::schemas::pretty(schema_for!(crate::views::export::EventRecord)),
-        ),
-        (
-            "ledger-plan",
-            crate::schemas::pretty(schema_for!(plan::LedgerPlan)),
-        ),
-        // What `verify --json`, `rebuild --json`, `gc --json`, `recover --json` and `fetch --json` print.
-        (
-            "verify",
-            crate::schemas::pretty(schema_for!(verify::Report)),
-        ),
-        (
-            "rebuild",
-            crate::schemas::pretty(schema_for!(store::RebuildReport)),
-        ),
-        ("gc", crate::schemas::pretty(schema_for!(gc::GcReport))),
-        (
-            "recover",
-            crate::schemas::pretty(schema_for!(recover::RecoverReport)),
-        ),
-        (
-            "fetch",
-            crate::schemas::pretty(schema_for!(bundle::FetchReport)),
-        ),
-    ]
 }

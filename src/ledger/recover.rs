@@ -458,7 +458,7 @@ fn write_recovery(
     let rp = copy_dir.join("report.json");
     std::fs::write(&rp, json).map_err(|e| io(&rp, e))?;
     // The one step that changes history: REFS becomes one intact record.
-    refs::replace(dir, &new_refs)
+    Ok(refs::replace(dir, &new_refs)?)
 }
 
 /// Recover the ledger in `dir` (see the module doc). Errors only when it cannot work at

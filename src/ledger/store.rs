@@ -334,8 +334,8 @@ impl Ledger {
     pub fn check_projection_cache(dir: &Path) -> Result<Option<Vec<super::Problem>>, LedgerError> {
         let lock = match LedgerLock::acquire(dir, true) {
             Ok(l) => l,
-            Err(LedgerError::Locked { .. }) => return Ok(None),
-            Err(e) => return Err(e),
+            Err(ledger_store::StoreError::Locked { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
         };
         let problem = |e: LedgerError| match e {
             LedgerError::Corrupt { what, problem } => super::Problem { what, problem },
@@ -448,13 +448,13 @@ impl Ledger {
         for &(id, len) in &refs.packs {
             match Pack::open(&packs_dir, PackKind::Events, id, len, writable) {
                 Ok(p) => packs.push(p),
-                Err(e @ LedgerError::Corrupt { .. }) if !writable => {
+                Err(e @ ledger_store::StoreError::Corrupt { .. }) if !writable => {
                     problems.push(OpenProblem {
                         what: pack::pack_path(&packs_dir, id).display().to_string(),
                         problem: e.to_string(),
                     });
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
         // The saved index covers a prefix of each pack it lists; only the rest is scanned.
@@ -585,7 +585,8 @@ impl Ledger {
         self.refs_log
             .as_mut()
             .ok_or(LedgerError::ReadOnly)?
-            .commit(next)
+            .commit(next)?;
+        Ok(())
     }
 
     /// Wall time spent so far inside this handle's appends, forks, blob reads and writes,
@@ -628,17 +629,17 @@ impl Ledger {
         if !self.writable {
             return Err(LedgerError::ReadOnly);
         }
-        self.blobs.put(bytes)
+        Ok(self.blobs.put(bytes)?)
     }
 
     /// A blob's bytes, checked against its hash.
     pub fn blob(&self, h: &Hash) -> Result<Vec<u8>, LedgerError> {
         let _busy = self.busy.enter();
-        self.blobs.get(h)
+        Ok(self.blobs.get(h)?)
     }
 
     pub fn has_blob(&self, h: &Hash) -> Result<bool, LedgerError> {
-        self.blobs.contains(h)
+        Ok(self.blobs.contains(h)?)
     }
 
     pub(crate) fn blob_store(&self) -> &Blobs {
@@ -816,7 +817,7 @@ impl Ledger {
                 body,
             };
             ev.clear();
-            crate::ledger::event::encode_event_into(
+            crate::record::event::encode_event_into(
                 event.parent.as_ref(),
                 stage,
                 &event.body,
@@ -943,7 +944,7 @@ impl Ledger {
     /// The event with id `h`.
     pub fn event(&self, h: &Hash) -> Result<Event, LedgerError> {
         let f = self.frame_of(h)?;
-        crate::ledger::event::decode_event(f.event).map_err(|source| LedgerError::Decode {
+        crate::record::event::decode_event(f.event).map_err(|source| LedgerError::Decode {
             what: format!("event {}", h.short()),
             source,
         })
@@ -959,7 +960,7 @@ impl Ledger {
     pub fn event_with_meta(&self, h: &Hash) -> Result<(Event, Meta), LedgerError> {
         let f = self.frame_of(h)?;
         let e =
-            crate::ledger::event::decode_event(f.event).map_err(|source| LedgerError::Decode {
+            crate::record::event::decode_event(f.event).map_err(|source| LedgerError::Decode {
                 what: format!("event {}", h.short()),
                 source,
             })?;
@@ -1205,7 +1206,7 @@ impl Ledger {
                     .map(|&p| {
                         let e = self.index.entry(p);
                         let f = self.frame_at(e.pack, e.offset)?;
-                        let ev = crate::ledger::event::decode_event(f.event).map_err(|source| {
+                        let ev = crate::record::event::decode_event(f.event).map_err(|source| {
                             LedgerError::Decode {
                                 what: format!("event {}", f.hash.short()),
                                 source,

@@ -254,7 +254,7 @@ impl Ledger {
             for (i, &(s, e)) in spans.iter().enumerate().rev().skip(1) {
                 if let Err(err) = super::refs::Refs::parse(self.dir(), &bytes[s..e]) {
                     let problem = match err {
-                        super::LedgerError::Corrupt { problem, .. } => problem,
+                        ledger_store::StoreError::Corrupt { problem, .. } => problem,
                         e => e.to_string(),
                     };
                     warnings.push(Problem {
@@ -391,7 +391,7 @@ fn check_frame(index: &Index, saved_n: usize, frames: &[Walked<'_>], i: usize) -
             .get_or_insert(format!("content hashes to {} (bytes altered)", got.short()));
         return c;
     }
-    match crate::ledger::event::decode_event(f.event) {
+    match crate::record::event::decode_event(f.event) {
         Err(e) => {
             c.problem.get_or_insert(format!("does not decode: {e}"));
         }

@@ -7,8 +7,8 @@
 //! parameters alone (name, shape, raw bytes, in name order), so it does not depend on the
 //! container and equals the hash the trainer records at every gradient step.
 use super::adam::{named_params, Adam, AdamConfig};
-use crate::ledger::codec;
-use crate::ledger::Hash;
+use crate::record::codec;
+use crate::record::Hash;
 use serde::{Deserialize, Serialize};
 use tch::{nn, Device, Kind, Tensor};
 

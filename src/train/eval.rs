@@ -3,13 +3,13 @@
 //! set (counts by failure type plus a few failing plans rendered as text): the failure
 //! evidence environment engineers read.
 use super::policy::{Policy, Rollout};
-use super::records::{
-    EvalCell, Evaluation, EvaluationOutcomes, FailureBreakdown, SizeFailures, OUTCOME_INVALID,
-    OUTCOME_OPTIMAL, OUTCOME_VALID,
-};
 use crate::env::suite::Suite;
 use crate::env::table::{CellCounts, ResultTable};
 use crate::env::{simulate, text, CostMetric, FailureKind, Instance, Outcome};
+use crate::record::trainer::{
+    EvalCell, Evaluation, EvaluationOutcomes, FailureBreakdown, SizeFailures, OUTCOME_INVALID,
+    OUTCOME_OPTIMAL, OUTCOME_VALID,
+};
 use crate::seed::Seed;
 use std::collections::BTreeMap;
 
@@ -97,7 +97,7 @@ pub fn table(scored: &[Scored]) -> ResultTable {
 pub fn evaluation_event(
     suite: &str,
     scored: &[Scored],
-    checkpoint: Option<crate::ledger::Hash>,
+    checkpoint: Option<crate::record::Hash>,
 ) -> Evaluation {
     Evaluation {
         suite: suite.to_string(),
@@ -112,12 +112,12 @@ pub fn outcomes_event(
     suite_name: &str,
     suite: &Suite,
     scored: &[Scored],
-    checkpoint: Option<crate::ledger::Hash>,
+    checkpoint: Option<crate::record::Hash>,
 ) -> EvaluationOutcomes {
     debug_assert_eq!(scored.len(), suite.len());
     EvaluationOutcomes {
         suite: suite_name.to_string(),
-        suite_hash: crate::ledger::Hash::from_hex(&suite.hash).expect("a suite hash is hex"),
+        suite_hash: crate::record::Hash::from_hex(&suite.hash).expect("a suite hash is hex"),
         checkpoint,
         cells: suite
             .cells
@@ -142,7 +142,7 @@ pub fn subset_evaluations(
     suite_name: &str,
     suite: &Suite,
     scored: &[Scored],
-    checkpoint: Option<crate::ledger::Hash>,
+    checkpoint: Option<crate::record::Hash>,
 ) -> Vec<Evaluation> {
     let subsets = suite.item_subsets();
     suite

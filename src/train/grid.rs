@@ -401,7 +401,7 @@ impl Policy for GridPolicy {
     }
 
     fn arch(&self) -> Vec<u8> {
-        crate::ledger::codec::encode(&self.shape)
+        crate::record::codec::encode(&self.shape)
     }
 
     fn encode_plan(&self, inst: &Instance, plan: &Plan) -> Vec<u32> {

@@ -1,4 +1,6 @@
-//! GRPO, top to bottom in one place (CleanRL style).
+//! GRPO, top to bottom in one place (CleanRL style): [`train_stage`] is a stage's loop
+//! (resume, adapters, optimiser, KL reference, steps, durable points), [`step`] one
+//! gradient step, [`GrpoConfig`] every hyper-parameter, as the plan names them.
 //!
 //! Per gradient step: take a batch of training instances (a seeded permutation of the
 //! stage's set, a pure function of (stage, step)); sample G plans per instance; score
@@ -16,47 +18,181 @@
 //! the policy records them (the `lm` policy), else one no-grad forward. Every
 //! sampled plan is recorded as a trajectory, every optimiser update as a gradient step
 //! (parameter hash, loss terms as exact bits, gradient norm).
+use super::adam::AdamConfig;
 use super::eval::outcome_of;
+use super::lm::model::LoraSpec;
 use super::policy::{Policy, Rollout};
-use super::records::{GradientStep, GrpoStats, StepRecord, Trajectory, TrajectoryBatch};
-use super::TrainState;
+use super::{TrainError, TrainState};
 use crate::env::simulate::agent_credit;
 use crate::env::{CostMetric, Instance, Outcome, Plan, Reference, Solved};
-pub use crate::ledger::plan::ZeroVariance;
-use crate::ledger::Hash;
+use crate::record::trainer::{GradientStep, GrpoStats, StepRecord, Trajectory, TrajectoryBatch};
+use crate::record::Hash;
 use crate::seed::Seed;
 use rand::seq::SliceRandom;
 use tch::{Kind, Tensor};
 
-/// GRPO hyper-parameters (the plan file's `[grpo]` section).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+/// What GRPO does with a zero-variance group, a group whose samples all got the same
+/// reward (the plan's `grpo.zero_variance`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ZeroVariance {
+    #[default]
+    Keep,
+    Skip,
+}
+
+/// GRPO hyper-parameters: the plan file's `[grpo]` section itself, one type from the
+/// plan's text through its hash to the loop ([`train_stage`]). Fields added after the
+/// first ledgers (`micro_batch` on) are left out of the plan's canonical encoding while
+/// at their defaults, so a plan that does not set them keeps its hash.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
 pub struct GrpoConfig {
+    /// Gradient steps per stage.
     pub steps: u64,
+    /// The optimiser's learning rate in GRPO stages.
     pub lr: f64,
     /// G: plans sampled per instance.
-    pub group_size: usize,
-    /// Instances per gradient step.
-    pub batch_size: usize,
+    pub group_size: u32,
     pub clip_eps: f64,
     /// KL penalty to the base (stage-0) model; 0 disables it.
     pub kl_coef: f64,
+    /// Instances per gradient step.
+    pub batch_size: u32,
+    /// Training instances generated per stage.
+    pub instances_per_stage: u32,
     pub entropy_coef: f64,
     /// Optimiser updates per sampled batch (1 = on-policy).
-    pub epochs: usize,
-    /// The reward's terms (see [`reward`]).
+    pub epochs: u32,
+    /// The shaped reward's terms (each recorded here, none changed by an engineer; see
+    /// [`reward`]): `format_reward` for a plan that parses; `agent_reward` times the
+    /// share of agents that reach their goal without a violation (plays past the first
+    /// failure); `valid_reward` for a valid plan; `cost_reward` times optimum / cost (1
+    /// when optimal, under `train.metric`) and `optimal_bonus` for an optimal one.
     pub valid_reward: f64,
     pub optimal_bonus: f64,
     pub format_reward: f64,
     pub agent_reward: f64,
     pub cost_reward: f64,
-    /// Zero-variance groups: kept in the loss (advantage 0) or skipped.
+    /// What a group whose rewards are all equal (no signal) does: `keep` (it stays in the
+    /// loss's token mean with advantage 0, diluting the step) or `skip` (its tokens leave
+    /// the loss, DAPO's filter). Counted in every step's `grpo_stats` either way.
     pub zero_variance: ZeroVariance,
-    pub metric: CostMetric,
-    /// Save a checkpoint (a durable point) every this many steps.
+    /// A checkpoint (durable point) every this many steps.
     pub checkpoint_every: u64,
-    /// Rollouts per training forward and backward (gradients accumulate over the
-    /// micro-batches); 0: all of the step's rollouts at once.
-    pub micro_batch: usize,
+    /// Sampled plans per training forward and backward: the step's gradient is
+    /// accumulated over micro-batches of this many rows (same loss, less memory; the
+    /// KL reference forward is cut the same way). 0, the default: the whole batch
+    /// (`batch_size` x `group_size` rows) at once.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub micro_batch: u32,
+    /// Adam's first- and second-moment decay rates.
+    #[serde(skip_serializing_if = "is_default_beta1")]
+    pub beta1: f64,
+    #[serde(skip_serializing_if = "is_default_beta2")]
+    pub beta2: f64,
+    /// Adam's epsilon (added to the second moment's square root).
+    #[serde(skip_serializing_if = "is_default_adam_eps")]
+    pub adam_eps: f64,
+    /// Decoupled weight decay (AdamW); 0 disables it.
+    #[serde(skip_serializing_if = "is_zero_f")]
+    pub weight_decay: f64,
+    /// The global gradient norm is clipped to this; 0 disables clipping.
+    #[serde(skip_serializing_if = "is_default_max_grad_norm")]
+    pub max_grad_norm: f64,
+    /// Added to a group's reward standard deviation before dividing (see [`advantages`]).
+    #[serde(skip_serializing_if = "is_default_advantage_eps")]
+    pub advantage_eps: f64,
+    /// A group whose reward standard deviation is at most this has no signal.
+    #[serde(skip_serializing_if = "is_default_signal_eps")]
+    pub signal_eps: f64,
+}
+
+// Defaults of the fields left out of the canonical encoding at their default (see
+// [`GrpoConfig`]); the optimiser's are `AdamConfig::default()`'s.
+const ADVANTAGE_EPS: f64 = 1e-6;
+const SIGNAL_EPS: f64 = 1e-8;
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+fn is_zero_f(v: &f64) -> bool {
+    *v == 0.0
+}
+fn is_default_beta1(v: &f64) -> bool {
+    *v == AdamConfig::default().beta1
+}
+fn is_default_beta2(v: &f64) -> bool {
+    *v == AdamConfig::default().beta2
+}
+fn is_default_adam_eps(v: &f64) -> bool {
+    *v == AdamConfig::default().eps
+}
+fn is_default_max_grad_norm(v: &f64) -> bool {
+    *v == AdamConfig::default().max_grad_norm
+}
+fn is_default_advantage_eps(v: &f64) -> bool {
+    *v == ADVANTAGE_EPS
+}
+fn is_default_signal_eps(v: &f64) -> bool {
+    *v == SIGNAL_EPS
+}
+
+impl Default for GrpoConfig {
+    fn default() -> Self {
+        let adam = AdamConfig::default();
+        GrpoConfig {
+            steps: 100,
+            lr: 3e-4,
+            group_size: 8,
+            clip_eps: 0.2,
+            kl_coef: 0.01,
+            batch_size: 16,
+            instances_per_stage: 512,
+            entropy_coef: 0.001,
+            epochs: 1,
+            valid_reward: 1.0,
+            optimal_bonus: 0.5,
+            format_reward: 0.0,
+            agent_reward: 0.0,
+            cost_reward: 0.0,
+            zero_variance: ZeroVariance::Keep,
+            checkpoint_every: 25,
+            micro_batch: 0,
+            beta1: adam.beta1,
+            beta2: adam.beta2,
+            adam_eps: adam.eps,
+            weight_decay: adam.weight_decay,
+            max_grad_norm: adam.max_grad_norm,
+            advantage_eps: ADVANTAGE_EPS,
+            signal_eps: SIGNAL_EPS,
+        }
+    }
+}
+
+impl GrpoConfig {
+    /// The optimiser of a GRPO stage: this stage's learning rate and the plan's Adam
+    /// settings.
+    pub fn adam(&self) -> AdamConfig {
+        AdamConfig {
+            lr: self.lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.adam_eps,
+            weight_decay: self.weight_decay,
+            max_grad_norm: self.max_grad_norm,
+        }
+    }
 }
 
 /// The fixed, shaped, verifiable reward; the engineer never changes it. For a plan that
@@ -71,6 +207,7 @@ pub struct GrpoConfig {
 /// A plan that does not parse earns 0.
 pub fn reward(
     cfg: &GrpoConfig,
+    metric: CostMetric,
     inst: &Instance,
     plan: Option<&Plan>,
     outcome: &Outcome,
@@ -87,7 +224,7 @@ pub fn reward(
     }
     if outcome.valid {
         r += cfg.valid_reward;
-        let (cost, best) = match cfg.metric {
+        let (cost, best) = match metric {
             CostMetric::Makespan => (outcome.makespan, reference.makespan),
             CostMetric::SumOfCosts => (outcome.sum_of_costs, reference.sum_of_costs),
         };
@@ -98,7 +235,7 @@ pub fn reward(
             (best as f64 / cost as f64).min(1.0)
         };
         r += cfg.cost_reward * ratio;
-        if outcome.optimal(reference, cfg.metric) {
+        if outcome.optimal(reference, metric) {
             r += cfg.optimal_bonus;
         }
     }
@@ -123,35 +260,37 @@ pub fn batch_indices(n: usize, batch: usize, seed: Seed, step: u64) -> Vec<usize
     out
 }
 
-/// Group-normalised advantages: (r - mean) / std within each instance's G samples;
-/// a group whose rewards are all equal carries no signal (advantage 0).
-pub fn advantages(rewards: &[f64], group: usize) -> Vec<f64> {
+/// Group-normalised advantages: (r - mean) / (std + `advantage_eps`) within each
+/// instance's `group_size` samples; a group without signal (see [`signal_groups`])
+/// has advantage 0.
+pub fn advantages(rewards: &[f64], cfg: &GrpoConfig) -> Vec<f64> {
+    let group = cfg.group_size as usize;
     let mut adv = vec![0.0; rewards.len()];
     for (g, chunk) in rewards.chunks(group).enumerate() {
-        if let Some(std) = group_spread(chunk) {
+        if let Some(std) = group_spread(chunk, cfg.signal_eps) {
             let mean = chunk.iter().sum::<f64>() / chunk.len() as f64;
             for (i, r) in chunk.iter().enumerate() {
-                adv[g * group + i] = (r - mean) / (std + 1e-6);
+                adv[g * group + i] = (r - mean) / (std + cfg.advantage_eps);
             }
         }
     }
     adv
 }
 
-/// The population standard deviation of a group's rewards, None when they are all
-/// equal (below 1e-8): such a group has no signal.
-fn group_spread(chunk: &[f64]) -> Option<f64> {
+/// The population standard deviation of a group's rewards, None when it is at most
+/// `signal_eps` (the rewards are all equal): such a group has no signal.
+fn group_spread(chunk: &[f64], signal_eps: f64) -> Option<f64> {
     let mean = chunk.iter().sum::<f64>() / chunk.len().max(1) as f64;
     let var = chunk.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / chunk.len().max(1) as f64;
     let std = var.sqrt();
-    (std > 1e-8).then_some(std)
+    (std > signal_eps).then_some(std)
 }
 
 /// Which groups of a batch have signal (rewards that differ), in group order.
-pub fn signal_groups(rewards: &[f64], group: usize) -> Vec<bool> {
+pub fn signal_groups(rewards: &[f64], cfg: &GrpoConfig) -> Vec<bool> {
     rewards
-        .chunks(group)
-        .map(|c| group_spread(c).is_some())
+        .chunks(cfg.group_size as usize)
+        .map(|c| group_spread(c, cfg.signal_eps).is_some())
         .collect()
 }
 
@@ -174,25 +313,25 @@ pub fn step(
     state: &mut TrainState,
     base: Option<&dyn Policy>,
     cfg: &GrpoConfig,
+    metric: CostMetric,
     data: &[Solved],
     data_blobs: &[Hash],
     stage_seed: Seed,
     step: u64,
 ) -> (Vec<StepRecord>, StepStats) {
+    let group = cfg.group_size as usize;
     // 1. The batch and its rollouts.
     let idx = batch_indices(
         data.len(),
-        cfg.batch_size,
+        cfg.batch_size as usize,
         stage_seed.child("order", 0),
         step,
     );
     let instances: Vec<_> = idx.iter().map(|&i| data[i].instance.clone()).collect();
-    let rollouts: Vec<Rollout> = state.policy.sample(
-        &instances,
-        cfg.group_size,
-        false,
-        stage_seed.child("rollout", step),
-    );
+    let rollouts: Vec<Rollout> =
+        state
+            .policy
+            .sample(&instances, group, false, stage_seed.child("rollout", step));
 
     // 2. Rewards from the testbed, advantages within each group.
     let outcomes: Vec<Outcome> = rollouts
@@ -204,11 +343,18 @@ pub fn step(
         .zip(&outcomes)
         .map(|(r, o)| {
             let d = &data[idx[r.instance]];
-            reward(cfg, &d.instance, r.plan.as_ref().ok(), o, &d.reference)
+            reward(
+                cfg,
+                metric,
+                &d.instance,
+                r.plan.as_ref().ok(),
+                o,
+                &d.reference,
+            )
         })
         .collect();
-    let adv = advantages(&rewards, cfg.group_size);
-    let signal = signal_groups(&rewards, cfg.group_size);
+    let adv = advantages(&rewards, cfg);
+    let signal = signal_groups(&rewards, cfg);
 
     // 3. The trajectories, recorded before the update they feed.
     let mut events = vec![StepRecord::Trajectories(TrajectoryBatch {
@@ -224,7 +370,7 @@ pub fn step(
                     instance: r.instance as u32,
                     plan: r.plan_bytes.clone(),
                     valid: o.valid,
-                    optimal: o.optimal(reference, cfg.metric),
+                    optimal: o.optimal(reference, metric),
                     failure: o.failure_kind(),
                     cost: o.sum_of_costs,
                     optimal_cost: reference.sum_of_costs,
@@ -252,8 +398,8 @@ pub fn step(
                 .detach()
         })
     };
-    let micro =
-        (cfg.micro_batch > 0 && cfg.micro_batch < rollouts.len()).then_some(cfg.micro_batch);
+    let micro = (cfg.micro_batch > 0 && (cfg.micro_batch as usize) < rollouts.len())
+        .then_some(cfg.micro_batch as usize);
     let base_lp = if cfg.kl_coef > 0.0 {
         tch::no_grad(|| {
             let reference = |part: &[Rollout]| {
@@ -287,7 +433,7 @@ pub fn step(
         optimal: rollouts
             .iter()
             .zip(&outcomes)
-            .filter(|(r, o)| o.optimal(&data[idx[r.instance]].reference, cfg.metric))
+            .filter(|(r, o)| o.optimal(&data[idx[r.instance]].reference, metric))
             .count() as u32,
         reward_mean: reward_mean.to_bits(),
         reward_std: (rewards
@@ -306,7 +452,7 @@ pub fn step(
         ZeroVariance::Skip => {
             grpo_stats.skipped_groups = grpo_stats.groups - grpo_stats.signal_groups;
             let w: Vec<f32> = (0..rollouts.len())
-                .map(|i| signal[i / cfg.group_size] as u8 as f32)
+                .map(|i| signal[i / group] as u8 as f32)
                 .collect();
             Some(Tensor::from_slice(&w).to(device))
         }
@@ -510,13 +656,134 @@ fn accumulate_micro_batches(
     t
 }
 
+/// Where a GRPO stage starts, as its branch records it.
+#[derive(Clone, Debug)]
+pub struct StageStart {
+    /// The previous stage's final checkpoint.
+    pub from: Hash,
+    /// This stage's last durable checkpoint, when resuming after a stop or a crash.
+    pub resume: Option<Hash>,
+    /// Stage 0's final checkpoint: the KL reference of a policy without adapters.
+    pub base: Option<Hash>,
+    /// The adapters to train (the plan's LoRA settings); added when the stage starts
+    /// from a full-weights checkpoint.
+    pub lora: Option<LoraSpec>,
+}
+
+/// What [`train_stage`] needs from the stage that runs it: checkpoints by hash, and
+/// the records and durable points it hands back.
+pub trait StageHost {
+    type Error: From<TrainError>;
+    /// The training state saved in checkpoint blob `checkpoint`.
+    fn load(&self, checkpoint: &Hash) -> Result<TrainState, Self::Error>;
+    /// Step `done` (counted from 1) produced `records` and `stats`.
+    fn stepped(&mut self, done: u64, records: Vec<StepRecord>, stats: &StepStats);
+    /// A durable point after step `done`: save `state` as a checkpoint and commit
+    /// everything recorded. Returns true when the run must stop here.
+    fn durable_point(&mut self, state: &TrainState, done: u64) -> Result<bool, Self::Error>;
+}
+
+/// A GRPO stage, top to bottom. Returns the trained state, or None when the host
+/// stopped at a durable point (a later call with `start.resume` at that checkpoint
+/// goes on exactly as if it never stopped: every step is a pure function of the
+/// state, the stage seed and the step number).
+#[allow(clippy::too_many_arguments)]
+pub fn train_stage<H: StageHost>(
+    cfg: &GrpoConfig,
+    metric: CostMetric,
+    start: &StageStart,
+    data: &[Solved],
+    data_blobs: &[Hash],
+    stage_seed: Seed,
+    host: &mut H,
+) -> Result<Option<TrainState>, H::Error> {
+    // 1. Resume from this stage's last durable checkpoint, else start from the previous
+    //    stage's; a full-weights start under LoRA freezes those weights and adds fresh
+    //    adapters (with a fresh optimiser over them).
+    let mut state = host.load(start.resume.as_ref().unwrap_or(&start.from))?;
+    let stage_start_step = match start.resume {
+        Some(_) => host.load(&start.from)?.global_step,
+        None => {
+            state = with_adapters(state, start.lora.clone(), start.from, stage_seed)?;
+            state.global_step
+        }
+    };
+    let first = (state.global_step - stage_start_step) / cfg.epochs as u64;
+
+    // 2. The optimiser: the plan's Adam settings at this stage's learning rate (the
+    //    moments come with the checkpoint).
+    state.adam.config = cfg.adam();
+
+    // 3. The KL reference: under LoRA the policy's own frozen base (no second model);
+    //    otherwise stage 0's model, loaded beside it.
+    let lora = state.policy.as_lm().is_some_and(|p| p.model.lora.is_some());
+    let reference = match start.base {
+        Some(b) if cfg.kl_coef > 0.0 && !lora => Some(host.load(&b)?),
+        _ => None,
+    };
+
+    // 4. The steps, with a durable point every `checkpoint_every` of them (the last
+    //    step's is the stage's end, which the host records itself).
+    for s in first..cfg.steps {
+        let (records, stats) = step(
+            &mut state,
+            reference.as_ref().map(|r| r.policy.as_ref()),
+            cfg,
+            metric,
+            data,
+            data_blobs,
+            stage_seed,
+            s,
+        );
+        let done = s + 1;
+        host.stepped(done, records, &stats);
+        if done % cfg.checkpoint_every == 0
+            && done < cfg.steps
+            && host.durable_point(&state, done)?
+        {
+            return Ok(None);
+        }
+    }
+    Ok(Some(state))
+}
+
+/// `state` with fresh LoRA adapters over its (frozen) weights when `lora` asks for
+/// them and it has none yet; otherwise `state` itself.
+fn with_adapters(
+    state: TrainState,
+    lora: Option<LoraSpec>,
+    from: Hash,
+    stage_seed: Seed,
+) -> Result<TrainState, TrainError> {
+    let Some(spec) = lora else {
+        return Ok(state);
+    };
+    if state
+        .policy
+        .as_lm()
+        .is_none_or(|lm| lm.model.lora.is_some())
+    {
+        return Ok(state);
+    }
+    let TrainState {
+        policy,
+        adam,
+        global_step,
+    } = state;
+    let lm = super::lm::downcast(policy).expect("checked above");
+    let lm = lm.into_lora(spec, from, stage_seed.child("lora", 0))?;
+    let mut next = TrainState::new(Box::new(lm), adam.config);
+    next.global_step = global_step;
+    Ok(next)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn advantages_are_group_normalised() {
-        let a = advantages(&[1.0, 0.0, 1.0, 0.0, 2.0, 2.0, 2.0, 2.0], 4);
+        let a = advantages(&[1.0, 0.0, 1.0, 0.0, 2.0, 2.0, 2.0, 2.0], &groups_of(4));
         assert!((a[0] - 1.0).abs() < 1e-4 && (a[1] + 1.0).abs() < 1e-4);
         assert_eq!(&a[4..], &[0.0; 4]);
     }
@@ -529,25 +796,29 @@ mod tests {
         assert_eq!(seen, (0..20).collect::<Vec<_>>());
         assert_eq!(batch_indices(20, 4, seed, 7), batch_indices(20, 4, seed, 7));
     }
+
+    fn groups_of(group_size: u32) -> GrpoConfig {
+        GrpoConfig {
+            group_size,
+            ..GrpoConfig::default()
+        }
+    }
+
     fn cfg() -> GrpoConfig {
         GrpoConfig {
             steps: 1,
             lr: 1e-4,
             group_size: 4,
             batch_size: 1,
-            clip_eps: 0.2,
             kl_coef: 0.0,
             entropy_coef: 0.0,
-            epochs: 1,
             valid_reward: 1.0,
             optimal_bonus: 0.25,
             format_reward: 0.1,
             agent_reward: 0.5,
             cost_reward: 0.5,
-            zero_variance: ZeroVariance::Keep,
-            metric: CostMetric::SumOfCosts,
             checkpoint_every: 1,
-            micro_batch: 0,
+            ..GrpoConfig::default()
         }
     }
 
@@ -598,7 +869,7 @@ mod tests {
                     detail: String::new(),
                 }),
             };
-            reward(&c, &inst, p, &o, &reference)
+            reward(&c, CostMetric::SumOfCosts, &inst, p, &o, &reference)
         };
         let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-12, "{a} != {b}");
         // Unparseable: nothing.
@@ -622,11 +893,24 @@ mod tests {
     #[test]
     fn zero_variance_groups_are_counted() {
         let rewards = [1.0, 1.0, 1.0, 1.0, 0.0, 1.5, 0.0, 0.0, 0.2, 0.2, 0.2, 0.2];
-        assert_eq!(signal_groups(&rewards, 4), vec![false, true, false]);
-        let adv = advantages(&rewards, 4);
+        assert_eq!(
+            signal_groups(&rewards, &groups_of(4)),
+            vec![false, true, false]
+        );
+        let adv = advantages(&rewards, &groups_of(4));
         assert!(adv[..4].iter().chain(&adv[8..]).all(|&a| a == 0.0));
         assert!(adv[5] > 0.0 && adv[4] < 0.0);
-        // A group differing by less than 1e-8 has no signal either.
-        assert_eq!(signal_groups(&[0.3, 0.3 + 1e-12], 2), vec![false]);
+        // A group differing by less than `signal_eps` (1e-8) has no signal either; a
+        // plan can set a larger one.
+        assert_eq!(
+            signal_groups(&[0.3, 0.3 + 1e-12], &groups_of(2)),
+            vec![false]
+        );
+        let coarse = GrpoConfig {
+            signal_eps: 0.1,
+            ..groups_of(4)
+        };
+        assert_eq!(signal_groups(&rewards, &coarse), vec![false, true, false]);
+        assert_eq!(signal_groups(&[0.0, 0.1, 0.0, 0.1], &coarse), vec![false]);
     }
 }

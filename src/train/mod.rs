@@ -14,7 +14,6 @@ pub mod kernels;
 pub mod lm;
 pub mod memory;
 pub mod policy;
-pub mod records;
 pub mod warmup;
 
 use adam::{Adam, AdamConfig};
@@ -255,7 +254,7 @@ impl TrainState {
         let mut policy: Box<dyn Policy> = match h.policy.as_str() {
             "grid" => {
                 let shape: grid::GridShape =
-                    crate::ledger::codec::decode(&h.arch, "grid architecture")
+                    crate::record::codec::decode(&h.arch, "grid architecture")
                         .map_err(|e| TrainError::Arch(e.to_string()))?;
                 Box::new(grid::GridPolicy::new(
                     device,
@@ -264,7 +263,7 @@ impl TrainState {
                 ))
             }
             "lm" => {
-                let arch: lm::LmArch = crate::ledger::codec::decode(&h.arch, "lm architecture")
+                let arch: lm::LmArch = crate::record::codec::decode(&h.arch, "lm architecture")
                     .map_err(|e| TrainError::Arch(e.to_string()))?;
                 Box::new(lm::LmPolicy::from_arch(arch, compute, blobs)?)
             }
@@ -281,14 +280,14 @@ impl TrainState {
     /// The blobs a checkpoint's bytes reference besides itself (an `lm` tokenizer, a
     /// frozen base checkpoint); empty for other bytes. Bundles follow these, since no
     /// event names them.
-    pub fn referenced_blobs(bytes: &[u8]) -> Vec<crate::ledger::Hash> {
+    pub fn referenced_blobs(bytes: &[u8]) -> Vec<crate::record::Hash> {
         let Ok((h, _)) = checkpoint::header(bytes) else {
             return Vec::new();
         };
         if h.policy != "lm" {
             return Vec::new();
         }
-        match crate::ledger::codec::decode::<lm::LmArch>(&h.arch, "lm architecture") {
+        match crate::record::codec::decode::<lm::LmArch>(&h.arch, "lm architecture") {
             Ok(arch) => {
                 let mut v = vec![arch.tokenizer];
                 if let Some(lm::Frozen::Checkpoint(f)) = arch.frozen {

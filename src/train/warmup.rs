@@ -3,9 +3,9 @@
 //! each step maximises the log-likelihood of a batch of reference plans.
 use super::grpo::batch_indices;
 use super::policy::Rollout;
-use super::records::GradientStep;
 use super::TrainState;
 use crate::env::Solved;
+use crate::record::trainer::GradientStep;
 use crate::seed::Seed;
 use tch::Kind;
 

@@ -5,8 +5,8 @@
 //! against the previous stage's, with a verdict on the sizes the decision changed.
 use crate::engineer::EngineerContext;
 use crate::env::config::{ConfigProposal, GeneratorConfig};
-use crate::ledger::event::{DecisionStatus, EvalCell, EventBody, ProposedConfig};
 use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
+use crate::record::event::{DecisionStatus, EvalCell, EventBody, ProposedConfig};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -293,7 +293,7 @@ pub struct TrainingSummary {
 }
 
 impl TrainingSummary {
-    pub fn of(t: &crate::ledger::projection::GrpoTotals) -> Option<TrainingSummary> {
+    pub fn of(t: &crate::record::projection::GrpoTotals) -> Option<TrainingSummary> {
         Some(TrainingSummary {
             steps: t.steps,
             reward_mean: t.reward_mean()?,
@@ -341,7 +341,7 @@ pub fn audit(
             continue;
         };
         let context: EngineerContext =
-            crate::ledger::codec::decode(&ledger.blob(&d.context)?, "engineer context").map_err(
+            crate::record::codec::decode(&ledger.blob(&d.context)?, "engineer context").map_err(
                 |e| LedgerError::Corrupt {
                     what: format!(
                         "context blob {} of decision {}",

@@ -6,8 +6,8 @@
 //! Views over projections (and the outcomes events they name).
 use super::paired::{paired_rows, unpairable, PairedRow};
 use crate::env::table::ResultTable;
-use crate::ledger::event::{Evaluation, EvaluationOutcomes};
 use crate::ledger::{BranchState, EventBody, Hash, Ledger, LedgerError};
+use crate::record::event::{Evaluation, EvaluationOutcomes};
 use crate::train::eval::table_of;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;

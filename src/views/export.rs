@@ -1,9 +1,9 @@
 //! Export: the JSON form of events ([`EventRecord`], one per line) and a flat CSV view.
-use crate::ledger::event::{Event, EventBody};
-use crate::ledger::hash::Hash;
-use crate::ledger::meta::Meta;
 use crate::ledger::store::Ledger;
 use crate::ledger::LedgerError;
+use crate::record::event::{Event, EventBody};
+use crate::record::hash::Hash;
+use crate::record::meta::Meta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -330,7 +330,7 @@ pub fn export_table(
                     let EventBody::EngineerDecision(d) = ledger.event(&h)?.body else {
                         continue;
                     };
-                    use crate::ledger::event::{DecisionStatus, ProposedConfig};
+                    use crate::record::event::{DecisionStatus, ProposedConfig};
                     let (status, reason) = match &d.status {
                         DecisionStatus::Accepted => ("accepted", String::new()),
                         DecisionStatus::Clipped => ("clipped", String::new()),

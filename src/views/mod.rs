@@ -9,6 +9,7 @@ pub mod audit;
 pub mod branches;
 pub mod compare;
 pub mod export;
+pub mod model;
 pub mod paired;
 pub mod plan_check;
 pub mod show;

@@ -18,8 +18,8 @@
 //! Each side's own (independent) interval comes from the same resamples, so the two can
 //! be read side by side.
 use crate::env::suite::subset_label;
-use crate::ledger::event::{EvaluationOutcomes, OUTCOME_OPTIMAL, OUTCOME_VALID};
 use crate::ledger::Hash;
+use crate::record::event::{EvaluationOutcomes, OUTCOME_OPTIMAL, OUTCOME_VALID};
 use crate::seed::Seed;
 use rand::Rng as _;
 use schemars::JsonSchema;

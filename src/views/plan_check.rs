@@ -7,9 +7,9 @@
 //! [`crate::train::memory`]. Given the GPU's memory it says whether the run fits and,
 //! if not, which single setting (micro-batch, batch, group, max new tokens, evaluation
 //! batch, LoRA rank) would make it fit, or else which settings together would.
-use crate::engineer::llm::TokenCounter;
+use crate::engineer::prompt::TokenCounter;
 use crate::env::{generate, Budget, GeneratorConfig, Instance};
-use crate::ledger::plan::LedgerPlan;
+use crate::plan::LedgerPlan;
 use crate::seed::Seed;
 use crate::train::lm::config::LmConfig;
 use crate::train::lm::{ChatFormat, PromptStyle};
@@ -120,7 +120,7 @@ fn model_shape(
             TokenCounter::Approximate,
             format!(
                 "estimate ({} characters per token)",
-                crate::engineer::llm::CHARS_PER_TOKEN
+                crate::engineer::prompt::CHARS_PER_TOKEN
             ),
         )
     };
@@ -196,7 +196,7 @@ pub fn check(
     gpu_memory: Option<u64>,
     model_config: Option<&std::path::Path>,
 ) -> Result<MemoryPlan, CheckError> {
-    if plan.policy != crate::ledger::plan::PolicyKind::Lm {
+    if plan.policy != crate::plan::PolicyKind::Lm {
         return Err(CheckError::Input(format!(
             "policy {:?}: the memory plan is for lm plans (a grid policy is a few MB)",
             plan.policy.name()

@@ -2,7 +2,8 @@
 //! cells aggregated over seeds (mean and 95% t-interval), each engineer's paired
 //! differences against `fixed` (replicate r against replicate r: the same fork point and
 //! suite items), and the CSV, Markdown and plot series written from them.
-//! `crate::study` runs the study and writes the files.
+//! `crate::study` forks and runs the study; [`study_report`] summarises its runs and
+//! [`write_study`] writes the files.
 use super::compare::{mean_ci, BranchSummary};
 use super::paired::{self, Interval, McNemar};
 use std::collections::BTreeSet;
@@ -829,6 +830,80 @@ pub fn study_series(r: &StudyReport) -> Vec<crate::figures::Series> {
             )
         })
         .collect()
+}
+
+/// The study's report from its runs (as [`crate::study::run_study`] returns them): each
+/// run's summary and outcomes, the per-engineer aggregates and the paired differences
+/// against the first engineer.
+pub fn study_report(
+    ledger: &mut crate::ledger::Ledger,
+    spec: &crate::study::StudySpec,
+    records: Vec<crate::study::StudyRunRecord>,
+) -> Result<StudyReport, crate::ledger::LedgerError> {
+    let mut runs = Vec::new();
+    for rec in records {
+        let st = ledger.projection(&rec.branch)?;
+        let mut summary = super::compare::summarise(&rec.branch, &st);
+        super::compare::load_outcomes(ledger, &st, &mut summary)?;
+        runs.push(StudyRun {
+            engineer: rec.engineer,
+            replicate: rec.replicate,
+            head: ledger.head(&rec.branch)?,
+            summary,
+            branch: rec.branch,
+            action: rec.action.into(),
+        });
+    }
+    let (cells, validation) = aggregate(&spec.engineers, &runs);
+    let paired = paired_vs_baseline(&spec.engineers, &runs);
+    Ok(StudyReport {
+        from: spec.from.clone(),
+        at: spec.at,
+        seeds: spec.seeds,
+        engineers: spec.engineers.clone(),
+        runs,
+        cells,
+        validation,
+        paired,
+        files: vec![],
+    })
+}
+
+/// Write study.csv, study.md, study.svg, study.png and study.json into `dir` (listed in
+/// `r.files`).
+pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), String> {
+    let io = |p: &std::path::Path, e: std::io::Error| format!("{}: {e}", p.display());
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let csv = dir.join("study.csv");
+    std::fs::write(&csv, study_csv(r)).map_err(|e| io(&csv, e))?;
+    let md = dir.join("study.md");
+    std::fs::write(&md, study_markdown(r)).map_err(|e| io(&md, e))?;
+    let svg = dir.join("study.svg");
+    let series = study_series(r);
+    let title = format!(
+        "Validation valid % per stage (fork of {} at stage {}, mean over {} seeds)",
+        r.from, r.at, r.seeds
+    );
+    let curves = crate::figures::Curves {
+        title: &title,
+        y_label: "valid %",
+        series: &series,
+    };
+    crate::figures::write_curves(&svg, &curves)?;
+    let png = dir.join("study.png");
+    crate::figures::write_curves(&png, &curves)?;
+    let json = dir.join("study.json");
+    r.files = [&csv, &md, &svg, &png, &json]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    // study.json is what `ledger report --study DIR` reads back.
+    std::fs::write(
+        &json,
+        serde_json::to_string_pretty(&*r).expect("a study report serialises"),
+    )
+    .map_err(|e| io(&json, e))?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use crate::env::simulate::{Failure, Reference};
 use crate::env::suite::SuiteName;
 use crate::env::table::CellStats;
 use crate::env::Plan;
-use crate::ledger::event::EvalCell;
+use crate::record::event::EvalCell;
 use schemars::JsonSchema;
 use serde::Serialize;
 

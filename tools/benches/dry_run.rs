@@ -164,7 +164,7 @@ fn main() {
             let ctx = teacher::context(Seed::root(12).child("ctx", i), &tspec, 3);
             engineer_model::prompt(
                 &ctx,
-                &mapf_ledger::engineer::llm::TokenCounter::Approximate,
+                &mapf_ledger::engineer::prompt::TokenCounter::Approximate,
                 u32::MAX,
             )
         })
@@ -293,7 +293,7 @@ fn main() {
     let g = GrpoConfig {
         steps: 1,
         lr: 1e-5,
-        group_size: group,
+        group_size: group as u32,
         batch_size: 1,
         clip_eps: 0.2,
         kl_coef: 0.01,
@@ -305,13 +305,22 @@ fn main() {
         agent_reward: 0.5,
         cost_reward: 0.5,
         zero_variance: grpo::ZeroVariance::Keep,
-        metric: CostMetric::Makespan,
         checkpoint_every: 100,
-        micro_batch: micro,
+        micro_batch: micro as u32,
+        ..GrpoConfig::default()
     };
     let blobs = vec![Hash([0; 32]); 1];
     let (_, stats) = measure("grpo step", baseline, &mut phases, || {
-        grpo::step(&mut ts, None, &g, &data[..1], &blobs, Seed::root(3), 0)
+        grpo::step(
+            &mut ts,
+            None,
+            &g,
+            CostMetric::Makespan,
+            &data[..1],
+            &blobs,
+            Seed::root(3),
+            0,
+        )
     });
     assert!(stats.loss.is_finite(), "loss {}", stats.loss);
     let rows = if micro > 0 { micro.min(group) } else { group } as u64;

@@ -35,9 +35,9 @@ fn grpo_config() -> GrpoConfig {
         agent_reward: 0.0,
         cost_reward: 0.0,
         zero_variance: grpo::ZeroVariance::Keep,
-        metric: CostMetric::Makespan,
         checkpoint_every: 1000,
         micro_batch: 0,
+        ..GrpoConfig::default()
     }
 }
 
@@ -48,7 +48,16 @@ fn grpo_rate(policy: Box<dyn Policy>, data: &[Solved], secs: f64) -> f64 {
     let t0 = Instant::now();
     let mut steps = 0u64;
     while t0.elapsed().as_secs_f64() < secs || steps < 2 {
-        let _ = grpo::step(&mut state, None, &g, data, &blobs, Seed::root(3), steps);
+        let _ = grpo::step(
+            &mut state,
+            None,
+            &g,
+            CostMetric::Makespan,
+            data,
+            &blobs,
+            Seed::root(3),
+            steps,
+        );
         steps += 1;
     }
     steps as f64 / t0.elapsed().as_secs_f64()

@@ -10,7 +10,7 @@ use super::chat::ChatFormat;
 use super::config::LmConfig;
 use super::model::{param_shapes, Model};
 use super::LmError;
-use crate::ledger::Hash;
+use crate::record::Hash;
 use std::collections::BTreeMap;
 use std::path::Path;
 use tch::{Device, Kind, Tensor};

@@ -31,7 +31,7 @@ use crate::env::text::{
     render_prompt,
 };
 use crate::env::{Instance, Plan};
-use crate::ledger::Hash;
+use crate::record::Hash;
 use crate::seed::Seed;
 pub use chat::ChatFormat;
 pub use config::{Family, LmConfig};
@@ -774,7 +774,7 @@ impl Policy for LmPolicy {
     }
 
     fn arch(&self) -> Vec<u8> {
-        crate::ledger::codec::encode(&self.arch)
+        crate::record::codec::encode(&self.arch)
     }
 
     fn side_blobs(&self) -> Vec<Vec<u8>> {

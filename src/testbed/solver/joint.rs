@@ -14,7 +14,7 @@
 //! depends on time, so times are clamped to `tstar` in the state key and the state space
 //! is finite; with a makespan cap the time is bounded by the cap instead.
 use super::{at, Table, MAX_GROUP, NONE};
-use crate::env::instance::Cell;
+use crate::instance::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Instant;

@@ -1,5 +1,6 @@
 //! Content addresses: the 32-byte blake3 [`Hash`] and the domain-separated ways of
-//! computing one (events, blobs, trajectories, plans each under their own context).
+//! computing one (events and blobs here; the application derives its own, such as
+//! trajectory and plan hashes, with [`Hash::derive`] under contexts it owns).
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -10,10 +11,6 @@ use std::sync::OnceLock;
 pub const EVENT_CONTEXT: &str = "mapf-ledger 2026 event v1";
 /// Context for blob ids.
 pub const BLOB_CONTEXT: &str = "mapf-ledger 2026 blob v1";
-/// Context for the content hash of one trajectory inside a batch.
-pub const TRAJECTORY_CONTEXT: &str = "mapf-ledger 2026 trajectory v1";
-/// Context for the hash of a parsed plan (its canonical encoding).
-pub const PLAN_CONTEXT: &str = "mapf-ledger 2026 plan v1";
 
 /// Length of the short, human form of a hash (hex characters).
 pub const SHORT_LEN: usize = 12;

@@ -4,10 +4,14 @@
 //! naming the field. Sections other than `name`, `seed` and `initial_config` have
 //! defaults, so later issues add fields by adding a field with a `#[serde(default)]`.
 use crate::env::config::GeneratorConfig;
-use crate::ledger::codec;
-use crate::ledger::hash::{Hash, PLAN_CONTEXT};
+use crate::record::codec;
+use crate::record::hash::Hash;
+use crate::train::grpo::GrpoConfig;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+/// Context for the hash of a parsed plan (its canonical encoding).
+pub const PLAN_CONTEXT: &str = "mapf-ledger 2026 plan v1";
 
 /// Which policy the ledger trains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -48,7 +52,8 @@ pub struct LedgerPlan {
     #[serde(default)]
     pub warmup: Warmup,
     #[serde(default)]
-    pub grpo: Grpo,
+    /// GRPO hyper-parameters per stage: the trainer's own config type, embedded.
+    pub grpo: GrpoConfig,
     #[serde(default)]
     pub engineer: EngineerPlan,
     #[serde(default)]
@@ -221,83 +226,6 @@ impl Default for Warmup {
             agents: vec![2],
             hole_ratios: Vec::new(),
             wait_ratios: Vec::new(),
-        }
-    }
-}
-
-/// GRPO hyperparameters (per stage).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct Grpo {
-    pub steps: u64,
-    pub lr: f64,
-    pub group_size: u32,
-    pub clip_eps: f64,
-    pub kl_coef: f64,
-    pub batch_size: u32,
-    /// Training instances generated per stage.
-    pub instances_per_stage: u32,
-    pub entropy_coef: f64,
-    /// Optimiser updates per sampled batch.
-    pub epochs: u32,
-    /// The shaped reward's terms (each recorded here, none changed by an engineer):
-    /// `format_reward` for a plan that parses; `agent_reward` times the share of agents
-    /// that reach their goal without a violation (plays past the first failure);
-    /// `valid_reward` for a valid plan; `cost_reward` times optimum / cost (1 when
-    /// optimal, under `train.metric`) and `optimal_bonus` for an optimal one.
-    pub valid_reward: f64,
-    pub optimal_bonus: f64,
-    pub format_reward: f64,
-    pub agent_reward: f64,
-    pub cost_reward: f64,
-    /// What a group whose rewards are all equal (no signal) does: `keep` (it stays in the
-    /// loss's token mean with advantage 0, diluting the step) or `skip` (its tokens leave
-    /// the loss, DAPO's filter). Counted in every step's `grpo_stats` either way.
-    pub zero_variance: ZeroVariance,
-    /// A checkpoint (durable point) every this many steps.
-    pub checkpoint_every: u64,
-    /// Sampled plans per training forward and backward: the step's gradient is
-    /// accumulated over micro-batches of this many rows (same loss, less memory; the
-    /// KL reference forward is cut the same way). 0, the default: the whole batch
-    /// (`batch_size` x `group_size` rows) at once, as plans without the field run (it
-    /// is then skipped in the canonical encoding, leaving their hash unchanged).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub micro_batch: u32,
-}
-
-fn is_zero(v: &u32) -> bool {
-    *v == 0
-}
-
-/// What GRPO does with a zero-variance group (see [`Grpo::zero_variance`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ZeroVariance {
-    #[default]
-    Keep,
-    Skip,
-}
-
-impl Default for Grpo {
-    fn default() -> Self {
-        Grpo {
-            steps: 100,
-            lr: 3e-4,
-            group_size: 8,
-            clip_eps: 0.2,
-            kl_coef: 0.01,
-            batch_size: 16,
-            instances_per_stage: 512,
-            entropy_coef: 0.001,
-            epochs: 1,
-            valid_reward: 1.0,
-            optimal_bonus: 0.5,
-            format_reward: 0.0,
-            agent_reward: 0.0,
-            cost_reward: 0.0,
-            zero_variance: ZeroVariance::Keep,
-            checkpoint_every: 25,
-            micro_batch: 0,
         }
     }
 }
@@ -514,6 +442,16 @@ impl LedgerPlan {
         check_f("grpo.cost_reward", g.cost_reward, 0.0, 100.0, false)?;
         check_u("grpo.checkpoint_every", g.checkpoint_every, 1, u64::MAX)?;
         check_u("grpo.micro_batch", g.micro_batch as u64, 0, 1 << 20)?;
+        for (field, v) in [("grpo.beta1", g.beta1), ("grpo.beta2", g.beta2)] {
+            if !(0.0..1.0).contains(&v) {
+                return Err(range(field, format!("must be in [0, 1), got {v}")));
+            }
+        }
+        check_f("grpo.adam_eps", g.adam_eps, 0.0, 1.0, true)?;
+        check_f("grpo.weight_decay", g.weight_decay, 0.0, 1.0, false)?;
+        check_f("grpo.max_grad_norm", g.max_grad_norm, 0.0, 1e6, false)?;
+        check_f("grpo.advantage_eps", g.advantage_eps, 0.0, 1.0, false)?;
+        check_f("grpo.signal_eps", g.signal_eps, 0.0, 1.0, false)?;
         check_u(
             "suites.eval_batch",
             self.suites.eval_batch as u64,
@@ -554,7 +492,7 @@ impl LedgerPlan {
 mod tests {
     use super::*;
 
-    const DEMO: &str = include_str!("../../../ledgers/demo.toml");
+    const DEMO: &str = include_str!("../ledgers/demo.toml");
 
     #[test]
     fn cosine_warmup_lr_runs_from_lr_to_a_tenth() {
@@ -645,8 +583,8 @@ mod tests {
             codec::encode(&t),
             codec::encode(&(t.device.clone(), t.torch_threads, t.metric))
         );
-        let g = Grpo::default();
-        let with = Grpo {
+        let g = GrpoConfig::default();
+        let with = GrpoConfig {
             micro_batch: 7,
             ..g.clone()
         };
@@ -670,6 +608,66 @@ mod tests {
         let bad = DEMO.replace("torch_threads = 2", "torch_threads = 2\ndtype = \"f16\"");
         let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("f16") && e.contains("bf16"), "{e}");
+    }
+
+    #[test]
+    fn optimiser_and_advantage_fields_are_plan_fields_that_leave_old_hashes_alone() {
+        // At their defaults the Adam settings and the advantage epsilons add nothing to
+        // the canonical encoding (a plan written before them hashes as it did) and give
+        // the optimiser every stage always had.
+        let g = GrpoConfig::default();
+        let old_fields = (
+            (
+                g.steps,
+                g.lr,
+                g.group_size,
+                g.clip_eps,
+                g.kl_coef,
+                g.batch_size,
+            ),
+            (
+                g.instances_per_stage,
+                g.entropy_coef,
+                g.epochs,
+                g.valid_reward,
+            ),
+            (
+                g.optimal_bonus,
+                g.format_reward,
+                g.agent_reward,
+                g.cost_reward,
+            ),
+            (g.zero_variance, g.checkpoint_every),
+        );
+        assert_eq!(codec::encode(&g), codec::encode(&old_fields));
+        let adam = crate::train::adam::AdamConfig {
+            lr: g.lr,
+            ..Default::default()
+        };
+        assert_eq!(g.adam(), adam);
+        // Set in a plan, each one is read, recorded in the hash and handed to the loop.
+        let demo = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        let set = DEMO.replace(
+            "[grpo]\n",
+            "[grpo]\nbeta2 = 0.99\nweight_decay = 0.01\nmax_grad_norm = 0.5\nadvantage_eps = 1e-4\n",
+        );
+        let set = LedgerPlan::parse(set.as_bytes()).unwrap();
+        assert_ne!(set.hash(), demo.hash());
+        let a = set.grpo.adam();
+        assert_eq!(
+            (a.beta2, a.weight_decay, a.max_grad_norm),
+            (0.99, 0.01, 0.5)
+        );
+        assert_eq!(set.grpo.advantage_eps, 1e-4);
+        for (bad, field) in [
+            ("beta1 = 1.0", "grpo.beta1"),
+            ("adam_eps = 0.0", "grpo.adam_eps"),
+            ("signal_eps = -1.0", "grpo.signal_eps"),
+        ] {
+            let text = DEMO.replace("[grpo]\n", &format!("[grpo]\n{bad}\n"));
+            let e = LedgerPlan::parse(text.as_bytes()).unwrap_err().to_string();
+            assert!(e.contains(field), "{bad}: {e}");
+        }
     }
 
     #[test]

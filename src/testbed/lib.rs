@@ -1,12 +1,18 @@
-//! MAPF-FrozenLake, the paper's testbed: instances and plans, simulation, the reference
-//! solver, the configurable generator, text rendering/parsing, the benchmark suites,
-//! tables in the paper's layout and MovingAI import.
+//! MAPF-FrozenLake, the paper's testbed, as its own crate: instances and plans,
+//! simulation, the reference solver, the configurable generator, text rendering/parsing,
+//! the benchmark suites, tables in the paper's layout and MovingAI import, plus the
+//! [`seed`] tree every random choice flows from.
+//!
+//! It depends on no tensor library and no ledger: the application crate (`mapf-ledger`)
+//! re-exports it as `env` (and `seed`), and its tests run without libtorch
+//! (`cargo test -p mapf-testbed`).
 pub mod baseline;
 pub mod batch;
 pub mod config;
 pub mod generator;
 pub mod instance;
 pub mod movingai;
+pub mod seed;
 pub mod simulate;
 pub mod solver;
 pub mod suite;

@@ -3,8 +3,8 @@
 //! arguments, so a state cached by event id (see store.rs) is valid for every branch
 //! that shares that prefix, and `ledger rebuild` recomputes it from the log.
 use crate::env::config::GeneratorConfig;
-use crate::ledger::event::{DecisionStatus, EvalCell, Event, EventBody, FailureBreakdown};
-use crate::ledger::hash::Hash;
+use crate::record::event::{DecisionStatus, EvalCell, Event, EventBody, FailureBreakdown};
+use crate::record::hash::Hash;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -1,9 +1,9 @@
 //! The generator's contract: deterministic whatever the thread count, only solvable
 //! instances with correct optima, wait ratio met within binomial noise, suites pinned.
-use mapf_ledger::env::{
+use mapf_testbed::seed::Seed;
+use mapf_testbed::{
     generate, simulate, solve, suite, Budget, GeneratorConfig, SizeConfig, SuiteName, SuiteSpec,
 };
-use mapf_ledger::seed::Seed;
 
 fn in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
     rayon::ThreadPoolBuilder::new()
@@ -146,7 +146,7 @@ const PINNED_TEST_SUITE_HASH: &str =
 /// count and the size allocation, deterministically, with no overlap.
 #[test]
 fn training_instances_never_coincide_with_suite_instances() {
-    use mapf_ledger::env::generator::{generate_excluding, instance_key};
+    use mapf_testbed::generator::{generate_excluding, instance_key};
     use std::collections::BTreeSet;
     let val = suite::build(
         &SuiteSpec {
@@ -180,7 +180,7 @@ fn training_instances_never_coincide_with_suite_instances() {
     assert!(a
         .iter()
         .all(|it| !keys.contains(&instance_key(&it.instance))));
-    let per_size = |v: &[mapf_ledger::env::Solved]| {
+    let per_size = |v: &[mapf_testbed::Solved]| {
         [3, 4].map(|n| v.iter().filter(|it| it.instance.size() == n).count())
     };
     assert_eq!(per_size(&a), per_size(&plain));
@@ -274,7 +274,7 @@ fn stratified_suites_follow_their_layout_and_are_deterministic() {
 /// keys are every suite item, whatever subset it is in.
 #[test]
 fn training_instances_avoid_stratified_suites() {
-    use mapf_ledger::env::generator::{generate_excluding, instance_key};
+    use mapf_testbed::generator::{generate_excluding, instance_key};
     use std::collections::BTreeSet;
     let val = suite::build(
         &SuiteSpec {

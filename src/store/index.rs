@@ -37,7 +37,7 @@
 //! u32  x N     by position S+i: rank of its id among the sorted ids
 //! u32  crc32 of everything above (checked by verify, not when opening)
 //! ```
-use crate::ledger::hash::{Hash, PrefixBuild};
+use crate::hash::{Hash, PrefixBuild};
 use memmap2::Mmap;
 use rayon::prelude::*;
 use std::collections::HashMap;

@@ -9,7 +9,7 @@
 //! u32  event length  (LE)
 //! u32  meta length   (LE)
 //! [32] event id (blake3, event context, over the event bytes)
-//! ...  event bytes   (crate::ledger::event::encode_event)
+//! ...  event bytes   (opaque here: the application encodes its events through codec)
 //! ...  meta bytes    (codec::encode(Meta); never hashed)
 //! u32  crc32 of everything above (LE)
 //! ```
@@ -21,8 +21,8 @@
 //! Small blobs live in packs of their own kind ([`PackKind::Blobs`], magic
 //! [`BLOB_PACK_MAGIC`]) with the same frames: the id is the blob's hash, the "event"
 //! bytes are the blob's content and the meta bytes are empty.
-use crate::ledger::hash::Hash;
-use crate::ledger::LedgerError;
+use crate::hash::Hash;
+use crate::StoreError;
 use memmap2::Mmap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -177,15 +177,15 @@ pub struct Pack {
     written: u64,
 }
 
-fn io_err(path: &Path, e: std::io::Error) -> LedgerError {
-    LedgerError::Io {
+fn io_err(path: &Path, e: std::io::Error) -> StoreError {
+    StoreError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),
     }
 }
 
 /// fsync a directory so a created or renamed entry in it is durable.
-pub fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
+pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir)
         .and_then(|f| f.sync_all())
         .map_err(|e| io_err(dir, e))
@@ -193,7 +193,7 @@ pub fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
 
 impl Pack {
     /// Create a new, empty pack (magic only), durably.
-    pub fn create(packs_dir: &Path, kind: PackKind, id: u32) -> Result<Pack, LedgerError> {
+    pub fn create(packs_dir: &Path, kind: PackKind, id: u32) -> Result<Pack, StoreError> {
         let path = kind_path(packs_dir, kind, id);
         let file = OpenOptions::new()
             .read(true)
@@ -228,7 +228,7 @@ impl Pack {
         id: u32,
         committed: u64,
         writable: bool,
-    ) -> Result<Pack, LedgerError> {
+    ) -> Result<Pack, StoreError> {
         let path = kind_path(packs_dir, kind, id);
         let file = OpenOptions::new()
             .read(true)
@@ -237,11 +237,11 @@ impl Pack {
             .map_err(|e| io_err(&path, e))?;
         let len = file.metadata().map_err(|e| io_err(&path, e))?.len();
         if len < committed {
-            return Err(LedgerError::Corrupt {
+            return Err(StoreError::Corrupt {
                 what: format!("pack {}", path.display()),
                 problem: format!(
                     "file has {len} bytes but {committed} are committed (truncated); {}",
-                    crate::ledger::refs::RECOVER_HINT
+                    crate::refs::RECOVER_HINT
                 ),
             });
         }
@@ -260,18 +260,18 @@ impl Pack {
         };
         p.remap()?;
         if p.bytes().get(..PACK_MAGIC.len()) != Some(&kind.magic()[..]) {
-            return Err(LedgerError::Corrupt {
+            return Err(StoreError::Corrupt {
                 what: format!("pack {}", p.path.display()),
                 problem: format!(
                     "bad magic or unknown pack format version; {}",
-                    crate::ledger::refs::RECOVER_HINT
+                    crate::refs::RECOVER_HINT
                 ),
             });
         }
         Ok(p)
     }
 
-    fn remap(&mut self) -> Result<(), LedgerError> {
+    fn remap(&mut self) -> Result<(), StoreError> {
         // SAFETY: the map is read-only and covers only the committed prefix. Pack files
         // are append-only; the one writer (holding the ledger's exclusive lock) never
         // rewrites or shrinks a committed prefix: it truncates only an uncommitted tail
@@ -298,7 +298,7 @@ impl Pack {
 
     /// Write `buf` after what was written so far (not yet durable, not yet history);
     /// returns the offset it starts at.
-    pub fn write(&mut self, buf: &[u8]) -> Result<u64, LedgerError> {
+    pub fn write(&mut self, buf: &[u8]) -> Result<u64, StoreError> {
         let at = self.written;
         self.file
             .write_all_at(buf, at)
@@ -308,7 +308,7 @@ impl Pack {
     }
 
     /// Make everything written durable; returns the end to commit.
-    pub fn sync(&mut self) -> Result<u64, LedgerError> {
+    pub fn sync(&mut self) -> Result<u64, StoreError> {
         if self.written > self.committed {
             self.file.sync_data().map_err(|e| io_err(&self.path, e))?;
         }
@@ -317,7 +317,7 @@ impl Pack {
 
     /// Write `buf` after the committed end and fsync it. History only grows once the
     /// caller records the new length in `REFS` and calls [`Pack::commit`].
-    pub fn write_durable(&mut self, buf: &[u8]) -> Result<u64, LedgerError> {
+    pub fn write_durable(&mut self, buf: &[u8]) -> Result<u64, StoreError> {
         self.written = self.committed;
         self.write(buf)?;
         self.sync()
@@ -329,7 +329,7 @@ impl Pack {
     }
 
     /// Read `len` bytes at `offset`, committed or not (the writer's own reads).
-    pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>, LedgerError> {
+    pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>, StoreError> {
         let mut b = vec![0u8; len];
         self.file
             .read_exact_at(&mut b, offset)
@@ -338,7 +338,7 @@ impl Pack {
     }
 
     /// Extend the committed prefix to `len` (after `REFS` recorded it).
-    pub fn commit(&mut self, len: u64) -> Result<(), LedgerError> {
+    pub fn commit(&mut self, len: u64) -> Result<(), StoreError> {
         self.committed = len;
         self.written = self.written.max(len);
         self.remap()

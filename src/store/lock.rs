@@ -1,7 +1,7 @@
 //! The one-writer rule: an OS file lock (flock) on `<ledger>/LOCK`, taken exclusively
 //! by the writer before it opens anything. Readers take no lock (they read a snapshot
-//! of `REFS`); a second writer gets [`LedgerError::Locked`] naming the ledger.
-use crate::ledger::LedgerError;
+//! of `REFS`); a second writer gets [`StoreError::Locked`] naming the ledger.
+use crate::StoreError;
 use fs4::FileExt;
 use std::fs::{File, OpenOptions};
 use std::path::Path;
@@ -28,7 +28,7 @@ pub fn writer_active(ledger: &Path) -> bool {
 
 impl LedgerLock {
     /// Take the lock without blocking: exclusive for a writer, shared for a reader.
-    pub fn acquire(ledger: &Path, exclusive: bool) -> Result<LedgerLock, LedgerError> {
+    pub fn acquire(ledger: &Path, exclusive: bool) -> Result<LedgerLock, StoreError> {
         let path = ledger.join("LOCK");
         let file = OpenOptions::new()
             .read(true)
@@ -36,7 +36,7 @@ impl LedgerLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| LedgerError::Io {
+            .map_err(|e| StoreError::Io {
                 path: path.clone(),
                 message: e.to_string(),
             })?;
@@ -55,12 +55,12 @@ impl LedgerLock {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Err(fs4::TryLockError::WouldBlock) => {
-                    return Err(LedgerError::Locked {
+                    return Err(StoreError::Locked {
                         path: ledger.to_path_buf(),
                     })
                 }
                 Err(fs4::TryLockError::Error(e)) => {
-                    return Err(LedgerError::Io {
+                    return Err(StoreError::Io {
                         path,
                         message: e.to_string(),
                     })

@@ -310,15 +310,15 @@ pub fn agent_credit(inst: &Instance, plan: &Plan) -> Vec<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::instance::Move;
+    use crate::instance::Move;
 
     fn inst(grid: &[&str], agents: &[([u8; 2], [u8; 2])]) -> Instance {
-        let j = crate::env::instance::InstanceJson {
+        let j = crate::instance::InstanceJson {
             size: grid.len(),
             grid: grid.iter().map(|s| s.to_string()).collect(),
             agents: agents
                 .iter()
-                .map(|&(s, g)| crate::env::instance::AgentSpec { start: s, goal: g })
+                .map(|&(s, g)| crate::instance::AgentSpec { start: s, goal: g })
                 .collect(),
         };
         Instance::try_from(j).unwrap()

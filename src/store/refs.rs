@@ -20,9 +20,9 @@
 //! fsync, rename, fsync of the directory, as git replaces a ref through its lockfile).
 //! A reader that reads the file once holds a consistent snapshot without any lock. A
 //! fork is one new `ref` line: O(1), nothing copied.
-use crate::ledger::hash::Hash;
-use crate::ledger::pack::sync_dir;
-use crate::ledger::LedgerError;
+use crate::hash::Hash;
+use crate::pack::sync_dir;
+use crate::StoreError;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,7 +41,7 @@ pub const COMPACT_BYTES: u64 = 1 << 20;
 
 /// Check a branch name: 1..=100 chars of `[A-Za-z0-9._-]` in `/`-separated components
 /// (fetched namespaces, `worker1/main`), no component empty or starting with `-`/`.`.
-pub fn validate_branch(name: &str) -> Result<(), LedgerError> {
+pub fn validate_branch(name: &str) -> Result<(), StoreError> {
     let ok = !name.is_empty()
         && name.len() <= 100
         && name.split('/').all(|c| {
@@ -53,7 +53,7 @@ pub fn validate_branch(name: &str) -> Result<(), LedgerError> {
     if ok {
         Ok(())
     } else {
-        Err(LedgerError::BadBranchName {
+        Err(StoreError::BadBranchName {
             name: name.to_string(),
         })
     }
@@ -78,8 +78,8 @@ pub fn path(dir: &Path) -> PathBuf {
 pub const RECOVER_HINT: &str =
     "`ledger recover` restores the newest intact snapshot and finds the branch tips after it";
 
-fn corrupt(dir: &Path, problem: String) -> LedgerError {
-    LedgerError::Corrupt {
+fn corrupt(dir: &Path, problem: String) -> StoreError {
+    StoreError::Corrupt {
         what: path(dir).display().to_string(),
         problem: format!("{problem}; {RECOVER_HINT}"),
     }
@@ -106,7 +106,7 @@ impl Refs {
     }
 
     /// Parse the file's text; `dir` names the ledger in errors.
-    pub fn parse(dir: &Path, text: &[u8]) -> Result<Refs, LedgerError> {
+    pub fn parse(dir: &Path, text: &[u8]) -> Result<Refs, StoreError> {
         let text = std::str::from_utf8(text).map_err(|_| corrupt(dir, "not UTF-8 text".into()))?;
         let Some(body_end) = text.rfind("check ") else {
             return Err(corrupt(dir, "no check line (truncated?)".into()));
@@ -160,7 +160,7 @@ impl Refs {
 
     /// The last committed record of a refs log's bytes and the length of the file up
     /// to its end (what a writer keeps; a torn tail after it is cut).
-    pub fn parse_log(dir: &Path, bytes: &[u8]) -> Result<(Refs, usize), LedgerError> {
+    pub fn parse_log(dir: &Path, bytes: &[u8]) -> Result<(Refs, usize), StoreError> {
         let spans = records(bytes);
         if tail_is_damaged_record(&bytes[spans.last().map_or(0, |s| s.1)..]) {
             return Err(corrupt(
@@ -176,12 +176,12 @@ impl Refs {
 
     /// Read the refs file of ledger `dir` (None when there is none: an empty directory
     /// or a ledger of the older sled layout).
-    pub fn read(dir: &Path) -> Result<Option<Refs>, LedgerError> {
+    pub fn read(dir: &Path) -> Result<Option<Refs>, StoreError> {
         let p = path(dir);
         match std::fs::read(&p) {
             Ok(b) => Refs::parse_log(dir, &b).map(|r| Some(r.0)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(LedgerError::Io {
+            Err(e) => Err(StoreError::Io {
                 path: p,
                 message: e.to_string(),
             }),
@@ -284,8 +284,8 @@ fn record_end(bytes: &[u8]) -> Option<usize> {
     None
 }
 
-fn io(path: &Path, e: std::io::Error) -> LedgerError {
-    LedgerError::Io {
+fn io(path: &Path, e: std::io::Error) -> StoreError {
+    StoreError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),
     }
@@ -303,7 +303,7 @@ pub struct RefsLog {
 
 impl RefsLog {
     /// Open (or create, with `initial`) the log for writing; a torn tail is cut off.
-    pub fn open(dir: &Path, initial: Option<&Refs>) -> Result<(RefsLog, Refs), LedgerError> {
+    pub fn open(dir: &Path, initial: Option<&Refs>) -> Result<(RefsLog, Refs), StoreError> {
         let p = path(dir);
         if !p.exists() {
             let r = initial.cloned().unwrap_or_default();
@@ -313,7 +313,7 @@ impl RefsLog {
         // A writer must not go on from a cut file: committing would cut the packs back
         // to the older lengths it holds, deleting what the lost records committed.
         if (bytes.len() as u64) < COMPACT_BYTES {
-            return Err(LedgerError::Corrupt {
+            return Err(StoreError::Corrupt {
                 what: p.display().to_string(),
                 problem: short_file_problem(bytes.len()),
             });
@@ -343,7 +343,7 @@ impl RefsLog {
 
     /// Commit `r`: write its record after the last one and fsync (or, when it does not
     /// fit, replace the file by this one record).
-    pub fn commit(&mut self, r: &Refs) -> Result<(), LedgerError> {
+    pub fn commit(&mut self, r: &Refs) -> Result<(), StoreError> {
         use std::os::unix::fs::FileExt;
         let p = path(&self.dir);
         let text = r.render();
@@ -364,7 +364,7 @@ impl RefsLog {
 
 /// Replace the refs file by one record, durably: temporary file, fsync, rename, fsync
 /// of the directory.
-pub fn replace(dir: &Path, r: &Refs) -> Result<(), LedgerError> {
+pub fn replace(dir: &Path, r: &Refs) -> Result<(), StoreError> {
     let p = path(dir);
     let tmp = dir.join(format!("{REFS_FILE}.tmp"));
     let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;

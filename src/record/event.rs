@@ -5,10 +5,10 @@
 //! only as their bit patterns (`u32`/`u64` fields named `*_bits` or documented as bits).
 //! New kinds are appended at the end of [`EventBody`] (the variant index is encoded).
 use crate::env::config::{Clip, GeneratorConfig};
-use crate::ledger::codec::{self, CodecError};
-use crate::ledger::hash::Hash;
+use crate::record::codec::{self, CodecError};
+use crate::record::hash::Hash;
 // The trainer's own records: the stage turns them into events.
-pub use crate::train::records::{
+pub use crate::record::trainer::{
     EvalCell, Evaluation, EvaluationOutcomes, FailureBreakdown, GradientStep, GrpoStats,
     SizeFailures, StepRecord, Trajectory, TrajectoryBatch, OUTCOME_INVALID, OUTCOME_OPTIMAL,
     OUTCOME_VALID,
@@ -385,4 +385,91 @@ pub fn encode_event(event: &Event) -> Vec<u8> {
 /// Decode an event's bytes (as written by [`encode_event_into`]).
 pub fn decode_event(bytes: &[u8]) -> Result<Event, CodecError> {
     codec::decode_event_fields(bytes)
+}
+
+#[cfg(test)]
+mod codec_tests {
+    //! Events through the store's codec: round trips, version and length checks, and
+    //! arbitrary or mutated bytes never panic.
+    use super::*;
+    use crate::record::codec::*;
+    use proptest::prelude::*;
+
+    fn sample() -> Event {
+        Event {
+            parent: Some(Hash::of_blob(b"p")),
+            stage: 3,
+            body: EventBody::GradientStep(GradientStep {
+                step: 9,
+                params: Hash::of_blob(b"w"),
+                loss: 1.5f64.to_bits(),
+                policy_loss: 0,
+                kl: 2,
+                entropy: 3,
+                grad_norm: 0.25f64.to_bits(),
+                reward_mean: 7,
+            }),
+        }
+    }
+
+    #[test]
+    fn event_round_trip_and_parent_peek() {
+        let e = sample();
+        let b = encode_event(&e);
+        assert_eq!(decode_event(&b).unwrap(), e);
+        assert_eq!(event_parent(&b).unwrap(), e.parent);
+        let root = Event { parent: None, ..e };
+        assert_eq!(event_parent(&encode_event(&root)).unwrap(), None);
+    }
+
+    #[test]
+    fn version_and_trailing_bytes_are_errors() {
+        let mut b = encode_event(&sample());
+        b[0] = 9;
+        assert_eq!(
+            decode_event(&b),
+            Err(CodecError::UnknownVersion {
+                found: 9,
+                expected: 1
+            })
+        );
+        let mut b = encode_event(&sample());
+        b.push(0);
+        assert!(matches!(
+            decode_event(&b),
+            Err(CodecError::Trailing { extra: 1, .. })
+        ));
+        assert_eq!(decode_event(&[]), Err(CodecError::Empty));
+    }
+
+    #[test]
+    fn huge_claimed_lengths_fail_without_allocating() {
+        // version, parent None, stage 0, variant Trajectories (index 5), step 0, then a
+        // claimed instance count of u64::MAX.
+        let mut b = vec![EVENT_VERSION, 0, 0, 5, 0, 253];
+        b.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode_event(&b).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode_event(&bytes);
+            let mut v = vec![EVENT_VERSION];
+            v.extend_from_slice(&bytes);
+            let _ = decode_event(&v);
+            let _ = event_parent(&v);
+            let _ = decode::<crate::record::meta::Meta>(&bytes, "meta");
+            let _ = decode::<crate::record::projection::BranchState>(&bytes, "projection");
+        }
+
+        #[test]
+        fn mutated_events_never_panic(pos in 0usize..200, byte in any::<u8>()) {
+            let mut b = encode_event(&sample());
+            let n = b.len();
+            b[pos % n] = byte;
+            let _ = decode_event(&b);
+        }
+    }
 }

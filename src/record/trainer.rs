@@ -5,10 +5,13 @@
 //! so their encoding is part of the event encoding and reaches hashed bytes: no
 //! HashMap, no wall-clock time, floats only as bit patterns.
 use crate::env::simulate::FailureKind;
-use crate::ledger::codec;
-use crate::ledger::hash::{Hash, TRAJECTORY_CONTEXT};
+use crate::record::codec;
+use crate::record::hash::Hash;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+/// Context for the content hash of one trajectory inside a batch.
+pub const TRAJECTORY_CONTEXT: &str = "mapf-ledger 2026 trajectory v1";
 
 /// What one training step produced, in the order it is recorded.
 #[derive(Clone, Debug, PartialEq)]

@@ -5,9 +5,9 @@
 //! rejects leaving the grid, holes, vertex and edge conflicts, and searches the finite
 //! joint state space exhaustively, so "no solution" is exact (no depth bound needed).
 #![allow(clippy::needless_range_loop)]
-use mapf_ledger::env::instance::{Cell, Instance, Move};
-use mapf_ledger::env::simulate::simulate;
-use mapf_ledger::env::solver::{solve, Budget, SolveError};
+use mapf_testbed::instance::{Cell, Instance, Move};
+use mapf_testbed::simulate::simulate;
+use mapf_testbed::solver::{solve, Budget, SolveError};
 use proptest::prelude::*;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};

@@ -946,8 +946,8 @@ fn cat(task: &Task, u: Cell, v: Cell, t: usize) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::instance::{AgentSpec, InstanceJson};
-    use crate::env::simulate::simulate;
+    use crate::instance::{AgentSpec, InstanceJson};
+    use crate::simulate::simulate;
 
     fn inst(grid: &[&str], agents: &[([u8; 2], [u8; 2])]) -> Instance {
         Instance::try_from(InstanceJson {

@@ -3,9 +3,9 @@
 //! committed through `REFS` like event packs, so a reader sees exactly the blobs of its
 //! snapshot), large ones as files `blobs/ab/cdef...` written to a temporary file,
 //! fsync'ed and renamed, so a blob file either is whole or absent.
-use crate::ledger::hash::{Hash, PrefixBuild};
-use crate::ledger::pack::{self, sync_dir, Pack, PackKind, PACK_ROLL_BYTES};
-use crate::ledger::LedgerError;
+use crate::hash::{Hash, PrefixBuild};
+use crate::pack::{self, sync_dir, Pack, PackKind, PACK_ROLL_BYTES};
+use crate::StoreError;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -38,8 +38,8 @@ pub struct Blobs {
 /// A problem met while reading the small-blob packs (verify reports it).
 pub type SmallProblem = (String, String);
 
-fn io_err(path: &Path, e: std::io::Error) -> LedgerError {
-    LedgerError::Io {
+fn io_err(path: &Path, e: std::io::Error) -> StoreError {
+    StoreError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),
     }
@@ -52,7 +52,7 @@ impl Blobs {
         ledger: &Path,
         blob_packs: &[(u32, u64)],
         writable: bool,
-    ) -> Result<(Blobs, Vec<SmallProblem>), LedgerError> {
+    ) -> Result<(Blobs, Vec<SmallProblem>), StoreError> {
         let packs_dir = ledger.join("packs");
         let mut b = Blobs {
             dir: ledger.join("blobs"),
@@ -86,7 +86,7 @@ impl Blobs {
 
     /// The small-blob packs' `(id, end)` to record in `REFS`: everything written is
     /// made durable first.
-    pub fn sync(&mut self) -> Result<Vec<(u32, u64)>, LedgerError> {
+    pub fn sync(&mut self) -> Result<Vec<(u32, u64)>, StoreError> {
         let mut out = Vec::with_capacity(self.packs.len());
         for p in &mut self.packs {
             let end = if self.pending {
@@ -100,7 +100,7 @@ impl Blobs {
     }
 
     /// `REFS` now records `lens` (from [`Blobs::sync`]): they are history.
-    pub fn commit(&mut self, lens: &[(u32, u64)]) -> Result<(), LedgerError> {
+    pub fn commit(&mut self, lens: &[(u32, u64)]) -> Result<(), StoreError> {
         for (p, &(_, len)) in self.packs.iter_mut().zip(lens) {
             if p.committed() != len {
                 p.commit(len)?;
@@ -137,7 +137,7 @@ impl Blobs {
     }
 
     /// Whether the blob is stored (small or file).
-    pub fn contains(&self, h: &Hash) -> Result<bool, LedgerError> {
+    pub fn contains(&self, h: &Hash) -> Result<bool, StoreError> {
         if self.small.contains_key(h) {
             return Ok(true);
         }
@@ -147,7 +147,7 @@ impl Blobs {
     /// Store `bytes` (nothing is written when it is already stored); returns its hash.
     /// A small blob is written but durable only at the next [`Blobs::sync`], which the
     /// ledger runs before any event or ref that could reference it is committed.
-    pub fn put(&mut self, bytes: &[u8]) -> Result<Hash, LedgerError> {
+    pub fn put(&mut self, bytes: &[u8]) -> Result<Hash, StoreError> {
         let h = Hash::of_blob(bytes);
         if bytes.len() <= INLINE_MAX {
             if self.small.contains_key(&h) {
@@ -181,7 +181,7 @@ impl Blobs {
         Ok(h)
     }
 
-    fn put_file(&self, h: &Hash, bytes: &[u8]) -> Result<(), LedgerError> {
+    fn put_file(&self, h: &Hash, bytes: &[u8]) -> Result<(), StoreError> {
         let path = self.file_path(h);
         if path.exists() {
             return Ok(());
@@ -207,7 +207,7 @@ impl Blobs {
     }
 
     /// The stored bytes, unchecked (None when absent).
-    pub fn get_raw(&self, h: &Hash) -> Result<Option<Vec<u8>>, LedgerError> {
+    pub fn get_raw(&self, h: &Hash) -> Result<Option<Vec<u8>>, StoreError> {
         if let Some(s) = self.small.get(h) {
             let p = &self.packs[s.pack];
             let end = s.offset + s.len as u64;
@@ -224,7 +224,7 @@ impl Blobs {
             } else {
                 0
             };
-            let f = pack::parse_frame(data, off).map_err(|e| LedgerError::Corrupt {
+            let f = pack::parse_frame(data, off).map_err(|e| StoreError::Corrupt {
                 what: format!(
                     "small blob record at {} offset {}",
                     p.path.display(),
@@ -243,13 +243,13 @@ impl Blobs {
     }
 
     /// The blob's bytes, checked against its hash.
-    pub fn get(&self, h: &Hash) -> Result<Vec<u8>, LedgerError> {
+    pub fn get(&self, h: &Hash) -> Result<Vec<u8>, StoreError> {
         let b = self
             .get_raw(h)?
-            .ok_or(LedgerError::MissingBlob { hash: *h })?;
+            .ok_or(StoreError::MissingBlob { hash: *h })?;
         let got = Hash::of_blob(&b);
         if got != *h {
-            return Err(LedgerError::Corrupt {
+            return Err(StoreError::Corrupt {
                 what: format!("blob {}", h.short()),
                 problem: format!("content hashes to {} ({} bytes)", got.short(), b.len()),
             });

@@ -364,7 +364,7 @@ pub fn measure_throughput(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::{simulate, Plan};
+    use crate::{simulate, Plan};
 
     fn inst(json: &str) -> Instance {
         serde_json::from_str(json).unwrap()

@@ -1,0 +1,195 @@
+//! The engineer prompt, one function for every engineer that reads text: HTTP LLM
+//! engineers (`super::llm`, with their registration's window and module choice) and the
+//! in-process `current`/`base` checkpoints (`super::model`, with the model's prompt
+//! budget and tokenizer). A system message (the role), then the rendered context modules
+//! and the answer format; trimmed to a token window when one is given: first the example
+//! failing plans, then history entries (oldest first), then the training details. What
+//! was cut is noted in the decision's rationale.
+use super::EngineerContext;
+use tokenizers::Tokenizer;
+
+/// Characters per token when no tokenizer is registered.
+pub const CHARS_PER_TOKEN: usize = 4;
+
+/// Counts tokens: with the registered tokenizer, else about 4 characters per token.
+pub enum TokenCounter {
+    Tokenizer(Box<Tokenizer>),
+    Approximate,
+}
+
+impl TokenCounter {
+    pub fn count(&self, text: &str) -> usize {
+        match self {
+            TokenCounter::Tokenizer(t) => match t.encode(text, false) {
+                Ok(enc) => enc.len(),
+                Err(_) => text.chars().count().div_ceil(CHARS_PER_TOKEN),
+            },
+            TokenCounter::Approximate => text.chars().count().div_ceil(CHARS_PER_TOKEN),
+        }
+    }
+}
+
+/// A built prompt: the two chat messages and what was cut to fit the window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prompt {
+    pub system: String,
+    pub user: String,
+    /// What was cut from the context to fit `max_context` (empty: nothing).
+    pub cut: Vec<String>,
+    /// Tokens of the final prompt, when a window was given.
+    pub tokens: Option<usize>,
+}
+
+impl Prompt {
+    /// The exact text sent, as stored in the ledger: both messages, labelled.
+    pub fn text(&self) -> String {
+        format!("[system]\n{}\n\n[user]\n{}", self.system, self.user)
+    }
+
+    /// The note recorded with the decision about trimming (None: nothing was cut).
+    pub fn cut_note(&self, max_context: Option<u32>) -> Option<String> {
+        if self.cut.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "context trimmed to fit {} tokens: cut {}",
+            max_context.unwrap_or(0),
+            self.cut.join(", ")
+        ))
+    }
+}
+
+/// The system message: the engineer's role.
+pub fn system_message() -> String {
+    "You are the environment engineer of a training curriculum for a multi-agent path-finding \
+policy on MAPF-FrozenLake maps. Between training stages you read the evidence about the current \
+policy and write the next stage's training-instance generator configuration."
+        .to_string()
+}
+
+/// The answer format every engineer prompt ends with (whatever modules are on). One
+/// regular shape: each size changed with its three values, in a fenced block. Partial
+/// sizes, prose around the JSON and wrapper keys are still read by [`super::reply::extract`]; the
+/// JSON Schema of a proposal is in `schemas/config-proposal.json`, not in the prompt (a
+/// small in-process model pays for every token of it and large models need no schema
+/// for three numbers).
+pub fn answer_format() -> &'static str {
+    "## Answer\nA ```json block {\"sizes\": {\"N\": {\"data_ratio\": x, \"hole_ratio\": y, \"wait_ratio\": z}}} \
+with each size you change and its three values, then one short paragraph of rationale.\n"
+}
+
+fn user_message(ctx: &EngineerContext) -> String {
+    let mut s = ctx.render();
+    s.push_str(answer_format());
+    s
+}
+
+/// The context with a module choice applied (an empty list keeps the context's own).
+fn with_modules(ctx: &EngineerContext, modules: &[String]) -> EngineerContext {
+    let mut c = ctx.clone();
+    if !modules.is_empty() {
+        let on = |m: &str| modules.iter().any(|x| x == m);
+        c.modules.failure_breakdown = on("failure_breakdown");
+        c.modules.guideline = on("guideline");
+        c.modules.history = on("history");
+        c.modules.summary = on("summary");
+        c.modules.training_details = on("training_details");
+    }
+    c
+}
+
+/// Build the prompt from `ctx` with the `modules` choice applied (empty: the context's
+/// own), trimming the context to `max_context` tokens as counted by `counter`: example failing plans first (last example first), then history entries
+/// (oldest first), then the training details. If it still does not fit, it is sent as
+/// it is and the cut list says so.
+pub fn build(
+    ctx: &EngineerContext,
+    modules: &[String],
+    max_context: Option<u32>,
+    counter: &TokenCounter,
+) -> Prompt {
+    let system = system_message();
+    let mut c = with_modules(ctx, modules);
+    let Some(max) = max_context else {
+        return Prompt {
+            system,
+            user: user_message(&c),
+            cut: vec![],
+            tokens: None,
+        };
+    };
+    let max = max as usize;
+    let size = |c: &EngineerContext| counter.count(&system) + counter.count(&user_message(c));
+    let mut tokens = size(&c);
+    let (mut examples, mut history, mut training) = (0usize, Vec::<u32>::new(), false);
+    // Cutting an example subtracts its own token count (an estimate: tokens rarely
+    // straddle a line break); the whole prompt is counted again whenever the estimate
+    // says it fits, so the result is exact and a long context costs a few full counts
+    // instead of one per cut.
+    let mut exact = true;
+    loop {
+        if tokens <= max {
+            if exact {
+                break;
+            }
+            tokens = size(&c);
+            exact = true;
+            if tokens <= max {
+                break;
+            }
+        }
+        if let Some(s) = c
+            .failures
+            .sizes
+            .iter_mut()
+            .rev()
+            .find(|s| !s.examples.is_empty())
+        {
+            let e = s.examples.pop().expect("a non-empty list");
+            tokens = tokens.saturating_sub(counter.count(&format!("{e}\n")));
+            exact = false;
+            examples += 1;
+        } else if c.modules.history && !c.history.is_empty() {
+            history.push(c.history.remove(0).stage);
+            tokens = size(&c);
+            exact = true;
+        } else if c.modules.training_details {
+            c.modules.training_details = false;
+            training = true;
+            tokens = size(&c);
+            exact = true;
+        } else {
+            break;
+        }
+    }
+    if !exact {
+        tokens = size(&c);
+    }
+    let mut cut = Vec::new();
+    if examples > 0 {
+        cut.push(format!("{examples} example failing plan(s)"));
+    }
+    if !history.is_empty() {
+        let stages: Vec<String> = history.iter().map(|s| s.to_string()).collect();
+        cut.push(format!(
+            "{} history entr{} (stage {})",
+            history.len(),
+            if history.len() == 1 { "y" } else { "ies" },
+            stages.join(", ")
+        ));
+    }
+    if training {
+        cut.push("training details".into());
+    }
+    if tokens > max {
+        cut.push(format!(
+            "nothing more to cut: the prompt is {tokens} tokens"
+        ));
+    }
+    Prompt {
+        system,
+        user: user_message(&c),
+        cut,
+        tokens: Some(tokens),
+    }
+}

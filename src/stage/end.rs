@@ -1,0 +1,85 @@
+//! The end of every stage: the final checkpoint, evaluation on both suites, the
+//! failure breakdown and the completion event, as one durable batch.
+use super::*;
+
+/// Save a checkpoint blob (and the blobs it references) and queue its event.
+pub(super) fn checkpoint(
+    rec: &mut Recorder<'_>,
+    ts: &TrainState,
+    stage: u32,
+) -> Result<Hash, StageError> {
+    for side in ts.policy.side_blobs() {
+        rec.blob(&side)?;
+    }
+    let bytes = ts.save(stage);
+    let blob = rec.blob(&bytes)?;
+    rec.push(
+        stage,
+        EventBody::CheckpointSaved(CheckpointSaved {
+            step: ts.global_step,
+            blob,
+            params: crate::train::checkpoint::param_hash(ts.policy.vars()),
+        }),
+    );
+    Ok(blob)
+}
+
+/// The end of every stage, as one durable batch: the final checkpoint, evaluation on
+/// both suites, the failure breakdown and the completion event. Returns the validation
+/// table.
+pub(super) fn finish_stage(
+    rec: &mut Recorder<'_>,
+    stage: u32,
+    ts: &TrainState,
+    (val, test): (&Suite, &Suite),
+    (metric, eval_batch): (crate::env::CostMetric, usize),
+    steps: u64,
+) -> Result<ResultTable, StageError> {
+    let ckpt = checkpoint(rec, ts, stage)?;
+    let validation = evaluate(rec, stage, ts, val, test, metric, eval_batch, ckpt)?;
+    rec.push(
+        stage,
+        EventBody::StageCompleted(StageCompleted {
+            checkpoint: Some(ckpt),
+            steps,
+        }),
+    );
+    rec.flush()?;
+    Ok(validation)
+}
+
+/// Evaluate on the validation and test suites and queue the events; returns the
+/// validation table.
+pub(super) fn evaluate(
+    rec: &mut Recorder<'_>,
+    stage: u32,
+    ts: &TrainState,
+    val: &Suite,
+    test: &Suite,
+    metric: crate::env::CostMetric,
+    eval_batch: usize,
+    ckpt: Hash,
+) -> Result<ResultTable, StageError> {
+    let v = eval::score_suite(ts.policy.as_ref(), val, metric, eval_batch);
+    let t = eval::score_suite(ts.policy.as_ref(), test, metric, eval_batch);
+    // Per suite: its table, its per-instance outcomes (paired statistics), and, when the
+    // suite is stratified by wait ratio, one table per subset.
+    for (name, suite, scored) in [("val", val, &v), ("test", test, &t)] {
+        rec.push(
+            stage,
+            EventBody::Evaluation(eval::evaluation_event(name, scored, Some(ckpt))),
+        );
+        rec.push(
+            stage,
+            EventBody::EvaluationOutcomes(eval::outcomes_event(name, suite, scored, Some(ckpt))),
+        );
+        for e in eval::subset_evaluations(name, suite, scored, Some(ckpt)) {
+            rec.push(stage, EventBody::Evaluation(e));
+        }
+    }
+    rec.push(
+        stage,
+        EventBody::FailureBreakdown(eval::failure_breakdown("val", val, &v)),
+    );
+    Ok(eval::table(&v))
+}

@@ -1,0 +1,340 @@
+//! One stage, start to finish: decide -> generate -> train -> evaluate -> summarise ->
+//! append. `run` drives a branch from wherever its history stops (a fresh ledger, a
+//! completed stage, or a durable checkpoint inside a stage after a crash) to the plan's
+//! last stage.
+//!
+//! Stage 0 is the supervised warm-up (the base model), evaluated like every stage.
+//! Stage N >= 1 is designed by the engineer from stage N-1's evidence, then trained with
+//! GRPO. Durable points (ledger flushes) are: after the stage's decision and training
+//! instances, at every periodic checkpoint, and at the stage's end. Everything between
+//! two durable points is a pure function of the state at the first one, so a run that
+//! crashed and resumed ends with the same head hash as one that never stopped.
+//!
+//! Files: this one holds the [`Pipeline`] and `run`; [`setup`] reads the plan (configs,
+//! suites, seeds); [`base`] is stage 0; [`training`] a GRPO stage; [`decision`] the
+//! engineer's part; [`end`] the end of every stage; [`corpus`] what a scratch model
+//! pretrains on.
+use crate::engineer::context::TrainingDetails;
+use crate::engineer::{BuildError, BuildInputs, Decision, Engineer, EngineerContext, HistoryEntry};
+use crate::env::suite::{self, Suite, SuiteName, SuiteSpec};
+use crate::env::table::ResultTable;
+use crate::env::{project, Budget, GeneratorConfig, Solved};
+use crate::ledger::recorder::Recorder;
+use crate::ledger::{codec, BranchState, Hash, Ledger, LedgerError, Meta};
+use crate::plan::LedgerPlan;
+use crate::record::event::{
+    CheckpointSaved, DecisionStatus, EngineerDecision, EventBody, InstancesGenerated,
+    ProposedConfig, StageCompleted, StageStarted,
+};
+use crate::record::trainer::StepRecord;
+use crate::seed::Seed;
+use crate::train::adam::AdamConfig;
+use crate::train::grpo::{self, StepStats};
+use crate::train::warmup::{self, WarmupConfig};
+use crate::train::{eval, TrainError, TrainState};
+use std::sync::atomic::{AtomicBool, Ordering};
+use tch::Device;
+
+pub mod base;
+pub mod corpus;
+pub mod decision;
+pub mod end;
+pub mod setup;
+pub mod training;
+
+pub use base::warmup_data;
+pub use corpus::{engineer_corpus, engineer_examples, engineer_pairs, pretraining_corpus};
+pub use decision::decision_event;
+use end::{checkpoint, finish_stage};
+pub use setup::{ledger_plan, ledger_suites, stage_seed, suite_spec, suites, warmup_config};
+
+/// What can stop a run.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Train(#[from] TrainError),
+    #[error("the ledger's plan file: {0}")]
+    Plan(String),
+    #[error("generating instances: {0}")]
+    Generate(String),
+    #[error(transparent)]
+    Engineer(#[from] crate::engineer::EngineerNameError),
+    #[error("recorded history disagrees with recomputation: {0}")]
+    Diverged(String),
+}
+
+/// Where the run reports progress (the CLI draws bars; tests stay quiet).
+pub trait Progress {
+    fn stage_begin(&mut self, _stage: u32, _engineer: &str, _steps: u64) {}
+    fn step(&mut self, _stage: u32, _done: u64, _stats: &StepStats) {}
+    fn note(&mut self, _message: &str) {}
+    fn stage_end(&mut self, _stage: u32, _validation: &ResultTable) {}
+}
+
+/// A `Progress` that ignores everything.
+pub struct Quiet;
+impl Progress for Quiet {}
+
+/// Options of `ledger run`.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub branch: String,
+    /// Run at most this many more stages (None: to the plan's last stage).
+    pub stages: Option<u32>,
+    /// Engineer for the stages this run designs, not recorded as the branch's choice
+    /// (None: the branch's engineer, see [`Pipeline::branch_engineer`]). `ledger run
+    /// --engineer` records its choice first with [`Pipeline::choose_engineer`].
+    pub engineer: Option<String>,
+    /// Device override (None: the plan's).
+    pub device: Option<String>,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunSummary {
+    pub branch: String,
+    pub head: Hash,
+    /// Stages completed by this run.
+    pub completed: Vec<u32>,
+    /// Stopped by Ctrl-C at a durable point.
+    pub interrupted: bool,
+}
+
+/// Builds the engineer of a stage from its name (`engineer::build`, or a replay's
+/// variant answering from recorded replies).
+pub type EngineerFactory<'f> =
+    dyn FnMut(&str, &BuildInputs<'_>, &BranchState) -> Result<Box<dyn Engineer>, BuildError> + 'f;
+
+impl From<BuildError> for StageError {
+    fn from(e: BuildError) -> StageError {
+        match e {
+            BuildError::Name(e) => StageError::Engineer(e),
+            BuildError::Ledger(e) => StageError::Ledger(e),
+            BuildError::Train(e) => StageError::Train(e),
+            e @ BuildError::NoCheckpoint { .. } => StageError::Diverged(e.to_string()),
+            BuildError::Registry(m) => StageError::Plan(m),
+        }
+    }
+}
+
+/// Everything a run holds on to between stages.
+pub struct Pipeline<'a> {
+    pub ledger: &'a mut Ledger,
+    pub plan: LedgerPlan,
+    pub device: Device,
+    pub val: Suite,
+    pub test: Suite,
+    /// Canonical keys of every suite instance: training data never includes them.
+    suite_keys: std::collections::BTreeSet<[u8; 32]>,
+    base_meta: Meta,
+}
+
+impl<'a> Pipeline<'a> {
+    /// A pipeline over `ledger`, its evaluation suites read from stage 0's record.
+    pub fn new(
+        ledger: &'a mut Ledger,
+        device_override: Option<&str>,
+    ) -> Result<Pipeline<'a>, StageError> {
+        Self::open(ledger, device_override, false)
+    }
+
+    /// A pipeline whose evaluation suites are rebuilt from the plan, for verification:
+    /// a replay of stage 0 must recompute the suites it recorded, not read them back.
+    pub fn regenerating_suites(ledger: &'a mut Ledger) -> Result<Pipeline<'a>, StageError> {
+        Self::open(ledger, None, true)
+    }
+
+    fn open(
+        ledger: &'a mut Ledger,
+        device_override: Option<&str>,
+        regenerate_suites: bool,
+    ) -> Result<Pipeline<'a>, StageError> {
+        let plan = ledger_plan(ledger)?;
+        let device_name = device_override.unwrap_or(&plan.train.device).to_string();
+        let device = crate::train::parse_device(&device_name)?;
+        tch::set_num_threads(plan.train.torch_threads as i32);
+        let (val, test) = if regenerate_suites {
+            suites(&plan)?
+        } else {
+            ledger_suites(ledger, &plan)?
+        };
+        let mut base_meta = Meta::now();
+        base_meta.threads = Some(plan.train.torch_threads);
+        base_meta.device = Some(device_name);
+        base_meta
+            .versions
+            .extend(crate::train::kernels::facts(device));
+        base_meta.versions.insert(
+            "compute_dtype".into(),
+            plan.train.compute(device).dtype_name().into(),
+        );
+        base_meta.versions.insert(
+            "rayon_threads".into(),
+            rayon::current_num_threads().to_string(),
+        );
+        let suite_keys = [&val, &test]
+            .iter()
+            .flat_map(|s| s.cells.iter().flat_map(|c| c.items.iter()))
+            .map(|it| crate::env::generator::instance_key(&it.instance))
+            .collect();
+        Ok(Pipeline {
+            ledger,
+            plan,
+            device,
+            val,
+            test,
+            suite_keys,
+            base_meta,
+        })
+    }
+
+    /// The device and the plan's compute dtype on it.
+    pub fn compute(&self) -> crate::train::compute::Compute {
+        self.plan.train.compute(self.device)
+    }
+
+    fn recorder(&mut self, branch: &str) -> Recorder<'_> {
+        Recorder::new(self.ledger, branch, self.base_meta.clone())
+    }
+
+    fn instance_blobs(rec: &mut Recorder<'_>, items: &[Solved]) -> Result<Vec<Hash>, LedgerError> {
+        items
+            .iter()
+            .map(|it| rec.blob(&codec::encode(it)))
+            .collect()
+    }
+
+    fn load_state(&self, blob: &Hash) -> Result<TrainState, StageError> {
+        load_state(self.ledger, blob, self.compute())
+    }
+
+    /// Stage 0's freshly made policy: a grid network, or the plan's language model
+    /// (a scratch model's tokenizer is trained on the warm-up corpus).
+    fn initial_policy(
+        &self,
+        seed: Seed,
+        data: &[Solved],
+    ) -> Result<Box<dyn crate::train::policy::Policy>, StageError> {
+        match self.plan.policy {
+            crate::plan::PolicyKind::Lm => {
+                let spec = &self.plan.lm;
+                let lm =
+                    crate::train::lm::init(spec, self.compute(), seed.child("init", 0), || {
+                        let mut corpus = pretraining_corpus(spec, data);
+                        corpus.extend(engineer_corpus(&engineer_examples(&self.plan, seed)));
+                        corpus
+                    })
+                    .map_err(crate::train::TrainError::from)?;
+                Ok(Box::new(lm))
+            }
+            kind => Ok(crate::train::new_policy(
+                kind.name(),
+                self.device,
+                seed.child("init", 0),
+            )?),
+        }
+    }
+
+    /// The base model (stage 0's final checkpoint) of a branch's history.
+    pub fn base_checkpoint(&self, state: &BranchState) -> Option<Hash> {
+        state
+            .stage(0)
+            .filter(|s| s.completed.is_some())
+            .and_then(|s| s.checkpoint.map(|c| c.0))
+    }
+
+    /// Drive `opts.branch` forward. `stop` is polled between steps (Ctrl-C).
+    pub fn run(
+        &mut self,
+        opts: &RunOptions,
+        engineers: &mut EngineerFactory<'_>,
+        progress: &mut dyn Progress,
+        stop: &AtomicBool,
+    ) -> Result<RunSummary, StageError> {
+        let mut completed = Vec::new();
+        let last = self.plan.engineer.stages;
+        // The engineer of the stages this run will design, checked before any work
+        // (a grid plan asked for `current` fails here, not after its warm-up).
+        let state = self.ledger.projection(&opts.branch)?;
+        if next_stage(&state) <= last {
+            let name = opts
+                .engineer
+                .clone()
+                .unwrap_or_else(|| self.branch_engineer(&state));
+            crate::engineer::check_spec(&name, &self.plan, &state)?;
+        }
+        loop {
+            let state = self.ledger.projection(&opts.branch)?;
+            let next = next_stage(&state);
+            if next > last || opts.stages.is_some_and(|n| completed.len() as u32 >= n) {
+                break;
+            }
+            let done = if next == 0 {
+                self.run_warmup(&opts.branch, &state, progress, stop)?
+            } else {
+                let engineer_name = match state.stage(next).and_then(|s| s.engineer.clone()) {
+                    Some(name) => name, // resuming a stage that already started
+                    None => opts
+                        .engineer
+                        .clone()
+                        .unwrap_or_else(|| self.branch_engineer(&state)),
+                };
+                self.run_stage(
+                    &opts.branch,
+                    next,
+                    &engineer_name,
+                    &state,
+                    engineers,
+                    progress,
+                    stop,
+                )?
+            };
+            if !done {
+                return Ok(RunSummary {
+                    branch: opts.branch.clone(),
+                    head: self.ledger.head(&opts.branch)?,
+                    completed,
+                    interrupted: true,
+                });
+            }
+            completed.push(next);
+            if stop.load(Ordering::SeqCst) {
+                return Ok(RunSummary {
+                    branch: opts.branch.clone(),
+                    head: self.ledger.head(&opts.branch)?,
+                    completed,
+                    interrupted: true,
+                });
+            }
+        }
+        Ok(RunSummary {
+            branch: opts.branch.clone(),
+            head: self.ledger.head(&opts.branch)?,
+            completed,
+            interrupted: false,
+        })
+    }
+}
+
+/// The next stage a branch has to run (an incomplete stage is resumed).
+pub fn next_stage(state: &BranchState) -> u32 {
+    match state.stages.iter().max_by_key(|s| s.stage) {
+        None => 0,
+        Some(s) if s.completed.is_some() => s.stage + 1,
+        Some(s) => s.stage,
+    }
+}
+
+/// Load a checkpoint blob of `ledger` as a training state (the blobs it references
+/// come from the same ledger).
+pub fn load_state(
+    ledger: &Ledger,
+    blob: &Hash,
+    compute: impl Into<crate::train::compute::Compute>,
+) -> Result<TrainState, StageError> {
+    let bytes = ledger.blob(blob)?;
+    let fetch = |h: &Hash| ledger.blob(h).map_err(|e| e.to_string());
+    Ok(TrainState::load(&bytes, compute, &fetch)?)
+}

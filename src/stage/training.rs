@@ -1,0 +1,173 @@
+//! A GRPO stage (N >= 1): decide, generate, then train with GRPO from the previous
+//! stage's checkpoint (or this stage's last durable one), checkpointing at durable points.
+use super::*;
+
+impl Pipeline<'_> {
+    /// Stage `n` >= 1. Returns false when interrupted at a durable point.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_stage(
+        &mut self,
+        branch: &str,
+        n: u32,
+        engineer_name: &str,
+        state: &BranchState,
+        engineers: &mut EngineerFactory<'_>,
+        progress: &mut dyn Progress,
+        stop: &AtomicBool,
+    ) -> Result<bool, StageError> {
+        let cfg = self.plan.grpo.clone();
+        let seed = stage_seed(&self.plan, n, state.replicate);
+        let prev = state.stage(n - 1).ok_or_else(|| {
+            StageError::Diverged(format!("stage {n} has no stage {} before it", n - 1))
+        })?;
+        let from = prev
+            .checkpoint
+            .map(|c| c.0)
+            .ok_or_else(|| StageError::Diverged(format!("stage {} has no checkpoint", n - 1)))?;
+        let this = state.stage(n);
+        let started = this.is_some_and(|s| s.started.is_some());
+
+        // 1. Decide (or recover the recorded decision when resuming).
+        let applied: GeneratorConfig = if started {
+            this.and_then(|s| s.config.clone()).ok_or_else(|| {
+                StageError::Diverged(format!("stage {n} started without a configuration"))
+            })?
+        } else {
+            let current = prev
+                .config
+                .clone()
+                .or_else(|| state.initial_config.clone())
+                .expect("genesis has a config");
+            let ctx = self.context(state, n, current.clone(), engineer_name)?;
+            let inputs = BuildInputs {
+                ledger: self.ledger,
+                plan: &self.plan,
+                device: self.device,
+                stage: n,
+                stage_seed: seed,
+            };
+            let mut engineer = engineers(engineer_name, &inputs, state)?;
+            let decision = engineer.decide(&ctx);
+            let event = decision_event(
+                engineer_name,
+                &current,
+                &ctx,
+                self.plan.engineer.max_size as usize,
+                decision,
+                &mut self.recorder(branch),
+            )?;
+            let applied = event.applied.clone();
+            if let DecisionStatus::Rejected { reason } | DecisionStatus::Fallback { reason } =
+                &event.status
+            {
+                progress.note(&format!("stage {n}: engineer {engineer_name}'s proposal was not used ({reason}); keeping the previous configuration"));
+            }
+            let mut rec = self.recorder(branch);
+            rec.push(
+                n,
+                EventBody::StageStarted(StageStarted {
+                    engineer: engineer_name.into(),
+                    from_checkpoint: Some(from),
+                    seed: Hash(*seed.bytes()),
+                }),
+            );
+            rec.push(n, EventBody::EngineerDecision(event));
+            rec.flush()?;
+            applied
+        };
+
+        // 2. Generate the training instances (recomputed identically on resume).
+        let data = crate::env::generator::generate_excluding(
+            &applied,
+            self.plan.grpo.instances_per_stage as usize,
+            seed.child("instances", 0),
+            Budget::default(),
+            &self.suite_keys,
+        )
+        .map_err(|e| StageError::Generate(e.to_string()))?;
+        let blobs = {
+            let mut rec = self.recorder(branch);
+            let blobs = Self::instance_blobs(&mut rec, &data)?;
+            if this.is_none_or(|s| s.instances == 0) {
+                let config = rec.blob(&codec::encode(&applied))?;
+                rec.push(
+                    n,
+                    EventBody::InstancesGenerated(InstancesGenerated {
+                        split: "train".into(),
+                        config,
+                        instances: blobs.clone(),
+                    }),
+                );
+                rec.flush()?;
+            }
+            blobs
+        };
+
+        // 3. Train (GRPO's own loop), from this stage's last durable checkpoint or the
+        //    previous stage's.
+        let start = grpo::StageStart {
+            from,
+            resume: this.and_then(|s| s.checkpoint).map(|c| c.0),
+            base: state.stage(0).and_then(|s| s.checkpoint).map(|c| c.0),
+            lora: self.plan.lm.lora(),
+        };
+        progress.stage_begin(n, engineer_name, cfg.steps);
+        let compute = self.compute();
+        let mut host = Host {
+            rec: Recorder::new(self.ledger, branch, self.base_meta.clone()),
+            compute,
+            stage: n,
+            progress,
+            stop,
+        };
+        let metric = self.plan.train.metric;
+        let Some(ts) = grpo::train_stage(&cfg, metric, &start, &data, &blobs, seed, &mut host)?
+        else {
+            return Ok(false);
+        };
+        let mut rec = host.rec;
+
+        // 4. Evaluate, summarise, complete.
+        let validation = finish_stage(
+            &mut rec,
+            n,
+            &ts,
+            (&self.val, &self.test),
+            (self.plan.train.metric, self.plan.suites.eval_batch as usize),
+            cfg.steps,
+        )?;
+        progress.stage_end(n, &validation);
+        Ok(true)
+    }
+}
+
+/// The stage's side of [`grpo::train_stage`]: checkpoints come from the ledger, step
+/// records go to the branch's recorder, durable points save a checkpoint and commit.
+struct Host<'r, 'p> {
+    rec: Recorder<'r>,
+    compute: crate::train::compute::Compute,
+    stage: u32,
+    progress: &'p mut dyn Progress,
+    stop: &'p AtomicBool,
+}
+
+impl grpo::StageHost for Host<'_, '_> {
+    type Error = StageError;
+
+    fn load(&self, checkpoint: &Hash) -> Result<TrainState, StageError> {
+        load_state(self.rec.ledger(), checkpoint, self.compute)
+    }
+
+    fn stepped(&mut self, done: u64, records: Vec<StepRecord>, stats: &StepStats) {
+        for r in records {
+            self.rec.push(self.stage, r.into());
+        }
+        self.progress.step(self.stage, done, stats);
+    }
+
+    fn durable_point(&mut self, state: &TrainState, _done: u64) -> Result<bool, StageError> {
+        checkpoint(&mut self.rec, state, self.stage)?;
+        self.rec.flush()?;
+        Ok(self.stop.load(Ordering::SeqCst))
+    }
+}

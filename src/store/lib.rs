@@ -1,0 +1,45 @@
+//! The ledger's storage engine, shaped like git's object store, as its own crate: it
+//! knows frames, ids, lengths and branch heads, never what an event means.
+//!
+//! - [`hash`]: content addresses (blake3, domain-separated);
+//! - [`codec`]: the one place bytes are encoded with bincode (bincode is unmaintained, so
+//!   every encoding goes through this module);
+//! - [`pack`]: append-only pack files of framed records;
+//! - [`blob`]: content-addressed blobs (small ones in packs, large ones one file each);
+//! - [`refs`]: the `REFS` log of branch heads and committed pack lengths, readable
+//!   without a lock;
+//! - [`index`]: event id -> place and parent, with saved segments;
+//! - [`lock`]: the one writer.
+//!
+//! It depends on no tensor library and no MAPF type: the application crate
+//! (`mapf-ledger`) puts its event model, plans and projections on top, and this crate's
+//! tests run without libtorch (`cargo test -p ledger-store`).
+pub mod blob;
+pub mod codec;
+pub mod hash;
+pub mod index;
+pub mod lock;
+pub mod pack;
+pub mod refs;
+
+pub use hash::Hash;
+
+use std::path::PathBuf;
+
+/// Errors at the storage engine's boundary. Messages name the path, file or branch
+/// concerned; the application maps each variant onto its own error of the same name.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{}: {message}", path.display())]
+    Io { path: PathBuf, message: String },
+    #[error("ledger {} is being written by another process (one writer at a time; read commands work meanwhile)", path.display())]
+    Locked { path: PathBuf },
+    #[error("{what} is corrupt: {problem}")]
+    Corrupt { what: String, problem: String },
+    #[error(
+        "invalid branch name `{name}` (use 1-100 of A-Z a-z 0-9 . _ - in /-separated parts, none empty or starting with . or -)"
+    )]
+    BadBranchName { name: String },
+    #[error("no blob {hash}")]
+    MissingBlob { hash: Hash },
+}
