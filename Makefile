@@ -19,8 +19,10 @@ build: libtorch
 chromium:
 	@tools/chromium.sh >/dev/null
 
+# The two crates that do not link libtorch first (seconds), then the application.
 test: libtorch chromium
-	$(CARGO) test
+	$(CARGO) test -p ledger-store -p mapf-testbed
+	$(CARGO) test -p mapf-ledger
 
 demo: build
 	tools/demo.sh

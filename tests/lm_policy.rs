@@ -440,18 +440,12 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
             t.trajectories.iter().filter(|x| x.valid).count()
         );
     };
+    let step = |ts: &mut TrainState, cfg: &GrpoConfig, s: u64| {
+        let metric = mapf_ledger::env::CostMetric::Makespan;
+        grpo::step(ts, None, cfg, metric, &data, &blobs, Seed::root(4), s).0
+    };
     for s in 0..g.steps {
-        let (records, _) = grpo::step(
-            &mut ts,
-            None,
-            &g,
-            mapf_ledger::env::CostMetric::Makespan,
-            &data,
-            &blobs,
-            Seed::root(4),
-            s,
-        );
-        check(&records, false);
+        check(&step(&mut ts, &g, s), false);
     }
     let after = mean_reward(&ts);
     // 512 samples: the standard error of each mean is about 0.02.
@@ -463,17 +457,7 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
         zero_variance: grpo::ZeroVariance::Skip,
         ..g.clone()
     };
-    let (records, _) = grpo::step(
-        &mut ts,
-        None,
-        &skip,
-        mapf_ledger::env::CostMetric::Makespan,
-        &data,
-        &blobs,
-        Seed::root(4),
-        g.steps,
-    );
-    check(&records, true);
+    check(&step(&mut ts, &skip, g.steps), true);
 }
 
 #[test]

@@ -25,9 +25,9 @@
 //! ```
 use super::codec;
 use super::event::{Event, EventBody};
+use super::events::Ledger;
 use super::hash::Hash;
 use super::meta::Meta;
-use super::store::Ledger;
 use super::LedgerError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};

@@ -2,18 +2,19 @@
 //! every later piece writes to and every view reads from.
 //!
 //! Layers, bottom to top: the storage engine, its own crate `ledger-store` (`src/store`:
-//! [`hash`], [`codec`], packs, blobs, refs, index, lock), which never looks inside an
-//! event and cannot see a MAPF type; [`crate::record`], what the bytes mean (events,
-//! metadata, projections) and [`crate::plan`]; then the [`Ledger`] itself ([`store`]: open,
-//! the durable append protocol, forks, lookups, the projection cache) with
+//! [`hash`], [`codec`], packs, blobs, refs, index, lock, and `Store`, an open ledger
+//! directory with its durable commits), which never looks inside an event and cannot see
+//! a MAPF type; [`crate::record`], what the bytes mean (events, metadata, projections)
+//! and [`crate::plan`]; then the [`Ledger`] itself ([`events`]: creating from a plan,
+//! appending events, decoding, history, references, the projection cache) with
 //! [`verify`], [`bundle`] (bundles, fetch), [`gc`] and [`recover`]. Views of a ledger
 //! live in `crate::views`, above it.
 pub mod bundle;
+pub mod events;
 pub mod gc;
 pub mod recorder;
 pub mod recover;
 pub mod reference;
-pub mod store;
 pub mod verify;
 
 // The storage engine's modules under their short names (`ledger::pack`, `ledger::hash`, ...).
@@ -25,12 +26,12 @@ pub use crate::plan;
 pub use crate::record::{event, meta, projection};
 
 pub use event::{Event, EventBody};
+pub use events::{Ledger, Location, RebuildReport, Resolved};
 pub use hash::Hash;
 pub use meta::Meta;
 pub use plan::LedgerPlan;
 pub use projection::{BranchState, StageState};
 pub use reference::{parse_stage, Reference};
-pub use store::{Ledger, Location, RebuildReport, Resolved};
 pub use verify::{Problem, Report};
 
 use std::path::PathBuf;
@@ -97,6 +98,12 @@ impl From<ledger_store::StoreError> for LedgerError {
             S::Corrupt { what, problem } => LedgerError::Corrupt { what, problem },
             S::BadBranchName { name } => LedgerError::BadBranchName { name },
             S::MissingBlob { hash } => LedgerError::MissingBlob { hash },
+            S::NotALedger { path } => LedgerError::NotALedger { path },
+            S::ReadOnly => LedgerError::ReadOnly,
+            S::UnknownEvent { what } => LedgerError::UnknownEvent { what },
+            S::UnknownBranch { name } => LedgerError::UnknownBranch { name },
+            S::BranchExists { name } => LedgerError::BranchExists { name },
+            S::Invalid(m) => LedgerError::Invalid(m),
         }
     }
 }

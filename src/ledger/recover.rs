@@ -33,13 +33,14 @@
 //! rename of `REFS`.
 use super::codec;
 use super::event::decode_event;
+use super::events::is_ledger;
 use super::hash::Hash;
 use super::index::{Index, MISSING_PARENT, NO_PARENT};
 use super::lock::LedgerLock;
 use super::pack::{self, kind_path, parse_frame, sync_dir, Pack, PackKind};
 use super::refs::{self, Legible, Refs};
-use super::store::{is_ledger, pack_files};
 use super::{Ledger, LedgerError};
+use ledger_store::store::pack_files;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

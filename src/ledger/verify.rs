@@ -3,9 +3,9 @@
 //! in storage order; the first names the first bad event, ref or blob.
 use super::codec;
 use super::event::EventBody;
+use super::events::Ledger;
 use super::hash::Hash;
 use super::index::{Index, MISSING_PARENT, NO_PARENT};
-use super::store::Ledger;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::time::Instant;

@@ -9,7 +9,9 @@
 //! - [`refs`]: the `REFS` log of branch heads and committed pack lengths, readable
 //!   without a lock;
 //! - [`index`]: event id -> place and parent, with saved segments;
-//! - [`lock`]: the one writer.
+//! - [`lock`]: the one writer;
+//! - [`store`]: [`Store`], an open ledger directory: opening what `REFS` lists, blobs,
+//!   branch refs, durable commits of framed records, lookups by id.
 //!
 //! It depends on no tensor library and no MAPF type: the application crate
 //! (`mapf-ledger`) puts its event model, plans and projections on top, and this crate's
@@ -21,8 +23,10 @@ pub mod index;
 pub mod lock;
 pub mod pack;
 pub mod refs;
+pub mod store;
 
 pub use hash::Hash;
+pub use store::{Batch, Location, OpenProblem, Store};
 
 use std::path::PathBuf;
 
@@ -42,4 +46,16 @@ pub enum StoreError {
     BadBranchName { name: String },
     #[error("no blob {hash}")]
     MissingBlob { hash: Hash },
+    #[error("{} is not a ledger (create one with `ledger init --plan FILE`)", path.display())]
+    NotALedger { path: PathBuf },
+    #[error("the ledger is open read-only")]
+    ReadOnly,
+    #[error("no event {what}")]
+    UnknownEvent { what: String },
+    #[error("no branch named `{name}`")]
+    UnknownBranch { name: String },
+    #[error("branch `{name}` already exists")]
+    BranchExists { name: String },
+    #[error("invalid event: {0}")]
+    Invalid(String),
 }

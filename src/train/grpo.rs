@@ -29,21 +29,13 @@ use crate::record::trainer::{GradientStep, GrpoStats, StepRecord, Trajectory, Tr
 use crate::record::Hash;
 use crate::seed::Seed;
 use rand::seq::SliceRandom;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 /// What GRPO does with a zero-variance group, a group whose samples all got the same
 /// reward (the plan's `grpo.zero_variance`).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ZeroVariance {
     #[default]
@@ -55,7 +47,7 @@ pub enum ZeroVariance {
 /// plan's text through its hash to the loop ([`train_stage`]). Fields added after the
 /// first ledgers (`micro_batch` on) are left out of the plan's canonical encoding while
 /// at their defaults, so a plan that does not set them keeps its hash.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct GrpoConfig {
     /// Gradient steps per stage.

@@ -1,5 +1,5 @@
 //! Export: the JSON form of events ([`EventRecord`], one per line) and a flat CSV view.
-use crate::ledger::store::Ledger;
+use crate::ledger::Ledger;
 use crate::ledger::LedgerError;
 use crate::record::event::{Event, EventBody};
 use crate::record::hash::Hash;

@@ -1,62 +1,29 @@
-//! The [`Ledger`]: opening and creating a store, the durable append protocol, forks,
-//! lookups and history walks. Layout of a ledger directory:
-//!
-//! ```text
-//! LOCK            flock, held exclusively by the one writer (readers take no lock)
-//! REFS            branch heads + committed pack lengths, replaced whole (refs.rs)
-//! packs/          pack-NNNNNNNN.pack: framed event records (see pack.rs)
-//!                 blobs-NNNNNNNN.pack: small blobs, same frames
-//! blobs/ab/cd..   large blobs, one file per hash
-//! db/             sled, the writer's projection cache (derived; `rebuild` remakes it)
-//! ```
-//!
-//! Append protocol (a crash at any instant leaves complete history behind every ref):
-//! 1. blobs: files are fsync'ed and renamed when put; small-blob pack frames are
-//!    fsync'ed before step 3;
-//! 2. the batch's frames are written after the pack's committed end and fsync'ed;
-//! 3. a new `REFS` (branch moved, pack lengths grown) is written, fsync'ed and renamed
-//!    over the old one. Until then the new frames are an uncommitted tail that the next
-//!    writer cuts off and readers ignore.
-//!
-//! Readers read `REFS` once when they open: that snapshot (heads, and the committed
-//! pack prefixes that hold everything the heads reach) stays consistent however the
-//! writer goes on, so read commands never wait for a run.
+//! The [`Ledger`]: the application's record on the storage engine's [`Store`]. The store
+//! holds the bytes (packs, blobs, `REFS`, the index, the writer's lock; its module doc
+//! has the directory layout and the durable commit protocol); the ledger knows what they
+//! mean: creating a ledger from a plan (the genesis event), appending events (checked,
+//! encoded, chained and folded into the projection as they are framed), decoding,
+//! history walks, references, and the projection cache in `db/` (sled, the writer's;
+//! derived: `rebuild` remakes it).
 use super::blob::Blobs;
 use super::codec;
 use super::event::{Event, EventBody, Genesis};
 use super::hash::{is_hex_prefix, Hash};
-use super::index::{Covered, Index, MISSING_PARENT, NO_PARENT};
+use super::index::{Index, MISSING_PARENT, NO_PARENT};
 use super::lock::LedgerLock;
 use super::meta::Meta;
-use super::pack::{self, Pack, PackKind, PACK_ROLL_BYTES};
+use super::pack::{self, Pack};
 use super::plan::LedgerPlan;
 use super::projection::{self, BranchState};
 use super::refs::{self, Refs, MAIN};
 use super::LedgerError;
+use ledger_store::Store;
+pub use ledger_store::{Location, OpenProblem};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Something wrong found while opening (reported by verify; reads avoid it).
-#[derive(Clone, Debug)]
-pub struct OpenProblem {
-    pub what: String,
-    pub problem: String,
-}
-
-/// Where an event's record lies (for tools and tests).
-#[derive(Clone, Debug)]
-pub struct Location {
-    pub pack: PathBuf,
-    /// Offset of the frame in the pack file.
-    pub offset: u64,
-    /// Offset of the event's encoded bytes in the pack file, and their length.
-    pub event_offset: u64,
-    pub event_len: usize,
-}
-
-/// What a `show` reference names.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Resolved {
     Event(Hash),
@@ -79,26 +46,14 @@ pub struct RebuildReport {
 /// An open ledger: one writer ([`Ledger::open`], [`Ledger::create`]) or a reader
 /// ([`Ledger::open_read_only`]) holding the snapshot of `REFS` it opened.
 pub struct Ledger {
-    dir: PathBuf,
-    writable: bool,
     /// The writer's projection cache (readers have none: they fold).
     db: Option<(sled::Db, sled::Tree)>,
-    refs: Refs,
-    /// The writer's handle on the `REFS` log (None for readers).
-    refs_log: Option<refs::RefsLog>,
-    blobs: Blobs,
-    packs: Vec<Pack>,
-    index: Index,
-    problems: Vec<OpenProblem>,
-    /// Set when a commit failed after writing: the writer must reopen the ledger
-    /// (which cuts any uncommitted tail) before appending again.
-    poisoned: bool,
     /// Projection states of recent heads (incremental cache in memory).
     proj_mem: BTreeMap<Hash, BranchState>,
     /// Time spent in this handle's reads and writes (see [`Ledger::busy_time`]).
     busy: Busy,
-    // Declared last: released after sled is closed.
-    _lock: Option<LedgerLock>,
+    // Declared last: its lock is released after sled is closed.
+    store: Store,
 }
 
 /// Bumped whenever `BranchState` changes shape: older cached states are ignored and
@@ -147,20 +102,6 @@ pub(crate) fn sled_error(dir: &Path, e: sled::Error) -> LedgerError {
     }
 }
 
-/// Ids of the pack files of `kind` in `packs_dir`.
-pub(crate) fn pack_files(packs_dir: &Path, kind: PackKind) -> Result<Vec<u32>, LedgerError> {
-    let rd = std::fs::read_dir(packs_dir).map_err(|e| LedgerError::Io {
-        path: packs_dir.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let mut ids: Vec<u32> = rd
-        .flatten()
-        .filter_map(|e| kind.id_of(&e.file_name().to_string_lossy()))
-        .collect();
-    ids.sort_unstable();
-    Ok(ids)
-}
-
 /// Whether `dir` holds a ledger (of this layout, or of the older sled-only one).
 pub(crate) fn is_ledger(dir: &Path) -> bool {
     refs::path(dir).is_file() || dir.join("db").is_dir()
@@ -204,20 +145,6 @@ fn migrate_from_sled(dir: &Path) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// Whether a saved index's coverage fits the packs of this snapshot: the packs it covers
-/// are the first ones, in order, each committed at least as far as covered and with the
-/// recorded last frame where the index says (a pack replaced by gc fails this).
-fn saved_index_fits(covered: &[Covered], packs: &[Pack]) -> bool {
-    covered.len() <= packs.len()
-        && covered.iter().zip(packs).all(|(c, p)| {
-            c.id == p.id
-                && c.len <= p.committed()
-                && (c.last_offset == 0
-                    || pack::parse_frame(p.bytes(), c.last_offset as usize)
-                        .is_ok_and(|f| f.hash == c.last_id))
-        })
-}
-
 /// Wall time spent inside the ledger's public operations; nested calls count once. (The
 /// pipeline calls them from one thread; calls overlapping from several threads may be
 /// counted twice.)
@@ -256,10 +183,6 @@ impl Drop for BusyGuard {
     }
 }
 
-/// A writer saves its index when closing once this many events are not in `INDEX`
-/// (scanning fewer at open costs a few milliseconds).
-const SAVE_INDEX_TAIL: usize = 50_000;
-
 impl Ledger {
     /// Create a ledger in `dir` from a plan file's bytes: the plan is validated, stored
     /// as a blob, and the genesis event starts branch `main`.
@@ -270,21 +193,8 @@ impl Ledger {
                 path: dir.to_path_buf(),
             });
         }
-        for d in [dir.to_path_buf(), dir.join("packs"), dir.join("blobs")] {
-            std::fs::create_dir_all(&d).map_err(|e| LedgerError::Io {
-                path: d.clone(),
-                message: e.to_string(),
-            })?;
-        }
-        let lock = LedgerLock::acquire(dir, true)?;
-        refs::replace(dir, &Refs::default())?;
-        drop(lock);
+        Store::init(dir)?;
         let mut l = Ledger::open_inner(dir, true)?;
-        // Make the new directory entries durable before history is written into them.
-        pack::sync_dir(dir)?;
-        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-            pack::sync_dir(parent)?;
-        }
         let plan_blob = l.put_blob(plan_bytes)?;
         let body = EventBody::Genesis(Genesis {
             plan_blob,
@@ -404,15 +314,14 @@ impl Ledger {
             }
             drop(lock);
         }
+        let ledger = |store: Store| Ledger {
+            db: None,
+            proj_mem: BTreeMap::new(),
+            busy: Busy::default(),
+            store,
+        };
         if writable {
-            let lock = LedgerLock::acquire(dir, true)?;
-            // Cuts a torn last record of REFS before the snapshot is read.
-            let (log, _) = refs::RefsLog::open(dir, None)?;
-            let mut l = Ledger::open_snapshot(dir, true)?;
-            l._lock = Some(lock);
-            l.refs_log = Some(log);
-            l.blobs.clean_tmp();
-            l.remove_orphan_packs()?;
+            let mut l = ledger(Store::open_writer(dir)?);
             let db = open_sled(dir)?;
             let proj = db
                 .open_tree("projections")
@@ -420,132 +329,20 @@ impl Ledger {
             l.db = Some((db, proj));
             return Ok(l);
         }
-        // A reader may meet a pack that gc has just replaced: read REFS again.
-        let mut tries = 0;
-        loop {
-            match Ledger::open_snapshot(dir, false) {
-                Err(LedgerError::Io { path, .. }) if tries < 20 && !path.exists() => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                r => return r,
-            }
-        }
-    }
-
-    /// Read `REFS` and open what it lists (no lock, no projection cache).
-    fn open_snapshot(dir: &Path, writable: bool) -> Result<Ledger, LedgerError> {
-        let refs = Refs::read(dir)?.ok_or_else(|| LedgerError::NotALedger {
-            path: dir.to_path_buf(),
-        })?;
-        let (blobs, blob_problems) = Blobs::open(dir, &refs.blob_packs, writable)?;
-        let packs_dir = dir.join("packs");
-        let mut packs = Vec::new();
-        let mut problems: Vec<OpenProblem> = blob_problems
-            .into_iter()
-            .map(|(what, problem)| OpenProblem { what, problem })
-            .collect();
-        for &(id, len) in &refs.packs {
-            match Pack::open(&packs_dir, PackKind::Events, id, len, writable) {
-                Ok(p) => packs.push(p),
-                Err(e @ ledger_store::StoreError::Corrupt { .. }) if !writable => {
-                    problems.push(OpenProblem {
-                        what: pack::pack_path(&packs_dir, id).display().to_string(),
-                        problem: e.to_string(),
-                    });
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        // The saved index covers a prefix of each pack it lists; only the rest is scanned.
-        let (mut index, covered) = Index::load(dir, |c| saved_index_fits(c, &packs));
-        for p in &packs {
-            let from = covered.iter().find(|c| c.id == p.id).map(|c| c.len);
-            for (off, f) in p.frames_from(from) {
-                match f {
-                    Ok(f) => {
-                        let parent = codec::event_parent(f.event).ok().flatten();
-                        index.insert(f.hash, p.id, off, parent);
-                    }
-                    Err(e) => problems.push(OpenProblem {
-                        what: format!("record at {} offset {off}", p.path.display()),
-                        problem: e.to_string(),
-                    }),
-                }
-            }
-        }
-        if writable && !problems.is_empty() {
-            let p = &problems[0];
-            return Err(LedgerError::Corrupt {
-                what: p.what.clone(),
-                problem: format!("{}; {}", p.problem, refs::RECOVER_HINT),
-            });
-        }
-        Ok(Ledger {
-            dir: dir.to_path_buf(),
-            writable,
-            db: None,
-            refs,
-            refs_log: None,
-            blobs,
-            packs,
-            index,
-            problems,
-            poisoned: false,
-            proj_mem: BTreeMap::new(),
-            busy: Busy::default(),
-            _lock: None,
-        })
-    }
-
-    /// Remove pack files `REFS` does not list (a pack created by a batch that never
-    /// committed, or the old packs of an interrupted gc). Writer only.
-    fn remove_orphan_packs(&self) -> Result<(), LedgerError> {
-        let packs_dir = self.dir.join("packs");
-        for (kind, listed) in [
-            (PackKind::Events, &self.refs.packs),
-            (PackKind::Blobs, &self.refs.blob_packs),
-        ] {
-            for id in pack_files(&packs_dir, kind)? {
-                if !listed.iter().any(|&(l, _)| l == id) {
-                    let p = pack::kind_path(&packs_dir, kind, id);
-                    std::fs::remove_file(&p).map_err(|e| LedgerError::Io {
-                        path: p.clone(),
-                        message: e.to_string(),
-                    })?;
-                }
-            }
-        }
-        Ok(())
+        Ok(ledger(Store::open_reader(dir)?))
     }
 
     /// Read `REFS` again and reopen what it lists, keeping the lock and the cache (after
     /// gc replaced packs). Writer only.
     pub(super) fn reload(&mut self) -> Result<(), LedgerError> {
-        let mut fresh = Ledger::open_snapshot(&self.dir, true)?;
-        fresh._lock = self._lock.take();
-        fresh.db = self.db.take();
-        fresh.refs_log = self.refs_log.take();
-        // The old handle's index describes the packs before the reload: not saved.
-        let mut old = std::mem::replace(self, fresh);
-        old.writable = false;
-        Ok(())
+        Ok(self.store.reload()?)
     }
 
     /// Save the index as `INDEX` for the committed packs (writer only; a later open then
     /// scans only what was appended after). Best effort is enough for callers that
     /// ignore the error: the index is derived, and a missing one means a scan.
     pub fn save_index(&self) -> Result<(), LedgerError> {
-        if !self.writable || self.poisoned {
-            return Err(LedgerError::ReadOnly);
-        }
-        let covered: Vec<(u32, u64)> = self.packs.iter().map(|p| (p.id, p.committed())).collect();
-        self.index
-            .save(&self.dir, &covered)
-            .map_err(|e| LedgerError::Io {
-                path: super::index::path(&self.dir),
-                message: e.to_string(),
-            })
+        Ok(self.store.save_index()?)
     }
 
     /// Drop cached projections of events no longer stored (after gc).
@@ -554,12 +351,12 @@ impl Ledger {
         let Some((db, proj)) = &self.db else {
             return Ok(());
         };
-        let se = |e| sled_error(&self.dir, e);
+        let se = |e| sled_error(self.store.dir(), e);
         let mut gone = Vec::new();
         for k in proj.iter().keys() {
             let k = k.map_err(se)?;
             let stored =
-                <[u8; 32]>::try_from(k.as_ref()).is_ok_and(|h| self.index.get(&Hash(h)).is_some());
+                <[u8; 32]>::try_from(k.as_ref()).is_ok_and(|h| self.store.contains(&Hash(h)));
             if !stored {
                 gone.push(k);
             }
@@ -571,22 +368,9 @@ impl Ledger {
         Ok(())
     }
 
-    /// Write `next` as the new `REFS` (small blobs made durable first) and adopt it.
-    fn write_refs(&mut self, mut next: Refs) -> Result<(), LedgerError> {
-        next.blob_packs = self.blobs.sync()?;
-        self.commit_refs(&next)?;
-        self.blobs.commit(&next.blob_packs)?;
-        self.refs = next;
-        Ok(())
-    }
-
     /// Append `next` to the `REFS` log durably (the commit point). Writer only.
     pub(super) fn commit_refs(&mut self, next: &Refs) -> Result<(), LedgerError> {
-        self.refs_log
-            .as_mut()
-            .ok_or(LedgerError::ReadOnly)?
-            .commit(next)?;
-        Ok(())
+        Ok(self.store.commit_refs(next)?)
     }
 
     /// Wall time spent so far inside this handle's appends, forks, blob reads and writes,
@@ -598,26 +382,26 @@ impl Ledger {
 
     /// The refs snapshot this handle reads (a writer's is always current).
     pub fn refs(&self) -> &Refs {
-        &self.refs
+        self.store.refs()
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.store.dir()
     }
 
     pub fn is_writable(&self) -> bool {
-        self.writable
+        self.store.is_writable()
     }
 
     /// Number of events stored (all branches).
     pub fn event_count(&self) -> usize {
-        self.index.len()
+        self.store.index().len()
     }
 
     /// Problems found while opening (a reader opens a damaged ledger so verify can say
     /// what is wrong).
     pub fn open_problems(&self) -> &[OpenProblem] {
-        &self.problems
+        self.store.problems()
     }
 
     // ---- blobs ----
@@ -626,101 +410,50 @@ impl Ledger {
     /// that references it is committed.
     pub fn put_blob(&mut self, bytes: &[u8]) -> Result<Hash, LedgerError> {
         let _busy = self.busy.enter();
-        if !self.writable {
-            return Err(LedgerError::ReadOnly);
-        }
-        Ok(self.blobs.put(bytes)?)
+        Ok(self.store.put_blob(bytes)?)
     }
 
     /// A blob's bytes, checked against its hash.
     pub fn blob(&self, h: &Hash) -> Result<Vec<u8>, LedgerError> {
         let _busy = self.busy.enter();
-        Ok(self.blobs.get(h)?)
+        Ok(self.store.blobs().get(h)?)
     }
 
     pub fn has_blob(&self, h: &Hash) -> Result<bool, LedgerError> {
-        Ok(self.blobs.contains(h)?)
+        Ok(self.store.blobs().contains(h)?)
     }
 
     pub(crate) fn blob_store(&self) -> &Blobs {
-        &self.blobs
+        self.store.blobs()
     }
 
     // ---- refs ----
 
     /// The head event of `branch`.
     pub fn head(&self, branch: &str) -> Result<Hash, LedgerError> {
-        self.refs
-            .branches
-            .get(branch)
-            .copied()
-            .ok_or_else(|| LedgerError::UnknownBranch {
-                name: branch.to_string(),
-            })
+        Ok(self.store.head(branch)?)
     }
 
     /// Every branch and its head, in name order.
     pub fn branches(&self) -> Result<Vec<(String, Hash)>, LedgerError> {
-        Ok(self
-            .refs
-            .branches
-            .iter()
-            .map(|(n, h)| (n.clone(), *h))
-            .collect())
+        Ok(self.store.branches())
     }
 
     /// Create branch `name` at the existing event `at`: one durable ref, nothing copied.
     pub fn fork(&mut self, name: &str, at: &Hash) -> Result<(), LedgerError> {
         let _busy = self.busy.enter();
-        if !self.writable {
-            return Err(LedgerError::ReadOnly);
-        }
-        refs::validate_branch(name)?;
-        if self.index.get(at).is_none() {
-            return Err(LedgerError::UnknownEvent { what: at.to_hex() });
-        }
-        if self.refs.branches.contains_key(name) {
-            return Err(LedgerError::BranchExists {
-                name: name.to_string(),
-            });
-        }
-        let mut next = self.refs.clone();
-        next.branches.insert(name.to_string(), *at);
-        self.write_refs(next)
+        Ok(self.store.fork(name, at)?)
     }
 
     /// Point branch `name` at the existing event `at` (created or moved), durably.
     pub(super) fn set_ref(&mut self, name: &str, at: &Hash) -> Result<(), LedgerError> {
-        if !self.writable {
-            return Err(LedgerError::ReadOnly);
-        }
-        refs::validate_branch(name)?;
-        if self.index.get(at).is_none() {
-            return Err(LedgerError::UnknownEvent { what: at.to_hex() });
-        }
-        let mut next = self.refs.clone();
-        next.branches.insert(name.to_string(), *at);
-        self.write_refs(next)
+        Ok(self.store.set_ref(name, at)?)
     }
 
     /// Remove branch `name`'s ref, durably. Its events stay in the packs (shared with
     /// other branches, or unreachable until `gc`). `main` cannot be deleted.
     pub fn delete_branch(&mut self, name: &str) -> Result<(), LedgerError> {
-        if !self.writable {
-            return Err(LedgerError::ReadOnly);
-        }
-        if name == MAIN {
-            return Err(LedgerError::Invalid(format!(
-                "branch `{MAIN}` cannot be deleted"
-            )));
-        }
-        let mut next = self.refs.clone();
-        if next.branches.remove(name).is_none() {
-            return Err(LedgerError::UnknownBranch {
-                name: name.to_string(),
-            });
-        }
-        self.write_refs(next)
+        Ok(self.store.delete_branch(name)?)
     }
 
     // ---- append ----
@@ -735,7 +468,7 @@ impl Ledger {
     ) -> Result<Vec<Hash>, LedgerError> {
         let busy = self.busy.clone();
         let _busy = busy.enter();
-        if !self.writable {
+        if !self.store.is_writable() {
             return Err(LedgerError::ReadOnly);
         }
         let head = self.head(branch)?;
@@ -750,7 +483,7 @@ impl Ledger {
                 t.trajectory_hashes().map_err(LedgerError::Invalid)?;
             }
             for b in body.blobs() {
-                if checked.insert(b) && !self.blobs.contains(&b)? {
+                if checked.insert(b) && !self.store.blobs().contains(&b)? {
                     return Err(LedgerError::MissingBlob { hash: b });
                 }
             }
@@ -772,38 +505,21 @@ impl Ledger {
         self.commit(branch, parent, items)
     }
 
+    /// Encode `items` as events chained from `parent`, fold them into the projection,
+    /// and commit them through the store with `branch` pointing at the last one.
     fn commit(
         &mut self,
         branch: &str,
         parent: Option<Hash>,
         items: Vec<(EventBody, u32, Meta)>,
     ) -> Result<Vec<Hash>, LedgerError> {
-        if self.poisoned {
-            return Err(LedgerError::Invalid(format!(
-                "an earlier append to {} failed midway; reopen the ledger before appending",
-                self.dir.display()
-            )));
-        }
-        let need_new = match self.packs.last() {
-            None => true,
-            Some(p) => p.committed() > PACK_ROLL_BYTES,
-        };
-        if need_new {
-            let id = self.packs.last().map_or(1, |p| p.id + 1);
-            let p = Pack::create(&self.dir.join("packs"), PackKind::Events, id)?;
-            self.packs.push(p);
-        }
+        let mut batch = self.store.begin_batch()?;
         let mut state = match parent {
             Some(h) => self.state_at(&h)?,
             None => BranchState::default(),
         };
-        let pack = self.packs.last_mut().expect("a pack exists");
-        let base = pack.committed();
-        let mut buf = Vec::with_capacity(items.len() * 160);
         let mut ev = Vec::with_capacity(256);
         let mut mb = Vec::with_capacity(64);
-        // (id, offset of a new frame or None when the event is already stored)
-        let mut added: Vec<(Hash, Option<u64>)> = Vec::with_capacity(items.len());
         let mut prev = parent;
         // Whether the next event may already be stored. Parents are stored before their
         // children, so once an event is new, every later one in the batch (whose bytes
@@ -834,81 +550,27 @@ impl Ledger {
             // that reproduced it, a branch re-walking shared history) writes nothing.
             // Its parent is part of its bytes, so the whole chain below it is stored too.
             // (A batch cannot repeat an event: each one names the previous as parent.)
-            if maybe_stored && self.index.get(&h).is_some() {
-                added.push((h, None));
+            if maybe_stored && self.store.contains(&h) {
+                batch.push_stored(&h);
             } else {
                 mb.clear();
                 codec::encode_into(&meta, &mut mb);
-                if mb.len() > pack::MAX_PAYLOAD {
-                    return Err(LedgerError::Invalid(format!(
-                        "metadata of {} bytes exceeds the record limit",
-                        mb.len()
-                    )));
-                }
                 maybe_stored = false;
-                added.push((h, Some(base + buf.len() as u64)));
-                pack::encode_frame(&mut buf, &h, &ev, &mb);
+                batch.push_new(&h, &ev, &mb)?;
             }
             projection::apply_in_place(&mut state, &h, &event);
             prev = Some(h);
         }
         let head = prev.expect("batch is not empty");
-        self.poisoned = true;
-        let new_len = if buf.is_empty() {
-            base
-        } else {
-            pack.write_durable(&buf)?
-        };
-        let id = pack.id;
-        let mut next = self.refs.clone();
-        next.branches.insert(branch.to_string(), head);
-        match next.packs.iter_mut().find(|p| p.0 == id) {
-            Some(p) => p.1 = new_len,
-            None => next.packs.push((id, new_len)),
-        }
-        if next != self.refs || self.blobs.has_pending() {
-            self.write_refs(next)?;
-        }
-        let pack = self.packs.last_mut().expect("a pack exists");
-        pack.commit(new_len)?;
-        self.poisoned = false;
-        self.index.reserve(added.len());
-        let mut parent_pos = match parent {
-            None => NO_PARENT,
-            Some(p) => self.index.position(&p).unwrap_or(MISSING_PARENT),
-        };
-        for (h, off) in &added {
-            parent_pos = match off {
-                Some(off) => self.index.insert_at(*h, id, *off, parent_pos),
-                None => self.index.position(h).expect("stored events are indexed"),
-            };
-        }
+        let ids = self.store.commit_batch(branch, parent, batch)?;
         self.cache_state(head, state)?;
-        Ok(added.into_iter().map(|a| a.0).collect())
+        Ok(ids)
     }
 
     // ---- reads ----
 
     fn frame_of(&self, h: &Hash) -> Result<pack::Frame<'_>, LedgerError> {
-        let e = self
-            .index
-            .get(h)
-            .ok_or_else(|| LedgerError::UnknownEvent { what: h.to_hex() })?;
-        let f = self.frame_at(e.pack, e.offset)?;
-        if f.hash != *h {
-            // Only a damaged saved index can send a lookup to another record.
-            return Err(LedgerError::Corrupt {
-                what: super::index::path(&self.dir).display().to_string(),
-                problem: format!(
-                    "it places event {} at pack {} offset {}, which holds {} (the index is derived: `ledger rebuild` remakes it)",
-                    h.short(),
-                    e.pack,
-                    e.offset,
-                    f.hash.short()
-                ),
-            });
-        }
-        Ok(f)
+        Ok(self.store.frame_of(h)?)
     }
 
     pub(crate) fn frame_at(
@@ -916,29 +578,19 @@ impl Ledger {
         pack_id: u32,
         offset: u64,
     ) -> Result<pack::Frame<'_>, LedgerError> {
-        let p = self.pack(pack_id)?;
-        pack::parse_frame(p.bytes(), offset as usize).map_err(|e| LedgerError::Corrupt {
-            what: format!("record at {} offset {offset}", p.path.display()),
-            problem: e.to_string(),
-        })
+        Ok(self.store.frame_at(pack_id, offset)?)
     }
 
     pub(crate) fn pack(&self, id: u32) -> Result<&Pack, LedgerError> {
-        self.packs
-            .iter()
-            .find(|p| p.id == id)
-            .ok_or_else(|| LedgerError::Corrupt {
-                what: format!("pack {id}"),
-                problem: "missing".into(),
-            })
+        Ok(self.store.pack(id)?)
     }
 
     pub(crate) fn packs(&self) -> &[Pack] {
-        &self.packs
+        self.store.packs()
     }
 
     pub(crate) fn index(&self) -> &Index {
-        &self.index
+        self.store.index()
     }
 
     /// The event with id `h`.
@@ -972,37 +624,18 @@ impl Ledger {
     }
 
     pub fn contains_event(&self, h: &Hash) -> bool {
-        self.index.get(h).is_some()
+        self.store.contains(h)
     }
 
     /// Where an event's record lies on disk.
     pub fn location(&self, h: &Hash) -> Option<Location> {
-        let e = self.index.get(h)?;
-        let p = self.pack(e.pack).ok()?;
-        let f = pack::parse_frame(p.bytes(), e.offset as usize).ok()?;
-        Some(Location {
-            pack: p.path.clone(),
-            offset: e.offset,
-            event_offset: e.offset + pack::FRAME_HEADER as u64,
-            event_len: f.event.len(),
-        })
+        self.store.location(h)
     }
 
     /// Ids from `from` back to genesis, newest first (stops at a broken link; verify
     /// reports those).
     pub fn ancestry(&self, from: &Hash) -> Result<Vec<Hash>, LedgerError> {
-        let pos = self
-            .index
-            .position(from)
-            .ok_or_else(|| LedgerError::UnknownEvent {
-                what: from.to_hex(),
-            })?;
-        Ok(self
-            .index
-            .ancestry(pos)
-            .into_iter()
-            .map(|p| self.index.hash_at(p))
-            .collect())
+        Ok(self.store.ancestry(from)?)
     }
 
     /// A branch's whole history, oldest first.
@@ -1021,7 +654,7 @@ impl Ledger {
 
     /// Every stored event in storage (append) order.
     pub fn all_events(&self) -> impl Iterator<Item = Result<(Hash, Event), LedgerError>> + '_ {
-        self.index.hashes().map(move |h| Ok((h, self.event(&h)?)))
+        self.index().hashes().map(move |h| Ok((h, self.event(&h)?)))
     }
 
     /// Resolve a reference (the grammar of [`super::Reference`]): `BRANCH@stageN` (the
@@ -1039,7 +672,7 @@ impl Ledger {
         }
         let p = name.to_ascii_lowercase();
         if p.len() >= 4 && is_hex_prefix(&p) {
-            let m = self.index.with_prefix(&p);
+            let m = self.index().with_prefix(&p);
             return match m.len() {
                 0 => Err(LedgerError::UnknownEvent {
                     what: r.to_string(),
@@ -1077,14 +710,14 @@ impl Ledger {
             return Ok(s);
         }
         let pos = self
-            .index
+            .index()
             .position(h)
             .ok_or_else(|| LedgerError::UnknownEvent { what: h.to_hex() })?;
         let mut chain = Vec::new();
         let mut p = pos;
         let mut state = BranchState::default();
         loop {
-            let hh = self.index.hash_at(p);
+            let hh = self.index().hash_at(p);
             if p != pos {
                 if let Some(s) = self.cached_state(&hh) {
                     state = s;
@@ -1092,7 +725,7 @@ impl Ledger {
                 }
             }
             chain.push(hh);
-            let parent = self.index.entry(p).parent;
+            let parent = self.index().entry(p).parent;
             if parent == NO_PARENT || parent == MISSING_PARENT {
                 break;
             }
@@ -1108,13 +741,13 @@ impl Ledger {
         if let Some((_, proj)) = &self.db {
             let fresh = proj
                 .get(head.0)
-                .map_err(|e| sled_error(&self.dir, e))?
+                .map_err(|e| sled_error(self.store.dir(), e))?
                 .is_some_and(|v| v.first() == Some(&PROJ_VERSION));
             if !fresh {
                 let mut v = vec![PROJ_VERSION];
                 codec::encode_into(&state, &mut v);
                 proj.insert(head.0, v)
-                    .map_err(|e| sled_error(&self.dir, e))?;
+                    .map_err(|e| sled_error(self.store.dir(), e))?;
             }
         }
         if self.proj_mem.len() >= 64 {
@@ -1135,25 +768,25 @@ impl Ledger {
 
     /// Drop every cached projection and recompute each branch's from the log.
     pub fn rebuild(&mut self) -> Result<RebuildReport, LedgerError> {
-        if !self.writable {
+        if !self.store.is_writable() {
             return Err(LedgerError::ReadOnly);
         }
         // The saved index is derived too: a segment whose checksum fails is dropped and
         // the packs scanned afresh. Only checksums are compared here; `verify` checks the
         // tables in full, and `ledger rebuild` remakes the index whatever they say
         // ([`Ledger::reindex`]).
-        let index_seconds = if self.index.checksums_ok() {
+        let index_seconds = if self.index().checksums_ok() {
             0.0
         } else {
             self.reindex()?
         };
         let t = Instant::now();
         if let Some((_, proj)) = &self.db {
-            proj.clear().map_err(|e| sled_error(&self.dir, e))?;
+            proj.clear().map_err(|e| sled_error(self.store.dir(), e))?;
         }
         self.proj_mem.clear();
         let branches = self.branches()?;
-        let n = self.index.len();
+        let n = self.index().len();
         // Phase 1: walk each head back until history already claimed by an earlier
         // head; where walks meet, the state is saved for reuse (shared prefixes are
         // folded once).
@@ -1162,7 +795,7 @@ impl Ledger {
         let mut plans: Vec<(Hash, Option<u32>, Vec<u32>)> = Vec::new();
         for (_, head) in &branches {
             let pos = self
-                .index
+                .index()
                 .position(head)
                 .ok_or_else(|| LedgerError::UnknownEvent {
                     what: head.to_hex(),
@@ -1178,7 +811,7 @@ impl Ledger {
                 }
                 visited[p as usize] = true;
                 seg.push(p);
-                let parent = self.index.entry(p).parent;
+                let parent = self.index().entry(p).parent;
                 if parent == NO_PARENT || parent == MISSING_PARENT {
                     break;
                 }
@@ -1193,7 +826,7 @@ impl Ledger {
         for (head, start, seg) in plans {
             let mut state = match start {
                 Some(p) => saved.get(&p).cloned().ok_or_else(|| LedgerError::Corrupt {
-                    what: format!("event {}", self.index.hash_at(p).short()),
+                    what: format!("event {}", self.index().hash_at(p).short()),
                     problem: "shared history was not folded".into(),
                 })?,
                 None => BranchState::default(),
@@ -1204,7 +837,7 @@ impl Ledger {
                     .par_iter()
                     .with_min_len(4096)
                     .map(|&p| {
-                        let e = self.index.entry(p);
+                        let e = self.index().entry(p);
                         let f = self.frame_at(e.pack, e.offset)?;
                         let ev = crate::record::event::decode_event(f.event).map_err(|source| {
                             LedgerError::Decode {
@@ -1224,13 +857,13 @@ impl Ledger {
                     }
                 }
             }
-            if saved.contains_key(&self.index.position(&head).expect("indexed")) {
-                state = saved[&self.index.position(&head).expect("indexed")].clone();
+            if saved.contains_key(&self.index().position(&head).expect("indexed")) {
+                state = saved[&self.index().position(&head).expect("indexed")].clone();
             }
             self.cache_state(head, state)?;
         }
         if let Some((db, _)) = &self.db {
-            db.flush().map_err(|e| sled_error(&self.dir, e))?;
+            db.flush().map_err(|e| sled_error(self.store.dir(), e))?;
         }
         Ok(RebuildReport {
             branches: branches.len(),
@@ -1245,40 +878,13 @@ impl Ledger {
     /// `verify` found wrong however consistent its own checksums are. Returns the
     /// seconds it took. Writer only.
     pub fn reindex(&mut self) -> Result<f64, LedgerError> {
-        if !self.writable {
-            return Err(LedgerError::ReadOnly);
-        }
         let t = Instant::now();
-        for f in [
-            super::index::path(&self.dir),
-            super::index::delta_path(&self.dir),
-        ] {
-            match std::fs::remove_file(&f) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(LedgerError::Io {
-                        path: f,
-                        message: e.to_string(),
-                    })
-                }
-                _ => {}
-            }
-        }
-        self.reload()?;
+        self.store.reindex()?;
         Ok(t.elapsed().as_secs_f64())
     }
 
     /// The cached projection stored for `head`, if any (tests compare it to a rebuild).
     pub fn cached_projection(&self, head: &Hash) -> Option<BranchState> {
         self.cached_state(head)
-    }
-}
-
-impl Drop for Ledger {
-    /// A writer that appended many events since `INDEX` was saved saves it again, so the
-    /// next open does not scan them (errors are ignored: the index is derived data).
-    fn drop(&mut self) {
-        if self.writable && !self.poisoned && self.index.tail_len() >= SAVE_INDEX_TAIL {
-            let _ = self.save_index();
-        }
     }
 }
