@@ -1,10 +1,10 @@
 //! mapf-ledger: an event-sourced experiment ledger for LLM-designed training
 //! environments on the MAPF-FrozenLake testbed.
 //!
-//! Data flows top to bottom: [`env`] (the testbed) -> [`ledger`] -> CLI views.
+//! Data flows top to bottom: [`env`](mod@env) (the testbed) -> [`ledger`] -> CLI views.
 //!
 //! The workspace's other crates sit below this one: `mapf-testbed` (`src/testbed`, the
-//! MAPF-FrozenLake environment and the seed tree; re-exported here as [`env`] and
+//! MAPF-FrozenLake environment and the seed tree; re-exported here as [`env`](mod@env) and
 //! [`seed`]) and `ledger-store` (`src/store`, the storage engine; re-exported through
 //! [`ledger`]). Neither links libtorch.
 pub mod cli;

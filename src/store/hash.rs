@@ -1,4 +1,4 @@
-//! Content addresses: the 32-byte blake3 [`Hash`] and the domain-separated ways of
+//! Content addresses: the 32-byte blake3 [`Hash`](struct@Hash) and the domain-separated ways of
 //! computing one (events and blobs here; the application derives its own, such as
 //! trajectory and plan hashes, with [`Hash::derive`] under contexts it owns).
 use schemars::JsonSchema;
@@ -196,7 +196,7 @@ impl JsonSchema for Hash {
     }
 }
 
-/// A `BuildHasher` for maps keyed by [`Hash`]: the key is already uniformly random, so
+/// A `BuildHasher` for maps keyed by [`Hash`](struct@Hash): the key is already uniformly random, so
 /// its first 8 bytes are the hash (in-memory only; never reaches stored bytes).
 #[derive(Clone, Copy, Default)]
 pub struct PrefixHasher(u64);
