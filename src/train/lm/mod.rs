@@ -611,6 +611,10 @@ impl LmPolicy {
     /// Teacher-forced log-probs of `targets[i]` after `prompts[i]` (f32, with
     /// gradients), each target token at the sampling temperature, plus entropies and
     /// the row of each token. `use_lora: false` scores with the frozen base.
+    ///
+    /// Rows of similar length are scored together ([`length_buckets`]): one long
+    /// sample (a plan that never stopped) would otherwise pad every other row of the
+    /// batch to its length.
     pub fn token_log_probs(
         &self,
         prompts: &[&[u32]],
@@ -622,6 +626,51 @@ impl LmPolicy {
         let rows: Vec<usize> = (0..targets.len())
             .filter(|&i| !targets[i].is_empty())
             .collect();
+        let lens: Vec<usize> = rows
+            .iter()
+            .map(|&i| prompts[i].len() + targets[i].len() - 1)
+            .collect();
+        let buckets = length_buckets(&lens);
+        if buckets.len() <= 1 {
+            return self.score_rows(prompts, targets, &rows, temperature, use_lora);
+        }
+        // Score each bucket, then put the tokens back in row order.
+        let mut start = vec![0usize; targets.len()];
+        let mut offset = 0;
+        let mut parts = Vec::with_capacity(buckets.len());
+        for b in &buckets {
+            let part: Vec<usize> = b.iter().map(|&k| rows[k]).collect();
+            for &i in &part {
+                start[i] = offset;
+                offset += targets[i].len();
+            }
+            parts.push(self.score_rows(prompts, targets, &part, temperature, use_lora));
+        }
+        let perm: Vec<i64> = rows
+            .iter()
+            .flat_map(|&i| (start[i]..start[i] + targets[i].len()).map(|k| k as i64))
+            .collect();
+        let perm = Tensor::from_slice(&perm).to(d);
+        let cat = |f: fn(&LogProbs) -> &Tensor| {
+            Tensor::cat(&parts.iter().map(f).collect::<Vec<_>>(), 0).index_select(0, &perm)
+        };
+        LogProbs {
+            per_action: cat(|l| &l.per_action),
+            entropy: cat(|l| &l.entropy),
+            rollout_of: cat(|l| &l.rollout_of),
+        }
+    }
+
+    /// [`Self::token_log_probs`] of the given rows (ascending), left-padded to one length.
+    fn score_rows(
+        &self,
+        prompts: &[&[u32]],
+        targets: &[&[u32]],
+        rows: &[usize],
+        temperature: f64,
+        use_lora: bool,
+    ) -> LogProbs {
+        let d = self.model.device();
         if rows.is_empty() {
             let z = Tensor::zeros([0], (Kind::Float, d));
             return LogProbs {
@@ -867,4 +916,32 @@ pub fn init(
 /// The `LmPolicy` inside a boxed policy, by value (None for other policies).
 pub fn downcast(policy: Box<dyn Policy>) -> Option<LmPolicy> {
     policy.into_any().downcast::<LmPolicy>().ok().map(|b| *b)
+}
+
+/// Groups of row indices (each ascending) whose lengths are close enough to be padded
+/// to one length: rows go longest first, and a group takes the next row while its
+/// padding stays within a quarter of its tokens. Rows of equal length always share a
+/// group, so a batch of similar rows stays one forward.
+pub fn length_buckets(lens: &[usize]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lens.len()).collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(lens[k]));
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let (mut longest, mut sum) = (0usize, 0usize);
+    for k in order {
+        let fits = out.last().is_some_and(|g| {
+            lens[k] == longest || 4 * (g.len() + 1) * longest <= 5 * (sum + lens[k])
+        });
+        if fits {
+            out.last_mut().expect("a group").push(k);
+            sum += lens[k];
+        } else {
+            out.push(vec![k]);
+            longest = lens[k];
+            sum = lens[k];
+        }
+    }
+    for g in &mut out {
+        g.sort_unstable();
+    }
+    out
 }
