@@ -945,3 +945,84 @@ pub fn length_buckets(lens: &[usize]) -> Vec<Vec<usize>> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::{generate as instances, Budget, GeneratorConfig};
+
+    #[test]
+    fn length_buckets_cover_every_row_once_and_split_an_outlier() {
+        let lens = [70, 72, 300, 71, 70, 69, 40];
+        let b = length_buckets(&lens);
+        let mut all: Vec<usize> = b.iter().flatten().copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..lens.len()).collect::<Vec<_>>());
+        assert!(b.contains(&vec![2]), "the 300-token row alone: {b:?}");
+        for g in &b {
+            assert!(g.windows(2).all(|w| w[0] < w[1]), "ascending: {b:?}");
+            let longest = g.iter().map(|&k| lens[k]).max().unwrap();
+            let sum: usize = g.iter().map(|&k| lens[k]).sum();
+            assert!(
+                4 * g.len() * longest <= 5 * sum,
+                "padding over a quarter: {b:?}"
+            );
+        }
+        assert_eq!(length_buckets(&[5, 5, 5]), vec![vec![0, 1, 2]]);
+        assert!(length_buckets(&[]).is_empty());
+    }
+
+    /// 3 prompts x 4 samples with different budgets: decode steps of 12 and 8 rows take
+    /// the plain attention path, the last 4 rows the fused one; training scores the
+    /// rows in length buckets. Both must give the sampler's log-probs.
+    #[test]
+    fn batched_decode_log_probs_equal_bucketed_training_log_probs() {
+        let spec = LmSpec::default();
+        let cfg = GeneratorConfig::uniform(2, [3, 4], 0.1, 0.2);
+        let data = instances(&cfg, 32, Seed::root(1), Budget::default()).unwrap();
+        let p = init(&spec, Device::Cpu, Seed::root(2), || {
+            crate::stage::pretraining_corpus(&spec, &data)
+        })
+        .unwrap();
+        let prompts = vec![
+            p.chat_ids("agent 1:"),
+            p.chat_ids("4x4 2 agents"),
+            p.chat_ids("holes"),
+        ];
+        let s = Sampling {
+            temperature: 0.7,
+            top_p: 1.0,
+            max_new_tokens: 40,
+        };
+        let gens = generate::generate(
+            &p.model,
+            &prompts,
+            4,
+            &[5, 40, 20],
+            &s,
+            false,
+            &[],
+            Seed::root(5),
+            true,
+        );
+        let ps: Vec<&[u32]> = (0..12).map(|l| prompts[l / 4].as_slice()).collect();
+        let ts: Vec<&[u32]> = gens.iter().map(|g| g.tokens.as_slice()).collect();
+        let lens: Vec<usize> = (0..12).map(|l| ps[l].len() + ts[l].len() - 1).collect();
+        assert!(length_buckets(&lens).len() > 1, "{lens:?}");
+        let lp = tch::no_grad(|| p.token_log_probs(&ps, &ts, 0.7, true));
+        let trained = Vec::<f32>::try_from(lp.per_action).unwrap();
+        let sampled: Vec<f32> = gens.iter().flat_map(|g| g.logprobs.clone()).collect();
+        assert_eq!(trained.len(), sampled.len());
+        let d = trained
+            .iter()
+            .zip(&sampled)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(d < 1e-5, "max |sampled - trained| = {d}");
+        let of = Vec::<i64>::try_from(lp.rollout_of).unwrap();
+        let expected: Vec<i64> = (0..12)
+            .flat_map(|l| std::iter::repeat_n(l as i64, ts[l].len()))
+            .collect();
+        assert_eq!(of, expected);
+    }
+}
