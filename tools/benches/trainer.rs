@@ -208,7 +208,9 @@ fn matmul_peak() -> f64 {
 
 /// The JSON lines a Python peer prints (stderr shown when it fails).
 fn python_peer(py: &str, script: &str, args: &[String]) -> Vec<serde_json::Value> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools").join(script);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tools")
+        .join(script);
     let o = std::process::Command::new(py)
         .arg(&script)
         .args(args)
@@ -315,8 +317,10 @@ fn decode_section(
         println!(
             "lm {name}: decode {rate:>8.0} tokens/s at batch {batch} (prompt {} tokens){}",
             prompt.len(),
-            peer.as_ref()
-                .map_or(String::new(), |(s, t)| format!("; transformers {s}: ledger / transformers = {:.2}x", rate / t))
+            peer.as_ref().map_or(String::new(), |(s, t)| format!(
+                "; transformers {s}: ledger / transformers = {:.2}x",
+                rate / t
+            ))
         );
         rows.push(row(
             &format!("{name} decode, batch {batch}"),
@@ -334,7 +338,10 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     tch::set_num_threads(threads);
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let want = |s: &str| filter.is_empty() || filter.iter().any(|f| s.contains(f.as_str()));
     let py = std::env::var("HF_PYTHON").ok();
     let py = py.as_deref();
@@ -384,7 +391,17 @@ fn main() {
         let dir = out.join(name);
         lm::hf::export(&dir, &p.model, &p.tokenizer_json, p.arch.chat).expect("export");
         println!("lm {name}: {params} parameters");
-        decode_section(name, &p, &prompt_text, &dir, &out, py, threads, peak, &mut rows);
+        decode_section(
+            name,
+            &p,
+            &prompt_text,
+            &dir,
+            &out,
+            py,
+            threads,
+            peak,
+            &mut rows,
+        );
         let steps = grpo_rate(Box::new(p), &data, 8.0, 2, &|_, _| 0.0).steps_per_s;
         println!("lm {name}: {steps:.2} GRPO steps/s (16 instances x 8 samples)");
     }
@@ -454,7 +471,9 @@ fn base_section(
     let prompts_file: PathBuf = out.join("base-grpo-prompts.jsonl");
     let lines: Vec<String> = data
         .iter()
-        .map(|d| serde_json::json!({"prompt": p.arch.chat.wrap(&p.task_text(&d.instance))}).to_string())
+        .map(|d| {
+            serde_json::json!({"prompt": p.arch.chat.wrap(&p.task_text(&d.instance))}).to_string()
+        })
         .collect();
     std::fs::write(&prompts_file, lines.join("\n")).expect("prompts");
     let max_budget = data
