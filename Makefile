@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all libtorch chromium build test demo base-model bench bench-peers schemas fmt clean-ledgers
+.PHONY: all libtorch chromium build test demo base-model bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
 
 all: build
 
@@ -37,6 +37,11 @@ bench: libtorch
 
 bench-peers: build
 	tools/bench-peers
+
+# The trainer bench with its Python peers (transformers' generate(), TRL's GRPOTrainer)
+# in the same run; the venv (torch 2.11.0, transformers, trl) is made once by tools/hf-venv.sh.
+bench-trainer-peers: libtorch
+	HF_PYTHON=$$(tools/hf-venv.sh) $(CARGO) bench --bench trainer
 
 # Regenerate the checked-in JSON Schemas after changing a schema'd type.
 schemas: build

@@ -1,23 +1,52 @@
-//! Trainer throughput (`cargo bench --bench trainer`), torch on 1 thread. Prints
-//! figures; asserts nothing.
+//! Trainer throughput (`cargo bench --bench trainer`), torch on 1 thread
+//! (`BENCH_THREADS=N` for another count; the Python peers get the same). Prints figures
+//! and a closing table; asserts nothing. `cargo bench --bench trainer -- base` runs only
+//! the sections whose name contains `base` (sections: grid, tiny, large, base).
 //!
+//! - the machine's f32 matmul peak on the bench's thread count (best of square matmuls
+//!   of 512, 1024, 2048), the yardstick of every "share of peak" below;
 //! - grid policy: plans sampled per second and GRPO steps per second on the demo's
 //!   training distribution (2 agents, sizes 3..6);
 //! - lm policy, a tiny scratch model (~0.13M parameters) and one about 10x larger:
 //!   decode tokens/s at batch 1 and batch 64 (64 new tokens, no early stop), and GRPO
 //!   steps/s (16 instances x 8 samples). Both models are also exported as HF
-//!   directories under `target/bench-lm/`; with `HF_PYTHON=/path/to/python` (a Python
-//!   with torch 2.11 and transformers), the same checkpoints run through transformers'
-//!   `generate()` in this run (`tools/bench_transformers.py`) and the ratio is printed.
-use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig, Solved};
+//!   directories under `target/bench-lm/`;
+//! - the shipped base planner (`ledgers/models/mapf-base`, 2.6M parameters, cells
+//!   prompts of the demo's sizes 3..10): decode tokens/s at batch 1 and 64 as above,
+//!   and GRPO steps/s (16 instances x 8 samples, temperature 1, plans up to the
+//!   policy's budget, ending at `<|im_end|>`, no KL reference).
+//!
+//! With `HF_PYTHON=/path/to/python` (a Python with torch 2.11, transformers and trl:
+//! `HF_PYTHON=$(tools/hf-venv.sh) cargo bench --bench trainer`), the same checkpoints
+//! and prompts run through the Python peers in this run: transformers' `generate()`
+//! (`tools/bench_transformers.py`) for every decode figure, and TRL's `GRPOTrainer`
+//! (`tools/bench_trl.py`, whose doc says what one of its steps does) for the base
+//! planner's GRPO step, with the same group size, batch, prompts, sampling and
+//! completion cap, as many torch threads, no reference model on either side.
+//!
+//! Share of peak: model FLOPs (2 per weight of every linear layer and the head, per
+//! token that goes through it; attention 4 x layers x heads x head_dim x context per
+//! token; backward 2x forward; padding and recomputation not counted, a prompt
+//! prefilled once per instance) divided by time, over the matmul peak.
+//!
+//! Results on the project's 2-core CPU, `make bench-trainer-peers` (=
+//! `HF_PYTHON=$(tools/hf-venv.sh) cargo bench --bench trainer`), 1 thread, two runs
+//! (README, "Speed", has the whole table): matmul peak 160-170 GFLOP/s; base planner
+//! decode 693-695 tokens/s at batch 1 (2.5x `generate()`) and 8,337-8,770 at batch 64
+//! (2.1-2.3x, 28% of peak); tiny model 3.0-3.6k (4.4-4.8x) and 51-57k (3.2x); base
+//! planner GRPO step 3.4-3.8 s against TRL's 5.6-6.0 s (1.6x), 27-31% of peak.
+use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig, Instance, Solved};
 use mapf_ledger::ledger::Hash;
+use mapf_ledger::record::trainer::StepRecord;
 use mapf_ledger::seed::Seed;
 use mapf_ledger::train::adam::AdamConfig;
 use mapf_ledger::train::grpo::{self, GrpoConfig};
-use mapf_ledger::train::lm::{self, LmSpec, Sampling};
+use mapf_ledger::train::lm::{self, LmConfig, LmSpec, Sampling};
 use mapf_ledger::train::policy::Policy;
 use mapf_ledger::train::{new_policy, TrainState};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
+use tch::{Device, Kind, Tensor};
 
 fn grpo_config() -> GrpoConfig {
     GrpoConfig {
@@ -41,26 +70,110 @@ fn grpo_config() -> GrpoConfig {
     }
 }
 
-fn grpo_rate(policy: Box<dyn Policy>, data: &[Solved], secs: f64) -> f64 {
+/// GRPO steps per second, with the mean sampled tokens and the mean model FLOPs of a
+/// step (`flops(batch instance indices, sampled tokens)`).
+struct GrpoRate {
+    steps_per_s: f64,
+    tokens_per_step: f64,
+    flops_per_step: f64,
+}
+
+fn grpo_rate(
+    policy: Box<dyn Policy>,
+    data: &[Solved],
+    secs: f64,
+    min_steps: u64,
+    flops: &dyn Fn(&[usize], u64) -> f64,
+) -> GrpoRate {
     let blobs = vec![Hash([0; 32]); data.len()];
     let mut state = TrainState::new(policy, AdamConfig::default());
     let g = grpo_config();
+    let seed = Seed::root(3);
+    let (mut tokens, mut fl) = (0u64, 0.0);
     let t0 = Instant::now();
     let mut steps = 0u64;
-    while t0.elapsed().as_secs_f64() < secs || steps < 2 {
-        let _ = grpo::step(
+    while t0.elapsed().as_secs_f64() < secs || steps < min_steps {
+        let (events, _) = grpo::step(
             &mut state,
             None,
             &g,
             CostMetric::Makespan,
             data,
             &blobs,
-            Seed::root(3),
+            seed,
             steps,
         );
+        // The step's batch, as `grpo::step` draws it.
+        let idx = grpo::batch_indices(
+            data.len(),
+            g.batch_size as usize,
+            seed.child("order", 0),
+            steps,
+        );
+        for e in &events {
+            if let StepRecord::GrpoStats(s) = e {
+                tokens += s.tokens;
+                fl += flops(&idx, s.tokens);
+            }
+        }
         steps += 1;
     }
-    steps as f64 / t0.elapsed().as_secs_f64()
+    let dt = t0.elapsed().as_secs_f64();
+    GrpoRate {
+        steps_per_s: steps as f64 / dt,
+        tokens_per_step: tokens as f64 / steps as f64,
+        flops_per_step: fl / steps as f64,
+    }
+}
+
+/// Per-token model FLOPs of a config: the linear layers, the head, attention per key.
+#[derive(Clone, Copy)]
+struct Flops {
+    layers: f64,
+    head: f64,
+    attn_per_key: f64,
+}
+
+impl Flops {
+    fn of(cfg: &LmConfig) -> Flops {
+        let mut layers = 0.0;
+        for (name, shape) in lm::model::param_shapes(cfg) {
+            if name.contains("_proj.weight") {
+                layers += 2.0 * shape.iter().product::<i64>() as f64;
+            }
+        }
+        Flops {
+            layers,
+            head: 2.0 * (cfg.vocab_size * cfg.hidden_size) as f64,
+            attn_per_key: 4.0
+                * (cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim) as f64,
+        }
+    }
+
+    /// Tokens at contexts `c0 + 1 ..= c0 + n` through the layers (attention included).
+    fn run(&self, c0: f64, n: f64) -> f64 {
+        n * self.layers + self.attn_per_key * (n * c0 + n * (n + 1.0) / 2.0)
+    }
+
+    /// One generation: a `prompt`-token prefill (logits of its last position only),
+    /// then `lanes` lanes of `new - 1` decode steps.
+    fn generation(&self, prompt: f64, lanes: f64, new: f64) -> f64 {
+        let decode = (new - 1.0).max(0.0);
+        self.run(0.0, prompt) + self.head + lanes * (self.run(prompt, decode) + decode * self.head)
+    }
+
+    /// One GRPO step: the generation of `group` samples of `completion` tokens per
+    /// prompt, then a forward (logits at the completion's positions only) and a
+    /// backward (2x) over prompt + completion of every sample.
+    fn grpo_step(&self, prompts: &[f64], group: f64, completion: f64) -> f64 {
+        prompts
+            .iter()
+            .map(|&p| {
+                let train = self.run(0.0, p + completion - 1.0) + completion * self.head;
+                self.generation(p, group, completion) + group * 3.0 * train
+            })
+            .sum()
+    }
 }
 
 /// Decode tokens per second: `batch` lanes of one prompt, `new` tokens each.
@@ -94,23 +207,187 @@ fn decode_rate(p: &lm::LmPolicy, prompt: &[u32], batch: usize, new: usize) -> f6
     (reps * batch * new) as f64 / t0.elapsed().as_secs_f64()
 }
 
+/// f32 matmul GFLOP/s on the current torch thread count: the best of square sizes.
+fn matmul_peak() -> f64 {
+    let _guard = tch::no_grad_guard();
+    let mut best: f64 = 0.0;
+    for n in [512i64, 1024, 2048] {
+        let a = Tensor::randn([n, n], (Kind::Float, Device::Cpu));
+        let b = Tensor::randn([n, n], (Kind::Float, Device::Cpu));
+        let _ = a.mm(&b); // warm-up
+        let t0 = Instant::now();
+        let mut reps = 0;
+        while t0.elapsed().as_secs_f64() < 1.5 || reps < 3 {
+            let _ = a.mm(&b);
+            reps += 1;
+        }
+        let gflops = 2.0 * (n as f64).powi(3) * reps as f64 / t0.elapsed().as_secs_f64() / 1e9;
+        best = best.max(gflops);
+    }
+    best
+}
+
+/// The JSON lines a Python peer prints (stderr shown when it fails).
+fn python_peer(py: &str, script: &str, args: &[String]) -> Vec<serde_json::Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tools")
+        .join(script);
+    let o = std::process::Command::new(py)
+        .arg(&script)
+        .args(args)
+        .output()
+        .expect("run HF_PYTHON");
+    if !o.status.success() {
+        println!(
+            "    {} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with("{\""))
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+/// transformers' generate() tokens/s on `dir`, per batch size.
+fn hf_generate(py: &str, dir: &Path, prompt_file: &Path, threads: i32) -> Vec<(u64, f64)> {
+    let args = [
+        "--model".to_string(),
+        dir.display().to_string(),
+        "--batch".into(),
+        "1,64".into(),
+        "--new-tokens".into(),
+        "64".into(),
+        "--threads".into(),
+        threads.to_string(),
+        "--prompt-file".into(),
+        prompt_file.display().to_string(),
+    ];
+    python_peer(py, "bench_transformers.py", &args)
+        .iter()
+        .map(|v| {
+            (
+                v["batch"].as_u64().unwrap_or(0),
+                v["tokens_per_s"].as_f64().unwrap_or(0.0),
+            )
+        })
+        .collect()
+}
+
+/// One line of the closing table.
+struct Row {
+    what: String,
+    ours: String,
+    peer: String,
+    ratio: String,
+    share: String,
+}
+
+fn row(what: &str, ours: String, peer: Option<(String, f64)>, ours_v: f64, share: f64) -> Row {
+    Row {
+        what: what.into(),
+        ours,
+        ratio: peer
+            .as_ref()
+            .map_or("-".into(), |(_, p)| format!("{:.2}x", ours_v / p)),
+        peer: peer.map_or("(no HF_PYTHON)".into(), |(s, _)| s),
+        share: if share > 0.0 {
+            format!("{:.1}%", 100.0 * share)
+        } else {
+            "-".into()
+        },
+    }
+}
+
+/// The new-token budget the lm policy gives an instance's plan in the cells format
+/// (`LmPolicy::plan_budget`): each agent's line, 4 tokens per move, capped.
+fn cells_budget(inst: &Instance, cap: usize) -> usize {
+    let steps = mapf_ledger::train::grid::max_steps(inst);
+    (inst.agents() * (8 + 4 * steps) + 2).min(cap)
+}
+
+/// Decode (batch 1 and 64) of a policy against transformers on its HF directory.
+#[allow(clippy::too_many_arguments)]
+fn decode_section(
+    name: &str,
+    p: &lm::LmPolicy,
+    prompt_text: &str,
+    dir: &Path,
+    out: &Path,
+    py: Option<&str>,
+    threads: i32,
+    peak: f64,
+    rows: &mut Vec<Row>,
+) {
+    let prompt = p.chat_ids(prompt_text);
+    let f = Flops::of(&p.model.cfg);
+    let prompt_file = out.join(format!("{name}-prompt.txt"));
+    std::fs::write(&prompt_file, prompt_text).expect("prompt");
+    let hf = py.map(|py| hf_generate(py, dir, &prompt_file, threads));
+    for batch in [1usize, 64] {
+        let rate = decode_rate(p, &prompt, batch, 64);
+        // FLOPs per generated token, prefill shared out over the call's tokens.
+        let per_tok = f.generation(prompt.len() as f64, batch as f64, 64.0) / (batch * 64) as f64;
+        let peer = hf.as_ref().and_then(|h| {
+            h.iter()
+                .find(|(b, _)| *b == batch as u64)
+                .map(|&(_, t)| (format!("generate() {t:.0} tok/s"), t))
+        });
+        println!(
+            "lm {name}: decode {rate:>8.0} tokens/s at batch {batch} (prompt {} tokens){}",
+            prompt.len(),
+            peer.as_ref().map_or(String::new(), |(s, t)| format!(
+                "; transformers {s}: ledger / transformers = {:.2}x",
+                rate / t
+            ))
+        );
+        rows.push(row(
+            &format!("{name} decode, batch {batch}"),
+            format!("{rate:.0} tok/s"),
+            peer,
+            rate,
+            rate * per_tok / 1e9 / peak,
+        ));
+    }
+}
+
 fn main() {
-    tch::set_num_threads(1);
+    let threads: i32 = std::env::var("BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    tch::set_num_threads(threads);
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let want = |s: &str| filter.is_empty() || filter.iter().any(|f| s.contains(f.as_str()));
+    let py = std::env::var("HF_PYTHON").ok();
+    let py = py.as_deref();
+    let mut rows: Vec<Row> = Vec::new();
+
+    let peak = matmul_peak();
+    println!("f32 matmul peak: {peak:.1} GFLOP/s on {threads} torch thread(s)");
+
     let cfg = GeneratorConfig::uniform(2, 3..=6, 0.1, 0.2);
     let data = generate(&cfg, 256, Seed::root(1), Budget::default()).expect("generate");
     let instances: Vec<_> = data.iter().map(|d| d.instance.clone()).collect();
 
-    let grid = new_policy("grid", tch::Device::Cpu, Seed::root(2)).expect("policy");
-    let t0 = Instant::now();
-    let mut plans = 0;
-    while t0.elapsed().as_secs_f64() < 3.0 {
-        plans += grid
-            .sample(&instances[..64], 8, false, Seed::root(plans as u64))
-            .len();
+    if want("grid") {
+        let grid = new_policy("grid", Device::Cpu, Seed::root(2)).expect("policy");
+        let t0 = Instant::now();
+        let mut plans = 0;
+        while t0.elapsed().as_secs_f64() < 3.0 {
+            plans += grid
+                .sample(&instances[..64], 8, false, Seed::root(plans as u64))
+                .len();
+        }
+        let sample_rate = plans as f64 / t0.elapsed().as_secs_f64();
+        let step_rate = grpo_rate(grid, &data, 5.0, 2, &|_, _| 0.0).steps_per_s;
+        println!("grid policy: {sample_rate:>8.0} plans/s sampled (64 instances x 8), {step_rate:>6.2} GRPO steps/s (16 instances x 8 plans)");
     }
-    let sample_rate = plans as f64 / t0.elapsed().as_secs_f64();
-    let step_rate = grpo_rate(grid, &data, 5.0);
-    println!("grid policy: {sample_rate:>8.0} plans/s sampled (64 instances x 8), {step_rate:>6.2} GRPO steps/s (16 instances x 8 plans)");
 
     let tiny = LmSpec::default();
     let large = LmSpec {
@@ -122,59 +399,162 @@ fn main() {
         head_dim: 32,
         ..LmSpec::default()
     };
-    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-lm");
-    let prompt_text = mapf_ledger::env::text::render_compact_prompt(&instances[0]);
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-lm");
     std::fs::create_dir_all(&out).expect("target/bench-lm");
-    std::fs::write(out.join("prompt.txt"), &prompt_text).expect("prompt");
+    let prompt_text = mapf_ledger::env::text::render_compact_prompt(&instances[0]);
     for (name, spec) in [("tiny", tiny), ("large", large)] {
+        if !want(name) {
+            continue;
+        }
         let corpus = || mapf_ledger::stage::pretraining_corpus(&spec, &data);
-        let p = lm::init(&spec, tch::Device::Cpu, Seed::root(4), corpus).expect("lm");
+        let p = lm::init(&spec, Device::Cpu, Seed::root(4), corpus).expect("lm");
         let params = p.model.cfg.parameter_count();
-        let prompt = p.chat_ids(&prompt_text);
-        let b1 = decode_rate(&p, &prompt, 1, 64);
-        let b64 = decode_rate(&p, &prompt, 64, 64);
         let dir = out.join(name);
         lm::hf::export(&dir, &p.model, &p.tokenizer_json, p.arch.chat).expect("export");
-        let steps = grpo_rate(Box::new(p), &data, 8.0);
-        println!(
-            "lm {name} ({params} parameters, prompt {} tokens): decode {b1:>8.0} tokens/s at batch 1, {b64:>8.0} tokens/s at batch 64; {steps:.2} GRPO steps/s (16 instances x 8 samples)",
-            prompt.len()
+        println!("lm {name}: {params} parameters");
+        decode_section(
+            name,
+            &p,
+            &prompt_text,
+            &dir,
+            &out,
+            py,
+            threads,
+            peak,
+            &mut rows,
         );
-        if let Ok(py) = std::env::var("HF_PYTHON") {
-            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tools/bench_transformers.py");
-            let o = std::process::Command::new(py)
-                .arg(&script)
-                .args([
-                    "--model",
-                    dir.to_str().unwrap(),
-                    "--batch",
-                    "1,64",
-                    "--new-tokens",
-                    "64",
-                    "--threads",
-                    "1",
-                ])
-                .arg("--prompt-file")
-                .arg(out.join("prompt.txt"))
-                .output()
-                .expect("run HF_PYTHON");
-            let text = String::from_utf8_lossy(&o.stdout);
-            for line in text.lines().filter(|l| l.starts_with('{')) {
-                let v: serde_json::Value = serde_json::from_str(line).expect("json line");
-                let (batch, tps) = (
-                    v["batch"].as_u64().unwrap_or(0),
-                    v["tokens_per_s"].as_f64().unwrap_or(0.0),
-                );
-                let ours = if batch == 1 { b1 } else { b64 };
-                println!("    transformers generate() batch {batch}: {tps:.0} tokens/s; ledger / transformers = {:.2}x", ours / tps);
-            }
-            if !o.status.success() {
-                println!(
-                    "    transformers run failed: {}",
-                    String::from_utf8_lossy(&o.stderr)
-                );
-            }
+        let steps = grpo_rate(Box::new(p), &data, 8.0, 2, &|_, _| 0.0).steps_per_s;
+        println!("lm {name}: {steps:.2} GRPO steps/s (16 instances x 8 samples)");
+    }
+
+    let base_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ledgers/models/mapf-base");
+    if want("base") && base_dir.join("config.json").exists() {
+        base_section(&base_dir, &out, py, threads, peak, &mut rows);
+    }
+
+    println!();
+    println!(
+        "{:<34} {:>22} {:>32} {:>8} {:>10}",
+        "", "ours", "peer (same run)", "ratio", "ours/peak"
+    );
+    for r in &rows {
+        println!(
+            "{:<34} {:>22} {:>32} {:>8} {:>10}",
+            r.what, r.ours, r.peer, r.ratio, r.share
+        );
+    }
+    println!("(peak: f32 matmul {peak:.1} GFLOP/s, {threads} thread(s))");
+}
+
+/// The shipped base planner: decode and GRPO against transformers and TRL.
+fn base_section(
+    dir: &Path,
+    out: &Path,
+    py: Option<&str>,
+    threads: i32,
+    peak: f64,
+    rows: &mut Vec<Row>,
+) {
+    // The demo's training distribution: 2 agents, sizes 3..10.
+    let cfg = GeneratorConfig::uniform(2, 3..=10, 0.1, 0.2);
+    let data = generate(&cfg, 256, Seed::root(5), Budget::default()).expect("generate");
+    let cap = 400; // ledgers/demo.toml's max_new_tokens
+    let sampling = Sampling {
+        temperature: 1.0,
+        top_p: 1.0,
+        max_new_tokens: cap,
+    };
+    let load = || {
+        lm::LmPolicy::from_hf_dir(
+            dir,
+            Device::Cpu,
+            None,
+            lm::PromptStyle::Cells,
+            sampling,
+            Seed::root(4),
+        )
+        .expect("ledgers/models/mapf-base")
+    };
+    let p = load();
+    println!(
+        "lm base (ledgers/models/mapf-base): {} parameters",
+        p.model.cfg.parameter_count()
+    );
+    let f = Flops::of(&p.model.cfg);
+    let prompt_text = p.task_text(&data[0].instance);
+    decode_section("base", &p, &prompt_text, dir, out, py, threads, peak, rows);
+
+    // GRPO: the same chat-formatted prompts go to TRL.
+    let prompt_lens: Vec<f64> = data
+        .iter()
+        .map(|d| p.chat_ids(&p.task_text(&d.instance)).len() as f64)
+        .collect();
+    let prompts_file: PathBuf = out.join("base-grpo-prompts.jsonl");
+    let lines: Vec<String> = data
+        .iter()
+        .map(|d| {
+            serde_json::json!({"prompt": p.arch.chat.wrap(&p.task_text(&d.instance))}).to_string()
+        })
+        .collect();
+    std::fs::write(&prompts_file, lines.join("\n")).expect("prompts");
+    let max_budget = data
+        .iter()
+        .map(|d| cells_budget(&d.instance, cap))
+        .max()
+        .unwrap_or(cap);
+    let g = grpo_config();
+    let flops = |idx: &[usize], tokens: u64| {
+        let prompts: Vec<f64> = idx.iter().map(|&i| prompt_lens[i]).collect();
+        let per = tokens as f64 / (idx.len() * g.group_size as usize) as f64;
+        f.grpo_step(&prompts, g.group_size as f64, per)
+    };
+    let r = grpo_rate(Box::new(p), &data, 20.0, 3, &flops);
+    let share = r.flops_per_step * r.steps_per_s / 1e9 / peak;
+    println!(
+        "lm base: {:.3} GRPO steps/s ({:.2} s/step; 16 instances x 8 samples, {:.0} sampled tokens/step, {:.1} GFLOP/step: {:.1}% of peak)",
+        r.steps_per_s,
+        1.0 / r.steps_per_s,
+        r.tokens_per_step,
+        r.flops_per_step / 1e9,
+        100.0 * share
+    );
+    let mut peer = None;
+    if let Some(py) = py {
+        let args: Vec<String> = [
+            "--model",
+            &dir.display().to_string(),
+            "--prompts",
+            &prompts_file.display().to_string(),
+            "--group",
+            &g.group_size.to_string(),
+            "--batch",
+            &g.batch_size.to_string(),
+            "--max-completion",
+            &max_budget.to_string(),
+            "--steps",
+            "3",
+            "--threads",
+            &threads.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(v) = python_peer(py, "bench_trl.py", &args).first() {
+            let sps = v["steps_per_s"].as_f64().unwrap_or(0.0);
+            let toks = v["completion_tokens_per_step"].as_f64().unwrap_or(0.0);
+            println!(
+                "    TRL GRPOTrainer: {sps:.3} steps/s ({:.2} s/step, {toks:.0} sampled tokens/step, completions capped at {max_budget}); ledger / TRL = {:.2}x",
+                1.0 / sps,
+                r.steps_per_s / sps
+            );
+            peer = Some((format!("TRL {sps:.3} steps/s, {toks:.0} tok"), sps));
         }
     }
+    rows.push(row(
+        "base GRPO step (16 x 8)",
+        format!("{:.3} steps/s, {:.0} tok", r.steps_per_s, r.tokens_per_step),
+        peer,
+        r.steps_per_s,
+        share,
+    ));
 }

@@ -76,7 +76,12 @@ pub fn pick(
             (logits.argmax(-1, false), logp)
         }
         Some(u) => {
-            let logp = (logits / sampling.temperature).log_softmax(-1, Kind::Float);
+            // Dividing by 1 changes nothing: skip the op (and its [B, V] copy).
+            let logp = if sampling.temperature == 1.0 {
+                logits.log_softmax(-1, Kind::Float)
+            } else {
+                (logits / sampling.temperature).log_softmax(-1, Kind::Float)
+            };
             let probs = logp.exp();
             let u = Tensor::from_slice(u).to(device).unsqueeze(-1);
             let tok = if sampling.top_p >= 1.0 {
@@ -188,6 +193,10 @@ pub fn generate(
         .iter()
         .map(|&l| pads[live.iter().position(|&p| p == lanes[l]).expect("live")])
         .collect();
+    // The decode steps' attention bias, made once: a step's query sits at the last key,
+    // so its row of `attention_bias` masks exactly the row's left padding, and each
+    // step reads the first `len + 1` keys of this [B, 1, 1, capacity] bias.
+    let mut bias = attention_bias(&row_pads, 1, t0 + max_new, device);
 
     // 3. Decode.
     loop {
@@ -214,6 +223,7 @@ pub fn generate(
             let idx =
                 Tensor::from_slice(&keep.iter().map(|&r| r as i64).collect::<Vec<_>>()).to(device);
             cache.select(&idx);
+            bias = bias.index_select(0, &idx);
             rows = keep.iter().map(|&r| rows[r]).collect();
             row_pads = keep.iter().map(|&r| row_pads[r]).collect();
         }
@@ -223,7 +233,7 @@ pub fn generate(
         let hid = model.hidden(
             &Tensor::from_slice(&feed).view([b, 1]).to(device),
             &Tensor::from_slice(&pos).view([b, 1]).to(device),
-            &attention_bias(&row_pads, 1, len + 1, device),
+            &bias.narrow(3, 0, len + 1),
             Some(&mut cache),
             use_lora,
         );

@@ -611,6 +611,10 @@ impl LmPolicy {
     /// Teacher-forced log-probs of `targets[i]` after `prompts[i]` (f32, with
     /// gradients), each target token at the sampling temperature, plus entropies and
     /// the row of each token. `use_lora: false` scores with the frozen base.
+    ///
+    /// Rows of similar length are scored together ([`length_buckets`]): one long
+    /// sample (a plan that never stopped) would otherwise pad every other row of the
+    /// batch to its length.
     pub fn token_log_probs(
         &self,
         prompts: &[&[u32]],
@@ -622,6 +626,51 @@ impl LmPolicy {
         let rows: Vec<usize> = (0..targets.len())
             .filter(|&i| !targets[i].is_empty())
             .collect();
+        let lens: Vec<usize> = rows
+            .iter()
+            .map(|&i| prompts[i].len() + targets[i].len() - 1)
+            .collect();
+        let buckets = length_buckets(&lens);
+        if buckets.len() <= 1 {
+            return self.score_rows(prompts, targets, &rows, temperature, use_lora);
+        }
+        // Score each bucket, then put the tokens back in row order.
+        let mut start = vec![0usize; targets.len()];
+        let mut offset = 0;
+        let mut parts = Vec::with_capacity(buckets.len());
+        for b in &buckets {
+            let part: Vec<usize> = b.iter().map(|&k| rows[k]).collect();
+            for &i in &part {
+                start[i] = offset;
+                offset += targets[i].len();
+            }
+            parts.push(self.score_rows(prompts, targets, &part, temperature, use_lora));
+        }
+        let perm: Vec<i64> = rows
+            .iter()
+            .flat_map(|&i| (start[i]..start[i] + targets[i].len()).map(|k| k as i64))
+            .collect();
+        let perm = Tensor::from_slice(&perm).to(d);
+        let cat = |f: fn(&LogProbs) -> &Tensor| {
+            Tensor::cat(&parts.iter().map(f).collect::<Vec<_>>(), 0).index_select(0, &perm)
+        };
+        LogProbs {
+            per_action: cat(|l| &l.per_action),
+            entropy: cat(|l| &l.entropy),
+            rollout_of: cat(|l| &l.rollout_of),
+        }
+    }
+
+    /// [`Self::token_log_probs`] of the given rows (ascending), left-padded to one length.
+    fn score_rows(
+        &self,
+        prompts: &[&[u32]],
+        targets: &[&[u32]],
+        rows: &[usize],
+        temperature: f64,
+        use_lora: bool,
+    ) -> LogProbs {
+        let d = self.model.device();
         if rows.is_empty() {
             let z = Tensor::zeros([0], (Kind::Float, d));
             return LogProbs {
@@ -867,4 +916,113 @@ pub fn init(
 /// The `LmPolicy` inside a boxed policy, by value (None for other policies).
 pub fn downcast(policy: Box<dyn Policy>) -> Option<LmPolicy> {
     policy.into_any().downcast::<LmPolicy>().ok().map(|b| *b)
+}
+
+/// Groups of row indices (each ascending) whose lengths are close enough to be padded
+/// to one length: rows go longest first, and a group takes the next row while its
+/// padding stays within a quarter of its tokens. Rows of equal length always share a
+/// group, so a batch of similar rows stays one forward.
+pub fn length_buckets(lens: &[usize]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lens.len()).collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(lens[k]));
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let (mut longest, mut sum) = (0usize, 0usize);
+    for k in order {
+        let fits = out.last().is_some_and(|g| {
+            lens[k] == longest || 4 * (g.len() + 1) * longest <= 5 * (sum + lens[k])
+        });
+        if fits {
+            out.last_mut().expect("a group").push(k);
+            sum += lens[k];
+        } else {
+            out.push(vec![k]);
+            longest = lens[k];
+            sum = lens[k];
+        }
+    }
+    for g in &mut out {
+        g.sort_unstable();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::{generate as instances, Budget, GeneratorConfig};
+
+    #[test]
+    fn length_buckets_cover_every_row_once_and_split_an_outlier() {
+        let lens = [70, 72, 300, 71, 70, 69, 40];
+        let b = length_buckets(&lens);
+        let mut all: Vec<usize> = b.iter().flatten().copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..lens.len()).collect::<Vec<_>>());
+        assert!(b.contains(&vec![2]), "the 300-token row alone: {b:?}");
+        for g in &b {
+            assert!(g.windows(2).all(|w| w[0] < w[1]), "ascending: {b:?}");
+            let longest = g.iter().map(|&k| lens[k]).max().unwrap();
+            let sum: usize = g.iter().map(|&k| lens[k]).sum();
+            assert!(
+                4 * g.len() * longest <= 5 * sum,
+                "padding over a quarter: {b:?}"
+            );
+        }
+        assert_eq!(length_buckets(&[5, 5, 5]), vec![vec![0, 1, 2]]);
+        assert!(length_buckets(&[]).is_empty());
+    }
+
+    /// 3 prompts x 4 samples with different budgets: decode steps of 12 and 8 rows take
+    /// the plain attention path, the last 4 rows the fused one; training scores the
+    /// rows in length buckets. Both must give the sampler's log-probs.
+    #[test]
+    fn batched_decode_log_probs_equal_bucketed_training_log_probs() {
+        let spec = LmSpec::default();
+        let cfg = GeneratorConfig::uniform(2, [3, 4], 0.1, 0.2);
+        let data = instances(&cfg, 32, Seed::root(1), Budget::default()).unwrap();
+        let p = init(&spec, Device::Cpu, Seed::root(2), || {
+            crate::stage::pretraining_corpus(&spec, &data)
+        })
+        .unwrap();
+        let prompts = vec![
+            p.chat_ids("agent 1:"),
+            p.chat_ids("4x4 2 agents"),
+            p.chat_ids("holes"),
+        ];
+        let s = Sampling {
+            temperature: 0.7,
+            top_p: 1.0,
+            max_new_tokens: 40,
+        };
+        let gens = generate::generate(
+            &p.model,
+            &prompts,
+            4,
+            &[5, 40, 20],
+            &s,
+            false,
+            &[],
+            Seed::root(5),
+            true,
+        );
+        let ps: Vec<&[u32]> = (0..12).map(|l| prompts[l / 4].as_slice()).collect();
+        let ts: Vec<&[u32]> = gens.iter().map(|g| g.tokens.as_slice()).collect();
+        let lens: Vec<usize> = (0..12).map(|l| ps[l].len() + ts[l].len() - 1).collect();
+        assert!(length_buckets(&lens).len() > 1, "{lens:?}");
+        let lp = tch::no_grad(|| p.token_log_probs(&ps, &ts, 0.7, true));
+        let trained = Vec::<f32>::try_from(lp.per_action).unwrap();
+        let sampled: Vec<f32> = gens.iter().flat_map(|g| g.logprobs.clone()).collect();
+        assert_eq!(trained.len(), sampled.len());
+        let d = trained
+            .iter()
+            .zip(&sampled)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(d < 1e-5, "max |sampled - trained| = {d}");
+        let of = Vec::<i64>::try_from(lp.rollout_of).unwrap();
+        let expected: Vec<i64> = (0..12)
+            .flat_map(|l| std::iter::repeat_n(l as i64, ts[l].len()))
+            .collect();
+        assert_eq!(of, expected);
+    }
 }
