@@ -2,19 +2,9 @@
 //! prompts answered by the teacher (and the tokenizer corpus built from both).
 use super::*;
 
-/// The texts a scratch language model's tokenizer is trained on: the prompts and
-/// optimal plans of the warm-up data, in the chat format the model will read.
-pub fn pretraining_corpus(spec: &crate::train::lm::LmSpec, data: &[Solved]) -> Vec<String> {
-    data.iter()
-        .map(|it| {
-            format!(
-                "{}{}<|im_end|>",
-                crate::train::lm::ChatFormat::ChatMl.wrap(&spec.prompt.task_text(&it.instance)),
-                spec.prompt.plan_text(&it.instance, &it.plan)
-            )
-        })
-        .collect()
-}
+// The solver-plan half of the corpus is the trainer's own (`train::lm`, which its
+// tests use too).
+pub use crate::train::lm::pretraining_corpus;
 
 /// The engineer examples of a scratch `lm` plan's pretraining: teacher contexts shaped
 /// like the plan's own (its context modules, validation cell size and size limit) and

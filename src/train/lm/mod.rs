@@ -860,6 +860,20 @@ impl LmPolicy {
     }
 }
 
+/// The texts a scratch language model's tokenizer is trained on: the prompts and
+/// optimal plans of the warm-up data, in the chat format the model will read.
+pub fn pretraining_corpus(spec: &LmSpec, data: &[crate::env::Solved]) -> Vec<String> {
+    data.iter()
+        .map(|it| {
+            format!(
+                "{}{}<|im_end|>",
+                ChatFormat::ChatMl.wrap(&spec.prompt.task_text(&it.instance)),
+                spec.prompt.plan_text(&it.instance, &it.plan)
+            )
+        })
+        .collect()
+}
+
 /// Stage 0's starting policy for a plan's `[lm]`: a scratch model (a byte-level BPE
 /// tokenizer trained on `corpus()`, random weights from `seed`) or an HF directory
 /// (LoRA adapters from the start when `lora_rank > 0`).
@@ -981,7 +995,7 @@ mod tests {
         let cfg = GeneratorConfig::uniform(2, [3, 4], 0.1, 0.2);
         let data = instances(&cfg, 32, Seed::root(1), Budget::default()).unwrap();
         let p = init(&spec, Device::Cpu, Seed::root(2), || {
-            crate::stage::pretraining_corpus(&spec, &data)
+            pretraining_corpus(&spec, &data)
         })
         .unwrap();
         let prompts = vec![
