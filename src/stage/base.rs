@@ -257,7 +257,5 @@ fn durable_point(
     if done % every != 0 || done >= total {
         return Ok(false);
     }
-    checkpoint(rec, ts, stage)?;
-    rec.flush()?;
-    Ok(stop.load(Ordering::SeqCst))
+    durable_checkpoint(rec, ts, stage, stop)
 }

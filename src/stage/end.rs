@@ -24,6 +24,21 @@ pub(super) fn checkpoint(
     Ok(blob)
 }
 
+/// A durable point inside a stage: save `ts` as a checkpoint and commit everything
+/// recorded. Returns true when the run must stop here (Ctrl-C takes effect only at
+/// these points, so an interrupted and resumed run records exactly the events of an
+/// uninterrupted one).
+pub(super) fn durable_checkpoint(
+    rec: &mut Recorder<'_>,
+    ts: &TrainState,
+    stage: u32,
+    stop: &AtomicBool,
+) -> Result<bool, StageError> {
+    checkpoint(rec, ts, stage)?;
+    rec.flush()?;
+    Ok(stop.load(Ordering::SeqCst))
+}
+
 /// The end of every stage, as one durable batch: the final checkpoint, evaluation on
 /// both suites, the failure breakdown and the completion event. Returns the validation
 /// table.

@@ -45,7 +45,7 @@ pub mod training;
 pub use base::warmup_data;
 pub use corpus::{engineer_corpus, engineer_examples, engineer_pairs, pretraining_corpus};
 pub use decision::decision_event;
-use end::{checkpoint, finish_stage};
+use end::{durable_checkpoint, finish_stage};
 pub use setup::{ledger_plan, ledger_suites, stage_seed, suite_spec, suites, warmup_config};
 
 /// What can stop a run.

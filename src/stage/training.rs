@@ -166,8 +166,6 @@ impl grpo::StageHost for Host<'_, '_> {
     }
 
     fn durable_point(&mut self, state: &TrainState, _done: u64) -> Result<bool, StageError> {
-        checkpoint(&mut self.rec, state, self.stage)?;
-        self.rec.flush()?;
-        Ok(self.stop.load(Ordering::SeqCst))
+        durable_checkpoint(&mut self.rec, state, self.stage, self.stop)
     }
 }

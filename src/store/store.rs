@@ -118,10 +118,6 @@ impl Batch {
     pub fn push_stored(&mut self, id: &Hash) {
         self.added.push((*id, None));
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.added.is_empty()
-    }
 }
 
 /// An open ledger directory: one writer ([`Store::open_writer`]) or a reader
