@@ -155,6 +155,9 @@ impl<'a> Pipeline<'a> {
         let device_name = device_override.unwrap_or(&plan.train.device).to_string();
         let device = crate::train::parse_device(&device_name)?;
         tch::set_num_threads(plan.train.torch_threads as i32);
+        if device == tch::Device::Cpu {
+            crate::train::keep_freed_memory();
+        }
         let (val, test) = if regenerate_suites {
             suites(&plan)?
         } else {

@@ -78,11 +78,14 @@ struct GrpoRate {
     flops_per_step: f64,
 }
 
+/// One untimed warm-up step (step 0: first-touch allocations, MKL's setup), then
+/// `timed` steps (1..=timed), always the same ones: every run of the bench times the
+/// same batches, so runs differ only by the machine, not by which steps fit a time
+/// budget (TRL's side, `tools/bench_trl.py`, also drops its first step).
 fn grpo_rate(
     policy: Box<dyn Policy>,
     data: &[Solved],
-    secs: f64,
-    min_steps: u64,
+    timed: u64,
     flops: &dyn Fn(&[usize], u64) -> f64,
 ) -> GrpoRate {
     let blobs = vec![Hash([0; 32]); data.len()];
@@ -90,9 +93,11 @@ fn grpo_rate(
     let g = grpo_config();
     let seed = Seed::root(3);
     let (mut tokens, mut fl) = (0u64, 0.0);
-    let t0 = Instant::now();
-    let mut steps = 0u64;
-    while t0.elapsed().as_secs_f64() < secs || steps < min_steps {
+    let mut t0 = Instant::now();
+    for step in 0..=timed {
+        if step == 1 {
+            t0 = Instant::now();
+        }
         let (events, _) = grpo::step(
             &mut state,
             None,
@@ -101,14 +106,17 @@ fn grpo_rate(
             data,
             &blobs,
             seed,
-            steps,
+            step,
         );
+        if step == 0 {
+            continue;
+        }
         // The step's batch, as `grpo::step` draws it.
         let idx = grpo::batch_indices(
             data.len(),
             g.batch_size as usize,
             seed.child("order", 0),
-            steps,
+            step,
         );
         for e in &events {
             if let StepRecord::GrpoStats(s) = e {
@@ -116,13 +124,12 @@ fn grpo_rate(
                 fl += flops(&idx, s.tokens);
             }
         }
-        steps += 1;
     }
     let dt = t0.elapsed().as_secs_f64();
     GrpoRate {
-        steps_per_s: steps as f64 / dt,
-        tokens_per_step: tokens as f64 / steps as f64,
-        flops_per_step: fl / steps as f64,
+        steps_per_s: timed as f64 / dt,
+        tokens_per_step: tokens as f64 / timed as f64,
+        flops_per_step: fl / timed as f64,
     }
 }
 
@@ -232,7 +239,13 @@ fn python_peer(py: &str, script: &str, args: &[String]) -> Vec<serde_json::Value
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tools")
         .join(script);
+    // The allocator setting `train::keep_freed_memory` gives this process, through
+    // glibc's environment tunables, so both sides reuse freed activations.
     let o = std::process::Command::new(py)
+        .env(
+            "GLIBC_TUNABLES",
+            "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647",
+        )
         .arg(&script)
         .args(args)
         .output()
@@ -359,6 +372,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     tch::set_num_threads(threads);
+    mapf_ledger::train::keep_freed_memory();
     let filter: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -385,7 +399,7 @@ fn main() {
                 .len();
         }
         let sample_rate = plans as f64 / t0.elapsed().as_secs_f64();
-        let step_rate = grpo_rate(grid, &data, 5.0, 2, &|_, _| 0.0).steps_per_s;
+        let step_rate = grpo_rate(grid, &data, 100, &|_, _| 0.0).steps_per_s;
         println!("grid policy: {sample_rate:>8.0} plans/s sampled (64 instances x 8), {step_rate:>6.2} GRPO steps/s (16 instances x 8 plans)");
     }
 
@@ -423,7 +437,7 @@ fn main() {
             peak,
             &mut rows,
         );
-        let steps = grpo_rate(Box::new(p), &data, 8.0, 2, &|_, _| 0.0).steps_per_s;
+        let steps = grpo_rate(Box::new(p), &data, 8, &|_, _| 0.0).steps_per_s;
         println!("lm {name}: {steps:.2} GRPO steps/s (16 instances x 8 samples)");
     }
 
@@ -508,7 +522,7 @@ fn base_section(
         let per = tokens as f64 / (idx.len() * g.group_size as usize) as f64;
         f.grpo_step(&prompts, g.group_size as f64, per)
     };
-    let r = grpo_rate(Box::new(p), &data, 20.0, 3, &flops);
+    let r = grpo_rate(Box::new(p), &data, 8, &flops);
     let share = r.flops_per_step * r.steps_per_s / 1e9 / peak;
     println!(
         "lm base: {:.3} GRPO steps/s ({:.2} s/step; 16 instances x 8 samples, {:.0} sampled tokens/step, {:.1} GFLOP/step: {:.1}% of peak)",

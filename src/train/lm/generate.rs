@@ -131,7 +131,7 @@ pub fn generate(
     use_lora: bool,
 ) -> Vec<Generated> {
     let _guard = tch::no_grad_guard();
-    let cast = model.inference_copy();
+    let cast = model.inference_copy(use_lora);
     let model = cast.as_ref().unwrap_or(model);
     let device = model.device();
     let lanes: Vec<usize> = (0..prompts.len())

@@ -20,6 +20,7 @@
 //! a full-weights checkpoint blob in the ledger. A 4B run's ledger grows by adapters.
 pub mod chat;
 pub mod config;
+pub mod decode;
 pub mod generate;
 pub mod hf;
 pub mod model;

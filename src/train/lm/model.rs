@@ -105,7 +105,49 @@ struct Lin {
     lora: Option<(Tensor, Tensor)>,
 }
 
+/// A layer's weights as generation reads them (see [`Model::inference_copy`]): the
+/// projections that read the same input side by side in one matrix, each stored
+/// transposed (`[in, out]`, contiguous), so a decode step makes one matrix product
+/// where it made three (q, k, v) or two (gate, up). On the CPU, MKL multiplies a
+/// contiguous `[in, out]` matrix 15-20% faster than the `[out, in]` one `linear`
+/// transposes on the fly, and the products are bit-identical to `linear`'s (each
+/// output element is the same dot product, accumulated in the same order), which
+/// `fused_decode_is_bit_identical` checks.
+struct Fused {
+    /// q, k and v: `[hidden, (H + 2 Hkv) D]`, with their biases side by side.
+    qkv_t: Tensor,
+    qkv_b: Option<Tensor>,
+    o_t: Tensor,
+    /// gate and up: `[hidden, 2 I]`.
+    gate_up_t: Tensor,
+    down_t: Tensor,
+    /// Qwen3's per-head norms, one row per query head then per key head: `[H + Hkv, D]`,
+    /// so the q and k heads are normalised (and rotated) together.
+    qk_norm: Option<Tensor>,
+}
+
+impl Fused {
+    /// `x` `[.., in]` times a transposed weight `[in, out]`, plus a bias: the product
+    /// `linear` computes, with the weight already in the layout MKL reads fastest.
+    fn product(x: &Tensor, wt: &Tensor, b: Option<&Tensor>) -> Tensor {
+        match b {
+            // `addmm`, as `linear` with a bias does, so the bias is added in the same
+            // place of the computation.
+            Some(b) => {
+                let size = x.size();
+                let rows: i64 = size[..size.len() - 1].iter().product();
+                let mut out = size.clone();
+                *out.last_mut().expect("a last dim") = wt.size()[1];
+                b.addmm(&x.reshape([rows, size[size.len() - 1]]), wt)
+                    .view(out.as_slice())
+            }
+            None => x.matmul(wt),
+        }
+    }
+}
+
 struct Layer {
+    fused: Option<Fused>,
     in_norm: Tensor,
     q: Lin,
     k: Lin,
@@ -120,24 +162,34 @@ struct Layer {
 }
 
 /// Per layer, preallocated keys and values `[B, Hkv, capacity, D]`, filled up to `len`.
+/// Where decode steps run in [`super::decode`] (f32 on the CPU), keys are kept
+/// transposed, `[B, Hkv, D, capacity]`, the layout it reads.
 pub struct KvCache {
     layers: Vec<(Tensor, Tensor)>,
     pub len: i64,
+    keys_transposed: bool,
 }
 
 impl KvCache {
     pub fn new(cfg: &LmConfig, batch: i64, capacity: i64, kind: Kind, device: Device) -> KvCache {
-        let shape = [batch, cfg.num_key_value_heads, capacity, cfg.head_dim];
+        let (kvh, d) = (cfg.num_key_value_heads, cfg.head_dim);
+        let keys_transposed = super::decode::applies(kind, device);
+        let kshape = if keys_transposed {
+            [batch, kvh, d, capacity]
+        } else {
+            [batch, kvh, capacity, d]
+        };
         KvCache {
             layers: (0..cfg.num_hidden_layers)
                 .map(|_| {
                     (
-                        Tensor::zeros(shape, (kind, device)),
-                        Tensor::zeros(shape, (kind, device)),
+                        Tensor::zeros(kshape, (kind, device)),
+                        Tensor::zeros([batch, kvh, capacity, d], (kind, device)),
                     )
                 })
                 .collect(),
             len: 0,
+            keys_transposed,
         }
     }
 
@@ -214,6 +266,10 @@ fn inv_freq(cfg: &LmConfig, device: Device) -> Tensor {
     };
     inv.to_device(device)
 }
+
+/// Models whose weights take more bytes than this generate without [`Fused`]
+/// projections (see [`Model::inference_copy`]).
+pub const FUSED_BYTES: i64 = 1 << 30;
 
 fn rotate_half(x: &Tensor) -> Tensor {
     let half = x.size().last().copied().expect("a last dim") / 2;
@@ -313,6 +369,7 @@ impl Model {
             .map(|l| {
                 let p = |s: &str| format!("model.layers.{l}.{s}");
                 Layer {
+                    fused: None,
                     in_norm: take(&p("input_layernorm.weight")),
                     q: lin(&p("self_attn.q_proj"), cfg.qkv_bias),
                     k: lin(&p("self_attn.k_proj"), cfg.qkv_bias),
@@ -370,13 +427,23 @@ impl Model {
         self.vs.device()
     }
 
-    /// For inference in bf16: a model whose f32 trainable weights are cast to the
-    /// compute dtype once, instead of at every decode step (None when nothing needs a
-    /// cast, e.g. f32 on the CPU or a LoRA base already stored in bf16). The copy
-    /// shares nothing with training: take it per generation call.
-    pub fn inference_copy(&self) -> Option<Model> {
-        if self.embed.kind() == self.dtype && self.layers.iter().all(|l| l.q.w.kind() == self.dtype)
-        {
+    /// The model generation runs (None: generate with `self`). Its weights are in the
+    /// compute dtype, cast once instead of at every decode step, and each layer carries
+    /// its [`Fused`] projections, built from the weights the call uses: the base alone
+    /// when `use_lora` is false or there are no adapters. With adapters in use the
+    /// layers are not fused (the adapter path runs beside each projection), and the
+    /// copy is made only when the weights need a cast (bf16).
+    ///
+    /// The copy holds a second set of weights, so fused projections are made only for
+    /// models under [`FUSED_BYTES`]: the small models the CPU runs, where a decode
+    /// step's time is in per-operation overhead rather than in the products.
+    pub fn inference_copy(&self, use_lora: bool) -> Option<Model> {
+        let adapters = use_lora && self.lora.is_some();
+        let bytes = self.cfg.parameter_count() * self.dtype.elt_size_in_bytes() as i64;
+        let fuse = !adapters && bytes <= FUSED_BYTES;
+        let cast_needed = !(self.embed.kind() == self.dtype
+            && self.layers.iter().all(|l| l.q.w.kind() == self.dtype));
+        if !fuse && !cast_needed {
             return None;
         }
         let _guard = tch::no_grad_guard();
@@ -387,19 +454,54 @@ impl Model {
             lora: l
                 .lora
                 .as_ref()
+                .filter(|_| adapters)
                 .map(|(a, b)| (a.shallow_clone(), b.shallow_clone())),
+        };
+        let side_by_side = |ls: &[&Lin]| {
+            let wt = Tensor::cat(&ls.iter().map(|l| c(&l.w)).collect::<Vec<_>>(), 0)
+                .transpose(0, 1)
+                .contiguous();
+            let b = ls[0].b.as_ref().map(|_| {
+                Tensor::cat(
+                    &ls.iter()
+                        .map(|l| c(l.b.as_ref().expect("all or none biased")))
+                        .collect::<Vec<_>>(),
+                    0,
+                )
+            });
+            (wt, b)
+        };
+        let (h, kvh) = (self.cfg.num_attention_heads, self.cfg.num_key_value_heads);
+        let fused = |l: &Layer| {
+            let (qkv_t, qkv_b) = side_by_side(&[&l.q, &l.k, &l.v]);
+            Fused {
+                qkv_t,
+                qkv_b,
+                o_t: side_by_side(&[&l.o]).0,
+                gate_up_t: side_by_side(&[&l.gate, &l.up]).0,
+                down_t: side_by_side(&[&l.down]).0,
+                qk_norm: l.q_norm.as_ref().zip(l.k_norm.as_ref()).map(|(qn, kn)| {
+                    let d = qn.size()[0];
+                    Tensor::cat(
+                        &[c(qn).expand([h, d], false), c(kn).expand([kvh, d], false)],
+                        0,
+                    )
+                    .contiguous()
+                }),
+            }
         };
         Some(Model {
             cfg: self.cfg.clone(),
             vs: nn::VarStore::new(self.device()),
             frozen: BTreeMap::new(),
-            lora: self.lora.clone(),
+            lora: self.lora.clone().filter(|_| adapters),
             dtype: self.dtype,
             embed: c(&self.embed),
             layers: self
                 .layers
                 .iter()
                 .map(|l| Layer {
+                    fused: fuse.then(|| fused(l)),
                     in_norm: c(&l.in_norm),
                     q: lin(&l.q),
                     k: lin(&l.k),
@@ -475,6 +577,11 @@ impl Model {
         use_lora: bool,
     ) -> Tensor {
         let (b, t) = tokens.size2().expect("[B, T] tokens");
+        if let Some(cache) = cache.as_deref_mut() {
+            if t == 1 && cache.keys_transposed && self.layers.iter().all(|l| l.fused.is_some()) {
+                return self.decode_step(tokens, positions, bias, cache);
+            }
+        }
         let c = &self.cfg;
         let (h, kvh, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let rep = h / kvh;
@@ -482,75 +589,181 @@ impl Model {
         let (cos, sin) = self.rope(positions);
         let mut x = Tensor::embedding(&self.w(&self.embed), tokens, -1, false, false);
         let start = cache.as_ref().map_or(0, |c| c.len);
+        // One query per row of a batch (a decode step) without the Rust kernel: plain
+        // attention. Its scores are only [B, H, 1, Tk], and on the CPU two batched
+        // matmuls and a softmax beat the fused kernel, whose blocking is built for long
+        // queries (+10-13% decode tokens/s at batch 64; at batch 1 the single fused call
+        // is ~5-9% faster). The `rep` query heads sharing a KV head are stacked along
+        // the query axis (a view: for t = 1 the [B, H, 1, D] queries are contiguous),
+        // so keys and values are never copied.
+        let plain = |q: &Tensor, k: &Tensor, v: &Tensor| {
+            let tk = k.size()[2];
+            let qg = q.reshape([b, kvh, rep, d]);
+            let scores = qg.matmul(&k.transpose(-2, -1)) * scale + bias.view([b, 1, 1, tk]);
+            scores
+                .softmax(-1, Kind::Float)
+                .to_kind(self.dtype)
+                .matmul(v)
+                .reshape([b, 1, h * d])
+        };
+        // Fused attention (torch's scaled_dot_product_attention): on the CPU its flash
+        // kernel never materialises the [T, T] score matrix, which decides whether long
+        // engineer prompts fit in memory; grouped-query heads are handled by the kernel
+        // (`enable_gqa`), so keys and values are not copied.
+        let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor| {
+            let mask = bias.to_kind(self.dtype);
+            Tensor::scaled_dot_product_attention(q, k, v, Some(&mask), 0.0, false, scale, rep > 1)
+                .transpose(1, 2)
+                .reshape([b, t, h * d])
+        };
+        // The decode kernel's bias rows `[B, Tk]`, made once for all layers.
+        let decode_bias = (t == 1 && cache.as_ref().is_some_and(|c| c.keys_transposed))
+            .then(|| bias.reshape([b, -1]).contiguous());
         for (l, layer) in self.layers.iter().enumerate() {
             let xin = self.rms_norm(&x, &layer.in_norm);
             let heads = |z: Tensor, n: i64| z.view([b, t, n, d]);
-            let mut q = heads(self.linear(&layer.q, &xin, use_lora), h);
-            let mut k = heads(self.linear(&layer.k, &xin, use_lora), kvh);
-            let v = heads(self.linear(&layer.v, &xin, use_lora), kvh).transpose(1, 2);
-            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                q = self.rms_norm(&q, qn);
-                k = self.rms_norm(&k, kn);
-            }
-            let q = q.transpose(1, 2);
-            let k = k.transpose(1, 2);
-            let q = &q * &cos + rotate_half(&q) * &sin;
-            let k = &k * &cos + rotate_half(&k) * &sin;
-            let (k, v) = match cache.as_deref_mut() {
+            let (q, k, v) = match &layer.fused {
+                Some(f) => {
+                    // The query and key heads side by side: one norm, one rotation.
+                    let qkv = heads(
+                        Fused::product(&xin, &f.qkv_t, f.qkv_b.as_ref()),
+                        h + 2 * kvh,
+                    );
+                    let mut qk = qkv.narrow(2, 0, h + kvh);
+                    if let Some(w) = &f.qk_norm {
+                        qk = self.rms_norm(&qk, w);
+                    }
+                    let qk = qk.transpose(1, 2);
+                    let qk = &qk * &cos + rotate_half(&qk) * &sin;
+                    (
+                        qk.narrow(1, 0, h),
+                        qk.narrow(1, h, kvh),
+                        qkv.narrow(2, h + kvh, kvh).transpose(1, 2),
+                    )
+                }
+                None => {
+                    let mut q = heads(self.linear(&layer.q, &xin, use_lora), h);
+                    let mut k = heads(self.linear(&layer.k, &xin, use_lora), kvh);
+                    let v = heads(self.linear(&layer.v, &xin, use_lora), kvh).transpose(1, 2);
+                    if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                        q = self.rms_norm(&q, qn);
+                        k = self.rms_norm(&k, kn);
+                    }
+                    let q = q.transpose(1, 2);
+                    let k = k.transpose(1, 2);
+                    let q = &q * &cos + rotate_half(&q) * &sin;
+                    let k = &k * &cos + rotate_half(&k) * &sin;
+                    (q, k, v)
+                }
+            };
+            let y = match cache.as_deref_mut() {
+                Some(cache) if cache.keys_transposed => {
+                    let (ck, cv) = &cache.layers[l];
+                    ck.narrow(3, start, t).copy_(&k.transpose(2, 3));
+                    cv.narrow(2, start, t).copy_(&v);
+                    if t == 1 {
+                        let rows = decode_bias.as_ref().expect("made for decode steps");
+                        super::decode::attention(&q.contiguous(), ck, cv, rows, start + 1, scale)
+                            .view([b, 1, h * d])
+                    } else if start == 0 {
+                        // A prefill: the keys just computed are all there is.
+                        sdpa(&q, &k, &v)
+                    } else {
+                        sdpa(
+                            &q,
+                            &ck.narrow(3, 0, start + t).transpose(2, 3),
+                            &cv.narrow(2, 0, start + t),
+                        )
+                    }
+                }
                 Some(cache) => {
-                    let (ck, cv) = &mut cache.layers[l];
+                    let (ck, cv) = &cache.layers[l];
                     ck.narrow(2, start, t).copy_(&k);
                     cv.narrow(2, start, t).copy_(&v);
-                    (ck.narrow(2, 0, start + t), cv.narrow(2, 0, start + t))
+                    let (k, v) = (ck.narrow(2, 0, start + t), cv.narrow(2, 0, start + t));
+                    if t == 1 && b >= 8 {
+                        plain(&q, &k, &v)
+                    } else {
+                        sdpa(&q, &k, &v)
+                    }
                 }
-                None => (k, v),
+                None => sdpa(&q, &k, &v),
             };
-            let y = if t == 1 && b >= 8 {
-                // One query per row of a batch (a decode step): plain attention. Its
-                // scores are only [B, H, 1, Tk], and on the CPU two batched matmuls and
-                // a softmax beat the fused kernel, whose blocking is built for long
-                // queries (`cargo bench --bench trainer`: +10-13% decode tokens/s at
-                // batch 64; at batch 1 the single fused call is ~5-9% faster). The
-                // `rep` query heads sharing a KV head are stacked along the query axis
-                // (a view: for t = 1 the [B, H, 1, D] queries are contiguous), so keys
-                // and values are never copied.
-                let tk = k.size()[2];
-                let qg = q.reshape([b, kvh, rep, d]);
-                let scores = qg.matmul(&k.transpose(-2, -1)) * scale + bias.view([b, 1, 1, tk]);
-                scores
-                    .softmax(-1, Kind::Float)
-                    .to_kind(self.dtype)
-                    .matmul(&v)
-                    .reshape([b, 1, h * d])
-            } else {
-                // Fused attention (torch's scaled_dot_product_attention): on the CPU its
-                // flash kernel never materialises the [T, T] score matrix, which decides
-                // whether long engineer prompts fit in memory; grouped-query heads are
-                // handled by the kernel (`enable_gqa`), so keys and values are not copied.
-                let mask = bias.to_kind(self.dtype);
-                Tensor::scaled_dot_product_attention(
-                    &q,
-                    &k,
-                    &v,
-                    Some(&mask),
-                    0.0,
-                    false,
-                    scale,
-                    rep > 1,
-                )
-                .transpose(1, 2)
-                .reshape([b, t, h * d])
-            };
-            x = x + self.linear(&layer.o, &y, use_lora);
-            let xm = self.rms_norm(&x, &layer.post_norm);
-            let g = self.linear(&layer.gate, &xm, use_lora).silu();
-            let u = self.linear(&layer.up, &xm, use_lora);
-            x = x + self.linear(&layer.down, &(g * u), use_lora);
+            match &layer.fused {
+                Some(f) => {
+                    x = x + Fused::product(&y, &f.o_t, None);
+                    let xm = self.rms_norm(&x, &layer.post_norm);
+                    let gu = Fused::product(&xm, &f.gate_up_t, None);
+                    let i = c.intermediate_size;
+                    let g = gu.narrow(-1, 0, i).silu();
+                    x = x + Fused::product(&(g * gu.narrow(-1, i, i)), &f.down_t, None);
+                }
+                None => {
+                    x = x + self.linear(&layer.o, &y, use_lora);
+                    let xm = self.rms_norm(&x, &layer.post_norm);
+                    let g = self.linear(&layer.gate, &xm, use_lora).silu();
+                    let u = self.linear(&layer.up, &xm, use_lora);
+                    x = x + self.linear(&layer.down, &(g * u), use_lora);
+                }
+            }
         }
         if let Some(cache) = cache {
             cache.len = start + t;
         }
         self.rms_norm(&x, &self.norm)
+    }
+
+    /// [`Model::hidden`] for a decode step on the CPU in f32 with fused weights: the
+    /// four products of each layer in libtorch, everything between them in
+    /// [`super::decode`].
+    fn decode_step(
+        &self,
+        tokens: &Tensor,
+        positions: &Tensor,
+        bias: &Tensor,
+        cache: &mut KvCache,
+    ) -> Tensor {
+        use super::decode;
+        let c = &self.cfg;
+        let b = tokens.size()[0];
+        let heads = decode::Heads {
+            h: c.num_attention_heads as usize,
+            kvh: c.num_key_value_heads as usize,
+            d: c.head_dim as usize,
+        };
+        let eps = c.rms_norm_eps;
+        let scale = 1.0 / (c.head_dim as f64).sqrt();
+        let start = cache.len;
+        let (cos, sin) = self.rope(positions);
+        let rows = bias.reshape([b, -1]).contiguous();
+        let mut x = Tensor::embedding(&self.embed, tokens, -1, false, false).view([b, -1]);
+        // The last layer's MLP output, added to the stream by the next norm.
+        let mut delta: Option<Tensor> = None;
+        for (layer, (kt, v)) in self.layers.iter().zip(&cache.layers) {
+            let f = layer.fused.as_ref().expect("checked by the caller");
+            let (stream, xin) = decode::add_rms_norm(&x, delta.as_ref(), &layer.in_norm, eps);
+            let qkv = Fused::product(&xin, &f.qkv_t, f.qkv_b.as_ref());
+            let q = decode::qk_rope_cache(
+                &qkv,
+                f.qk_norm.as_ref(),
+                &cos,
+                &sin,
+                eps,
+                heads,
+                kt,
+                v,
+                start,
+            );
+            let y = decode::attention(&q, kt, v, &rows, start + 1, scale);
+            let o = Fused::product(&y, &f.o_t, None);
+            let (stream, xm) = decode::add_rms_norm(&stream, Some(&o), &layer.post_norm, eps);
+            let act = decode::silu_mul(&Fused::product(&xm, &f.gate_up_t, None));
+            delta = Some(Fused::product(&act, &f.down_t, None));
+            x = stream;
+        }
+        cache.len = start + 1;
+        let (_, out) = decode::add_rms_norm(&x, delta.as_ref(), &self.norm, eps);
+        out.view([b, 1, -1])
     }
 
     /// Logits (f32) of hidden states `[.., hidden]`.
@@ -590,5 +803,86 @@ impl Model {
             out.insert(name, t.contiguous());
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seed::Seed;
+    use crate::train::lm::generate::attention_bias;
+
+    /// A random model of `family` with grouped-query heads, and norms that are not all
+    /// ones (so a norm weight applied in the wrong place would show).
+    fn model(json: &str) -> Model {
+        let cfg = LmConfig::from_hf_json(json).unwrap();
+        let mut w = Model::random_weights(&cfg, Seed::root(3));
+        tch::manual_seed(4);
+        for (name, t) in w.iter_mut() {
+            if name.ends_with("norm.weight") || name.ends_with(".bias") {
+                *t = Tensor::rand_like(t) + 0.5;
+            }
+        }
+        Model::from_weights(cfg, w, Device::Cpu, None, Seed::root(5)).unwrap()
+    }
+
+    /// The Rust decode step (fused weights, transposed key cache) against the torch
+    /// path without a cache, on left-padded rows: prefill, then eight decode steps,
+    /// each step's hidden states equal to the full-sequence forward's at that position.
+    #[test]
+    fn decode_step_matches_torch() {
+        let base = r#""vocab_size":50,"hidden_size":48,"intermediate_size":80,
+            "num_hidden_layers":2,"num_attention_heads":6,"num_key_value_heads":2,"head_dim":8"#;
+        for json in [
+            format!(r#"{{"model_type":"qwen3",{base}}}"#),
+            format!(r#"{{"model_type":"qwen2",{base}}}"#),
+        ] {
+            let m = model(&json);
+            assert!(crate::train::lm::decode::applies(m.dtype, Device::Cpu));
+            let fast = m.inference_copy(false).expect("a small f32 model is fused");
+            let pads = [0i64, 3, 1];
+            let (b, t0, steps) = (3i64, 6i64, 8i64);
+            let total = t0 + steps;
+            tch::manual_seed(6);
+            let toks = Tensor::randint(50, [b, total], (Kind::Int64, Device::Cpu));
+            let pos: Vec<i64> = pads
+                .iter()
+                .flat_map(|&p| (0..total).map(move |j| (j - p).max(0)))
+                .collect();
+            let pos = Tensor::from_slice(&pos).view([b, total]);
+            let want = tch::no_grad(|| {
+                m.hidden(
+                    &toks,
+                    &pos,
+                    &attention_bias(&pads, total, total, Device::Cpu),
+                    None,
+                    false,
+                )
+            });
+            let mut cache = KvCache::new(&fast.cfg, b, total, Kind::Float, Device::Cpu);
+            assert!(cache.keys_transposed);
+            let bias = attention_bias(&pads, 1, total, Device::Cpu);
+            tch::no_grad(|| {
+                let _prefill = fast.hidden(
+                    &toks.narrow(1, 0, t0),
+                    &pos.narrow(1, 0, t0),
+                    &attention_bias(&pads, t0, t0, Device::Cpu),
+                    Some(&mut cache),
+                    false,
+                );
+                for s in t0..total {
+                    let got = fast.hidden(
+                        &toks.narrow(1, s, 1),
+                        &pos.narrow(1, s, 1),
+                        &bias.narrow(3, 0, s + 1),
+                        Some(&mut cache),
+                        false,
+                    );
+                    let err = f64::try_from((&got - want.narrow(1, s, 1)).abs().max()).unwrap();
+                    assert!(err < 2e-5, "{json}: step {s}: max error {err}");
+                }
+            });
+            assert_eq!(cache.len, total);
+        }
     }
 }
