@@ -31,10 +31,10 @@
 //!
 //! Results on the project's 2-core CPU, `make bench-trainer-peers` (=
 //! `HF_PYTHON=$(tools/hf-venv.sh) cargo bench --bench trainer`), 1 thread, two runs
-//! (README, "Speed", has the whole table): matmul peak 160-170 GFLOP/s; base planner
-//! decode 693-695 tokens/s at batch 1 (2.5x `generate()`) and 8,337-8,770 at batch 64
-//! (2.1-2.3x, 28% of peak); tiny model 3.0-3.6k (4.4-4.8x) and 51-57k (3.2x); base
-//! planner GRPO step 3.4-3.8 s against TRL's 5.6-6.0 s (1.6x), 27-31% of peak.
+//! (README, "Speed", has the whole table): matmul peak 163 GFLOP/s; base planner
+//! decode 1,299-1,328 tokens/s at batch 1 (4.1-4.5x `generate()`) and 12,676-13,025 at
+//! batch 64 (2.9-3.2x, 42-43% of peak); tiny model 11.2-11.3k (14-15x) and 82k (4.2x);
+//! base planner GRPO step 3.0 s against TRL's 5.5 s (1.8x), 35-36% of peak.
 use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig, Instance, Solved};
 use mapf_ledger::ledger::Hash;
 use mapf_ledger::record::trainer::StepRecord;
