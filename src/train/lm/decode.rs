@@ -40,7 +40,8 @@ struct Shape {
     h: usize,
     kvh: usize,
     d: usize,
-    /// Cache capacity (the stride of a key row and of a bias row) and keys in use.
+    /// Cache capacity (the stride of a transposed key row) and positions in use (the
+    /// length of a bias row).
     cap: usize,
     tk: usize,
     scale: f32,
@@ -193,9 +194,7 @@ fn head(
         for (l, &e) in lanes.iter_mut().zip(chunks.remainder()) {
             *l += e;
         }
-        let sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
-            + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
-        let inv = 1.0 / sum;
+        let inv = 1.0 / across(lanes);
         for sj in scores.iter_mut() {
             *sj *= inv;
         }
@@ -204,7 +203,7 @@ fn head(
     }
 }
 
-/// Rows `rows` of the batch, written to `out` (`[rows, H * D]`).
+/// Rows `first..` of the batch, as many as `out` (`[rows, H * D]`) holds.
 #[inline(always)]
 fn rows(s: &Shape, first: usize, q: &[f32], kt: &[f32], v: &[f32], bias: &[f32], out: &mut [f32]) {
     let (h, kvh, d, cap) = (s.h, s.kvh, s.d, s.cap);
@@ -302,6 +301,12 @@ fn sum_squares(x: &[f32]) -> f32 {
     for (l, &v) in lanes.iter_mut().zip(chunks.remainder()) {
         *l = v.mul_add(v, *l);
     }
+    across(lanes)
+}
+
+/// The sum of eight lane sums, in one fixed order (pairs four apart, then pairs).
+#[inline(always)]
+fn across(lanes: [f32; 8]) -> f32 {
     ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
         + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
 }
