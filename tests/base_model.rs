@@ -187,6 +187,56 @@ fn eval_scores_an_hf_directory_and_a_checkpoint_in_the_paper_layout() {
         .map(|c| c["total"].as_u64().unwrap())
         .sum();
     assert_eq!(total, 6);
+    // Coordination rows cover every item, each half beside the baseline on it.
+    let rows = v["suites"][0]["coordination"].as_array().unwrap();
+    let items: u64 = rows.iter().map(|r| r["items"].as_u64().unwrap()).sum();
+    assert_eq!(items, 6);
+    assert!(rows.iter().all(|r| r["agents"] == 2));
+
+    // Stratified suites: a stratified cell holds both kinds of item; a per-cell count
+    // the ratios cannot split is refused.
+    let out = ok(&ledger(
+        &d,
+        &[
+            "eval",
+            "--model",
+            "main@stage0",
+            "--suite",
+            "val",
+            "--per-cell",
+            "4",
+            "--max-size",
+            "5",
+            "--wait-ratios",
+            "0,1",
+            "--json",
+        ],
+    ));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v["suites"][0]["coordination"].as_array().unwrap();
+    let count = |need: bool| -> u64 {
+        rows.iter()
+            .filter(|r| r["needs_coordination"] == need)
+            .map(|r| r["items"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!((count(false), count(true)), (6, 6), "{rows:?}");
+    fails(
+        &ledger(
+            &d,
+            &[
+                "eval",
+                "--model",
+                "main@stage0",
+                "--per-cell",
+                "3",
+                "--wait-ratios",
+                "0,1",
+            ],
+        ),
+        2,
+        "--wait-ratios",
+    );
 
     // Refusals name the bad input, exit 2.
     fails(

@@ -49,7 +49,7 @@ fn a_known_difference_is_found_exactly() {
     }
     let (a, b) = (outcomes(&[(3, 5, 100)], a), outcomes(&[(3, 5, 100)], b));
     assert_eq!(unpairable(&a, &b), None);
-    let rows = paired_rows(&a, &b, events());
+    let rows = paired_rows(&a, &b, events(), None);
     assert_eq!(rows.len(), 1, "one agent count, not stratified");
     let r = &rows[0];
     assert_eq!((r.suite.as_str(), r.agents, r.instances), ("test", 3, 100));
@@ -69,7 +69,7 @@ fn a_known_difference_is_found_exactly() {
     assert_eq!((o.a, o.b, o.diff), (20.0, 20.0, 0.0));
     assert_eq!(o.mcnemar.p, 1.0);
     // Deterministic: the same outcomes, the same intervals.
-    assert_eq!(paired_rows(&a, &b, events()), rows);
+    assert_eq!(paired_rows(&a, &b, events(), None), rows);
 }
 
 /// No difference: the same outcomes on both sides, and discordances that cancel (5
@@ -81,6 +81,7 @@ fn no_difference_gives_an_interval_around_zero_and_p_one() {
         &outcomes(&[(4, 6, 60)], a.clone()),
         &outcomes(&[(4, 6, 60)], a.clone()),
         events(),
+        None,
     );
     let v = same[0].valid;
     assert_eq!(v.diff, 0.0);
@@ -103,6 +104,7 @@ fn no_difference_gives_an_interval_around_zero_and_p_one() {
         &outcomes(&[(4, 6, 60)], a),
         &outcomes(&[(4, 6, 60)], b),
         events(),
+        None,
     );
     let v = rows[0].valid;
     assert_eq!(v.diff, 0.0);
@@ -251,8 +253,21 @@ fn compare_and_study_pair_forks_of_a_stratified_ledger() {
     assert_eq!(p["against"], "main");
     assert_eq!(p["missing"].as_array().unwrap().len(), 0);
     let rows = p["rows"].as_array().unwrap();
-    // val: 2 agents x (all + 2 subsets); test: 3 agent counts x 3.
-    assert_eq!(rows.len(), 3 + 9);
+    // val: 2 agents x (all + 2 subsets + coord + indep); test: 3 agent counts x 5.
+    assert_eq!(rows.len(), 5 + 15);
+    // The coordination halves of each agent count partition its items.
+    for r in rows.iter().filter(|r| r["subset"].is_null()) {
+        let halves: u64 = rows
+            .iter()
+            .filter(|h| {
+                h["suite"] == r["suite"]
+                    && h["agents"] == r["agents"]
+                    && (h["subset"] == "coord" || h["subset"] == "indep")
+            })
+            .map(|h| h["instances"].as_u64().unwrap())
+            .sum();
+        assert_eq!(halves, r["instances"].as_u64().unwrap(), "{r}");
+    }
     let last_val = |b: &Value| b["validation"].as_array().unwrap().last().unwrap()[1].clone();
     let val = &rows[0];
     assert_eq!(
@@ -312,9 +327,12 @@ fn compare_and_study_pair_forks_of_a_stratified_ledger() {
     let paired = r["paired"].as_array().unwrap();
     assert_eq!(
         paired.len(),
-        3 + 9,
-        "val and test 3/4/5 agents, each whole + 2 subsets"
+        5 + 15,
+        "val and test 3/4/5 agents, each whole + 2 subsets + coord + indep"
     );
+    assert!(paired
+        .iter()
+        .any(|x| x["suite"] == "test" && x["agents"] == 3 && x["subset"] == "coord"));
     for x in paired {
         assert_eq!(
             (x["engineer"].as_str(), x["baseline"].as_str()),
@@ -337,7 +355,11 @@ fn compare_and_study_pair_forks_of_a_stratified_ledger() {
         .iter()
         .filter(|c| c["subset"].is_string())
         .collect();
-    assert_eq!(sums.len(), 2 * 3 * 2, "engineers x agent counts x subsets");
+    assert_eq!(
+        sums.len(),
+        2 * 3 * 4,
+        "engineers x agent counts x subsets (2 wait ratios, coord, indep)"
+    );
     let md = std::fs::read_to_string(out.join("study.md")).unwrap();
     for needle in [
         "Paired differences vs fixed",
@@ -346,6 +368,7 @@ fn compare_and_study_pair_forks_of_a_stratified_ledger() {
         "| heuristic @ wait0.50 |",
         "Final-stage test results per wait-ratio subset",
         "| 3 | wait1.00 |",
+        "| heuristic @ coord |",
     ] {
         assert!(md.contains(needle), "{needle:?} missing in:\n{md}");
     }
@@ -353,12 +376,12 @@ fn compare_and_study_pair_forks_of_a_stratified_ledger() {
     let head = csv.lines().next().unwrap();
     let width = head.split(',').count();
     assert!(csv.lines().all(|l| l.split(',').count() == width), "{csv}");
-    assert_eq!(csv.lines().filter(|l| l.starts_with("paired,")).count(), 12);
+    assert_eq!(csv.lines().filter(|l| l.starts_with("paired,")).count(), 20);
     assert_eq!(
         csv.lines()
             .filter(|l| l.starts_with("paired_mean,"))
             .count(),
-        12
+        20
     );
 }
 

@@ -200,6 +200,57 @@ fn audit_export_and_compare_plot() {
     let c: Value =
         serde_json::from_str(&ok(&ledger(&d, &["compare", "main", "h", "--json"]))).unwrap();
     validates("compare", &c);
+    // Coordination rows: every evaluated stage of each suite, the two halves of each
+    // agent count adding up to the stage's whole-suite counts, the baseline failing every
+    // item that needs coordination (by definition) and passing some of the rest.
+    for b in c.as_array().unwrap() {
+        let rows = b["coordination"].as_array().unwrap();
+        let stages: std::collections::BTreeSet<u64> = rows
+            .iter()
+            .filter(|r| r["suite"] == "val")
+            .map(|r| r["stage"].as_u64().unwrap())
+            .collect();
+        let evaluated: std::collections::BTreeSet<u64> = b["validation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v[0].as_u64().unwrap())
+            .collect();
+        assert_eq!(stages, evaluated, "{}", b["branch"]);
+        let last = rows
+            .iter()
+            .filter(|r| r["suite"] == "test")
+            .last()
+            .expect("test rows");
+        for r in last["rows"].as_array().unwrap() {
+            if r["needs_coordination"] == true {
+                assert_eq!(r["baseline_valid_pct"], 0.0, "{r}");
+            }
+        }
+        let valid: u64 = last["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["valid"].as_u64().unwrap())
+            .sum();
+        let recorded: u64 = b["test_cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c[3].as_u64().unwrap())
+            .sum();
+        assert_eq!(valid, recorded, "the halves add up to the suite");
+        let indep_baseline: f64 = last["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["needs_coordination"] == false)
+            .map(|r| r["baseline_valid_pct"].as_f64().unwrap())
+            .sum();
+        assert!(indep_baseline > 0.0);
+    }
+    let text = ok(&ledger(&d, &["compare", "main", "h"]));
+    assert!(text.contains("Items that need coordination"), "{text}");
     let svg = tmp.path().join("curves.svg");
     let out = ok(&ledger(
         &d,
@@ -288,9 +339,14 @@ fn study_forks_runs_writes_and_resumes() {
     assert_eq!(runs[0]["summary"]["validation"], main[0]["validation"]);
     assert_eq!(runs[0]["summary"]["test_cells"], main[0]["test_cells"]);
 
-    // Cells: per engineer, Sum + sizes for 3 (4 sizes), 4 (3) and 5 (2) agents.
+    // Cells: per engineer, Sum + sizes for 3 (4 sizes), 4 (3) and 5 (2) agents, and
+    // the items that need coordination and the rest of each agent count.
     let cells = r["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 2 * (3 + 9));
+    assert_eq!(cells.len(), 2 * (3 + 9 + 3 * 2));
+    assert_eq!(
+        cells.iter().filter(|c| c["subset"] == "coord").count(),
+        2 * 3
+    );
     for c in cells {
         assert_eq!(c["n"], 2);
         assert!(c["valid_ci95"].is_number(), "two seeds give an interval");
@@ -306,7 +362,8 @@ fn study_forks_runs_writes_and_resumes() {
     let kinds: Vec<&str> = lines.map(|l| l.split(',').next().unwrap()).collect();
     assert_eq!(kinds.iter().filter(|k| **k == "cell").count(), 4 * 9);
     assert_eq!(kinds.iter().filter(|k| **k == "sum").count(), 4 * 3);
-    assert_eq!(kinds.iter().filter(|k| **k == "mean").count(), 2 * 12);
+    // A mean row per study cell: 2 engineers x (Sum + sizes + coord/indep halves).
+    assert_eq!(kinds.iter().filter(|k| **k == "mean").count(), 2 * 18);
     let md = std::fs::read_to_string(out.join("study.md")).unwrap();
     assert!(
         md.contains("| Agents | Size | fixed | learnability |"),

@@ -32,6 +32,12 @@ pub struct EvalArgs {
     /// Largest map size.
     #[arg(long, default_value_t = 10)]
     pub max_size: usize,
+    /// Stratify each cell by wait ratio, as a plan's `suites.wait_ratios` does (e.g.
+    /// `0.25,0.5,0.75`, the paper's test subsets and the CPU study's suites): the cell's
+    /// items split into equal subsets whose items need coordination with those
+    /// probabilities. `--per-cell` must be a multiple of their count.
+    #[arg(long, value_delimiter = ',')]
+    pub wait_ratios: Vec<f64>,
     /// The MAPF prompt an HF directory reads: paper, compact or cells (default: what
     /// its mapf-ledger.json says, else paper). A checkpoint uses its recorded format.
     #[arg(long)]
@@ -92,6 +98,8 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
             args.max_size
         )));
     }
+    suite::check_wait_ratios(&args.wait_ratios, Some(args.per_cell))
+        .map_err(|m| CliError::input(format!("--wait-ratios: {m}")))?;
     let metric = CostMetric::from(args.metric);
     let policy = load(dir, &args)?;
     let lm = policy.as_lm();
@@ -113,7 +121,7 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
             per_cell: args.per_cell,
             max_size: args.max_size,
             seed: args.suite_seed,
-            wait_ratios: Vec::new(),
+            wait_ratios: args.wait_ratios.clone(),
         };
         let s = suite::build(&spec, Budget::default())
             .map_err(|e| CliError::input(format!("building the {} suite: {e}", name.as_str())))?;
@@ -136,6 +144,16 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
         });
         bar.finish_and_clear();
         let table = eval::table(&scored);
+        let items: Vec<(u32, &crate::env::Solved)> = s
+            .cells
+            .iter()
+            .flat_map(|c| c.items.iter().map(move |it| (c.agents as u32, it)))
+            .collect();
+        let results: Vec<(bool, bool)> = scored
+            .iter()
+            .map(|sc| (sc.outcome.valid, sc.optimal))
+            .collect();
+        let coordination = crate::env::coordination::split(&items, &results, metric);
         let mut failures: BTreeMap<String, u32> = BTreeMap::new();
         for sc in &scored {
             if let Some(f) = &sc.outcome.failure {
@@ -172,6 +190,7 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
                 })
                 .collect(),
             failures,
+            coordination,
         });
         if !args.json {
             let title = format!(
@@ -180,6 +199,13 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
                 args.per_cell
             );
             print!("{}", table.render(&title));
+            print!(
+                "{}",
+                crate::env::coordination::render(
+                    &report.suites.last().expect("pushed").coordination,
+                    "items that need coordination and the rest (baseline: independent shortest paths)"
+                )
+            );
             let kinds: Vec<String> = report
                 .suites
                 .last()

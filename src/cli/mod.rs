@@ -446,6 +446,15 @@ fn compare(
         );
     } else {
         print!("{}", crate::views::compare::render(&summaries));
+        let coordination: Vec<(String, Vec<_>)> = summaries
+            .iter()
+            .map(|b| (b.branch.clone(), b.coordination.clone()))
+            .collect();
+        let text = crate::views::coordination::render(&coordination);
+        if !text.is_empty() {
+            println!();
+            print!("{text}");
+        }
         if decisions {
             println!();
             print!("{}", crate::views::compare::render_decisions(&summaries));

@@ -386,6 +386,7 @@ fn test(r: &Report) -> Markup {
             @if agents.is_empty() { p.muted { "No branch has a test evaluation yet." } }
             div.tests { @for k in agents { (table(k)) } }
             (subsets(r))
+            (coordination(r))
             (paired(r))
         }
     }
@@ -432,6 +433,56 @@ fn subsets(r: &Report) -> Markup {
                                     &events,
                                     &format!("{} {suite}@{subset}, {k} agents", b.name),
                                 ))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Per branch, every evaluated stage on the items that need coordination and on the
+/// rest, beside the independent-shortest-paths baseline on the same items.
+fn coordination(r: &Report) -> Markup {
+    if r.branches.iter().all(|b| b.coordination.is_empty()) {
+        return html! {};
+    }
+    html! {
+        h3 { "Coordination" }
+        p.hint {
+            "An item needs coordination when its optimal sum-of-costs exceeds the sum of the agents' "
+            "independent shortest paths; the baseline (independent shortest paths) fails every such item. "
+            "Pooled over sizes, every evaluated stage."
+        }
+        @for b in &r.branches {
+            @if !b.coordination.is_empty() {
+                h4 { (b.name) }
+                div.scroll {
+                    table.coordination {
+                        thead {
+                            tr {
+                                th.l { "stage" } th.l { "suite" } th.l { "agents" } th.l { "items" }
+                                th { "n" } th { "valid %" } th { "optimal %" } th { "baseline valid %" }
+                            }
+                        }
+                        tbody {
+                            @for sc in &b.coordination {
+                                @for row in &sc.rows {
+                                    @let ev = [sc.event];
+                                    @let what = format!(
+                                        "{} stage {} {} {} agents, {} items",
+                                        b.name, sc.stage, sc.suite, row.agents, row.half()
+                                    );
+                                    tr {
+                                        td.l { (sc.stage) } td.l { (sc.suite) } td.l { (row.agents) }
+                                        td.l { (row.half()) }
+                                        td { (cite(&row.items.to_string(), &ev, &what)) }
+                                        td { (cite(&pct(row.valid_pct), &ev, &what)) }
+                                        td { (cite(&pct(row.optimal_pct), &ev, &what)) }
+                                        td { (cite(&pct(row.baseline_valid_pct), &ev, &what)) }
+                                    }
+                                }
                             }
                         }
                     }

@@ -100,6 +100,8 @@ pub struct BranchView {
     pub audit: AuditReport,
     /// The final stage's tables per wait-ratio subset (stratified suites).
     pub subsets: Vec<crate::views::compare::SubsetTable>,
+    /// Every evaluated stage on the items that need coordination and the rest.
+    pub coordination: Vec<crate::views::coordination::StageCoordination>,
 }
 
 impl BranchView {
@@ -202,6 +204,7 @@ fn branch_view(
         stages,
         audit: crate::views::audit::audit(ledger, name, None)?,
         subsets: summary.subsets.clone(),
+        coordination: summary.coordination.clone(),
     };
     Ok((view, summary))
 }

@@ -9,6 +9,7 @@
 pub mod baseline;
 pub mod batch;
 pub mod config;
+pub mod coordination;
 pub mod generator;
 pub mod instance;
 pub mod movingai;

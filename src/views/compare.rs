@@ -31,6 +31,15 @@ pub struct BranchSummary {
     /// The final stage's tables of each wait-ratio subset (stratified suites only).
     #[serde(default)]
     pub subsets: Vec<SubsetTable>,
+    /// Every evaluated stage's valid/optimal % on the items that need coordination and
+    /// on the rest, per suite and agent count, beside the independent-shortest-paths
+    /// baseline (empty for ledgers recorded before per-item outcomes).
+    #[serde(default)]
+    pub coordination: Vec<super::coordination::StageCoordination>,
+    /// Per suite, whether each item (in suite order) needs coordination: the pairing
+    /// groups `coord`/`indep` of paired statistics.
+    #[serde(skip)]
+    pub coordination_flags: std::collections::BTreeMap<String, Vec<bool>>,
     /// Paired differences against the first branch compared (`compare` only; absent on
     /// the first branch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,6 +174,8 @@ pub fn summarise(branch: &str, state: &BranchState) -> BranchSummary {
             .and_then(|n| state.stage(n))
             .map(subset_tables)
             .unwrap_or_default(),
+        coordination: Vec::new(),
+        coordination_flags: Default::default(),
         paired: None,
         outcomes: Vec::new(),
     }
@@ -205,6 +216,15 @@ pub fn load_outcomes(
     summary: &mut BranchSummary,
 ) -> Result<(), LedgerError> {
     summary.outcomes.clear();
+    if let Some(head) = state.head {
+        let items = super::coordination::suite_items(ledger, &head)?;
+        summary.coordination = super::coordination::branch_rows(ledger, state, &items)?;
+        summary.coordination_flags = items
+            .suites
+            .iter()
+            .map(|(k, v)| (k.clone(), v.iter().map(|s| s.needs_coordination).collect()))
+            .collect();
+    }
     let Some(st) = summary.final_stage.and_then(|n| state.stage(n)) else {
         return Ok(());
     };
@@ -260,6 +280,17 @@ impl BranchSummary {
                 out.push(rate(&t.suite, k, Some(&t.subset), t.table.sum_row(k)));
             }
         }
+        // The items that need coordination and the rest (pooled over sizes).
+        for sc in self.coordination.iter().filter(|c| c.stage == fs) {
+            for r in &sc.rows {
+                out.push(rate(
+                    &sc.suite,
+                    r.agents as usize,
+                    Some(super::paired::coordination_label(r.needs_coordination)),
+                    (r.valid_pct, r.optimal_pct),
+                ));
+            }
+        }
         out
     }
 }
@@ -285,7 +316,12 @@ pub fn pair(a: &BranchSummary, b: &BranchSummary) -> PairedComparison {
         let (hb, ob) = b.outcomes_of(suite).expect("checked");
         match unpairable(oa, ob) {
             Some(why) => missing.push(format!("{suite}: {why}")),
-            None => rows.extend(paired_rows(oa, ob, [*ha, *hb])),
+            None => rows.extend(paired_rows(
+                oa,
+                ob,
+                [*ha, *hb],
+                a.coordination_flags.get(suite).map(Vec::as_slice),
+            )),
         }
     }
     PairedComparison {

@@ -37,6 +37,9 @@ pub struct EvalSuite {
     pub sums: Vec<EvalSumRow>,
     /// First failures by kind (`parse_error`, `hole`, ...), over the whole suite.
     pub failures: BTreeMap<String, u32>,
+    /// Per agent count, the items that need coordination and the rest, each beside the
+    /// independent-shortest-paths baseline on the same items.
+    pub coordination: Vec<crate::env::coordination::CoordinationRow>,
 }
 
 /// What `ledger eval --json` prints.

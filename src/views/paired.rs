@@ -180,6 +180,42 @@ pub fn groups(o: &EvaluationOutcomes) -> Vec<Group> {
     out
 }
 
+/// The subset name of the items that need coordination (`coord`) or do not (`indep`).
+pub fn coordination_label(needs: bool) -> &'static str {
+    if needs {
+        "coord"
+    } else {
+        "indep"
+    }
+}
+
+/// [`groups`], then per agent count the items that need coordination (`coord`) and
+/// the rest (`indep`) when `flags` gives each item's need (in suite order). These two
+/// are pooled over sizes, one cell each, as `views::coordination` reports them.
+pub fn groups_with(o: &EvaluationOutcomes, flags: Option<&[bool]>) -> Vec<Group> {
+    let mut out = groups(o);
+    let Some(flags) = flags.filter(|f| f.len() == o.outcomes.len()) else {
+        return out;
+    };
+    let mut start = 0usize;
+    let mut by: std::collections::BTreeMap<(usize, bool), Vec<usize>> = Default::default();
+    for &(k, _, n) in &o.cells {
+        for i in start..start + n as usize {
+            by.entry((k as usize, flags[i])).or_default().push(i);
+        }
+        start += n as usize;
+    }
+    for ((agents, needs), items) in by {
+        out.push(Group {
+            suite: o.suite.clone(),
+            agents,
+            subset: Some(coordination_label(needs).to_string()),
+            cells: vec![items],
+        });
+    }
+    out
+}
+
 /// Why two outcomes do not pair item by item (None: they do).
 pub fn unpairable(a: &EvaluationOutcomes, b: &EvaluationOutcomes) -> Option<String> {
     if !a.is_well_formed() || !b.is_well_formed() {
@@ -362,8 +398,9 @@ pub fn paired_rows(
     a: &EvaluationOutcomes,
     b: &EvaluationOutcomes,
     events: [Hash; 2],
+    coordination: Option<&[bool]>,
 ) -> Vec<PairedRow> {
-    groups(a)
+    groups_with(a, coordination)
         .into_iter()
         .map(|g| {
             let (valid, optimal) = paired_metrics(&[unit(&g, a, b)], &g.label());
@@ -393,6 +430,37 @@ mod tests {
             wait_ratios: Vec::new(),
             outcomes: bytes,
         }
+    }
+
+    #[test]
+    fn coordination_groups_pool_each_agent_count_by_need() {
+        let o = outcomes(&[(3, 4, 4), (3, 5, 4)], vec![2, 0, 1, 0, 2, 2, 0, 0]);
+        let flags = [true, false, true, false, false, false, true, true];
+        let g = groups_with(&o, Some(&flags));
+        let coord = g
+            .iter()
+            .find(|g| g.subset.as_deref() == Some("coord"))
+            .unwrap();
+        let indep = g
+            .iter()
+            .find(|g| g.subset.as_deref() == Some("indep"))
+            .unwrap();
+        assert_eq!(coord.cells, vec![vec![0, 2, 6, 7]]);
+        assert_eq!(indep.cells, vec![vec![1, 3, 4, 5]]);
+        // Flags that do not cover the outcomes add nothing.
+        assert_eq!(groups_with(&o, Some(&flags[..3])), groups(&o));
+        let rows = paired_rows(
+            &o,
+            &o,
+            [Hash::of_blob(b"a"), Hash::of_blob(b"b")],
+            Some(&flags),
+        );
+        let r = rows
+            .iter()
+            .find(|r| r.subset.as_deref() == Some("coord"))
+            .unwrap();
+        assert_eq!(r.instances, 4);
+        assert_eq!(r.valid.a, 50.0);
     }
 
     #[test]
@@ -436,7 +504,7 @@ mod tests {
         // Cell 1: A 1/2, B 2/2; cell 2: A 0/4, B 1/4 -> A 25, B 62.5.
         let a = outcomes(&[(3, 3, 2), (3, 4, 4)], vec![1, 0, 0, 0, 0, 0]);
         let b = outcomes(&[(3, 3, 2), (3, 4, 4)], vec![2, 1, 0, 2, 0, 0]);
-        let rows = paired_rows(&a, &b, [Hash::of_blob(b"a"), Hash::of_blob(b"b")]);
+        let rows = paired_rows(&a, &b, [Hash::of_blob(b"a"), Hash::of_blob(b"b")], None);
         assert_eq!(rows.len(), 1);
         let v = rows[0].valid;
         assert_eq!((v.a, v.b, v.diff), (25.0, 62.5, 37.5));

@@ -205,7 +205,8 @@ fn pooled_bootstrap(
         if let Some(why) = paired::unpairable(oa, ob) {
             return (None, Some(format!("replicate {}: {why}", b.replicate)));
         }
-        let Some(g) = paired::groups(oa)
+        let flags = a.summary.coordination_flags.get(&key.suite);
+        let Some(g) = paired::groups_with(oa, flags.map(Vec::as_slice))
             .into_iter()
             .find(|g| g.agents == key.agents && g.subset == key.subset)
         else {
