@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all libtorch chromium build test demo base-model bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
+.PHONY: all libtorch chromium build test demo base-model base-model-indep coordination-pilot bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
 
 all: build
 
@@ -31,6 +31,20 @@ demo: build
 # about 75 minutes on 2 cores, resumable (run it again after a stop).
 base-model: build
 	tools/base-model.sh
+
+# The coordination miniature's base planner (ledgers/models/mapf-base-indep) from
+# ledgers/base-indep.toml: pretrained on plans that need no coordination, scored on the
+# CPU study's stratified suites. About 70 minutes on 2 cores, resumable.
+base-model-indep: build
+	BASE_PLAN=ledgers/base-indep.toml BASE_LEDGER=ledgers/base-indep-run \
+	BASE_MODEL_OUT=ledgers/models/mapf-base-indep BASE_CARD=tools/base-model-indep-card.md \
+	BASE_EVAL_VAL="--per-cell 48 --wait-ratios 0.25,0.5,0.75" \
+	BASE_EVAL_TEST="--per-cell 15 --wait-ratios 0.25,0.5,0.75" tools/base-model.sh
+
+# The pilot of the curriculum lever from that base: fixed at wait 0 against fixed at
+# wait 0.75, one GRPO stage of 120 steps each (tools/coordination-pilot.sh; resumable).
+coordination-pilot: build
+	tools/coordination-pilot.sh lo:0.0:120:0.0001:1:11 hi:0.75:120:0.0001:1:11
 
 bench: libtorch
 	$(CARGO) bench

@@ -181,6 +181,14 @@ pub struct Warmup {
     pub engineer_batch_size: u32,
     /// How the learning rate moves over the warm-up's steps.
     pub lr_schedule: LrSchedule,
+    /// Whether the coordination draw from `wait_ratios` holds for every agent count, not
+    /// only for 2 (3 or more agents are then redrawn until the instance needs
+    /// coordination exactly when drawn to). With `wait_ratios = [0.03]` this is a base
+    /// planner that has seen plans needing no coordination, with a trace of waiting: the
+    /// coordination is left for RL to teach. Skipped when false, so plans without the
+    /// field keep their canonical hash.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub wait_all_agents: bool,
 }
 
 /// A warm-up learning-rate schedule (a function of the step alone, so a resumed run
@@ -226,6 +234,7 @@ impl Default for Warmup {
             agents: vec![2],
             hole_ratios: Vec::new(),
             wait_ratios: Vec::new(),
+            wait_all_agents: false,
         }
     }
 }

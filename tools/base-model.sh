@@ -14,6 +14,14 @@ BIN=${LEDGER_BIN:-target/release/ledger}
 DIR=${BASE_LEDGER:-ledgers/base-run}
 PLAN=${BASE_PLAN:-ledgers/base.toml}
 OUT=${BASE_MODEL_OUT:-ledgers/models/mapf-base}
+CARD=${BASE_CARD:-tools/base-model-card.md}
+# cpu (the default) or cuda[:N]: where stage 0 trains (recorded in the ledger's metadata;
+# the same recipe on another device gives a model of the same recipe, not the same bits).
+DEVICE=${BASE_DEVICE:-cpu}
+# Extra `ledger eval` flags for the model card's scores (e.g. the study's stratified
+# suites: `--per-cell 48 --wait-ratios 0.25,0.5,0.75`).
+EVAL_VAL=${BASE_EVAL_VAL:---per-cell 20}
+EVAL_TEST=${BASE_EVAL_TEST:---per-cell 10}
 start=$SECONDS
 if [[ ! -e "$DIR" ]]; then
     "$BIN" --ledger "$DIR" init --plan "$PLAN"
@@ -23,7 +31,7 @@ fi
 # Stage 0 only (the plan's later stages are not part of the base model): `run --stages 1`
 # finishes an interrupted stage 0, and is skipped once stage 0 is complete.
 if ! "$BIN" --ledger "$DIR" log --json | grep -q '"stage_completed"'; then
-    "$BIN" --ledger "$DIR" run --stages 1
+    "$BIN" --ledger "$DIR" run --stages 1 --device "$DEVICE"
 fi
 "$BIN" --ledger "$DIR" verify
 mkdir -p "$OUT"
@@ -33,15 +41,17 @@ trap 'rm -rf "$tmp"' EXIT
 head=$("$BIN" --ledger "$DIR" branches --json | python3 -c 'import json,sys; print([b["head"] for b in json.load(sys.stdin) if b["name"] == "main"][0])')
 # The suites of the plan (validation 20 per cell, test 10, seed 2026): the instances
 # pretraining never saw, and the demo's stage-0 suites.
-"$BIN" eval --model "$OUT" --suite val --per-cell 20 | tee "$tmp/val"
-"$BIN" eval --model "$OUT" --suite test --per-cell 10 | tee "$tmp/test"
+# shellcheck disable=SC2086 # the flags are words
+"$BIN" eval --model "$OUT" --suite val $EVAL_VAL | tee "$tmp/val"
+# shellcheck disable=SC2086
+"$BIN" eval --model "$OUT" --suite test $EVAL_TEST | tee "$tmp/test"
 {
-    cat tools/base-model-card.md
+    cat "$CARD"
     echo
     echo "## Provenance"
     echo
-    echo "Made by \`make base-model\` (\`tools/base-model.sh\`) from \`ledgers/base.toml\`: the ledger"
-    echo "run's head (branch \`main\` of \`ledgers/base-run\`, stage 0 completed) is"
+    echo "Made by \`tools/base-model.sh\` from \`$PLAN\` on device \`$DEVICE\`: the ledger"
+    echo "run's head (branch \`main\` of \`$DIR\`, stage 0 completed) is"
     echo
     echo "    $head"
     echo
@@ -49,13 +59,13 @@ head=$("$BIN" --ledger "$DIR" branches --json | python3 -c 'import json,sys; pri
     echo "| --- | --- |"
     grep '^blake3 ' "$tmp/export" | while read -r _ h f; do echo "| \`$f\` | $h |"; done
     echo
-    echo "## Scores (\`ledger eval --model ledgers/models/mapf-base\`, greedy)"
+    echo "## Scores (\`ledger eval --model $OUT\`, greedy; val: \`$EVAL_VAL\`, test: \`$EVAL_TEST\`)"
     echo
     echo '```'
     cat "$tmp/val" "$tmp/test"
     echo '```'
     echo
-    echo "## The plan it was made from (\`ledgers/base.toml\`)"
+    echo "## The plan it was made from (\`$PLAN\`)"
     echo
     echo '```toml'
     cat "$PLAN"

@@ -156,7 +156,8 @@ impl Pipeline<'_> {
 /// `sizes` at least that large, a hole ratio from `hole_ratios` capped at what the map
 /// leaves room for, and for 2 agents a coordination draw from `wait_ratios`; 3 or more
 /// agents leave coordination to chance, as the paper's test sets do (forcing either
-/// way on crowded maps can take thousands of attempts). An instance that coincides with
+/// way on crowded maps can take thousands of attempts), unless `wait_all_agents` draws
+/// it for them too. An instance that coincides with
 /// a suite instance is redrawn from `retry` nodes.
 pub fn warmup_data(
     w: &crate::plan::Warmup,
@@ -211,21 +212,28 @@ pub fn warmup_data(
             let size = sizes[rng.random_range(0..sizes.len())];
             let hole_ratio = holes[rng.random_range(0..holes.len())].min(max_hole_ratio(size, a));
             let wait = waits[rng.random_range(0..waits.len())];
-            let coordination = (a == 2).then(|| rng.random_bool(wait));
+            // One agent never needs coordination: no draw (as before).
+            let coordination =
+                (a == 2 || (a > 2 && w.wait_all_agents)).then(|| rng.random_bool(wait));
+            // Three or more agents on a crowded map rarely avoid each other: forcing "no
+            // coordination" there could take thousands of solves. Such a draw is solved
+            // as it comes and redrawn (a new size and hole ratio) when it disagrees.
+            let redraw = a > 2 && coordination == Some(false);
             let spec = InstanceSpec {
                 size,
                 agents: a,
                 hole_ratio,
-                coordination,
+                coordination: if redraw { None } else { coordination },
             };
             match generate_one(&spec, &mut rng, Budget::default()) {
+                Ok(it) if redraw && it.needs_coordination => continue,
                 Ok(it) if !excluded.contains(&instance_key(&it.instance)) => return Ok(it),
                 Ok(_) => continue,
                 Err(e) => return Err(StageError::Generate(format!("warm-up item {i}: {e}"))),
             }
         }
         Err(StageError::Generate(format!(
-            "warm-up item {i}: 64 draws all coincided with suite instances"
+            "warm-up item {i}: 64 draws all coincided with suite instances or needed coordination"
         )))
     };
     let data = (0..instances)
@@ -233,12 +241,16 @@ pub fn warmup_data(
         .map(draw)
         .collect::<Result<Vec<_>, _>>()?;
     // What the mix was drawn from, recorded as the stage's configuration blob.
-    let mix = serde_json::json!({
+    let mut mix = serde_json::json!({
         "agents": w.agents,
         "sizes": w.sizes,
         "hole_ratios": holes,
         "wait_ratios": waits,
     });
+    // Only when set, so the blob (and the ledger head) of older plans stays as it was.
+    if w.wait_all_agents {
+        mix["wait_all_agents"] = true.into();
+    }
     Ok((data, mix.to_string().into_bytes()))
 }
 
