@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The coordination pilot (issue 35): does GRPO on 2-agent boards teach the base planner
+# coordination, and does the training mix (the engineer's lever) decide how much?
+#
+# Each arm is one ledger made from ledgers/cpu-study.toml (its suites: validation 48 per
+# size, test 15 per cell, stratified by wait ratio 0.25/0.5/0.75) with the base planner
+# $PILOT_BASE, every size's training wait ratio set to the arm's, and the `fixed` engineer:
+# stage 0 evaluates the base, stage 1 trains with GRPO and evaluates. Arms run
+# $PILOT_JOBS at a time (one torch thread each). Resumable: a finished arm is skipped, a
+# stopped one continues from its last durable point.
+#
+#   tools/coordination-pilot.sh NAME:WAIT:STEPS:LR:EPOCHS:SEED ...
+#   e.g. tools/coordination-pilot.sh lo:0.0:120:0.0001:1:11 hi:0.75:120:0.0001:1:11
+#
+#   PILOT_DIR   where the arms' ledgers go (default ledgers/coordination-pilot)
+#   PILOT_BASE  the base planner (default ledgers/models/mapf-base-indep)
+#   PILOT_JOBS  arms at a time (default 2)
+# Prints each arm's coordination rows (stage 0 and stage 1) and writes them to
+# $PILOT_DIR/ARM.coordination.json (`ledger compare --json`'s `coordination`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${LEDGER_BIN:-target/release/ledger}
+DIR=${PILOT_DIR:-ledgers/coordination-pilot}
+BASE=${PILOT_BASE:-ledgers/models/mapf-base-indep}
+JOBS=${PILOT_JOBS:-2}
+[[ $# -gt 0 ]] || { echo "usage: $0 NAME:WAIT:STEPS:LR:EPOCHS:SEED ..." >&2; exit 2; }
+mkdir -p "$DIR"
+
+arm() {
+    local spec=$1 name wait steps lr epochs seed
+    IFS=: read -r name wait steps lr epochs seed <<<"$spec"
+    [[ -n $seed ]] || { echo "arm $spec: expected NAME:WAIT:STEPS:LR:EPOCHS:SEED" >&2; return 2; }
+    local plan="$DIR/$name.toml" ledger="$DIR/$name"
+    sed -e "s|^init = \"hf:ledgers/models/mapf-base\"|init = \"hf:$BASE\"|" \
+        -e "s|^wait_ratio = .*|wait_ratio = $wait|" \
+        -e "s|^seed = 11$|seed = $seed|" \
+        -e "s|^steps = 12$|steps = $steps|" \
+        -e "s|^lr = 0.0001$|lr = $lr|" \
+        -e "s|^\[grpo\]$|[grpo]\nepochs = $epochs|" \
+        ledgers/cpu-study.toml >"$plan.new"
+    if [[ -d $ledger ]]; then
+        cmp -s "$plan.new" "$plan" || { echo "arm $name: $ledger exists with another plan" >&2; return 2; }
+    else
+        mv "$plan.new" "$plan"
+        "$BIN" --ledger "$ledger" init --plan "$plan" >/dev/null
+    fi
+    rm -f "$plan.new"
+    local done_stages
+    done_stages=$("$BIN" --ledger "$ledger" export --what branches --branch main |
+        python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["completed_stages"])')
+    if ((done_stages < 2)); then
+        "$BIN" --ledger "$ledger" run --stages $((2 - done_stages)) --engineer fixed --quiet \
+            >"$ledger.log" 2>&1
+    fi
+    "$BIN" --ledger "$ledger" compare main --json |
+        python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[0]["coordination"], indent=1))' \
+            >"$DIR/$name.coordination.json"
+}
+
+start=$SECONDS
+pids=()
+for spec in "$@"; do
+    arm "$spec" &
+    pids+=($!)
+    while (($(jobs -rp | wc -l) >= JOBS)); do sleep 5; done
+done
+fail=0
+for p in "${pids[@]}"; do wait "$p" || fail=1; done
+# One line per arm and stage: validation (2 agents) and test (3 agents) on the items
+# that need coordination, then on the rest; the baseline beside.
+for spec in "$@"; do
+    name=${spec%%:*}
+    [[ -f $DIR/$name.coordination.json ]] || continue
+    python3 - "$DIR/$name.coordination.json" "$name" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+for sc in rows:
+    cells = []
+    for r in sc["rows"]:
+        if r["agents"] > 3:
+            continue
+        half = "coord" if r["needs_coordination"] else "indep"
+        cells.append(f'{r["agents"]}a {half} {r["valid"]}/{r["items"]} ({r["valid_pct"]:.1f}%)')
+    print(f'{sys.argv[2]:>12} stage {sc["stage"]} {sc["suite"]:<4} ' + "  ".join(cells))
+EOF
+done
+echo "coordination-pilot: $((SECONDS - start)) s; ledgers under $DIR"
+exit $fail
