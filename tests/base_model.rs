@@ -27,9 +27,9 @@ fn stated_hashes(readme: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn shipped_base_planner_matches_its_readme_and_plans_in_the_cells_format() {
-    let dir = Path::new(SHIPPED);
+/// Every file hash the shipped model's README states matches the file, and the README
+/// states one for each file a model directory needs.
+fn assert_files_match_readme(dir: &Path) {
     let readme = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
     let stated = stated_hashes(&readme);
     let names: Vec<&str> = stated.iter().map(|(n, _)| n.as_str()).collect();
@@ -52,6 +52,27 @@ fn shipped_base_planner_matches_its_readme_and_plans_in_the_cells_format() {
             "{name} changed"
         );
     }
+}
+
+/// The coordination miniature's base planner (`ledgers/models/mapf-base-indep`): its
+/// files are what its model card states, and it reads the cells prompt.
+#[test]
+fn shipped_coordination_base_matches_its_readme() {
+    let dir = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/ledgers/models/mapf-base-indep"
+    ));
+    assert_files_match_readme(dir);
+    assert_eq!(
+        hf::read_prompt_style(dir).unwrap(),
+        Some(PromptStyle::Cells)
+    );
+}
+
+#[test]
+fn shipped_base_planner_matches_its_readme_and_plans_in_the_cells_format() {
+    let dir = Path::new(SHIPPED);
+    assert_files_match_readme(dir);
     assert_eq!(
         hf::read_prompt_style(dir).unwrap(),
         Some(PromptStyle::Cells)

@@ -409,11 +409,9 @@ fn baseline_table(s: &suite::Suite) -> table::ResultTable {
         let e = t.cells.entry((c.agents, c.size)).or_default();
         for it in &c.items {
             e.total += 1;
-            if let Some(p) = env::baseline::independent_plan(&it.instance) {
-                let o = env::simulate(&it.instance, &p);
-                e.valid += o.valid as u32;
-                e.optimal += o.optimal(&it.reference, CostMetric::Makespan) as u32;
-            }
+            let (valid, optimal) = env::coordination::baseline_outcome(it, CostMetric::Makespan);
+            e.valid += valid as u32;
+            e.optimal += optimal as u32;
         }
     }
     t

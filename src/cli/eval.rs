@@ -153,7 +153,11 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
             .iter()
             .map(|sc| (sc.outcome.valid, sc.optimal))
             .collect();
-        let coordination = crate::env::coordination::split(&items, &results, metric);
+        let baseline: Vec<(bool, bool)> = items
+            .iter()
+            .map(|(_, it)| crate::env::coordination::baseline_outcome(it, metric))
+            .collect();
+        let coordination = crate::env::coordination::split(&items, &results, &baseline);
         let mut failures: BTreeMap<String, u32> = BTreeMap::new();
         for sc in &scored {
             if let Some(f) = &sc.outcome.failure {

@@ -53,18 +53,19 @@ pub fn baseline_outcome(it: &Solved, metric: CostMetric) -> (bool, bool) {
 }
 
 /// Rows per agent count (ascending), coordination half after the other, halves with no
-/// item left out. `items[i]` is a suite item with its agent count and `results[i]` the
-/// policy's (valid, optimal) on it; both in the same order.
+/// item left out. `items[i]` is a suite item with its agent count, `results[i]` the
+/// policy's (valid, optimal) on it and `baseline[i]` [`baseline_outcome`]'s; all in the
+/// same order.
 pub fn split(
     items: &[(u32, &Solved)],
     results: &[(bool, bool)],
-    metric: CostMetric,
+    baseline: &[(bool, bool)],
 ) -> Vec<CoordinationRow> {
     assert_eq!(items.len(), results.len(), "one result per item");
+    assert_eq!(items.len(), baseline.len(), "one baseline outcome per item");
     // (agents, needs) -> [items, valid, optimal, baseline valid, baseline optimal]
     let mut acc: std::collections::BTreeMap<(u32, bool), [u32; 5]> = Default::default();
-    for (&(agents, it), &(valid, optimal)) in items.iter().zip(results) {
-        let (bv, bo) = baseline_outcome(it, metric);
+    for ((&(agents, it), &(valid, optimal)), &(bv, bo)) in items.iter().zip(results).zip(baseline) {
         let a = acc.entry((agents, it.needs_coordination)).or_default();
         a[0] += 1;
         a[1] += valid as u32;
@@ -135,7 +136,11 @@ mod tests {
         let refs: Vec<(u32, &Solved)> = items.iter().map(|s| (2, s)).collect();
         // The policy: valid and optimal on the first two items only.
         let results: Vec<(bool, bool)> = (0..6).map(|i| (i < 2, i < 2)).collect();
-        let rows = split(&refs, &results, CostMetric::Makespan);
+        let baseline: Vec<(bool, bool)> = items
+            .iter()
+            .map(|it| baseline_outcome(it, CostMetric::Makespan))
+            .collect();
+        let rows = split(&refs, &results, &baseline);
         assert_eq!(rows.len(), 2);
         let (indep, coord) = (&rows[0], &rows[1]);
         assert!(!indep.needs_coordination && coord.needs_coordination);

@@ -217,12 +217,14 @@ pub fn load_outcomes(
 ) -> Result<(), LedgerError> {
     summary.outcomes.clear();
     if let Some(head) = state.head {
-        let items = super::coordination::suite_items(ledger, &head)?;
-        summary.coordination = super::coordination::branch_rows(ledger, state, &items)?;
-        summary.coordination_flags = items
-            .suites
+        let suites = super::coordination::suite_items(ledger, &head)?;
+        summary.coordination = super::coordination::branch_rows(ledger, state, &suites)?;
+        summary.coordination_flags = suites
             .iter()
-            .map(|(k, v)| (k.clone(), v.iter().map(|s| s.needs_coordination).collect()))
+            .map(|(k, v)| {
+                let flags = v.items.iter().map(|s| s.needs_coordination).collect();
+                (k.clone(), flags)
+            })
             .collect();
     }
     let Some(st) = summary.final_stage.and_then(|n| state.stage(n)) else {

@@ -4,7 +4,7 @@
 //! [`crate::env::coordination`]). The items come from stage 0's `instances_generated`
 //! events (`val`, `test`), the results from each stage's `evaluation_outcomes`; nothing
 //! new is recorded, so every ledger with outcomes has these rows.
-use crate::env::coordination::{split, CoordinationRow};
+use crate::env::coordination::{baseline_outcome, split, CoordinationRow};
 use crate::env::{CostMetric, Solved};
 use crate::ledger::{BranchState, EventBody, Hash, Ledger, LedgerError};
 use crate::record::event::{EvaluationOutcomes, OUTCOME_OPTIMAL, OUTCOME_VALID};
@@ -21,29 +21,36 @@ pub struct StageCoordination {
     pub rows: Vec<CoordinationRow>,
 }
 
-/// A branch's suite items in suite order (`val`, `test`), decoded from the blobs its
-/// stage 0 recorded, and the cost metric its plan scores "optimal" by.
+/// One suite as a branch's stage 0 recorded it: its items in suite order, and the
+/// independent-shortest-paths baseline's (valid, optimal) on each, computed once here
+/// rather than again for every evaluated stage.
 #[derive(Clone, Debug, Default)]
-pub struct SuiteItems {
-    pub metric: CostMetric,
-    pub suites: BTreeMap<String, Vec<Solved>>,
+pub struct RecordedSuite {
+    pub items: Vec<Solved>,
+    pub baseline: Vec<(bool, bool)>,
 }
 
-/// The [`SuiteItems`] of the branch whose head is `head` (no suites for a ledger whose
-/// stage 0 recorded none).
-pub fn suite_items(ledger: &Ledger, head: &Hash) -> Result<SuiteItems, LedgerError> {
-    let mut out = SuiteItems::default();
+/// The suites (`val`, `test`) of the branch whose head is `head`, decoded from the
+/// blobs its stage 0 recorded, the baseline scored by the cost its plan calls optimal
+/// (none for a ledger whose stage 0 recorded none).
+pub fn suite_items(
+    ledger: &Ledger,
+    head: &Hash,
+) -> Result<BTreeMap<String, RecordedSuite>, LedgerError> {
+    let mut out = BTreeMap::new();
+    let mut metric = CostMetric::default();
     for (_, ev) in ledger.history_to(head)? {
         if ev.stage > 0 {
             break;
         }
-        if let EventBody::Genesis(g) = &ev.body {
-            if let Ok(plan) = crate::plan::LedgerPlan::parse(&ledger.blob(&g.plan_blob)?) {
-                out.metric = plan.train.metric;
+        match ev.body {
+            // Genesis comes first, so the metric is known before any suite.
+            EventBody::Genesis(g) => {
+                if let Ok(plan) = crate::plan::LedgerPlan::parse(&ledger.blob(&g.plan_blob)?) {
+                    metric = plan.train.metric;
+                }
             }
-        }
-        if let EventBody::InstancesGenerated(g) = ev.body {
-            if g.split == "val" || g.split == "test" {
+            EventBody::InstancesGenerated(g) if g.split == "val" || g.split == "test" => {
                 let items = g
                     .instances
                     .iter()
@@ -57,8 +64,13 @@ pub fn suite_items(ledger: &Ledger, head: &Hash) -> Result<SuiteItems, LedgerErr
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                out.suites.insert(g.split.clone(), items);
+                let baseline = items
+                    .iter()
+                    .map(|it| baseline_outcome(it, metric))
+                    .collect();
+                out.insert(g.split, RecordedSuite { items, baseline });
             }
+            _ => {}
         }
     }
     Ok(out)
@@ -66,16 +78,12 @@ pub fn suite_items(ledger: &Ledger, head: &Hash) -> Result<SuiteItems, LedgerErr
 
 /// The rows of one outcomes event over its suite's items; None when the layout does
 /// not match the items (a suite recorded differently).
-pub fn rows_of(
-    items: &[Solved],
-    o: &EvaluationOutcomes,
-    metric: CostMetric,
-) -> Option<Vec<CoordinationRow>> {
-    if !o.is_well_formed() || o.outcomes.len() != items.len() {
+pub fn rows_of(suite: &RecordedSuite, o: &EvaluationOutcomes) -> Option<Vec<CoordinationRow>> {
+    if !o.is_well_formed() || o.outcomes.len() != suite.items.len() {
         return None;
     }
-    let mut keyed = Vec::with_capacity(items.len());
-    let mut it = items.iter();
+    let mut keyed = Vec::with_capacity(suite.items.len());
+    let mut it = suite.items.iter();
     for &(agents, size, n) in &o.cells {
         for _ in 0..n {
             let s = it.next()?;
@@ -90,23 +98,23 @@ pub fn rows_of(
         .iter()
         .map(|&b| (b >= OUTCOME_VALID, b == OUTCOME_OPTIMAL))
         .collect();
-    Some(split(&keyed, &results, metric))
+    Some(split(&keyed, &results, &suite.baseline))
 }
 
 /// Every evaluated stage of `state` with outcomes: its rows per suite, by stage.
 pub fn branch_rows(
     ledger: &Ledger,
     state: &BranchState,
-    items: &SuiteItems,
+    suites: &BTreeMap<String, RecordedSuite>,
 ) -> Result<Vec<StageCoordination>, LedgerError> {
     let mut out = Vec::new();
     for st in &state.stages {
         for (suite, h) in &st.outcome_events {
-            let Some(suite_items) = items.suites.get(suite) else {
+            let Some(recorded) = suites.get(suite) else {
                 continue;
             };
             if let EventBody::EvaluationOutcomes(o) = ledger.event(h)?.body {
-                if let Some(rows) = rows_of(suite_items, &o, items.metric) {
+                if let Some(rows) = rows_of(recorded, &o) {
                     out.push(StageCoordination {
                         stage: st.stage,
                         suite: suite.clone(),
