@@ -52,9 +52,10 @@ pub fn format_of(path: &Path) -> Result<Format, String> {
 /// One named curve: (name, [(stage, percentage)]).
 pub type Series = (String, Vec<(u32, f64)>);
 
-/// Named curves of (stage, percentage).
+/// Named curves of (x, percentage); x is a stage, or a GRPO step (`x_label` says which).
 pub struct Curves<'a> {
     pub title: &'a str,
+    pub x_label: &'a str,
     pub y_label: &'a str,
     pub series: &'a [Series],
 }
@@ -112,9 +113,10 @@ fn draw_curves<DB: DrawingBackend>(
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc("stage")
+        .x_desc(c.x_label)
         .y_desc(c.y_label)
-        .x_labels((x1 - x0 + 1) as usize)
+        // One label per stage; at most a dozen over hundreds of steps.
+        .x_labels(((x1 - x0 + 1) as usize).min(12))
         .y_label_formatter(&|v| format!("{v:.0}"))
         .label_style(("sans-serif", 12 * k))
         .axis_desc_style(("sans-serif", 14 * k))
@@ -136,10 +138,12 @@ fn draw_curves<DB: DrawingBackend>(
                     color.stroke_width(2 * k as u32),
                 )
             });
+        // Markers on per-stage curves; a line alone over hundreds of steps.
+        let marker = if pts.len() <= 40 { 3 * k } else { 0 };
         chart
             .draw_series(
                 pts.iter()
-                    .map(|&(s, v)| Circle::new((s as i32, v), 3 * k, color.filled())),
+                    .map(|&(s, v)| Circle::new((s as i32, v), marker, color.filled())),
             )
             .map_err(err)?;
     }
@@ -343,6 +347,7 @@ mod tests {
             write_curves(
                 &p,
                 &Curves {
+                    x_label: "stage",
                     title,
                     y_label: "valid %",
                     series: &series,

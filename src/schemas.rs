@@ -59,6 +59,10 @@ pub fn all() -> Vec<(&'static str, String)> {
             pretty(schema_for!(crate::views::export::DecisionRow)),
         ),
         (
+            "export-step-row",
+            pretty(schema_for!(crate::views::steps::StepRow)),
+        ),
+        (
             "export-branch-row",
             pretty(schema_for!(crate::views::export::BranchRow)),
         ),

@@ -43,6 +43,8 @@ const PROBE: &str = r#"(() => {
     study_tests: all('#study table.study-test').length,
     cited: all('[data-ev]').length,
     uncited: uncited,
+    training_rows: all('#training table.training tbody tr').length,
+    training_curves: all('#training svg').length,
     overflow: document.documentElement.scrollWidth - window.innerWidth,
     bad_hashes: all('[data-ev]').filter(e => !/^([0-9a-f]{64})( [0-9a-f]{64})*$/.test(e.dataset.ev)).length,
   };
@@ -156,6 +158,7 @@ fn report_of_a_real_ledger_in_chromium() {
         serde_json::json!([
             "validation",
             "test",
+            "training",
             "heatmaps",
             "decisions",
             "forks",
@@ -163,6 +166,10 @@ fn report_of_a_real_ledger_in_chromium() {
         ])
     );
     assert_eq!(p["curves"], 2, "valid and optimal curves");
+    // GRPO step by step: one row per trained stage of each branch (main's 1-2, h's 1-2)
+    // and one figure of sampled validity on coordination instances.
+    assert_eq!(p["training_rows"], 4);
+    assert_eq!(p["training_curves"], 1);
     assert_eq!(p["validation_rows"], stages.iter().max().copied().unwrap());
     assert_eq!(p["validation_branches"], serde_json::json!(["main", "h"]));
     let tests = p["tests"].as_array().unwrap();

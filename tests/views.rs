@@ -192,6 +192,63 @@ fn audit_export_and_compare_plot() {
     for l in br.lines() {
         validates("export-branch-row", &serde_json::from_str(l).unwrap());
     }
+    // Export steps: one row per GRPO step (10 a stage, stages 1 and 2), schema-valid, in
+    // order; the per-stage means agree with the metrics export's GRPO columns (another
+    // path through the projection), and the coordination split is a part of the batch.
+    let steps = ok(&ledger(&d, &["export", "--what", "steps", "--branch", "h"]));
+    let rows: Vec<Value> = steps
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 20, "{steps}");
+    for r in &rows {
+        validates("export-step-row", r);
+    }
+    let step_no: Vec<u64> = rows.iter().map(|r| r["step"].as_u64().unwrap()).collect();
+    assert!(step_no.windows(2).all(|w| w[0] < w[1]), "{step_no:?}");
+    let metrics: Vec<Value> = ok(&ledger(
+        &d,
+        &["export", "--what", "metrics", "--branch", "h"],
+    ))
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect();
+    let mut coordination_samples = 0;
+    for stage in [1u64, 2] {
+        let of: Vec<&Value> = rows.iter().filter(|r| r["stage"] == stage).collect();
+        assert_eq!(of.len(), 10, "stage {stage}");
+        let m = metrics.iter().find(|m| m["stage"] == stage).unwrap();
+        let mean = |k: &str| of.iter().map(|r| r[k].as_f64().unwrap()).sum::<f64>() / 10.0;
+        assert!((mean("reward_mean") - m["grpo_reward_mean"].as_f64().unwrap()).abs() < 1e-9);
+        let signal = m["grpo_signal_share"].as_f64().unwrap();
+        assert!(
+            (1.0 - mean("zero_variance_share") - signal).abs() < 1e-9,
+            "stage {stage}"
+        );
+        for r in of {
+            let (n, c, v) = (
+                r["samples"].as_u64().unwrap(),
+                r["coordination_samples"].as_u64().unwrap(),
+                r["coordination_valid"].as_u64().unwrap(),
+            );
+            assert_eq!(n, 8 * 4, "8 instances x 4 samples");
+            assert!(v <= c && c <= n && c % 4 == 0, "whole groups: {r}");
+            assert_eq!(r["coordination_valid_pct"].is_null(), c == 0, "{r}");
+            coordination_samples += c;
+        }
+    }
+    // Wait ratio 0.2 at both sizes: some of 160 sampled instances need coordination.
+    assert!(coordination_samples > 0);
+    let scsv = ok(&ledger(
+        &d,
+        &["export", "--what", "steps", "--format", "csv"],
+    ));
+    assert!(
+        scsv.starts_with("branch,stage,step,event,samples,"),
+        "{scsv}"
+    );
+    // main (stages 1-2) and h (its stages 1-2, stage 1 shared with main).
+    assert_eq!(scsv.lines().count(), 1 + 40);
     // The default stays the event export.
     let ev = ok(&ledger(&d, &["export", "--format", "csv", "--branch", "h"]));
     assert!(ev.starts_with("hash,parent,stage,kind,summary\n"));
@@ -307,6 +364,8 @@ fn study_forks_runs_writes_and_resumes() {
         "2",
         "--out",
         out.to_str().unwrap(),
+        "--power-sd",
+        "3.59",
         "--json",
     ];
     let first = ledger(&d, &args);
@@ -374,6 +433,62 @@ fn study_forks_runs_writes_and_resumes() {
         "{md}"
     );
     assert!(md.contains(" ± "), "{md}");
+    // The power line: target row test, 3 agents, coordination items; planned from the
+    // pilot's SD given (3.59 points: 7 seeds for 5 points), observed from this study's
+    // two paired seeds (the SD of the paired row's per-seed differences).
+    let pw = &r["power"];
+    assert_eq!(
+        (pw["suite"].as_str(), pw["agents"].as_u64()),
+        (Some("test"), Some(3))
+    );
+    assert_eq!(
+        (pw["subset"].as_str(), pw["planned_seeds"].as_u64()),
+        (Some("coord"), Some(7))
+    );
+    let row = r["paired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["suite"] == "test" && p["agents"] == 3 && p["subset"] == "coord")
+        .unwrap();
+    let xs: Vec<f64> = row["valid"]["per_seed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(xs.len(), 2);
+    let obs = &pw["observed"][0];
+    assert_eq!(
+        (obs["engineer"].as_str(), obs["seeds"].as_u64()),
+        (Some("learnability"), Some(2))
+    );
+    let sd = (xs[0] - xs[1]).abs() / 2f64.sqrt();
+    assert!(
+        (obs["sd"].as_f64().unwrap() - sd).abs() < 1e-9,
+        "{obs} vs {xs:?}"
+    );
+    assert!(
+        md.contains("Power: to see 5 points on test 3-agent `coord` items with 80% power")
+            && md.contains("3.59 points: **7 seeds**")
+            && md.contains("learnability − fixed: SD "),
+        "{md}"
+    );
+    // The paper's ordering, stated with its interval and what the interval says.
+    let claim = md
+        .lines()
+        .find(|l| l.starts_with("- engineered > fixed: learnability − fixed, test 3 agents:"))
+        .unwrap_or_else(|| panic!("{md}"));
+    assert!(
+        ["**holds**", "**reversed**", "**not resolved**"]
+            .iter()
+            .any(|v| claim.ends_with(v)),
+        "{claim}"
+    );
+    assert!(
+        r["orderings"].as_array().unwrap().is_empty(),
+        "no current/base arms"
+    );
     let svg = std::fs::read_to_string(out.join("study.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains(">\nlearnability\n<"));
     assert!(std::fs::read(out.join("study.png"))
@@ -421,6 +536,17 @@ fn study_forks_runs_writes_and_resumes() {
     assert!(one["cells"][0]["valid_ci95"].is_null());
     assert!(d.join("study-at1/study.md").exists());
 
+    // Power figures that are not numbers of points are refused before anything runs.
+    for (flag, v) in [("--power-sd", "nan"), ("--power-effect", "0")] {
+        fails(
+            &ledger(
+                &d,
+                &["study", "--at", "stage1", "--engineers", "fixed", flag, v],
+            ),
+            2,
+            flag,
+        );
+    }
     // A branch with a study name that is not the study's run is a clear input error.
     fork(&d, "stage1", "fixed", "study-at1-random-s0");
     fails(

@@ -67,13 +67,15 @@ pub enum StoreCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Export events, per-cell metrics, decisions or branches as JSON lines or CSV (every
-    /// branch, or one branch's history).
+    /// Export events, per-cell metrics, decisions, branches or GRPO steps as JSON lines or
+    /// CSV (every branch, or one branch's history).
     Export {
         #[arg(long, value_enum, default_value = "jsonl")]
         format: ExportFormat,
         /// events: every event; metrics: one row per (branch, stage, suite, agents,
-        /// size); decisions: one row per engineer decision; branches: one row per branch.
+        /// size); decisions: one row per engineer decision; branches: one row per branch;
+        /// steps: one row per GRPO step (reward, zero-variance share, KL, clip, sampled
+        /// validity overall and on instances that need coordination).
         #[arg(long, value_enum, default_value = "events")]
         what: ExportWhat,
         #[arg(long)]
@@ -125,6 +127,9 @@ pub enum ExportWhat {
     Metrics,
     Decisions,
     Branches,
+    /// One row per GRPO step: reward, zero-variance share, KL, clip, sampled validity
+    /// (and on instances that need coordination).
+    Steps,
 }
 
 use super::ledger_error as err;
@@ -180,6 +185,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
                 ExportWhat::Metrics => export::What::Metrics,
                 ExportWhat::Decisions => export::What::Decisions,
                 ExportWhat::Branches => export::What::Branches,
+                ExportWhat::Steps => export::What::Steps,
             };
             let write = |w: &mut dyn Write| match what {
                 export::What::Events => export::export(&l, branch.as_deref(), fmt, w),

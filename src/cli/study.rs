@@ -81,6 +81,15 @@ pub struct StudyArgs {
     /// a filesystem the compute nodes share.
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
+    /// For study.md's power line: the standard deviation of per-seed paired differences
+    /// (valid %, points) a pilot measured on the target row (the test suite's smallest
+    /// agent count, its coordination items when marked); the line then says how many
+    /// seeds 80% power asks. Without it only the study's own spread is used.
+    #[arg(long, value_name = "POINTS")]
+    pub power_sd: Option<f64>,
+    /// The smallest difference the power line asks to see, in points.
+    #[arg(long, value_name = "POINTS", default_value_t = 5.0)]
+    pub power_effect: f64,
     #[arg(long)]
     pub json: bool,
     /// No progress lines.
@@ -160,9 +169,26 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         executor,
         sbatch_args,
         workdir,
+        power_sd,
+        power_effect,
         json,
         quiet,
     } = args;
+    // Bad power figures are refused before any run starts.
+    if !(power_effect.is_finite() && power_effect > 0.0) {
+        return Err(CliError::input(format!(
+            "--power-effect {power_effect}: expected a positive number of points"
+        )));
+    }
+    if let Some(sd) = power_sd.filter(|sd| !(sd.is_finite() && *sd >= 0.0)) {
+        return Err(CliError::input(format!(
+            "--power-sd {sd}: expected a standard deviation in points (0 or more)"
+        )));
+    }
+    let power = crate::views::study::PowerPlan {
+        effect: power_effect,
+        pilot_sd: power_sd,
+    };
     let executor = match executor {
         crate::executor::Executor::Slurm { .. } => crate::executor::Executor::Slurm { sbatch_args },
         other if !sbatch_args.is_empty() => {
@@ -218,7 +244,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         }
         Err(e) => return Err(e.into()),
     };
-    let mut report = crate::views::study::study_report(&mut ledger, &spec, runs)?;
+    let mut report = crate::views::study::study_report(&mut ledger, &spec, runs, power)?;
     crate::views::study::write_study(&mut report, &dir).map_err(CliError::input)?;
     if json {
         println!(

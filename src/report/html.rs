@@ -203,6 +203,7 @@ pub fn render(r: &Report) -> Result<String, String> {
         )
     });
     let validation = validation(r)?;
+    let training = training(r)?;
     let study = match &r.study {
         Some(s) => Some(study(s)?),
         None => None,
@@ -231,6 +232,7 @@ pub fn render(r: &Report) -> Result<String, String> {
                     nav {
                         a href="#validation" { "Validation" }
                         a href="#test" { "Test" }
+                        @if r.branches.iter().any(|b| !b.training.is_empty()) { a href="#training" { "Training" } }
                         a href="#heatmaps" { "Heatmaps" }
                         a href="#decisions" { "Decisions" }
                         a href="#forks" { "Fork tree" }
@@ -238,6 +240,7 @@ pub fn render(r: &Report) -> Result<String, String> {
                     }
                     (validation)
                     (test(r))
+                    (training)
                     (heatmaps(r))
                     (timeline(r))
                     (forks(r))
@@ -269,6 +272,7 @@ fn validation(r: &Report) -> Result<Markup, String> {
         ("Validation optimal %", "optimal %", &optimal),
     ] {
         figures.push(inline_svg(curves_svg(&Curves {
+            x_label: "stage",
             title,
             y_label: y,
             series,
@@ -490,6 +494,85 @@ fn coordination(r: &Report) -> Markup {
             }
         }
     }
+}
+
+/// GRPO step by step: the sampled validity on training instances that need coordination
+/// (one line per branch, a moving mean), and per branch and stage the means of what the
+/// steps recorded.
+fn training(r: &Report) -> Result<Markup, String> {
+    if r.branches.iter().all(|b| b.training.is_empty()) {
+        return Ok(html! {});
+    }
+    let series: Vec<crate::figures::Series> = r
+        .branches
+        .iter()
+        .filter(|b| !b.coordination_curve.is_empty())
+        .map(|b| (b.name.clone(), b.coordination_curve.clone()))
+        .collect();
+    let title = format!(
+        "Sampled valid % on training instances that need coordination (mean of {} steps)",
+        super::STEP_WINDOW
+    );
+    let figure = if series.is_empty() {
+        None
+    } else {
+        Some(inline_svg(curves_svg(&Curves {
+            title: &title,
+            x_label: "GRPO step",
+            y_label: "valid %",
+            series: &series,
+        })?))
+    };
+    Ok(html! {
+        section #training {
+        h2 { "Training, step by step" }
+        p.hint {
+            "What GRPO saw: each stage's mean reward, the share of groups whose samples all scored alike "
+            "(no gradient), the KL to the reference, the clipped share, and how many sampled plans were valid, "
+            "overall and on the instances that need coordination. Every step: "
+            code { "ledger export --what steps" } "."
+        }
+        @if let Some(f) = figure { div.figs { (f) } }
+        @for b in &r.branches {
+            @if !b.training.is_empty() {
+                h4 { (b.name) }
+                div.scroll {
+                    table.training {
+                        thead {
+                            tr {
+                                th.l { "stage" } th { "steps" } th { "reward" } th { "zero-variance %" }
+                                th { "KL" } th { "clipped %" } th { "sampled valid %" }
+                                th { "coordination samples" } th { "their valid %" }
+                            }
+                        }
+                        tbody {
+                            @for s in &b.training {
+                                @let what = format!(
+                                    "{} stage {}: mean of {} GRPO steps (the first and last step's events)",
+                                    b.name, s.stage, s.steps
+                                );
+                                @let c = |text: String| cite(&text, &s.events, &what);
+                                tr {
+                                    td.l { (s.stage) } td { (c(s.steps.to_string())) }
+                                    td { (c(format!("{:.3}", s.reward_mean))) }
+                                    td { (c(pct(100.0 * s.zero_variance_share))) }
+                                    td { (c(format!("{:.4}", s.kl))) }
+                                    td { (c(pct(100.0 * s.clip_fraction))) }
+                                    td { (c(pct(s.valid_pct))) }
+                                    td { (c(s.coordination_samples.to_string())) }
+                                    @match s.coordination_valid_pct {
+                                        Some(v) => td { (c(pct(v))) },
+                                        None => td { "–" },
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        }
+    })
 }
 
 /// Every branch after the first against the first, item by item on the same suite
@@ -826,6 +909,7 @@ fn pm(m: f64, ci: Option<f64>) -> String {
 
 fn study(s: &StudyReport) -> Result<Markup, String> {
     let curves = inline_svg(curves_svg(&Curves {
+        x_label: "stage",
         title: "Study: mean validation valid % per stage",
         y_label: "valid %",
         series: &crate::views::study::study_series(s),

@@ -102,7 +102,15 @@ pub struct BranchView {
     pub subsets: Vec<crate::views::compare::SubsetTable>,
     /// Every evaluated stage on the items that need coordination and the rest.
     pub coordination: Vec<crate::views::coordination::StageCoordination>,
+    /// GRPO's per-stage means (reward, zero-variance share, KL, sampled validity).
+    pub training: Vec<crate::views::steps::StageSteps>,
+    /// Sampled validity on instances that need coordination, step by step (a moving
+    /// mean over [`STEP_WINDOW`] steps): (global step, %).
+    pub coordination_curve: Vec<(u32, f64)>,
 }
+
+/// Steps in the moving mean of the report's per-step coordination curve.
+pub const STEP_WINDOW: usize = 10;
 
 impl BranchView {
     /// The last stage with a test evaluation (the paper's final-stage tables).
@@ -197,7 +205,10 @@ fn branch_view(
         }),
         None => None,
     };
+    let steps = crate::views::steps::step_rows(ledger, name, &head)?;
     let view = BranchView {
+        training: crate::views::steps::by_stage(&steps),
+        coordination_curve: crate::views::steps::coordination_curve(&steps, STEP_WINDOW),
         name: name.to_string(),
         head,
         fork,
@@ -308,6 +319,7 @@ fn figure_files(r: &Report, figures: &Path) -> Result<Vec<PathBuf>, ReportError>
             crate::figures::write_curves(
                 &p,
                 &crate::figures::Curves {
+                    x_label: "stage",
                     title,
                     y_label: y,
                     series,
@@ -349,6 +361,7 @@ fn figure_files(r: &Report, figures: &Path) -> Result<Vec<PathBuf>, ReportError>
             crate::figures::write_curves(
                 &p,
                 &crate::figures::Curves {
+                    x_label: "stage",
                     title: &title,
                     y_label: "valid %",
                     series: &series,

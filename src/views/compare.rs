@@ -669,6 +669,7 @@ pub fn plot_compare(path: &std::path::Path, summaries: &[BranchSummary]) -> Resu
     crate::figures::write_curves(
         path,
         &crate::figures::Curves {
+            x_label: "stage",
             title: "Validation (2 agents, mean over sizes)",
             y_label: "valid %",
             series: &series,
@@ -678,21 +679,32 @@ pub fn plot_compare(path: &std::path::Path, summaries: &[BranchSummary]) -> Resu
 
 // ---- statistics ----
 
+/// Quantile `p` of Student's t with `df` degrees of freedom, exact (statrs), where a
+/// hand table would jump between tabulated degrees of freedom.
+pub fn t_quantile(p: f64, df: usize) -> f64 {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    match StudentsT::new(0.0, 1.0, df as f64) {
+        Ok(t) if df > 0 => t.inverse_cdf(p),
+        _ => f64::NAN,
+    }
+}
+
 /// Two-sided 95% quantile of Student's t with `df` degrees of freedom.
 pub fn t975(df: usize) -> f64 {
-    const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042,
-    ];
-    match df {
-        0 => f64::NAN,
-        1..=30 => T[df - 1],
-        31..=40 => 2.021,
-        41..=60 => 2.000,
-        61..=120 => 1.980,
-        _ => 1.960,
+    t_quantile(0.975, df)
+}
+
+/// Seeds a paired comparison needs to see a difference of `effect` points with 80% power
+/// in a two-sided 5% t-test, when the per-seed differences have standard deviation `sd`:
+/// the least n with n >= ((t(0.975, n-1) + t(0.8, n-1)) sd / effect)^2 (at least 2).
+pub fn seeds_for_power(sd: f64, effect: f64) -> Option<usize> {
+    if !(sd.is_finite() && effect > 0.0) {
+        return None;
     }
+    (2..=10_000).find(|&n| {
+        let k = (t975(n - 1) + t_quantile(0.8, n - 1)) * sd / effect;
+        k * k <= n as f64
+    })
 }
 
 /// Mean and half-width of the 95% t-interval (None for fewer than 2 values).
@@ -718,10 +730,27 @@ mod tests {
         assert_eq!(mean_ci(&[5.0]), (5.0, None));
         let (m, ci) = mean_ci(&[1.0, 3.0]);
         assert_eq!(m, 2.0);
-        // sd = sqrt(2), se = 1, t(1) = 12.706
-        assert!((ci.unwrap() - 12.706).abs() < 1e-9);
+        // sd = sqrt(2), se = 1, t(1) = 12.7062 (exact: 12.70620473617...)
+        assert!((ci.unwrap() - 12.706_204_736).abs() < 1e-6, "{ci:?}");
         let (m, ci) = mean_ci(&[2.0, 2.0, 2.0]);
         assert_eq!((m, ci), (2.0, Some(0.0)));
-        assert_eq!(t975(1000), 1.96);
+        // Exact quantiles, monotone in the degrees of freedom (the old table jumped
+        // from 2.042 at 30 to 2.021 at 31..40).
+        assert!((t975(4) - 2.776_445).abs() < 1e-5);
+        assert!((t975(35) - 2.030_108).abs() < 1e-5);
+        assert!((t975(100_000) - 1.959_99).abs() < 1e-4);
+        assert!((t_quantile(0.8, 4) - 0.940_965).abs() < 1e-5);
+    }
+
+    #[test]
+    fn seeds_for_power_solves_the_t_test_sample_size() {
+        // sd 3.59 (the coordination pilot's hi - lo spread), 5 points: 7 seeds, since
+        // (t(.975,6) + t(.8,6)) * 3.59 / 5 = 2.41 <= sqrt(7) but 2.51 > sqrt(6).
+        assert_eq!(seeds_for_power(3.59, 5.0), Some(7));
+        assert_eq!(seeds_for_power(0.0, 5.0), Some(2));
+        // Twice the spread needs about four times the seeds.
+        let n = seeds_for_power(7.18, 5.0).unwrap();
+        assert!((18..=20).contains(&n), "{n}");
+        assert_eq!(seeds_for_power(f64::NAN, 5.0), None);
     }
 }

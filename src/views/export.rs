@@ -123,6 +123,8 @@ pub enum What {
     Decisions,
     /// One [`BranchRow`] per branch.
     Branches,
+    /// One [`StepRow`](super::steps::StepRow) per GRPO step (sampled batch).
+    Steps,
 }
 
 /// One evaluation cell of one stage of one branch, flat (loads straight into pandas).
@@ -254,6 +256,27 @@ pub const BRANCH_COLUMNS: [&str; 11] = [
     "replicate",
 ];
 
+/// CSV columns of [`StepRow`](super::steps::StepRow), in order.
+pub const STEP_COLUMNS: [&str; 17] = [
+    "branch",
+    "stage",
+    "step",
+    "event",
+    "samples",
+    "groups",
+    "zero_variance_share",
+    "skipped_groups",
+    "reward_mean",
+    "reward_std",
+    "kl",
+    "clip_fraction",
+    "valid_pct",
+    "optimal_pct",
+    "coordination_samples",
+    "coordination_valid",
+    "coordination_valid_pct",
+];
+
 fn pct(x: u32, n: u32) -> f64 {
     if n == 0 {
         0.0
@@ -284,6 +307,7 @@ pub fn export_table(
         What::Metrics => &METRIC_COLUMNS,
         What::Decisions => &DECISION_COLUMNS,
         What::Branches => &BRANCH_COLUMNS,
+        What::Steps => &STEP_COLUMNS,
     };
     let mut rows: Vec<serde_json::Value> = Vec::new();
     for (name, head) in &branches {
@@ -361,6 +385,11 @@ pub fn export_table(
                         rationale: d.rationale.clone(),
                         context: d.context.to_hex(),
                     };
+                    rows.push(serde_json::to_value(&r).expect("row"));
+                }
+            }
+            What::Steps => {
+                for r in super::steps::step_rows(ledger, name, head)? {
                     rows.push(serde_json::to_value(&r).expect("row"));
                 }
             }

@@ -68,6 +68,13 @@ pub struct StudyReport {
     /// Each engineer against `fixed`, paired seed by seed (empty without `fixed`).
     #[serde(default)]
     pub paired: Vec<StudyPaired>,
+    /// The paper's second ordering, `current` against `base`, paired seed by seed the
+    /// same way (empty unless the study has both).
+    #[serde(default)]
+    pub orderings: Vec<StudyPaired>,
+    /// Seeds needed for 80% power on the study's target row (None: no target row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<StudyPower>,
     /// Files written (CSV, markdown, SVG).
     pub files: Vec<String>,
 }
@@ -93,6 +100,59 @@ pub struct StudyPaired {
     pub note: Option<String>,
 }
 
+/// How many seeds a paired comparison needs: 80% power to see `effect` points on the
+/// target row in a two-sided 5% paired t-test over seeds
+/// ([`super::compare::seeds_for_power`]), from the standard deviation of per-seed
+/// differences: planned (a pilot's, given to `ledger study --power-sd`) and observed
+/// (each engineer against its baseline in this study, once it has 2 seeds).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct StudyPower {
+    /// The smallest difference to see, in percentage points (valid %).
+    pub effect: f64,
+    /// The target row: `test`, its smallest agent count, and the `coord` subset (items
+    /// that need coordination) when the suite has one.
+    pub suite: String,
+    pub agents: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subset: Option<String>,
+    /// The planning figure: a pilot's SD of per-seed differences and the seeds it asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_sd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_seeds: Option<usize>,
+    /// Each comparison of this study on the target row with at least 2 paired seeds.
+    pub observed: Vec<StudyPowerObserved>,
+}
+
+/// One comparison's observed spread on the power target row.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct StudyPowerObserved {
+    pub engineer: String,
+    pub baseline: String,
+    /// Paired seeds so far.
+    pub seeds: usize,
+    /// Standard deviation of the per-seed differences (valid %, points).
+    pub sd: f64,
+    pub seeds_needed: Option<usize>,
+}
+
+/// What the power line is asked for: the smallest effect to see (points) and, from a
+/// pilot, the SD of per-seed paired differences.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PowerPlan {
+    pub effect: f64,
+    pub pilot_sd: Option<f64>,
+}
+
+impl Default for PowerPlan {
+    fn default() -> Self {
+        PowerPlan {
+            effect: 5.0,
+            pilot_sd: None,
+        }
+    }
+}
+
 /// One metric of a [`StudyPaired`], in percentage points.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct StudyPairedMetric {
@@ -112,68 +172,87 @@ pub struct StudyPairedMetric {
 /// Each engineer against [`BASELINE`] on every Sum row of the final stage, replicate
 /// by replicate (empty when the study has no baseline).
 pub fn paired_vs_baseline(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyPaired> {
-    let mut out = Vec::new();
     if !engineers.iter().any(|e| e == BASELINE) {
-        return out;
+        return Vec::new();
     }
+    engineers
+        .iter()
+        .filter(|e| *e != BASELINE)
+        .flat_map(|e| paired_against(e, BASELINE, runs))
+        .collect()
+}
+
+/// The paper's second ordering: `current` against `base` on every Sum row, replicate by
+/// replicate (empty unless the study ran both).
+pub fn orderings(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyPaired> {
+    let has = |e: &str| engineers.iter().any(|x| x == e);
+    if has("current") && has("base") {
+        paired_against("current", "base", runs)
+    } else {
+        Vec::new()
+    }
+}
+
+/// `engineer` against `baseline` on every Sum row of the final stage, replicate by
+/// replicate (the replicates both finished).
+fn paired_against(e: &str, baseline: &str, runs: &[StudyRun]) -> Vec<StudyPaired> {
+    let mut out = Vec::new();
     let run = |e: &str, r: u32| -> Option<&StudyRun> {
         runs.iter()
             .find(|x| x.engineer == e && x.replicate == r && x.summary.final_stage.is_some())
     };
-    for e in engineers.iter().filter(|e| *e != BASELINE) {
-        // (baseline run, engineer run) per replicate both finished.
-        let pairs: Vec<(&StudyRun, &StudyRun)> = runs
-            .iter()
-            .filter(|x| &x.engineer == e)
-            .filter_map(|x| Some((run(BASELINE, x.replicate)?, run(e, x.replicate)?)))
-            .collect();
-        let Some(&(first, _)) = pairs.first() else {
-            continue;
+    // (baseline run, engineer run) per replicate both finished.
+    let pairs: Vec<(&StudyRun, &StudyRun)> = runs
+        .iter()
+        .filter(|x| x.engineer == e)
+        .filter_map(|x| Some((run(baseline, x.replicate)?, run(e, x.replicate)?)))
+        .collect();
+    let Some(&(first, _)) = pairs.first() else {
+        return out;
+    };
+    for key in first.summary.sum_rates() {
+        let same = |s: &BranchSummary| {
+            s.sum_rates()
+                .into_iter()
+                .find(|x| x.suite == key.suite && x.agents == key.agents && x.subset == key.subset)
         };
-        for key in first.summary.sum_rates() {
-            let same = |s: &BranchSummary| {
-                s.sum_rates().into_iter().find(|x| {
-                    x.suite == key.suite && x.agents == key.agents && x.subset == key.subset
-                })
-            };
-            let rows: Vec<(u32, f64, f64)> = pairs
-                .iter()
-                .filter_map(|(a, b)| {
-                    let (ra, rb) = (same(&a.summary)?, same(&b.summary)?);
-                    Some((b.replicate, rb.valid - ra.valid, rb.optimal - ra.optimal))
-                })
-                .collect();
-            if rows.is_empty() {
-                continue;
-            }
-            let (boot, note) = pooled_bootstrap(&pairs, &key);
-            let metric = |m: usize| {
-                let per_seed: Vec<f64> = rows
-                    .iter()
-                    .map(|r| if m == 0 { r.1 } else { r.2 })
-                    .collect();
-                let (mean, ci95) = mean_ci(&per_seed);
-                let b = boot.as_ref().map(|b| if m == 0 { b.0 } else { b.1 });
-                StudyPairedMetric {
-                    per_seed,
-                    mean,
-                    ci95,
-                    bootstrap_ci95: b.map(|b| b.diff_ci95),
-                    mcnemar: b.map(|b| b.mcnemar),
-                }
-            };
-            out.push(StudyPaired {
-                engineer: e.clone(),
-                baseline: BASELINE.to_string(),
-                suite: key.suite.clone(),
-                agents: key.agents,
-                subset: key.subset.clone(),
-                replicates: rows.iter().map(|r| r.0).collect(),
-                valid: metric(0),
-                optimal: metric(1),
-                note,
-            });
+        let rows: Vec<(u32, f64, f64)> = pairs
+            .iter()
+            .filter_map(|(a, b)| {
+                let (ra, rb) = (same(&a.summary)?, same(&b.summary)?);
+                Some((b.replicate, rb.valid - ra.valid, rb.optimal - ra.optimal))
+            })
+            .collect();
+        if rows.is_empty() {
+            continue;
         }
+        let (boot, note) = pooled_bootstrap(&pairs, &key);
+        let metric = |m: usize| {
+            let per_seed: Vec<f64> = rows
+                .iter()
+                .map(|r| if m == 0 { r.1 } else { r.2 })
+                .collect();
+            let (mean, ci95) = mean_ci(&per_seed);
+            let b = boot.as_ref().map(|b| if m == 0 { b.0 } else { b.1 });
+            StudyPairedMetric {
+                per_seed,
+                mean,
+                ci95,
+                bootstrap_ci95: b.map(|b| b.diff_ci95),
+                mcnemar: b.map(|b| b.mcnemar),
+            }
+        };
+        out.push(StudyPaired {
+            engineer: e.to_string(),
+            baseline: baseline.to_string(),
+            suite: key.suite.clone(),
+            agents: key.agents,
+            subset: key.subset.clone(),
+            replicates: rows.iter().map(|r| r.0).collect(),
+            valid: metric(0),
+            optimal: metric(1),
+            note,
+        });
     }
     out
 }
@@ -609,6 +688,8 @@ pub fn study_markdown(r: &StudyReport) -> String {
     }
     s.push_str(&subset_markdown(r));
     s.push_str(&paired_markdown(r));
+    s.push_str(&orderings_markdown(r));
+    s.push_str(&power_markdown(r));
     let _ = writeln!(
         s,
         "\nValidation (2 agents, mean over sizes), valid % / optimal %, mean over seeds:\n"
@@ -816,6 +897,152 @@ fn paired_markdown(r: &StudyReport) -> String {
     s
 }
 
+/// What a paired interval says about "engineer > baseline".
+fn verdict(m: &StudyPairedMetric) -> &'static str {
+    let (low, high) = match (m.ci95, m.bootstrap_ci95) {
+        (Some(h), _) => (m.mean - h, m.mean + h),
+        (None, Some(b)) => (b.low, b.high),
+        (None, None) => return "one seed, no interval",
+    };
+    if low > 0.0 {
+        "holds"
+    } else if high < 0.0 {
+        "reversed"
+    } else {
+        "not resolved"
+    }
+}
+
+/// The paper's orderings stated plainly, each with its paired interval, on the items
+/// that need coordination (validation, and the power line's test row) or, in a suite
+/// that does not mark them, on every item.
+fn orderings_markdown(r: &StudyReport) -> String {
+    let mut s = String::new();
+    let Some(pw) = &r.power else { return s };
+    let coord = pw.subset.clone();
+    let val_agents = r
+        .paired
+        .iter()
+        .chain(&r.orderings)
+        .filter(|p| p.suite == "val")
+        .map(|p| p.agents)
+        .min();
+    let mut rows: Vec<(String, usize)> = vec![];
+    if let Some(k) = val_agents {
+        rows.push(("val".into(), k));
+    }
+    rows.push((pw.suite.clone(), pw.agents));
+    let find = |e: &str, b: &str, suite: &str, k: usize| {
+        r.paired.iter().chain(&r.orderings).find(|p| {
+            p.engineer == e
+                && p.baseline == b
+                && p.suite == suite
+                && p.agents == k
+                && p.subset == coord
+        })
+    };
+    let mut claims: Vec<(String, &str, &str)> = r
+        .engineers
+        .iter()
+        .filter(|e| *e != BASELINE)
+        .map(|e| ("engineered > fixed".to_string(), e.as_str(), BASELINE))
+        .collect();
+    if !r.orderings.is_empty() {
+        claims.push(("current > base".into(), "current", "base"));
+    }
+    if claims
+        .iter()
+        .all(|(_, e, b)| rows.iter().all(|(su, k)| find(e, b, su, *k).is_none()))
+    {
+        return s;
+    }
+    let items = match &coord {
+        Some(c) => format!("items that need coordination (`{c}`)"),
+        None => "every item".into(),
+    };
+    let _ = writeln!(
+        s,
+        "
+The paper's orderings, final stage, valid % on {items}: Δ = engineer − baseline \
+         [95% t-interval over seeds]; boot: pooled paired bootstrap over items. \
+         \"holds\": the interval is above 0; \"reversed\": below; \"not resolved\": it spans 0.\n"
+    );
+    for (claim, e, b) in &claims {
+        for (suite, k) in &rows {
+            let Some(p) = find(e, b, suite, *k) else {
+                continue;
+            };
+            let _ = writeln!(
+                s,
+                "- {claim}: {e} − {b}, {} {k} agents: {} over {} seed{}: **{}**",
+                if suite == "val" {
+                    "validation"
+                } else {
+                    suite.as_str()
+                },
+                paired_cell(&p.valid),
+                p.replicates.len(),
+                if p.replicates.len() == 1 { "" } else { "s" },
+                verdict(&p.valid)
+            );
+        }
+    }
+    s
+}
+
+/// The power line: the seeds 80% power asks on the target row, planned and observed.
+fn power_markdown(r: &StudyReport) -> String {
+    let mut s = String::new();
+    let Some(pw) = &r.power else { return s };
+    let row = format!(
+        "{} {}-agent {}",
+        pw.suite,
+        pw.agents,
+        match &pw.subset {
+            Some(c) => format!("`{c}` items"),
+            None => "items".into(),
+        }
+    );
+    let n = |x: Option<usize>| x.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
+    let _ = write!(
+        s,
+        "\nPower: to see {} points on {row} with 80% power (two-sided 5% paired t-test over seeds):",
+        pw.effect
+    );
+    if let Some(sd) = pw.planned_sd {
+        let _ = write!(
+            s,
+            " planned from the pilot's SD of per-seed differences, {sd:.2} points: **{} seeds**;",
+            n(pw.planned_seeds)
+        );
+    }
+    if pw.observed.is_empty() {
+        let _ = write!(s, " observed: not yet (a comparison needs 2 paired seeds).");
+    } else {
+        let _ = write!(s, " observed here:");
+        for (i, o) in pw.observed.iter().enumerate() {
+            let _ = write!(
+                s,
+                "{} {} − {}: SD {:.2} over {} seeds, {} seeds needed",
+                if i == 0 { "" } else { ";" },
+                o.engineer,
+                o.baseline,
+                o.sd,
+                o.seeds,
+                n(o.seeds_needed)
+            );
+        }
+        s.push('.');
+    }
+    let _ = writeln!(
+        s,
+        " This study has {} seed{}.",
+        r.seeds,
+        if r.seeds == 1 { "" } else { "s" }
+    );
+    s
+}
+
 /// A study's mean validation valid-% curve per engineer (plot series).
 pub fn study_series(r: &StudyReport) -> Vec<crate::figures::Series> {
     r.engineers
@@ -840,6 +1067,7 @@ pub fn study_report(
     ledger: &mut crate::ledger::Ledger,
     spec: &crate::study::StudySpec,
     records: Vec<crate::study::StudyRunRecord>,
+    plan: PowerPlan,
 ) -> Result<StudyReport, crate::ledger::LedgerError> {
     let mut runs = Vec::new();
     for rec in records {
@@ -857,6 +1085,8 @@ pub fn study_report(
     }
     let (cells, validation) = aggregate(&spec.engineers, &runs);
     let paired = paired_vs_baseline(&spec.engineers, &runs);
+    let orderings = orderings(&spec.engineers, &runs);
+    let power = power(&runs, &paired, &orderings, plan);
     Ok(StudyReport {
         from: spec.from.clone(),
         at: spec.at,
@@ -866,7 +1096,61 @@ pub fn study_report(
         cells,
         validation,
         paired,
+        orderings,
+        power,
         files: vec![],
+    })
+}
+
+/// The power line: the target row is the test suite's smallest agent count (3 in the
+/// paper: the first that 2-agent training must transfer to), on its coordination items
+/// when the suite marks them.
+fn power(
+    runs: &[StudyRun],
+    paired: &[StudyPaired],
+    orderings: &[StudyPaired],
+    plan: PowerPlan,
+) -> Option<StudyPower> {
+    let rates: Vec<super::compare::SumRate> = runs
+        .iter()
+        .flat_map(|r| r.summary.sum_rates())
+        .filter(|x| x.suite == "test")
+        .collect();
+    let agents = rates.iter().map(|x| x.agents).min()?;
+    let coord = crate::views::paired::coordination_label(true).to_string();
+    let subset = rates
+        .iter()
+        .any(|x| x.agents == agents && x.subset.as_deref() == Some(coord.as_str()))
+        .then_some(coord);
+    let observed = paired
+        .iter()
+        .chain(orderings)
+        .filter(|p| p.suite == "test" && p.agents == agents && p.subset == subset)
+        .filter(|p| p.valid.per_seed.len() >= 2)
+        .map(|p| {
+            let xs = &p.valid.per_seed;
+            let m = xs.iter().sum::<f64>() / xs.len() as f64;
+            let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64;
+            let sd = var.sqrt();
+            StudyPowerObserved {
+                engineer: p.engineer.clone(),
+                baseline: p.baseline.clone(),
+                seeds: xs.len(),
+                sd,
+                seeds_needed: super::compare::seeds_for_power(sd, plan.effect),
+            }
+        })
+        .collect();
+    Some(StudyPower {
+        effect: plan.effect,
+        suite: "test".into(),
+        agents,
+        subset,
+        planned_sd: plan.pilot_sd,
+        planned_seeds: plan
+            .pilot_sd
+            .and_then(|sd| super::compare::seeds_for_power(sd, plan.effect)),
+        observed,
     })
 }
 
@@ -886,6 +1170,7 @@ pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), Str
         r.from, r.at, r.seeds
     );
     let curves = crate::figures::Curves {
+        x_label: "stage",
         title: &title,
         y_label: "valid %",
         series: &series,
@@ -921,6 +1206,8 @@ mod tests {
             cells,
             validation: vec![],
             paired: vec![],
+            orderings: vec![],
+            power: None,
             files: vec![],
         }
     }
@@ -954,5 +1241,70 @@ mod tests {
         let rec = read.records().next().unwrap().unwrap();
         assert_eq!(rec.len(), 28);
         assert_eq!(&rec[1], "llm \"a\", b");
+    }
+
+    #[test]
+    fn orderings_state_what_each_paired_interval_shows() {
+        let metric = |per_seed: Vec<f64>| {
+            let (mean, ci95) = super::super::compare::mean_ci(&per_seed);
+            StudyPairedMetric {
+                per_seed,
+                mean,
+                ci95,
+                bootstrap_ci95: None,
+                mcnemar: None,
+            }
+        };
+        let pair = |e: &str, b: &str, xs: Vec<f64>| StudyPaired {
+            engineer: e.into(),
+            baseline: b.into(),
+            suite: "test".into(),
+            agents: 3,
+            subset: Some("coord".into()),
+            replicates: vec![0, 1, 2],
+            valid: metric(xs.clone()),
+            optimal: metric(xs),
+            note: None,
+        };
+        let mut r = report(vec![]);
+        r.seeds = 3;
+        r.engineers = vec!["fixed".into(), "base".into(), "current".into()];
+        // 11 ± 2.48: above 0; -1..2: spans 0; current below base: reversed.
+        r.paired = vec![
+            pair("base", "fixed", vec![-1.0, 2.0, 0.0]),
+            pair("current", "fixed", vec![10.0, 11.0, 12.0]),
+        ];
+        r.orderings = vec![pair("current", "base", vec![-5.0, -6.0, -7.0])];
+        r.power = Some(StudyPower {
+            effect: 5.0,
+            suite: "test".into(),
+            agents: 3,
+            subset: Some("coord".into()),
+            planned_sd: Some(3.59),
+            planned_seeds: Some(7),
+            observed: vec![],
+        });
+        let md = study_markdown(&r);
+        let line = |start: &str| {
+            md.lines()
+                .find(|l| l.starts_with(start))
+                .unwrap_or_else(|| panic!("{start:?} in {md}"))
+                .to_string()
+        };
+        assert!(line("- engineered > fixed: base − fixed, test 3 agents:")
+            .ends_with("**not resolved**"));
+        assert!(line(
+            "- engineered > fixed: current − fixed, test 3 agents: +11.00 [+8.52, +13.48]"
+        )
+        .ends_with("over 3 seeds: **holds**"));
+        assert!(
+            line("- current > base: current − base, test 3 agents: -6.00")
+                .ends_with("**reversed**")
+        );
+        assert!(
+            line("Power: to see 5 points on test 3-agent `coord` items")
+                .contains("3.59 points: **7 seeds**; observed: not yet"),
+            "{md}"
+        );
     }
 }
