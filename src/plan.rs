@@ -544,8 +544,16 @@ mod tests {
 
     #[test]
     fn wait_ratio_subsets_must_divide_each_per_cell() {
+        // The demo plan with unstratified suites of 20 and 10 per cell.
+        const STRATIFIED: &str =
+            "validation_per_cell = 24\ntest_per_cell = 9\nwait_ratios = [0.25, 0.5, 0.75]";
+        assert!(
+            DEMO.contains(STRATIFIED),
+            "the demo's suites changed: update this test"
+        );
+        let unstratified = DEMO.replace(STRATIFIED, "validation_per_cell = 20\ntest_per_cell = 10");
         let with = |ratios: &str| {
-            DEMO.replace(
+            unstratified.replace(
                 "test_per_cell = 10",
                 &format!("test_per_cell = 10\nwait_ratios = {ratios}"),
             )
@@ -578,7 +586,7 @@ mod tests {
             codec::encode(&s),
             codec::encode(&(s.validation_per_cell, s.test_per_cell, s.max_size, s.seed))
         );
-        let plain = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        let plain = LedgerPlan::parse(unstratified.as_bytes()).unwrap();
         assert_ne!(p.hash(), plain.hash());
     }
 

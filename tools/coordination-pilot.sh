@@ -9,8 +9,10 @@
 # $PILOT_JOBS at a time (one torch thread each). Resumable: a finished arm is skipped, a
 # stopped one continues from its last durable point.
 #
-#   tools/coordination-pilot.sh NAME:WAIT:STEPS:LR:EPOCHS:SEED ...
+#   tools/coordination-pilot.sh NAME:WAIT:STEPS:LR:EPOCHS:SEED[:INSTANCES] ...
 #   e.g. tools/coordination-pilot.sh lo:0.0:120:0.0001:1:11 hi:0.75:120:0.0001:1:11
+#   EPOCHS is GRPO's updates per sampled batch (mu); INSTANCES the stage's training
+#   instances (default the plan's 256; STEPS x 16 uses each instance once).
 #
 #   PILOT_DIR   where the arms' ledgers go (default ledgers/coordination-pilot)
 #   PILOT_BASE  the base planner (default ledgers/models/mapf-base-indep)
@@ -23,20 +25,21 @@ BIN=${LEDGER_BIN:-target/release/ledger}
 DIR=${PILOT_DIR:-ledgers/coordination-pilot}
 BASE=${PILOT_BASE:-ledgers/models/mapf-base-indep}
 JOBS=${PILOT_JOBS:-2}
-[[ $# -gt 0 ]] || { echo "usage: $0 NAME:WAIT:STEPS:LR:EPOCHS:SEED ..." >&2; exit 2; }
+[[ $# -gt 0 ]] || { echo "usage: $0 NAME:WAIT:STEPS:LR:EPOCHS:SEED[:INSTANCES] ..." >&2; exit 2; }
 mkdir -p "$DIR"
 
 arm() {
-    local spec=$1 name wait steps lr epochs seed
-    IFS=: read -r name wait steps lr epochs seed <<<"$spec"
-    [[ -n $seed ]] || { echo "arm $spec: expected NAME:WAIT:STEPS:LR:EPOCHS:SEED" >&2; return 2; }
+    local spec=$1 name wait steps lr epochs seed instances
+    IFS=: read -r name wait steps lr epochs seed instances <<<"$spec"
+    [[ -n $seed ]] || { echo "arm $spec: expected NAME:WAIT:STEPS:LR:EPOCHS:SEED[:INSTANCES]" >&2; return 2; }
     local plan="$DIR/$name.toml" ledger="$DIR/$name"
-    sed -e "s|^init = \"hf:ledgers/models/mapf-base\"|init = \"hf:$BASE\"|" \
+    sed -e "s|^init = .*|init = \"hf:$BASE\"|" \
         -e "s|^wait_ratio = .*|wait_ratio = $wait|" \
         -e "s|^seed = 11$|seed = $seed|" \
-        -e "s|^steps = 12$|steps = $steps|" \
+        -e "s|^steps = 120$|steps = $steps|" \
         -e "s|^lr = 0.0001$|lr = $lr|" \
         -e "s|^\[grpo\]$|[grpo]\nepochs = $epochs|" \
+        -e "s|^instances_per_stage = 256$|instances_per_stage = ${instances:-256}|" \
         ledgers/cpu-study.toml >"$plan.new"
     if [[ -d $ledger ]]; then
         cmp -s "$plan.new" "$plan" || { echo "arm $name: $ledger exists with another plan" >&2; return 2; }

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
-# The CPU study (ledgers/cpu-study.toml): main runs stage 0 (the shipped base planner's
-# evaluation) and stage 1, then every engineer x seed fork runs stages 2-4 from main's
-# stage-1 checkpoint, two runs at a time. Resumable: run it again after a stop, it
-# continues from the last durable point (`ledger study` skips finished runs).
-#   CPU_STUDY_LEDGER  ledger directory (default ledgers/cpu-study)
-#   CPU_STUDY_SEEDS   seed replicates (default 5)
-#   CPU_STUDY_ENGINEERS  (default fixed,learnability,base,current)
+# The CPU study v2 (ledgers/cpu-study.toml): main runs stage 0 (the base planner's
+# evaluation) and stage 1 (120 GRPO steps), then every engineer x seed fork runs stages
+# 2-3 from main's stage-1 checkpoint. Seed replicate by seed replicate: every arm's
+# replicate 0 before any replicate 1, so a study stopped part-way leaves whole paired
+# replicates, and the tables ($DIR/study-at2) are rewritten after each.
+# Resumable: run it again after a stop, it continues from the last durable point
+# (`ledger study` skips finished runs and resumes a stopped one from its checkpoint).
+#   CPU_STUDY_LEDGER     ledger directory (default ledgers/cpu-study)
+#   CPU_STUDY_SEEDS      seed replicates (default 7: 80% power to see 5 points on 3-agent
+#                        coordination items, from the coordination pilot's per-seed
+#                        spread of paired differences, 3.59 points; study.md's power line)
+#   CPU_STUDY_ENGINEERS  (default fixed,heuristic,learnability,base,current)
+#   CPU_STUDY_EXECUTOR   (default local:2, two runs at once at one torch thread each)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LEDGER_BIN:-target/release/ledger}
 DIR=${CPU_STUDY_LEDGER:-ledgers/cpu-study}
-SEEDS=${CPU_STUDY_SEEDS:-5}
-ENGINEERS=${CPU_STUDY_ENGINEERS:-fixed,learnability,base,current}
+SEEDS=${CPU_STUDY_SEEDS:-7}
+# The pilot's SD of per-seed paired differences on test 3-agent coordination items
+# (ledgers/results/coordination-pilot: wait 0.75 - wait 0 was 10.17 and 15.25 points).
+PILOT_SD=3.59
+ENGINEERS=${CPU_STUDY_ENGINEERS:-fixed,heuristic,learnability,base,current}
+EXECUTOR=${CPU_STUDY_EXECUTOR:-local:2}
 start=$SECONDS
 [[ -d $DIR ]] || "$BIN" --ledger "$DIR" init --plan ledgers/cpu-study.toml
 # Stage 0 and stage 1 on main (a resumed run finishes what is missing).
@@ -19,6 +29,10 @@ done_stages=$("$BIN" --ledger "$DIR" export --what branches --branch main | pyth
 if (( done_stages < 2 )); then
     "$BIN" --ledger "$DIR" run --stages $((2 - done_stages))
 fi
-"$BIN" --ledger "$DIR" study --at stage2 --engineers "$ENGINEERS" --seeds "$SEEDS" --executor local:2
+for ((s = 1; s <= SEEDS; s++)); do
+    echo "== cpu-study: seed replicates 0..$((s - 1)) =="
+    "$BIN" --ledger "$DIR" study --at stage2 --engineers "$ENGINEERS" --seeds "$s" \
+        --executor "$EXECUTOR" --power-sd "$PILOT_SD"
+done
 "$BIN" --ledger "$DIR" verify
 echo "cpu-study: $((SECONDS - start)) s; ledger $DIR, tables in $DIR/study-at2"
