@@ -39,7 +39,7 @@ arm() {
         -e "s|^steps = 120$|steps = $steps|" \
         -e "s|^lr = 0.0001$|lr = $lr|" \
         -e "s|^\[grpo\]$|[grpo]\nepochs = $epochs|" \
-        -e "s|^instances_per_stage = 256$|instances_per_stage = ${instances:-256}|" \
+        -e "s|^instances_per_stage = .*|instances_per_stage = ${instances:-256}|" \
         ledgers/cpu-study.toml >"$plan.new"
     if [[ -d $ledger ]]; then
         cmp -s "$plan.new" "$plan" || { echo "arm $name: $ledger exists with another plan" >&2; return 2; }
