@@ -717,8 +717,14 @@ pub fn mean_ci(xs: &[f64]) -> (f64, Option<f64>) {
     if n < 2 {
         return (mean, None);
     }
-    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    (mean, Some(t975(n - 1) * (var / n as f64).sqrt()))
+    (mean, Some(t975(n - 1) * sd(xs) / (n as f64).sqrt()))
+}
+
+/// Sample standard deviation (n - 1 in the denominator; NaN for fewer than 2 values).
+pub fn sd(xs: &[f64]) -> f64 {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
 }
 
 #[cfg(test)]

@@ -277,7 +277,8 @@ pub const STEP_COLUMNS: [&str; 17] = [
     "coordination_valid_pct",
 ];
 
-fn pct(x: u32, n: u32) -> f64 {
+/// `x` as % of `n` (0 when `n` is 0).
+pub(crate) fn pct(x: u32, n: u32) -> f64 {
     if n == 0 {
         0.0
     } else {

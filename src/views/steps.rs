@@ -3,6 +3,7 @@
 //! split by whether each sampled instance needs coordination (the flag its instance blob
 //! carries, `Solved::needs_coordination`): the figure that shows GRPO learning to wait.
 //! Nothing here is recorded; old ledgers get the rows too.
+use super::export::pct;
 use crate::env::Solved;
 use crate::ledger::{EventBody, Hash, Ledger, LedgerError};
 use crate::record::trainer::TrajectoryBatch;
@@ -55,14 +56,6 @@ pub struct StageSteps {
     /// Pooled over the stage's batches (None when no sample needed coordination).
     pub coordination_valid_pct: Option<f64>,
     pub coordination_samples: u64,
-}
-
-fn pct(x: u32, n: u32) -> f64 {
-    if n == 0 {
-        0.0
-    } else {
-        100.0 * x as f64 / n as f64
-    }
 }
 
 /// Whether each of the batch's instances needs coordination, decoding each instance blob
@@ -159,11 +152,11 @@ pub fn by_stage(rows: &[StepRow]) -> Vec<StageSteps> {
             StageSteps {
                 stage,
                 steps: rs.len(),
-                events: [rs[0].event, rs[rs.len() - 1].event]
-                    .into_iter()
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .into_iter()
-                    .collect(),
+                events: if rs.len() == 1 {
+                    vec![rs[0].event]
+                } else {
+                    vec![rs[0].event, rs[rs.len() - 1].event]
+                },
                 reward_mean: mean(&|r| r.reward_mean),
                 zero_variance_share: mean(&|r| r.zero_variance_share),
                 kl: mean(&|r| r.kl),

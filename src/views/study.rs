@@ -1128,14 +1128,11 @@ fn power(
         .filter(|p| p.suite == "test" && p.agents == agents && p.subset == subset)
         .filter(|p| p.valid.per_seed.len() >= 2)
         .map(|p| {
-            let xs = &p.valid.per_seed;
-            let m = xs.iter().sum::<f64>() / xs.len() as f64;
-            let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64;
-            let sd = var.sqrt();
+            let sd = super::compare::sd(&p.valid.per_seed);
             StudyPowerObserved {
                 engineer: p.engineer.clone(),
                 baseline: p.baseline.clone(),
-                seeds: xs.len(),
+                seeds: p.valid.per_seed.len(),
                 sd,
                 seeds_needed: super::compare::seeds_for_power(sd, plan.effect),
             }
