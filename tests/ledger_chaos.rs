@@ -5,6 +5,9 @@
 //! `recover` must bring the ledger back to a state that verifies, with every event and
 //! blob the heads reached before still reachable, except those `recover` names as lost.
 //!
+//! A damaged last `REFS` record that reads as a torn write, followed by a writer, loses
+//! nothing either (the writer sets aside what it would have cut; `recover` re-attaches it).
+//!
 //! Then kill -9 at random instants of `run`, `gc`, `fetch` and `recover` itself:
 //! `recover` and `verify` after it lose nothing that was durable.
 //!
@@ -341,6 +344,110 @@ fn damage_to_any_file_is_named_and_recovered_losing_only_the_damaged_bytes() {
             t.lost_blobs
         );
     }
+}
+
+/// The class where damage and a crash look alike: the last `REFS` record zeroed from a
+/// point inside it to its end, which is what a write cut short leaves. `verify` cannot
+/// tell it from a crash, so it warns (exit 0; `--strict` 1) of the intact records past
+/// the committed lengths; then a writer opens the ledger and appends to `main`, setting
+/// those records aside instead of cutting them away; `recover` re-attaches them. Every
+/// event and blob the heads reached before the damage is reachable afterwards, with the
+/// writer's new events.
+#[test]
+fn a_last_refs_record_damaged_like_a_torn_write_loses_nothing_to_the_next_writer() {
+    let trials: u64 = std::env::var("CHAOS_TRIALS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let seed = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2026);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    fixture(&base);
+    let before = reach(&base);
+    let mut whole = 0;
+    for trial in 0..trials {
+        let d = tmp.path().join(format!("torn-{trial}"));
+        copy_dir(&base, &d);
+        let refs = d.join("REFS");
+        let mut b = std::fs::read(&refs).unwrap();
+        let (s, e) = *mapf_ledger::ledger::refs::records(&b).last().unwrap();
+        let cut = rng.random_range(s..e);
+        b[cut..e].fill(0);
+        std::fs::write(&refs, &b).unwrap();
+        let ctx = format!("trial {trial} (REFS zeroed from {cut} to {e})");
+        // Indistinguishable from a crash: a warning naming the pack, not a failure.
+        let v = ledger(&d, &["verify"]);
+        let said = text(&v);
+        assert_eq!(v.status.code(), Some(0), "{ctx}: {said}");
+        assert!(
+            said.contains("WARN")
+                && said.contains("pack-00000001.pack")
+                && said.contains("intact record"),
+            "{ctx}: verify did not warn of the records past the committed length: {said}"
+        );
+        assert_eq!(
+            ledger(&d, &["verify", "--strict"]).status.code(),
+            Some(1),
+            "{ctx}"
+        );
+        // A writer opens the ledger and appends: it sets the records aside, and says so.
+        let w = ledger(&d, &["debug-append-loop", "--batch", "3", "--batches", "1"]);
+        assert!(
+            text(&w).contains("set aside"),
+            "{ctx}: the writer did not report what it set aside: {}",
+            text(&w)
+        );
+        let appended = common::heads(&d);
+        let v = ledger(&d, &["verify"]);
+        assert!(
+            v.status.code() == Some(0) && text(&v).contains("set-aside"),
+            "{ctx}: {}",
+            text(&v)
+        );
+        // recover re-attaches them; then nothing is left to warn of.
+        let report: serde_json::Value =
+            serde_json::from_str(&ok(&ledger(&d, &["recover", "--json"]))).unwrap();
+        common::schema::validates("recover", &report);
+        assert!(
+            report["lost_events"].as_array().unwrap().is_empty()
+                && report["lost_blobs"].as_array().unwrap().is_empty(),
+            "{ctx}: {report}"
+        );
+        let v = ledger(&d, &["verify", "--strict"]);
+        assert_eq!(
+            v.status.code(),
+            Some(0),
+            "{ctx}: after recover: {}",
+            text(&v)
+        );
+        let after = reach(&d);
+        let gone: Vec<String> = before
+            .events
+            .difference(&after.events)
+            .map(|h| h.short())
+            .collect();
+        assert!(
+            gone.is_empty(),
+            "{ctx}: events lost: {gone:?}; recover said {report}"
+        );
+        let l = Ledger::open_read_only(&d).unwrap();
+        for blob in &before.blobs {
+            assert!(
+                l.has_blob(blob).unwrap(),
+                "{ctx}: blob {} lost",
+                blob.short()
+            );
+        }
+        // The writer's own commit is still main's.
+        let main = appended.iter().find(|(n, _)| n == "main").unwrap();
+        assert!(common::heads(&d).contains(main), "{ctx}");
+        whole += 1;
+    }
+    println!("RefsTornLike ZeroTail  trials {trials} every-event-kept {whole}");
 }
 
 /// Kill `args` at a random instant within `spread` ms of its start, then

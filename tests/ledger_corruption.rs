@@ -242,7 +242,13 @@ fn a_ledger_of_the_sled_layout_is_migrated_on_open() {
     let l = Ledger::open_read_only(&f.dir).unwrap();
     assert_eq!(l.head("main").unwrap(), *f.events.last().unwrap());
     assert_eq!(l.blob(&small[0].0).unwrap(), small[0].1);
-    assert!(l.verify().ok(), "{:?}", l.verify().problems);
+    assert!(
+        l.verify(&mapf_ledger::train::TrainState::referenced_blobs)
+            .ok(),
+        "{:?}",
+        l.verify(&mapf_ledger::train::TrainState::referenced_blobs)
+            .problems
+    );
     drop(l);
     assert!(f.dir.join("REFS").is_file());
     let mut w = Ledger::open(&f.dir).unwrap();

@@ -169,7 +169,7 @@ fn everything(d: &Path) -> String {
 /// `ledger verify` in-process (the CLI's exit codes are tested elsewhere).
 fn verifies(d: &Path) {
     let l = mapf_ledger::ledger::Ledger::open_read_only(d).unwrap();
-    let r = l.verify();
+    let r = l.verify(&mapf_ledger::train::TrainState::referenced_blobs);
     assert!(r.ok(), "{}: {:?}", d.display(), r.problems);
 }
 

@@ -60,7 +60,9 @@ fn create_append_reopen_and_walk_history() {
     // Ids are content hashes: recomputing one from the event gives the same id.
     let enc = mapf_ledger::ledger::event::encode_event(&hist[3].1);
     assert_eq!(Hash::of_event(&enc), hist[3].0);
-    assert!(l.verify().ok());
+    assert!(l
+        .verify(&mapf_ledger::train::TrainState::referenced_blobs)
+        .ok());
 }
 
 #[test]
@@ -142,7 +144,9 @@ fn fork_shares_prefix_and_branches_diverge() {
     // Projections of each branch see only their own history.
     assert_eq!(l.projection("alt").unwrap().events, 7);
     assert_eq!(l.projection("main").unwrap().events, 6);
-    assert!(l.verify().ok());
+    assert!(l
+        .verify(&mapf_ledger::train::TrainState::referenced_blobs)
+        .ok());
 }
 
 #[test]
@@ -218,7 +222,13 @@ fn torn_tail_beyond_the_committed_length_is_ignored_then_cut() {
     {
         let l = Ledger::open_read_only(&d).unwrap();
         assert_eq!(l.head("main").unwrap(), head);
-        assert!(l.verify().ok(), "{:?}", l.verify().problems);
+        assert!(
+            l.verify(&mapf_ledger::train::TrainState::referenced_blobs)
+                .ok(),
+            "{:?}",
+            l.verify(&mapf_ledger::train::TrainState::referenced_blobs)
+                .problems
+        );
     }
     let mut l = Ledger::open(&d).unwrap();
     assert_eq!(
@@ -227,7 +237,9 @@ fn torn_tail_beyond_the_committed_length_is_ignored_then_cut() {
         "writer cut the tail"
     );
     l.append("main", steps(4..6, 1)).unwrap();
-    assert!(l.verify().ok());
+    assert!(l
+        .verify(&mapf_ledger::train::TrainState::referenced_blobs)
+        .ok());
 }
 
 fn trajectory_batch(instances: &[Hash], group: usize, seed: u64) -> TrajectoryBatch {
@@ -411,7 +423,9 @@ fn every_event_kind_round_trips_through_the_store() {
     assert_eq!(st.clipped_fields, ["agents"]);
     assert_eq!(st.evaluations["val"][0].valid, 8);
     assert!(st.completed.is_some());
-    assert!(l.verify().ok());
+    assert!(l
+        .verify(&mapf_ledger::train::TrainState::referenced_blobs)
+        .ok());
     assert!(l
         .append("main", vec![(step(9), 1, Meta::default())])
         .is_ok());

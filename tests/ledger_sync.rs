@@ -76,19 +76,70 @@ fn bundle_init_run_fetch_round_trip() {
         "{again}"
     );
 
-    // A bundle of a whole branch fetches the same way.
+    // A bundle of a whole branch fetches the same way, and says what init will.
     let wb = tmp.path().join("x.bundle");
-    ok(&ledger(
+    let wrote = ok(&ledger(
         &w,
         &["bundle", "--branch", "x", "--out", wb.to_str().unwrap()],
     ));
     let fresh = tmp.path().join("fresh");
-    ok(&ledger(
+    let made = ok(&ledger(
         &fresh,
         &["init", "--from-bundle", wb.to_str().unwrap()],
     ));
+    let count = |text: &str, what: &str| -> u64 {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let i = words
+            .iter()
+            .position(|w| w.trim_end_matches([',', ';']) == what)
+            .unwrap_or_else(|| panic!("no {what} in {text}"));
+        words[i - 1].parse().unwrap()
+    };
+    assert_eq!(
+        count(&wrote, "blobs"),
+        count(&made, "blobs"),
+        "{wrote}\n{made}"
+    );
+    assert_eq!(
+        count(&wrote, "events"),
+        count(&made, "events") + 1,
+        "{wrote}\n{made}"
+    );
     assert_eq!(head_of(&fresh, "x"), head_of(&w, "x"));
+    // The bundle held x alone: main is where x left it (its fork point), not a lone
+    // genesis.
+    let fork_point = Ledger::open_read_only(&w)
+        .unwrap()
+        .history("x")
+        .unwrap()
+        .into_iter()
+        .find_map(|(_, e)| match e.body {
+            EventBody::BranchForked(f) => Some(f.at),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(head_of(&fresh, "main"), fork_point.to_hex());
     ok(&ledger(&fresh, &["verify"]));
+    // A file that is not a bundle is bad input (exit 2), not damage.
+    let not = tmp.path().join("not.bundle");
+    std::fs::write(&not, b"hello, I am a text file\n").unwrap();
+    for args in [
+        vec!["fetch", not.to_str().unwrap()],
+        vec!["init", "--from-bundle", not.to_str().unwrap()],
+    ] {
+        let dir = if args[0] == "init" {
+            tmp.path().join("n")
+        } else {
+            d.clone()
+        };
+        let o = ledger(&dir, &args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", common::text(&o));
+        assert!(
+            common::text(&o).contains("not a mapf-ledger bundle"),
+            "{}",
+            common::text(&o)
+        );
+    }
 }
 
 #[test]
@@ -345,4 +396,35 @@ fn an_lm_worker_gets_the_blobs_its_checkpoints_name() {
         ));
     }
     assert_eq!(head_of(&w, "x"), head_of(&d, "y"));
+    // verify checks, and counts, the blobs checkpoints name as gc keeps them: the
+    // tokenizer no event names is one of them, so both say the same number.
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&ledger(&d, &["verify", "--json"]))).unwrap();
+    let g: serde_json::Value = serde_json::from_str(&ok(&ledger(&d, &["gc", "--json"]))).unwrap();
+    assert_eq!(v["blobs"], g["blobs_kept"], "verify {v}\ngc {g}");
+    // And a missing tokenizer is damage verify names.
+    let l = Ledger::open_read_only(&d).unwrap();
+    let ckpt = l
+        .history("main")
+        .unwrap()
+        .into_iter()
+        .find_map(|(_, e)| match e.body {
+            EventBody::CheckpointSaved(c) => Some(c.blob),
+            _ => None,
+        })
+        .unwrap();
+    let named = mapf_ledger::train::TrainState::referenced_blobs(&l.blob(&ckpt).unwrap());
+    let tokenizer = named[0];
+    drop(l);
+    // The tokenizer is larger than a packed blob: it is a file, blobs/ab/cdef...
+    let hex = tokenizer.to_hex();
+    std::fs::remove_file(d.join("blobs").join(&hex[..2]).join(&hex[2..])).unwrap();
+    let o = ledger(&d, &["verify"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        common::text(&o).contains(&tokenizer.short())
+            && common::text(&o).contains("referenced by blob"),
+        "{}",
+        common::text(&o)
+    );
 }

@@ -55,13 +55,15 @@ pub enum StoreCommand {
         #[arg(long)]
         json: bool,
         /// Fail (exit 1) on warnings too: a damaged superseded REFS record, a blob
-        /// `recover` recorded as lost.
+        /// `recover` recorded as lost, intact records no committed pack holds (past a
+        /// committed length, or set aside by a writer).
         #[arg(long)]
         strict: bool,
     },
     /// Repair damage: restore the newest intact REFS snapshot, cut damaged pack bytes out
     /// of history (moving the intact records after them), move damaged blob files aside,
-    /// bring back branch tips no ref reaches as `recovered/...`, and rebuild. Copies of
+    /// bring back branch tips no ref reaches as `recovered/...` (intact records past the
+    /// committed lengths and in `<ledger>/set-aside/` included), and rebuild. Copies of
     /// everything damaged are kept in `<ledger>/damaged/<n>/`.
     Recover {
         #[arg(long)]
@@ -175,6 +177,9 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             branch,
             out,
         } => {
+            if let Some(o) = &out {
+                super::check_output_file("--out", o)?;
+            }
             let l = Ledger::open_read_only(ledger).map_err(err)?;
             let fmt = match format {
                 ExportFormat::Jsonl => Format::Jsonl,
@@ -483,7 +488,7 @@ fn branches(ledger: &Path, json: bool) -> CliResult {
 
 fn verify(ledger: &Path, json: bool, strict: bool) -> CliResult {
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let mut r = l.verify();
+    let mut r = l.verify(&crate::train::TrainState::referenced_blobs);
     drop(l);
     // The writer's projection cache, when no writer is using it.
     if let Some(ps) = Ledger::check_projection_cache(ledger).map_err(err)? {

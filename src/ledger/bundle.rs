@@ -196,15 +196,18 @@ impl Bundle {
             at: 0,
             file: &name,
         };
-        if r.take(8, "header")? != MAGIC {
-            return Err(corrupt(&name, "not a mapf-ledger bundle (bad magic)"));
+        // Not a bundle at all (or one of another version) is bad input, not damage.
+        if bytes.get(..MAGIC.len()) != Some(&MAGIC[..]) {
+            return Err(LedgerError::Invalid(format!(
+                "{name} is not a mapf-ledger bundle (it does not start with the bundle header; make one with `ledger bundle`)"
+            )));
         }
+        r.take(MAGIC.len(), "header")?;
         let version = r.u32("header")?;
         if version != VERSION {
-            return Err(corrupt(
-                &name,
-                format!("bundle version {version}, this build reads {VERSION}"),
-            ));
+            return Err(LedgerError::Invalid(format!(
+                "{name}: bundle format version {version}, this build reads {VERSION}"
+            )));
         }
         let n = r.u64("refs")? as usize;
         let refs: Vec<(String, Hash)> = codec::decode(r.take(n, "refs")?, "bundle refs")
@@ -504,7 +507,8 @@ impl Ledger {
     }
 
     /// A new ledger in `dir` from a bundle that holds its genesis: created from the
-    /// bundled plan (the genesis must come out identical), then fetched into.
+    /// bundled plan (the genesis must come out identical), then fetched into. When the
+    /// bundle does not carry `main`, main points at the furthest point its forks left it.
     pub fn create_from_bundle(
         dir: &Path,
         b: &Bundle,
@@ -522,7 +526,36 @@ impl Ledger {
                 format!("recreating it from its plan gives {}", ours.short()),
             ));
         }
-        let report = l.fetch(b, None)?;
+        let mut report = l.fetch(b, None)?;
+        // Creating the ledger stored the plan blob the bundle carries: it came from the
+        // bundle too, so the count says what `ledger bundle` said it wrote.
+        if b.blobs.contains_key(&Hash::of_blob(&plan)) {
+            report.blobs_added += 1;
+        }
+        // A bundle of forks without `main` holds main's history only as far as they
+        // left it: main points there (not at a lone genesis), the furthest fork point.
+        if !b.refs.iter().any(|(n, _)| n == super::refs::MAIN) {
+            let mut furthest: Option<(usize, Hash)> = None;
+            for e in &b.events {
+                let Ok(ev) = crate::record::event::decode_event(&e.event) else {
+                    continue;
+                };
+                if let super::event::EventBody::BranchForked(f) = &ev.body {
+                    if f.from_branch == super::refs::MAIN && l.contains_event(&f.at) {
+                        let depth = l.ancestry(&f.at)?.len();
+                        if furthest.is_none_or(|(d, _)| depth > d) {
+                            furthest = Some((depth, f.at));
+                        }
+                    }
+                }
+            }
+            if let Some((_, at)) = furthest {
+                l.set_ref(super::refs::MAIN, &at)?;
+                report
+                    .refs_updated
+                    .push((super::refs::MAIN.to_string(), at.to_hex()));
+            }
+        }
         Ok((l, report))
     }
 }

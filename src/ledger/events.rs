@@ -20,7 +20,7 @@ use super::LedgerError;
 use ledger_store::Store;
 pub use ledger_store::{Location, OpenProblem};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -322,6 +322,18 @@ impl Ledger {
         };
         if writable {
             let mut l = ledger(Store::open_writer(dir)?);
+            // The report of what the open set aside rather than cut (aside.rs): the one
+            // thing a writer's open says, as it may be history a damaged REFS hid.
+            for a in l.store.set_aside().iter().filter(|a| a.records > 0) {
+                eprintln!(
+                    "warning: {} held {} intact record(s) in {} bytes past its committed length {} (not history: a crash before its commit, or a damaged last REFS record); set aside as {}; `ledger recover` re-attaches them as recovered/* branches",
+                    a.from.display(),
+                    a.records,
+                    a.bytes,
+                    a.offset,
+                    a.to.display()
+                );
+            }
             let db = open_sled(dir)?;
             let proj = db
                 .open_tree("projections")
@@ -402,6 +414,11 @@ impl Ledger {
     /// what is wrong).
     pub fn open_problems(&self) -> &[OpenProblem] {
         self.store.problems()
+    }
+
+    /// Intact records no committed pack holds, by file (see `Store::unattached`).
+    pub fn unattached(&self) -> Result<Vec<(PathBuf, usize)>, LedgerError> {
+        Ok(self.store.unattached()?)
     }
 
     // ---- blobs ----

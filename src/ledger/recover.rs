@@ -37,10 +37,10 @@ use super::events::is_ledger;
 use super::hash::Hash;
 use super::index::{Index, MISSING_PARENT, NO_PARENT};
 use super::lock::LedgerLock;
-use super::pack::{self, kind_path, parse_frame, sync_dir, Pack, PackKind};
+use super::pack::{self, kind_path, parse_frame, scan, sync_dir, Bad, Good, Pack, PackKind};
 use super::refs::{self, Legible, Refs};
 use super::{Ledger, LedgerError};
-use ledger_store::store::pack_files;
+use ledger_store::store::{dropped_by_commit, pack_files};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -114,24 +114,7 @@ pub struct BranchOutcome {
     pub action: String,
 }
 
-/// An intact frame found by the scan.
-#[derive(Clone, Debug)]
-struct Good {
-    offset: u64,
-    len: u64,
-    hash: Hash,
-}
-
-/// A damaged span: `[offset, end)`, with what its header claims when it reads.
-#[derive(Clone, Debug)]
-struct Bad {
-    offset: u64,
-    end: u64,
-    claimed: Option<Hash>,
-    claimed_parent: Option<Hash>,
-}
-
-/// One pack file as found on disk.
+/// One pack file as found on disk (or a pack a writer set aside, `aside`).
 struct Scanned {
     kind: PackKind,
     id: u32,
@@ -140,72 +123,9 @@ struct Scanned {
     magic_ok: bool,
     good: Vec<Good>,
     bad: Vec<Bad>,
-}
-
-/// Whether a parsed frame is whole: checksum, and the id its bytes hash to.
-fn frame_whole(kind: PackKind, f: &pack::Frame<'_>) -> bool {
-    f.checksum_ok()
-        && match kind {
-            PackKind::Events => Hash::of_event(f.event) == f.hash,
-            PackKind::Blobs => Hash::of_blob(f.event) == f.hash,
-        }
-}
-
-/// Scan every frame of a pack's bytes, resynchronising after damage.
-fn scan(kind: PackKind, bytes: &[u8]) -> (Vec<Good>, Vec<Bad>) {
-    let start = pack::PACK_MAGIC.len();
-    let (mut good, mut bad) = (Vec::new(), Vec::new());
-    let mut off = start;
-    while off < bytes.len() {
-        match parse_frame(bytes, off) {
-            Ok(f) if frame_whole(kind, &f) => {
-                good.push(Good {
-                    offset: off as u64,
-                    len: f.len as u64,
-                    hash: f.hash,
-                });
-                off += f.len;
-            }
-            r => {
-                // The header may still say what the record was (its id, its parent).
-                let (claimed, claimed_parent) = match r {
-                    Ok(f) => (
-                        Some(f.hash),
-                        match kind {
-                            PackKind::Events => codec::event_parent(f.event).ok().flatten(),
-                            PackKind::Blobs => None,
-                        },
-                    ),
-                    Err(_) => (None, None),
-                };
-                // Where the next whole frame starts: where this header says (when it
-                // is right), else the first offset a whole frame parses at.
-                let next = r
-                    .ok()
-                    .map(|f| off + f.len)
-                    .filter(|&n| {
-                        n >= bytes.len()
-                            || parse_frame(bytes, n).is_ok_and(|f| frame_whole(kind, &f))
-                    })
-                    .or_else(|| {
-                        (off + 1..bytes.len()).find(|&o| {
-                            bytes[o] == pack::FRAME_VERSION
-                                && parse_frame(bytes, o).is_ok_and(|f| frame_whole(kind, &f))
-                        })
-                    })
-                    .unwrap_or(bytes.len())
-                    .min(bytes.len());
-                bad.push(Bad {
-                    offset: off as u64,
-                    end: next as u64,
-                    claimed,
-                    claimed_parent,
-                });
-                off = next;
-            }
-        }
-    }
-    (good, bad)
+    /// A file in `set-aside/`: none of its records is history; each intact one that no
+    /// pack holds is re-attached.
+    aside: bool,
 }
 
 fn io(path: &Path, e: std::io::Error) -> LedgerError {
@@ -252,12 +172,21 @@ fn read_refs(dir: &Path) -> Result<RefsFound, LedgerError> {
         || (bytes.len() as u64) < refs::COMPACT_BYTES
         || Refs::parse_log(dir, &bytes).is_err();
     let after_last = spans.last().map_or(0, |s| s.1);
+    // Records writers cut short and set aside, newest first, after those in the file.
+    let aside_tails: Vec<Legible> = ledger_store::aside::list(dir)?
+        .into_iter()
+        .rev()
+        .filter(|e| e.kind.is_none())
+        .filter_map(|e| std::fs::read(&e.path).ok())
+        .map(|b| Legible::read(&b))
+        .collect();
     let legible = std::iter::once(Legible::read(&bytes[after_last..]))
         .chain(
             (newest_intact.map_or(0, |i| i + 1)..spans.len())
                 .rev()
                 .map(|i| Legible::read(&bytes[spans[i].0..spans[i].1])),
         )
+        .chain(aside_tails)
         .collect();
     Ok(RefsFound {
         snapshot: newest_intact
@@ -299,8 +228,25 @@ fn scan_packs(dir: &Path) -> Result<Vec<Scanned>, LedgerError> {
                 magic_ok,
                 good,
                 bad,
+                aside: false,
             });
         }
+    }
+    // What writers set aside, after every pack (its records continue their history).
+    for e in ledger_store::aside::list(dir)? {
+        let Some(kind) = e.kind else { continue };
+        let bytes = std::fs::read(&e.path).map_err(|x| io(&e.path, x))?;
+        let (good, bad) = scan(kind, &bytes);
+        scanned.push(Scanned {
+            kind,
+            id: 0,
+            path: e.path,
+            magic_ok: bytes.get(..8) == Some(&kind.magic()[..]),
+            bytes,
+            good,
+            bad,
+            aside: true,
+        });
     }
     Ok(scanned)
 }
@@ -500,17 +446,26 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
     let mut moving_events = false;
     let mut claimed_parent: BTreeMap<Hash, Hash> = BTreeMap::new();
     let mut damaged_spans: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    // The scanned file of each pack outcome.
+    let mut outcome_of: Vec<usize> = Vec::new();
     for (si, s) in scanned.iter().enumerate() {
-        let before = listed(s.kind, s.id);
+        let before = listed(s.kind, s.id).filter(|_| !s.aside);
         // What was committed: the snapshot's length; when REFS was damaged, the whole
         // file (what the lost records committed after the snapshot is in it, and a
-        // damaged record's lengths are not trusted).
-        let limit = if newest_damaged {
+        // damaged record's lengths are not trusted). Intact records past it (a crash
+        // before the commit, or a damaged last record that reads like one), in a pack
+        // no commit reached, or set aside by a writer, are not history but are
+        // re-attached below: nothing intact is left behind.
+        let limit = if s.aside {
+            0
+        } else if newest_damaged {
             (s.bytes.len() as u64).max(before.unwrap_or(0))
         } else {
             match before {
                 Some(n) => n,
-                None => continue, // an uncommitted pack: the next writer removes it
+                // A pack a commit dropped (gc's old packs): its records are garbage.
+                None if dropped_by_commit(snapshot, reflog, s.kind, s.id) => continue,
+                None => 0,
             }
         };
         let kind_key = s.kind as u8;
@@ -534,7 +489,11 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
                 match s.kind {
                     PackKind::Events => {
                         lost_events.insert(h);
-                        if let Some(p) = b.claimed_parent {
+                        // The damaged record's own parent field, when its header reads.
+                        let parent = parse_frame(&s.bytes, b.offset as usize)
+                            .ok()
+                            .and_then(|f| codec::event_parent(f.event).ok().flatten());
+                        if let Some(p) = parent {
                             claimed_parent.insert(h, p);
                         }
                     }
@@ -545,7 +504,7 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
         }
         let first_damage = damage.iter().map(|d| d.0).min();
         let move_all = s.kind == PackKind::Events && moving_events;
-        let keep_end = if move_all || !s.magic_ok {
+        let keep_end = if move_all || !s.magic_ok || before.is_none() && !newest_damaged {
             None
         } else {
             let cut = first_damage.unwrap_or(u64::MAX);
@@ -558,7 +517,7 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
             )
         };
         let mut moved_here = 0;
-        for g in s.good.iter().filter(|g| in_limit(g)) {
+        for g in &s.good {
             let stays = keep_end.is_some_and(|e| g.offset + g.len <= e);
             if s.kind == PackKind::Events {
                 order.push((g.hash, si, g.offset));
@@ -589,6 +548,7 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
             }
         }
         if changed {
+            outcome_of.push(si);
             report.packs.push(PackOutcome {
                 file: s.path.display().to_string(),
                 committed_before: before,
@@ -609,7 +569,7 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
                 PackKind::Events => new_packs.iter(),
                 PackKind::Blobs => new_blob_packs.iter(),
             }
-            .find(|&&(i, _)| i == s.id)
+            .find(|&&(i, _)| i == s.id && !s.aside)
             .map(|&(_, e)| e);
             s.good
                 .iter()
@@ -706,6 +666,23 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
         }
     }
     to_write.retain(|(_, f)| !f.is_empty());
+    // Each file's outcome counts the frames that really move (not those another copy
+    // already holds); a file nothing happens to is left out.
+    let mut moving: BTreeMap<usize, usize> = BTreeMap::new();
+    for (_, frames) in &to_write {
+        for (si, _) in frames {
+            *moving.entry(*si).or_default() += 1;
+        }
+    }
+    let mut keep_outcome = Vec::new();
+    for (o, &si) in report.packs.iter_mut().zip(&outcome_of) {
+        o.moved_frames = moving.get(&si).copied().unwrap_or(0);
+        keep_outcome.push(
+            o.committed_before != o.committed_after || !o.damaged.is_empty() || o.moved_frames > 0,
+        );
+    }
+    let mut keep_outcome = keep_outcome.into_iter();
+    report.packs.retain(|_| keep_outcome.next().unwrap_or(true));
     let mut children: BTreeMap<Hash, Vec<Hash>> = BTreeMap::new();
     for h in &new_event_order {
         if let Some(p) = nodes[h].parent {

@@ -35,7 +35,8 @@ pub struct Report {
     pub seconds: f64,
     pub problems: Vec<Problem>,
     /// Damage that leaves history whole: a superseded `REFS` record that fails its check,
-    /// blobs `ledger recover` recorded as lost (in `LOST`). Exit 0 unless `--strict`.
+    /// blobs `ledger recover` recorded as lost (in `LOST`), intact records no committed
+    /// pack holds (past a committed length, or set aside). Exit 0 unless `--strict`.
     pub warnings: Vec<Problem>,
 }
 
@@ -65,8 +66,9 @@ struct FrameCheck {
 
 impl Ledger {
     /// Check the whole ledger. Never fails for damage (damage is in the report); only
-    /// an I/O error reading sled ends it early.
-    pub fn verify(&self) -> Report {
+    /// an I/O error reading sled ends it early. `blob_refs` names the blobs a blob's
+    /// bytes reference (as for gc; `|_| Vec::new()` checks only what events name).
+    pub fn verify(&self, blob_refs: &(dyn Fn(&[u8]) -> Vec<Hash> + Sync)) -> Report {
         let t = Instant::now();
         let mut problems: Vec<Problem> = self
             .open_problems()
@@ -267,52 +269,100 @@ impl Ledger {
             }
             warnings.reverse();
         }
+        // Intact records that are not history: past a pack's committed length, in a pack
+        // no commit reached, or set aside by a writer. A crash before a commit leaves
+        // them; so does a damaged last REFS record that reads like that crash, when they
+        // are committed history. Nothing is lost while they are there.
+        match self.unattached() {
+            Ok(found) => {
+                for (path, n) in found {
+                    warnings.push(Problem {
+                        what: path.display().to_string(),
+                        problem: format!(
+                            "{n} intact record(s) that no committed pack holds (past the committed length: a crash before a commit, or a damaged last REFS record that reads as one); `ledger recover` re-attaches them as recovered/* branches"
+                        ),
+                    });
+                }
+            }
+            Err(e) => problems.push(Problem {
+                what: self.dir().display().to_string(),
+                problem: e.to_string(),
+            }),
+        }
         let lost = super::recover::read_lost(self.dir());
 
-        // Blobs: every referenced one present and whole, every stored one whole.
+        // Blobs: every referenced one present and whole, every stored one whole. A
+        // blob's bytes may name blobs too (a checkpoint its tokenizer and frozen base,
+        // through `blob_refs`, as gc follows them): those are checked in rounds, so
+        // verify and gc count the same blobs.
         referenced.sort();
         referenced.dedup_by(|a, b| a.0 == b.0);
         let store = self.blob_store();
-        let blob_checks: Vec<(Option<Problem>, u64)> = referenced
-            .par_iter()
-            .map(|(b, ev)| match store.get_raw(b) {
-                Err(e) => (Some(Problem { what: format!("blob {}", b.short()), problem: e.to_string() }), 0),
-                Ok(None) => (
-                    Some(Problem {
-                        what: format!("blob {} ({})", b.short(), store.describe(b)),
-                        problem: format!("missing (referenced by event {})", ev.short()),
-                    }),
-                    0,
-                ),
-                Ok(Some(bytes)) => {
-                    let got = Hash::of_blob(&bytes);
-                    let p = (got != *b).then(|| Problem {
-                        what: format!("blob {} ({})", b.short(), store.describe(b)),
-                        problem: format!(
-                            "content ({} bytes) hashes to {} (altered or truncated; referenced by event {})",
-                            bytes.len(),
-                            got.short(),
-                            ev.short()
-                        ),
-                    });
-                    (p, bytes.len() as u64)
-                }
-            })
+        let mut seen: std::collections::BTreeSet<Hash> = referenced.iter().map(|r| r.0).collect();
+        let mut round: Vec<(Hash, String)> = referenced
+            .iter()
+            .map(|(b, ev)| (*b, format!("event {}", ev.short())))
             .collect();
         let mut blob_bytes = 0;
-        for ((p, n), (b, _)) in blob_checks.into_iter().zip(&referenced) {
-            blob_bytes += n;
-            match p {
-                // A loss `recover` recorded: known, named, and not a failure.
-                Some(p) if n == 0 && lost.contains_key(b) => warnings.push(Problem {
-                    what: p.what,
-                    problem: format!(
-                        "lost to damage (recorded in {} by `ledger recover`; fetching it from a copy of the ledger restores it)",
-                        super::recover::LOST_FILE
+        let mut blobs = 0u64;
+        while !round.is_empty() {
+            let checks: Vec<(Option<Problem>, u64, Vec<Hash>)> = round
+                .par_iter()
+                .map(|(b, by)| match store.get_raw(b) {
+                    Err(e) => (
+                        Some(Problem {
+                            what: format!("blob {}", b.short()),
+                            problem: e.to_string(),
+                        }),
+                        0,
+                        Vec::new(),
                     ),
-                }),
-                p => problems.extend(p),
+                    Ok(None) => (
+                        Some(Problem {
+                            what: format!("blob {} ({})", b.short(), store.describe(b)),
+                            problem: format!("missing (referenced by {by})"),
+                        }),
+                        0,
+                        Vec::new(),
+                    ),
+                    Ok(Some(bytes)) => {
+                        let got = Hash::of_blob(&bytes);
+                        let p = (got != *b).then(|| Problem {
+                            what: format!("blob {} ({})", b.short(), store.describe(b)),
+                            problem: format!(
+                                "content ({} bytes) hashes to {} (altered or truncated; referenced by {by})",
+                                bytes.len(),
+                                got.short()
+                            ),
+                        });
+                        let named = if p.is_none() { blob_refs(&bytes) } else { Vec::new() };
+                        (p, bytes.len() as u64, named)
+                    }
+                })
+                .collect();
+            let mut next = Vec::new();
+            for ((p, n, named), (b, _)) in checks.into_iter().zip(&round) {
+                blob_bytes += n;
+                blobs += 1;
+                for h in named {
+                    if seen.insert(h) {
+                        next.push((h, format!("blob {}", b.short())));
+                    }
+                }
+                match p {
+                    // A loss `recover` recorded: known, named, and not a failure.
+                    Some(p) if n == 0 && lost.contains_key(b) => warnings.push(Problem {
+                        what: p.what,
+                        problem: format!(
+                            "lost to damage (recorded in {} by `ledger recover`; fetching it from a copy of the ledger restores it)",
+                            super::recover::LOST_FILE
+                        ),
+                    }),
+                    p => problems.extend(p),
+                }
             }
+            next.sort();
+            round = next;
         }
         // Every small blob, referenced or not: record checksum and content hash.
         for p in store.small_packs() {
@@ -340,7 +390,7 @@ impl Ledger {
         Report {
             events,
             event_bytes,
-            blobs: referenced.len() as u64,
+            blobs,
             blob_bytes,
             branches,
             seconds: t.elapsed().as_secs_f64(),

@@ -125,6 +125,11 @@ impl Blobs {
         &self.packs
     }
 
+    /// The small-blob packs, for the writer's open (cutting uncommitted tails).
+    pub(crate) fn small_packs_mut(&mut self) -> &mut [Pack] {
+        &mut self.packs
+    }
+
     /// Whether `h` is a small blob (stored in a pack).
     pub fn is_small(&self, h: &Hash) -> bool {
         self.small.contains_key(h)

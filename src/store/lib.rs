@@ -10,12 +10,15 @@
 //!   without a lock;
 //! - [`index`]: event id -> place and parent, with saved segments;
 //! - [`lock`]: the one writer;
+//! - [`aside`]: `set-aside/`, where a writer keeps intact records it finds past the
+//!   committed lengths before cutting them;
 //! - [`store`]: [`Store`], an open ledger directory: opening what `REFS` lists, blobs,
 //!   branch refs, durable commits of framed records, lookups by id.
 //!
 //! It depends on no tensor library and no MAPF type: the application crate
 //! (`mapf-ledger`) puts its event model, plans and projections on top, and this crate's
 //! tests run without libtorch (`cargo test -p ledger-store`).
+pub mod aside;
 pub mod blob;
 pub mod codec;
 pub mod hash;

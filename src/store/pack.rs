@@ -16,7 +16,10 @@
 //!
 //! Only the prefix up to the pack's committed length (recorded in the `REFS` file
 //! together with the branch heads, see refs.rs) is history; anything after it is a torn
-//! or uncommitted tail, cut off when a writer opens the ledger and ignored by readers.
+//! or uncommitted tail, ignored by readers. A writer opening the ledger cuts it, after
+//! copying any intact record in it that is stored nowhere else to `set-aside/`
+//! (aside.rs): a crash before the commit and a damaged `REFS` record look alike, so
+//! nothing intact is ever cut away.
 //!
 //! Small blobs live in packs of their own kind ([`PackKind::Blobs`], magic
 //! [`BLOB_PACK_MAGIC`]) with the same frames: the id is the blob's hash, the "event"
@@ -119,6 +122,79 @@ pub fn parse_frame(data: &[u8], offset: usize) -> Result<Frame<'_>, FrameError> 
     })
 }
 
+/// Whether a parsed frame is whole: its checksum, and the id its bytes hash to.
+pub fn frame_whole(kind: PackKind, f: &Frame<'_>) -> bool {
+    f.checksum_ok()
+        && match kind {
+            PackKind::Events => Hash::of_event(f.event) == f.hash,
+            PackKind::Blobs => Hash::of_blob(f.event) == f.hash,
+        }
+}
+
+/// An intact frame found by [`scan`].
+#[derive(Clone, Debug)]
+pub struct Good {
+    pub offset: u64,
+    pub len: u64,
+    pub hash: Hash,
+}
+
+/// A span `[offset, end)` of bytes [`scan`] could not read as whole frames, with what
+/// its header claims when it parses (the record's id, and the frame itself for the
+/// caller to read more of it).
+#[derive(Clone, Debug)]
+pub struct Bad {
+    pub offset: u64,
+    pub end: u64,
+    pub claimed: Option<Hash>,
+}
+
+/// Scan every frame of a pack's bytes (magic included), finding its footing again after
+/// damage: where a bad frame's header says the next one starts when a whole frame is
+/// there, else at the first offset where a whole frame parses.
+pub fn scan(kind: PackKind, bytes: &[u8]) -> (Vec<Good>, Vec<Bad>) {
+    let start = kind.magic().len();
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    let mut off = start;
+    while off < bytes.len() {
+        match parse_frame(bytes, off) {
+            Ok(f) if frame_whole(kind, &f) => {
+                good.push(Good {
+                    offset: off as u64,
+                    len: f.len as u64,
+                    hash: f.hash,
+                });
+                off += f.len;
+            }
+            r => {
+                let next = r
+                    .as_ref()
+                    .ok()
+                    .map(|f| off + f.len)
+                    .filter(|&n| {
+                        n >= bytes.len()
+                            || parse_frame(bytes, n).is_ok_and(|f| frame_whole(kind, &f))
+                    })
+                    .or_else(|| {
+                        (off + 1..bytes.len()).find(|&o| {
+                            bytes[o] == FRAME_VERSION
+                                && parse_frame(bytes, o).is_ok_and(|f| frame_whole(kind, &f))
+                        })
+                    })
+                    .unwrap_or(bytes.len())
+                    .min(bytes.len());
+                bad.push(Bad {
+                    offset: off as u64,
+                    end: next as u64,
+                    claimed: r.ok().map(|f| f.hash),
+                });
+                off = next;
+            }
+        }
+    }
+    (good, bad)
+}
+
 /// What a pack holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PackKind {
@@ -129,14 +205,16 @@ pub enum PackKind {
 }
 
 impl PackKind {
-    fn magic(self) -> &'static [u8; 8] {
+    /// The first bytes of a pack of this kind.
+    pub fn magic(self) -> &'static [u8; 8] {
         match self {
             PackKind::Events => PACK_MAGIC,
             PackKind::Blobs => BLOB_PACK_MAGIC,
         }
     }
 
-    fn prefix(self) -> &'static str {
+    /// The start of a pack file's name of this kind (`pack-`, `blobs-`).
+    pub fn prefix(self) -> &'static str {
         match self {
             PackKind::Events => "pack-",
             PackKind::Blobs => "blobs-",
@@ -220,8 +298,10 @@ impl Pack {
         Ok(p)
     }
 
-    /// Open pack `id` whose committed length is `committed`. A writer cuts off any tail
-    /// beyond it (a torn or uncommitted batch); a reader ignores it.
+    /// Open pack `id` whose committed length is `committed`. Bytes past it (a torn or
+    /// uncommitted batch, or history a damaged `REFS` record no longer counts) are left
+    /// alone: the writer sets intact records among them aside before cutting them
+    /// ([`crate::aside`], [`Pack::cut_tail`]); a reader ignores them.
     pub fn open(
         packs_dir: &Path,
         kind: PackKind,
@@ -244,10 +324,6 @@ impl Pack {
                     crate::refs::RECOVER_HINT
                 ),
             });
-        }
-        if writable && len > committed {
-            file.set_len(committed).map_err(|e| io_err(&path, e))?;
-            file.sync_all().map_err(|e| io_err(&path, e))?;
         }
         let mut p = Pack {
             id,
@@ -335,6 +411,31 @@ impl Pack {
             .read_exact_at(&mut b, offset)
             .map_err(|e| io_err(&self.path, e))?;
         Ok(b)
+    }
+
+    /// The bytes past the committed length (what a torn or uncommitted batch left, or
+    /// history a damaged `REFS` record no longer counts).
+    pub fn tail(&self) -> Result<Vec<u8>, StoreError> {
+        let len = self
+            .file
+            .metadata()
+            .map_err(|e| io_err(&self.path, e))?
+            .len();
+        if len <= self.committed {
+            return Ok(Vec::new());
+        }
+        self.read_at(self.committed, (len - self.committed) as usize)
+    }
+
+    /// Cut the file back to its committed length, durably (writer only; the caller has
+    /// set aside whatever intact records the tail held).
+    pub fn cut_tail(&mut self) -> Result<(), StoreError> {
+        self.file
+            .set_len(self.committed)
+            .and_then(|_| self.file.sync_all())
+            .map_err(|e| io_err(&self.path, e))?;
+        self.written = self.committed;
+        Ok(())
     }
 
     /// Extend the committed prefix to `len` (after `REFS` recorded it).

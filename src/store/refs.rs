@@ -302,8 +302,12 @@ pub struct RefsLog {
 }
 
 impl RefsLog {
-    /// Open (or create, with `initial`) the log for writing; a torn tail is cut off.
-    pub fn open(dir: &Path, initial: Option<&Refs>) -> Result<(RefsLog, Refs), StoreError> {
+    /// Open (or create, with `initial`) the log for writing; a torn tail is zeroed, after
+    /// it is set aside (`set-aside/`; returned): a damaged last record can read as one.
+    pub fn open(
+        dir: &Path,
+        initial: Option<&Refs>,
+    ) -> Result<(RefsLog, Refs, Option<crate::aside::SetAside>), StoreError> {
         let p = path(dir);
         if !p.exists() {
             let r = initial.cloned().unwrap_or_default();
@@ -323,9 +327,20 @@ impl RefsLog {
             .write(true)
             .open(&p)
             .map_err(|e| io(&p, e))?;
-        // A torn record after the last complete one is zeroed (the file keeps its size).
+        // A torn record after the last complete one is zeroed (the file keeps its size),
+        // once its bytes are kept aside.
+        let mut kept = None;
         if let Some(last) = bytes[end..].iter().rposition(|&b| b != 0) {
             use std::os::unix::fs::FileExt;
+            let torn = &bytes[end..end + last + 1];
+            let to = crate::aside::keep(dir, &format!("REFS.at-{end}"), "tail", torn)?;
+            kept = Some(crate::aside::SetAside {
+                from: p.clone(),
+                offset: end as u64,
+                bytes: torn.len() as u64,
+                records: 0,
+                to,
+            });
             file.write_all_at(&vec![0u8; last + 1], end as u64)
                 .map_err(|e| io(&p, e))?;
             file.sync_data().map_err(|e| io(&p, e))?;
@@ -338,6 +353,7 @@ impl RefsLog {
                 capacity: bytes.len() as u64,
             },
             refs,
+            kept,
         ))
     }
 
@@ -349,7 +365,7 @@ impl RefsLog {
         let text = r.render();
         if self.len + text.len() as u64 > self.capacity {
             replace(&self.dir, r)?;
-            let (fresh, _) = RefsLog::open(&self.dir, None)?;
+            let (fresh, _, _) = RefsLog::open(&self.dir, None)?;
             *self = fresh;
             return Ok(());
         }

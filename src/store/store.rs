@@ -12,6 +12,7 @@
 //!                 blobs-NNNNNNNN.pack: small blobs, same frames
 //!                 INDEX, INDEX.delta: the saved index (index.rs)
 //! blobs/ab/cd..   large blobs, one file per hash
+//! set-aside/      intact records a writer found past the committed lengths (aside.rs)
 //! ```
 //!
 //! Commit protocol (a crash at any instant leaves complete history behind every ref):
@@ -19,12 +20,14 @@
 //!    fsync'ed before step 3;
 //! 2. the batch's frames are written after the pack's committed end and fsync'ed;
 //! 3. a `REFS` record (branch moved, pack lengths grown) is appended and fsync'ed. Until
-//!    then the new frames are an uncommitted tail that the next writer cuts off and
-//!    readers ignore.
+//!    then the new frames are an uncommitted tail that readers ignore and the next
+//!    writer cuts off, after setting its intact records aside (a damaged last `REFS`
+//!    record reads like a crash before step 3, so nothing intact is cut away).
 //!
 //! Readers read `REFS` once when they open: that snapshot (heads, and the committed pack
 //! prefixes that hold everything the heads reach) stays consistent however the writer
 //! goes on, so read commands never wait for a run.
+use crate::aside::{self, SetAside};
 use crate::blob::Blobs;
 use crate::codec;
 use crate::hash::Hash;
@@ -70,6 +73,33 @@ pub fn pack_files(packs_dir: &Path, kind: PackKind) -> Result<Vec<u32>, StoreErr
         .collect();
     ids.sort_unstable();
     Ok(ids)
+}
+
+/// Whether pack `id` of `kind`, which `current` does not list, was dropped by a commit:
+/// gc copies what is reachable into packs with higher ids and commits a record without
+/// the old ones, so a pack an earlier record (`log`) lists, or whose id precedes the first
+/// listed one, is one gc replaced (its records are garbage or copies). Any other unlisted
+/// pack is one no commit reached, or whose commit was lost.
+pub fn dropped_by_commit(current: &Refs, log: &[Refs], kind: PackKind, id: u32) -> bool {
+    let listed = |r: &Refs| match kind {
+        PackKind::Events => r.packs.clone(),
+        PackKind::Blobs => r.blob_packs.clone(),
+    };
+    listed(current)
+        .first()
+        .is_some_and(|&(first, _)| id < first)
+        || log.iter().any(|r| listed(r).iter().any(|&(i, _)| i == id))
+}
+
+/// Every intact record of ledger `dir`'s `REFS` log, newest first.
+pub fn refs_log(dir: &Path) -> Vec<Refs> {
+    let bytes = std::fs::read(refs::path(dir)).unwrap_or_default();
+    let mut out: Vec<Refs> = refs::records(&bytes)
+        .iter()
+        .filter_map(|&(s, e)| Refs::parse(dir, &bytes[s..e]).ok())
+        .collect();
+    out.reverse();
+    out
 }
 
 /// Whether a saved index's coverage fits the packs of this snapshot: the packs it covers
@@ -136,6 +166,8 @@ pub struct Store {
     /// cuts any uncommitted tail) before appending again.
     poisoned: bool,
     lock: Option<LedgerLock>,
+    /// What the writer set aside while opening.
+    set_aside: Vec<SetAside>,
 }
 
 impl Store {
@@ -160,15 +192,18 @@ impl Store {
 
     /// Open for writing: take the one writer's lock (a second writer gets
     /// [`StoreError::Locked`]), cut a torn last `REFS` record, open the snapshot and
-    /// remove what no commit reached (temporary blob files, unlisted packs).
+    /// clear what no commit reached (temporary blob files, pack tails past the committed
+    /// lengths, unlisted packs), setting aside first every intact record among them that
+    /// no committed pack holds ([`Store::set_aside`] says what was).
     pub fn open_writer(dir: &Path) -> Result<Store, StoreError> {
         let lock = LedgerLock::acquire(dir, true)?;
-        let (log, _) = RefsLog::open(dir, None)?;
+        let (log, _, refs_tail) = RefsLog::open(dir, None)?;
         let mut s = Store::open_snapshot(dir, true)?;
         s.lock = Some(lock);
         s.refs_log = Some(log);
+        s.set_aside.extend(refs_tail);
         s.blobs.clean_tmp();
-        s.remove_orphan_packs()?;
+        s.clear_uncommitted()?;
         Ok(s)
     }
 
@@ -246,28 +281,174 @@ impl Store {
             problems,
             poisoned: false,
             lock: None,
+            set_aside: Vec::new(),
         })
     }
 
-    /// Remove pack files `REFS` does not list (a pack created by a batch that never
-    /// committed, or the old packs of an interrupted gc). Writer only.
-    fn remove_orphan_packs(&self) -> Result<(), StoreError> {
+    /// Cut every pack's tail past its committed length and remove the pack files `REFS`
+    /// does not list (a pack a batch made that never committed, or the old packs of an
+    /// interrupted gc): what holds an intact record no committed pack holds is set aside
+    /// first (aside.rs), never deleted. Writer only.
+    fn clear_uncommitted(&mut self) -> Result<(), StoreError> {
         let packs_dir = self.dir.join("packs");
+        let stored = |s: &Store, kind: PackKind, h: &Hash| match kind {
+            PackKind::Events => s.index.get(h).is_some(),
+            PackKind::Blobs => s.blobs.is_small(h) || s.blobs.contains(h).unwrap_or(false),
+        };
+        // Tails past the committed lengths.
+        let listed: Vec<(PackKind, u32)> = self
+            .packs
+            .iter()
+            .chain(self.blobs.small_packs())
+            .map(|p| (p.kind, p.id))
+            .collect();
+        for (kind, id) in listed {
+            let p = self.any_pack(kind, id);
+            let tail = p.tail()?;
+            if tail.is_empty() {
+                continue;
+            }
+            let (from, offset) = (p.path.clone(), p.committed());
+            let mut bytes = kind.magic().to_vec();
+            bytes.extend_from_slice(&tail);
+            let records = aside::unstored(kind, &bytes, |h| stored(self, kind, h));
+            if records > 0 {
+                let label = format!("{}{id:08}.at-{offset}", kind.prefix());
+                let to = aside::keep(&self.dir, &label, "pack", &bytes)?;
+                self.set_aside.push(SetAside {
+                    from,
+                    offset,
+                    bytes: tail.len() as u64,
+                    records,
+                    to,
+                });
+            }
+            self.any_pack_mut(kind, id).cut_tail()?;
+        }
+        // Unlisted packs: gc's old ones are removed; others are set aside first.
+        let log = refs_log(&self.dir);
+        for (kind, listed) in [
+            (PackKind::Events, self.refs.packs.clone()),
+            (PackKind::Blobs, self.refs.blob_packs.clone()),
+        ] {
+            for id in pack_files(&packs_dir, kind)? {
+                if listed.iter().any(|&(l, _)| l == id) {
+                    continue;
+                }
+                let p = pack::kind_path(&packs_dir, kind, id);
+                if dropped_by_commit(&self.refs, &log, kind, id) {
+                    std::fs::remove_file(&p).map_err(|e| StoreError::Io {
+                        path: p.clone(),
+                        message: e.to_string(),
+                    })?;
+                    continue;
+                }
+                let io = |e: std::io::Error| StoreError::Io {
+                    path: p.clone(),
+                    message: e.to_string(),
+                };
+                let file = std::fs::File::open(&p).map_err(io)?;
+                // SAFETY: an unlisted pack has no writer (this one holds the lock) and
+                // no reader (readers open only what REFS lists); mapped read-only.
+                let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+                let records = aside::unstored(kind, &map, |h| stored(self, kind, h));
+                if records > 0 {
+                    let label = format!("{}{id:08}.whole", kind.prefix());
+                    let to = aside::move_pack(&self.dir, &p, &label, &map)?;
+                    self.set_aside.push(SetAside {
+                        from: p.clone(),
+                        offset: 0,
+                        bytes: map.len() as u64,
+                        records,
+                        to,
+                    });
+                } else {
+                    std::fs::remove_file(&p).map_err(io)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn any_pack(&self, kind: PackKind, id: u32) -> &Pack {
+        let list = match kind {
+            PackKind::Events => &self.packs[..],
+            PackKind::Blobs => self.blobs.small_packs(),
+        };
+        list.iter().find(|p| p.id == id).expect("a listed pack")
+    }
+
+    fn any_pack_mut(&mut self, kind: PackKind, id: u32) -> &mut Pack {
+        let list = match kind {
+            PackKind::Events => &mut self.packs[..],
+            PackKind::Blobs => self.blobs.small_packs_mut(),
+        };
+        list.iter_mut().find(|p| p.id == id).expect("a listed pack")
+    }
+
+    /// What this writer set aside while opening (aside.rs): intact records past the
+    /// committed lengths, or in unlisted packs, and a `REFS` record cut short.
+    pub fn set_aside(&self) -> &[SetAside] {
+        &self.set_aside
+    }
+
+    /// Intact records the packs hold that history does not: in tails past the committed
+    /// lengths, in unlisted pack files and in `set-aside/`, each file with the number of
+    /// its intact records no committed pack holds (verify warns of them; `recover`
+    /// re-attaches them). Empty while a writer holds the ledger, whose batch in progress
+    /// is such a tail.
+    pub fn unattached(&self) -> Result<Vec<(PathBuf, usize)>, StoreError> {
+        let mut out = Vec::new();
+        if crate::lock::writer_active(&self.dir) {
+            return Ok(out);
+        }
+        let stored = |kind: PackKind, h: &Hash| match kind {
+            PackKind::Events => self.index.get(h).is_some(),
+            PackKind::Blobs => self.blobs.is_small(h) || self.blobs.contains(h).unwrap_or(false),
+        };
+        for p in self.packs.iter().chain(self.blobs.small_packs()) {
+            let tail = p.tail()?;
+            if tail.is_empty() {
+                continue;
+            }
+            let mut bytes = p.kind.magic().to_vec();
+            bytes.extend_from_slice(&tail);
+            let n = aside::unstored(p.kind, &bytes, |h| stored(p.kind, h));
+            if n > 0 {
+                out.push((p.path.clone(), n));
+            }
+        }
+        let packs_dir = self.dir.join("packs");
+        let log = refs_log(&self.dir);
+        let mut files: Vec<(PackKind, PathBuf)> = Vec::new();
         for (kind, listed) in [
             (PackKind::Events, &self.refs.packs),
             (PackKind::Blobs, &self.refs.blob_packs),
         ] {
             for id in pack_files(&packs_dir, kind)? {
-                if !listed.iter().any(|&(l, _)| l == id) {
-                    let p = pack::kind_path(&packs_dir, kind, id);
-                    std::fs::remove_file(&p).map_err(|e| StoreError::Io {
-                        path: p.clone(),
-                        message: e.to_string(),
-                    })?;
+                if !listed.iter().any(|&(l, _)| l == id)
+                    && !dropped_by_commit(&self.refs, &log, kind, id)
+                {
+                    files.push((kind, pack::kind_path(&packs_dir, kind, id)));
                 }
             }
         }
-        Ok(())
+        for e in aside::list(&self.dir)? {
+            if let Some(kind) = e.kind {
+                files.push((kind, e.path));
+            }
+        }
+        for (kind, path) in files {
+            let bytes = std::fs::read(&path).map_err(|e| StoreError::Io {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            let n = aside::unstored(kind, &bytes, |h| stored(kind, h));
+            if n > 0 {
+                out.push((path, n));
+            }
+        }
+        Ok(out)
     }
 
     /// Read `REFS` again and reopen what it lists, keeping the lock (after gc replaced
@@ -276,6 +457,7 @@ impl Store {
         let mut fresh = Store::open_snapshot(&self.dir, true)?;
         fresh.lock = self.lock.take();
         fresh.refs_log = self.refs_log.take();
+        fresh.set_aside = std::mem::take(&mut self.set_aside);
         // The old handle's index describes the packs before the reload: not saved.
         let mut old = std::mem::replace(self, fresh);
         old.writable = false;
@@ -616,6 +798,7 @@ impl Drop for Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     /// A record the index can read its parent from (as the application's events are).
     fn record(parent: Option<Hash>, n: u32) -> Vec<u8> {
@@ -703,7 +886,6 @@ mod tests {
         let mut tail = Vec::new();
         let orphan = record(Some(root), 1);
         pack::encode_frame(&mut tail, &Hash::of_event(&orphan), &orphan, b"");
-        use std::io::Write;
         std::fs::OpenOptions::new()
             .append(true)
             .open(&pack)
@@ -713,7 +895,78 @@ mod tests {
         let r = Store::open_reader(&dir).unwrap();
         assert!(!r.contains(&Hash::of_event(&orphan)));
         assert_eq!(r.index().len(), 1);
-        drop(Store::open_writer(&dir).unwrap());
+        // A reader says what lies there, intact but not history.
+        assert_eq!(r.unattached().unwrap(), vec![(pack.clone(), 1)]);
+        // The next writer cuts the tail, but only after setting the intact record aside
+        // (a damaged last REFS record reads like this crash): nothing intact is lost.
+        let w = Store::open_writer(&dir).unwrap();
         assert_eq!(std::fs::metadata(&pack).unwrap().len(), committed);
+        let kept = w.set_aside().to_vec();
+        assert_eq!(kept.len(), 1);
+        assert_eq!((kept[0].offset, kept[0].records), (committed, 1));
+        let mut expect = pack::PACK_MAGIC.to_vec();
+        expect.extend_from_slice(&tail);
+        assert_eq!(std::fs::read(&kept[0].to).unwrap(), expect);
+        assert_eq!(
+            aside::list(&dir).unwrap(),
+            vec![aside::Entry {
+                path: kept[0].to.clone(),
+                kind: Some(PackKind::Events)
+            }]
+        );
+        // Still not history, and still named until something stores it again.
+        assert_eq!(w.unattached().unwrap(), vec![]); // the writer holds the lock
+        drop(w);
+        let r = Store::open_reader(&dir).unwrap();
+        assert_eq!(r.unattached().unwrap(), vec![(kept[0].to.clone(), 1)]);
+        // A tail that holds no whole record (a frame torn mid-write) is cut and not kept;
+        // one that holds only records already stored is not kept either.
+        let mut torn = Vec::new();
+        pack::encode_frame(&mut torn, &Hash::of_event(&orphan), &orphan, b"");
+        torn.truncate(torn.len() - 3);
+        let mut dup = Vec::new();
+        pack::encode_frame(&mut dup, &root, &ev, b"");
+        for extra in [torn, dup] {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&pack)
+                .unwrap()
+                .write_all(&extra)
+                .unwrap();
+            let w = Store::open_writer(&dir).unwrap();
+            assert!(w.set_aside().is_empty());
+            assert_eq!(std::fs::metadata(&pack).unwrap().len(), committed);
+        }
+        assert_eq!(aside::list(&dir).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn an_unlisted_pack_with_records_stored_nowhere_else_is_set_aside_not_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("l");
+        Store::init(&dir).unwrap();
+        let mut w = Store::open_writer(&dir).unwrap();
+        let ev = record(None, 0);
+        let root = Hash::of_event(&ev);
+        let mut batch = w.begin_batch().unwrap();
+        batch.push_new(&root, &ev, b"").unwrap();
+        w.commit_batch(MAIN, None, batch).unwrap();
+        drop(w);
+        let packs = dir.join("packs");
+        // Pack 2 holds a new record (a batch that rolled to a new pack, whose REFS
+        // record was lost); pack 3 only a copy of a stored one (an interrupted gc).
+        let child = record(Some(root), 1);
+        for (id, (h, bytes)) in [(2, (Hash::of_event(&child), &child)), (3, (root, &ev))] {
+            let mut b = pack::PACK_MAGIC.to_vec();
+            pack::encode_frame(&mut b, &h, bytes, b"");
+            std::fs::write(pack::pack_path(&packs, id), b).unwrap();
+        }
+        let whole2 = std::fs::read(pack::pack_path(&packs, 2)).unwrap();
+        let w = Store::open_writer(&dir).unwrap();
+        assert!(!pack::pack_path(&packs, 2).exists() && !pack::pack_path(&packs, 3).exists());
+        let kept = w.set_aside();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].records, 1);
+        assert_eq!(std::fs::read(&kept[0].to).unwrap(), whole2);
     }
 }
