@@ -25,7 +25,7 @@ use std::time::Instant;
 pub enum ForkError {
     #[error(transparent)]
     Ledger(#[from] LedgerError),
-    #[error("branch {branch} has no completed stage {before} to fork stage{at} from; stages that can be forked: {valid}")]
+    #[error("branch {branch} has no completed stage {before} to fork stage{at} from (a fork keeps the stages before it; stage 0 has none); stages that can be forked: {valid}")]
     NoSuchStage {
         branch: String,
         at: u32,
@@ -68,7 +68,12 @@ pub fn fork(
         .filter(|s| s.completed.is_some())
         .map(|s| s.stage)
         .collect();
-    let Some(point) = state.stage(at - 1).and_then(|s| s.completed) else {
+    // Stage 0 is the base model's evaluation: a fork before it would keep nothing.
+    let Some(point) = at
+        .checked_sub(1)
+        .and_then(|before| state.stage(before))
+        .and_then(|s| s.completed)
+    else {
         let valid: Vec<String> = completed
             .iter()
             .map(|n| format!("stage{}", n + 1))
@@ -76,7 +81,7 @@ pub fn fork(
         return Err(ForkError::NoSuchStage {
             branch: from.into(),
             at,
-            before: at - 1,
+            before: at.saturating_sub(1),
             valid: if valid.is_empty() {
                 "none (run the warm-up first)".into()
             } else {

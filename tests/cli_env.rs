@@ -136,3 +136,44 @@ fn suite_and_movingai_import() {
     let inst = write(d.path(), "i.json", &stdout(&o));
     assert!(cli(&["env", "solve", &inst]).status.success());
 }
+
+#[test]
+fn solve_check_and_prompt_read_what_generate_json_wrote() {
+    let d = tempfile::tempdir().unwrap();
+    let o = cli(&["env", "generate", "--count", "3", "--size", "4", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let items = write(d.path(), "gen.json", &stdout(&o));
+    // Three instances: which one is asked for.
+    let o = cli(&["env", "solve", &items]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("gen.json") && stderr(&o).contains("--index"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cli(&["env", "solve", &items, "--index", "3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let generated: serde_json::Value = serde_json::from_str(&stdout(&cli(&[
+        "env", "generate", "--count", "3", "--size", "4", "--json",
+    ])))
+    .unwrap();
+    let o = cli(&["env", "solve", &items, "--index", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    validates("env-solve", &v);
+    // The optimum CBS finds again is the one generate recorded for that instance.
+    assert_eq!(v["makespan"], generated[1]["reference"]["makespan"]);
+    assert_eq!(v["sum_of_costs"], generated[1]["reference"]["sum_of_costs"]);
+    let plan = write(
+        d.path(),
+        "p.json",
+        &serde_json::json!({ "moves": v["plan"]["moves"] }).to_string(),
+    );
+    let o = cli(&["env", "check", &plan, &items, "--index", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = cli(&["env", "prompt", &items, "--index", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // One generated item alone (an object with its instance inside) reads too.
+    let one = write(d.path(), "one.json", &generated[0].to_string());
+    assert!(cli(&["env", "solve", &one]).status.success());
+}

@@ -153,3 +153,42 @@ fn readers_work_while_a_writer_holds_the_ledger_and_a_second_writer_is_refused()
     drop(w);
     ok(&ledger(&d, &["rebuild"]));
 }
+
+#[test]
+fn compare_takes_any_reference_and_checks_its_plot_path_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = common::tiny_ledger(tmp.path());
+    let head = common::heads(&d)
+        .into_iter()
+        .find(|(n, _)| n == "main")
+        .unwrap()
+        .1;
+    // BRANCH@stageN is the branch through that stage; a hash prefix is the history to it.
+    let o = ok(&ledger(
+        &d,
+        &["compare", "main@stage1", "main", &head[..10], "--json"],
+    ));
+    let v: serde_json::Value = serde_json::from_str(&o).unwrap();
+    let stages: Vec<u64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["final_stage"].as_u64().unwrap())
+        .collect();
+    assert_eq!(stages, vec![1, 2, 2], "{o}");
+    assert_eq!(v[0]["branch"], "main@stage1");
+    // A plot into a directory that does not exist: exit 2 naming it, no tables first.
+    let plot = tmp.path().join("no-such-dir/curves.svg");
+    let o = ledger(&d, &["compare", "main", "--plot", plot.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no-such-dir"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

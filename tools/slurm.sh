@@ -187,7 +187,18 @@ start_munge() {
         say "munged already running and working"
         return 0
     fi
-    id munge >/dev/null 2>&1 || die "user munge does not exist (is the munge package installed?)"
+    if ! id munge >/dev/null 2>&1; then
+        # The package is there but its maintainer script did not create its user (an
+        # image that copied the files, or a postinst that failed): create it as the
+        # postinst would, a system user and group without a login.
+        command -v munged >/dev/null || die "munged is missing (is the munge package installed?)"
+        say "creating the system user munge (the munge package's postinst did not)"
+        local group=(--user-group)
+        getent group munge >/dev/null && group=(-g munge)
+        "${SUDO[@]}" useradd --system "${group[@]}" --no-create-home \
+            --home-dir /nonexistent --shell /usr/sbin/nologin munge \
+            || die "could not create the system user munge"
+    fi
     local key=/etc/munge/munge.key
     "${SUDO[@]}" install -d -o munge -g munge -m 0700 /etc/munge
     if [[ ! -s $key ]]; then
@@ -199,6 +210,9 @@ start_munge() {
     # Socket, pid, log and seed directories munged expects (normally made by its unit).
     "${SUDO[@]}" install -d -o munge -g munge -m 0755 /run/munge
     "${SUDO[@]}" install -d -o munge -g munge -m 0700 /var/lib/munge /var/log/munge
+    # Files left by an earlier munge user (another uid: an image whose passwd lost the
+    # entry) make munged refuse to start ("insecure logfile"): they are munge's.
+    "${SUDO[@]}" chown -R munge:munge /var/lib/munge /var/log/munge
     local pidfile=/run/munge/munged.pid
     # A munged that is alive but not answering (or a stale socket) cannot be reused.
     if pid_of "$pidfile" munged >/dev/null; then

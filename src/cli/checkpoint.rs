@@ -50,6 +50,9 @@ pub fn load_ref(dir: &Path, r: &str) -> Result<TrainState, CliError> {
 }
 
 pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> CliResult {
+    if let Some(o) = out {
+        super::check_output_file("--out", o)?;
+    }
     let state = load_ref(dir, r)?;
     if let Some(hf) = hf {
         let lm = state.policy.as_lm().ok_or_else(|| {

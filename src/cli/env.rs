@@ -14,6 +14,11 @@ use crate::views::testbed::{CheckReport, SolveReport, SuiteReport};
 use clap::{Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 
+/// Most instances one `env generate` draws (each is solved optimally).
+const MAX_COUNT: usize = 1_000_000;
+/// Most instances per suite cell (`env suite`, as `eval --per-cell`).
+pub const MAX_PER_CELL: usize = 100_000;
+
 #[derive(Subcommand, Debug)]
 pub enum EnvCommand {
     /// Generate solved instances from a generator config (or one size given by flags).
@@ -40,7 +45,11 @@ pub enum EnvCommand {
     },
     /// Solve an instance (JSON file) optimally with CBS.
     Solve {
+        /// An instance, or what `env generate --json` wrote (pick one with --index).
         file: PathBuf,
+        /// Which instance of a file that holds several (from 0).
+        #[arg(long)]
+        index: Option<usize>,
         /// Most high-level CBS nodes per search.
         #[arg(long, default_value_t = 200_000)]
         max_nodes: u64,
@@ -53,7 +62,11 @@ pub enum EnvCommand {
     /// Validate a plan (JSON `{"moves": [...]}` or text `agent 1: R D ...`) against an instance.
     Check {
         plan: PathBuf,
+        /// An instance, or what `env generate --json` wrote (pick one with --index).
         instance: PathBuf,
+        /// Which instance of a file that holds several (from 0).
+        #[arg(long)]
+        index: Option<usize>,
         /// Cost that "optimal" refers to.
         #[arg(long, value_enum, default_value_t = Metric::Makespan)]
         metric: Metric,
@@ -92,7 +105,11 @@ pub enum EnvCommand {
     },
     /// Render an instance as the prompt text an LLM reads.
     Prompt {
+        /// An instance, or what `env generate --json` wrote (pick one with --index).
         instance: PathBuf,
+        /// Which instance of a file that holds several (from 0).
+        #[arg(long)]
+        index: Option<usize>,
         /// `paper` (the natural-language prompt), `compact` or `cells` (the shipped
         /// base planner's format).
         #[arg(long, default_value = "paper")]
@@ -157,6 +174,11 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                     "generator config out of range: {e}"
                 )));
             }
+            if !(1..=MAX_COUNT).contains(&count) {
+                return Err(CliError::input(format!(
+                    "--count {count}: must be in 1..={MAX_COUNT}"
+                )));
+            }
             let items = generator::generate(&cfg, count, Seed::root(seed), Budget::default())
                 .map_err(|e| CliError::input(e.to_string()))?;
             if json {
@@ -180,11 +202,12 @@ pub fn run(cmd: EnvCommand) -> CliResult {
         }
         EnvCommand::Solve {
             file,
+            index,
             max_nodes,
             timeout_ms,
             json,
         } => {
-            let inst: Instance = read_json(&file)?;
+            let inst = read_instance(&file, index)?;
             let budget = Budget {
                 max_nodes,
                 max_millis: timeout_ms,
@@ -226,10 +249,11 @@ pub fn run(cmd: EnvCommand) -> CliResult {
         EnvCommand::Check {
             plan,
             instance,
+            index,
             metric,
             json,
         } => {
-            let inst: Instance = read_json(&instance)?;
+            let inst = read_instance(&instance, index)?;
             let plan_text = read_text(&plan)?;
             let parsed = parse_plan_file(&plan, &plan_text, &inst)?;
             let outcome = match &parsed {
@@ -300,6 +324,14 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             if !(5..=crate::env::instance::MAX_SIZE).contains(&max_size) {
                 return Err(CliError::input(format!(
                     "--max-size {max_size}: expected 5..=32"
+                )));
+            }
+            if let Some(o) = &out {
+                super::check_output_file("--out", o)?;
+            }
+            if !(1..=MAX_PER_CELL).contains(&per_cell) {
+                return Err(CliError::input(format!(
+                    "--per-cell {per_cell}: must be in 1..={MAX_PER_CELL}"
                 )));
             }
             let spec = suite::SuiteSpec {
@@ -386,8 +418,12 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             }
             Ok(())
         }
-        EnvCommand::Prompt { instance, format } => {
-            let inst: Instance = read_json(&instance)?;
+        EnvCommand::Prompt {
+            instance,
+            index,
+            format,
+        } => {
+            let inst = read_instance(&instance, index)?;
             let style: crate::train::lm::PromptStyle = serde_json::from_value(
                 serde_json::Value::String(format.clone()),
             )
@@ -436,6 +472,48 @@ fn parse_plan_file(
 
 fn read_text(path: &Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
+}
+
+/// An instance from a JSON file that holds one (`Instance`), one generated item
+/// (`{"instance": ..., "reference": ..., ...}`), or a list of either (what `env generate
+/// --json` writes; `index` picks one, and is needed when the list has several).
+fn read_instance(path: &Path, index: Option<usize>) -> Result<Instance, CliError> {
+    let value: serde_json::Value = read_json(path)?;
+    let bad = |m: String| CliError::input(format!("{}: {m}", path.display()));
+    let item = match value {
+        serde_json::Value::Array(items) => {
+            let n = items.len();
+            let i = match (index, n) {
+                (Some(i), _) if i < n => i,
+                (Some(i), _) => {
+                    return Err(bad(format!(
+                        "--index {i} but the file holds {n} instance(s)"
+                    )))
+                }
+                (None, 1) => 0,
+                (None, _) => {
+                    return Err(bad(format!(
+                        "the file holds {n} instances; pick one with --index N (0..{})",
+                        n.saturating_sub(1)
+                    )))
+                }
+            };
+            items.into_iter().nth(i).expect("in range")
+        }
+        v => {
+            if let Some(i) = index.filter(|&i| i > 0) {
+                return Err(bad(format!("--index {i} but the file holds one instance")));
+            }
+            v
+        }
+    };
+    let item = match item {
+        serde_json::Value::Object(mut m) if m.contains_key("instance") => {
+            m.remove("instance").expect("present")
+        }
+        v => v,
+    };
+    serde_json::from_value(item).map_err(|e| bad(format!("not an instance: {e}")))
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CliError> {

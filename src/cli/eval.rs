@@ -86,7 +86,7 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
         s => vec![SuiteName::parse(s)
             .ok_or_else(|| CliError::input(format!("--suite {s:?}: expected val, test or all")))?],
     };
-    if !(1..=100_000).contains(&args.per_cell) {
+    if !(1..=super::env::MAX_PER_CELL).contains(&args.per_cell) {
         return Err(CliError::input(format!(
             "--per-cell must be in 1..=100000, got {}",
             args.per_cell

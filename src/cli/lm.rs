@@ -101,6 +101,17 @@ pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
             prompt_file.display()
         )));
     }
+    // The model reads at most max_position_embeddings positions; past that RoPE
+    // extrapolates and the KV cache grows without bound (1e8 tokens once asked libtorch
+    // for 25 GB and aborted), so the length is bounded before any allocation.
+    let limit = (lm.model.cfg.max_position_embeddings.max(0) as usize).saturating_sub(prompt.len());
+    if max_new_tokens == 0 || max_new_tokens > limit {
+        return Err(CliError::input(format!(
+            "--max-new-tokens {max_new_tokens}: must be in 1..={limit} (the model's max_position_embeddings {} less the prompt's {} tokens)",
+            lm.model.cfg.max_position_embeddings,
+            prompt.len()
+        )));
+    }
     let sampling = Sampling {
         temperature: if temperature > 0.0 { temperature } else { 1.0 },
         top_p,

@@ -52,6 +52,45 @@ impl std::fmt::Display for CliError {
 
 pub type CliResult = Result<(), CliError>;
 
+/// Check, before any work, that an output file can be written where `flag` says: its
+/// directory exists and it is not a directory itself (exit 2 naming both otherwise), so
+/// a long command never computes everything and then fails on its last line.
+pub fn check_output_file(flag: &str, path: &std::path::Path) -> CliResult {
+    if path.is_dir() {
+        return Err(CliError::input(format!(
+            "{flag} {}: is a directory (give a file name)",
+            path.display()
+        )));
+    }
+    // Outputs are written to a temporary file renamed over the target: over a device
+    // or a pipe (`/dev/null` as root) that would replace the special file itself.
+    if let Ok(m) = std::fs::metadata(path) {
+        if !m.is_file() {
+            return Err(CliError::input(format!(
+                "{flag} {}: not a regular file (outputs are written whole and renamed into place)",
+                path.display()
+            )));
+        }
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    match std::fs::metadata(parent) {
+        Ok(m) if m.is_dir() && !m.permissions().readonly() => Ok(()),
+        Ok(m) if m.is_dir() => Err(CliError::input(format!(
+            "{flag} {}: directory {} is not writable",
+            path.display(),
+            parent.display()
+        ))),
+        _ => Err(CliError::input(format!(
+            "{flag} {}: directory {} does not exist",
+            path.display(),
+            parent.display()
+        ))),
+    }
+}
+
 /// The one mapping from library errors to the contract's exit codes: an error that
 /// means the ledger is damaged (a record, blob, ref file or projection cache failed its
 /// check, or a replay found recorded bytes altered) is a failed check, exit 1; anything
@@ -241,8 +280,10 @@ pub enum Command {
     /// default), or re-run a stage with another engineer (`--engineer E [--keep NAME]`).
     Replay(replay::ReplayArgs),
     /// Per-stage validation curves and final test tables of branches, side by side.
+    /// Each is a reference: BRANCH, BRANCH@stageN (the branch through stage N) or an
+    /// event's hash prefix; the first is the baseline the others are paired against.
     Compare {
-        #[arg(required = true)]
+        #[arg(required = true, value_name = "REFERENCE")]
         branches: Vec<String>,
         #[arg(long)]
         json: bool,
@@ -436,6 +477,7 @@ fn compare(
 ) -> CliResult {
     if let Some(p) = plot {
         crate::figures::format_of(p).map_err(CliError::input)?;
+        check_output_file("--plot", p)?;
     }
     let mut ledger = crate::ledger::Ledger::open_read_only(dir)?;
     let summaries = crate::views::compare::compare(&mut ledger, branches)?;

@@ -9,6 +9,9 @@ use crate::study::{StudyError, StudySpec};
 use crate::train::grpo::StepStats;
 use std::path::{Path, PathBuf};
 
+/// Most seed replicates one study runs (each is a whole run per engineer).
+const MAX_SEEDS: u32 = 1000;
+
 /// Progress as plain lines on standard error (one per stage, a few per stage's steps).
 struct Lines {
     quiet: bool,
@@ -208,8 +211,10 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
     if engineers.is_empty() {
         return Err(CliError::input("`--engineers`: name at least one engineer"));
     }
-    if seeds == 0 {
-        return Err(CliError::input("`--seeds 0`: at least one seed"));
+    if seeds == 0 || seeds > MAX_SEEDS {
+        return Err(CliError::input(format!(
+            "`--seeds {seeds}`: must be in 1..={MAX_SEEDS} (each seed is one run per engineer)"
+        )));
     }
     let mut seen = std::collections::BTreeSet::new();
     if let Some(d) = engineers.iter().find(|e| !seen.insert(e.as_str())) {

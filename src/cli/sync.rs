@@ -41,6 +41,7 @@ fn refs_of(l: &Ledger, specs: &[String]) -> Result<Vec<(String, Hash)>, LedgerEr
 }
 
 pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
+    super::check_output_file("--out", &args.out)?;
     let l = Ledger::open_read_only(dir).map_err(err)?;
     let refs = refs_of(&l, &args.branches).map_err(err)?;
     let b = Bundle::collect(

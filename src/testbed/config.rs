@@ -136,6 +136,16 @@ impl GeneratorConfig {
                 self.agents
             ));
         }
+        if let Some(n) = self
+            .sizes
+            .keys()
+            .find(|n| !(MIN_SIZE..=MAX_SIZE).contains(*n))
+        {
+            return Err(format!("sizes: {n} is outside {MIN_SIZE}..={MAX_SIZE}"));
+        }
+        if self.sizes.is_empty() {
+            return Err("sizes: none given".into());
+        }
         let (applied, clips) = project(self, &ConfigProposal::default());
         match applied {
             Err(e) => Err(e.to_string()),

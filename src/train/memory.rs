@@ -255,8 +255,8 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
-/// Parse `80GiB`, `40GB`, `24g`, `512MiB`, `1073741824` (binary units; `GB` = GiB,
-/// as GPU memory is quoted).
+/// Parse `80GiB`, `40GB`, `24g`, `512MiB`, `1073741824B` (binary units; `GB` = GiB,
+/// as GPU memory is quoted). A number needs its unit.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t
@@ -267,7 +267,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("{s:?}: expected a size such as 80GiB, 40GB or 512MiB"))?;
     let scale = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1u64,
+        // A bare number is almost always meant in GiB (`--gpu-memory 80`); reading it as
+        // bytes would make every plan "not fit". The unit is asked for instead.
+        "" => {
+            return Err(format!(
+                "{s:?}: give a unit, such as {num}GiB (or {num}MiB, or {num}B for bytes)"
+            ))
+        }
+        "b" => 1u64,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
@@ -348,6 +355,9 @@ mod tests {
     #[test]
     fn sizes_parse_in_binary_units_and_bad_ones_are_named() {
         assert_eq!(parse_size("80GiB").unwrap(), 80 << 30);
+        let e = parse_size("80").unwrap_err();
+        assert!(e.contains("80GiB"), "{e}");
+        assert_eq!(parse_size("4096B").unwrap(), 4096);
         assert_eq!(parse_size("40GB").unwrap(), 40 << 30);
         assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
         assert_eq!(parse_size("1.5g").unwrap(), 3 << 29);

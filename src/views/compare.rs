@@ -6,7 +6,7 @@
 //! Views over projections (and the outcomes events they name).
 use super::paired::{paired_rows, unpairable, PairedRow};
 use crate::env::table::ResultTable;
-use crate::ledger::{BranchState, EventBody, Hash, Ledger, LedgerError};
+use crate::ledger::{BranchState, EventBody, Hash, Ledger, LedgerError, Resolved};
 use crate::record::event::{Evaluation, EvaluationOutcomes};
 use crate::train::eval::table_of;
 use std::collections::BTreeSet;
@@ -336,7 +336,8 @@ pub fn pair(a: &BranchSummary, b: &BranchSummary) -> PairedComparison {
     }
 }
 
-/// Summaries of `branches`, each after the first paired against the first.
+/// Summaries of `branches` (references: `BRANCH`, `BRANCH@stageN` or a hash prefix),
+/// each after the first paired against the first.
 pub fn compare(
     ledger: &mut Ledger,
     branches: &[String],
@@ -344,7 +345,15 @@ pub fn compare(
     let mut out = branches
         .iter()
         .map(|b| {
-            let state = ledger.projection(b)?;
+            // Any reference of the one grammar: a branch, BRANCH@stageN (the branch
+            // through that stage), or an event's hash prefix.
+            let state = match ledger.resolve(b)? {
+                Resolved::Branch { name, .. } => ledger.projection(&name)?,
+                Resolved::Stage { branch, stage } => {
+                    ledger.state_at(&ledger.stage_end(&branch, stage)?)?
+                }
+                Resolved::Event(h) => ledger.state_at(&h)?,
+            };
             let mut summary = summarise(b, &state);
             summary.decisions = decisions(ledger, &state)?;
             load_outcomes(ledger, &state, &mut summary)?;

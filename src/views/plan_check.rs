@@ -493,6 +493,16 @@ pub fn check(
     })
 }
 
+/// A parameter count as people say it: 751.6 M, 4.02 B, 2.6 M.
+fn count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2} B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.1} M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.1} K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
+
 /// The memory plan as text.
 pub fn render(m: &MemoryPlan) -> String {
     use memory::human;
@@ -507,10 +517,10 @@ pub fn render(m: &MemoryPlan) -> String {
         m.plan, m.device, m.dtype
     );
     s += &format!(
-        "  model: {} ({:.2} B parameters, {:.1} M trainable; {} layers, hidden {}, vocabulary {})\n",
+        "  model: {} ({} parameters, {} trainable; {} layers, hidden {}, vocabulary {})\n",
         m.model.source,
-        m.model.parameters as f64 / 1e9,
-        m.model.trainable as f64 / 1e6,
+        count(m.model.parameters),
+        count(m.model.trainable),
         m.model.layers,
         m.model.hidden_size,
         m.model.vocab_size
