@@ -452,13 +452,15 @@ fn a_last_refs_record_damaged_like_a_torn_write_loses_nothing_to_the_next_writer
 
 /// Kill `args` at a random instant within `spread` ms of its start, then
 /// `recover` and `verify`: every event the durable heads reached is still reached.
-fn kill_then_recover(d: &Path, args: &[&str], rng: &mut ChaCha8Rng, spread: u64) {
+/// Returns whether the kill hit (the process was still running when it came).
+fn kill_then_recover(d: &Path, args: &[&str], rng: &mut ChaCha8Rng, spread: u64) -> bool {
     let mut child = ledger_cmd(d, args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(rng.random_range(0..spread)));
+    let hit = child.try_wait().unwrap().is_none();
     let _ = child.kill();
     child.wait().unwrap();
     // What was durable when it died: the heads of the last complete REFS record.
@@ -477,6 +479,33 @@ fn kill_then_recover(d: &Path, args: &[&str], rng: &mut ChaCha8Rng, spread: u64)
         durable.events.is_subset(&after.events),
         "{args:?}: recover lost durable events"
     );
+    hit
+}
+
+/// Kills of one command until `want` hit it while it ran (at most `tries`), halving the
+/// spread after a miss; panics when none hit. `before` prepares each attempt.
+fn kills_that_hit(
+    what: &str,
+    want: u32,
+    tries: u32,
+    mut spread: u64,
+    rng: &mut ChaCha8Rng,
+    mut attempt: impl FnMut(&mut ChaCha8Rng, u64) -> bool,
+) {
+    let (mut hits, mut n) = (0, 0);
+    while hits < want && n < tries {
+        if attempt(rng, spread) {
+            hits += 1;
+        } else {
+            spread = (spread / 2).max(20);
+        }
+        n += 1;
+    }
+    println!("kill -9 during {what}: {hits} of {n} kills hit a running process");
+    assert!(
+        hits > 0,
+        "{what}: no kill hit a running process in {n} tries"
+    );
 }
 
 #[test]
@@ -487,29 +516,33 @@ fn kill_9_during_run_gc_fetch_and_recover_loses_nothing_durable() {
     // run: the tiny grid plan, killed at random instants, resumed by the next round.
     let d = tmp.path().join("run");
     ok(&ledger(&d, &["init", "--plan", plan]));
-    for _ in 0..3 {
-        kill_then_recover(&d, &["run", "--quiet"], &mut rng, 3000);
-    }
+    kills_that_hit("run", 3, 6, 3000, &mut rng, |rng, spread| {
+        kill_then_recover(&d, &["run", "--quiet"], rng, spread)
+    });
     ok(&ledger(&d, &["run", "--quiet"]));
     // gc: a deleted fork's events go; kills at random instants of the rewrite.
-    for _ in 0..3 {
+    kills_that_hit("gc", 3, 8, 400, &mut rng, |rng, spread| {
         fork_and_run(&d, "stage2", "random", "scratch");
         ok(&ledger(&d, &["branch", "delete", "scratch"]));
-        kill_then_recover(&d, &["gc"], &mut rng, 400);
-    }
-    // fetch: into a fresh ledger from the run's ledger.
-    let into = tmp.path().join("into");
-    ok(&ledger(&into, &["init", "--plan", plan]));
-    for _ in 0..3 {
+        kill_then_recover(&d, &["gc"], rng, spread)
+    });
+    // fetch: into a fresh ledger from the run's ledger (a fresh one each try, so that
+    // every fetch has something to copy).
+    let mut k = 0;
+    kills_that_hit("fetch", 3, 8, 400, &mut rng, |rng, spread| {
+        k += 1;
+        let into = tmp.path().join(format!("into-{k}"));
+        ok(&ledger(&into, &["init", "--plan", plan]));
         kill_then_recover(
             &into,
             &["fetch", d.to_str().unwrap(), "--prefix", "w/"],
-            &mut rng,
-            400,
-        );
-    }
+            rng,
+            spread,
+        )
+    });
     // recover itself, on a ledger whose REFS lost its last record.
-    for _ in 0..3 {
+    let before_damage = reach(&d);
+    kills_that_hit("recover", 3, 8, 300, &mut rng, |rng, spread| {
         let x = tmp.path().join(format!("rec-{}", rng.random::<u32>()));
         copy_dir(&d, &x);
         let refs = x.join("REFS");
@@ -519,13 +552,13 @@ fn kill_9_during_run_gc_fetch_and_recover_loses_nothing_durable() {
         b2[end - 30] ^= 4;
         std::fs::write(&refs, &b2).unwrap();
         // `x` is a copy of `d`, which stays intact: what the heads reached before.
-        let before_damage = reach(&d);
         let mut child = ledger_cmd(&x, &["recover"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(rng.random_range(0..300)));
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..spread)));
+        let hit = child.try_wait().unwrap().is_none();
         let _ = child.kill();
         child.wait().unwrap();
         ok(&ledger(&x, &["recover"]));
@@ -541,7 +574,8 @@ fn kill_9_during_run_gc_fetch_and_recover_loses_nothing_durable() {
             before_damage.events.is_subset(&after.events),
             "a killed recover lost events"
         );
-    }
+        hit
+    });
 }
 
 /// A blob lost to damage is a named warning after `recover`, and fetching from a copy

@@ -212,3 +212,61 @@ fn run_on_cuda_checks_memory_first_and_names_what_is_missing() {
     // Nothing was recorded by the refused runs.
     assert_eq!(ok(&ledger(&l, &["log"])), before);
 }
+
+/// The README's memory-plan figures are the tool's, not typed: its quoted `plan check`
+/// output is what the command prints today, and every figure and setting its table
+/// quotes for 24, 40 and 80 GiB is in the tool's output for that memory.
+#[test]
+fn the_readme_quotes_what_plan_check_prints() {
+    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
+    let cmd = "$ ledger plan check ledgers/paper.toml --model-config ledgers/models/shapes/qwen3-4b.config.json --gpu-memory 24GiB\n";
+    let at = readme
+        .find(cmd)
+        .expect("the README quotes the 24 GiB plan check")
+        + cmd.len();
+    let quoted = &readme[at..at + readme[at..].find("```").unwrap()];
+    let t = tempfile::tempdir().unwrap();
+    let run = |mem: &str| {
+        let o = ledger_cmd(
+            t.path(),
+            &[
+                "plan",
+                "check",
+                "ledgers/paper.toml",
+                "--model-config",
+                "ledgers/models/shapes/qwen3-4b.config.json",
+                "--gpu-memory",
+                mem,
+            ],
+        )
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert_eq!(run("24GiB"), quoted, "README's quoted plan check is stale");
+    for mem in ["24", "40", "80"] {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| {mem} GiB |")))
+            .unwrap_or_else(|| panic!("README has no {mem} GiB row"));
+        let out = run(&format!("{mem}GiB"));
+        // Every "peak N GiB" and every `setting = value` of the row.
+        for w in row.split("peak ").skip(1) {
+            let fig: String = w
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            assert!(
+                out.contains(&format!("{fig} GiB")),
+                "{mem} GiB row quotes peak {fig} GiB; the tool says:\n{out}"
+            );
+        }
+        for setting in row.split('`').skip(1).step_by(2) {
+            assert!(
+                out.contains(setting),
+                "{mem} GiB row quotes `{setting}`; the tool says:\n{out}"
+            );
+        }
+    }
+}

@@ -173,3 +173,20 @@ pub fn tiny_lm_spec() -> mapf_ledger::train::lm::LmSpec {
         ..mapf_ledger::train::lm::LmSpec::default()
     }
 }
+
+/// Every event kind, in encoding order (the variant tag), as the JSON schema generated
+/// from `EventBody` lists them: a new kind appears here without editing any test, so
+/// tests that must cover every kind fail until they do.
+pub fn event_kinds() -> Vec<String> {
+    let (_, text) = mapf_ledger::schemas::all()
+        .into_iter()
+        .find(|(n, _)| *n == "ledger-event")
+        .expect("the ledger-event schema");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["$defs"]["EventBody"]["oneOf"]
+        .as_array()
+        .expect("EventBody is a oneOf")
+        .iter()
+        .map(|k| k["required"][0].as_str().unwrap().to_string())
+        .collect()
+}

@@ -233,6 +233,9 @@ fn rows(s: &Shape, first: usize, q: &[f32], kt: &[f32], v: &[f32], bias: &[f32],
 /// call. Both builds compute the same numbers (see the module doc).
 #[inline(always)]
 fn simd<R>(baseline: bool, f: impl FnOnce() -> R) -> R {
+    // Tests run every pass both ways on one thread (`avx2_and_baseline_agree`).
+    #[cfg(test)]
+    let baseline = baseline || tests::FORCE_BASELINE.with(|b| b.get());
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx2,fma")]
@@ -602,15 +605,84 @@ mod tests {
         assert!(f64::try_from(row0).unwrap() < 1e-5);
     }
 
+    thread_local! {
+        /// Set by a test to run every pass of this thread on the baseline build.
+        pub(super) static FORCE_BASELINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// `f` on the baseline build (every `simd` call of this thread).
+    fn on_baseline<R>(f: impl FnOnce() -> R) -> R {
+        FORCE_BASELINE.with(|b| b.set(true));
+        let r = f();
+        FORCE_BASELINE.with(|b| b.set(false));
+        r
+    }
+
+    /// Every pass of the decode step, AVX2 build against baseline build: the same bits
+    /// (what makes a run's hashes independent of the CPU's vector extensions).
     #[test]
     fn avx2_and_baseline_agree() {
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2 = false;
+        if !avx2 {
+            eprintln!(
+                "avx2_and_baseline_agree: this CPU has no AVX2+FMA, so both runs take the baseline build and the AVX2 path is NOT checked here"
+            );
+        }
+        let same = |what: &str, fast: &Tensor, base: &Tensor| {
+            assert!(
+                fast.equal(base),
+                "{what}: the AVX2 build rounds differently"
+            );
+        };
+        tch::manual_seed(7);
+        // Attention (rows over threads: the flag is its argument).
         let (b, h, kvh, d, cap, tk) = (4, 6, 2, 32, 70, 61);
         let [q, k, v, bias] = case(b, h, kvh, d, cap, tk, &[0, 5, 9, 2]);
         let kt = k.transpose(2, 3).contiguous();
         let bias = rows_of(&bias, tk);
         let fast = attention_with(&q, &kt, &v, &bias, tk, 0.2, false);
         let base = attention_with(&q, &kt, &v, &bias, tk, 0.2, true);
-        assert!(fast.equal(&base), "the AVX2 build rounds differently");
+        same("attention", &fast, &base);
+        // Residual add + RMSNorm, with and without the residual.
+        let x = Tensor::randn([5, 67], (Kind::Float, Device::Cpu));
+        let delta = Tensor::randn([5, 67], (Kind::Float, Device::Cpu));
+        let w = Tensor::randn([67], (Kind::Float, Device::Cpu));
+        for dl in [Some(&delta), None] {
+            let (s1, n1) = add_rms_norm(&x, dl, &w, 1e-6);
+            let (s2, n2) = on_baseline(|| add_rms_norm(&x, dl, &w, 1e-6));
+            same("add_rms_norm sum", &s1, &s2);
+            same("add_rms_norm norm", &n1, &n2);
+        }
+        // The gated MLP activation.
+        let gu = Tensor::randn([3, 2 * 77], (Kind::Float, Device::Cpu)) * 4.0;
+        same("silu_mul", &silu_mul(&gu), &on_baseline(|| silu_mul(&gu)));
+        // Query/key norm, RoPE and the cache writes.
+        let heads = Heads {
+            h: 4,
+            kvh: 2,
+            d: 16,
+        };
+        let (bq, capq) = (3i64, 9i64);
+        let qkv = Tensor::randn([bq, (4 + 2 * 2) * 16], (Kind::Float, Device::Cpu));
+        let norm = Tensor::randn([4 + 2, 16], (Kind::Float, Device::Cpu));
+        let cos = Tensor::randn([bq, 16], (Kind::Float, Device::Cpu));
+        let sin = Tensor::randn([bq, 16], (Kind::Float, Device::Cpu));
+        let run = |base: bool| {
+            let kt = Tensor::zeros([bq, 2, 16, capq], (Kind::Float, Device::Cpu));
+            let v = Tensor::zeros([bq, 2, capq, 16], (Kind::Float, Device::Cpu));
+            let go = || qk_rope_cache(&qkv, Some(&norm), &cos, &sin, 1e-6, heads, &kt, &v, 4);
+            let q = if base { on_baseline(go) } else { go() };
+            (q, kt, v)
+        };
+        let (q1, k1, v1) = run(false);
+        let (q2, k2, v2) = run(true);
+        same("qk_rope_cache queries", &q1, &q2);
+        same("qk_rope_cache keys", &k1, &k2);
+        same("qk_rope_cache values", &v1, &v2);
     }
 
     #[test]
