@@ -193,3 +193,51 @@ fn byte_level_bpe_encodes_as_transformers_does() {
         assert_eq!(got, ids(&c["ids"]), "{text:?}");
     }
 }
+
+/// `lm.thinking = true` loads a Qwen3 checkpoint with the thinking template and refuses a
+/// model whose family has none, naming it.
+#[test]
+fn thinking_mode_needs_a_qwen3_checkpoint() {
+    use mapf_ledger::train::lm::{init, LmSpec};
+    let spec = |name: &str| LmSpec {
+        init: format!("hf:{}", fixture(name).display()),
+        thinking: true,
+        ..LmSpec::default()
+    };
+    // The fixture's template is plain ChatML; a real Qwen3 checkpoint's has the think
+    // block, which is what marks it as Qwen3's: a copy with that template.
+    let tmp = tempfile::tempdir().unwrap();
+    let q3 = tmp.path().join("qwen3");
+    std::fs::create_dir(&q3).unwrap();
+    for e in std::fs::read_dir(fixture("tiny-qwen3")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), q3.join(e.file_name())).unwrap();
+    }
+    let cfg_path = q3.join("tokenizer_config.json");
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+    cfg["chat_template"] = Value::String(
+        "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}".into(),
+    );
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let q3_spec = LmSpec {
+        init: format!("hf:{}", q3.display()),
+        thinking: true,
+        ..LmSpec::default()
+    };
+    let p = init(&q3_spec, tch::Device::Cpu, Seed::root(0), Vec::new).unwrap();
+    assert_eq!(p.arch.chat, ChatFormat::Qwen3Thinking);
+    assert!(!p.chat_ids("x").is_empty());
+    let e = init(
+        &spec("tiny-qwen2"),
+        tch::Device::Cpu,
+        Seed::root(0),
+        Vec::new,
+    )
+    .err()
+    .expect("Qwen2 has no thinking mode")
+    .to_string();
+    assert!(
+        e.contains("lm.thinking = true needs a Qwen3") && e.contains("tiny-qwen2"),
+        "{e}"
+    );
+}

@@ -207,7 +207,17 @@ pub fn check(
     let tch_device = index.map_or(tch::Device::Cpu, tch::Device::Cuda);
     let dtype = plan.train.dtype.kind(tch_device);
     let (cfg, source, counter, counted_by) = model_shape(plan, model_config)?;
-    let chat = ChatFormat::for_family(cfg.family);
+    let family_chat = ChatFormat::for_family(cfg.family);
+    let chat = if plan.lm.thinking {
+        family_chat.thinking().ok_or_else(|| {
+            CheckError::Input(format!(
+                "lm.thinking = true needs a Qwen3 model; {source} is {:?}",
+                cfg.family
+            ))
+        })?
+    } else {
+        family_chat
+    };
     let count = |text: &str| counter.count(&chat.wrap(text)) as u64;
     let train_agents = plan.initial_config.agents;
     let train_inst = instance(train_agents, plan.engineer.max_size as usize)?;
@@ -224,9 +234,19 @@ pub fn check(
     let tokens = TokenFacts {
         counted_by,
         train_prompt: count(&spec.prompt.task_text(&train_inst)),
-        train_new: plan_budget(&train_inst, spec.prompt, knobs.max_new),
+        // Thinking spends the whole budget before the plan; without it, a plan stops
+        // at its own length.
+        train_new: if spec.thinking {
+            knobs.max_new
+        } else {
+            plan_budget(&train_inst, spec.prompt, knobs.max_new)
+        },
         eval_prompt: count(&spec.prompt.task_text(&eval_inst)),
-        eval_new: plan_budget(&eval_inst, spec.prompt, knobs.max_new),
+        eval_new: if spec.thinking {
+            knobs.max_new
+        } else {
+            plan_budget(&eval_inst, spec.prompt, knobs.max_new)
+        },
         engineer_prompt: spec.engineer_prompt_tokens as u64,
         engineer_new: spec.engineer_max_new_tokens as u64,
     };

@@ -4,6 +4,8 @@
 //! Templates (one user turn, the generation prompt appended):
 //! - `qwen3`: `<|im_start|>user\n{u}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n`
 //!   (Qwen3's non-thinking mode, `enable_thinking=False`);
+//! - `qwen3-thinking`: the same turns with the assistant's turn left open
+//!   (`enable_thinking=True`: the model writes its `<think>` block, then the answer);
 //! - `qwen2`: Qwen2.5's default system turn, then the same turns without the think block;
 //! - `chatml`: the plain ChatML turns (scratch models);
 //! - `llama3`: `<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{u}<|eot_id|>`
@@ -35,6 +37,10 @@ pub enum ChatFormat {
     Qwen3,
     Qwen2,
     Llama3,
+    /// Qwen3 in thinking mode (`enable_thinking=True`): the generation prompt is the
+    /// open assistant turn, and the model writes `<think>...</think>` before its answer.
+    /// (Last: checkpoints encode the variant's index.)
+    Qwen3Thinking,
 }
 
 impl ChatFormat {
@@ -47,10 +53,30 @@ impl ChatFormat {
         }
     }
 
+    /// The thinking-mode template of this one, where the family has one (Qwen3).
+    pub fn thinking(self) -> Option<ChatFormat> {
+        match self {
+            ChatFormat::Qwen3 | ChatFormat::Qwen3Thinking => Some(ChatFormat::Qwen3Thinking),
+            _ => None,
+        }
+    }
+
+    /// The answer in a reply: in thinking mode what follows the last `</think>` (empty
+    /// when the reasoning never ended: the budget ran out before an answer), else all.
+    pub fn answer<'a>(&self, reply: &'a str) -> &'a str {
+        match self {
+            ChatFormat::Qwen3Thinking => match reply.rfind("</think>") {
+                Some(i) => &reply[i + "</think>".len()..],
+                None => "",
+            },
+            _ => reply,
+        }
+    }
+
     /// One user turn and the assistant's generation prompt.
     pub fn wrap(&self, user: &str) -> String {
         match self {
-            ChatFormat::ChatMl => {
+            ChatFormat::ChatMl | ChatFormat::Qwen3Thinking => {
                 format!("<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
             }
             ChatFormat::Qwen3 => format!(
@@ -68,7 +94,7 @@ impl ChatFormat {
     /// A system turn, one user turn and the assistant's generation prompt.
     pub fn wrap_with_system(&self, system: &str, user: &str) -> String {
         match self {
-            ChatFormat::ChatMl | ChatFormat::Qwen2 => format!(
+            ChatFormat::ChatMl | ChatFormat::Qwen2 | ChatFormat::Qwen3Thinking => format!(
                 "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
             ),
             ChatFormat::Qwen3 => format!(
@@ -100,7 +126,10 @@ impl ChatFormat {
     /// `tokenizer_config.json` files (so vLLM and transformers format prompts alike).
     pub fn jinja(&self) -> &'static str {
         match self {
-            ChatFormat::ChatMl | ChatFormat::Qwen3 | ChatFormat::Qwen2 => concat!(
+            ChatFormat::ChatMl
+            | ChatFormat::Qwen3
+            | ChatFormat::Qwen2
+            | ChatFormat::Qwen3Thinking => concat!(
                 "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{%- endfor %}",
                 "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
             ),
@@ -161,6 +190,28 @@ pub fn train_bpe(corpus: &[String], vocab_size: usize, split: &str) -> Result<Ve
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn thinking_mode_leaves_the_turn_open_and_answers_after_the_think_block() {
+        let t = ChatFormat::Qwen3.thinking().unwrap();
+        assert_eq!(t, ChatFormat::Qwen3Thinking);
+        assert_eq!(
+            t.wrap("hi"),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
+        assert!(ChatFormat::Qwen3
+            .wrap("hi")
+            .ends_with("<think>\n\n</think>\n\n"));
+        assert_eq!(ChatFormat::Llama3.thinking(), None);
+        assert_eq!(ChatFormat::Qwen2.thinking(), None);
+        let reply = "<think>agent 1: D? no, agent 2 waits</think>\n\nagent 1: R\nagent 2: W R";
+        assert_eq!(t.answer(reply), "\n\nagent 1: R\nagent 2: W R");
+        // Still thinking when the budget ran out: no answer at all, never the reasoning.
+        assert_eq!(t.answer("<think>agent 1: R R and then"), "");
+        // Without thinking, the reply is the answer.
+        assert_eq!(ChatFormat::Qwen3.answer("agent 1: R"), "agent 1: R");
+        assert_eq!(t.stop_tokens(), ChatFormat::Qwen3.stop_tokens());
+    }
     use super::*;
 
     #[test]

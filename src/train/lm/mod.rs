@@ -50,6 +50,8 @@ use tokenizers::Tokenizer;
 pub enum LmError {
     #[error("{path}: {message}")]
     Io { path: String, message: String },
+    #[error("lm.thinking = true needs a Qwen3 checkpoint (its chat template has a thinking mode); {model} uses the {chat} template")]
+    Thinking { model: String, chat: String },
     #[error("{path}: {source}")]
     Config {
         path: String,
@@ -169,6 +171,10 @@ pub struct LmArch {
     pub lora: Option<LoraSpec>,
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// The plan's `[lm]` section.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -197,6 +203,14 @@ pub struct LmSpec {
     pub lora_rank: u32,
     pub lora_alpha: f64,
     pub lora_targets: Vec<String>,
+    /// Qwen3's thinking mode (`enable_thinking=True`, the paper's setting): the chat
+    /// template leaves the assistant turn open, the model reasons in a `<think>` block
+    /// first, and only what follows `</think>` is parsed as the plan (or proposal);
+    /// `max_new_tokens` then budgets reasoning and answer together. Needs a Qwen3
+    /// checkpoint. Left out of the plan's canonical encoding while false, so plans
+    /// written before it existed keep their hash.
+    #[serde(skip_serializing_if = "is_false")]
+    pub thinking: bool,
     /// As the `current`/`base` engineer: the most tokens of a reply, and of the prompt
     /// (the context is trimmed to fit, as for registered LLM engineers).
     pub engineer_max_new_tokens: u32,
@@ -230,6 +244,7 @@ impl Default for LmSpec {
             temperature: 1.0,
             top_p: 1.0,
             max_new_tokens: 200,
+            thinking: false,
             lora_rank: 0,
             lora_alpha: 16.0,
             lora_targets: model::LORA_MODULES.iter().map(|s| s.to_string()).collect(),
@@ -747,7 +762,7 @@ impl LmPolicy {
                 let text = self.decode(&g.tokens);
                 Rollout {
                     instance: i,
-                    plan: parse_plan_in(&text, &instances[i]),
+                    plan: parse_plan_in(self.arch.chat.answer(&text), &instances[i]),
                     plan_bytes: text.into_bytes(),
                     actions: g.tokens,
                     logprobs: g.logprobs,
@@ -886,14 +901,27 @@ pub fn init(
 ) -> Result<LmPolicy, LmError> {
     let compute = compute.into();
     if let Some(dir) = spec.hf_dir() {
-        return LmPolicy::from_hf_dir(
+        let mut p = LmPolicy::from_hf_dir(
             std::path::Path::new(dir),
             compute,
             spec.lora(),
             spec.prompt,
             spec.sampling(),
             seed.child("lora", 0),
-        );
+        )?;
+        if spec.thinking {
+            p.arch.chat = p.arch.chat.thinking().ok_or_else(|| LmError::Thinking {
+                model: dir.to_string(),
+                chat: format!("{:?}", p.arch.chat),
+            })?;
+        }
+        return Ok(p);
+    }
+    if spec.thinking {
+        return Err(LmError::Thinking {
+            model: "a scratch model".into(),
+            chat: format!("{:?}", ChatFormat::ChatMl),
+        });
     }
     let tokenizer_json = chat::train_bpe(
         &corpus(),
