@@ -19,10 +19,13 @@ build: libtorch
 chromium:
 	@tools/chromium.sh >/dev/null
 
-# The two crates that do not link libtorch first (seconds), then the application.
+# The two crates that do not link libtorch first (seconds), then the application, then
+# a type check of every bench (running them is `make bench`), so a change that breaks a
+# bench fails CI too.
 test: libtorch chromium
 	$(CARGO) test -p ledger-store -p mapf-testbed
 	$(CARGO) test -p mapf-ledger
+	$(CARGO) check --benches
 
 demo: build
 	tools/demo.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Python peers of `cargo bench --bench trainer`: a venv with torch 2.11.0 (CPU),
-# transformers, safetensors and trl, under the cache (~/.cache/mapf-ledger/venv-hf).
+# transformers 5.23.0, safetensors and trl 1.16.0 (pinned: the versions the README's
+# figures were measured with), under the cache (~/.cache/mapf-ledger/venv-hf).
 # Idempotent: an existing venv that imports all four is kept. Prints the venv's python,
 # so a bench run is
 #
@@ -13,10 +14,15 @@ set -euo pipefail
 cache="${MAPF_LEDGER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mapf-ledger}"
 venv="$cache/venv-hf"
 py="$venv/bin/python"
+# Pinned: the versions README's Speed and parity figures were measured with.
+TRANSFORMERS=5.23.0
+TRL=1.16.0
 ok() {
-    "$py" - <<'PY' 2>/dev/null
-import sys, torch, transformers, safetensors, trl
+    TRANSFORMERS=$TRANSFORMERS TRL=$TRL "$py" - <<'PY' 2>/dev/null
+import os, sys, torch, transformers, safetensors, trl
 assert torch.__version__.split("+")[0] == "2.11.0", torch.__version__
+assert transformers.__version__ == os.environ["TRANSFORMERS"], transformers.__version__
+assert trl.__version__ == os.environ["TRL"], trl.__version__
 (torch.randn(3) @ torch.randn(3)).item()
 PY
 }
@@ -37,6 +43,6 @@ if ! "$py" -c 'import torch' 2>/dev/null; then
         "${pip[@]}" "${wheel:-torch==2.11.0}" >&2
     fi
 fi
-"${pip[@]}" transformers safetensors trl >&2
+"${pip[@]}" "transformers==$TRANSFORMERS" safetensors "trl==$TRL" >&2
 ok || { echo "hf-venv: $venv does not import torch 2.11.0, transformers, safetensors and trl" >&2; exit 2; }
 echo "$py"

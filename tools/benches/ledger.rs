@@ -177,7 +177,7 @@ fn main() {
     );
 
     // Verify, small events only, then with checkpoint-sized blobs.
-    let v = l.verify();
+    let v = l.verify(&mapf_ledger::train::TrainState::referenced_blobs);
     assert!(v.ok(), "{:?}", v.first());
     println!(
         "verify (small events): {:.1} MB in {:.3}s = {:.0} MB/s ({} events)",
@@ -203,7 +203,7 @@ fn main() {
         ));
     }
     l.append("main", items).unwrap();
-    let v = l.verify();
+    let v = l.verify(&mapf_ledger::train::TrainState::referenced_blobs);
     assert!(v.ok());
     println!(
         "verify (with 8 x 32 MiB checkpoints): {:.1} MB in {:.3}s = {:.0} MB/s",
