@@ -3,7 +3,7 @@
 mod common;
 
 use common::schema::validates;
-use common::{ledger, ok};
+use common::{fails, ledger, ok};
 use mapf_ledger::views::export::EventRecord;
 
 fn plan_path() -> &'static str {
@@ -190,5 +190,59 @@ fn compare_takes_any_reference_and_checks_its_plot_path_before_any_work() {
         String::from_utf8_lossy(&o.stderr).contains("no-such-dir"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `BRANCH@stageN` is where stage N ended, also after a replay appended its
+/// `replay_verified` record (which carries the stage it checked, an earlier one).
+#[test]
+fn a_stage_reference_survives_a_replay_record_after_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = common::tiny_ledger(tmp.path());
+    let end = |n| {
+        mapf_ledger::ledger::Ledger::open_read_only(&d)
+            .unwrap()
+            .stage_end("main", n)
+            .unwrap()
+    };
+    let before = (end(0), end(1), end(2));
+    ok(&ledger(&d, &["replay", "--stage", "0"]));
+    ok(&ledger(&d, &["replay", "--stage", "1"]));
+    assert_eq!((end(0), end(1), end(2)), before);
+    let b = tmp.path().join("p.bundle");
+    let said = ok(&ledger(
+        &d,
+        &[
+            "bundle",
+            "--branch",
+            "main@stage1",
+            "--out",
+            b.to_str().unwrap(),
+        ],
+    ));
+    assert!(said.contains(&before.1.short()), "{said}");
+    // Read commands take the reference as --branch: log, audit, export.
+    let log: serde_json::Value = serde_json::from_str(&ok(&ledger(
+        &d,
+        &["log", "--branch", "main@stage1", "--json", "--limit", "1"],
+    )))
+    .unwrap();
+    assert_eq!(log[0]["hash"], before.1.to_hex());
+    let audit = ok(&ledger(&d, &["audit", "--branch", "main@stage1", "--json"]));
+    let audit: serde_json::Value = serde_json::from_str(&audit).unwrap();
+    assert!(audit["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|x| x["stage"].as_u64().unwrap() <= 1));
+    let rows = ok(&ledger(
+        &d,
+        &["export", "--what", "metrics", "--branch", "main@stage1"],
+    ));
+    assert!(rows.lines().all(|l| !l.contains("\"stage\":2")), "{rows}");
+    fails(
+        &ledger(&d, &["log", "--branch", "main@stage1", "--follow"]),
+        2,
+        "--follow",
     );
 }

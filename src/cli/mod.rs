@@ -298,7 +298,8 @@ pub enum Command {
     /// Every engineer decision of a branch: what it saw, the config diff it made
     /// (proposed vs applied), clips, rationale, status, and the outcome on validation.
     Audit {
-        #[arg(long, default_value = "main")]
+        /// A branch, BRANCH@stageN (the decisions through stage N) or an event's hash prefix.
+        #[arg(long, default_value = "main", value_name = "REFERENCE")]
         branch: String,
         /// Only the decision of this stage (stageN or N).
         #[arg(long)]

@@ -26,7 +26,8 @@ pub enum StoreCommand {
     /// A branch's events, newest first; with --follow, oldest first and then each new
     /// event as it becomes durable, while a run writes.
     Log {
-        #[arg(long, default_value = "main")]
+        /// A branch, BRANCH@stageN (its history through stage N) or an event's hash prefix.
+        #[arg(long, default_value = "main", value_name = "REFERENCE")]
         branch: String,
         /// Show at most this many events (with --follow: of the history before it).
         #[arg(long)]
@@ -80,7 +81,8 @@ pub enum StoreCommand {
         /// validity overall and on instances that need coordination).
         #[arg(long, value_enum, default_value = "events")]
         what: ExportWhat,
-        #[arg(long)]
+        /// Only this history: a branch, BRANCH@stageN or an event's hash prefix.
+        #[arg(long, value_name = "REFERENCE")]
         branch: Option<String>,
         /// Write here instead of standard output.
         #[arg(long, value_name = "FILE")]
@@ -285,7 +287,7 @@ fn init(plan: &Path, ledger: &Path) -> CliResult {
 
 fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let head = l.head(branch).map_err(err)?;
+    let head = l.head_of(branch).map_err(err)?;
     let mut hs = l.ancestry(&head).map_err(err)?;
     if let Some(n) = limit {
         hs.truncate(n);
@@ -325,6 +327,12 @@ fn write_log_line(w: &mut impl Write, h: &Hash, e: &crate::ledger::Event) -> std
 /// the writer). Ends once no process writes the ledger and everything is printed.
 fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
     use crate::ledger::refs::Refs;
+    // Only a branch moves: a stage or an event reference has nothing to follow.
+    if crate::ledger::refs::validate_branch(branch).is_err() {
+        return Err(CliError::input(format!(
+            "--follow {branch}: follows a branch by name (BRANCH, not BRANCH@stageN or a hash)"
+        )));
+    }
     let mut w = super::stdout();
     let mut printed: Option<Hash> = None;
     let mut first = true;

@@ -489,19 +489,23 @@ impl Ledger {
 }
 
 impl Ledger {
-    /// The last event of `branch` in stage `n` (the end of `BRANCH@stageN`): what a
-    /// bundle of a fork prefix carries.
+    /// The last event of `branch` in stage `n` before any later stage began (the end of
+    /// `BRANCH@stageN`): what a bundle of a fork prefix carries. Walked from the root:
+    /// events appended after later stages with an earlier stage number (a replay's
+    /// `replay_verified`, which carries the stage it checked) are annotations, not the
+    /// stage's end.
     pub fn stage_end(&self, branch: &str, n: u32) -> Result<Hash, LedgerError> {
-        for h in self.ancestry(&self.head(branch)?)? {
+        let mut end = None;
+        for h in self.ancestry(&self.head(branch)?)?.into_iter().rev() {
             let stage = self.event(&h)?.stage;
-            if stage == n {
-                return Ok(h);
-            }
-            if stage < n {
+            if stage > n {
                 break;
             }
+            if stage == n {
+                end = Some(h);
+            }
         }
-        Err(LedgerError::UnknownEvent {
+        end.ok_or_else(|| LedgerError::UnknownEvent {
             what: format!("{branch}@stage{n} (branch {branch} has no stage {n})"),
         })
     }

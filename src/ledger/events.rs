@@ -706,6 +706,16 @@ impl Ledger {
         })
     }
 
+    /// The event a reference names: a branch's head, where `BRANCH@stageN` ended, or the
+    /// event of a hash prefix (read commands take any of them as `--branch`).
+    pub fn head_of(&self, r: &str) -> Result<Hash, LedgerError> {
+        match self.resolve(r)? {
+            Resolved::Branch { head, .. } => Ok(head),
+            Resolved::Stage { branch, stage } => self.stage_end(&branch, stage),
+            Resolved::Event(h) => Ok(h),
+        }
+    }
+
     // ---- projections ----
 
     fn cached_state(&self, h: &Hash) -> Option<BranchState> {

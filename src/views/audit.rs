@@ -328,7 +328,7 @@ pub fn audit(
     branch: &str,
     stage: Option<u32>,
 ) -> Result<AuditReport, LedgerError> {
-    let head = ledger.head(branch)?;
+    let head = ledger.head_of(branch)?;
     let state = ledger.state_at(&head)?;
     let mut decisions = Vec::new();
     for st in &state.stages {

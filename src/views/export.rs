@@ -69,7 +69,7 @@ pub fn export(
 ) -> Result<u64, LedgerError> {
     let hashes: Vec<Hash> = match branch {
         Some(b) => {
-            let mut v = ledger.ancestry(&ledger.head(b)?)?;
+            let mut v = ledger.ancestry(&ledger.head_of(b)?)?;
             v.reverse();
             v
         }
@@ -300,7 +300,7 @@ pub fn export_table(
         message: e.to_string(),
     };
     let branches: Vec<(String, Hash)> = match branch {
-        Some(b) => vec![(b.to_string(), ledger.head(b)?)],
+        Some(b) => vec![(b.to_string(), ledger.head_of(b)?)],
         None => ledger.branches()?,
     };
     let header: &[&str] = match what {
