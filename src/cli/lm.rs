@@ -91,10 +91,11 @@ pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
         .map_err(|e| CliError::input(format!("{}: {e}", prompt_file.display())))?;
     let lm = load(dir, &model, device)?;
     let prompt = if raw {
-        lm.encode(&text)
+        lm.try_encode(&text)
     } else {
-        lm.chat_ids(&text)
-    };
+        lm.try_encode(&lm.arch.chat.wrap(&text))
+    }
+    .map_err(|e| CliError::input(format!("{}: {e}", prompt_file.display())))?;
     if prompt.is_empty() {
         return Err(CliError::input(format!(
             "{}: the prompt encodes to no tokens",
@@ -130,7 +131,9 @@ pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
     )
     .remove(0);
     let out = GenerateOutput {
-        text: lm.decode(&g.tokens),
+        text: lm
+            .try_decode(&g.tokens)
+            .map_err(|e| CliError::input(format!("{model}: {e}")))?,
         prompt_tokens: prompt,
         tokens: g.tokens,
         logprobs: g.logprobs,

@@ -577,17 +577,32 @@ impl LmPolicy {
         LmPolicy::new(model, self.tokenizer_json, arch)
     }
 
-    /// Token ids of text (special tokens inside it are recognised).
+    /// Token ids of text (special tokens inside it are recognised); empty when the
+    /// tokenizer fails (the training loop's callers treat that as an unusable prompt;
+    /// [`LmPolicy::try_encode`] says why).
     pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.try_encode(text).unwrap_or_default()
+    }
+
+    /// Token ids of text, or the tokenizer's error.
+    pub fn try_encode(&self, text: &str) -> Result<Vec<u32>, String> {
         self.tokenizer
             .encode(text, false)
             .map(|e| e.get_ids().to_vec())
-            .unwrap_or_default()
+            .map_err(|e| format!("tokenizer: {e}"))
     }
 
-    /// Text of generated ids (special tokens skipped).
+    /// Text of generated ids (special tokens skipped); empty when the tokenizer fails
+    /// (a reply that then parses as no plan; [`LmPolicy::try_decode`] says why).
     pub fn decode(&self, ids: &[u32]) -> String {
-        self.tokenizer.decode(ids, true).unwrap_or_default()
+        self.try_decode(ids).unwrap_or_default()
+    }
+
+    /// Text of generated ids, or the tokenizer's error.
+    pub fn try_decode(&self, ids: &[u32]) -> Result<String, String> {
+        self.tokenizer
+            .decode(ids, true)
+            .map_err(|e| format!("tokenizer: {e}"))
     }
 
     /// The chat-formatted prompt ids for a user message.
