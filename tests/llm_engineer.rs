@@ -14,7 +14,7 @@ use mapf_ledger::engineer::llm::{self, CallPolicy, LlmEngineer, LlmRegistration}
 use mapf_ledger::engineer::{Engineer, EngineerContext, HistoryEntry};
 use mapf_ledger::env::{GeneratorConfig, ResultTable};
 use mapf_ledger::ledger::event::{
-    DecisionStatus, EngineerDecision, FailureBreakdown, SizeFailures,
+    DecisionStatus, EngineerDecision, EventBody, FailureBreakdown, SizeFailures,
 };
 use mapf_ledger::ledger::plan::ContextModules;
 use mapf_ledger::ledger::recorder::Recorder;
@@ -252,6 +252,44 @@ fn good_reply_is_accepted_and_recorded_verbatim() {
     assert_eq!(b["messages"][1]["role"], "user");
     assert!(prompt.contains(b["messages"][1]["content"].as_str().unwrap()));
     assert!(!reqs[0].headers.iter().any(|(k, _)| k == "authorization"));
+}
+
+/// What an engineer read and wrote is readable from the command line: `audit --prompt
+/// --reply` prints both texts verbatim (and as `prompt_text`/`reply_text` in JSON), and
+/// `cat` prints any blob by a prefix of its hash.
+#[test]
+fn audit_and_cat_print_the_recorded_prompt_and_reply() {
+    let server = FakeServer::start(vec![Script::Chat(GOOD.into())]);
+    let mut eng = engineer(&server.url);
+    let dir = tempfile::tempdir().unwrap();
+    let l = dir.path().join("l");
+    let mut ledger = Ledger::create(&l, DEMO).unwrap();
+    let ctx = context();
+    let d = eng.decide(&ctx);
+    let event = {
+        let mut rec = Recorder::new(&mut ledger, "main", Meta::default());
+        let e =
+            mapf_ledger::stage::decision_event("myllm", &current(), &ctx, 10, d.clone(), &mut rec)
+                .unwrap();
+        rec.push(1, EventBody::EngineerDecision(e.clone()));
+        rec.flush().unwrap();
+        e
+    };
+    drop(ledger);
+    let prompt = d.prompt.clone().unwrap();
+    let run = |args: &[&str]| common::ledger(&l, args);
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&run(&["audit", "--prompt", "--reply", "--json"]))).unwrap();
+    assert_eq!(v["decisions"][0]["prompt_text"], prompt.as_str());
+    assert_eq!(v["decisions"][0]["reply_text"], GOOD);
+    let text = ok(&run(&["audit", "--prompt", "--reply"]));
+    assert!(text.contains(&prompt) && text.contains(GOOD), "{text}");
+    assert!(text.contains(" prompt (myllm engineer") && text.contains(" reply (myllm engineer"));
+    let reply = event.reply.unwrap().to_hex();
+    assert_eq!(common::stdout(&run(&["cat", &reply[..12]])), GOOD);
+    assert_eq!(common::stdout(&run(&["cat", &reply])), GOOD);
+    let o = run(&["cat", "zz"]);
+    assert_eq!(o.status.code(), Some(2));
 }
 
 #[test]

@@ -304,6 +304,13 @@ pub enum Command {
         /// Only the decision of this stage (stageN or N).
         #[arg(long)]
         stage: Option<String>,
+        /// Also print the exact prompt each engineer read (LLM and model engineers;
+        /// with --json, as `prompt_text`).
+        #[arg(long)]
+        prompt: bool,
+        /// Also print the reply each engineer wrote, verbatim (`reply_text` in --json).
+        #[arg(long)]
+        reply: bool,
         #[arg(long)]
         json: bool,
     },
@@ -437,8 +444,16 @@ pub fn main() {
         Command::Audit {
             branch,
             stage,
+            prompt,
+            reply,
             json,
-        } => audit::run(&ledger_dir, &branch, stage.as_deref(), json),
+        } => audit::run(
+            &ledger_dir,
+            &branch,
+            stage.as_deref(),
+            (prompt, reply),
+            json,
+        ),
         Command::Study(args) => study::run(&ledger_dir, args),
         Command::StudyTask(args) => study::task(&ledger_dir, args),
         Command::Bundle(args) => sync::bundle(&ledger_dir, args),

@@ -39,6 +39,12 @@ pub enum StoreCommand {
         #[arg(long)]
         json: bool,
     },
+    /// A blob's bytes, as stored (hash or a prefix of 4+ hex digits), to standard output:
+    /// an engineer's prompt and reply, a plan file, a context, a checkpoint.
+    Cat {
+        #[arg(value_name = "BLOB")]
+        blob: String,
+    },
     /// One event (hash prefix), a branch (its state), or a stage (`branch@stageN`).
     Show {
         #[arg(value_name = "REF")]
@@ -169,6 +175,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             follow: false,
             json,
         } => log(ledger, &branch, limit, json),
+        StoreCommand::Cat { blob } => cat(ledger, &blob),
         StoreCommand::Show { reference, json } => show(ledger, &reference, json),
         StoreCommand::Branches { json } => branches(ledger, json),
         StoreCommand::Verify { json, strict } => verify(ledger, json, strict),
@@ -283,6 +290,17 @@ fn init(plan: &Path, ledger: &Path) -> CliResult {
         head.short()
     );
     Ok(())
+}
+
+fn cat(ledger: &Path, blob: &str) -> CliResult {
+    use std::io::Write;
+    let l = Ledger::open_read_only(ledger).map_err(err)?;
+    let h = l.blob_by_prefix(blob).map_err(err)?;
+    let bytes = l.blob(&h).map_err(err)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&bytes)
+        .and_then(|_| out.flush())
+        .map_err(out_err)
 }
 
 fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {

@@ -436,6 +436,30 @@ impl Ledger {
         Ok(self.store.blobs().get(h)?)
     }
 
+    /// The stored blob a hash or a prefix of 4+ hex digits names (unique, or an error
+    /// naming how many match).
+    pub fn blob_by_prefix(&self, prefix: &str) -> Result<Hash, LedgerError> {
+        let p = prefix.to_ascii_lowercase();
+        if p.len() < 4 || !is_hex_prefix(&p) {
+            return Err(LedgerError::BadReference {
+                text: prefix.to_string(),
+                expected: "a blob's hash or a prefix of 4+ hex digits".into(),
+            });
+        }
+        let m = self.store.blobs().with_prefix(&p);
+        match m.len() {
+            0 => Err(LedgerError::BadReference {
+                text: prefix.to_string(),
+                expected: "the hash of a stored blob (none starts so)".into(),
+            }),
+            1 => Ok(m[0]),
+            n => Err(LedgerError::Ambiguous {
+                what: prefix.to_string(),
+                count: n,
+            }),
+        }
+    }
+
     pub fn has_blob(&self, h: &Hash) -> Result<bool, LedgerError> {
         Ok(self.store.blobs().contains(h)?)
     }

@@ -141,6 +141,40 @@ impl Blobs {
         self.dir.join(&hex[..2]).join(&hex[2..])
     }
 
+    /// Stored blobs whose hex id starts with `prefix` (lowercase hex), small and file
+    /// ones, sorted (for `ledger cat PREFIX`).
+    pub fn with_prefix(&self, prefix: &str) -> Vec<Hash> {
+        let mut out: Vec<Hash> = self
+            .small
+            .keys()
+            .filter(|h| h.to_hex().starts_with(prefix))
+            .copied()
+            .collect();
+        // Files live under blobs/<2 hex>/<62 hex>.
+        let dirs: Vec<PathBuf> = match prefix.get(..2) {
+            Some(p2) => vec![self.dir.join(p2)],
+            None => std::fs::read_dir(&self.dir)
+                .map(|rd| rd.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default(),
+        };
+        for d in dirs {
+            let Some(p2) = d.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+                continue;
+            };
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let name = format!("{p2}{}", e.file_name().to_string_lossy());
+                if name.starts_with(prefix) {
+                    if let Some(h) = Hash::from_hex(&name) {
+                        out.push(h);
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Whether the blob is stored (small or file).
     pub fn contains(&self, h: &Hash) -> Result<bool, StoreError> {
         if self.small.contains_key(h) {
