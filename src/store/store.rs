@@ -285,16 +285,53 @@ impl Store {
         })
     }
 
+    /// Whether a committed pack (or, for blobs, the blob store) holds record `h`.
+    fn stores(&self, kind: PackKind, h: &Hash) -> bool {
+        match kind {
+            PackKind::Events => self.index.get(h).is_some(),
+            PackKind::Blobs => self.blobs.is_small(h) || self.blobs.contains(h).unwrap_or(false),
+        }
+    }
+
+    /// A pack's bytes past its committed length as a pack of their own (its magic, then
+    /// the tail), with how many intact records in them nothing committed holds; None
+    /// when there is no tail.
+    fn tail_of(&self, p: &Pack) -> Result<Option<(Vec<u8>, usize)>, StoreError> {
+        let tail = p.tail()?;
+        if tail.is_empty() {
+            return Ok(None);
+        }
+        let mut bytes = p.kind.magic().to_vec();
+        bytes.extend_from_slice(&tail);
+        let n = aside::unstored(p.kind, &bytes, |h| self.stores(p.kind, h));
+        Ok(Some((bytes, n)))
+    }
+
+    /// Pack files `REFS` does not list, each with whether a commit dropped it (gc's old
+    /// packs: garbage or copies, removable).
+    fn unlisted_packs(&self) -> Result<Vec<(PackKind, u32, bool)>, StoreError> {
+        let packs_dir = self.dir.join("packs");
+        let log = refs_log(&self.dir);
+        let mut out = Vec::new();
+        for (kind, listed) in [
+            (PackKind::Events, &self.refs.packs),
+            (PackKind::Blobs, &self.refs.blob_packs),
+        ] {
+            for id in pack_files(&packs_dir, kind)? {
+                if !listed.iter().any(|&(l, _)| l == id) {
+                    out.push((kind, id, dropped_by_commit(&self.refs, &log, kind, id)));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Cut every pack's tail past its committed length and remove the pack files `REFS`
     /// does not list (a pack a batch made that never committed, or the old packs of an
     /// interrupted gc): what holds an intact record no committed pack holds is set aside
     /// first (aside.rs), never deleted. Writer only.
     fn clear_uncommitted(&mut self) -> Result<(), StoreError> {
         let packs_dir = self.dir.join("packs");
-        let stored = |s: &Store, kind: PackKind, h: &Hash| match kind {
-            PackKind::Events => s.index.get(h).is_some(),
-            PackKind::Blobs => s.blobs.is_small(h) || s.blobs.contains(h).unwrap_or(false),
-        };
         // Tails past the committed lengths.
         let listed: Vec<(PackKind, u32)> = self
             .packs
@@ -304,21 +341,17 @@ impl Store {
             .collect();
         for (kind, id) in listed {
             let p = self.any_pack(kind, id);
-            let tail = p.tail()?;
-            if tail.is_empty() {
+            let Some((bytes, records)) = self.tail_of(p)? else {
                 continue;
-            }
+            };
             let (from, offset) = (p.path.clone(), p.committed());
-            let mut bytes = kind.magic().to_vec();
-            bytes.extend_from_slice(&tail);
-            let records = aside::unstored(kind, &bytes, |h| stored(self, kind, h));
             if records > 0 {
                 let label = format!("{}{id:08}.at-{offset}", kind.prefix());
                 let to = aside::keep(&self.dir, &label, "pack", &bytes)?;
                 self.set_aside.push(SetAside {
                     from,
                     offset,
-                    bytes: tail.len() as u64,
+                    bytes: (bytes.len() - kind.magic().len()) as u64,
                     records,
                     to,
                 });
@@ -326,45 +359,33 @@ impl Store {
             self.any_pack_mut(kind, id).cut_tail()?;
         }
         // Unlisted packs: gc's old ones are removed; others are set aside first.
-        let log = refs_log(&self.dir);
-        for (kind, listed) in [
-            (PackKind::Events, self.refs.packs.clone()),
-            (PackKind::Blobs, self.refs.blob_packs.clone()),
-        ] {
-            for id in pack_files(&packs_dir, kind)? {
-                if listed.iter().any(|&(l, _)| l == id) {
-                    continue;
-                }
-                let p = pack::kind_path(&packs_dir, kind, id);
-                if dropped_by_commit(&self.refs, &log, kind, id) {
-                    std::fs::remove_file(&p).map_err(|e| StoreError::Io {
-                        path: p.clone(),
-                        message: e.to_string(),
-                    })?;
-                    continue;
-                }
-                let io = |e: std::io::Error| StoreError::Io {
-                    path: p.clone(),
-                    message: e.to_string(),
-                };
-                let file = std::fs::File::open(&p).map_err(io)?;
-                // SAFETY: an unlisted pack has no writer (this one holds the lock) and
-                // no reader (readers open only what REFS lists); mapped read-only.
-                let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-                let records = aside::unstored(kind, &map, |h| stored(self, kind, h));
-                if records > 0 {
-                    let label = format!("{}{id:08}.whole", kind.prefix());
-                    let to = aside::move_pack(&self.dir, &p, &label, &map)?;
-                    self.set_aside.push(SetAside {
-                        from: p.clone(),
-                        offset: 0,
-                        bytes: map.len() as u64,
-                        records,
-                        to,
-                    });
-                } else {
-                    std::fs::remove_file(&p).map_err(io)?;
-                }
+        for (kind, id, dropped) in self.unlisted_packs()? {
+            let p = pack::kind_path(&packs_dir, kind, id);
+            let io = |e: std::io::Error| StoreError::Io {
+                path: p.clone(),
+                message: e.to_string(),
+            };
+            if dropped {
+                std::fs::remove_file(&p).map_err(io)?;
+                continue;
+            }
+            let file = std::fs::File::open(&p).map_err(io)?;
+            // SAFETY: an unlisted pack has no writer (this one holds the lock) and no
+            // reader (readers open only what REFS lists); mapped read-only.
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+            let records = aside::unstored(kind, &map, |h| self.stores(kind, h));
+            if records > 0 {
+                let label = format!("{}{id:08}.whole", kind.prefix());
+                let to = aside::move_pack(&self.dir, &p, &label, &map)?;
+                self.set_aside.push(SetAside {
+                    from: p.clone(),
+                    offset: 0,
+                    bytes: map.len() as u64,
+                    records,
+                    to,
+                });
+            } else {
+                std::fs::remove_file(&p).map_err(io)?;
             }
         }
         Ok(())
@@ -402,48 +423,29 @@ impl Store {
         if crate::lock::writer_active(&self.dir) {
             return Ok(out);
         }
-        let stored = |kind: PackKind, h: &Hash| match kind {
-            PackKind::Events => self.index.get(h).is_some(),
-            PackKind::Blobs => self.blobs.is_small(h) || self.blobs.contains(h).unwrap_or(false),
-        };
         for p in self.packs.iter().chain(self.blobs.small_packs()) {
-            let tail = p.tail()?;
-            if tail.is_empty() {
-                continue;
-            }
-            let mut bytes = p.kind.magic().to_vec();
-            bytes.extend_from_slice(&tail);
-            let n = aside::unstored(p.kind, &bytes, |h| stored(p.kind, h));
-            if n > 0 {
+            if let Some((_, n)) = self.tail_of(p)?.filter(|t| t.1 > 0) {
                 out.push((p.path.clone(), n));
             }
         }
         let packs_dir = self.dir.join("packs");
-        let log = refs_log(&self.dir);
-        let mut files: Vec<(PackKind, PathBuf)> = Vec::new();
-        for (kind, listed) in [
-            (PackKind::Events, &self.refs.packs),
-            (PackKind::Blobs, &self.refs.blob_packs),
-        ] {
-            for id in pack_files(&packs_dir, kind)? {
-                if !listed.iter().any(|&(l, _)| l == id)
-                    && !dropped_by_commit(&self.refs, &log, kind, id)
-                {
-                    files.push((kind, pack::kind_path(&packs_dir, kind, id)));
-                }
-            }
-        }
-        for e in aside::list(&self.dir)? {
-            if let Some(kind) = e.kind {
-                files.push((kind, e.path));
-            }
-        }
+        let mut files: Vec<(PackKind, PathBuf)> = self
+            .unlisted_packs()?
+            .into_iter()
+            .filter(|u| !u.2)
+            .map(|(kind, id, _)| (kind, pack::kind_path(&packs_dir, kind, id)))
+            .collect();
+        files.extend(
+            aside::list(&self.dir)?
+                .into_iter()
+                .filter_map(|e| Some((e.kind?, e.path))),
+        );
         for (kind, path) in files {
             let bytes = std::fs::read(&path).map_err(|e| StoreError::Io {
                 path: path.clone(),
                 message: e.to_string(),
             })?;
-            let n = aside::unstored(kind, &bytes, |h| stored(kind, h));
+            let n = aside::unstored(kind, &bytes, |h| self.stores(kind, h));
             if n > 0 {
                 out.push((path, n));
             }
