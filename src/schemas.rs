@@ -84,6 +84,10 @@ pub fn all() -> Vec<(&'static str, String)> {
             pretty(schema_for!(crate::views::show::StageShow)),
         ),
         (
+            "show-samples",
+            pretty(schema_for!(crate::views::samples::Samples)),
+        ),
+        (
             "replay",
             pretty(schema_for!(crate::views::show::ReplayReport)),
         ),

@@ -570,3 +570,269 @@ fn study_forks_runs_writes_and_resumes() {
         "stage",
     );
 }
+
+/// What a researcher reads without the codec: floats as numbers in every JSON, sampled
+/// plans drawn on their grids (`show --samples`), and TensorBoard event files whose
+/// scalars are the same numbers `export --what steps` and `export --what metrics` give.
+#[test]
+fn decoded_floats_samples_and_tensorboard() {
+    use mapf_ledger::views::tensorboard::{read_scalars, FILE_NAME};
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tiny_ledger(tmp.path());
+    fork_and_run(&d, "stage1", "heuristic", "h");
+
+    // Events: losses and rewards are numbers, plans text; the schema says so.
+    let events: Vec<Value> = ok(&ledger(&d, &["export", "--branch", "h"]))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let step = events
+        .iter()
+        .find_map(|e| e["body"].get("gradient_step"))
+        .expect("a gradient step");
+    for k in [
+        "loss",
+        "policy_loss",
+        "kl",
+        "entropy",
+        "grad_norm",
+        "reward_mean",
+    ] {
+        let x = step[k].as_f64().unwrap();
+        assert!(step[k].is_f64() && x.abs() < 1e6, "{k}: {}", step[k]);
+    }
+    let batch = events
+        .iter()
+        .find_map(|e| e["body"].get("trajectories"))
+        .expect("a batch");
+    let t = &batch["trajectories"][0];
+    assert!(t["plan"].is_string(), "{t}");
+    assert!(t["reward"].as_f64().unwrap().abs() <= 10.0, "{t}");
+    for e in &events {
+        validates("ledger-event", e);
+    }
+    let stage: Value =
+        serde_json::from_str(&ok(&ledger(&d, &["show", "h@stage2", "--json"]))).unwrap();
+    validates("show-stage", &stage);
+    assert!(stage["stage"]["last_loss"].is_f64(), "{stage}");
+
+    // Samples: spread over the stage, drawn from each instance's starts, filtered by kind.
+    let s: Value = serde_json::from_str(&ok(&ledger(
+        &d,
+        &["show", "h@stage2", "--samples", "5", "--json"],
+    )))
+    .unwrap();
+    validates("show-samples", &s);
+    assert_eq!(s["recorded"], 10 * 32, "10 steps of 32 samples");
+    let samples = s["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 5);
+    let steps: Vec<u64> = samples
+        .iter()
+        .map(|x| x["step"].as_u64().unwrap())
+        .collect();
+    assert!(
+        steps.windows(2).all(|w| w[0] <= w[1]) && steps[0] < steps[4],
+        "{steps:?}"
+    );
+    for x in samples {
+        let n = x["drawing"]["size"].as_u64().unwrap() as usize;
+        assert_eq!(x["drawing"]["rows"].as_array().unwrap().len(), n);
+        assert_eq!(
+            x["drawing"]["paths"].as_array().unwrap().len() as u64,
+            x["agents"].as_u64().unwrap()
+        );
+        // A valid plan's paths end on the goals; a failed one is marked where it failed.
+        if x["valid"] == true {
+            for (p, g) in x["drawing"]["paths"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(x["drawing"]["goals"].as_array().unwrap())
+            {
+                assert_eq!(p.as_array().unwrap().last().unwrap(), g, "{x}");
+            }
+        } else if x["failure"] != "parse_error" {
+            assert!(
+                !x["drawing"]["failure_cells"].as_array().unwrap().is_empty(),
+                "{x}"
+            );
+        }
+    }
+    let invalid: Value = serde_json::from_str(&ok(&ledger(
+        &d,
+        &[
+            "show",
+            "h@stage2",
+            "--samples",
+            "50",
+            "--kind",
+            "invalid",
+            "--json",
+        ],
+    )))
+    .unwrap();
+    let m = invalid["matching"].as_u64().unwrap();
+    assert!(m > 0 && m < 320, "some but not all samples fail: {m}");
+    assert!(invalid["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|x| x["valid"] == false));
+    let text = ok(&ledger(
+        &d,
+        &["show", "h@stage2", "--samples", "2", "--kind", "invalid"],
+    ));
+    assert!(
+        text.contains("invalid: ") && text.contains("X: where it failed"),
+        "{text}"
+    );
+    fails(
+        &ledger(&d, &["show", "h", "--samples", "2"]),
+        2,
+        "name a stage, as in h@stage1",
+    );
+    fails(
+        &ledger(
+            &d,
+            &["show", "h@stage2", "--samples", "2", "--kind", "holes"],
+        ),
+        2,
+        "not a kind of sample",
+    );
+
+    // TensorBoard: one run per branch; the scalars are the exports' numbers.
+    let tb = tmp.path().join("tb");
+    let said = ok(&ledger(
+        &d,
+        &[
+            "export",
+            "--format",
+            "tensorboard",
+            "--out",
+            tb.to_str().unwrap(),
+        ],
+    ));
+    assert!(said.contains("2 runs"), "{said}");
+    let scalars = read_scalars(&std::fs::read(tb.join("h").join(FILE_NAME)).unwrap()).unwrap();
+    let series = |tag: &str| -> Vec<(i64, f32)> {
+        scalars
+            .iter()
+            .filter(|s| s.tag == tag)
+            .map(|s| (s.step, s.value))
+            .collect()
+    };
+    let rows: Vec<Value> = ok(&ledger(&d, &["export", "--what", "steps", "--branch", "h"]))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let want: Vec<(i64, f32)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["step"].as_i64().unwrap(),
+                r["reward_mean"].as_f64().unwrap() as f32,
+            )
+        })
+        .collect();
+    assert_eq!(series("train/reward_mean"), want);
+    // One loss per optimiser step, warm-up included, at the steps the events name.
+    let grad_steps: Vec<(u64, i64)> = events
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["stage"].as_u64()?,
+                e["body"].get("gradient_step")?["step"].as_i64()?,
+            ))
+        })
+        .collect();
+    let loss = series("train/loss");
+    assert_eq!(
+        loss.iter().map(|l| l.0).collect::<Vec<_>>(),
+        grad_steps.iter().map(|g| g.1).collect::<Vec<_>>()
+    );
+    let last_step = |stage: u64| {
+        grad_steps
+            .iter()
+            .filter(|g| g.0 <= stage)
+            .map(|g| g.1)
+            .max()
+            .unwrap_or(0)
+    };
+    assert!(
+        scalars.iter().all(|s| s.wall_time > 1.6e9),
+        "recorded wall times"
+    );
+    // Validation valid % of 2 agents per stage, at the stage's last optimiser step,
+    // against the metrics export's cells pooled over sizes.
+    let metrics: Vec<Value> = ok(&ledger(
+        &d,
+        &["export", "--what", "metrics", "--branch", "h"],
+    ))
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect();
+    let val = series("val/2_agents/valid");
+    assert_eq!(val.len(), 3, "stages 0-2: {val:?}");
+    assert_eq!(
+        val.iter().map(|v| v.0).collect::<Vec<_>>(),
+        (0..3).map(last_step).collect::<Vec<_>>()
+    );
+    for (stage, &(_, v)) in val.iter().enumerate() {
+        let cells: Vec<&Value> = metrics
+            .iter()
+            .filter(|m| m["stage"] == stage as u64 && m["suite"] == "val" && m["agents"] == 2)
+            .collect();
+        let sum = |k: &str| cells.iter().map(|c| c[k].as_u64().unwrap()).sum::<u64>() as f64;
+        assert_eq!(
+            v,
+            (100.0 * sum("valid") / sum("total")) as f32,
+            "stage {stage}"
+        );
+    }
+    for tag in [
+        "test/3_agents/valid",
+        "test/3_agents/coord/optimal",
+        "stage",
+    ] {
+        assert!(!series(tag).is_empty(), "{tag}");
+    }
+    // --what has no meaning here; --out is required and must be a directory.
+    fails(
+        &ledger(&d, &["export", "--format", "tensorboard"]),
+        2,
+        "--out DIR",
+    );
+    fails(
+        &ledger(
+            &d,
+            &[
+                "export",
+                "--format",
+                "tensorboard",
+                "--what",
+                "steps",
+                "--out",
+                "x",
+            ],
+        ),
+        2,
+        "--what steps does not apply",
+    );
+    let file = tmp.path().join("file");
+    std::fs::write(&file, "keep").unwrap();
+    fails(
+        &ledger(
+            &d,
+            &[
+                "export",
+                "--format",
+                "tensorboard",
+                "--out",
+                file.to_str().unwrap(),
+            ],
+        ),
+        2,
+        "not a directory",
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+}

@@ -51,6 +51,14 @@ pub enum StoreCommand {
         reference: String,
         #[arg(long)]
         json: bool,
+        /// With a stage: up to N of its sampled plans (spread over its GRPO steps), each
+        /// drawn on its grid with its reward and failure.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        samples: Option<u32>,
+        /// With --samples: only plans of this kind (a failure kind such as
+        /// vertex_conflict or hole, or conflict, invalid, valid, optimal).
+        #[arg(long, value_name = "KIND", requires = "samples")]
+        kind: Option<String>,
     },
     /// Every branch with its head and fork point.
     Branches {
@@ -85,13 +93,15 @@ pub enum StoreCommand {
         /// size); decisions: one row per engineer decision; branches: one row per branch;
         /// steps: one row per GRPO step (reward, zero-variance share, KL, clip, sampled
         /// validity overall and on instances that need coordination).
-        #[arg(long, value_enum, default_value = "events")]
-        what: ExportWhat,
+        /// (Not with --format tensorboard, which writes every scalar.)
+        #[arg(long, value_enum)]
+        what: Option<ExportWhat>,
         /// Only this history: a branch, BRANCH@stageN or an event's hash prefix.
         #[arg(long, value_name = "REFERENCE")]
         branch: Option<String>,
-        /// Write here instead of standard output.
-        #[arg(long, value_name = "FILE")]
+        /// Write here instead of standard output (with --format tensorboard: the
+        /// directory that gets one run directory per branch; required).
+        #[arg(long, value_name = "FILE|DIR")]
         out: Option<PathBuf>,
     },
     /// Remove every event and blob no branch reaches (deleted branches, scratch runs),
@@ -129,6 +139,8 @@ pub enum BranchCommand {
 pub enum ExportFormat {
     Jsonl,
     Csv,
+    /// TensorBoard event files of scalars, one run directory per branch under --out.
+    Tensorboard,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -176,7 +188,15 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             json,
         } => log(ledger, &branch, limit, json),
         StoreCommand::Cat { blob } => cat(ledger, &blob),
-        StoreCommand::Show { reference, json } => show(ledger, &reference, json),
+        StoreCommand::Show {
+            reference,
+            json,
+            samples: Some(n),
+            kind,
+        } => show_samples(ledger, &reference, json, n as usize, kind.as_deref()),
+        StoreCommand::Show {
+            reference, json, ..
+        } => show(ledger, &reference, json),
         StoreCommand::Branches { json } => branches(ledger, json),
         StoreCommand::Verify { json, strict } => verify(ledger, json, strict),
         StoreCommand::Recover { json } => recover(ledger, json),
@@ -186,6 +206,9 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             branch,
             out,
         } => {
+            if let ExportFormat::Tensorboard = format {
+                return export_tensorboard(ledger, branch.as_deref(), what, out);
+            }
             if let Some(o) = &out {
                 super::check_output_file("--out", o)?;
             }
@@ -193,8 +216,9 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             let fmt = match format {
                 ExportFormat::Jsonl => Format::Jsonl,
                 ExportFormat::Csv => Format::Csv,
+                ExportFormat::Tensorboard => unreachable!("handled above"),
             };
-            let what = match what {
+            let what = match what.unwrap_or(ExportWhat::Events) {
                 ExportWhat::Events => export::What::Events,
                 ExportWhat::Metrics => export::What::Metrics,
                 ExportWhat::Decisions => export::What::Decisions,
@@ -485,6 +509,133 @@ fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
             Ok(())
         }
     }
+}
+
+fn export_tensorboard(
+    ledger: &Path,
+    branch: Option<&str>,
+    what: Option<ExportWhat>,
+    out: Option<PathBuf>,
+) -> CliResult {
+    if let Some(w) = what {
+        return Err(CliError::input(format!(
+            "--what {} does not apply to --format tensorboard, which writes every scalar \
+             (training steps and evaluations); leave --what out",
+            w.to_possible_value()
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default()
+        )));
+    }
+    let Some(dir) = out else {
+        return Err(CliError::input(
+            "--format tensorboard writes a directory of runs: name it with --out DIR".to_string(),
+        ));
+    };
+    if dir.exists() && !dir.is_dir() {
+        return Err(CliError::input(format!(
+            "--out {}: not a directory (TensorBoard runs are written as directories under it)",
+            dir.display()
+        )));
+    }
+    let l = Ledger::open_read_only(ledger).map_err(err)?;
+    let runs = crate::views::tensorboard::export(&l, branch, &dir).map_err(err)?;
+    let scalars: usize = runs.iter().map(|r| r.scalars).sum();
+    println!(
+        "wrote {} run{} ({scalars} scalars) under {}; view with: tensorboard --logdir {}",
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" },
+        dir.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
+fn show_samples(
+    ledger: &Path,
+    reference: &str,
+    json: bool,
+    n: usize,
+    kind: Option<&str>,
+) -> CliResult {
+    use crate::views::samples::{render_drawing, samples, KindFilter};
+    let kind = kind
+        .map(KindFilter::parse)
+        .transpose()
+        .map_err(CliError::input)?;
+    let l = Ledger::open_read_only(ledger).map_err(err)?;
+    let Resolved::Stage { branch, stage } = l.resolve(reference).map_err(err)? else {
+        return Err(CliError::input(format!(
+            "--samples shows one stage's sampled plans: name a stage, as in {}@stage1 (got {reference:?})",
+            reference.split('@').next().unwrap_or("main")
+        )));
+    };
+    let head = l.head_of(&branch).map_err(err)?;
+    let s = samples(&l, &branch, &head, stage, n, kind).map_err(err)?;
+    if json {
+        return print_json(&s);
+    }
+    let mut w = super::stdout();
+    writeln!(
+        w,
+        "{branch}@stage{stage}: {} of {} matching sampled plans ({} recorded)",
+        s.samples.len(),
+        s.matching,
+        s.recorded
+    )
+    .map_err(out_err)?;
+    for (i, x) in s.samples.iter().enumerate() {
+        let outcome = match (x.valid, x.optimal, x.failure) {
+            (true, true, _) => format!("optimal (cost {})", x.cost),
+            (true, false, _) => format!("valid, cost {} against {}", x.cost, x.optimal_cost),
+            (false, _, f) => format!(
+                "invalid: {}{}",
+                f.map(|k| k.name()).unwrap_or("failed"),
+                x.detail
+                    .as_deref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
+            ),
+        };
+        writeln!(
+            w,
+            "\n[{}] step {}, {} #{}, instance {} ({}x{}, {} agents{})\n    {outcome}; reward {}",
+            i + 1,
+            x.step,
+            x.event.short(),
+            x.index,
+            x.instance.short(),
+            x.drawing.size,
+            x.drawing.size,
+            x.agents,
+            if x.needs_coordination {
+                ", needs coordination"
+            } else {
+                ""
+            },
+            x.reward
+        )
+        .map_err(out_err)?;
+        let grid = render_drawing(&x.drawing);
+        let plan: Vec<&str> = x.plan.lines().collect();
+        for r in 0..grid.len().max(plan.len()) {
+            writeln!(
+                w,
+                "    {:<width$}   {}",
+                grid.get(r).map(String::as_str).unwrap_or(""),
+                plan.get(r).copied().unwrap_or(""),
+                width = grid.first().map_or(0, String::len)
+            )
+            .map_err(out_err)?;
+        }
+    }
+    if !s.samples.is_empty() {
+        writeln!(
+            w,
+            "\n(digits: starts; a, b, ...: goals; *: path; X: where it failed; H: hole)"
+        )
+        .map_err(out_err)?;
+    }
+    w.flush().map_err(out_err)
 }
 
 fn branches(ledger: &Path, json: bool) -> CliResult {

@@ -2,7 +2,8 @@
 //! [`EventBody`] the mission records, from genesis to replay verification.
 //!
 //! Everything here reaches hashed bytes, so: no HashMap, no wall-clock time, and floats
-//! only as their bit patterns (`u32`/`u64` fields named `*_bits` or documented as bits).
+//! only as their bit patterns (`u32`/`u64` fields named `*_bits` or documented as bits;
+//! JSON shows them as numbers, see [`super::readable`]).
 //! New kinds are appended at the end of [`EventBody`] (the variant index is encoded).
 use crate::env::config::{Clip, GeneratorConfig};
 use crate::record::codec::{self, CodecError};

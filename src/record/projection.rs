@@ -49,8 +49,15 @@ pub struct StageState {
     pub optimal: u64,
     pub gradient_steps: u64,
     pub last_step: Option<u64>,
-    /// f64 bits of the last loss and grad norm.
+    /// f64 bits of the last loss and grad norm (JSON: `last_loss`, `last_grad_norm`).
+    #[serde(rename = "last_loss", with = "crate::record::readable::opt_f64_bits")]
+    #[schemars(with = "Option<crate::record::readable::JsonFloat>")]
     pub last_loss_bits: Option<u64>,
+    #[serde(
+        rename = "last_grad_norm",
+        with = "crate::record::readable::opt_f64_bits"
+    )]
+    #[schemars(with = "Option<crate::record::readable::JsonFloat>")]
     pub last_grad_norm_bits: Option<u64>,
     pub params: Option<Hash>,
     /// (checkpoint blob, parameter hash, step)

@@ -37,7 +37,10 @@ pub struct TrajectoryBatch {
 pub struct Trajectory {
     /// Index into the batch's `instances`.
     pub instance: u32,
-    /// The plan in the policy's compact encoding (moves, or text bytes).
+    /// The plan in the policy's compact encoding (moves, or text bytes; JSON shows text
+    /// as a string).
+    #[serde(with = "crate::record::readable::plan_bytes")]
+    #[schemars(with = "crate::record::readable::JsonBytes")]
     pub plan: Vec<u8>,
     pub valid: bool,
     pub optimal: bool,
@@ -45,7 +48,9 @@ pub struct Trajectory {
     /// Sum of costs of the plan (0 when invalid) and of the optimum.
     pub cost: u32,
     pub optimal_cost: u32,
-    /// The reward, as f32 bits.
+    /// The reward, as f32 bits (JSON: `reward`, the number).
+    #[serde(rename = "reward", with = "crate::record::readable::f32_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
     pub reward_bits: u32,
 }
 
@@ -72,22 +77,34 @@ impl TrajectoryBatch {
     }
 }
 
-/// One optimiser step. Loss terms are f64 bit patterns.
+/// One optimiser step. Loss terms are f64 bit patterns (JSON: numbers).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GradientStep {
     pub step: u64,
     /// Parameter hash after the step (blake3 over raw parameters in name order).
     pub params: Hash,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
     pub loss: u64,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
     pub policy_loss: u64,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
     pub kl: u64,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
     pub entropy: u64,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
     pub grad_norm: u64,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
     pub reward_mean: u64,
 }
 
 /// What one GRPO step's sampled batch looked like and what the update did: recorded
-/// after its gradient step(s), one per sampled batch. Floats are f64 bit patterns.
+/// after its gradient step(s), one per sampled batch. Floats are f64 bit patterns (JSON: numbers).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GrpoStats {
     /// The global step of the (last) optimiser update these samples fed.
@@ -102,11 +119,19 @@ pub struct GrpoStats {
     pub valid: u32,
     pub optimal: u32,
     /// Mean and population standard deviation of the batch's rewards.
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
     pub reward_mean: u64,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
     pub reward_std: u64,
     /// The k3 estimate of KL(policy || reference) over the loss's tokens (0 without one).
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
     pub kl: u64,
     /// Share of the loss's tokens whose ratio the clip held back.
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
     pub clip_fraction: u64,
     /// Sampled (response) tokens of the batch.
     pub tokens: u64,
@@ -162,6 +187,8 @@ pub struct EvaluationOutcomes {
     pub cells: Vec<(u32, u32, u32)>,
     /// The wait ratios (f64 bits) the cells are stratified by: each cell's items split
     /// into equal consecutive subsets in this order. Empty: not stratified.
+    #[serde(with = "crate::record::readable::vec_f64_bits")]
+    #[schemars(with = "Vec<crate::record::readable::JsonFloat>")]
     pub wait_ratios: Vec<u64>,
     /// One byte per item: [`OUTCOME_INVALID`], [`OUTCOME_VALID`] or [`OUTCOME_OPTIMAL`].
     pub outcomes: Vec<u8>,

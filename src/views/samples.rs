@@ -1,0 +1,384 @@
+//! Sampled plans, as recorded: `ledger show BRANCH@stageN --samples N [--kind K]` and the
+//! live page's sample panel. Each [`Sample`] is one trajectory of the stage's GRPO
+//! batches with its instance (from the instance blob), the plan text, reward and
+//! outcome, and a [`Drawing`]: every agent's path over the grid up to the first failure,
+//! and the cells where it went wrong, computed by re-simulating the recorded plan (the
+//! simulator is deterministic, so the drawing says what the recorded outcome says).
+//! Nothing here is recorded.
+use crate::env::simulate::FailureKind;
+use crate::env::text::parse_plan_in;
+use crate::env::{simulate, Instance, Move, Plan, Solved};
+use crate::ledger::{EventBody, Hash, Ledger, LedgerError};
+use schemars::JsonSchema;
+use serde::Serialize;
+
+/// Which trajectories `--kind` keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KindFilter {
+    /// Failed with this kind.
+    Failure(FailureKind),
+    /// Failed with a vertex or an edge conflict.
+    Conflict,
+    Invalid,
+    Valid,
+    Optimal,
+}
+
+impl KindFilter {
+    /// Every name `--kind` accepts, for messages.
+    pub fn names() -> Vec<&'static str> {
+        let mut v = vec!["conflict", "invalid", "valid", "optimal"];
+        v.extend(FailureKind::ALL.iter().map(|k| k.name()));
+        v
+    }
+
+    pub fn parse(name: &str) -> Result<KindFilter, String> {
+        Ok(match name {
+            "conflict" => KindFilter::Conflict,
+            "invalid" => KindFilter::Invalid,
+            "valid" => KindFilter::Valid,
+            "optimal" => KindFilter::Optimal,
+            other => KindFilter::Failure(
+                FailureKind::ALL
+                    .into_iter()
+                    .find(|k| k.name() == other)
+                    .ok_or_else(|| {
+                        format!(
+                            "--kind {other:?}: not a kind of sample (one of {})",
+                            KindFilter::names().join(", ")
+                        )
+                    })?,
+            ),
+        })
+    }
+
+    fn keeps(self, valid: bool, optimal: bool, failure: Option<FailureKind>) -> bool {
+        match self {
+            KindFilter::Failure(k) => failure == Some(k),
+            KindFilter::Conflict => matches!(
+                failure,
+                Some(FailureKind::VertexConflict | FailureKind::EdgeConflict)
+            ),
+            KindFilter::Invalid => !valid,
+            KindFilter::Valid => valid,
+            KindFilter::Optimal => optimal,
+        }
+    }
+}
+
+/// A plan drawn on its grid: what the text and the page both render.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct Drawing {
+    pub size: u32,
+    /// Grid rows, `F` frozen and `H` hole (row 0 first).
+    pub rows: Vec<String>,
+    /// Each agent's cells as (row, column), from its start to where the plan (or the
+    /// simulation, at the first failure) stops.
+    pub paths: Vec<Vec<(u32, u32)>>,
+    pub goals: Vec<(u32, u32)>,
+    /// Where it went wrong: the involved agents' cells at the failing timestep.
+    pub failure_cells: Vec<(u32, u32)>,
+}
+
+/// One sampled plan.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct Sample {
+    pub branch: String,
+    pub stage: u32,
+    /// The optimiser step the sample fed.
+    pub step: u64,
+    /// The `trajectories` event it was recorded in, and its index there.
+    pub event: Hash,
+    pub index: u32,
+    /// The instance blob.
+    pub instance: Hash,
+    pub agents: u32,
+    pub needs_coordination: bool,
+    /// The plan as the policy wrote it (text; a grid policy's moves per agent).
+    pub plan: String,
+    pub valid: bool,
+    pub optimal: bool,
+    pub failure: Option<FailureKind>,
+    /// The simulator's account of the failure (re-simulated; absent when valid).
+    pub detail: Option<String>,
+    pub cost: u32,
+    pub optimal_cost: u32,
+    pub reward: f64,
+    pub drawing: Drawing,
+}
+
+/// What one stage's batches held, before `--samples` picks from them.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct Samples {
+    pub branch: String,
+    pub stage: u32,
+    /// Trajectories recorded in the stage, and how many the filter kept.
+    pub recorded: u64,
+    pub matching: u64,
+    /// At most the requested number, spread evenly over the matching ones in recorded
+    /// order (first, last, and evenly between).
+    pub samples: Vec<Sample>,
+}
+
+/// The plan recorded as bytes, parsed for its instance: a language model's text, or a
+/// grid policy's letters with agents separated by `|`. None when it does not parse.
+fn parse_recorded(text: &str, inst: &Instance) -> Option<Plan> {
+    if !text.contains(':') && text.bytes().all(|b| b"UDLRW|".contains(&b)) {
+        let moves: Option<Vec<Vec<Move>>> = text
+            .split('|')
+            .map(|s| s.chars().map(Move::from_letter).collect())
+            .collect();
+        return moves.map(|moves| Plan { moves });
+    }
+    parse_plan_in(text, inst).ok()
+}
+
+fn rc(inst: &Instance, cell: crate::env::Cell) -> (u32, u32) {
+    let (r, c) = inst.row_col(cell);
+    (r as u32, c as u32)
+}
+
+/// The drawing of `plan` on `inst`: paths up to the failing timestep (or the end).
+pub fn draw(inst: &Instance, plan: Option<&Plan>) -> (Drawing, Option<String>) {
+    let k = inst.agents();
+    let mut paths: Vec<Vec<(u32, u32)>> =
+        inst.starts().iter().map(|&c| vec![rc(inst, c)]).collect();
+    let mut failure_cells = Vec::new();
+    let mut detail = None;
+    if let Some(plan) = plan {
+        let outcome = simulate(inst, plan);
+        let stop = match &outcome.failure {
+            Some(f) if f.t > 0 => f.t as usize,
+            _ => plan.len(),
+        };
+        let mut pos: Vec<Option<crate::env::Cell>> =
+            inst.starts().iter().map(|&c| Some(c)).collect();
+        for t in 1..=stop {
+            for a in 0..k.min(plan.moves.len()) {
+                let mv = plan.moves[a].get(t - 1).copied().unwrap_or(Move::W);
+                pos[a] = pos[a].and_then(|c| inst.step(c, mv));
+                if let Some(c) = pos[a] {
+                    if paths[a].last() != Some(&rc(inst, c)) {
+                        paths[a].push(rc(inst, c));
+                    }
+                }
+            }
+        }
+        if let Some(f) = &outcome.failure {
+            for &a in &f.agents {
+                // Off-grid moves leave the agent where it was: its last cell.
+                if let Some(last) = paths.get(a as usize - 1).and_then(|p| p.last()) {
+                    if !failure_cells.contains(last) {
+                        failure_cells.push(*last);
+                    }
+                }
+            }
+            detail = Some(f.detail.clone());
+        }
+    }
+    let drawing = Drawing {
+        size: inst.size() as u32,
+        rows: inst.grid_rows(),
+        paths,
+        goals: inst.goals().iter().map(|&c| rc(inst, c)).collect(),
+        failure_cells,
+    };
+    (drawing, detail)
+}
+
+/// The drawing as text, one line per grid row: `H` hole, `.` frozen, digits the agents'
+/// starts, letters (a, b, ...) their goals, `*` a path cell, `X` where it went wrong.
+pub fn render_drawing(d: &Drawing) -> Vec<String> {
+    let n = d.size as usize;
+    let mut g: Vec<Vec<char>> = d
+        .rows
+        .iter()
+        .map(|r| {
+            r.chars()
+                .map(|c| if c == 'H' { 'H' } else { '.' })
+                .collect()
+        })
+        .collect();
+    let mut put = |(r, c): (u32, u32), ch: char| {
+        if let Some(cell) = g
+            .get_mut(r as usize)
+            .and_then(|row| row.get_mut(c as usize))
+        {
+            *cell = ch;
+        }
+    };
+    for p in &d.paths {
+        for &cell in p.iter().skip(1) {
+            put(cell, '*');
+        }
+    }
+    for (a, &goal) in d.goals.iter().enumerate() {
+        put(goal, (b'a' + (a as u8 % 26)) as char);
+    }
+    for (a, p) in d.paths.iter().enumerate() {
+        put(
+            p[0],
+            std::char::from_digit(((a + 1) % 10) as u32, 10).unwrap_or('?'),
+        );
+    }
+    for &cell in &d.failure_cells {
+        put(cell, 'X');
+    }
+    g.into_iter()
+        .take(n)
+        .map(|row| {
+            row.into_iter()
+                .map(String::from)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Up to `n` sampled plans of `branch`'s stage `stage` (history to `head`) that pass
+/// `kind`, spread evenly over the matching ones.
+pub fn samples(
+    ledger: &Ledger,
+    branch: &str,
+    head: &Hash,
+    stage: u32,
+    n: usize,
+    kind: Option<KindFilter>,
+) -> Result<Samples, LedgerError> {
+    // (event, index in the batch, step, trajectory, instance blob) of every match.
+    let mut matching = Vec::new();
+    let mut recorded = 0u64;
+    for (hash, ev) in ledger.history_to(head)? {
+        if ev.stage != stage {
+            continue;
+        }
+        if let EventBody::Trajectories(batch) = ev.body {
+            recorded += batch.trajectories.len() as u64;
+            for (i, t) in batch.trajectories.iter().enumerate() {
+                if kind.is_none_or(|k| k.keeps(t.valid, t.optimal, t.failure)) {
+                    let inst = batch
+                        .instances
+                        .get(t.instance as usize)
+                        .copied()
+                        .ok_or_else(|| LedgerError::Corrupt {
+                            what: format!("trajectories event {}", hash.short()),
+                            problem: format!(
+                                "trajectory {i} names instance {} of {}",
+                                t.instance,
+                                batch.instances.len()
+                            ),
+                        })?;
+                    matching.push((hash, i as u32, batch.step, t.clone(), inst));
+                }
+            }
+        }
+    }
+    let m = matching.len();
+    let picks: Vec<usize> = match n.min(m) {
+        0 => vec![],
+        1 => vec![0],
+        k => (0..k).map(|j| j * (m - 1) / (k - 1)).collect(),
+    };
+    let mut out = Vec::with_capacity(picks.len());
+    for p in picks {
+        let (event, index, step, t, inst_hash) = &matching[p];
+        let solved: Solved =
+            crate::record::codec::decode(&ledger.blob(inst_hash)?, "training instance").map_err(
+                |e| LedgerError::Corrupt {
+                    what: format!("training instance blob {}", inst_hash.short()),
+                    problem: e.to_string(),
+                },
+            )?;
+        let inst = &solved.instance;
+        let text = String::from_utf8_lossy(&t.plan).into_owned();
+        let plan = parse_recorded(&text, inst);
+        let (drawing, detail) = draw(inst, plan.as_ref());
+        // A plan that does not parse has no path; the recorded failure says why.
+        let detail =
+            detail.or_else(|| (!t.valid).then(|| "the plan text does not parse".to_string()));
+        let plan_text = if text.contains(':') {
+            text
+        } else {
+            text.split('|')
+                .enumerate()
+                .map(|(a, m)| format!("agent {}: {m}", a + 1))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        out.push(Sample {
+            branch: branch.to_string(),
+            stage,
+            step: *step,
+            event: *event,
+            index: *index,
+            instance: *inst_hash,
+            agents: inst.agents() as u32,
+            needs_coordination: solved.needs_coordination,
+            plan: plan_text,
+            valid: t.valid,
+            optimal: t.optimal,
+            failure: t.failure,
+            detail: if t.valid { None } else { detail },
+            cost: t.cost,
+            optimal_cost: t.optimal_cost,
+            // The f32's shortest decimal, as an f64 (0.1, not 0.10000000149011612).
+            reward: f32::from_bits(t.reward_bits)
+                .to_string()
+                .parse()
+                .unwrap_or(f64::NAN),
+            drawing,
+        });
+    }
+    Ok(Samples {
+        branch: branch.to_string(),
+        stage,
+        recorded,
+        matching: m as u64,
+        samples: out,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::text::parse_plan;
+
+    fn inst() -> Instance {
+        // 3x3, hole in the middle; agent 1 (0,0) -> (0,2), agent 2 (0,2) -> (0,0).
+        let holes = vec![false, false, false, false, true, false, false, false, false];
+        Instance::new(3, holes, vec![0, 2], vec![2, 0]).unwrap()
+    }
+
+    #[test]
+    fn a_conflict_is_drawn_where_it_happens() {
+        let i = inst();
+        // Both walk the top row towards each other: they meet at (0,1) at t = 1.
+        let plan = parse_plan("agent 1: R R\nagent 2: L L", 2).unwrap();
+        let (d, detail) = draw(&i, Some(&plan));
+        assert_eq!(d.failure_cells, vec![(0, 1)]);
+        assert!(detail.unwrap().contains("agent"));
+        assert_eq!(render_drawing(&d), vec!["1 X 2", ". H .", ". . ."]);
+    }
+
+    #[test]
+    fn a_fall_marks_the_hole_and_grid_moves_parse() {
+        let i = inst();
+        let plan = parse_recorded("DR|W", &i).unwrap();
+        assert_eq!(plan.moves.len(), 2);
+        let (d, _) = draw(&i, Some(&plan));
+        assert_eq!(d.paths[0], vec![(0, 0), (1, 0), (1, 1)]);
+        assert_eq!(d.failure_cells, vec![(1, 1)]);
+        assert_eq!(render_drawing(&d), vec!["1 . 2", "* X .", ". . ."]);
+    }
+
+    #[test]
+    fn kinds_parse_by_name() {
+        assert_eq!(KindFilter::parse("conflict").unwrap(), KindFilter::Conflict);
+        assert_eq!(
+            KindFilter::parse("hole").unwrap(),
+            KindFilter::Failure(FailureKind::Hole)
+        );
+        let e = KindFilter::parse("holes").unwrap_err();
+        assert!(e.contains("vertex_conflict"), "{e}");
+    }
+}

@@ -1,0 +1,449 @@
+//! `ledger export --format tensorboard --out DIR`: one run directory per branch holding
+//! a TensorBoard event file of scalars, so TensorBoard (and the tools that import its
+//! files) can plot a ledger's runs side by side.
+//!
+//! What is written, per branch (a run named after the branch):
+//! - per GRPO step, at the global optimiser step: `train/reward_mean`, `reward_std`,
+//!   `kl`, `clip_fraction`, `zero_variance_share`, `valid_pct`, `optimal_pct`,
+//!   `coordination_valid_pct` (when the batch had such instances) from `grpo_stats` and
+//!   `trajectories`; `train/loss`, `policy_loss`, `entropy`, `grad_norm` from
+//!   `gradient_step`;
+//! - per stage evaluation, at the last optimiser step of the stage (0 before any): valid
+//!   and optimal % of every group of [`super::paired::groups_with`]:
+//!   `val/2_agents/valid`, `test/3_agents/wait0.25/optimal`, `test/3_agents/coord/valid`
+//!   (the same groups `compare` and `study` pair), and `stage` itself.
+//!
+//! The format is TensorBoard's record file: each record is its length (u64, little
+//! endian), the masked CRC-32C of those 8 bytes, the payload, and the payload's masked
+//! CRC-32C; each payload is a `tensorflow.Event` protocol buffer. The three messages
+//! used (`Event`, `Summary`, `Summary.Value` with `simple_value`) are encoded by hand
+//! below: six fields, where a protobuf code generator would add a build step for nothing.
+//! Wall times are the events' recorded metadata (unhashed), so the files are the same
+//! bytes for the same ledger. [`read_scalars`] reads such a file back, checking framing
+//! and both CRCs.
+use super::paired::groups_with;
+use crate::ledger::{EventBody, Hash, Ledger, LedgerError};
+use std::path::{Path, PathBuf};
+
+/// One scalar point of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scalar {
+    pub tag: String,
+    pub step: i64,
+    pub value: f32,
+    /// Seconds since the Unix epoch (the source event's recorded wall time; 0 if none).
+    pub wall_time: f64,
+}
+
+/// The event file's name inside a run directory (fixed, so an export run again
+/// replaces its file instead of adding a second one TensorBoard would read twice).
+pub const FILE_NAME: &str = "events.out.tfevents.0.mapf-ledger";
+
+/// Every scalar of the branch whose head is `head`, in recorded order.
+pub fn branch_scalars(
+    ledger: &Ledger,
+    branch: &str,
+    head: &Hash,
+) -> Result<Vec<Scalar>, LedgerError> {
+    let wall = |h: &Hash| -> Result<f64, LedgerError> {
+        Ok(ledger
+            .event_with_meta(h)?
+            .1
+            .wall_time_ms
+            .map_or(0.0, |ms| ms as f64 / 1000.0))
+    };
+    let mut out = Vec::new();
+    let mut push = |tag: &str, step: u64, value: f64, wall_time: f64| {
+        out.push(Scalar {
+            tag: tag.to_string(),
+            step: step as i64,
+            value: value as f32,
+            wall_time,
+        })
+    };
+    // Training, step by step.
+    for r in super::steps::step_rows(ledger, branch, head)? {
+        let w = wall(&r.event)?;
+        push("train/reward_mean", r.step, r.reward_mean, w);
+        push("train/reward_std", r.step, r.reward_std, w);
+        push("train/kl", r.step, r.kl, w);
+        push("train/clip_fraction", r.step, r.clip_fraction, w);
+        push(
+            "train/zero_variance_share",
+            r.step,
+            r.zero_variance_share,
+            w,
+        );
+        push("train/valid_pct", r.step, r.valid_pct, w);
+        push("train/optimal_pct", r.step, r.optimal_pct, w);
+        if let Some(c) = r.coordination_valid_pct {
+            push("train/coordination_valid_pct", r.step, c, w);
+        }
+    }
+    // Optimiser steps, and the global step each stage's evaluations belong to.
+    let history = ledger.history_to(head)?;
+    let mut step_of_stage = std::collections::BTreeMap::new();
+    let mut last = 0u64;
+    for (h, ev) in &history {
+        if let EventBody::GradientStep(g) = &ev.body {
+            let w = wall(h)?;
+            let f = f64::from_bits;
+            push("train/loss", g.step, f(g.loss), w);
+            push("train/policy_loss", g.step, f(g.policy_loss), w);
+            push("train/entropy", g.step, f(g.entropy), w);
+            push("train/grad_norm", g.step, f(g.grad_norm), w);
+            last = last.max(g.step);
+        }
+        step_of_stage.insert(ev.stage, last);
+    }
+    // Evaluations: every group of every stage's latest outcomes per suite.
+    let suites = super::coordination::suite_items(ledger, head)?;
+    let state = ledger.state_at(head)?;
+    for st in &state.stages {
+        let step = step_of_stage.get(&st.stage).copied().unwrap_or(0);
+        let mut first = true;
+        for (suite, h) in &st.outcome_events {
+            let EventBody::EvaluationOutcomes(o) = ledger.event(h)?.body else {
+                continue;
+            };
+            let w = wall(h)?;
+            if first {
+                push("stage", step, st.stage as f64, w);
+                first = false;
+            }
+            let flags: Option<Vec<bool>> = suites
+                .get(suite)
+                .filter(|s| s.items.len() == o.outcomes.len())
+                .map(|s| s.items.iter().map(|i| i.needs_coordination).collect());
+            for g in groups_with(&o, flags.as_deref()) {
+                let items: Vec<u8> = g.cells.iter().flatten().map(|&i| o.outcomes[i]).collect();
+                if items.is_empty() {
+                    continue;
+                }
+                let n = items.len() as f64;
+                let valid = items
+                    .iter()
+                    .filter(|&&b| b >= crate::record::event::OUTCOME_VALID)
+                    .count();
+                let optimal = items
+                    .iter()
+                    .filter(|&&b| b == crate::record::event::OUTCOME_OPTIMAL)
+                    .count();
+                let base = match &g.subset {
+                    Some(s) => format!("{}/{}_agents/{s}", g.suite, g.agents),
+                    None => format!("{}/{}_agents", g.suite, g.agents),
+                };
+                push(&format!("{base}/valid"), step, 100.0 * valid as f64 / n, w);
+                push(
+                    &format!("{base}/optimal"),
+                    step,
+                    100.0 * optimal as f64 / n,
+                    w,
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+// ---- the record format ----
+
+/// TensorFlow's masked CRC-32C (a CRC of data that holds CRCs is weak, so it is
+/// rotated and offset).
+fn masked_crc(bytes: &[u8]) -> u32 {
+    let c = crc32c::crc32c(bytes);
+    c.rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// A length-delimited protobuf field.
+fn bytes_field(field: u32, bytes: &[u8], out: &mut Vec<u8>) {
+    varint(((field << 3) | 2) as u64, out);
+    varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
+}
+
+/// `tensorflow.Event { wall_time = 1 (double), step = 2 (int64), file_version = 3 or
+/// summary = 5 }`.
+fn event_payload(
+    wall_time: f64,
+    step: i64,
+    file_version: Option<&str>,
+    summary: Option<&[u8]>,
+) -> Vec<u8> {
+    let mut e = Vec::new();
+    e.push(0x09); // field 1, 64-bit
+    e.extend_from_slice(&wall_time.to_le_bytes());
+    if step != 0 {
+        e.push(0x10); // field 2, varint
+        varint(step as u64, &mut e);
+    }
+    if let Some(v) = file_version {
+        bytes_field(3, v.as_bytes(), &mut e);
+    }
+    if let Some(s) = summary {
+        bytes_field(5, s, &mut e);
+    }
+    e
+}
+
+/// `Summary { value = 1: Summary.Value { tag = 1 (string), simple_value = 2 (float) } }`.
+fn summary_payload(tag: &str, value: f32) -> Vec<u8> {
+    let mut v = Vec::new();
+    bytes_field(1, tag.as_bytes(), &mut v);
+    v.push(0x15); // field 2, 32-bit
+    v.extend_from_slice(&value.to_le_bytes());
+    let mut s = Vec::new();
+    bytes_field(1, &v, &mut s);
+    s
+}
+
+fn record(payload: &[u8], out: &mut Vec<u8>) {
+    let len = (payload.len() as u64).to_le_bytes();
+    out.extend_from_slice(&len);
+    out.extend_from_slice(&masked_crc(&len).to_le_bytes());
+    out.extend_from_slice(payload);
+    out.extend_from_slice(&masked_crc(payload).to_le_bytes());
+}
+
+/// The event file's bytes: the file-version event, then one event per scalar.
+pub fn event_file(scalars: &[Scalar]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let start = scalars
+        .iter()
+        .map(|s| s.wall_time)
+        .find(|&w| w > 0.0)
+        .unwrap_or(0.0);
+    record(
+        &event_payload(start, 0, Some("brain.Event:2"), None),
+        &mut out,
+    );
+    for s in scalars {
+        record(
+            &event_payload(
+                s.wall_time,
+                s.step,
+                None,
+                Some(&summary_payload(&s.tag, s.value)),
+            ),
+            &mut out,
+        );
+    }
+    out
+}
+
+// ---- reading back ----
+
+fn read_varint(b: &[u8], at: &mut usize) -> Result<u64, String> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*at).ok_or("varint runs past the end")?;
+        *at += 1;
+        v |= ((byte & 0x7f) as u64) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err("varint longer than 10 bytes".into())
+}
+
+/// The fields of one protobuf message: (field, wire type, value or bytes).
+fn fields(b: &[u8]) -> Result<Vec<(u32, u8, u64, &[u8])>, String> {
+    let mut at = 0;
+    let mut out = Vec::new();
+    while at < b.len() {
+        let key = read_varint(b, &mut at)?;
+        let (field, wire) = ((key >> 3) as u32, (key & 7) as u8);
+        let take = |at: &mut usize, n: usize| -> Result<&[u8], String> {
+            let s = b
+                .get(*at..*at + n)
+                .ok_or(format!("field {field} runs past the end"))?;
+            *at += n;
+            Ok(s)
+        };
+        match wire {
+            0 => out.push((field, wire, read_varint(b, &mut at)?, &b[0..0])),
+            1 => out.push((field, wire, 0, take(&mut at, 8)?)),
+            5 => out.push((field, wire, 0, take(&mut at, 4)?)),
+            2 => {
+                let n = read_varint(b, &mut at)? as usize;
+                out.push((field, wire, 0, take(&mut at, n)?));
+            }
+            w => return Err(format!("field {field}: unsupported wire type {w}")),
+        }
+    }
+    Ok(out)
+}
+
+/// The scalars of an event file, checking every record's framing and both CRCs (the
+/// file-version record is checked and skipped). Errors name the record and offset.
+pub fn read_scalars(file: &[u8]) -> Result<Vec<Scalar>, String> {
+    let mut at = 0usize;
+    let mut out = Vec::new();
+    let mut n = 0;
+    while at < file.len() {
+        let head = file
+            .get(at..at + 12)
+            .ok_or(format!("record {n} at byte {at}: truncated header"))?;
+        let len_bytes = &head[..8];
+        let len = u64::from_le_bytes(len_bytes.try_into().expect("8 bytes")) as usize;
+        if u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")) != masked_crc(len_bytes) {
+            return Err(format!("record {n} at byte {at}: length CRC mismatch"));
+        }
+        let payload = file
+            .get(at + 12..at + 12 + len)
+            .ok_or(format!("record {n} at byte {at}: truncated payload"))?;
+        let crc = file
+            .get(at + 12 + len..at + 16 + len)
+            .ok_or(format!("record {n} at byte {at}: truncated payload CRC"))?;
+        if u32::from_le_bytes(crc.try_into().expect("4 bytes")) != masked_crc(payload) {
+            return Err(format!("record {n} at byte {at}: payload CRC mismatch"));
+        }
+        let mut wall_time = 0.0;
+        let mut step = 0i64;
+        let mut value = None;
+        for (field, _, v, bytes) in fields(payload).map_err(|e| format!("record {n}: {e}"))? {
+            match field {
+                1 => wall_time = f64::from_le_bytes(bytes.try_into().map_err(|_| "wall_time")?),
+                2 => step = v as i64,
+                5 => {
+                    for (f, _, _, val) in fields(bytes)? {
+                        if f != 1 {
+                            continue;
+                        }
+                        let (mut tag, mut x) = (None, None);
+                        for (vf, _, _, vb) in fields(val)? {
+                            match vf {
+                                1 => {
+                                    tag = Some(
+                                        String::from_utf8(vb.to_vec())
+                                            .map_err(|e| e.to_string())?,
+                                    )
+                                }
+                                2 => {
+                                    x = Some(f32::from_le_bytes(
+                                        vb.try_into().map_err(|_| "simple_value")?,
+                                    ))
+                                }
+                                _ => {}
+                            }
+                        }
+                        if let (Some(tag), Some(x)) = (tag, x) {
+                            value = Some((tag, x));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some((tag, value)) = value {
+            out.push(Scalar {
+                tag,
+                step,
+                value,
+                wall_time,
+            });
+        }
+        at += 16 + len;
+        n += 1;
+    }
+    Ok(out)
+}
+
+/// One branch's run as written.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RunWritten {
+    pub branch: String,
+    pub file: PathBuf,
+    pub scalars: usize,
+}
+
+/// Write one run directory per branch (`branch`, or every branch) under `dir`. Each
+/// file is written to a temporary name and renamed, so a reader never sees half of one.
+pub fn export(
+    ledger: &Ledger,
+    branch: Option<&str>,
+    dir: &Path,
+) -> Result<Vec<RunWritten>, LedgerError> {
+    let io = |p: &Path, e: std::io::Error| LedgerError::Io {
+        path: p.to_path_buf(),
+        message: e.to_string(),
+    };
+    let branches: Vec<(String, Hash)> = match branch {
+        Some(b) => vec![(b.to_string(), ledger.head_of(b)?)],
+        None => ledger.branches()?,
+    };
+    let mut written = Vec::new();
+    for (name, head) in branches {
+        let scalars = branch_scalars(ledger, &name, &head)?;
+        // Branch names are path-safe (the ledger refuses `..`, empty parts and
+        // backslashes); `study/x` becomes a nested run, as TensorBoard shows it.
+        let run = dir.join(&name);
+        std::fs::create_dir_all(&run).map_err(|e| io(&run, e))?;
+        let file = run.join(FILE_NAME);
+        let tmp = run.join(format!(".{FILE_NAME}.tmp"));
+        std::fs::write(&tmp, event_file(&scalars)).map_err(|e| io(&tmp, e))?;
+        std::fs::rename(&tmp, &file).map_err(|e| io(&file, e))?;
+        written.push(RunWritten {
+            branch: name,
+            file,
+            scalars: scalars.len(),
+        });
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_round_trip_and_damage_is_named() {
+        let s = vec![
+            Scalar {
+                tag: "train/reward_mean".into(),
+                step: 7,
+                value: 1.25,
+                wall_time: 1_700_000_000.5,
+            },
+            Scalar {
+                tag: "val/2_agents/valid".into(),
+                step: 300,
+                value: 76.0,
+                wall_time: 1_700_000_100.0,
+            },
+        ];
+        let bytes = event_file(&s);
+        assert_eq!(read_scalars(&bytes).unwrap(), s);
+        // The first record is TensorBoard's file-version event, byte for byte.
+        assert_eq!(&bytes[12..13], &[0x09]);
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("brain.Event:2"));
+        let mut bad = bytes.clone();
+        let last = bad.len() - 6;
+        bad[last] ^= 1;
+        assert!(read_scalars(&bad)
+            .unwrap_err()
+            .contains("payload CRC mismatch"));
+        assert!(read_scalars(&bytes[..bytes.len() - 2])
+            .unwrap_err()
+            .contains("truncated"));
+    }
+
+    #[test]
+    fn crc32c_is_castagnoli() {
+        // The check value of CRC-32C ("123456789"), and TensorFlow's mask.
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xe306_9283);
+        assert_eq!(
+            masked_crc(b""),
+            0u32.rotate_right(15).wrapping_add(0xa282_ead8)
+        );
+    }
+}
