@@ -52,12 +52,48 @@ pub fn format_of(path: &Path) -> Result<Format, String> {
 /// One named curve: (name, [(stage, percentage)]).
 pub type Series = (String, Vec<(u32, f64)>);
 
-/// Named curves of (x, percentage); x is a stage, or a GRPO step (`x_label` says which).
+/// A 95% interval per point of one series: (x, low, high).
+pub type Band = Vec<(u32, f64, f64)>;
+
+/// Named curves of (x, y); x is a stage, or a GRPO step (`x_label` says which).
+///
+/// The y axis fits the data (and bands) with a margin, clamped to 0–100 when `percent`,
+/// so a 3-point difference is visible instead of flattened on a fixed 0–100 axis.
+/// Branches that coincide stay visible: earlier series are drawn wider underneath
+/// later ones, and each has its own marker shape.
 pub struct Curves<'a> {
     pub title: &'a str,
     pub x_label: &'a str,
     pub y_label: &'a str,
     pub series: &'a [Series],
+    /// Per series (same order; missing or empty: none), drawn as a shaded area.
+    pub bands: &'a [Band],
+    /// The values are percentages (the axis never leaves 0–100).
+    pub percent: bool,
+}
+
+/// The y range that shows `values` with a margin (percentages stay inside 0–100).
+pub fn y_range(values: impl Iterator<Item = f64>, percent: bool) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.filter(|v| v.is_finite()) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if lo > hi {
+        return if percent { (0.0, 100.0) } else { (0.0, 1.0) };
+    }
+    let floor = if percent {
+        2.0
+    } else {
+        (hi.abs().max(lo.abs()) * 0.05).max(1e-3)
+    };
+    let pad = ((hi - lo) * 0.08).max(floor);
+    let (mut y0, mut y1) = (lo - pad, hi + pad);
+    if percent {
+        y0 = y0.max(0.0);
+        y1 = y1.min(100.0);
+    }
+    (y0, y1)
 }
 
 /// Percentages per (size, stage); missing cells are drawn empty.
@@ -95,6 +131,28 @@ fn draw_curves<DB: DrawingBackend>(
     c: &Curves,
     k: u32,
 ) -> Result<(), String> {
+    draw_curves_into(root, c, k)?;
+    root.present().map_err(err)
+}
+
+/// Panels side by side (left to right), presented once.
+fn draw_panels<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    panels: &[Curves],
+    k: u32,
+) -> Result<(), String> {
+    let areas = root.split_evenly((1, panels.len().max(1)));
+    for (area, c) in areas.iter().zip(panels) {
+        draw_curves_into(area, c, k)?;
+    }
+    root.present().map_err(err)
+}
+
+fn draw_curves_into<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    c: &Curves,
+    k: u32,
+) -> Result<(), String> {
     let stages: Vec<u32> = c
         .series
         .iter()
@@ -102,6 +160,13 @@ fn draw_curves<DB: DrawingBackend>(
         .collect();
     let x0 = stages.iter().copied().min().unwrap_or(0) as i32;
     let x1 = (stages.iter().copied().max().unwrap_or(1) as i32).max(x0 + 1);
+    let (y0, y1) = y_range(
+        c.series
+            .iter()
+            .flat_map(|s| s.1.iter().map(|p| p.1))
+            .chain(c.bands.iter().flatten().flat_map(|b| [b.1, b.2])),
+        c.percent,
+    );
     let k = k as i32;
     root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(root)
@@ -109,7 +174,7 @@ fn draw_curves<DB: DrawingBackend>(
         .margin(12 * k)
         .x_label_area_size(40 * k)
         .y_label_area_size(50 * k)
-        .build_cartesian_2d(x0..x1, 0f64..100f64)
+        .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(err)?;
     chart
         .configure_mesh()
@@ -117,35 +182,77 @@ fn draw_curves<DB: DrawingBackend>(
         .y_desc(c.y_label)
         // One label per stage; at most a dozen over hundreds of steps.
         .x_labels(((x1 - x0 + 1) as usize).min(12))
-        .y_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| {
+            if y1 - y0 >= 10.0 {
+                format!("{v:.0}")
+            } else if y1 - y0 >= 1.0 {
+                format!("{v:.1}")
+            } else {
+                format!("{v:.3}")
+            }
+        })
         .label_style(("sans-serif", 12 * k))
         .axis_desc_style(("sans-serif", 14 * k))
         .draw()
         .map_err(err)?;
+    // Bands first, under every line.
+    for (i, band) in c.bands.iter().enumerate().take(c.series.len()) {
+        if band.len() < 2 {
+            continue;
+        }
+        let (r, g, b) = COLORS[i % COLORS.len()];
+        let outline: Vec<(i32, f64)> = band
+            .iter()
+            .map(|&(x, _, hi)| (x as i32, hi))
+            .chain(band.iter().rev().map(|&(x, lo, _)| (x as i32, lo)))
+            .collect();
+        chart
+            .draw_series(std::iter::once(Polygon::new(
+                outline,
+                RGBColor(r, g, b).mix(0.14).filled(),
+            )))
+            .map_err(err)?;
+    }
+    let n = c.series.len() as i32;
     for (i, (name, pts)) in c.series.iter().enumerate() {
         let (r, g, b) = COLORS[i % COLORS.len()];
         let color = RGBColor(r, g, b);
+        // Earlier series wider, so one drawn exactly over another still shows its edge.
+        let width = (k * (2 + (n - 1 - i as i32).min(4))) as u32;
         chart
             .draw_series(LineSeries::new(
                 pts.iter().map(|&(s, v)| (s as i32, v)),
-                color.stroke_width(2 * k as u32),
+                color.stroke_width(width),
             ))
             .map_err(err)?
             .label(name.as_str())
             .legend(move |(x, y)| {
-                PathElement::new(
-                    vec![(x, y), (x + 20 * k, y)],
-                    color.stroke_width(2 * k as u32),
-                )
+                PathElement::new(vec![(x, y), (x + 20 * k, y)], color.stroke_width(width))
             });
-        // Markers on per-stage curves; a line alone over hundreds of steps.
-        let marker = if pts.len() <= 40 { 3 * k } else { 0 };
-        chart
-            .draw_series(
-                pts.iter()
-                    .map(|&(s, v)| Circle::new((s as i32, v), marker, color.filled())),
-            )
+        // Markers on per-stage curves (a shape per series); a line alone over hundreds
+        // of steps.
+        if pts.len() <= 40 {
+            let m = 3 * k + (n - 1 - i as i32).min(2) * k;
+            let at = |&(s, v): &(u32, f64)| (s as i32, v);
+            match i % 3 {
+                0 => chart
+                    .draw_series(pts.iter().map(|p| Circle::new(at(p), m, color.filled())))
+                    .map(|_| ()),
+                1 => chart
+                    .draw_series(
+                        pts.iter()
+                            .map(|p| TriangleMarker::new(at(p), m + k, color.filled())),
+                    )
+                    .map(|_| ()),
+                _ => chart
+                    .draw_series(
+                        pts.iter()
+                            .map(|p| Cross::new(at(p), m, color.stroke_width(2 * k as u32))),
+                    )
+                    .map(|_| ()),
+            }
             .map_err(err)?;
+        }
     }
     chart
         .configure_series_labels()
@@ -155,8 +262,7 @@ fn draw_curves<DB: DrawingBackend>(
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
-        .map_err(err)?;
-    root.present().map_err(err)
+        .map_err(err)
 }
 
 fn heatmap_size(h: &Heatmap) -> (u32, u32) {
@@ -308,6 +414,17 @@ pub fn write_curves(path: &Path, c: &Curves) -> Result<(), String> {
     )
 }
 
+/// Curves side by side (valid % beside optimal %, say) into an SVG or PNG file.
+pub fn write_panels(path: &Path, panels: &[Curves]) -> Result<(), String> {
+    let size = (CURVES_SIZE.0 * panels.len().max(1) as u32, CURVES_SIZE.1);
+    write_file(
+        path,
+        size,
+        |root| draw_panels(root, panels, 1),
+        |root| draw_panels(root, panels, PNG_SCALE),
+    )
+}
+
 /// A heatmap as an SVG document.
 pub fn heatmap_svg(h: &Heatmap) -> Result<String, String> {
     svg_string(heatmap_size(h), |root| draw_heatmap(root, h, 1))
@@ -351,6 +468,8 @@ mod tests {
                     title,
                     y_label: "valid %",
                     series: &series,
+                    bands: &[],
+                    percent: true,
                 },
             )
             .unwrap();
@@ -363,6 +482,33 @@ mod tests {
             bytes.push(b);
         }
         assert_ne!(bytes[0], bytes[1]);
+    }
+
+    #[test]
+    fn the_axis_fits_the_data() {
+        // Close curves get a close axis; percentages never leave 0-100.
+        let (lo, hi) = y_range([41.0, 43.5, 44.0].into_iter(), true);
+        assert!(
+            lo > 35.0 && lo < 41.0 && hi > 44.0 && hi < 50.0,
+            "{lo} {hi}"
+        );
+        assert_eq!(y_range([0.0, 100.0].into_iter(), true), (0.0, 100.0));
+        assert_eq!(y_range(std::iter::empty(), true), (0.0, 100.0));
+        // Rewards are not percentages: negative values stay on the axis.
+        let (lo, hi) = y_range([-0.5, 1.5].into_iter(), false);
+        assert!(lo < -0.5 && hi > 1.5);
+        let series = vec![("a".to_string(), vec![(0, 41.0), (1, 44.0)])];
+        let svg = curves_svg(&Curves {
+            title: "t",
+            x_label: "stage",
+            y_label: "valid %",
+            series: &series,
+            bands: &[vec![(0, 38.0, 44.0), (1, 41.0, 47.0)]],
+            percent: true,
+        })
+        .unwrap();
+        assert!(!svg.contains(">\n100\n<"), "no 0-100 axis for 41-47");
+        assert!(svg.contains("<polygon"), "the band is drawn");
     }
 
     #[test]

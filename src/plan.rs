@@ -125,6 +125,12 @@ pub struct Suites {
     /// cache grows with it: `ledger plan check` names it when a GPU is too small.
     #[serde(skip_serializing_if = "is_default_eval_batch")]
     pub eval_batch: u32,
+    /// Keep every evaluation's greedy plans, one blob per suite evaluation (an
+    /// `evaluation_plans` event), so `show --samples --suite` can draw a failed test
+    /// item. Off by default: plans without the field keep their canonical hash and
+    /// their ledgers replay as recorded.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub keep_plans: bool,
 }
 
 /// Suite items decoded per batch unless a plan says otherwise.
@@ -143,6 +149,7 @@ impl Default for Suites {
             seed: 2026,
             wait_ratios: Vec::new(),
             eval_batch: DEFAULT_EVAL_BATCH,
+            keep_plans: false,
         }
     }
 }

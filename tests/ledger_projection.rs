@@ -15,7 +15,7 @@ const PLAN: &str = include_str!("../ledgers/demo.toml");
 /// One event of kind `kind % 17` (every kind but genesis, which every generated ledger
 /// starts with; gradient steps twice as often), its fields drawn from `x`.
 fn body(kind: u8, x: u32, blob: Hash) -> EventBody {
-    match kind % 17 {
+    match kind % 18 {
         10 => EventBody::EngineerRegistered(EngineerRegistered {
             name: format!("llm{}", x % 3),
             kind: if x % 2 == 0 {
@@ -72,6 +72,13 @@ fn body(kind: u8, x: u32, blob: Hash) -> EventBody {
             cells: vec![(2, 3, 2)],
             wait_ratios: vec![],
             outcomes: vec![(x % 3) as u8, (x / 3 % 3) as u8],
+        }),
+        17 => EventBody::EvaluationPlans(EvaluationPlans {
+            suite: "test".into(),
+            suite_hash: blob,
+            checkpoint: None,
+            items: 2,
+            plans: blob,
         }),
         16 => EventBody::GradientStep(GradientStep {
             step: x as u64,

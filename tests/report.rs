@@ -4,6 +4,10 @@
 //! full-page screenshot is written. A generated ledger of 10 branches × 10 stages checks
 //! that the page stays within the viewport's width and under 5 MB.
 //!
+//! `ledger serve` is opened the same way: the page follows a ledger that `ledger run`
+//! is writing (a new stage appears in place, without a reload), and markup an LLM wrote
+//! stays text on the live page too.
+//!
 //! Screenshots are kept under the target directory (`report-screenshots/`).
 mod common;
 
@@ -45,6 +49,8 @@ const PROBE: &str = r#"(() => {
     uncited: uncited,
     training_rows: all('#training table.training tbody tr').length,
     training_curves: all('#training svg').length,
+    samples: all('#samples figure.sample').map(f => f.dataset.kind),
+    sample_grids: all('#samples svg.grid').length,
     overflow: document.documentElement.scrollWidth - window.innerWidth,
     bad_hashes: all('[data-ev]').filter(e => !/^([0-9a-f]{64})( [0-9a-f]{64})*$/.test(e.dataset.ev)).length,
   };
@@ -160,12 +166,32 @@ fn report_of_a_real_ledger_in_chromium() {
             "test",
             "training",
             "heatmaps",
+            "samples",
             "decisions",
             "forks",
             "study"
         ])
     );
     assert_eq!(p["curves"], 2, "valid and optimal curves");
+    // Sampled plans of each branch's last stage, each drawn on its grid, at most 2 of
+    // each kind (valid, conflict, hole) per branch and at least a valid one.
+    let kinds: Vec<String> = p["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(p["sample_grids"].as_u64().unwrap() as usize, kinds.len());
+    assert!(
+        kinds.len() <= 2 * 6 && kinds.iter().any(|k| k == "valid"),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds
+            .iter()
+            .all(|k| ["valid", "vertex_conflict", "edge_conflict", "hole"].contains(&k.as_str())),
+        "{kinds:?}"
+    );
     // GRPO step by step: one row per trained stage of each branch (main's 1-2, h's 1-2)
     // and one figure of sampled validity on coordination instances.
     assert_eq!(p["training_rows"], 4);
@@ -347,6 +373,154 @@ fn ten_branches_by_ten_stages_stay_readable() {
         "nine forks of main: {forks:?}"
     );
     assert_eq!(p["uncited"], serde_json::json!([]));
+}
+
+// ---- ledger serve ----
+
+/// A running `ledger serve` on `d` (any free port), stopped when dropped.
+struct Server {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Server {
+    fn start(d: &Path) -> Server {
+        use std::io::BufRead;
+        let mut child = common::ledger_cmd(d, &["serve", "--bind", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start ledger serve");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("serve said where it listens: {line:?}"))
+            .to_string();
+        Server { child, url }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const LIVE_PROBE: &str = r#"(() => ({
+  stages: [...document.querySelectorAll('#validation table.curves tbody tr')].length,
+  live: (document.getElementById('live') || {}).textContent,
+  samples: [...document.querySelectorAll('#samples figure.sample')].map(f => f.dataset.kind),
+  grids: document.querySelectorAll('#samples svg.grid').length,
+  mark: window.__mark || 0,
+  scripts: document.scripts.length,
+}))()"#;
+
+#[test]
+fn serve_follows_a_run_in_chromium() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("l");
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
+    ok(&ledger(&d, &["init", "--plan", plan]));
+    ok(&ledger(&d, &["run", "--stages", "2", "--quiet"]));
+    let server = Server::start(&d);
+    let mut b = Browser::launch(tmp.path(), Duration::from_secs(300));
+    // Long polls of 2 s, so the test does not wait out the default 25 s.
+    let url = format!("{}?wait=2", server.url);
+    b.open(&url, 1280, 900);
+    let before = b.eval(LIVE_PROBE);
+    assert_eq!(before["stages"], 2, "stages 0 and 1: {before}");
+    assert_eq!(before["live"], "live", "{before}");
+    assert_eq!(before["scripts"], 2, "the page's own two scripts: {before}");
+    let kinds: Vec<&str> = before["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|k| k.as_str())
+        .collect();
+    assert!(kinds.contains(&"valid"), "sampled plans drawn: {before}");
+    assert_eq!(before["grids"].as_u64().unwrap() as usize, kinds.len());
+    b.eval("window.__mark = 1");
+    // A writer appends stage 2 while the page watches (the server never blocks it).
+    ok(&ledger(&d, &["run", "--quiet"]));
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let after = loop {
+        let p = b.eval(LIVE_PROBE);
+        if p["stages"] == 3 || std::time::Instant::now() > deadline {
+            break p;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(after["stages"], 3, "the new stage appeared: {after}");
+    assert_eq!(after["mark"], 1, "in place, without a reload: {after}");
+    let shot = screenshots().join("serve-live.png");
+    b.screenshot(&shot);
+    let errors = b.errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    let origin = server.url.trim_end_matches('/');
+    let requests = b.requests();
+    assert!(
+        requests.iter().all(|u| u.starts_with(origin)),
+        "the page talks to its server only: {requests:?}"
+    );
+    assert!(
+        requests.iter().any(|u| u.contains("/version?since=")),
+        "{requests:?}"
+    );
+}
+
+#[test]
+fn markup_on_the_live_page_renders_as_text() {
+    const HOSTILE: &str = "Raise holes</main><script>console.error('injected script ran')</script><b class=\"injected\">bold</b> & <!-- x";
+    let tmp = tempfile::tempdir().unwrap();
+    let d = fixture_with(tmp.path(), 1, 2, &|d| d.rationale = HOSTILE.to_string());
+    let server = Server::start(&d);
+    let mut b = Browser::launch(tmp.path(), Duration::from_secs(120));
+    b.open(&server.url, 1280, 900);
+    let p = b.eval(
+        r#"(() => ({
+          injected: document.querySelectorAll('.injected').length,
+          scripts: document.scripts.length,
+          rationale: [...document.querySelectorAll('#decisions blockquote')].map(q => q.textContent),
+          sections: [...document.querySelectorAll('main > section')].map(s => s.id),
+        }))()"#,
+    );
+    assert_eq!(p["injected"], 0, "{p}");
+    assert_eq!(p["scripts"], 2, "only the page's own scripts: {p}");
+    assert_eq!(p["rationale"], serde_json::json!([HOSTILE]));
+    assert_eq!(
+        p["sections"],
+        serde_json::json!(["validation", "test", "heatmaps", "decisions", "forks"])
+    );
+    assert!(b.errors().is_empty(), "{:#?}", b.errors());
+    // Nothing but the page: no file is served, whatever the path, and nothing is
+    // written (raw requests, so no client normalises the path first).
+    let status = |request: &str| -> String {
+        use std::io::{Read, Write};
+        let host = server
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches('/');
+        let mut c = std::net::TcpStream::connect(host).unwrap();
+        write!(c, "{request}\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut r = String::new();
+        c.read_to_string(&mut r).unwrap();
+        r.split_whitespace().nth(1).unwrap_or("").to_string()
+    };
+    for path in [
+        "/../Cargo.toml",
+        "/REFS",
+        "/figures/x.svg",
+        "/%2e%2e/%2e%2e/etc/passwd",
+        "//etc/passwd",
+    ] {
+        assert_eq!(status(&format!("GET {path} HTTP/1.1")), "404", "{path}");
+    }
+    assert_eq!(status("POST / HTTP/1.1\r\nContent-Length: 0"), "405");
+    assert_eq!(status("GET / HTTP/1.1"), "200");
 }
 
 // ---- a generated ledger ----

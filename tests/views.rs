@@ -835,4 +835,95 @@ fn decoded_floats_samples_and_tensorboard() {
         "not a directory",
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+
+    // Evaluation plans: not kept by plans without suites.keep_plans (named in the error) ...
+    fails(
+        &ledger(
+            &d,
+            &["show", "h@stage2", "--samples", "2", "--suite", "test"],
+        ),
+        2,
+        "suites.keep_plans = true",
+    );
+    // ... and kept, one blob per suite evaluation, by a plan that sets it: every failed
+    // test item can be drawn, its outcome the recorded one, and replay reproduces them.
+    let tiny = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/plans/tiny.toml"
+    ))
+    .unwrap();
+    let plan = tmp.path().join("keep.toml");
+    std::fs::write(
+        &plan,
+        tiny.replace("[suites]\n", "[suites]\nkeep_plans = true\n"),
+    )
+    .unwrap();
+    let k = tmp.path().join("keep");
+    ok(&ledger(&k, &["init", "--plan", plan.to_str().unwrap()]));
+    ok(&ledger(&k, &["run", "--stages", "1", "--quiet"]));
+    let kinds: Vec<String> = ok(&ledger(&k, &["export", "--format", "csv"]))
+        .lines()
+        .filter_map(|l| l.split(',').nth(3).map(String::from))
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "evaluation_plans").count(),
+        2,
+        "val and test"
+    );
+    let all: Value = serde_json::from_str(&ok(&ledger(
+        &k,
+        &[
+            "show",
+            "main@stage0",
+            "--samples",
+            "1000",
+            "--suite",
+            "test",
+            "--json",
+        ],
+    )))
+    .unwrap();
+    validates("show-samples", &all);
+    let outcomes = events_of(&k, "evaluation_outcomes")
+        .into_iter()
+        .find(|o| o["suite"] == "test")
+        .unwrap();
+    let bytes = outcomes["outcomes"].as_array().unwrap();
+    let items = all["samples"].as_array().unwrap();
+    assert_eq!(items.len(), bytes.len(), "every test item");
+    for (x, b) in items.iter().zip(bytes) {
+        assert_eq!(x["valid"], b.as_u64().unwrap() >= 1, "{x}");
+        assert_eq!(x["optimal"], b.as_u64().unwrap() == 2, "{x}");
+        assert!(x["reward"].is_null() && x["step"].is_null() && x["suite"] == "test");
+    }
+    let failed = ok(&ledger(
+        &k,
+        &[
+            "show",
+            "main@stage0",
+            "--samples",
+            "1",
+            "--suite",
+            "test",
+            "--kind",
+            "invalid",
+        ],
+    ));
+    assert!(
+        failed.contains("test item") && failed.contains("invalid: "),
+        "{failed}"
+    );
+    ok(&ledger(&k, &["replay", "--verify"]));
+}
+
+/// The bodies of every `kind` event of `main`, oldest first.
+fn events_of(d: &std::path::Path, kind: &str) -> Vec<Value> {
+    ok(&ledger(d, &["export", "--branch", "main"]))
+        .lines()
+        .filter_map(|l| {
+            serde_json::from_str::<Value>(l).ok()?["body"]
+                .get(kind)
+                .cloned()
+        })
+        .collect()
 }

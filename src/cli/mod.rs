@@ -317,6 +317,9 @@ pub enum Command {
     /// One self-contained HTML page of the experiment (curves, test tables, heatmaps,
     /// decision timeline, fork tree, study), with its figures as SVG and PNG.
     Report(report::ReportArgs),
+    /// The report as a live local web page that follows the ledger while a run writes
+    /// it (read-only; binds 127.0.0.1 unless told otherwise).
+    Serve(report::ServeArgs),
     /// Counterfactual study: fork at stageN once per engineer x seed, run each to the
     /// plan's end (resumable; here, in local processes, or on Slurm), write study.csv,
     /// study.md, study.json and the plot.
@@ -441,6 +444,7 @@ pub fn main() {
             decisions,
         } => compare(&ledger_dir, &branches, json, plot.as_deref(), decisions),
         Command::Report(args) => report::run(&ledger_dir, args),
+        Command::Serve(args) => report::serve(&ledger_dir, args),
         Command::Audit {
             branch,
             stage,

@@ -1,4 +1,5 @@
-//! `ledger report`: the experiment as one self-contained HTML page with its figures.
+//! `ledger report`: the experiment as one self-contained HTML page with its figures;
+//! `ledger serve`: the same page, live.
 use super::{CliError, CliResult};
 use crate::ledger::Ledger;
 use crate::report::ReportError;
@@ -57,4 +58,50 @@ pub fn run(dir: &Path, args: ReportArgs) -> CliResult {
         args.out.join("figures").display()
     );
     Ok(())
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port, printed). Another host than
+    /// 127.0.0.1 / ::1 shows the ledger to the network.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8473")]
+    pub bind: String,
+    /// Branches to show, in this order (repeatable; default: every branch except study
+    /// runs, including branches created while serving).
+    #[arg(long = "branch", value_name = "BRANCH")]
+    pub branches: Vec<String>,
+    /// A study directory (written by `ledger study`): adds its means with 95% intervals.
+    #[arg(long, value_name = "DIR")]
+    pub study: Option<PathBuf>,
+}
+
+pub fn serve(dir: &Path, args: ServeArgs) -> CliResult {
+    let addr: std::net::SocketAddr = args.bind.parse().map_err(|e| {
+        CliError::input(format!(
+            "--bind {:?}: not an address and port such as 127.0.0.1:8473 ({e})",
+            args.bind
+        ))
+    })?;
+    if let Some(s) = &args.study {
+        crate::report::read_study(s).map_err(err)?;
+    }
+    let opts = crate::report::serve::ServeOptions {
+        ledger_arg: dir.display().to_string(),
+        branches: args.branches,
+        study: args.study,
+    };
+    crate::report::serve::serve(dir, &addr.to_string(), opts, |at| {
+        if !at.ip().is_loopback() {
+            eprintln!(
+                "ledger: serving on {at}, which other machines can reach: the ledger's contents are visible to them"
+            );
+        }
+        println!(
+            "serving {} at http://{at}/ (read-only; the page follows the ledger; Ctrl-C stops)",
+            dir.display()
+        );
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+    })
+    .map_err(err)
 }

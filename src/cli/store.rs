@@ -59,6 +59,10 @@ pub enum StoreCommand {
         /// vertex_conflict or hole, or conflict, invalid, valid, optimal).
         #[arg(long, value_name = "KIND", requires = "samples")]
         kind: Option<String>,
+        /// With --samples: the greedy plans of the stage's evaluation on this suite
+        /// (val or test; kept when the plan sets suites.keep_plans) instead of GRPO's.
+        #[arg(long, value_name = "SUITE", requires = "samples", value_parser = ["val", "test"])]
+        suite: Option<String>,
     },
     /// Every branch with its head and fork point.
     Branches {
@@ -193,7 +197,15 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             json,
             samples: Some(n),
             kind,
-        } => show_samples(ledger, &reference, json, n as usize, kind.as_deref()),
+            suite,
+        } => show_samples(
+            ledger,
+            &reference,
+            json,
+            n as usize,
+            kind.as_deref(),
+            suite.as_deref(),
+        ),
         StoreCommand::Show {
             reference, json, ..
         } => show(ledger, &reference, json),
@@ -556,6 +568,7 @@ fn show_samples(
     json: bool,
     n: usize,
     kind: Option<&str>,
+    suite: Option<&str>,
 ) -> CliResult {
     use crate::views::samples::{render_drawing, samples, KindFilter};
     let kind = kind
@@ -570,16 +583,20 @@ fn show_samples(
         )));
     };
     let head = l.head_of(&branch).map_err(err)?;
-    let s = samples(&l, &branch, &head, stage, n, kind).map_err(err)?;
+    let s = samples(&l, &branch, &head, stage, n, kind, suite).map_err(err)?;
     if json {
         return print_json(&s);
     }
     let mut w = super::stdout();
     writeln!(
         w,
-        "{branch}@stage{stage}: {} of {} matching sampled plans ({} recorded)",
+        "{branch}@stage{stage}: {} of {} matching {} ({} recorded)",
         s.samples.len(),
         s.matching,
+        match suite {
+            Some(name) => format!("{name} evaluation plans"),
+            None => "sampled plans".to_string(),
+        },
         s.recorded
     )
     .map_err(out_err)?;
@@ -596,13 +613,23 @@ fn show_samples(
                     .unwrap_or_default()
             ),
         };
+        let at = match (&x.suite, x.step) {
+            (Some(name), _) => format!("{name} item {}", x.index),
+            (None, step) => format!(
+                "step {}, {} #{}",
+                step.unwrap_or(0),
+                x.event.short(),
+                x.index
+            ),
+        };
+        let reward = x
+            .reward
+            .map(|r| format!("; reward {r}"))
+            .unwrap_or_default();
         writeln!(
             w,
-            "\n[{}] step {}, {} #{}, instance {} ({}x{}, {} agents{})\n    {outcome}; reward {}",
+            "\n[{}] {at}, instance {} ({}x{}, {} agents{})\n    {outcome}{reward}",
             i + 1,
-            x.step,
-            x.event.short(),
-            x.index,
             x.instance.short(),
             x.drawing.size,
             x.drawing.size,
@@ -612,7 +639,6 @@ fn show_samples(
             } else {
                 ""
             },
-            x.reward
         )
         .map_err(out_err)?;
         let grid = render_drawing(&x.drawing);

@@ -52,6 +52,24 @@ pub enum EventBody {
     /// Per suite evaluation, right after its `Evaluation`: one byte per suite item (0
     /// invalid, 1 valid, 2 optimal), for paired statistics between branches.
     EvaluationOutcomes(EvaluationOutcomes),
+    /// Per suite evaluation of a plan with `suites.keep_plans`, right after its
+    /// `EvaluationOutcomes`: the greedy plan of every item, in suite order, as a blob.
+    EvaluationPlans(EvaluationPlans),
+}
+
+/// The greedy plans of one suite evaluation (`suites.keep_plans`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EvaluationPlans {
+    /// "val" or "test".
+    pub suite: String,
+    /// The suite's content hash (as in its `EvaluationOutcomes`).
+    pub suite_hash: Hash,
+    /// The checkpoint evaluated.
+    pub checkpoint: Option<Hash>,
+    /// Items in the blob (the suite's length).
+    pub items: u32,
+    /// Blob of the codec-encoded `Vec<String>`: each item's plan text as decoded.
+    pub plans: Hash,
 }
 
 /// The ledger's first event: the plan file it was created from.
@@ -229,6 +247,7 @@ impl EventBody {
             EventBody::EngineerChosen(_) => "engineer_chosen",
             EventBody::GrpoStats(_) => "grpo_stats",
             EventBody::EvaluationOutcomes(_) => "evaluation_outcomes",
+            EventBody::EvaluationPlans(_) => "evaluation_plans",
             EventBody::ReplayVerified(_) => "replay_verified",
         }
     }
@@ -258,6 +277,11 @@ impl EventBody {
             EventBody::CheckpointSaved(c) => vec![c.blob],
             EventBody::Evaluation(e) => e.checkpoint.into_iter().collect(),
             EventBody::EvaluationOutcomes(o) => o.checkpoint.into_iter().collect(),
+            EventBody::EvaluationPlans(p) => {
+                let mut v = vec![p.plans];
+                v.extend(p.checkpoint);
+                v
+            }
             EventBody::StageCompleted(s) => s.checkpoint.into_iter().collect(),
             EventBody::GradientStep(_)
             | EventBody::FailureBreakdown(_)
@@ -328,6 +352,9 @@ impl EventBody {
                         format!(", {} wait-ratio subsets", o.wait_ratios.len())
                     }
                 )
+            }
+            EventBody::EvaluationPlans(p) => {
+                format!("{}: {} plans in blob {}", p.suite, p.items, p.plans.short())
             }
             EventBody::FailureBreakdown(b) => format!("{}: {} sizes", b.suite, b.sizes.len()),
             EventBody::StageCompleted(s) => format!("{} steps", s.steps),

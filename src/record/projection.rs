@@ -237,6 +237,8 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
         EventBody::EvaluationOutcomes(o) => {
             s.stage_mut(n).outcome_events.insert(o.suite.clone(), *hash);
         }
+        // Read by `show --samples --suite` from the history; nothing to project.
+        EventBody::EvaluationPlans(_) => {}
         EventBody::FailureBreakdown(f) => s.stage_mut(n).failures = Some(f.clone()),
         EventBody::StageCompleted(_) => {
             s.stage_mut(n).completed = Some(*hash);

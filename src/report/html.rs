@@ -142,7 +142,10 @@ tr.sum td{font-weight:600;border-top:2px solid var(--fg)}
 .sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px;vertical-align:baseline}
 .figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,580px));gap:12px}
 .figs svg{width:100%;height:auto;border:1px solid var(--line)}
-.heatmaps,.tests{display:flex;flex-wrap:wrap;gap:18px 32px}
+.heatmaps,.tests,.samples{display:flex;flex-wrap:wrap;gap:18px 32px}
+figure.sample{max-width:260px}
+figure.sample figcaption{font-size:12px;margin-top:4px;overflow-wrap:anywhere}
+svg.grid{display:block;max-width:100%;height:auto}
 figure{margin:0}
 .heatmap table td{min-width:44px;text-align:center;border:1px solid #fff}
 .heatmap figcaption{font-weight:600;margin-bottom:2px}
@@ -189,8 +192,76 @@ const SCRIPT: &str = r#"
 })();
 "#;
 
+/// `ledger serve`'s addition to the page: ask the server (long polling `/version`)
+/// whether the ledger moved, and if so fetch the page again and swap its `<main>` in
+/// place. The fetched page is parsed by DOMParser, whose scripts never run; its text was
+/// escaped by the same renderer as this one.
+const LIVE_SCRIPT: &str = r#"
+(function () {
+  var body = document.body;
+  var state = document.getElementById('live');
+  var wait = new URLSearchParams(location.search).get('wait') || '25';
+  function pause(ms) { return new Promise(function (r) { setTimeout(r, ms); }); }
+  function poll() {
+    var v = body.getAttribute('data-live');
+    return fetch('/version?since=' + encodeURIComponent(v) + '&wait=' + encodeURIComponent(wait), {cache: 'no-store'})
+      .then(function (r) { if (!r.ok) { throw new Error('status ' + r.status); } return r.text(); })
+      .then(function (now) {
+        if (now === v) { return; }
+        return fetch('/', {cache: 'no-store'}).then(function (r) { return r.text(); }).then(function (html) {
+          var doc = new DOMParser().parseFromString(html, 'text/html');
+          var next = doc.querySelector('main');
+          if (!next) { return; }
+          document.querySelector('main').replaceWith(document.adoptNode(next));
+          body.setAttribute('data-live', doc.body.getAttribute('data-live'));
+          document.title = doc.title;
+          state = document.getElementById('live');
+        });
+      })
+      .then(function () { if (state) { state.textContent = 'live'; } return pause(100); },
+            function () { if (state) { state.textContent = 'live: server unreachable, retrying'; } return pause(2000); })
+      .then(poll);
+  }
+  poll();
+})();
+"#;
+
 /// Render the whole page.
 pub fn render(r: &Report) -> Result<String, String> {
+    page(r, None)
+}
+
+/// The page as `ledger serve` shows it: `version` (the ledger's refs when it was
+/// gathered) and the script that swaps in a newer page when they move.
+pub fn render_live(r: &Report, version: &str) -> Result<String, String> {
+    page(r, Some(version))
+}
+
+/// A live page for a ledger with nothing to show yet (no branch, or one being created):
+/// the message, and the script that replaces it once there is.
+pub fn render_waiting(ledger: &str, message: &str, version: &str) -> String {
+    let page = html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width,initial-scale=1";
+                title { "waiting · mapf-ledger" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body data-ledger=(ledger) data-live=(version) {
+                main {
+                    h1 { "Ledger " code { (ledger) } }
+                    p.lead { span #live.badge { "live" } " " (message) }
+                }
+                script { (PreEscaped(LIVE_SCRIPT)) }
+            }
+        }
+    };
+    page.into_string() + "\n"
+}
+
+fn page(r: &Report, live: Option<&str>) -> Result<String, String> {
     let decisions: usize = r.branches.iter().map(|b| b.audit.decisions.len()).sum();
     let nb = r.branches.len();
     let study_lead = r.study.as_ref().map(|s| {
@@ -217,13 +288,14 @@ pub fn render(r: &Report) -> Result<String, String> {
                 title { (r.plan) " · mapf-ledger report" }
                 style { (PreEscaped(STYLE)) }
             }
-            body data-ledger=(r.ledger) {
+            body data-ledger=(r.ledger) data-live=[live] {
                 main {
                     h1 { "Experiment report: " (r.plan) }
                     p.lead {
                         "Ledger " code { (r.ledger) } " · " (nb) " branch" (plural(nb, "es"))
                         " · " (decisions) " engineer decision" (plural(decisions, "s"))
                         (study_lead.unwrap_or_default())
+                        @if live.is_some() { " " span #live.badge title="ledger serve: the page follows the ledger as events land" { "live" } }
                     }
                     p.hint {
                         "Every number names the event it came from: hover it for the hash, click it for the "
@@ -234,6 +306,7 @@ pub fn render(r: &Report) -> Result<String, String> {
                         a href="#test" { "Test" }
                         @if r.branches.iter().any(|b| !b.training.is_empty()) { a href="#training" { "Training" } }
                         a href="#heatmaps" { "Heatmaps" }
+                        @if r.branches.iter().any(|b| !b.samples.is_empty()) { a href="#samples" { "Samples" } }
                         a href="#decisions" { "Decisions" }
                         a href="#forks" { "Fork tree" }
                         @if r.study.is_some() { a href="#study" { "Study" } }
@@ -242,12 +315,14 @@ pub fn render(r: &Report) -> Result<String, String> {
                     (test(r))
                     (training)
                     (heatmaps(r))
+                    (samples(r))
                     (timeline(r))
                     (forks(r))
                     @if let Some(s) = study { (s) }
                 }
                 pre #cite hidden {}
                 script { (PreEscaped(SCRIPT)) }
+                @if live.is_some() { script { (PreEscaped(LIVE_SCRIPT)) } }
             }
         }
     };
@@ -266,16 +341,29 @@ fn validation(r: &Report) -> Result<Markup, String> {
         })
         .collect();
     let [valid, optimal] = validation_series(r);
+    let [valid_bands, optimal_bands] = super::validation_bands(r);
     let mut figures = Vec::new();
-    for (title, y, series) in [
-        ("Validation valid %", "valid %", &valid),
-        ("Validation optimal %", "optimal %", &optimal),
+    for (title, y, series, bands) in [
+        (
+            "Validation valid % (shaded: 95% interval)",
+            "valid %",
+            &valid,
+            &valid_bands,
+        ),
+        (
+            "Validation optimal % (shaded: 95% interval)",
+            "optimal %",
+            &optimal,
+            &optimal_bands,
+        ),
     ] {
         figures.push(inline_svg(curves_svg(&Curves {
             x_label: "stage",
             title,
             y_label: y,
             series,
+            bands,
+            percent: true,
         })?));
     }
     // One row per stage: each branch's validation Sum row at that stage.
@@ -521,6 +609,8 @@ fn training(r: &Report) -> Result<Markup, String> {
             x_label: "GRPO step",
             y_label: "valid %",
             series: &series,
+            bands: &[],
+            percent: true,
         })?))
     };
     Ok(html! {
@@ -573,6 +663,96 @@ fn training(r: &Report) -> Result<Markup, String> {
         }
         }
     })
+}
+
+/// Pixels per grid cell in a sample drawing.
+const CELL: u32 = 22;
+
+/// A sampled plan on its grid, as inline SVG: holes dark, each agent's path a line in
+/// its colour from its start (a numbered disc) towards its goal (a ring), and a red
+/// cross where the plan failed. Every coordinate is a number we computed; no ledger
+/// text reaches the SVG except through maud's escaping.
+fn grid_svg(d: &crate::views::samples::Drawing) -> Markup {
+    let n = d.size;
+    let side = n * CELL;
+    let centre = |(r, c): (u32, u32)| (c * CELL + CELL / 2, r * CELL + CELL / 2);
+    html! {
+        svg.grid xmlns="http://www.w3.org/2000/svg" width=(side) height=(side)
+            viewBox=(format!("0 0 {side} {side}")) role="img" {
+            @for (r, row) in d.rows.iter().enumerate() {
+                @for (c, ch) in row.chars().enumerate() {
+                    rect x=(c as u32 * CELL) y=(r as u32 * CELL) width=(CELL) height=(CELL)
+                        fill=(if ch == 'H' { "#35506b" } else { "#e9f2f9" }) stroke="#fff" {}
+                }
+            }
+            @for (a, p) in d.paths.iter().enumerate() {
+                @let pts: Vec<String> = p.iter().map(|&x| { let (cx, cy) = centre(x); format!("{cx},{cy}") }).collect();
+                @let colour = css_color(a);
+                @if let Some(&g) = d.goals.get(a) {
+                    @let (gx, gy) = centre(g);
+                    circle cx=(gx) cy=(gy) r=(CELL / 2 - 3) fill="none" stroke=(colour) stroke-width="2.5" {}
+                }
+                polyline points=(pts.join(" ")) fill="none" stroke=(colour) stroke-width="3"
+                    stroke-linejoin="round" stroke-linecap="round" opacity="0.85" {}
+                @let (sx, sy) = centre(p[0]);
+                circle cx=(sx) cy=(sy) r=(CELL / 2 - 4) fill=(colour) {}
+                text x=(sx) y=(sy + 4) text-anchor="middle" font-size="11" fill="#fff" { (a + 1) }
+            }
+            @for &f in &d.failure_cells {
+                @let (fx, fy) = centre(f);
+                @let h = CELL / 2 - 3;
+                path d=(format!("M{} {}L{} {}M{} {}L{} {}", fx - h, fy - h, fx + h, fy + h, fx - h, fy + h, fx + h, fy - h))
+                    stroke="#d62728" stroke-width="3" {}
+            }
+        }
+    }
+}
+
+/// Sampled plans of each branch's last trained stage, drawn on their grids.
+fn samples(r: &Report) -> Markup {
+    if r.branches.iter().all(|b| b.samples.is_empty()) {
+        return html! {};
+    }
+    html! {
+        section #samples {
+        h2 { "Sampled plans" }
+        p.hint {
+            "Plans GRPO sampled in each branch's last trained stage: valid ones, ones that ran into "
+            "another agent, ones that fell in a hole (up to " (super::SAMPLES_PER_KIND) " each). Discs are starts, "
+            "rings goals, the red cross where the plan failed. More: "
+            code { "ledger show BRANCH@stageN --samples 10 --kind conflict" } "."
+        }
+        @for b in &r.branches {
+            @if !b.samples.is_empty() {
+                h4 { (b.name) " · stage " (b.samples[0].stage) }
+                div.samples {
+                    @for x in &b.samples {
+                        @let kind = match (x.valid, x.failure) {
+                            (true, _) => "valid".to_string(),
+                            (false, Some(k)) => k.name().to_string(),
+                            (false, None) => "invalid".to_string(),
+                        };
+                        @let step = x.step.unwrap_or(0);
+                        @let what = format!("{} stage {} step {step}: trajectory {} of the batch", b.name, x.stage, x.index);
+                        figure.sample data-kind=(kind) {
+                            (grid_svg(&x.drawing))
+                            figcaption {
+                                span.verdict { (kind) }
+                                @if x.valid {
+                                    " · cost " (x.cost) " (optimal " (x.optimal_cost) ")"
+                                }
+                                @if let Some(reward) = x.reward { " · reward " (cite(&format!("{reward}"), &[x.event], &what)) }
+                                br;
+                                span.muted { "step " (step) " · " (x.agents) " agents" @if x.needs_coordination { " · needs coordination" } }
+                                @if let Some(d) = &x.detail { br; span.muted { (d) } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        }
+    }
 }
 
 /// Every branch after the first against the first, item by item on the same suite
@@ -913,6 +1093,8 @@ fn study(s: &StudyReport) -> Result<Markup, String> {
         title: "Study: mean validation valid % per stage",
         y_label: "valid %",
         series: &crate::views::study::study_series(s),
+        bands: &[],
+        percent: true,
     })?);
     // Test cells in the paper's layout: rows (agents, size | Sum), a column per engineer.
     let whole = |c: &&StudyCell| c.subset.is_none();

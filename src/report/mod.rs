@@ -1,6 +1,7 @@
 //! `ledger report`: one self-contained HTML page of an experiment (validation curves,
 //! test tables with their wait-ratio subsets and paired differences between branches, a
-//! size × stage heatmap per branch, the decision timeline, the fork tree, and a study's
+//! size × stage heatmap per branch, sampled plans drawn on their grids, the decision
+//! timeline, the fork tree, and a study's
 //! means with 95% intervals and paired differences against `fixed`), plus its figures
 //! as SVG and PNG beside it.
 //!
@@ -9,6 +10,7 @@
 //! and [`write`] renders it ([`html`] for the page, [`crate::figures`] for the images).
 //! Nothing here reads a clock, so the same ledger and arguments give the same bytes.
 pub mod html;
+pub mod serve;
 
 use crate::env::table::ResultTable;
 use crate::ledger::{Hash, Ledger, LedgerError};
@@ -107,7 +109,13 @@ pub struct BranchView {
     /// Sampled validity on instances that need coordination, step by step (a moving
     /// mean over [`STEP_WINDOW`] steps): (global step, %).
     pub coordination_curve: Vec<(u32, f64)>,
+    /// Sampled plans of the last trained stage, drawn on their grids: up to
+    /// [`SAMPLES_PER_KIND`] valid, conflicting and falling in a hole.
+    pub samples: Vec<crate::views::samples::Sample>,
 }
+
+/// Sampled plans the report draws per kind (valid, conflict, hole) and branch.
+pub const SAMPLES_PER_KIND: usize = 2;
 
 /// Steps in the moving mean of the report's per-step coordination curve.
 pub const STEP_WINDOW: usize = 10;
@@ -206,7 +214,31 @@ fn branch_view(
         None => None,
     };
     let steps = crate::views::steps::step_rows(ledger, name, &head)?;
+    let mut samples = Vec::new();
+    if let Some(last) = steps.last().map(|r| r.stage) {
+        use crate::env::simulate::FailureKind;
+        use crate::views::samples::{samples as pick, KindFilter};
+        for kind in [
+            KindFilter::Valid,
+            KindFilter::Conflict,
+            KindFilter::Failure(FailureKind::Hole),
+        ] {
+            samples.extend(
+                pick(
+                    ledger,
+                    name,
+                    &head,
+                    last,
+                    SAMPLES_PER_KIND,
+                    Some(kind),
+                    None,
+                )?
+                .samples,
+            );
+        }
+    }
     let view = BranchView {
+        samples,
         training: crate::views::steps::by_stage(&steps),
         coordination_curve: crate::views::steps::coordination_curve(&steps, STEP_WINDOW),
         name: name.to_string(),
@@ -277,6 +309,51 @@ pub fn validation_series(r: &Report) -> [Vec<crate::figures::Series>; 2] {
     [valid, optimal]
 }
 
+/// 95% intervals of [`validation_series`] (valid, optimal): the Sum row is the mean of
+/// per-size rates, so its variance is the mean of their binomial variances over the
+/// number of sizes (a normal approximation, clamped to 0–100).
+pub fn validation_bands(r: &Report) -> [Vec<crate::figures::Band>; 2] {
+    let mut valid = Vec::new();
+    let mut optimal = Vec::new();
+    for b in &r.branches {
+        let agents = b.validation_agents().unwrap_or(2);
+        let (mut vb, mut ob) = (Vec::new(), Vec::new());
+        for s in &b.stages {
+            let Some(v) = &s.validation else { continue };
+            let cells: Vec<_> = v
+                .table
+                .cells
+                .iter()
+                .filter(|(k, _)| k.0 == agents)
+                .map(|(_, c)| c)
+                .collect();
+            if cells.is_empty() || cells.iter().any(|c| c.total == 0) {
+                continue;
+            }
+            let m = cells.len() as f64;
+            let band = |hits: &dyn Fn(&crate::env::CellCounts) -> u32| {
+                let (mut mean, mut var) = (0.0, 0.0);
+                for c in &cells {
+                    let p = hits(c) as f64 / c.total as f64;
+                    mean += p / m;
+                    var += p * (1.0 - p) / c.total as f64 / (m * m);
+                }
+                let h = 1.96 * var.sqrt();
+                (
+                    s.stage,
+                    (100.0 * (mean - h)).max(0.0),
+                    (100.0 * (mean + h)).min(100.0),
+                )
+            };
+            vb.push(band(&|c| c.valid));
+            ob.push(band(&|c| c.optimal));
+        }
+        valid.push(vb);
+        optimal.push(ob);
+    }
+    [valid, optimal]
+}
+
 /// A branch's validation valid % per (size, stage).
 pub fn heatmap_values(b: &BranchView) -> BTreeMap<(usize, u32), f64> {
     let agents = b.validation_agents().unwrap_or(2);
@@ -300,18 +377,21 @@ fn figure_files(r: &Report, figures: &Path) -> Result<Vec<PathBuf>, ReportError>
     };
     let mut written = Vec::new();
     let [valid, optimal] = validation_series(r);
-    for (stem, title, y, series) in [
+    let [valid_bands, optimal_bands] = validation_bands(r);
+    for (stem, title, y, series, bands) in [
         (
             "validation-valid",
-            "Validation valid % per stage",
+            "Validation valid % per stage (shaded: 95% interval)",
             "valid %",
             &valid,
+            &valid_bands,
         ),
         (
             "validation-optimal",
-            "Validation optimal % per stage",
+            "Validation optimal % per stage (shaded: 95% interval)",
             "optimal %",
             &optimal,
+            &optimal_bands,
         ),
     ] {
         for ext in ["svg", "png"] {
@@ -323,6 +403,8 @@ fn figure_files(r: &Report, figures: &Path) -> Result<Vec<PathBuf>, ReportError>
                     title,
                     y_label: y,
                     series,
+                    bands,
+                    percent: true,
                 },
             )
             .map_err(|m| fig_err(stem, m))?;
@@ -365,6 +447,8 @@ fn figure_files(r: &Report, figures: &Path) -> Result<Vec<PathBuf>, ReportError>
                     title: &title,
                     y_label: "valid %",
                     series: &series,
+                    bands: &[],
+                    percent: true,
                 },
             )
             .map_err(|m| fig_err("study", m))?;

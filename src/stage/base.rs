@@ -138,7 +138,11 @@ impl Pipeline<'_> {
             0,
             &ts,
             (&self.val, &self.test),
-            (self.plan.train.metric, self.plan.suites.eval_batch as usize),
+            (
+                self.plan.train.metric,
+                self.plan.suites.eval_batch as usize,
+                self.plan.suites.keep_plans,
+            ),
             cfg.steps,
         )?;
         progress.stage_end(0, &validation);

@@ -1,5 +1,6 @@
-//! The end of every stage: the final checkpoint, evaluation on both suites, the
-//! failure breakdown and the completion event, as one durable batch.
+//! The end of every stage: the final checkpoint, evaluation on both suites (with every
+//! item's plan when the plan keeps them), the failure breakdown and the completion
+//! event, as one durable batch.
 use super::*;
 
 /// Save a checkpoint blob (and the blobs it references) and queue its event.
@@ -47,11 +48,19 @@ pub(super) fn finish_stage(
     stage: u32,
     ts: &TrainState,
     (val, test): (&Suite, &Suite),
-    (metric, eval_batch): (crate::env::CostMetric, usize),
+    (metric, eval_batch, keep_plans): (crate::env::CostMetric, usize, bool),
     steps: u64,
 ) -> Result<ResultTable, StageError> {
     let ckpt = checkpoint(rec, ts, stage)?;
-    let validation = evaluate(rec, stage, ts, val, test, metric, eval_batch, ckpt)?;
+    let validation = evaluate(
+        rec,
+        stage,
+        ts,
+        val,
+        test,
+        (metric, eval_batch, keep_plans),
+        ckpt,
+    )?;
     rec.push(
         stage,
         EventBody::StageCompleted(StageCompleted {
@@ -71,8 +80,7 @@ pub(super) fn evaluate(
     ts: &TrainState,
     val: &Suite,
     test: &Suite,
-    metric: crate::env::CostMetric,
-    eval_batch: usize,
+    (metric, eval_batch, keep_plans): (crate::env::CostMetric, usize, bool),
     ckpt: Hash,
 ) -> Result<ResultTable, StageError> {
     let v = eval::score_suite(ts.policy.as_ref(), val, metric, eval_batch);
@@ -88,6 +96,20 @@ pub(super) fn evaluate(
             stage,
             EventBody::EvaluationOutcomes(eval::outcomes_event(name, suite, scored, Some(ckpt))),
         );
+        if keep_plans {
+            let texts: Vec<&str> = scored.iter().map(|s| s.plan_text.as_str()).collect();
+            let plans = rec.blob(&crate::record::codec::encode(&texts))?;
+            rec.push(
+                stage,
+                EventBody::EvaluationPlans(crate::record::event::EvaluationPlans {
+                    suite: name.to_string(),
+                    suite_hash: Hash::from_hex(&suite.hash).expect("a suite hash is hex"),
+                    checkpoint: Some(ckpt),
+                    items: scored.len() as u32,
+                    plans,
+                }),
+            );
+        }
         for e in eval::subset_evaluations(name, suite, scored, Some(ckpt)) {
             rec.push(stage, EventBody::Evaluation(e));
         }

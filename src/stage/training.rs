@@ -133,7 +133,11 @@ impl Pipeline<'_> {
             n,
             &ts,
             (&self.val, &self.test),
-            (self.plan.train.metric, self.plan.suites.eval_batch as usize),
+            (
+                self.plan.train.metric,
+                self.plan.suites.eval_batch as usize,
+                self.plan.suites.keep_plans,
+            ),
             cfg.steps,
         )?;
         progress.stage_end(n, &validation);

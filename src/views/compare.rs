@@ -664,25 +664,43 @@ fn truncate(s: &str, n: usize) -> String {
 
 // ---- plots ----
 
-/// `compare --plot`: the validation valid-rate curve of every branch.
+/// `compare --plot`: every branch's validation curves, valid % beside optimal %.
 pub fn plot_compare(path: &std::path::Path, summaries: &[BranchSummary]) -> Result<(), String> {
-    let series: Vec<crate::figures::Series> = summaries
-        .iter()
-        .map(|b| {
-            (
-                b.branch.clone(),
-                b.validation.iter().map(|&(s, v, _)| (s, v)).collect(),
-            )
-        })
-        .collect();
-    crate::figures::write_curves(
+    let series = |optimal: bool| -> Vec<crate::figures::Series> {
+        summaries
+            .iter()
+            .map(|b| {
+                (
+                    b.branch.clone(),
+                    b.validation
+                        .iter()
+                        .map(|&(s, v, o)| (s, if optimal { o } else { v }))
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    let (valid, optimal) = (series(false), series(true));
+    crate::figures::write_panels(
         path,
-        &crate::figures::Curves {
-            x_label: "stage",
-            title: "Validation (2 agents, mean over sizes)",
-            y_label: "valid %",
-            series: &series,
-        },
+        &[
+            crate::figures::Curves {
+                x_label: "stage",
+                title: "Validation valid % (mean over sizes)",
+                y_label: "valid %",
+                series: &valid,
+                bands: &[],
+                percent: true,
+            },
+            crate::figures::Curves {
+                x_label: "stage",
+                title: "Validation optimal % (mean over sizes)",
+                y_label: "optimal %",
+                series: &optimal,
+                bands: &[],
+                percent: true,
+            },
+        ],
     )
 }
 

@@ -1,5 +1,6 @@
-//! Sampled plans, as recorded: `ledger show BRANCH@stageN --samples N [--kind K]` and the
-//! live page's sample panel. Each [`Sample`] is one trajectory of the stage's GRPO
+//! Plans as recorded: `ledger show BRANCH@stageN --samples N [--kind K] [--suite S]` and
+//! the report's sample panel. GRPO's sampled plans by default; with a suite, the
+//! greedy plans of the stage's evaluation (kept when the plan sets `suites.keep_plans`). Each [`Sample`] is one trajectory of the stage's GRPO
 //! batches with its instance (from the instance blob), the plan text, reward and
 //! outcome, and a [`Drawing`]: every agent's path over the grid up to the first failure,
 //! and the cells where it went wrong, computed by re-simulating the recorded plan (the
@@ -85,9 +86,13 @@ pub struct Drawing {
 pub struct Sample {
     pub branch: String,
     pub stage: u32,
-    /// The optimiser step the sample fed.
-    pub step: u64,
-    /// The `trajectories` event it was recorded in, and its index there.
+    /// The evaluation suite (`val`, `test`) of a greedy evaluation plan; None: a plan
+    /// GRPO sampled.
+    pub suite: Option<String>,
+    /// The optimiser step a sampled plan fed (None for evaluation plans).
+    pub step: Option<u64>,
+    /// The `trajectories` (or `evaluation_plans`) event it was recorded in, and its
+    /// index there (for an evaluation, the item's index in the suite).
     pub event: Hash,
     pub index: u32,
     /// The instance blob.
@@ -101,9 +106,11 @@ pub struct Sample {
     pub failure: Option<FailureKind>,
     /// The simulator's account of the failure (re-simulated; absent when valid).
     pub detail: Option<String>,
+    /// Sum of costs of the plan (0 when invalid) and of the optimum.
     pub cost: u32,
     pub optimal_cost: u32,
-    pub reward: f64,
+    /// GRPO's reward (None for evaluation plans, which are not rewarded).
+    pub reward: Option<f64>,
     pub drawing: Drawing,
 }
 
@@ -112,6 +119,8 @@ pub struct Sample {
 pub struct Samples {
     pub branch: String,
     pub stage: u32,
+    /// The evaluation suite the plans come from (None: GRPO's sampled plans).
+    pub suite: Option<String>,
     /// Trajectories recorded in the stage, and how many the filter kept.
     pub recorded: u64,
     pub matching: u64,
@@ -235,8 +244,41 @@ pub fn render_drawing(d: &Drawing) -> Vec<String> {
         .collect()
 }
 
-/// Up to `n` sampled plans of `branch`'s stage `stage` (history to `head`) that pass
-/// `kind`, spread evenly over the matching ones.
+/// One candidate before drawing: where it was recorded, and its recorded outcome.
+struct Candidate {
+    event: Hash,
+    index: u32,
+    step: Option<u64>,
+    instance: Hash,
+    plan: Vec<u8>,
+    valid: bool,
+    optimal: bool,
+    failure: Option<FailureKind>,
+    cost: u32,
+    optimal_cost: u32,
+    reward: Option<f64>,
+}
+
+/// Evenly spread picks of `k` among `m` (first and last included).
+fn spread(m: usize, k: usize) -> Vec<usize> {
+    match k.min(m) {
+        0 => vec![],
+        1 => vec![0],
+        k => (0..k).map(|j| j * (m - 1) / (k - 1)).collect(),
+    }
+}
+
+fn corrupt(what: String, problem: impl ToString) -> LedgerError {
+    LedgerError::Corrupt {
+        what,
+        problem: problem.to_string(),
+    }
+}
+
+/// Up to `n` plans of `branch`'s stage `stage` (history to `head`) that pass `kind`,
+/// spread evenly over the matching ones: GRPO's sampled plans, or with `suite` (`val`,
+/// `test`) the greedy plans of the stage's evaluation on that suite (recorded when the
+/// plan has `suites.keep_plans`).
 pub fn samples(
     ledger: &Ledger,
     branch: &str,
@@ -244,58 +286,158 @@ pub fn samples(
     stage: u32,
     n: usize,
     kind: Option<KindFilter>,
+    suite: Option<&str>,
 ) -> Result<Samples, LedgerError> {
-    // (event, index in the batch, step, trajectory, instance blob) of every match.
+    let keeps = |c: &Candidate| kind.is_none_or(|k| k.keeps(c.valid, c.optimal, c.failure));
     let mut matching = Vec::new();
     let mut recorded = 0u64;
-    for (hash, ev) in ledger.history_to(head)? {
-        if ev.stage != stage {
-            continue;
-        }
-        if let EventBody::Trajectories(batch) = ev.body {
-            recorded += batch.trajectories.len() as u64;
-            for (i, t) in batch.trajectories.iter().enumerate() {
-                if kind.is_none_or(|k| k.keeps(t.valid, t.optimal, t.failure)) {
-                    let inst = batch
+    // Suite items by index, when drawing an evaluation.
+    let mut items: Vec<Solved> = Vec::new();
+    match suite {
+        None => {
+            for (hash, ev) in ledger.history_to(head)? {
+                if ev.stage != stage {
+                    continue;
+                }
+                let EventBody::Trajectories(batch) = ev.body else {
+                    continue;
+                };
+                recorded += batch.trajectories.len() as u64;
+                for (i, t) in batch.trajectories.into_iter().enumerate() {
+                    let instance = batch
                         .instances
                         .get(t.instance as usize)
                         .copied()
-                        .ok_or_else(|| LedgerError::Corrupt {
-                            what: format!("trajectories event {}", hash.short()),
-                            problem: format!(
-                                "trajectory {i} names instance {} of {}",
-                                t.instance,
-                                batch.instances.len()
-                            ),
+                        .ok_or_else(|| {
+                            corrupt(
+                                format!("trajectories event {}", hash.short()),
+                                format!(
+                                    "trajectory {i} names instance {} of {}",
+                                    t.instance,
+                                    batch.instances.len()
+                                ),
+                            )
                         })?;
-                    matching.push((hash, i as u32, batch.step, t.clone(), inst));
+                    let c = Candidate {
+                        event: hash,
+                        index: i as u32,
+                        step: Some(batch.step),
+                        instance,
+                        plan: t.plan,
+                        valid: t.valid,
+                        optimal: t.optimal,
+                        failure: t.failure,
+                        cost: t.cost,
+                        optimal_cost: t.optimal_cost,
+                        // The f32's shortest decimal, as an f64 (0.1, not 0.10000000149011612).
+                        reward: Some(
+                            f32::from_bits(t.reward_bits)
+                                .to_string()
+                                .parse()
+                                .unwrap_or(f64::NAN),
+                        ),
+                    };
+                    if keeps(&c) {
+                        matching.push(c);
+                    }
+                }
+            }
+        }
+        Some(name) => {
+            // The stage's last evaluation of the suite: its outcomes and its plans.
+            let mut outcomes = None;
+            let mut plans = None;
+            for (hash, ev) in ledger.history_to(head)? {
+                match ev.body {
+                    EventBody::EvaluationOutcomes(o) if ev.stage == stage && o.suite == name => {
+                        outcomes = Some(o)
+                    }
+                    EventBody::EvaluationPlans(p) if ev.stage == stage && p.suite == name => {
+                        plans = Some((hash, p))
+                    }
+                    _ => {}
+                }
+            }
+            let Some((event, p)) = plans else {
+                return Err(LedgerError::Invalid(format!(
+                    "{branch}@stage{stage} kept no {name} plans: {}",
+                    if outcomes.is_some() {
+                        "its plan does not set suites.keep_plans = true (evaluations record outcomes only)"
+                    } else {
+                        "the stage has no evaluation on that suite"
+                    }
+                )));
+            };
+            let o = outcomes.ok_or_else(|| {
+                corrupt(
+                    format!("evaluation_plans event {}", event.short()),
+                    "no evaluation_outcomes before it",
+                )
+            })?;
+            let texts: Vec<String> =
+                crate::record::codec::decode(&ledger.blob(&p.plans)?, "evaluation plans").map_err(
+                    |e| corrupt(format!("evaluation plans blob {}", p.plans.short()), e),
+                )?;
+            let recorded_suite = super::coordination::suite_items(ledger, head)?
+                .remove(name)
+                .unwrap_or_default();
+            if texts.len() != o.outcomes.len() || recorded_suite.items.len() != texts.len() {
+                return Err(corrupt(
+                    format!("evaluation_plans event {}", event.short()),
+                    format!(
+                        "{} plans for {} outcomes and {} suite items",
+                        texts.len(),
+                        o.outcomes.len(),
+                        recorded_suite.items.len()
+                    ),
+                ));
+            }
+            items = recorded_suite.items;
+            recorded = texts.len() as u64;
+            for (i, text) in texts.into_iter().enumerate() {
+                let it = &items[i];
+                let plan = parse_recorded(&text, &it.instance);
+                let outcome = plan.as_ref().map(|p| simulate(&it.instance, p));
+                let c = Candidate {
+                    event,
+                    index: i as u32,
+                    step: None,
+                    instance: Hash([0; 32]),
+                    plan: text.into_bytes(),
+                    valid: o.outcomes[i] >= crate::record::event::OUTCOME_VALID,
+                    optimal: o.outcomes[i] == crate::record::event::OUTCOME_OPTIMAL,
+                    failure: match &outcome {
+                        Some(out) => out.failure_kind(),
+                        None => Some(FailureKind::ParseError),
+                    },
+                    cost: outcome.as_ref().map_or(0, |o| o.sum_of_costs),
+                    optimal_cost: it.reference.sum_of_costs,
+                    reward: None,
+                };
+                if keeps(&c) {
+                    matching.push(c);
                 }
             }
         }
     }
     let m = matching.len();
-    let picks: Vec<usize> = match n.min(m) {
-        0 => vec![],
-        1 => vec![0],
-        k => (0..k).map(|j| j * (m - 1) / (k - 1)).collect(),
-    };
-    let mut out = Vec::with_capacity(picks.len());
-    for p in picks {
-        let (event, index, step, t, inst_hash) = &matching[p];
-        let solved: Solved =
-            crate::record::codec::decode(&ledger.blob(inst_hash)?, "training instance").map_err(
-                |e| LedgerError::Corrupt {
-                    what: format!("training instance blob {}", inst_hash.short()),
-                    problem: e.to_string(),
-                },
-            )?;
+    let mut out = Vec::new();
+    for pick in spread(m, n) {
+        let c = &matching[pick];
+        let solved: Solved = match suite {
+            Some(_) => items[c.index as usize].clone(),
+            None => crate::record::codec::decode(&ledger.blob(&c.instance)?, "training instance")
+                .map_err(|e| {
+                corrupt(format!("training instance blob {}", c.instance.short()), e)
+            })?,
+        };
         let inst = &solved.instance;
-        let text = String::from_utf8_lossy(&t.plan).into_owned();
+        let text = String::from_utf8_lossy(&c.plan).into_owned();
         let plan = parse_recorded(&text, inst);
         let (drawing, detail) = draw(inst, plan.as_ref());
         // A plan that does not parse has no path; the recorded failure says why.
         let detail =
-            detail.or_else(|| (!t.valid).then(|| "the plan text does not parse".to_string()));
+            detail.or_else(|| (!c.valid).then(|| "the plan text does not parse".to_string()));
         let plan_text = if text.contains(':') {
             text
         } else {
@@ -308,30 +450,31 @@ pub fn samples(
         out.push(Sample {
             branch: branch.to_string(),
             stage,
-            step: *step,
-            event: *event,
-            index: *index,
-            instance: *inst_hash,
+            suite: suite.map(String::from),
+            step: c.step,
+            event: c.event,
+            index: c.index,
+            instance: match suite {
+                Some(_) => Hash::of_blob(&crate::record::codec::encode(&solved)),
+                None => c.instance,
+            },
             agents: inst.agents() as u32,
             needs_coordination: solved.needs_coordination,
             plan: plan_text,
-            valid: t.valid,
-            optimal: t.optimal,
-            failure: t.failure,
-            detail: if t.valid { None } else { detail },
-            cost: t.cost,
-            optimal_cost: t.optimal_cost,
-            // The f32's shortest decimal, as an f64 (0.1, not 0.10000000149011612).
-            reward: f32::from_bits(t.reward_bits)
-                .to_string()
-                .parse()
-                .unwrap_or(f64::NAN),
+            valid: c.valid,
+            optimal: c.optimal,
+            failure: if c.valid { None } else { c.failure },
+            detail: if c.valid { None } else { detail },
+            cost: c.cost,
+            optimal_cost: c.optimal_cost,
+            reward: c.reward,
             drawing,
         });
     }
     Ok(Samples {
         branch: branch.to_string(),
         stage,
+        suite: suite.map(String::from),
         recorded,
         matching: m as u64,
         samples: out,

@@ -1171,6 +1171,8 @@ pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), Str
         title: &title,
         y_label: "valid %",
         series: &series,
+        bands: &[],
+        percent: true,
     };
     crate::figures::write_curves(&svg, &curves)?;
     let png = dir.join("study.png");
