@@ -84,6 +84,10 @@ pub fn all() -> Vec<(&'static str, String)> {
             pretty(schema_for!(crate::views::show::StageShow)),
         ),
         (
+            "engineer-eval",
+            pretty(schema_for!(crate::engineer::eval::EvalReport)),
+        ),
+        (
             "show-samples",
             pretty(schema_for!(crate::views::samples::Samples)),
         ),

@@ -853,3 +853,124 @@ fn sizes_above_the_plans_limit_are_dropped_and_recorded() {
         ev.clips
     );
 }
+
+/// `ledger engineer eval` benchmarks a served model in one command: every context's
+/// prompt reaches the endpoint, each reply is scored, and the report validates against
+/// its schema. The built-in engineers score the same contexts the same way every time.
+#[test]
+fn engineer_eval_scores_an_http_engineer_in_one_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = "```json\n{\"sizes\": {\"3\": {\"data_ratio\": 0.3, \"hole_ratio\": 0.1, \"wait_ratio\": 0.5}}}\n```\nSize 3 failed 999/1000 times, mostly vertex_conflict.";
+    let script: Vec<Script> = (0..6)
+        .map(|i| {
+            Script::Chat(if i % 2 == 0 {
+                good.to_string()
+            } else {
+                "I would rather not.".to_string()
+            })
+        })
+        .collect();
+    let server = FakeServer::start(script);
+    let l = tmp.path().join("none");
+    let out = common::ledger(
+        &l,
+        &[
+            "engineer",
+            "eval",
+            "--engineer",
+            "fixed,http",
+            "--url",
+            &server.url,
+            "--served-model",
+            "fake",
+            "--contexts",
+            "6",
+            "--json",
+        ],
+    );
+    let report: serde_json::Value = serde_json::from_str(&ok(&out)).unwrap();
+    validates("engineer-eval", &report);
+    let http = &report["engineers"][1];
+    assert_eq!(http["engineer"], "http");
+    assert_eq!(http["summary"]["contexts"], 6);
+    assert_eq!(http["summary"]["parse_pct"], 50.0, "{http}");
+    // The rationale cites 999/1000, which no context holds.
+    assert_eq!(http["summary"]["grounded_pct"], 0.0, "{}", http["summary"]);
+    assert_eq!(http["summary"]["claiming_contexts"], 3);
+    let seen = server.requests();
+    assert_eq!(
+        seen.len(),
+        6,
+        "one request per context (no retries on a 200)"
+    );
+    let prompt = seen[0].body["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        prompt.contains("## Failure breakdown") && prompt.contains("## Answer"),
+        "{prompt}"
+    );
+    assert_eq!(seen[0].body["model"], "fake");
+    // Deterministic for a seed; another seed draws other contexts.
+    let run = |seed: &str| {
+        ok(&common::ledger(
+            &l,
+            &[
+                "engineer",
+                "eval",
+                "--engineer",
+                "fixed,random,heuristic",
+                "--contexts",
+                "30",
+                "--seed",
+                seed,
+                "--json",
+            ],
+        ))
+    };
+    assert_eq!(run("4"), run("4"));
+    assert_ne!(run("4"), run("5"));
+    let text = ok(&common::ledger(
+        &l,
+        &[
+            "engineer",
+            "eval",
+            "--engineer",
+            "fixed,heuristic",
+            "--contexts",
+            "30",
+        ],
+    ));
+    assert!(
+        text.contains("engineer-eval rules v1")
+            && text.contains("heuristic")
+            && text.contains("direction"),
+        "{text}"
+    );
+    // Bad input is named, exit 2.
+    for (args, needle) in [
+        (vec!["--engineer", "nope"], "not a built-in engineer"),
+        (vec!["--engineer", "base"], "needs a model"),
+        (
+            vec!["--engineer", "http"],
+            "--url URL and --served-model NAME",
+        ),
+        (
+            vec!["--engineer", "fixed", "--contexts", "0"],
+            "no contexts",
+        ),
+    ] {
+        let mut a = vec!["engineer", "eval"];
+        a.extend(args);
+        let o = common::ledger(&l, &a);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{a:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(needle),
+            "{a:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

@@ -317,8 +317,11 @@ fn audit_export_and_compare_plot() {
     let s = std::fs::read_to_string(&svg).unwrap();
     assert!(s.contains("<svg") && s.contains("</svg>"));
     assert!(s.contains(">\nmain\n<") && s.contains(">\nh\n<"), "legend");
-    assert!(s.matches("<polyline").count() >= 2);
-    // PNG for papers: a real PNG at print size; other extensions are refused, named.
+    // Valid % beside optimal %: two panels, each with both branches' curves.
+    assert!(s.matches("<polyline").count() >= 4);
+    assert!(s.contains("Validation valid %") && s.contains("Validation optimal %"));
+    // PNG for papers: a real PNG at print size (two 800-pixel panels, drawn at twice
+    // the SVG's size); other extensions are refused, named.
     let png = tmp.path().join("curves.png");
     ok(&ledger(
         &d,
@@ -326,7 +329,7 @@ fn audit_export_and_compare_plot() {
     ));
     let b = std::fs::read(&png).unwrap();
     assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n");
-    assert_eq!(u32::from_be_bytes(b[16..20].try_into().unwrap()), 1600);
+    assert_eq!(u32::from_be_bytes(b[16..20].try_into().unwrap()), 3200);
     let pdf = tmp.path().join("curves.pdf");
     fails(
         &ledger(&d, &["compare", "main", "--plot", pdf.to_str().unwrap()]),

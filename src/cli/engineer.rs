@@ -35,6 +35,10 @@ pub enum EngineerCommand {
         #[arg(long, default_value = "main")]
         branch: String,
     },
+    /// Score engineers on held-out contexts without a training run: parse and legal
+    /// rates, grounded rationales, edits on the weak sizes, working sizes left alone,
+    /// edits that answer the dominant failure (rules: `engineer-eval rules v1`).
+    Eval(EvalArgs),
     /// The LLM engineers registered on a branch.
     List {
         #[arg(long, default_value = "main")]
@@ -67,6 +71,7 @@ pub fn run(cmd: EngineerCommand, ledger: &Path) -> CliResult {
             max_context,
         ),
         EngineerCommand::List { branch, json } => list(ledger, &branch, json),
+        EngineerCommand::Eval(args) => eval(ledger, args),
     }
 }
 
@@ -245,6 +250,246 @@ fn list(dir: &Path, branch: &str, as_json: bool) -> CliResult {
                 .collect::<String>(),
             opt(r.max_context.map(|m| m.to_string())),
         );
+    }
+    Ok(())
+}
+
+#[derive(clap::Args, Debug)]
+pub struct EvalArgs {
+    /// Engineers, comma-separated, the first the baseline of the paired rows: fixed,
+    /// random, heuristic, learnability, base, current (the last three read --model, or
+    /// their own after `=`, as in `current=main@stage3`), http (the endpoint of --url),
+    /// or an LLM engineer registered on --ledger's main branch.
+    #[arg(
+        long = "engineer",
+        value_delimiter = ',',
+        required = true,
+        value_name = "ENGINEER"
+    )]
+    pub engineers: Vec<String>,
+    /// The model the learnability probe samples and the base/current engineer is: an HF
+    /// model directory, or a checkpoint reference of --ledger (BRANCH, BRANCH@stageN).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Synthetic contexts drawn from --seed (with known ground truth).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub contexts: u32,
+    /// Also every recorded decision context of this ledger (repeatable).
+    #[arg(long = "from-ledger", value_name = "DIR")]
+    pub from_ledger: Vec<PathBuf>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Read the model engineer's prompt budget, sampling and attempts from this plan's
+    /// [lm] (default: the [lm] defaults; the shipped base planner was trained with
+    /// ledgers/demo.toml's 640-token budget).
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<PathBuf>,
+    /// For the `http` engineer: an OpenAI-compatible base URL (e.g.
+    /// http://127.0.0.1:8000/v1) and the model name it serves.
+    #[arg(long)]
+    pub url: Option<String>,
+    #[arg(long = "served-model", value_name = "NAME")]
+    pub served_model: Option<String>,
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// tokenizer.json counting the http engineer's prompt tokens.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
+    #[arg(long, value_name = "N")]
+    pub max_context: Option<u32>,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One engineer to evaluate: its label and how it decides on context i.
+type Decider =
+    Box<dyn FnMut(usize, &crate::engineer::EngineerContext) -> crate::engineer::Decision>;
+
+fn decider(
+    dir: &Path,
+    args: &EvalArgs,
+    spec: &str,
+    base_seed: crate::seed::Seed,
+) -> Result<Decider, CliError> {
+    use crate::engineer::{builtin, llm, model, probe, Engineer, Fixed};
+    let (name, own_model) = match spec.split_once('=') {
+        Some((n, m)) => (n, Some(m.to_string())),
+        None => (spec, None),
+    };
+    let purpose = format!("engineer-eval {spec}");
+    let seed_of = move |i: usize| base_seed.child(&purpose, i as u64);
+    let device =
+        crate::train::parse_device(&args.device).map_err(|e| CliError::input(e.to_string()))?;
+    let model_arg = || -> Result<String, CliError> {
+        own_model
+            .clone()
+            .or_else(|| args.model.clone())
+            .ok_or_else(|| {
+                CliError::input(format!(
+                    "--engineer {name}: needs a model (--model DIR|REF, or {name}=DIR|REF)"
+                ))
+            })
+    };
+    match name {
+        "fixed" => {
+            let mut e = Fixed;
+            Ok(Box::new(move |_, ctx| e.decide(ctx)))
+        }
+        "random" => Ok(Box::new(move |i, ctx| {
+            builtin::Random { seed: seed_of(i) }.decide(ctx)
+        })),
+        "heuristic" => {
+            let mut e = builtin::Heuristic;
+            Ok(Box::new(move |_, ctx| e.decide(ctx)))
+        }
+        "learnability" => {
+            let m = model_arg()?;
+            let policy: Box<dyn crate::train::policy::Policy> =
+                if Path::new(&m).join("config.json").exists() {
+                    Box::new(super::lm::load(dir, &m, device)?)
+                } else {
+                    super::checkpoint::load_ref(dir, &m)?.policy
+                };
+            let mut e = probe::Probe {
+                name: "learnability".into(),
+                policy,
+                seed: seed_of(0),
+            };
+            Ok(Box::new(move |i, ctx| {
+                e.seed = seed_of(i);
+                e.decide(ctx)
+            }))
+        }
+        "base" | "current" => {
+            let m = model_arg()?;
+            let policy = super::lm::load(dir, &m, device)?;
+            let spec_lm = match &args.plan {
+                Some(p) => {
+                    let bytes = std::fs::read(p)
+                        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+                    crate::plan::LedgerPlan::parse(&bytes)
+                        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?
+                        .lm
+                }
+                None => Default::default(),
+            };
+            let mut e = model::ModelEngineer {
+                name: name.to_string(),
+                policy,
+                seed: seed_of(0),
+                sampling: spec_lm.engineer_sampling(),
+                max_prompt_tokens: spec_lm.engineer_prompt_tokens,
+                attempts: spec_lm.engineer_attempts,
+            };
+            Ok(Box::new(move |i, ctx| {
+                e.seed = seed_of(i);
+                e.decide(ctx)
+            }))
+        }
+        "http" => {
+            let (Some(url), Some(served)) = (&args.url, &args.served_model) else {
+                return Err(CliError::input(
+                    "--engineer http: needs --url URL and --served-model NAME".to_string(),
+                ));
+            };
+            let tokenizer = match &args.tokenizer {
+                Some(p) => Some(
+                    std::fs::read(p)
+                        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?,
+                ),
+                None => None,
+            };
+            let reg = llm::LlmRegistration {
+                name: "http".into(),
+                url: url.clone(),
+                model: served.clone(),
+                api_key_env: args.api_key_env.clone(),
+                tokenizer,
+                max_context: args.max_context,
+                context_modules: vec![],
+            };
+            crate::engineer::prompt::TokenCounter::for_registration(&reg)
+                .map_err(|e| CliError::input(e.to_string()))?;
+            let mut e = llm::LlmEngineer::new(reg);
+            Ok(Box::new(move |_, ctx| e.decide(ctx)))
+        }
+        other => {
+            let mut ledger = Ledger::open_read_only(dir).map_err(|e| {
+                CliError::input(format!(
+                    "--engineer {other}: not a built-in engineer ({}, http), and no ledger to find it registered in: {e}",
+                    crate::engineer::builtin_names()
+                ))
+            })?;
+            let state = ledger.projection("main").map_err(err)?;
+            let reg = llm::registered(&ledger, &state, other)
+                .map_err(|e| CliError::input(format!("--engineer {other}: {e}")))?;
+            let mut e = llm::LlmEngineer::new(reg);
+            Ok(Box::new(move |_, ctx| e.decide(ctx)))
+        }
+    }
+}
+
+fn eval(dir: &Path, args: EvalArgs) -> CliResult {
+    use crate::engineer::eval as ev;
+    use indicatif::{ProgressBar, ProgressStyle};
+    let seed = crate::seed::Seed::root(args.seed);
+    let mut contexts = ev::synthetic(seed.child("contexts", 0), args.contexts as usize);
+    let mut sources = vec![format!("{} synthetic (seed {})", args.contexts, args.seed)];
+    for l in &args.from_ledger {
+        let ledger = Ledger::open_read_only(l).map_err(err)?;
+        let found = ev::ledger_contexts(&ledger, &l.display().to_string()).map_err(err)?;
+        sources.push(format!("{} from {}", found.len(), l.display()));
+        contexts.extend(found);
+    }
+    if contexts.is_empty() {
+        return Err(CliError::input(
+            "no contexts: --contexts 0 and no --from-ledger with decisions".to_string(),
+        ));
+    }
+    // Build every engineer before running any, so a bad name fails at once.
+    let mut deciders = Vec::new();
+    for spec in &args.engineers {
+        deciders.push((spec.clone(), decider(dir, &args, spec, seed)?));
+    }
+    let mut evals = Vec::new();
+    for (label, mut decide) in deciders {
+        let bar = if args.json {
+            ProgressBar::hidden()
+        } else {
+            let b = ProgressBar::new(contexts.len() as u64);
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{prefix:>14} [{bar:30}] {pos}/{len} contexts  {elapsed_precise} (eta {eta})",
+                )
+                .expect("template")
+                .progress_chars("=> "),
+            );
+            b.set_prefix(label.clone());
+            b
+        };
+        evals.push(ev::evaluate(&label, &contexts, &mut |i, ctx| {
+            let d = decide(i, ctx);
+            bar.inc(1);
+            d
+        }));
+        bar.finish_and_clear();
+    }
+    let report = ev::EvalReport {
+        rules: ev::RULES_VERSION.to_string(),
+        seed: args.seed,
+        sources,
+        paired: ev::paired(&evals, seed.child("paired", 0)),
+        engineers: evals,
+    };
+    if args.json {
+        let s =
+            serde_json::to_string_pretty(&report).map_err(|e| CliError::input(e.to_string()))?;
+        println!("{s}");
+    } else {
+        print!("{}", ev::render(&report));
     }
     Ok(())
 }

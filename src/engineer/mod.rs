@@ -6,6 +6,7 @@
 //! what it proposed, what was applied, what was clipped and why.
 pub mod builtin;
 pub mod context;
+pub mod eval;
 pub mod llm;
 pub mod model;
 pub mod probe;
