@@ -271,6 +271,11 @@ pub struct EvalArgs {
     /// model directory, or a checkpoint reference of --ledger (BRANCH, BRANCH@stageN).
     #[arg(long)]
     pub model: Option<String>,
+    /// Score each decision's configuration by this policy's learnability on instances
+    /// drawn from it (an HF directory or a checkpoint reference; seeded probes of 24
+    /// instances x 4 samples, the same seeds for every engineer).
+    #[arg(long, value_name = "MODEL")]
+    pub reference: Option<String>,
     /// Synthetic contexts drawn from --seed (with known ground truth).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     pub contexts: u32,
@@ -454,6 +459,24 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
     for spec in &args.engineers {
         deciders.push((spec.clone(), decider(dir, &args, spec, seed)?));
     }
+    let mut reference = match &args.reference {
+        Some(m) => {
+            let device = crate::train::parse_device(&args.device)
+                .map_err(|e| CliError::input(e.to_string()))?;
+            let policy: Box<dyn crate::train::policy::Policy> =
+                if Path::new(m).join("config.json").exists() {
+                    Box::new(super::lm::load(dir, m, device)?)
+                } else {
+                    super::checkpoint::load_ref(dir, m)?.policy
+                };
+            Some(crate::engineer::probe::Probe {
+                name: "reference".into(),
+                policy,
+                seed: seed.child("reference", 0),
+            })
+        }
+        None => None,
+    };
     let mut evals = Vec::new();
     for (label, mut decide) in deciders {
         let bar = if args.json {
@@ -470,11 +493,26 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
             b.set_prefix(label.clone());
             b
         };
-        evals.push(ev::evaluate(&label, &contexts, &mut |i, ctx| {
-            let d = decide(i, ctx);
-            bar.inc(1);
-            d
-        }));
+        let mut probe = |i: usize, cfg: &crate::env::GeneratorConfig| {
+            let r = reference.as_mut()?;
+            r.seed = seed.child("reference", i as u64);
+            r.probe(cfg)
+        };
+        let with_reference: Option<ev::ReferenceProbe<'_>> = if args.reference.is_some() {
+            Some(&mut probe)
+        } else {
+            None
+        };
+        evals.push(ev::evaluate(
+            &label,
+            &contexts,
+            &mut |i, ctx| {
+                let d = decide(i, ctx);
+                bar.inc(1);
+                d
+            },
+            with_reference,
+        ));
         bar.finish_and_clear();
     }
     let report = ev::EvalReport {

@@ -32,7 +32,12 @@
 //!   size's evidence: the fraction must be its failed count or one kind's count over
 //!   its total, the kind must have failures there, the valid rate must match the
 //!   summary; a claim in a clause that names no size must hold for some size. A
-//!   rationale is grounded when every claim holds (one that claims nothing is).
+//!   rationale is grounded when every claim holds (rates count only rationales that
+//!   claim something);
+//! - **learnability** (with a reference policy): the policy's pass rate p on instances
+//!   drawn from the configuration the decision leads to, per probe instance, scored
+//!   4·mean p(1-p): highest when the stage would be neither solved nor hopeless
+//!   (GenEnv's α-curriculum, the `learnability` engineer's own criterion).
 use super::{Decision, EngineerContext};
 use crate::env::config::{max_hole_ratio, SizeConfig};
 use crate::env::table::{CellCounts, ResultTable};
@@ -429,15 +434,22 @@ pub struct ContextScore {
     /// Share of weak sizes whose answering field moved the rule's way (None: no weak
     /// size with a recorded failure).
     pub direction: Option<f64>,
+    /// The reference policy's learnability on instances drawn from the configuration
+    /// the decision leads to: 4·mean p(1-p) over probe instances (1 when every instance
+    /// is solved half the time, 0 when all or none), and its mean pass rate p. None
+    /// without `--reference`.
+    pub learnability: Option<f64>,
+    pub pass_rate: Option<f64>,
     pub truth: Truth,
     pub rationale: String,
 }
 
-/// Score `decision`, made for `ctx`.
-pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision) -> ContextScore {
-    let truth = truth(ctx);
+/// The configuration a decision leads to (the current one when nothing usable was
+/// proposed, as the stage pipeline keeps it), and whether the proposal was legal as
+/// written.
+pub fn applied(ctx: &EngineerContext, decision: &Decision) -> (GeneratorConfig, bool) {
     let parsed = decision.proposal.is_some() && decision.error.is_none();
-    let (applied, legal) = match &decision.proposal {
+    match &decision.proposal {
         Some(p) => match project(&ctx.current, p) {
             (Ok(cfg), clips) => (
                 cfg,
@@ -446,7 +458,14 @@ pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision) -> ContextSco
             (Err(_), _) => (ctx.current.clone(), false),
         },
         None => (ctx.current.clone(), false),
-    };
+    }
+}
+
+/// Score `decision`, made for `ctx`.
+pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision) -> ContextScore {
+    let truth = truth(ctx);
+    let parsed = decision.proposal.is_some() && decision.error.is_none();
+    let (applied, legal) = applied(ctx, decision);
     let changed = |a: f64, b: f64| super::context::ratio(a) != super::context::ratio(b);
     let sizes: BTreeSet<usize> = ctx
         .current
@@ -505,6 +524,8 @@ pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision) -> ContextSco
         targeting,
         preserve,
         direction,
+        learnability: None,
+        pass_rate: None,
         truth,
         rationale: decision.rationale.clone(),
     }
@@ -523,6 +544,8 @@ pub struct Summary {
     pub targeting_pct: Option<f64>,
     pub preserve_pct: Option<f64>,
     pub direction_pct: Option<f64>,
+    /// Mean learnability score (%), with `--reference`.
+    pub learnability_pct: Option<f64>,
 }
 
 fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
@@ -547,6 +570,7 @@ pub fn summarise(rows: &[ContextScore]) -> Summary {
         targeting_pct: mean(rows.iter().filter_map(|r| r.targeting)),
         preserve_pct: mean(rows.iter().filter_map(|r| r.preserve)),
         direction_pct: mean(rows.iter().filter_map(|r| r.direction)),
+        learnability_pct: mean(rows.iter().filter_map(|r| r.learnability)),
     }
 }
 
@@ -583,6 +607,11 @@ pub struct EvalReport {
     pub paired: Vec<PairedScore>,
 }
 
+/// The reference probe: (context index, configuration) -> (mean p(1-p), mean p).
+/// Every engineer's configuration for context i is probed with context i's seed
+/// (common random numbers), so paired differences are not sampling noise.
+pub type ReferenceProbe<'a> = &'a mut dyn FnMut(usize, &GeneratorConfig) -> Option<(f64, f64)>;
+
 /// Run an engineer on every context, scoring each decision: `decide(i, ctx)` is its
 /// decision on context `i` (engineers that sample take the context's own seed from
 /// `i`, so a context's decision does not depend on which contexts came before).
@@ -590,6 +619,7 @@ pub fn evaluate(
     label: &str,
     contexts: &[EvalContext],
     decide: &mut dyn FnMut(usize, &EngineerContext) -> Decision,
+    mut reference: Option<ReferenceProbe<'_>>,
 ) -> EngineerEval {
     let rows = contexts
         .iter()
@@ -597,7 +627,14 @@ pub fn evaluate(
         .map(|(i, c)| {
             let ctx = c.context.clone().without_switched_off_modules();
             let d = decide(i, &ctx);
-            score(&c.id, &ctx, &d)
+            let mut row = score(&c.id, &ctx, &d);
+            if let Some(probe) = reference.as_mut() {
+                if let Some((l, p)) = probe(i, &applied(&ctx, &d).0) {
+                    row.learnability = Some(4.0 * l);
+                    row.pass_rate = Some(p);
+                }
+            }
+            row
         })
         .collect::<Vec<_>>();
     EngineerEval {
@@ -610,7 +647,7 @@ pub fn evaluate(
 /// Every engineer after the first against the first, per metric.
 pub fn paired(evals: &[EngineerEval], seed: Seed) -> Vec<PairedScore> {
     type Get = fn(&ContextScore) -> Option<f64>;
-    let metrics: [(&str, Get); 6] = [
+    let metrics: [(&str, Get); 7] = [
         ("parse", |r| Some(r.parsed as u8 as f64)),
         ("legal", |r| Some(r.legal as u8 as f64)),
         ("grounded", |r| {
@@ -619,6 +656,7 @@ pub fn paired(evals: &[EngineerEval], seed: Seed) -> Vec<PairedScore> {
         ("targeting", |r| r.targeting),
         ("preserve", |r| r.preserve),
         ("direction", |r| r.direction),
+        ("learnability", |r| r.learnability),
     ];
     let Some(first) = evals.first() else {
         return vec![];
@@ -671,7 +709,7 @@ pub fn render(r: &EvalReport) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<28} {:>8} {:>6} {:>6} {:>13} {:>10} {:>9} {:>10}",
+        "{:<28} {:>8} {:>6} {:>6} {:>13} {:>10} {:>9} {:>10} {:>13}",
         "engineer",
         "contexts",
         "parse",
@@ -679,14 +717,15 @@ pub fn render(r: &EvalReport) -> String {
         "grounded (n)",
         "targeting",
         "preserve",
-        "direction"
+        "direction",
+        "learnability"
     );
     let opt = |x: Option<f64>| x.map_or("–".to_string(), |v| format!("{v:.1}"));
     for e in &r.engineers {
         let m = &e.summary;
         let _ = writeln!(
             s,
-            "{:<28} {:>8} {:>6.1} {:>6.1} {:>13} {:>10} {:>9} {:>10}",
+            "{:<28} {:>8} {:>6.1} {:>6.1} {:>13} {:>10} {:>9} {:>10} {:>13}",
             e.engineer,
             m.contexts,
             m.parse_pct,
@@ -694,7 +733,8 @@ pub fn render(r: &EvalReport) -> String {
             format!("{} ({})", opt(m.grounded_pct), m.claiming_contexts),
             opt(m.targeting_pct),
             opt(m.preserve_pct),
-            opt(m.direction_pct)
+            opt(m.direction_pct),
+            opt(m.learnability_pct)
         );
     }
     if !r.paired.is_empty() {

@@ -200,8 +200,8 @@ fn candidates(ctx: &EngineerContext, focus: &[Focus]) -> Vec<Candidate> {
 
 impl Probe {
     /// Mean learnability p(1-p) and mean pass rate of the policy on instances drawn
-    /// from `config`.
-    fn probe(&self, config: &GeneratorConfig) -> Option<(f64, f64)> {
+    /// from `config` (None when the generator cannot draw them).
+    pub fn probe(&self, config: &GeneratorConfig) -> Option<(f64, f64)> {
         // Common random numbers: every candidate is probed with the same seeds, so
         // candidates that share a size see the same instances and sampling noise
         // largely cancels out of the comparison.
