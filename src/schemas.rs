@@ -84,6 +84,10 @@ pub fn all() -> Vec<(&'static str, String)> {
             pretty(schema_for!(crate::views::show::StageShow)),
         ),
         (
+            "export-paired-row",
+            pretty(schema_for!(crate::views::export::PairedExportRow)),
+        ),
+        (
             "engineer-eval",
             pretty(schema_for!(crate::engineer::eval::EvalReport)),
         ),

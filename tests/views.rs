@@ -917,6 +917,43 @@ fn decoded_floats_samples_and_tensorboard() {
         "{failed}"
     );
     ok(&ledger(&k, &["replay", "--verify"]));
+    // The report draws the failed test items (no GRPO samples at stage 0).
+    let rep = tmp.path().join("keep-report");
+    ok(&ledger(&k, &["report", "--out", rep.to_str().unwrap()]));
+    let page = std::fs::read_to_string(rep.join("index.html")).unwrap();
+    let drawn = page.matches("data-suite=\"test\"").count();
+    assert!(drawn > 0 && drawn <= 4, "{drawn} failed test items drawn");
+
+    // Paired statistics as rows: h against main, per suite, agent count and subset, the
+    // numbers compare --json gives.
+    let rows: Vec<Value> = ok(&ledger(&d, &["export", "--what", "paired"]))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!rows.is_empty());
+    for r in &rows {
+        validates("export-paired-row", r);
+        assert_eq!(
+            (r["branch"].as_str(), r["against"].as_str()),
+            (Some("h"), Some("main"))
+        );
+    }
+    let c: Value =
+        serde_json::from_str(&ok(&ledger(&d, &["compare", "main", "h", "--json"]))).unwrap();
+    let want = &c[1]["paired"]["rows"][0];
+    let got = rows
+        .iter()
+        .find(|r| r["suite"] == want["suite"] && r["agents"] == want["agents"] && r["subset"] == "")
+        .unwrap();
+    assert_eq!(got["valid_diff"], want["valid"]["diff"]);
+    assert_eq!(got["valid_diff_low"], want["valid"]["diff_ci95"]["low"]);
+    assert_eq!(got["optimal_p"], want["optimal"]["mcnemar"]["p"]);
+    let csv = ok(&ledger(
+        &d,
+        &["export", "--what", "paired", "--format", "csv"],
+    ));
+    assert!(csv.starts_with("branch,against,stage,against_stage,suite,agents,subset,instances,valid_against,valid,valid_diff,"), "{csv}");
+    assert_eq!(csv.lines().count(), rows.len() + 1);
 }
 
 /// The bodies of every `kind` event of `main`, oldest first.

@@ -156,6 +156,9 @@ pub enum ExportWhat {
     /// One row per GRPO step: reward, zero-variance share, KL, clip, sampled validity
     /// (and on instances that need coordination).
     Steps,
+    /// One row per (branch, suite, agents, subset): the branch paired item by item with
+    /// main (rates, difference with its 95% paired bootstrap interval, McNemar p).
+    Paired,
 }
 
 use super::ledger_error as err;
@@ -236,6 +239,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
                 ExportWhat::Decisions => export::What::Decisions,
                 ExportWhat::Branches => export::What::Branches,
                 ExportWhat::Steps => export::What::Steps,
+                ExportWhat::Paired => export::What::Paired,
             };
             let write = |w: &mut dyn Write| match what {
                 export::What::Events => export::export(&l, branch.as_deref(), fmt, w),

@@ -718,7 +718,8 @@ fn samples(r: &Report) -> Markup {
         h2 { "Sampled plans" }
         p.hint {
             "Plans GRPO sampled in each branch's last trained stage: valid ones, ones that ran into "
-            "another agent, ones that fell in a hole (up to " (super::SAMPLES_PER_KIND) " each). Discs are starts, "
+            "another agent, ones that fell in a hole (up to " (super::SAMPLES_PER_KIND) " each), and when the plan keeps "
+            "evaluation plans (" code { "suites.keep_plans" } ") test items the final model got wrong. Discs are starts, "
             "rings goals, the red cross where the plan failed. More: "
             code { "ledger show BRANCH@stageN --samples 10 --kind conflict" } "."
         }
@@ -733,8 +734,15 @@ fn samples(r: &Report) -> Markup {
                             (false, None) => "invalid".to_string(),
                         };
                         @let step = x.step.unwrap_or(0);
-                        @let what = format!("{} stage {} step {step}: trajectory {} of the batch", b.name, x.stage, x.index);
-                        figure.sample data-kind=(kind) {
+                        @let at = match &x.suite {
+                            Some(suite) => format!("{suite} item {} (stage {})", x.index, x.stage),
+                            None => format!("step {step}"),
+                        };
+                        @let what = match &x.suite {
+                            Some(suite) => format!("{} stage {}: {suite} item {} (evaluation plans)", b.name, x.stage, x.index),
+                            None => format!("{} stage {} step {step}: trajectory {} of the batch", b.name, x.stage, x.index),
+                        };
+                        figure.sample data-kind=(kind) data-suite=[x.suite.as_deref()] {
                             (grid_svg(&x.drawing))
                             figcaption {
                                 span.verdict { (kind) }
@@ -742,8 +750,9 @@ fn samples(r: &Report) -> Markup {
                                     " · cost " (x.cost) " (optimal " (x.optimal_cost) ")"
                                 }
                                 @if let Some(reward) = x.reward { " · reward " (cite(&format!("{reward}"), &[x.event], &what)) }
+                                @if x.reward.is_none() { " · " (cite("plan", &[x.event], &what)) }
                                 br;
-                                span.muted { "step " (step) " · " (x.agents) " agents" @if x.needs_coordination { " · needs coordination" } }
+                                span.muted { (at) " · " (x.agents) " agents" @if x.needs_coordination { " · needs coordination" } }
                                 @if let Some(d) = &x.detail { br; span.muted { (d) } }
                             }
                         }

@@ -110,7 +110,9 @@ pub struct BranchView {
     /// mean over [`STEP_WINDOW`] steps): (global step, %).
     pub coordination_curve: Vec<(u32, f64)>,
     /// Sampled plans of the last trained stage, drawn on their grids: up to
-    /// [`SAMPLES_PER_KIND`] valid, conflicting and falling in a hole.
+    /// [`SAMPLES_PER_KIND`] valid, conflicting and falling in a hole; then, when the
+    /// plan keeps evaluation plans, up to twice that many failed test items of the
+    /// final stage.
     pub samples: Vec<crate::views::samples::Sample>,
 }
 
@@ -235,6 +237,29 @@ fn branch_view(
                 )?
                 .samples,
             );
+        }
+    }
+    // Test items the final model got wrong, when the plan keeps evaluation plans.
+    if let Some(last) = state
+        .stages
+        .iter()
+        .rev()
+        .find(|s| s.outcome_events.contains_key("test"))
+    {
+        use crate::views::samples::{samples as pick, KindFilter};
+        match pick(
+            ledger,
+            name,
+            &head,
+            last.stage,
+            2 * SAMPLES_PER_KIND,
+            Some(KindFilter::Invalid),
+            Some("test"),
+        ) {
+            Ok(s) => samples.extend(s.samples),
+            // Plans not kept (the plan's choice): nothing to draw.
+            Err(LedgerError::Invalid(_)) => {}
+            Err(e) => return Err(e),
         }
     }
     let view = BranchView {

@@ -125,6 +125,39 @@ pub enum What {
     Branches,
     /// One [`StepRow`](super::steps::StepRow) per GRPO step (sampled batch).
     Steps,
+    /// One [`PairedExportRow`] per (branch, suite, agents, subset): each branch paired
+    /// item by item with `main` at both final evaluated stages (what `compare main B`
+    /// prints).
+    Paired,
+}
+
+/// One paired comparison row, flat: `branch` − `against` on the same suite items.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PairedExportRow {
+    pub branch: String,
+    pub against: String,
+    /// The final evaluated stages compared (the branch's, then the baseline's).
+    pub stage: Option<u32>,
+    pub against_stage: Option<u32>,
+    pub suite: String,
+    pub agents: usize,
+    /// `wait0.25`, `coord`, `indep`, ...; empty: every item of the agent count.
+    pub subset: String,
+    pub instances: usize,
+    /// Valid % of the baseline and the branch, the difference (points) with its 95%
+    /// paired bootstrap interval, and McNemar's exact p on the discordant items.
+    pub valid_against: f64,
+    pub valid: f64,
+    pub valid_diff: f64,
+    pub valid_diff_low: f64,
+    pub valid_diff_high: f64,
+    pub valid_p: f64,
+    pub optimal_against: f64,
+    pub optimal: f64,
+    pub optimal_diff: f64,
+    pub optimal_diff_low: f64,
+    pub optimal_diff_high: f64,
+    pub optimal_p: f64,
 }
 
 /// One evaluation cell of one stage of one branch, flat (loads straight into pandas).
@@ -277,6 +310,30 @@ pub const STEP_COLUMNS: [&str; 17] = [
     "coordination_valid_pct",
 ];
 
+/// CSV columns of [`PairedExportRow`], in order.
+pub const PAIRED_COLUMNS: [&str; 20] = [
+    "branch",
+    "against",
+    "stage",
+    "against_stage",
+    "suite",
+    "agents",
+    "subset",
+    "instances",
+    "valid_against",
+    "valid",
+    "valid_diff",
+    "valid_diff_low",
+    "valid_diff_high",
+    "valid_p",
+    "optimal_against",
+    "optimal",
+    "optimal_diff",
+    "optimal_diff_low",
+    "optimal_diff_high",
+    "optimal_p",
+];
+
 /// `x` as % of `n` (0 when `n` is 0).
 pub(crate) fn pct(x: u32, n: u32) -> f64 {
     if n == 0 {
@@ -309,6 +366,17 @@ pub fn export_table(
         What::Decisions => &DECISION_COLUMNS,
         What::Branches => &BRANCH_COLUMNS,
         What::Steps => &STEP_COLUMNS,
+        What::Paired => &PAIRED_COLUMNS,
+    };
+    // The baseline every branch is paired with.
+    let baseline = if what == What::Paired {
+        let head = ledger.head_of("main")?;
+        let st = ledger.state_at(&head)?;
+        let mut a = super::compare::summarise("main", &st);
+        super::compare::load_outcomes(ledger, &st, &mut a)?;
+        Some(a)
+    } else {
+        None
     };
     let mut rows: Vec<serde_json::Value> = Vec::new();
     for (name, head) in &branches {
@@ -391,6 +459,40 @@ pub fn export_table(
             }
             What::Steps => {
                 for r in super::steps::step_rows(ledger, name, head)? {
+                    rows.push(serde_json::to_value(&r).expect("row"));
+                }
+            }
+            What::Paired => {
+                let a = baseline.as_ref().expect("built above for paired");
+                if name == "main" {
+                    continue;
+                }
+                let mut b = super::compare::summarise(name, &st);
+                super::compare::load_outcomes(ledger, &st, &mut b)?;
+                let c = super::compare::pair(a, &b);
+                for p in &c.rows {
+                    let r = PairedExportRow {
+                        branch: name.clone(),
+                        against: c.against.clone(),
+                        stage: c.stage,
+                        against_stage: c.against_stage,
+                        suite: p.suite.clone(),
+                        agents: p.agents,
+                        subset: p.subset.clone().unwrap_or_default(),
+                        instances: p.instances,
+                        valid_against: p.valid.a,
+                        valid: p.valid.b,
+                        valid_diff: p.valid.diff,
+                        valid_diff_low: p.valid.diff_ci95.low,
+                        valid_diff_high: p.valid.diff_ci95.high,
+                        valid_p: p.valid.mcnemar.p,
+                        optimal_against: p.optimal.a,
+                        optimal: p.optimal.b,
+                        optimal_diff: p.optimal.diff,
+                        optimal_diff_low: p.optimal.diff_ci95.low,
+                        optimal_diff_high: p.optimal.diff_ci95.high,
+                        optimal_p: p.optimal.mcnemar.p,
+                    };
                     rows.push(serde_json::to_value(&r).expect("row"));
                 }
             }
