@@ -258,6 +258,19 @@ pub struct EngineerPlan {
     /// proposed sizes are dropped and recorded as clips.
     pub max_size: u32,
     pub context: ContextModules,
+    /// Revision of the text engineers read and write (1, the default, is what every
+    /// ledger before it recorded, so their replays hold; 2: a module the prompt budget
+    /// trimmed says what was cut instead of reading as empty, and a reply that names a
+    /// key twice is a recorded repair). Skipped at 1, so older plans keep their hash.
+    #[serde(skip_serializing_if = "is_first_revision")]
+    pub revision: u32,
+}
+
+/// The newest engineer text revision a plan may ask for.
+pub const LATEST_ENGINEER_REVISION: u32 = 2;
+
+fn is_first_revision(r: &u32) -> bool {
+    *r == 1
 }
 
 impl Default for EngineerPlan {
@@ -267,6 +280,7 @@ impl Default for EngineerPlan {
             stages: 4,
             max_size: 10,
             context: ContextModules::default(),
+            revision: 1,
         }
     }
 }
@@ -483,6 +497,12 @@ impl LedgerPlan {
         }
         check_u("engineer.stages", e.stages as u64, 1, 1000)?;
         check_u("engineer.max_size", e.max_size as u64, 3, 32)?;
+        check_u(
+            "engineer.revision",
+            e.revision as u64,
+            1,
+            LATEST_ENGINEER_REVISION as u64,
+        )?;
         if let Some(&n) = self
             .initial_config
             .sizes

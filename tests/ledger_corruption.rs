@@ -9,7 +9,9 @@ use mapf_ledger::ledger::{Hash, Ledger, Meta};
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 
-const PLAN: &str = include_str!("../ledgers/demo.toml");
+/// A plan small enough to be stored inline (under the store's 4 KiB inline limit): the
+/// damage tests below rely on the genesis plan being the one small blob.
+const PLAN: &str = include_str!("plans/tiny.toml");
 
 struct Fixture {
     _tmp: tempfile::TempDir,

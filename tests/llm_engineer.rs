@@ -974,3 +974,94 @@ fn engineer_eval_scores_an_http_engineer_in_one_command() {
         );
     }
 }
+
+/// Engineer text revision 2 (`[engineer] revision = 2`): a trimmed module says what was
+/// cut, in the prompt itself and within the budget, where revision 1 (every ledger
+/// before it) read "none: this is the first designed stage" after cutting history; and
+/// a reply naming a size twice is a recorded repair, not a silent last-wins.
+#[test]
+fn revision_2_prompts_say_what_was_cut_and_duplicate_keys_are_repairs() {
+    use mapf_ledger::engineer::prompt::build_revision;
+    use mapf_ledger::engineer::reply::{duplicate_keys, read_reply, read_reply_revision};
+    let ctx = long_context();
+    let counter = llm::TokenCounter::Approximate;
+    let old = build_revision(&ctx, &[], Some(200), &counter, 1);
+    assert!(
+        old.text()
+            .contains("none: this is the first designed stage"),
+        "revision 1 is as recorded"
+    );
+    let new = build_revision(&ctx, &[], Some(200), &counter, 2);
+    let text = new.text();
+    assert!(
+        !text.contains("none: this is the first designed stage"),
+        "{text}"
+    );
+    assert!(
+        text.contains("3 earlier designed stage(s) omitted to fit the prompt (stage 1, 2, 3)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("12 example failing plan(s) omitted to fit the prompt"),
+        "{text}"
+    );
+    assert!(
+        text.contains("## Training details (last stage)\nomitted to fit the prompt"),
+        "{text}"
+    );
+    assert!(
+        text.contains("## Failure breakdown"),
+        "the breakdown is never dropped"
+    );
+    // The same cuts; the notes themselves cost tokens, which the final count includes.
+    assert_eq!(new.cut[..3], old.cut[..3]);
+    assert_eq!(
+        new.tokens.unwrap(),
+        counter.count(&new.system) + counter.count(&new.user)
+    );
+    // Within the budget, when it can be: a roomier window cuts only what it must.
+    let roomy = build_revision(
+        &ctx,
+        &[],
+        Some(counter.count(&old.text()) as u32 + 400),
+        &counter,
+        2,
+    );
+    assert!(roomy.tokens.unwrap() <= counter.count(&old.text()) + 400);
+    // Untrimmed, both revisions are the same text.
+    assert_eq!(
+        build_revision(&ctx, &[], None, &counter, 1).text(),
+        build_revision(&ctx, &[], None, &counter, 2).text()
+    );
+
+    let reply = "```json\n{\"sizes\": {\"10\": {\"wait_ratio\": 0.3}, \"5\": {\"hole_ratio\": 0.1, \"hole_ratio\": 0.2}, \" 10\": {\"wait_ratio\": 0.04}}}\n```\nMore waiting on 10.";
+    assert_eq!(
+        duplicate_keys(
+            "{\"sizes\": {\"10\": {}, \"5\": {\"hole_ratio\": 1, \"hole_ratio\": 2}, \" 10\": {}}}"
+        ),
+        vec!["sizes.5.hole_ratio", "sizes.10"]
+    );
+    let mut d1 = mapf_ledger::engineer::Decision::default();
+    read_reply(&mut d1, reply, vec![]);
+    let mut d2 = mapf_ledger::engineer::Decision::default();
+    read_reply_revision(&mut d2, reply, vec![], 2);
+    assert_eq!(
+        d1.proposal, d2.proposal,
+        "the applied values are the same (last wins)"
+    );
+    assert!(
+        !d1.rationale.contains("repaired"),
+        "revision 1 is as recorded"
+    );
+    assert!(
+        d2.rationale
+            .contains("repaired: the reply names sizes.10 more than once"),
+        "{}",
+        d2.rationale
+    );
+    assert!(
+        d2.rationale.contains("sizes.5.hole_ratio"),
+        "{}",
+        d2.rationale
+    );
+}

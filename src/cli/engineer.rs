@@ -259,7 +259,8 @@ pub struct EvalArgs {
     /// Engineers, comma-separated, the first the baseline of the paired rows: fixed,
     /// random, heuristic, learnability, base, current (the last three read --model, or
     /// their own after `=`, as in `current=main@stage3`), http (the endpoint of --url),
-    /// or an LLM engineer registered on --ledger's main branch.
+    /// teacher-v1 / teacher-v2 (the base models' pretraining teacher), or an LLM
+    /// engineer registered on --ledger's main branch.
     #[arg(
         long = "engineer",
         value_delimiter = ',',
@@ -285,8 +286,9 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Read the model engineer's prompt budget, sampling and attempts from this plan's
-    /// [lm] (default: the [lm] defaults; the shipped base planner was trained with
-    /// ledgers/demo.toml's 640-token budget).
+    /// [lm], and the engineers' text revision from its [engineer] (default: the
+    /// defaults; the shipped base planner was trained with ledgers/demo.toml's 640-token
+    /// budget).
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
     /// For the `http` engineer: an OpenAI-compatible base URL (e.g.
@@ -312,6 +314,21 @@ pub struct EvalArgs {
 /// One engineer to evaluate: its label and how it decides on context i.
 type Decider =
     Box<dyn FnMut(usize, &crate::engineer::EngineerContext) -> crate::engineer::Decision>;
+
+/// The plan whose [lm] and [engineer] settings the model and LLM engineers use
+/// (`--plan`, else the defaults).
+fn eval_plan(args: &EvalArgs) -> Result<(crate::train::lm::LmSpec, u32), CliError> {
+    match &args.plan {
+        Some(p) => {
+            let bytes =
+                std::fs::read(p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+            let plan = crate::plan::LedgerPlan::parse(&bytes)
+                .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+            Ok((plan.lm, plan.engineer.revision))
+        }
+        None => Ok((Default::default(), 1)),
+    }
+}
 
 fn decider(
     dir: &Path,
@@ -350,6 +367,21 @@ fn decider(
             let mut e = builtin::Heuristic;
             Ok(Box::new(move |_, ctx| e.decide(ctx)))
         }
+        // The pretraining teacher of scratch base models, at text revision 1 (what the
+        // shipped bases learned from) or 2 (it reads the evidence): the ceiling a base
+        // can learn to reach.
+        "teacher-v1" | "teacher-v2" => {
+            let revision = if name == "teacher-v2" { 2 } else { 1 };
+            Ok(Box::new(move |i, ctx| {
+                let reply = crate::engineer::teacher::answer_revision(ctx, seed_of(i), revision);
+                let mut d = crate::engineer::Decision {
+                    reply: Some(reply.clone()),
+                    ..Default::default()
+                };
+                crate::engineer::reply::read_reply(&mut d, &reply, vec![]);
+                d
+            }))
+        }
         "learnability" => {
             let m = model_arg()?;
             let policy: Box<dyn crate::train::policy::Policy> =
@@ -371,16 +403,7 @@ fn decider(
         "base" | "current" => {
             let m = model_arg()?;
             let policy = super::lm::load(dir, &m, device)?;
-            let spec_lm = match &args.plan {
-                Some(p) => {
-                    let bytes = std::fs::read(p)
-                        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-                    crate::plan::LedgerPlan::parse(&bytes)
-                        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?
-                        .lm
-                }
-                None => Default::default(),
-            };
+            let (spec_lm, revision) = eval_plan(args)?;
             let mut e = model::ModelEngineer {
                 name: name.to_string(),
                 policy,
@@ -388,6 +411,7 @@ fn decider(
                 sampling: spec_lm.engineer_sampling(),
                 max_prompt_tokens: spec_lm.engineer_prompt_tokens,
                 attempts: spec_lm.engineer_attempts,
+                revision,
             };
             Ok(Box::new(move |i, ctx| {
                 e.seed = seed_of(i);
@@ -419,6 +443,7 @@ fn decider(
             crate::engineer::prompt::TokenCounter::for_registration(&reg)
                 .map_err(|e| CliError::input(e.to_string()))?;
             let mut e = llm::LlmEngineer::new(reg);
+            e.revision = eval_plan(args)?.1;
             Ok(Box::new(move |_, ctx| e.decide(ctx)))
         }
         other => {
@@ -432,6 +457,7 @@ fn decider(
             let reg = llm::registered(&ledger, &state, other)
                 .map_err(|e| CliError::input(format!("--engineer {other}: {e}")))?;
             let mut e = llm::LlmEngineer::new(reg);
+            e.revision = eval_plan(args)?.1;
             Ok(Box::new(move |_, ctx| e.decide(ctx)))
         }
     }

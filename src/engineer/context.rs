@@ -56,6 +56,17 @@ pub struct EngineerContext {
     pub max_size: usize,
 }
 
+/// What a prompt budget cut from a context (see `prompt::build`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Trimmed {
+    /// Example failing plans dropped.
+    pub examples: usize,
+    /// Stages whose history entries were dropped.
+    pub history: Vec<u32>,
+    /// The training-details module was dropped.
+    pub training_details: bool,
+}
+
 /// Two decimals: how ratios are written in prompts and teacher answers.
 pub fn ratio(x: f64) -> String {
     format!("{x:.2}")
@@ -84,6 +95,13 @@ impl EngineerContext {
 
     /// The context as text, with the switched-off modules left out entirely.
     pub fn render(&self) -> String {
+        self.render_trimmed(&Trimmed::default())
+    }
+
+    /// [`Self::render`] of a context a prompt budget trimmed, saying in each module what
+    /// `cut` took out of it (engineer revision 2): a trimmed module never reads as
+    /// empty.
+    pub fn render_trimmed(&self, cut: &Trimmed) -> String {
         let m = &self.modules;
         let mut s = String::new();
         let _ = writeln!(s, "# Designing stage {} of the curriculum\n", self.stage);
@@ -101,10 +119,27 @@ impl EngineerContext {
         }
         if m.failure_breakdown {
             s.push_str(&render_failures(&self.failures));
+            if cut.examples > 0 {
+                // Before the blank line that ends the module.
+                s.pop();
+                let _ = writeln!(
+                    s,
+                    "({} example failing plan(s) omitted to fit the prompt)\n",
+                    cut.examples
+                );
+            }
         }
         if m.history {
             let _ = writeln!(s, "## History");
-            if self.history.is_empty() {
+            if !cut.history.is_empty() {
+                let stages: Vec<String> = cut.history.iter().map(|x| x.to_string()).collect();
+                let _ = writeln!(
+                    s,
+                    "{} earlier designed stage(s) omitted to fit the prompt (stage {})",
+                    cut.history.len(),
+                    stages.join(", ")
+                );
+            } else if self.history.is_empty() {
                 let _ = writeln!(s, "none: this is the first designed stage");
             }
             for h in &self.history {
@@ -123,6 +158,12 @@ impl EngineerContext {
                 );
             }
             s.push('\n');
+        }
+        if cut.training_details {
+            let _ = writeln!(
+                s,
+                "## Training details (last stage)\nomitted to fit the prompt\n"
+            );
         }
         if m.training_details {
             let t = &self.training;

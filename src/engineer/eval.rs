@@ -21,8 +21,10 @@
 //!   working sizes left unchanged (the paper's "preserve configurations that already
 //!   work"); a size is edited when one of its ratios changes at two decimals, or it is
 //!   added or dropped;
-//! - **direction**: per weak size with a dominant failure, whether the field that
-//!   answers it moved the way [`answer`] says: conflicts (vertex, edge) → more
+//! - **direction**: per weak size with a dominant failure *that the decision edits*,
+//!   whether the field that answers the failure moved the way [`answer`] says (how
+//!   many weak sizes are edited at all is not direction's business: an engineer may
+//!   rightly change one size a stage): conflicts (vertex, edge) → more
 //!   coordination (`wait_ratio` up); holes → fewer holes (`hole_ratio` down); goals
 //!   not reached, plans too long, parse errors, illegal moves, wrong agent counts →
 //!   more practice at that size (`data_ratio` up);
@@ -431,8 +433,8 @@ pub struct ContextScore {
     pub targeting: Option<f64>,
     /// Share of working sizes left alone (None: no working size).
     pub preserve: Option<f64>,
-    /// Share of weak sizes whose answering field moved the rule's way (None: no weak
-    /// size with a recorded failure).
+    /// Share of the edited weak sizes (with a recorded failure) whose answering field
+    /// moved the rule's way (None: no such size edited).
     pub direction: Option<f64>,
     /// The reference policy's learnability on instances drawn from the configuration
     /// the decision leads to: 4·mean p(1-p) over probe instances (1 when every instance
@@ -495,6 +497,7 @@ pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision) -> ContextSco
     let answerable: Vec<(usize, FailureKind)> = truth
         .weak
         .iter()
+        .filter(|(n, _)| edited.contains(n))
         .filter_map(|(&n, k)| Some((n, (*k)?)))
         .collect();
     let direction = (!answerable.is_empty()).then(|| {

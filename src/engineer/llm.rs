@@ -22,7 +22,6 @@
 //! the recorded reply instead of an HTTP call; one that does not is answered with an
 //! error naming the prompt hash, which the replay reports as a mismatch.
 pub use super::prompt::{Prompt, TokenCounter};
-use super::reply::read_reply;
 use super::{Decision, Engineer, EngineerContext};
 use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
 use crate::record::event::{EngineerKind, EngineerRegistered, EventBody};
@@ -341,6 +340,8 @@ pub struct LlmEngineer {
     pub policy: CallPolicy,
     /// Replay mode: the recorded calls, used instead of the endpoint.
     pub recorded: Option<RecordedReplies>,
+    /// The plan's engineer text revision (`[engineer] revision`; 1 from [`Self::new`]).
+    pub revision: u32,
 }
 
 /// Recorded LLM calls of a branch, keyed by the blob hash of the exact prompt text.
@@ -401,12 +402,19 @@ impl LlmEngineer {
             counter_note,
             policy: CallPolicy::from_env(),
             recorded: None,
+            revision: 1,
         }
     }
 
     /// The prompt this engineer sends for `ctx`.
     pub fn prompt(&self, ctx: &EngineerContext) -> Prompt {
-        build_prompt(ctx, &self.registration, &self.counter)
+        super::prompt::build_revision(
+            ctx,
+            &self.registration.context_modules,
+            self.registration.max_context,
+            &self.counter,
+            self.revision,
+        )
     }
 }
 
@@ -441,7 +449,7 @@ impl Engineer for LlmEngineer {
                 d.rationale = r.rationale.clone();
                 return d;
             }
-            return conclude(d, notes, r.outcome());
+            return conclude(d, notes, r.outcome(), self.revision);
         }
         let key = match &reg.api_key_env {
             None => None,
@@ -457,13 +465,13 @@ impl Engineer for LlmEngineer {
             },
         };
         let out = call(reg, &prompt, key.as_deref(), &self.policy);
-        conclude(d, notes, out)
+        conclude(d, notes, out, self.revision)
     }
 }
 
 /// The decision from a call's outcome: the reply, the attempt log in the rationale,
 /// and the extracted proposal or why there is none.
-fn conclude(mut d: Decision, mut notes: Vec<String>, out: CallOutcome) -> Decision {
+fn conclude(mut d: Decision, mut notes: Vec<String>, out: CallOutcome, revision: u32) -> Decision {
     let log = format!("llm calls: {}", out.attempts.join("; "));
     d.reply = out.reply.clone();
     if let Some(err) = out.transport_error {
@@ -481,7 +489,7 @@ fn conclude(mut d: Decision, mut notes: Vec<String>, out: CallOutcome) -> Decisi
         return d;
     }
     let reply = out.reply.unwrap_or_default();
-    read_reply(&mut d, &reply, notes);
+    super::reply::read_reply_revision(&mut d, &reply, notes, revision);
     d
 }
 

@@ -366,6 +366,7 @@ pub fn build_replaying(
                 sampling: lm.engineer_sampling(),
                 max_prompt_tokens: lm.engineer_prompt_tokens,
                 attempts: lm.engineer_attempts,
+                revision: inputs.plan.engineer.revision,
             }))
         }
         // A registered LLM engineer on this branch (check_spec found it).
@@ -373,6 +374,7 @@ pub fn build_replaying(
             Ok(reg) => {
                 let mut engineer = llm::LlmEngineer::new(reg);
                 engineer.recorded = recorded.cloned();
+                engineer.revision = inputs.plan.engineer.revision;
                 Ok(Box::new(engineer))
             }
             Err(llm::LlmError::Ledger(e)) => Err(BuildError::Ledger(e)),

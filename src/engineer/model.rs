@@ -27,6 +27,8 @@ pub struct ModelEngineer {
     pub max_prompt_tokens: u32,
     /// Replies sampled at most (>= 1) until one holds a usable proposal.
     pub attempts: u32,
+    /// The plan's engineer text revision (`[engineer] revision`).
+    pub revision: u32,
 }
 
 /// The prompt a model engineer reads for `ctx`, trimmed to `max_tokens` as counted by
@@ -54,7 +56,13 @@ pub fn counter(policy: &LmPolicy) -> TokenCounter {
 impl ModelEngineer {
     /// The prompt this engineer reads for `ctx` (system and user messages).
     pub fn prompt(&self, ctx: &EngineerContext) -> Prompt {
-        prompt(ctx, &counter(&self.policy), self.max_prompt_tokens)
+        prompt::build_revision(
+            ctx,
+            &[],
+            Some(self.max_prompt_tokens),
+            &counter(&self.policy),
+            self.revision,
+        )
     }
 }
 
@@ -115,7 +123,7 @@ impl Engineer for ModelEngineer {
                 reply: Some(reply.clone()),
                 ..Decision::default()
             };
-            super::reply::read_reply(&mut d, &reply, notes);
+            super::reply::read_reply_revision(&mut d, &reply, notes, self.revision);
             if d.proposal.is_some() || attempt + 1 == attempts {
                 return d;
             }

@@ -84,6 +84,20 @@ fn user_message(ctx: &EngineerContext) -> String {
     s
 }
 
+/// The newest engineer text revision (a plan's `[engineer] revision`).
+pub const LATEST_REVISION: u32 = crate::plan::LATEST_ENGINEER_REVISION;
+
+/// The user message of a trimmed context: revision 1 renders the trimmed struct as it
+/// is (as ledgers before revision 2 recorded it), revision 2 says what was cut.
+fn user_message_rev(ctx: &EngineerContext, cut: &super::context::Trimmed, revision: u32) -> String {
+    if revision < 2 {
+        return user_message(ctx);
+    }
+    let mut s = ctx.render_trimmed(cut);
+    s.push_str(answer_format());
+    s
+}
+
 /// The context with a module choice applied (an empty list keeps the context's own).
 fn with_modules(ctx: &EngineerContext, modules: &[String]) -> EngineerContext {
     let mut c = ctx.clone();
@@ -108,6 +122,19 @@ pub fn build(
     max_context: Option<u32>,
     counter: &TokenCounter,
 ) -> Prompt {
+    build_revision(ctx, modules, max_context, counter, 1)
+}
+
+/// [`build`] at an engineer text revision (see [`LATEST_REVISION`]): from revision 2 a
+/// trimmed module says what was cut ("2 earlier designed stage(s) omitted"), and the
+/// notes it adds are counted in the budget.
+pub fn build_revision(
+    ctx: &EngineerContext,
+    modules: &[String],
+    max_context: Option<u32>,
+    counter: &TokenCounter,
+    revision: u32,
+) -> Prompt {
     let system = system_message();
     let mut c = with_modules(ctx, modules);
     let Some(max) = max_context else {
@@ -119,8 +146,11 @@ pub fn build(
         };
     };
     let max = max as usize;
-    let size = |c: &EngineerContext| counter.count(&system) + counter.count(&user_message(c));
-    let mut tokens = size(&c);
+    let mut trimmed = super::context::Trimmed::default();
+    let size = |c: &EngineerContext, t: &super::context::Trimmed| {
+        counter.count(&system) + counter.count(&user_message_rev(c, t, revision))
+    };
+    let mut tokens = size(&c, &trimmed);
     let (mut examples, mut history, mut training) = (0usize, Vec::<u32>::new(), false);
     // Cutting an example subtracts its own token count (an estimate: tokens rarely
     // straddle a line break); the whole prompt is counted again whenever the estimate
@@ -132,7 +162,7 @@ pub fn build(
             if exact {
                 break;
             }
-            tokens = size(&c);
+            tokens = size(&c, &trimmed);
             exact = true;
             if tokens <= max {
                 break;
@@ -149,21 +179,24 @@ pub fn build(
             tokens = tokens.saturating_sub(counter.count(&format!("{e}\n")));
             exact = false;
             examples += 1;
+            trimmed.examples = examples;
         } else if c.modules.history && !c.history.is_empty() {
             history.push(c.history.remove(0).stage);
-            tokens = size(&c);
+            trimmed.history = history.clone();
+            tokens = size(&c, &trimmed);
             exact = true;
         } else if c.modules.training_details {
             c.modules.training_details = false;
             training = true;
-            tokens = size(&c);
+            trimmed.training_details = true;
+            tokens = size(&c, &trimmed);
             exact = true;
         } else {
             break;
         }
     }
     if !exact {
-        tokens = size(&c);
+        tokens = size(&c, &trimmed);
     }
     let mut cut = Vec::new();
     if examples > 0 {
@@ -188,7 +221,7 @@ pub fn build(
     }
     Prompt {
         system,
-        user: user_message(&c),
+        user: user_message_rev(&c, &trimmed, revision),
         cut,
         tokens: Some(tokens),
     }

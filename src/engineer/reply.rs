@@ -268,10 +268,111 @@ pub fn extract(reply: &str) -> Result<Extracted, String> {
     Err(format!("{why}; reply began {excerpt:?}{ellipsis}"))
 }
 
+/// Keys a JSON object names twice, as dotted paths (`sizes.10`): a map's keys compared
+/// as written, and a size's number as read (`"10"` and `" 10"` are one size). JSON
+/// readers keep the last value of a repeated key without a word, so an engineer's
+/// repeated key has to be found before that.
+pub fn duplicate_keys(json: &str) -> Vec<String> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use std::cell::RefCell;
+    struct Walk<'a> {
+        path: String,
+        found: &'a RefCell<Vec<String>>,
+    }
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::BTreeSet::new();
+            while let Some(k) = map.next_key::<String>()? {
+                let key = match k.trim().parse::<u64>() {
+                    Ok(n) => n.to_string(),
+                    Err(_) => k.clone(),
+                };
+                let path = if self.path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{}.{key}", self.path)
+                };
+                if !seen.insert(key) {
+                    self.found.borrow_mut().push(path.clone());
+                }
+                map.next_value_seed(Walk {
+                    path,
+                    found: self.found,
+                })?;
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq
+                .next_element_seed(Walk {
+                    path: self.path.clone(),
+                    found: self.found,
+                })?
+                .is_some()
+            {}
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+    }
+    let found = RefCell::new(Vec::new());
+    let mut de = serde_json::Deserializer::from_str(json.trim());
+    // The JSON already parsed as a proposal; a failure here finds nothing more.
+    let _ = Walk {
+        path: String::new(),
+        found: &found,
+    }
+    .deserialize(&mut de);
+    found.into_inner()
+}
+
 /// Fill a decision from a reply: the extracted proposal and its rationale followed by
 /// `notes`, or a rejection naming why nothing usable was found. Every engineer that
-/// writes text (HTTP or in-process) goes through here.
+/// writes text (HTTP or in-process) goes through here. Engineer text revision 1 (see
+/// [`read_reply_revision`]).
 pub fn read_reply(d: &mut Decision, reply: &str, notes: Vec<String>) {
+    read_reply_revision(d, reply, notes, 1)
+}
+
+/// [`read_reply`] at an engineer text revision: from revision 2 a key the reply names
+/// twice is a recorded repair (the last value is used, as JSON readers do, and the
+/// rationale says so), never a silent last-wins.
+pub fn read_reply_revision(d: &mut Decision, reply: &str, mut notes: Vec<String>, revision: u32) {
+    if revision >= 2 {
+        if let Ok(e) = extract(reply) {
+            for path in duplicate_keys(&e.json) {
+                notes.push(format!(
+                    "repaired: the reply names {path} more than once; its last value was used"
+                ));
+            }
+        }
+    }
     match extract(reply) {
         Ok(e) => {
             d.proposal = Some(e.proposal);

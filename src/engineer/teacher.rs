@@ -44,7 +44,14 @@ pub struct TeacherSpec {
     pub max_size: usize,
     /// Example failing plans kept per size (as the evaluation keeps).
     pub examples_per_size: usize,
+    /// The plan's engineer text revision (`[engineer] revision`): 1 is the teacher
+    /// every shipped base was made with; 2 reads the evidence (see [`answer_revision`]).
+    pub revision: u32,
 }
+
+/// Revision 2: the chance that an edit ignores the evidence (a base LLM reads it
+/// imperfectly; a teacher that never errs would make a rule-follower, not a model).
+pub const EVIDENCE_NOISE: f64 = 0.2;
 
 fn r2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
@@ -182,7 +189,14 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
     }
     let current = configs.last().expect("one config").clone();
     let skill = rng.random_range(0.15..1.0f64);
-    let validation = random_validation(&mut rng, skill, spec.per_cell, max);
+    // Revision 2: suites of the sizes real plans use, so counts are copied from the
+    // context rather than remembered (the first base wrote "/20" into 48-item stages).
+    let per_cell = if spec.revision >= 2 {
+        [spec.per_cell, 20, 24, 48, 150][rng.random_range(0..5usize)]
+    } else {
+        spec.per_cell
+    };
+    let validation = random_validation(&mut rng, skill, per_cell, max);
     let kinds = [
         FailureKind::VertexConflict,
         FailureKind::EdgeConflict,
@@ -194,7 +208,25 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
     for (&(_, n), cell) in &validation.cells {
         let failed = cell.total - cell.valid;
         let mut counts: BTreeMap<FailureKind, u32> = BTreeMap::new();
+        // Revision 2: one kind dominates each size's failures (as in real breakdowns),
+        // so the answer has something to read.
+        let dominant = (spec.revision >= 2).then(|| {
+            if rng.random_bool(((n as f64 - 2.0) / 12.0).min(0.6)) {
+                FailureKind::GoalNotReached
+            } else {
+                kinds[rng.random_range(0..kinds.len())]
+            }
+        });
         for _ in 0..failed {
+            if let Some(d) = dominant {
+                let k = if rng.random_bool(0.7) {
+                    d
+                } else {
+                    kinds[rng.random_range(0..kinds.len())]
+                };
+                *counts.entry(k).or_default() += 1;
+                continue;
+            }
             // Larger maps fail more by not reaching the goal; small ones by conflicts.
             let k = if rng.random_bool(((n as f64 - 2.0) / 10.0).min(0.8)) {
                 FailureKind::GoalNotReached
@@ -300,6 +332,118 @@ fn weakest(ctx: &EngineerContext, rng: &mut impl Rng) -> Vec<(usize, String)> {
         .collect()
 }
 
+/// The teacher's reply at an engineer text revision. Revision 1 is [`answer`]. Revision
+/// 2 reads the evidence, imperfectly: it edits only sizes below 80% valid (when the
+/// summary says), weakest first, and the edit answers the size's dominant failure by
+/// the rule table `ledger engineer eval` scores (conflicts → more coordination, holes
+/// → fewer holes, the rest → more data), except with probability [`EVIDENCE_NOISE`]
+/// when it draws an edit as revision 1 does; with every size working it keeps the
+/// configuration and says why. Its rationale cites exact counts from the context.
+pub fn answer_revision(ctx: &EngineerContext, seed: Seed, revision: u32) -> String {
+    if revision < 2 {
+        return answer(ctx, seed);
+    }
+    let mut rng = seed.rng();
+    let working = |n: usize| {
+        ctx.validation
+            .cells
+            .get(&(ctx.current.agents, n))
+            .is_some_and(|c| c.total > 0 && c.valid_rate() >= 80.0)
+    };
+    let weak: Vec<(usize, String)> = weakest(ctx, &mut rng)
+        .into_iter()
+        .filter(|(n, _)| !working(*n))
+        .collect();
+    if weak.is_empty() {
+        return "```json\n{\"sizes\": {}}\n```\nEvery size is at or above 80% valid: keep the configuration.".to_string();
+    }
+    let picks = rng.random_range(1..=2usize).min(weak.len());
+    let mut edits: BTreeMap<usize, SizeConfig> = BTreeMap::new();
+    let mut why = Vec::new();
+    for (n, evidence) in weak.iter().take(picks) {
+        let n = *n;
+        let hmax = max_hole_ratio(n, ctx.current.agents);
+        let Some(c) = ctx.current.sizes.get(&n).copied() else {
+            edits.insert(
+                n,
+                SizeConfig {
+                    data_ratio: r2(rng.random_range(0.05..0.25)),
+                    hole_ratio: r2(rng.random_range(0.0..0.15)),
+                    wait_ratio: r2(rng.random_range(0.0..0.4)),
+                },
+            );
+            why.push(format!("{evidence}, not trained on: add it"));
+            continue;
+        };
+        let dominant = ctx
+            .failures
+            .sizes
+            .iter()
+            .find(|s| s.size as usize == n)
+            .and_then(|s| s.counts.iter().max_by_key(|c| c.1).filter(|c| c.1 > 0))
+            .map(|c| c.0);
+        let follow = dominant.filter(|_| !rng.random_bool(EVIDENCE_NOISE));
+        let mut e = c;
+        let what = match follow.map(super::eval::answer) {
+            Some((super::eval::Field::WaitRatio, _)) => {
+                e.wait_ratio = r2((c.wait_ratio + rng.random_range(0.1..0.3)).min(1.0));
+                "more coordination"
+            }
+            Some((super::eval::Field::HoleRatio, _)) => {
+                e.hole_ratio = r2((c.hole_ratio - rng.random_range(0.03..0.1)).max(0.0));
+                "fewer holes"
+            }
+            Some((super::eval::Field::DataRatio, _)) => {
+                e.data_ratio = r2((c.data_ratio * rng.random_range(1.3..2.0)).clamp(0.05, 1.0));
+                "more data"
+            }
+            None => match rng.random_range(0..4) {
+                0 => {
+                    e.data_ratio = r2((c.data_ratio * rng.random_range(1.3..2.0)).clamp(0.05, 1.0));
+                    "more data"
+                }
+                1 => {
+                    e.hole_ratio = r2((c.hole_ratio - rng.random_range(0.03..0.1)).max(0.0));
+                    "fewer holes"
+                }
+                2 => {
+                    e.wait_ratio = r2((c.wait_ratio + rng.random_range(0.1..0.3)).min(1.0));
+                    "more coordination"
+                }
+                _ => {
+                    e.wait_ratio = r2((c.wait_ratio - rng.random_range(0.1..0.3)).max(0.0));
+                    "less coordination"
+                }
+            },
+        };
+        e.hole_ratio = e.hole_ratio.min(hmax);
+        edits.insert(n, e);
+        why.push(format!("{evidence}: {what}"));
+    }
+    format!(
+        "```json\n{}\n```\n{}.",
+        proposal_json(&edits),
+        why.join("; ")
+    )
+}
+
+/// A proposal's JSON in the prompt's shape, two decimals a value.
+fn proposal_json(edits: &BTreeMap<usize, SizeConfig>) -> String {
+    let mut json = String::from("{\"sizes\": {");
+    for (i, (n, e)) in edits.iter().enumerate() {
+        let _ = write!(
+            json,
+            "{}\"{n}\": {{\"data_ratio\": {}, \"hole_ratio\": {}, \"wait_ratio\": {}}}",
+            if i > 0 { ", " } else { "" },
+            ratio(e.data_ratio),
+            ratio(e.hole_ratio),
+            ratio(e.wait_ratio)
+        );
+    }
+    json.push_str("}}");
+    json
+}
+
 /// The teacher's reply to a context: a fenced JSON proposal in the prompt's shape and a
 /// rationale that cites the evidence of each edit.
 pub fn answer(ctx: &EngineerContext, seed: Seed) -> String {
@@ -391,6 +535,7 @@ mod tests {
             per_cell: 20,
             max_size: 10,
             examples_per_size: 2,
+            revision: 1,
         }
     }
 
@@ -447,5 +592,56 @@ mod tests {
             assert!(e.contains("failure: "), "{e}");
             assert!(e.contains("plan: "), "{e}");
         }
+    }
+
+    /// Revision 2 reads the evidence: scored by `ledger engineer eval`'s own rules, its
+    /// edits answer the dominant failure far more often than revision 1's (which draws
+    /// the kind of edit at random), its rationales are grounded, and it leaves working
+    /// sizes alone.
+    #[test]
+    fn revision_2_answers_the_evidence() {
+        use crate::engineer::eval::{score, summarise};
+        let mut rows = [Vec::new(), Vec::new()];
+        for (r, revision) in [1u32, 2].into_iter().enumerate() {
+            let spec = TeacherSpec { revision, ..spec() };
+            for i in 0..120u64 {
+                let ctx = context(Seed::root(21).child("c", i), &spec, 1 + (i % 3) as u32);
+                let reply = answer_revision(&ctx, Seed::root(22).child("a", i), revision);
+                let mut d = crate::engineer::Decision::default();
+                crate::engineer::reply::read_reply(&mut d, &reply, vec![]);
+                assert!(d.proposal.is_some(), "{reply}");
+                rows[r].push(score(&format!("{i}"), &ctx, &d));
+            }
+        }
+        let (old, new) = (summarise(&rows[0]), summarise(&rows[1]));
+        let (od, nd) = (old.direction_pct.unwrap(), new.direction_pct.unwrap());
+        assert!(
+            nd >= 55.0 && nd > od + 20.0,
+            "direction: revision 1 {od:.1}%, revision 2 {nd:.1}%"
+        );
+        assert_eq!(new.grounded_pct, Some(100.0), "{new:?}");
+        assert!(new.preserve_pct.unwrap() >= 95.0, "{new:?}");
+        assert!(new.targeting_pct.unwrap() >= 95.0, "{new:?}");
+        // Counts follow the suites of real plans, not only the plan's own.
+        let totals: std::collections::BTreeSet<u32> = (0..60u64)
+            .map(|i| -> Option<u32> {
+                let c = context(
+                    Seed::root(23).child("c", i),
+                    &TeacherSpec {
+                        revision: 2,
+                        ..spec()
+                    },
+                    1,
+                );
+                // (A context whose summary module was switched off has no table.)
+                c.validation.cells.values().next().map(|x| x.total).or(c
+                    .failures
+                    .sizes
+                    .first()
+                    .map(|x| x.total))
+            })
+            .flatten()
+            .collect();
+        assert!(totals.len() >= 4, "{totals:?}");
     }
 }

@@ -103,6 +103,7 @@ impl Pipeline<'_> {
                 lm,
                 &engineer_examples(&self.plan, seed),
                 self.plan.lm.engineer_prompt_tokens,
+                self.plan.engineer.revision,
             ),
             None => Vec::new(),
         };

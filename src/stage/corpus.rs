@@ -21,6 +21,7 @@ pub fn engineer_examples(plan: &LedgerPlan, seed: Seed) -> Vec<(EngineerContext,
         per_cell: plan.suites.validation_per_cell,
         max_size: plan.engineer.max_size as usize,
         examples_per_size: eval::EXAMPLES_PER_SIZE,
+        revision: plan.engineer.revision,
     };
     (0..n as u64)
         .map(|i| {
@@ -29,7 +30,8 @@ pub fn engineer_examples(plan: &LedgerPlan, seed: Seed) -> Vec<(EngineerContext,
                 &spec,
                 1 + (i % spec.stages as u64) as u32,
             );
-            let reply = teacher::answer(&ctx, seed.child("teacher-answer", i));
+            let reply =
+                teacher::answer_revision(&ctx, seed.child("teacher-answer", i), spec.revision);
             (ctx, reply)
         })
         .collect()
@@ -61,13 +63,23 @@ pub fn engineer_pairs(
     lm: &crate::train::lm::LmPolicy,
     examples: &[(EngineerContext, String)],
     max_tokens: u32,
+    revision: u32,
 ) -> Vec<(Vec<u32>, Vec<u32>)> {
     use crate::engineer::model;
     let counter = model::counter(lm);
     examples
         .iter()
         .map(|(ctx, reply)| {
-            let p = model::prompt_ids(lm, &model::prompt(ctx, &counter, max_tokens));
+            let p = model::prompt_ids(
+                lm,
+                &crate::engineer::prompt::build_revision(
+                    ctx,
+                    &[],
+                    Some(max_tokens),
+                    &counter,
+                    revision,
+                ),
+            );
             let mut r = lm.encode(reply);
             r.extend(lm.tokenizer.token_to_id(lm.arch.chat.end_token()));
             (p, r)

@@ -57,6 +57,7 @@ fn main() {
         max_prompt_tokens: spec.engineer_prompt_tokens,
         // One reply per prompt: the benchmark measures how often the first one parses.
         attempts: 1,
+        revision: plan.engineer.revision,
     };
     let held_out = Seed::root(plan.seed).child("held-out engineer prompts", 0);
     let spec = teacher::TeacherSpec {
@@ -65,6 +66,7 @@ fn main() {
         per_cell: plan.suites.validation_per_cell,
         max_size: plan.engineer.max_size as usize,
         examples_per_size: mapf_ledger::train::eval::EXAMPLES_PER_SIZE,
+        revision: plan.engineer.revision,
     };
     let (mut ok, mut distinct) = (0, std::collections::BTreeSet::new());
     let n = 100;

@@ -158,6 +158,7 @@ fn main() {
         per_cell: 150,
         max_size: 10,
         examples_per_size: 2,
+        revision: 1,
     };
     let engineer_prompt = (0..8)
         .map(|i| {
