@@ -37,7 +37,7 @@ pub enum EngineerCommand {
     },
     /// Score engineers on held-out contexts without a training run: parse and legal
     /// rates, grounded rationales, edits on the weak sizes, working sizes left alone,
-    /// edits that answer the dominant failure (rules: `engineer-eval rules v1`).
+    /// edits that answer the dominant failure (rules: `engineer-eval rules v2`).
     Eval(EvalArgs),
     /// The LLM engineers registered on a branch.
     List {

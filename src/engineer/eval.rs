@@ -12,7 +12,8 @@
 //! rules from its evidence).
 //!
 //! The rules, written down and versioned ([`RULES_VERSION`]; change them only with a
-//! new version):
+//! new version; v2 reads a failure-kind count only from a whole token, so an edit such
+//! as `holes -0.05` is no claim):
 //! - a size is **weak** when its validation valid rate is below [`WEAK_BELOW`] %, and
 //!   **working** otherwise (the `heuristic` and `learnability` engineers use the same
 //!   80% line); its **dominant failure** is the kind with the most failures (ties: the
@@ -52,7 +53,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The version of the scoring rules above (in every report).
-pub const RULES_VERSION: &str = "engineer-eval rules v1";
+pub const RULES_VERSION: &str = "engineer-eval rules v2";
 /// Validation valid % below which a size is weak.
 pub const WEAK_BELOW: f64 = 80.0;
 
@@ -299,8 +300,11 @@ fn kinds_in(clause: &str) -> Vec<FailureKind> {
             }
             continue;
         }
+        // Words as written (a count is a whole token: `hole 4,` cites a count, `holes
+        // -0.05` describes an edit; v1 split `-0.05` into `0` and `05` and read a count).
         let words: Vec<&str> = lower
-            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | ':'))
+            .map(|w| w.trim_matches(|c: char| matches!(c, '.' | '"' | '\'')))
             .filter(|w| !w.is_empty())
             .collect();
         for (i, w) in words.iter().enumerate() {
@@ -841,6 +845,9 @@ mod tests {
         assert!(!claims(&c, "7: 3/20 failed")[0].holds);
         // Describing an edit is not a claim.
         assert!(claims(&c, "10x10: more holes and coordination").is_empty());
+        assert!(claims(&c, "8x8: holes -0.05 (pass 0.46)").is_empty());
+        assert!(claims(&c, "9: hole 2, vertex_conflict 3")[0].holds);
+        assert!(!claims(&c, "8: vertex_conflict 2")[0].holds, "8 has none");
     }
 
     #[test]
