@@ -364,14 +364,7 @@ pub fn answer_revision(ctx: &EngineerContext, seed: Seed, revision: u32) -> Stri
         let n = *n;
         let hmax = max_hole_ratio(n, ctx.current.agents);
         let Some(c) = ctx.current.sizes.get(&n).copied() else {
-            edits.insert(
-                n,
-                SizeConfig {
-                    data_ratio: r2(rng.random_range(0.05..0.25)),
-                    hole_ratio: r2(rng.random_range(0.0..0.15)),
-                    wait_ratio: r2(rng.random_range(0.0..0.4)),
-                },
-            );
+            edits.insert(n, added_size(&mut rng));
             why.push(format!("{evidence}, not trained on: add it"));
             continue;
         };
@@ -383,39 +376,14 @@ pub fn answer_revision(ctx: &EngineerContext, seed: Seed, revision: u32) -> Stri
             .and_then(|s| s.counts.iter().max_by_key(|c| c.1).filter(|c| c.1 > 0))
             .map(|c| c.0);
         let follow = dominant.filter(|_| !rng.random_bool(EVIDENCE_NOISE));
-        let mut e = c;
-        let what = match follow.map(super::eval::answer) {
-            Some((super::eval::Field::WaitRatio, _)) => {
-                e.wait_ratio = r2((c.wait_ratio + rng.random_range(0.1..0.3)).min(1.0));
-                "more coordination"
-            }
-            Some((super::eval::Field::HoleRatio, _)) => {
-                e.hole_ratio = r2((c.hole_ratio - rng.random_range(0.03..0.1)).max(0.0));
-                "fewer holes"
-            }
-            Some((super::eval::Field::DataRatio, _)) => {
-                e.data_ratio = r2((c.data_ratio * rng.random_range(1.3..2.0)).clamp(0.05, 1.0));
-                "more data"
-            }
-            None => match rng.random_range(0..4) {
-                0 => {
-                    e.data_ratio = r2((c.data_ratio * rng.random_range(1.3..2.0)).clamp(0.05, 1.0));
-                    "more data"
-                }
-                1 => {
-                    e.hole_ratio = r2((c.hole_ratio - rng.random_range(0.03..0.1)).max(0.0));
-                    "fewer holes"
-                }
-                2 => {
-                    e.wait_ratio = r2((c.wait_ratio + rng.random_range(0.1..0.3)).min(1.0));
-                    "more coordination"
-                }
-                _ => {
-                    e.wait_ratio = r2((c.wait_ratio - rng.random_range(0.1..0.3)).max(0.0));
-                    "less coordination"
-                }
-            },
+        // The edit that answers the failure, else one of the first four at random.
+        let which = match follow.map(super::eval::answer) {
+            Some((super::eval::Field::DataRatio, _)) => 0,
+            Some((super::eval::Field::HoleRatio, _)) => 1,
+            Some((super::eval::Field::WaitRatio, _)) => 2,
+            None => rng.random_range(0..4),
         };
+        let (mut e, what) = edit_size(c, which, &mut rng);
         e.hole_ratio = e.hole_ratio.min(hmax);
         edits.insert(n, e);
         why.push(format!("{evidence}: {what}"));
@@ -425,6 +393,46 @@ pub fn answer_revision(ctx: &EngineerContext, seed: Seed, revision: u32) -> Stri
         proposal_json(&edits),
         why.join("; ")
     )
+}
+
+/// A size the configuration lacks, as the teacher adds it.
+fn added_size(rng: &mut impl Rng) -> SizeConfig {
+    SizeConfig {
+        data_ratio: r2(rng.random_range(0.05..0.25)),
+        hole_ratio: r2(rng.random_range(0.0..0.15)),
+        wait_ratio: r2(rng.random_range(0.0..0.4)),
+    }
+}
+
+/// One of the teacher's edits of a size and the words its rationale uses: 0 more data,
+/// 1 fewer holes, 2 more coordination, 3 less coordination, 4 more data and fewer
+/// holes. (The caller still bounds the hole ratio by the size's limit.)
+fn edit_size(c: SizeConfig, which: u32, rng: &mut impl Rng) -> (SizeConfig, &'static str) {
+    let mut e = c;
+    let what = match which {
+        0 => {
+            e.data_ratio = r2((c.data_ratio * rng.random_range(1.3..2.0)).clamp(0.05, 1.0));
+            "more data"
+        }
+        1 => {
+            e.hole_ratio = r2((c.hole_ratio - rng.random_range(0.03..0.1)).max(0.0));
+            "fewer holes"
+        }
+        2 => {
+            e.wait_ratio = r2((c.wait_ratio + rng.random_range(0.1..0.3)).min(1.0));
+            "more coordination"
+        }
+        3 => {
+            e.wait_ratio = r2((c.wait_ratio - rng.random_range(0.1..0.3)).max(0.0));
+            "less coordination"
+        }
+        _ => {
+            e.data_ratio = r2((c.data_ratio * rng.random_range(1.2..1.6)).clamp(0.05, 1.0));
+            e.hole_ratio = r2((c.hole_ratio - rng.random_range(0.02..0.06)).max(0.0));
+            "more data, fewer holes"
+        }
+    };
+    (e, what)
 }
 
 /// A proposal's JSON in the prompt's shape, two decimals a value.
@@ -456,39 +464,12 @@ pub fn answer(ctx: &EngineerContext, seed: Seed) -> String {
         let n = *n;
         let hmax = max_hole_ratio(n, ctx.current.agents);
         let Some(c) = ctx.current.sizes.get(&n).copied() else {
-            let add = SizeConfig {
-                data_ratio: r2(rng.random_range(0.05..0.25)),
-                hole_ratio: r2(rng.random_range(0.0..0.15)),
-                wait_ratio: r2(rng.random_range(0.0..0.4)),
-            };
-            edits.insert(n, add);
+            edits.insert(n, added_size(&mut rng));
             why.push(format!("{evidence}, not trained on: add it"));
             continue;
         };
-        let mut e = c;
-        let what = match rng.random_range(0..5) {
-            0 => {
-                e.data_ratio = r2((c.data_ratio * rng.random_range(1.3..2.0)).clamp(0.05, 1.0));
-                "more data"
-            }
-            1 => {
-                e.hole_ratio = r2((c.hole_ratio - rng.random_range(0.03..0.1)).max(0.0));
-                "fewer holes"
-            }
-            2 => {
-                e.wait_ratio = r2((c.wait_ratio + rng.random_range(0.1..0.3)).min(1.0));
-                "more coordination"
-            }
-            3 => {
-                e.wait_ratio = r2((c.wait_ratio - rng.random_range(0.1..0.3)).max(0.0));
-                "less coordination"
-            }
-            _ => {
-                e.data_ratio = r2((c.data_ratio * rng.random_range(1.2..1.6)).clamp(0.05, 1.0));
-                e.hole_ratio = r2((c.hole_ratio - rng.random_range(0.02..0.06)).max(0.0));
-                "more data, fewer holes"
-            }
-        };
+        let which = rng.random_range(0..5);
+        let (mut e, what) = edit_size(c, which, &mut rng);
         e.hole_ratio = e.hole_ratio.min(hmax);
         edits.insert(n, e);
         why.push(format!("{evidence}: {what}"));
@@ -509,19 +490,11 @@ pub fn answer(ctx: &EngineerContext, seed: Seed) -> String {
             why.push(format!("{n}: every validation plan valid: drop it"));
         }
     }
-    let mut json = String::from("{\"sizes\": {");
-    for (i, (n, e)) in edits.iter().enumerate() {
-        let _ = write!(
-            json,
-            "{}\"{n}\": {{\"data_ratio\": {}, \"hole_ratio\": {}, \"wait_ratio\": {}}}",
-            if i > 0 { ", " } else { "" },
-            ratio(e.data_ratio),
-            ratio(e.hole_ratio),
-            ratio(e.wait_ratio)
-        );
-    }
-    json.push_str("}}");
-    format!("```json\n{json}\n```\n{}.", why.join("; "))
+    format!(
+        "```json\n{}\n```\n{}.",
+        proposal_json(&edits),
+        why.join("; ")
+    )
 }
 
 #[cfg(test)]
