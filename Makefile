@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all libtorch chromium build test demo base-model base-model-indep coordination-pilot bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
+.PHONY: all libtorch chromium build build-core test demo base-model base-model-indep coordination-pilot bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
 
 all: build
 
@@ -19,13 +19,21 @@ build: libtorch
 chromium:
 	@tools/chromium.sh >/dev/null
 
-# The two crates that do not link libtorch first (seconds), then the application, then
-# a type check of every bench (running them is `make bench`), so a change that breaks a
+# The three crates that do not link libtorch first, then the `ledger` built without the
+# trainer (its own profile, target/core/, so it never replaces the full binary the tests
+# run), then the application (tests/core_binary.rs drives that second binary), then a
+# type check of every bench (running them is `make bench`), so a change that breaks a
 # bench fails CI too.
 test: libtorch chromium
-	$(CARGO) test -p ledger-store -p mapf-testbed
-	$(CARGO) test -p mapf-ledger
+	$(CARGO) test -p ledger-store -p mapf-testbed -p ledger-core
+	$(CARGO) build --profile core --no-default-features --bin ledger
+	LEDGER_CORE_BIN=$(CURDIR)/target/core/ledger $(CARGO) test -p mapf-ledger
 	$(CARGO) check --benches
+
+# `ledger` without libtorch: reads, verifies, audits, compares, reports, bundles and
+# fetches ledgers; the training commands refuse. No libtorch is provisioned for it.
+build-core:
+	$(CARGO) build --release --no-default-features --bin ledger --target-dir target/lean
 
 demo: build
 	tools/demo.sh

@@ -1,30 +1,38 @@
 //! mapf-ledger: an event-sourced experiment ledger for LLM-designed training
-//! environments on the MAPF-FrozenLake testbed.
+//! environments on the MAPF-FrozenLake testbed. This crate is the part that trains.
 //!
-//! Data flows top to bottom: [`env`](mod@env) (the testbed) -> [`ledger`] -> CLI views.
+//! Data flows top to bottom: [`train`] -> [`engineer`] -> [`stage`] -> [`replay`] ->
+//! [`study`] -> the `ledger` binary (its private `cli`).
 //!
-//! The workspace's other crates sit below this one: `mapf-testbed` (`src/testbed`, the
-//! MAPF-FrozenLake environment and the seed tree; re-exported here as [`env`](mod@env) and
-//! [`seed`]) and `ledger-store` (`src/store`, the storage engine; re-exported through
-//! [`ledger`]). Neither links libtorch.
-pub mod cli;
-pub mod engineer;
-pub use mapf_testbed as env;
-pub mod executor;
-pub mod figures;
-pub mod ledger;
-pub mod plan;
-pub mod record;
-pub mod replay;
-pub mod report;
-pub mod schemas;
-pub use mapf_testbed::seed;
-pub mod stage;
-pub mod study;
-pub mod train;
-pub mod views;
+//! The workspace's other crates sit below this one and link no libtorch:
+//! - `ledger-core` (`src/core`): events, plans with every config type, the Ledger, the
+//!   read-only views, figures and the report; re-exported here under their own names
+//!   ([`record`], [`plan`], [`ledger`], [`context`], [`figures`], [`views`], [`report`]);
+//! - `mapf-testbed` (`src/testbed`): MAPF-FrozenLake and the seed tree ([`env`](mod@env),
+//!   [`seed`]);
+//! - `ledger-store` (`src/store`): how bytes are kept (through [`ledger`]).
+pub use ledger_core::{context, env, figures, ledger, plan, record, report, seed, views};
 
-#[cfg(test)]
+// Everything below trains, or runs what trains: it needs libtorch (the `train`
+// feature, on by default).
+#[cfg(feature = "train")]
+pub mod engineer;
+#[cfg(feature = "train")]
+pub mod executor;
+#[cfg(feature = "train")]
+pub mod plan_check;
+#[cfg(feature = "train")]
+pub mod replay;
+#[cfg(feature = "train")]
+pub mod schemas;
+#[cfg(feature = "train")]
+pub mod stage;
+#[cfg(feature = "train")]
+pub mod study;
+#[cfg(feature = "train")]
+pub mod train;
+
+#[cfg(all(test, feature = "train"))]
 mod tests {
     /// A broken libtorch setup must fail CI: run a real tensor op through tch.
     #[test]

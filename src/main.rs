@@ -1,4 +1,6 @@
-//! The `ledger` binary: see `mapf_ledger::cli`.
+//! The `ledger` binary: argument parsing and dispatch ([`cli`]), thin over the library.
+mod cli;
+
 fn main() {
-    mapf_ledger::cli::main();
+    cli::main();
 }

@@ -129,7 +129,7 @@ pub fn all() -> Vec<(&'static str, String)> {
         ),
         (
             "plan-check",
-            pretty(schema_for!(crate::views::plan_check::MemoryPlan)),
+            pretty(schema_for!(crate::plan_check::MemoryPlan)),
         ),
     ]);
     out

@@ -51,14 +51,18 @@ pub enum StudyError {
     Executor(#[from] crate::executor::ExecutorError),
 }
 
-/// One engineer × seed run of a study, once [`run_study`] has forked and run it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StudyRunRecord {
-    pub engineer: String,
-    pub replicate: u32,
-    pub branch: String,
-    /// `ran` (forked and run now), `resumed` or `skipped` (already finished).
-    pub action: &'static str,
+pub use crate::views::study::{StudyDesign, StudyRunRecord};
+
+impl StudySpec {
+    /// What the study's report names: the fork point, engineers and seeds.
+    pub fn design(&self) -> StudyDesign {
+        StudyDesign {
+            from: self.from.clone(),
+            at: self.at,
+            seeds: self.seeds,
+            engineers: self.engineers.clone(),
+        }
+    }
 }
 
 /// Fork (when missing) and run (when unfinished) every engineer × seed branch, in the

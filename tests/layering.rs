@@ -1,41 +1,97 @@
-//! The application crate's layering: imports between its top-level modules only point
-//! down. The two crates below it (`ledger-store`, `mapf-testbed`) are kept apart by the
-//! compiler (they do not depend on this crate or on tch); inside this crate the compiler
-//! allows cycles, so this test reads every `crate::…` and `super::…` path in `src/` and
-//! fails on an edge that points up, naming the file.
+//! The workspace's structure: imports point down and never go round in a circle.
+//!
+//! Between crates the compiler keeps the direction (`ledger-store` and `mapf-testbed`
+//! below `ledger-core`, which is below the application; none of the three lower ones
+//! links tch). Inside a crate it allows anything, so this test reads every `crate::…`
+//! and `super::…` path in the sources and checks two things:
+//! - **layers**: a top-level module of `ledger-core` or of the application only uses
+//!   the ones listed before it (the `ledger` binary's private `cli` is the application's
+//!   top);
+//! - **circles**: no two modules (files, or directories taken whole below the second
+//!   level) use each other, directly or round a longer loop, in any crate. A module's
+//!   use of its own parent (the `mod.rs` facade it lives under) is not an edge.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Top-level modules, bottom to top. A module may use the ones before it.
-const LAYERS: &[&str] = &[
-    "record",   // events, the trainer's records, metadata, projections
-    "train",    // policies, GRPO, evaluation
-    "plan",     // plan files, embedding the trainer's and generator's configs
-    "ledger",   // the Ledger: store + record, verify, gc, bundles, recover
-    "engineer", // environment engineers and their context
-    "stage",    // the stage pipeline
-    "replay",   // forks and replay verification
-    "executor", // where study runs execute
-    "study",    // counterfactual studies
-    "figures",  // SVG/PNG figures
-    "views",    // what commands print
-    "report",   // the HTML report
-    "schemas",  // every JSON Schema
-    "cli",      // the `ledger` binary's commands
+/// `ledger-core`'s top-level modules, bottom to top. A module may use the ones before it.
+const CORE_LAYERS: &[&str] = &[
+    "plan",    // plan files and every config type in them, the trainer's too
+    "record",  // events, the trainer's records, checkpoint headers, projections
+    "ledger",  // the Ledger: open, facts, references, projections, verify, gc, bundles, recover
+    "context", // the five context modules every engineer reads
+    "figures", // SVG/PNG figures
+    "views",   // what read commands show
+    "report",  // the HTML report and the live page
 ];
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// The application's top-level modules, bottom to top.
+const APP_LAYERS: &[&str] = &[
+    "train",      // policies, GRPO, evaluation, checkpoints
+    "engineer",   // environment engineers, their prompt and replies, the benchmark
+    "stage",      // the stage pipeline, model loading
+    "replay",     // forks and replay verification
+    "executor",   // where study runs execute
+    "study",      // counterfactual studies
+    "plan_check", // a plan's memory and budgets before it runs
+    "schemas",    // every JSON Schema
+    "cli",        // the `ledger` binary's commands (declared by main.rs only)
+];
+
+/// One crate's sources: its root directory and its layers (empty: circles only).
+struct Crate {
+    name: &'static str,
+    root: PathBuf,
+    layers: &'static [&'static str],
+    /// Directories under `root` that belong to other crates.
+    skip: &'static [&'static str],
+}
+
+fn crates() -> Vec<Crate> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    vec![
+        Crate {
+            name: "mapf-ledger",
+            root: src.clone(),
+            layers: APP_LAYERS,
+            skip: &["core", "store", "testbed"],
+        },
+        Crate {
+            name: "ledger-core",
+            root: src.join("core"),
+            layers: CORE_LAYERS,
+            skip: &[],
+        },
+        Crate {
+            name: "ledger-store",
+            root: src.join("store"),
+            layers: &[],
+            skip: &[],
+        },
+        Crate {
+            name: "mapf-testbed",
+            root: src.join("testbed"),
+            layers: &[],
+            skip: &["tests"],
+        },
+    ]
+}
+
+fn rust_files(dir: &Path, skip: &[&str], top: bool, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let p = entry.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
         if p.is_dir() {
-            rust_files(&p, out);
+            if !(top && skip.contains(&name.as_str())) {
+                rust_files(&p, skip, false, out);
+            }
         } else if p.extension().is_some_and(|e| e == "rs") {
             out.push(p);
         }
     }
 }
 
-/// The module path of a source file: `src/cli/store.rs` -> [cli, store].
+/// The module path of a source file: `cli/store.rs` -> [cli, store]; the crate root
+/// (`lib.rs`, `main.rs`) is [].
 fn module_path(rel: &Path) -> Vec<String> {
     let mut parts: Vec<String> = rel
         .iter()
@@ -44,16 +100,19 @@ fn module_path(rel: &Path) -> Vec<String> {
     if parts.last().is_some_and(|l| l == "mod") {
         parts.pop();
     }
+    if parts.len() == 1 && (parts[0] == "lib" || parts[0] == "main") {
+        parts.clear();
+    }
     parts
 }
 
-/// The top-level module a path names from `file`'s module, if any: `crate::x::…` is x;
-/// `super::…` climbs from the file's module.
-fn target(path: &str, module: &[String]) -> Option<String> {
-    let mut segs = path.split("::");
+/// The module path (within the crate) a path names from `module`: `crate::x::y::Z` is
+/// [x, y, Z]; `super::…` climbs from the module. None for other crates' paths.
+fn target(path: &str, module: &[String]) -> Option<Vec<String>> {
+    let mut segs = path.split("::").filter(|s| !s.is_empty());
     let first = segs.next()?;
     if first == "crate" {
-        return segs.next().map(str::to_string);
+        return Some(segs.map(str::to_string).collect());
     }
     let mut at = module.to_vec();
     let mut seg = Some(first);
@@ -61,102 +120,239 @@ fn target(path: &str, module: &[String]) -> Option<String> {
         at.pop();
         seg = segs.next();
     }
-    match at.first() {
-        Some(top) => Some(top.clone()),
-        None => seg.map(str::to_string),
-    }
+    at.extend(seg.map(str::to_string));
+    at.extend(segs.map(str::to_string));
+    Some(at)
 }
 
-/// Edges `(from, to) -> files` between top-level modules, outside comments.
-fn edges(src: &Path) -> BTreeMap<(String, String), BTreeSet<String>> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    let mut out: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
-    for f in files {
-        let rel = f.strip_prefix(src).unwrap().to_path_buf();
-        let module = module_path(&rel);
-        let top = module[0].clone();
-        if !LAYERS.contains(&top.as_str()) {
-            continue; // lib.rs, main.rs, and the workspace's other crates
-        }
-        let text = std::fs::read_to_string(&f).unwrap();
-        for line in text.lines() {
-            let code = line.split("//").next().unwrap();
-            let bytes = code.as_bytes();
-            for start in ["crate::", "super::"] {
-                let mut from = 0;
-                while let Some(i) = code[from..].find(start) {
-                    let i = from + i;
-                    from = i + start.len();
-                    if i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_') {
-                        continue;
-                    }
-                    let end = code[i..]
-                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-                        .map_or(code.len(), |e| i + e);
-                    if let Some(t) = target(&code[i..end], &module) {
-                        if t != top && LAYERS.contains(&t.as_str()) {
-                            out.entry((top.clone(), t))
-                                .or_default()
-                                .insert(rel.display().to_string());
-                        }
-                    }
+/// Every `crate::…`/`super::…` path of a file, outside comments.
+fn paths_in(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap();
+        let bytes = code.as_bytes();
+        for start in ["crate::", "super::"] {
+            let mut from = 0;
+            while let Some(i) = code[from..].find(start) {
+                let i = from + i;
+                from = i + start.len();
+                if i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_') {
+                    continue;
                 }
+                let end = code[i..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                    .map_or(code.len(), |e| i + e);
+                out.push(code[i..end].to_string());
             }
         }
     }
     out
 }
 
+/// The graph of a crate: nodes are modules cut to two levels (`train::lm::model` is
+/// `train::lm`); edges `(from, to) -> files`, without a module's uses of itself or of
+/// an ancestor (its facade).
+type Graph = BTreeMap<(String, String), BTreeSet<String>>;
+
+fn graph(c: &Crate) -> (BTreeSet<String>, Graph) {
+    let mut files = Vec::new();
+    rust_files(&c.root, c.skip, true, &mut files);
+    let mut modules: BTreeSet<Vec<String>> = BTreeSet::new();
+    for f in &files {
+        let m = module_path(f.strip_prefix(&c.root).unwrap());
+        for k in 1..=m.len().min(2) {
+            modules.insert(m[..k].to_vec());
+        }
+    }
+    let node = |m: &[String]| -> Option<Vec<String>> {
+        // The longest known module a path starts with (an item path ends in an item).
+        (1..=m.len().min(2))
+            .rev()
+            .map(|k| m[..k].to_vec())
+            .find(|p| modules.contains(p))
+    };
+    let mut edges = Graph::new();
+    for f in &files {
+        let rel = f.strip_prefix(&c.root).unwrap().to_path_buf();
+        let module = module_path(&rel);
+        let Some(from) = node(&module) else { continue };
+        let text = std::fs::read_to_string(f).unwrap();
+        for p in paths_in(&text) {
+            let Some(t) = target(&p, &module) else {
+                continue;
+            };
+            let Some(to) = node(&t) else { continue };
+            if to == from || from.starts_with(&to) {
+                continue;
+            }
+            edges
+                .entry((from.join("::"), to.join("::")))
+                .or_default()
+                .insert(rel.display().to_string());
+        }
+    }
+    (modules.iter().map(|m| m.join("::")).collect(), edges)
+}
+
 #[test]
 fn imports_between_top_level_modules_only_point_down() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let rank = |m: &str| LAYERS.iter().position(|l| *l == m).unwrap();
     let mut up = Vec::new();
-    for ((from, to), files) in edges(&src) {
-        if rank(to.as_str()) > rank(from.as_str()) {
-            up.push(format!(
-                "{from} -> {to} in {}",
-                files.into_iter().collect::<Vec<_>>().join(", ")
-            ));
+    for c in crates().iter().filter(|c| !c.layers.is_empty()) {
+        let rank = |m: &str| c.layers.iter().position(|l| *l == m);
+        let (_, edges) = graph(c);
+        for ((from, to), files) in edges {
+            let top = |m: &str| m.split("::").next().unwrap().to_string();
+            let (f, t) = (top(&from), top(&to));
+            if f == t {
+                continue;
+            }
+            let (Some(rf), Some(rt)) = (rank(&f), rank(&t)) else {
+                panic!("{}: module {f} or {t} has no layer", c.name);
+            };
+            if rt > rf {
+                up.push(format!(
+                    "{}: {from} -> {to} in {}",
+                    c.name,
+                    files.into_iter().collect::<Vec<_>>().join(", ")
+                ));
+            }
         }
     }
     assert!(
         up.is_empty(),
-        "imports that point up the layers {LAYERS:?}:\n{}",
+        "imports that point up the layers:\n{}",
         up.join("\n")
     );
 }
 
-#[test]
-fn every_top_level_module_has_a_layer() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
-    let declared: BTreeSet<&str> = lib
-        .lines()
-        .filter_map(|l| l.strip_prefix("pub mod "))
-        .map(|l| l.trim_end_matches(';'))
-        .collect();
-    let layered: BTreeSet<&str> = LAYERS.iter().copied().collect();
-    assert_eq!(
-        declared, layered,
-        "src/lib.rs's modules and this test's LAYERS differ"
-    );
+/// Strongly connected components of more than one node (Tarjan).
+fn circles(nodes: &BTreeSet<String>, edges: &Graph) -> Vec<Vec<String>> {
+    let ids: BTreeMap<&String, usize> = nodes.iter().enumerate().map(|(i, n)| (n, i)).collect();
+    let names: Vec<&String> = nodes.iter().collect();
+    let mut adj = vec![Vec::new(); nodes.len()];
+    for (a, b) in edges.keys() {
+        adj[ids[a]].push(ids[b]);
+    }
+    struct T {
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        out: Vec<Vec<usize>>,
+    }
+    fn visit(v: usize, adj: &[Vec<usize>], t: &mut T) {
+        t.index[v] = Some(t.next);
+        t.low[v] = t.next;
+        t.next += 1;
+        t.stack.push(v);
+        t.on[v] = true;
+        for &w in &adj[v] {
+            match t.index[w] {
+                None => {
+                    visit(w, adj, t);
+                    t.low[v] = t.low[v].min(t.low[w]);
+                }
+                Some(i) if t.on[w] => t.low[v] = t.low[v].min(i),
+                _ => {}
+            }
+        }
+        if Some(t.low[v]) == t.index[v] {
+            let mut comp = Vec::new();
+            loop {
+                let w = t.stack.pop().unwrap();
+                t.on[w] = false;
+                comp.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                t.out.push(comp);
+            }
+        }
+    }
+    let n = nodes.len();
+    let mut t = T {
+        index: vec![None; n],
+        low: vec![0; n],
+        on: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for v in 0..n {
+        if t.index[v].is_none() {
+            visit(v, &adj, &mut t);
+        }
+    }
+    t.out
+        .into_iter()
+        .map(|c| {
+            let mut c: Vec<String> = c.into_iter().map(|i| names[i].clone()).collect();
+            c.sort();
+            c
+        })
+        .collect()
 }
 
 #[test]
-fn the_checker_sees_an_upward_edge() {
-    // `super::super::…` from src/train/lm/model.rs stays inside train; `crate::views` and
-    // `super::views` from a top-level file name views.
+fn no_two_modules_use_each_other() {
+    let mut found = Vec::new();
+    for c in crates() {
+        let (nodes, edges) = graph(&c);
+        for circle in circles(&nodes, &edges) {
+            let members: BTreeSet<&String> = circle.iter().collect();
+            let how: Vec<String> = edges
+                .iter()
+                .filter(|((a, b), _)| members.contains(a) && members.contains(b))
+                .map(|((a, b), files)| {
+                    format!(
+                        "{a} -> {b} ({})",
+                        files.iter().cloned().collect::<Vec<_>>().join(", ")
+                    )
+                })
+                .collect();
+            found.push(format!("{}: {}", c.name, how.join("; ")));
+        }
+    }
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn every_top_level_module_has_a_layer() {
+    for c in crates().iter().filter(|c| !c.layers.is_empty()) {
+        let (nodes, _) = graph(c);
+        let declared: BTreeSet<&str> = nodes
+            .iter()
+            .filter(|n| !n.contains("::"))
+            .map(String::as_str)
+            .collect();
+        let layered: BTreeSet<&str> = c.layers.iter().copied().collect();
+        assert_eq!(
+            declared, layered,
+            "{}: its modules and this test's layers differ",
+            c.name
+        );
+    }
+}
+
+#[test]
+fn the_checkers_see_an_upward_edge_and_a_circle() {
+    // `super::super::views::x` from src/train/lm/model.rs stays inside train; `crate::views`
+    // and `super::views` from a top-level file name views.
     let m = module_path(Path::new("train/lm/model.rs"));
-    assert_eq!(
-        target("super::super::views::x", &m).as_deref(),
-        Some("train")
-    );
-    assert_eq!(target("crate::views::x", &m).as_deref(), Some("views"));
+    assert_eq!(target("super::super::views::x", &m).unwrap()[0], "train");
+    assert_eq!(target("crate::views::x", &m).unwrap()[0], "views");
     let top = module_path(Path::new("study.rs"));
-    assert_eq!(
-        target("super::views::study", &top).as_deref(),
-        Some("views")
-    );
+    assert_eq!(target("super::views::study", &top).unwrap()[0], "views");
+    // A loop of three is one circle; a chain is none.
+    let nodes: BTreeSet<String> = ["a", "b", "c", "d"].map(String::from).into();
+    let mut edges = Graph::new();
+    for (x, y) in [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")] {
+        edges.insert((x.into(), y.into()), BTreeSet::new());
+    }
+    assert_eq!(circles(&nodes, &edges), vec![vec!["a", "b", "c"]]);
+    edges.remove(&("c".to_string(), "a".to_string()));
+    assert!(circles(&nodes, &edges).is_empty());
 }

@@ -365,12 +365,27 @@ fn a_saved_index_is_used_checked_and_remade() {
     b[end..].copy_from_slice(&sum.to_le_bytes());
     std::fs::write(&index, &b).unwrap();
     let r = Ledger::open_read_only(&f.dir).unwrap();
-    let err = r.history("main").unwrap_err().to_string();
+    // The library names the repair as a type; the CLI names the command.
+    let err = r.history("main").unwrap_err();
     assert!(
-        err.contains("packs/INDEX") && err.contains("rebuild"),
+        matches!(
+            err,
+            mapf_ledger::ledger::LedgerError::Damaged {
+                repair: mapf_ledger::ledger::Repair::Rebuild,
+                ..
+            }
+        ) && err.to_string().contains("packs/INDEX"),
         "{err}"
     );
     drop(r);
+    let log = common::ledger(&f.dir, &["log"]);
+    assert_eq!(log.status.code(), Some(1));
+    assert!(
+        common::stderr(&log).contains("packs/INDEX")
+            && common::stderr(&log).contains("`ledger rebuild` remakes it"),
+        "{}",
+        common::stderr(&log)
+    );
     let (code, out) = verify(&f.dir);
     assert_eq!(code, Some(1), "{out}");
 

@@ -11,6 +11,10 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LIBTORCH");
     println!("cargo:rerun-if-env-changed=LIBTORCH_USE_PYTORCH");
     println!("cargo:rerun-if-changed=tools/build.rs");
+    // A build without the trainer (`--no-default-features`) links no libtorch.
+    if std::env::var_os("CARGO_FEATURE_TRAIN").is_none() {
+        return;
+    }
     let lib_dir = if std::env::var("LIBTORCH_USE_PYTORCH").as_deref() == Ok("1") {
         let out = Command::new("python3")
             .args([

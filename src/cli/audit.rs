@@ -1,7 +1,7 @@
 //! `ledger audit`: every engineer decision of a branch with its evidence, config diff,
 //! clips, rationale, status and outcome on the decided stage's validation set.
 use super::{CliError, CliResult};
-use crate::ledger::Ledger;
+use mapf_ledger::ledger::Ledger;
 use std::path::Path;
 
 /// `texts`: (print the prompts, print the replies).
@@ -13,10 +13,12 @@ pub fn run(
     json: bool,
 ) -> CliResult {
     let stage = stage
-        .map(|s| crate::ledger::parse_stage(s).map_err(|e| CliError::input(format!("--stage {e}"))))
+        .map(|s| {
+            mapf_ledger::ledger::parse_stage(s).map_err(|e| CliError::input(format!("--stage {e}")))
+        })
         .transpose()?;
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let report = crate::views::audit::audit(&l, branch, stage).map_err(err)?;
+    let report = mapf_ledger::views::audit::audit(&l, branch, stage).map_err(err)?;
     if let Some(n) = stage {
         if report.decisions.is_empty() {
             return Err(CliError::input(format!(
@@ -26,7 +28,7 @@ pub fn run(
     }
     // The recorded texts, read from their blobs (None: the engineer read no prompt or
     // wrote no reply, as the built-in ones).
-    let text = |h: Option<crate::ledger::Hash>| -> Result<Option<String>, CliError> {
+    let text = |h: Option<mapf_ledger::ledger::Hash>| -> Result<Option<String>, CliError> {
         h.map(|h| {
             l.blob(&h)
                 .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -54,7 +56,7 @@ pub fn run(
         println!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
         return Ok(());
     }
-    print!("{}", crate::views::audit::render(&report));
+    print!("{}", mapf_ledger::views::audit::render(&report));
     for d in &report.decisions {
         for (want, what, h) in [
             (want_prompt, "prompt", d.prompt),

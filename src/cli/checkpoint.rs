@@ -5,48 +5,12 @@
 //! base model), a branch (its latest checkpoint), or the hash prefix of a
 //! checkpoint_saved or stage_completed event.
 use super::{CliError, CliResult};
-use crate::ledger::{EventBody, Hash, Ledger, Resolved};
-use crate::train::TrainState;
+use mapf_ledger::train::TrainState;
 use std::path::Path;
 
-pub fn checkpoint_of(ledger: &mut Ledger, r: &str) -> Result<Hash, String> {
-    match ledger.resolve(r).map_err(|e| e.to_string())? {
-        Resolved::Stage { branch, stage: n } => {
-            let state = ledger.projection(&branch).map_err(|e| e.to_string())?;
-            state
-                .stage(n)
-                .and_then(|s| s.checkpoint)
-                .map(|c| c.0)
-                .ok_or_else(|| format!("{r}: stage {n} of {branch} has no checkpoint"))
-        }
-        Resolved::Branch { name, .. } => {
-            let state = ledger.projection(&name).map_err(|e| e.to_string())?;
-            state
-                .stages
-                .iter()
-                .rev()
-                .find_map(|s| s.checkpoint.map(|c| c.0))
-                .ok_or_else(|| format!("{r}: branch {name} has no checkpoint yet"))
-        }
-        Resolved::Event(h) => match ledger.event(&h).map_err(|e| e.to_string())?.body {
-            EventBody::CheckpointSaved(c) => Ok(c.blob),
-            EventBody::StageCompleted(c) => c
-                .checkpoint
-                .ok_or_else(|| format!("{r}: the stage has no checkpoint")),
-            other => Err(format!("{r}: a {} event, not a checkpoint", other.kind())),
-        },
-    }
-}
-
-/// The training state of a checkpoint reference (on the CPU, in the compute dtype the
-/// ledger's plan trains in: a bf16-trained LoRA model is its adapters on the
-/// bf16-rounded base it was trained on).
+/// The training state of a checkpoint reference (see `stage::load_checkpoint`).
 pub fn load_ref(dir: &Path, r: &str) -> Result<TrainState, CliError> {
-    let mut ledger = Ledger::open_read_only(dir)?;
-    let blob = checkpoint_of(&mut ledger, r).map_err(CliError::input)?;
-    let plan = crate::stage::ledger_plan(&ledger).map_err(|e| CliError::input(e.to_string()))?;
-    crate::stage::load_state(&ledger, &blob, plan.train.compute(tch::Device::Cpu))
-        .map_err(|e| CliError::input(format!("{r}: {e}")))
+    Ok(mapf_ledger::stage::load_checkpoint(dir, r)?)
 }
 
 pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> CliResult {
@@ -61,8 +25,8 @@ pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> Cli
                 state.policy.kind()
             ))
         })?;
-        crate::train::lm::hf::export(hf, &lm.model, &lm.tokenizer_json, lm.arch.chat)
-            .and_then(|()| crate::train::lm::hf::write_prompt_style(hf, lm.arch.prompt))
+        mapf_ledger::train::lm::hf::export(hf, &lm.model, &lm.tokenizer_json, lm.arch.chat)
+            .and_then(|()| mapf_ledger::train::lm::hf::write_prompt_style(hf, lm.arch.prompt))
             .map_err(|e| CliError::input(e.to_string()))?;
         println!(
             "wrote {} (config.json, model.safetensors, tokenizer.json; {} parameters{}, step {})",
@@ -80,7 +44,7 @@ pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> Cli
         for name in [
             "config.json",
             "generation_config.json",
-            crate::train::lm::hf::MAPF_FILE,
+            mapf_ledger::train::lm::hf::MAPF_FILE,
             "model.safetensors",
             "tokenizer.json",
             "tokenizer_config.json",
@@ -93,13 +57,13 @@ pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> Cli
         return Ok(());
     }
     let out = out.expect("clap requires --out or --hf");
-    crate::train::checkpoint::export_safetensors(state.policy.vars(), out)
+    mapf_ledger::train::checkpoint::export_safetensors(state.policy.vars(), out)
         .map_err(|e| CliError::input(format!("{}: {e}", out.display())))?;
     println!(
         "wrote {} ({} policy, parameter hash {}, step {})",
         out.display(),
         state.policy.kind(),
-        crate::train::checkpoint::param_hash(state.policy.vars()).short(),
+        mapf_ledger::train::checkpoint::param_hash(state.policy.vars()).short(),
         state.global_step
     );
     Ok(())

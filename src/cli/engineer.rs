@@ -5,10 +5,10 @@
 //! the *name* of the environment variable holding the API key (the key is read at call
 //! time and never stored), the tokenizer.json (as a blob) and the context window.
 use super::{CliError, CliResult};
-use crate::ledger::{Ledger, Meta};
-use crate::record::event::{EngineerKind, EngineerRegistered, EventBody};
-use crate::views::show::EngineerRow;
 use clap::Subcommand;
+use mapf_ledger::ledger::{Ledger, Meta};
+use mapf_ledger::record::event::{EngineerKind, EngineerRegistered, EventBody};
+use mapf_ledger::views::show::EngineerRow;
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
@@ -86,7 +86,7 @@ pub fn validate_name(name: &str) -> Result<(), String> {
             "engineer name {name:?}: use lowercase letters, digits, '_' and '-'"
         ));
     }
-    if crate::engineer::reserved(name) {
+    if mapf_ledger::engineer::reserved(name) {
         return Err(format!("engineer name {name:?} is a built-in engineer"));
     }
     Ok(())
@@ -156,7 +156,8 @@ fn add(
             "engineer {name:?} is already registered on branch {branch}"
         )));
     }
-    let plan = crate::stage::ledger_plan(&ledger).map_err(|e| CliError::input(e.to_string()))?;
+    let plan =
+        mapf_ledger::stage::ledger_plan(&ledger).map_err(|e| CliError::input(e.to_string()))?;
     let m = &plan.engineer.context;
     let context_modules: Vec<String> = [
         ("failure_breakdown", m.failure_breakdown),
@@ -233,7 +234,7 @@ fn list(dir: &Path, branch: &str, as_json: bool) -> CliResult {
     if rows.is_empty() {
         println!(
             "no LLM engineers registered on {branch} (built-in: {})",
-            crate::engineer::builtin_names()
+            mapf_ledger::engineer::builtin_names()
         );
     }
     for r in rows {
@@ -312,17 +313,18 @@ pub struct EvalArgs {
 }
 
 /// One engineer to evaluate: its label and how it decides on context i.
-type Decider =
-    Box<dyn FnMut(usize, &crate::engineer::EngineerContext) -> crate::engineer::Decision>;
+type Decider = Box<
+    dyn FnMut(usize, &mapf_ledger::engineer::EngineerContext) -> mapf_ledger::engineer::Decision,
+>;
 
 /// The plan whose [lm] and [engineer] settings the model and LLM engineers use
 /// (`--plan`, else the defaults).
-fn eval_plan(args: &EvalArgs) -> Result<(crate::train::lm::LmSpec, u32), CliError> {
+fn eval_plan(args: &EvalArgs) -> Result<(mapf_ledger::train::lm::LmSpec, u32), CliError> {
     match &args.plan {
         Some(p) => {
             let bytes =
                 std::fs::read(p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-            let plan = crate::plan::LedgerPlan::parse(&bytes)
+            let plan = mapf_ledger::plan::LedgerPlan::parse(&bytes)
                 .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
             Ok((plan.lm, plan.engineer.revision))
         }
@@ -334,17 +336,17 @@ fn decider(
     dir: &Path,
     args: &EvalArgs,
     spec: &str,
-    base_seed: crate::seed::Seed,
+    base_seed: mapf_ledger::seed::Seed,
 ) -> Result<Decider, CliError> {
-    use crate::engineer::{builtin, llm, model, probe, Engineer, Fixed};
+    use mapf_ledger::engineer::{builtin, llm, model, probe, Engineer, Fixed};
     let (name, own_model) = match spec.split_once('=') {
         Some((n, m)) => (n, Some(m.to_string())),
         None => (spec, None),
     };
     let purpose = format!("engineer-eval {spec}");
     let seed_of = move |i: usize| base_seed.child(&purpose, i as u64);
-    let device =
-        crate::train::parse_device(&args.device).map_err(|e| CliError::input(e.to_string()))?;
+    let device = mapf_ledger::train::parse_device(&args.device)
+        .map_err(|e| CliError::input(e.to_string()))?;
     let model_arg = || -> Result<String, CliError> {
         own_model
             .clone()
@@ -373,18 +375,19 @@ fn decider(
         "teacher-v1" | "teacher-v2" => {
             let revision = if name == "teacher-v2" { 2 } else { 1 };
             Ok(Box::new(move |i, ctx| {
-                let reply = crate::engineer::teacher::answer_revision(ctx, seed_of(i), revision);
-                let mut d = crate::engineer::Decision {
+                let reply =
+                    mapf_ledger::engineer::teacher::answer_revision(ctx, seed_of(i), revision);
+                let mut d = mapf_ledger::engineer::Decision {
                     reply: Some(reply.clone()),
                     ..Default::default()
                 };
-                crate::engineer::reply::read_reply(&mut d, &reply, vec![]);
+                mapf_ledger::engineer::reply::read_reply(&mut d, &reply, vec![]);
                 d
             }))
         }
         "learnability" => {
             let m = model_arg()?;
-            let policy: Box<dyn crate::train::policy::Policy> =
+            let policy: Box<dyn mapf_ledger::train::policy::Policy> =
                 if Path::new(&m).join("config.json").exists() {
                     Box::new(super::lm::load(dir, &m, device)?)
                 } else {
@@ -440,7 +443,7 @@ fn decider(
                 max_context: args.max_context,
                 context_modules: vec![],
             };
-            crate::engineer::prompt::TokenCounter::for_registration(&reg)
+            mapf_ledger::engineer::prompt::TokenCounter::for_registration(&reg)
                 .map_err(|e| CliError::input(e.to_string()))?;
             let mut e = llm::LlmEngineer::new(reg);
             e.revision = eval_plan(args)?.1;
@@ -450,7 +453,7 @@ fn decider(
             let mut ledger = Ledger::open_read_only(dir).map_err(|e| {
                 CliError::input(format!(
                     "--engineer {other}: not a built-in engineer ({}, http), and no ledger to find it registered in: {e}",
-                    crate::engineer::builtin_names()
+                    mapf_ledger::engineer::builtin_names()
                 ))
             })?;
             let state = ledger.projection("main").map_err(err)?;
@@ -464,9 +467,9 @@ fn decider(
 }
 
 fn eval(dir: &Path, args: EvalArgs) -> CliResult {
-    use crate::engineer::eval as ev;
     use indicatif::{ProgressBar, ProgressStyle};
-    let seed = crate::seed::Seed::root(args.seed);
+    use mapf_ledger::engineer::eval as ev;
+    let seed = mapf_ledger::seed::Seed::root(args.seed);
     let mut contexts = ev::synthetic(seed.child("contexts", 0), args.contexts as usize);
     let mut sources = vec![format!("{} synthetic (seed {})", args.contexts, args.seed)];
     for l in &args.from_ledger {
@@ -487,15 +490,15 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
     }
     let mut reference = match &args.reference {
         Some(m) => {
-            let device = crate::train::parse_device(&args.device)
+            let device = mapf_ledger::train::parse_device(&args.device)
                 .map_err(|e| CliError::input(e.to_string()))?;
-            let policy: Box<dyn crate::train::policy::Policy> =
+            let policy: Box<dyn mapf_ledger::train::policy::Policy> =
                 if Path::new(m).join("config.json").exists() {
                     Box::new(super::lm::load(dir, m, device)?)
                 } else {
                     super::checkpoint::load_ref(dir, m)?.policy
                 };
-            Some(crate::engineer::probe::Probe {
+            Some(mapf_ledger::engineer::probe::Probe {
                 name: "reference".into(),
                 policy,
                 seed: seed.child("reference", 0),
@@ -519,7 +522,7 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
             b.set_prefix(label.clone());
             b
         };
-        let mut probe = |i: usize, cfg: &crate::env::GeneratorConfig| {
+        let mut probe = |i: usize, cfg: &mapf_ledger::env::GeneratorConfig| {
             let r = reference.as_mut()?;
             r.seed = seed.child("reference", i as u64);
             r.probe(cfg)

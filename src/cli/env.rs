@@ -5,13 +5,13 @@
 //! `solve`: the instance is unsolvable or the budget ran out); 2 bad input, with a
 //! message naming the file, line or field.
 use super::{CliError, CliResult};
-use crate::env::{
+use clap::{Subcommand, ValueEnum};
+use mapf_ledger::env::{
     self, generator, movingai, suite, table, text, Budget, CostMetric, GeneratorConfig, Instance,
     Plan, SolveError,
 };
-use crate::seed::Seed;
-use crate::views::testbed::{CheckReport, SolveReport, SuiteReport};
-use clap::{Subcommand, ValueEnum};
+use mapf_ledger::seed::Seed;
+use mapf_ledger::views::testbed::{CheckReport, SolveReport, SuiteReport};
 use std::path::{Path, PathBuf};
 
 /// Most instances one `env generate` draws (each is solved optimally).
@@ -321,7 +321,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                     "--name {name:?}: expected `val` or `test`"
                 )));
             };
-            if !(5..=crate::env::instance::MAX_SIZE).contains(&max_size) {
+            if !(5..=mapf_ledger::env::instance::MAX_SIZE).contains(&max_size) {
                 return Err(CliError::input(format!(
                     "--max-size {max_size}: expected 5..=32"
                 )));
@@ -355,7 +355,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                     hash: s.hash.clone(),
                     instances: s.len(),
                     cells: table::suite_stats(&s),
-                    baseline: scores.as_ref().map(crate::train::eval::cells_of),
+                    baseline: scores.as_ref().map(mapf_ledger::train::eval::cells_of),
                 });
             } else {
                 print!("{}", table::render_suite_stats(&s));
@@ -424,7 +424,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             format,
         } => {
             let inst = read_instance(&instance, index)?;
-            let style: crate::train::lm::PromptStyle = serde_json::from_value(
+            let style: mapf_ledger::train::lm::PromptStyle = serde_json::from_value(
                 serde_json::Value::String(format.clone()),
             )
             .map_err(|_| {

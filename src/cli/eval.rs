@@ -3,14 +3,14 @@
 //! checkpoint reference of the ledger; the output is the paper's layout (valid and
 //! optimal % per size, the Sum row per agent count) plus each suite's failure kinds.
 use super::{CliError, CliResult};
-use crate::env::suite::{self, SuiteName, SuiteSpec};
-use crate::env::{Budget, CostMetric};
-use crate::train::eval;
-use crate::train::lm::PromptStyle;
-use crate::train::policy::Policy;
-use crate::views::model::{EvalCellRow, EvalReport, EvalSuite, EvalSumRow};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use mapf_ledger::env::suite::{self, SuiteName, SuiteSpec};
+use mapf_ledger::env::{Budget, CostMetric};
+use mapf_ledger::train::eval;
+use mapf_ledger::train::lm::PromptStyle;
+use mapf_ledger::train::policy::Policy;
+use mapf_ledger::views::model::{EvalCellRow, EvalReport, EvalSuite, EvalSumRow};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -50,7 +50,7 @@ pub struct EvalArgs {
     pub device: String,
     /// Instances greedily decoded per batch (as a plan's `suites.eval_batch`; smaller
     /// needs less memory).
-    #[arg(long, default_value_t = crate::plan::DEFAULT_EVAL_BATCH as usize,
+    #[arg(long, default_value_t = mapf_ledger::plan::DEFAULT_EVAL_BATCH as usize,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65536))]
     pub batch: usize,
     #[arg(long)]
@@ -58,8 +58,8 @@ pub struct EvalArgs {
 }
 
 fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
-    let device =
-        crate::train::parse_device(&args.device).map_err(|e| CliError::input(e.to_string()))?;
+    let device = mapf_ledger::train::parse_device(&args.device)
+        .map_err(|e| CliError::input(e.to_string()))?;
     let p = Path::new(&args.model);
     if p.join("config.json").exists() || p.is_dir() {
         let mut lm = super::lm::load(dir, &args.model, device)?;
@@ -144,7 +144,7 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
         });
         bar.finish_and_clear();
         let table = eval::table(&scored);
-        let items: Vec<(u32, &crate::env::Solved)> = s
+        let items: Vec<(u32, &mapf_ledger::env::Solved)> = s
             .cells
             .iter()
             .flat_map(|c| c.items.iter().map(move |it| (c.agents as u32, it)))
@@ -155,9 +155,9 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
             .collect();
         let baseline: Vec<(bool, bool)> = items
             .iter()
-            .map(|(_, it)| crate::env::coordination::baseline_outcome(it, metric))
+            .map(|(_, it)| mapf_ledger::env::coordination::baseline_outcome(it, metric))
             .collect();
-        let coordination = crate::env::coordination::split(&items, &results, &baseline);
+        let coordination = mapf_ledger::env::coordination::split(&items, &results, &baseline);
         let mut failures: BTreeMap<String, u32> = BTreeMap::new();
         for sc in &scored {
             if let Some(f) = &sc.outcome.failure {
@@ -205,7 +205,7 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
             print!("{}", table.render(&title));
             print!(
                 "{}",
-                crate::env::coordination::render(
+                mapf_ledger::env::coordination::render(
                     &report.suites.last().expect("pushed").coordination,
                     "items that need coordination and the rest (baseline: independent shortest paths)"
                 )

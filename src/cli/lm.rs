@@ -2,10 +2,10 @@
 //! `lm` checkpoint of the ledger — and print the token ids, the text and per-token
 //! log-probs. A user's sanity check that a model loaded as it should.
 use super::{CliError, CliResult};
-use crate::seed::Seed;
-use crate::train::lm::{LmPolicy, PromptStyle, Sampling};
-use crate::views::model::GenerateOutput;
 use clap::Subcommand;
+use mapf_ledger::seed::Seed;
+use mapf_ledger::train::lm::{LmPolicy, Sampling};
+use mapf_ledger::views::model::GenerateOutput;
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
@@ -39,29 +39,10 @@ pub enum LmCommand {
     },
 }
 
-/// A language model from an HF directory (its MAPF prompt format from
-/// `mapf-ledger.json` where it says, else the paper's prompt) or a ledger checkpoint.
+/// A language model from an HF directory or a ledger checkpoint (see
+/// `stage::load_language_model`).
 pub fn load(dir: &Path, model: &str, device: tch::Device) -> Result<LmPolicy, CliError> {
-    let p = Path::new(model);
-    if p.join("config.json").exists() {
-        let prompt = crate::train::lm::hf::read_prompt_style(p)
-            .map_err(|e| CliError::input(e.to_string()))?
-            .unwrap_or(PromptStyle::Paper);
-        return LmPolicy::from_hf_dir(p, device, None, prompt, Sampling::default(), Seed::root(0))
-            .map_err(|e| CliError::input(e.to_string()));
-    }
-    if p.is_dir() {
-        return Err(CliError::input(format!(
-            "{model}: a directory without config.json (expected an HF model directory)"
-        )));
-    }
-    let state = super::checkpoint::load_ref(dir, model)?;
-    let kind = state.policy.kind();
-    crate::train::lm::downcast(state.policy).ok_or_else(|| {
-        CliError::input(format!(
-            "{model}: a {kind} checkpoint, not a language model"
-        ))
-    })
+    Ok(mapf_ledger::stage::load_language_model(dir, model, device)?)
 }
 
 pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
@@ -86,7 +67,8 @@ pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
             "--top-p must be in (0, 1], got {top_p}"
         )));
     }
-    let device = crate::train::parse_device(&device).map_err(|e| CliError::input(e.to_string()))?;
+    let device =
+        mapf_ledger::train::parse_device(&device).map_err(|e| CliError::input(e.to_string()))?;
     let text = std::fs::read_to_string(&prompt_file)
         .map_err(|e| CliError::input(format!("{}: {e}", prompt_file.display())))?;
     let lm = load(dir, &model, device)?;
@@ -118,7 +100,7 @@ pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
         top_p,
         max_new_tokens,
     };
-    let g = crate::train::lm::generate::generate(
+    let g = mapf_ledger::train::lm::generate::generate(
         &lm.model,
         std::slice::from_ref(&prompt),
         1,

@@ -4,18 +4,28 @@
 //! carries the exit code of the contract (1 a failed check, 2 usage or input error) and
 //! a message naming the bad input.
 pub mod audit;
-pub mod checkpoint;
-pub mod engineer;
-pub mod env;
-pub mod eval;
-pub mod lm;
-pub mod plan;
-pub mod replay;
 pub mod report;
-pub mod run;
 pub mod store;
-pub mod study;
 pub mod sync;
+// The commands that train, or run what trains (the `train` feature: libtorch).
+#[cfg(feature = "train")]
+pub mod checkpoint;
+#[cfg(feature = "train")]
+pub mod engineer;
+#[cfg(feature = "train")]
+pub mod env;
+#[cfg(feature = "train")]
+pub mod eval;
+#[cfg(feature = "train")]
+pub mod lm;
+#[cfg(feature = "train")]
+pub mod plan;
+#[cfg(feature = "train")]
+pub mod replay;
+#[cfg(feature = "train")]
+pub mod run;
+#[cfg(feature = "train")]
+pub mod study;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -97,43 +107,87 @@ pub fn check_output_file(flag: &str, path: &std::path::Path) -> CliResult {
 /// else (unknown branch, bad name, a second writer, bad input) is exit 2.
 pub trait Damage: std::fmt::Display {
     fn damaged(&self) -> bool;
+    /// The ledger error inside, whose typed repair the CLI renders as a hint.
+    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
+        None
+    }
 }
 
 impl<E: Damage> From<E> for CliError {
     fn from(e: E) -> CliError {
+        let message = format!("{e}{}", e.ledger_error().map_or("", hint));
         if e.damaged() {
-            CliError::check(e.to_string())
+            CliError::check(message)
         } else {
-            CliError::input(e.to_string())
+            CliError::input(message)
         }
     }
 }
 
-impl Damage for crate::ledger::LedgerError {
+/// The command that helps with a ledger error, for the errors whose remedy is a
+/// `ledger` command. The library names the repair as a type ([`Repair`]); saying which
+/// command performs it is the CLI's job.
+///
+/// [`Repair`]: mapf_ledger::ledger::Repair
+fn hint(e: &mapf_ledger::ledger::LedgerError) -> &'static str {
+    use mapf_ledger::ledger::{LedgerError as L, Repair};
+    match e {
+        L::Damaged {
+            repair: Repair::Recover,
+            ..
+        } => "; `ledger recover` restores the newest intact snapshot and finds the branch tips after it",
+        L::Damaged {
+            repair: Repair::Rebuild,
+            ..
+        } => " (derived data: `ledger rebuild` remakes it)",
+        L::NotALedger { .. } => " (create one with `ledger init --plan FILE`)",
+        _ => "",
+    }
+}
+
+impl Damage for mapf_ledger::ledger::LedgerError {
     fn damaged(&self) -> bool {
-        use crate::ledger::LedgerError as L;
+        use mapf_ledger::ledger::LedgerError as L;
         matches!(
             self,
-            L::Corrupt { .. } | L::Decode { .. } | L::MissingBlob { .. }
+            L::Corrupt { .. } | L::Damaged { .. } | L::Decode { .. } | L::MissingBlob { .. }
         )
     }
-}
-
-impl Damage for crate::stage::StageError {
-    fn damaged(&self) -> bool {
-        matches!(self, crate::stage::StageError::Ledger(e) if e.damaged())
+    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
+        Some(self)
     }
 }
 
-impl Damage for crate::replay::ForkError {
+#[cfg(feature = "train")]
+impl Damage for mapf_ledger::stage::StageError {
     fn damaged(&self) -> bool {
-        matches!(self, crate::replay::ForkError::Ledger(e) if e.damaged())
+        matches!(self, mapf_ledger::stage::StageError::Ledger(e) if e.damaged())
+    }
+    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
+        match self {
+            mapf_ledger::stage::StageError::Ledger(e) => Some(e),
+            _ => None,
+        }
     }
 }
 
-impl Damage for crate::replay::ReplayError {
+#[cfg(feature = "train")]
+impl Damage for mapf_ledger::replay::ForkError {
     fn damaged(&self) -> bool {
-        use crate::replay::ReplayError as R;
+        matches!(self, mapf_ledger::replay::ForkError::Ledger(e) if e.damaged())
+    }
+    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
+        match self {
+            mapf_ledger::replay::ForkError::Ledger(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "train")]
+impl Damage for mapf_ledger::replay::ReplayError {
+    fn damaged(&self) -> bool {
+        use mapf_ledger::replay::ReplayError as R;
         match self {
             R::Altered { .. } => true,
             R::Ledger(e) => e.damaged(),
@@ -142,11 +196,21 @@ impl Damage for crate::replay::ReplayError {
             _ => false,
         }
     }
+    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
+        use mapf_ledger::replay::ReplayError as R;
+        match self {
+            R::Ledger(e) => Some(e),
+            R::Stage(e) => e.ledger_error(),
+            R::Fork(e) => e.ledger_error(),
+            _ => None,
+        }
+    }
 }
 
-impl Damage for crate::study::StudyError {
+#[cfg(feature = "train")]
+impl Damage for mapf_ledger::study::StudyError {
     fn damaged(&self) -> bool {
-        use crate::study::StudyError as S;
+        use mapf_ledger::study::StudyError as S;
         match self {
             S::Ledger(e) => e.damaged(),
             S::Fork(e) => e.damaged(),
@@ -154,16 +218,31 @@ impl Damage for crate::study::StudyError {
             _ => false,
         }
     }
+    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
+        use mapf_ledger::study::StudyError as S;
+        match self {
+            S::Ledger(e) => Some(e),
+            S::Fork(e) => e.ledger_error(),
+            S::Stage(e) => e.ledger_error(),
+            _ => None,
+        }
+    }
 }
 
-impl Damage for crate::report::ReportError {
+impl Damage for mapf_ledger::report::ReportError {
     fn damaged(&self) -> bool {
-        matches!(self, crate::report::ReportError::Ledger(e) if e.damaged())
+        matches!(self, mapf_ledger::report::ReportError::Ledger(e) if e.damaged())
+    }
+    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
+        match self {
+            mapf_ledger::report::ReportError::Ledger(e) => Some(e),
+            _ => None,
+        }
     }
 }
 
 /// A ledger error as a command's error (see [`Damage`]).
-pub fn ledger_error(e: crate::ledger::LedgerError) -> CliError {
+pub fn ledger_error(e: mapf_ledger::ledger::LedgerError) -> CliError {
     e.into()
 }
 
@@ -191,14 +270,17 @@ impl Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    #[cfg(feature = "train")]
     /// The MAPF-FrozenLake testbed on its own (generate, solve, check, suites, import).
     #[command(subcommand)]
     Env(env::EnvCommand),
+    #[cfg(feature = "train")]
     /// Write the JSON Schemas of every interchange format into a directory.
     Schemas {
         #[arg(long, default_value = "schemas")]
         out: PathBuf,
     },
+    #[cfg(feature = "train")]
     /// Run the branch's stages (warm-up, then engineered GRPO stages) from where it stops.
     Run {
         #[arg(long, default_value = "main")]
@@ -225,6 +307,7 @@ pub enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    #[cfg(feature = "train")]
     /// Continue a branch after a crash or Ctrl-C (same as `run`).
     Resume {
         #[arg(long, default_value = "main")]
@@ -238,6 +321,7 @@ pub enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    #[cfg(feature = "train")]
     /// Fork a branch at a stage: the new branch keeps stages before N and lets the
     /// engineer design stage N onward (`ledger run --branch NEW` continues it).
     Fork {
@@ -253,6 +337,7 @@ pub enum Command {
         #[arg(long)]
         name: Option<String>,
     },
+    #[cfg(feature = "train")]
     /// Write a stage's policy weights as a safetensors file (REF: BRANCH@stageN, a
     /// branch, or a checkpoint event hash prefix).
     ExportCheckpoint {
@@ -265,17 +350,21 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         hf: Option<PathBuf>,
     },
+    #[cfg(feature = "train")]
     /// Plan files on their own: `plan check` estimates a run's peak device memory.
     #[command(subcommand)]
     Plan(plan::PlanCommand),
+    #[cfg(feature = "train")]
     /// The language model on its own: `lm generate` samples from a model directory or
     /// a ledger checkpoint (a sanity check of a loaded model).
     #[command(subcommand)]
     Lm(lm::LmCommand),
+    #[cfg(feature = "train")]
     /// Score a checkpoint (an HF model directory or a ledger reference) on the paper's
     /// suites without a run: valid and optimal % per size, Sum per agent count, failure
     /// kinds.
     Eval(eval::EvalArgs),
+    #[cfg(feature = "train")]
     /// Recompute recorded stages and compare every event hash (`--verify`, the
     /// default), or re-run a stage with another engineer (`--engineer E [--keep NAME]`).
     Replay(replay::ReplayArgs),
@@ -320,10 +409,12 @@ pub enum Command {
     /// The report as a live local web page that follows the ledger while a run writes
     /// it (read-only; binds 127.0.0.1 unless told otherwise).
     Serve(report::ServeArgs),
+    #[cfg(feature = "train")]
     /// Counterfactual study: fork at stageN once per engineer x seed, run each to the
     /// plan's end (resumable; here, in local processes, or on Slurm), write study.csv,
     /// study.md, study.json and the plot.
     Study(study::StudyArgs),
+    #[cfg(feature = "train")]
     /// One study run in a worker ledger (what `study --executor local:N|slurm` starts):
     /// create the ledger from the bundle if needed, run the branch, write `done`.
     #[command(hide = true)]
@@ -334,11 +425,17 @@ pub enum Command {
     /// Copy missing events, blobs and branches in from a bundle or a ledger directory,
     /// checking every hash; diverged branches are refused unless --prefix is given.
     Fetch(sync::FetchArgs),
+    #[cfg(feature = "train")]
     /// Register and list LLM engineers (OpenAI-compatible chat endpoints).
     #[command(subcommand)]
     Engineer(engineer::EngineerCommand),
     #[command(flatten)]
     Store(store::StoreCommand),
+    /// A training command, in a `ledger` built without the trainer: refused, naming
+    /// what to install.
+    #[cfg(not(feature = "train"))]
+    #[command(external_subcommand)]
+    Trainer(Vec<String>),
 }
 
 /// Standard output for commands that stream: when the reading end goes away
@@ -386,8 +483,11 @@ pub fn main() {
     let cli = Cli::parse();
     let ledger_dir = cli.ledger_dir();
     let result = match cli.command {
+        #[cfg(feature = "train")]
         Command::Env(cmd) => env::run(cmd),
+        #[cfg(feature = "train")]
         Command::Schemas { out } => write_schemas(&out),
+        #[cfg(feature = "train")]
         Command::Run {
             branch,
             stages,
@@ -398,7 +498,7 @@ pub fn main() {
             quiet,
         } => run::run(
             &ledger_dir,
-            crate::stage::RunOptions {
+            mapf_ledger::stage::RunOptions {
                 branch,
                 stages,
                 engineer,
@@ -407,6 +507,7 @@ pub fn main() {
             run::MemoryCheck { gpu_memory, force },
             quiet,
         ),
+        #[cfg(feature = "train")]
         Command::Resume {
             branch,
             device,
@@ -415,7 +516,7 @@ pub fn main() {
             quiet,
         } => run::run(
             &ledger_dir,
-            crate::stage::RunOptions {
+            mapf_ledger::stage::RunOptions {
                 branch,
                 stages: None,
                 engineer: None,
@@ -424,18 +525,24 @@ pub fn main() {
             run::MemoryCheck { gpu_memory, force },
             quiet,
         ),
+        #[cfg(feature = "train")]
         Command::Plan(cmd) => plan::run(cmd),
+        #[cfg(feature = "train")]
         Command::Fork {
             at,
             from,
             engineer,
             name,
         } => fork(&ledger_dir, &at, &from, &engineer, name.as_deref()),
+        #[cfg(feature = "train")]
         Command::ExportCheckpoint { reference, out, hf } => {
             checkpoint::export(&ledger_dir, &reference, out.as_deref(), hf.as_deref())
         }
+        #[cfg(feature = "train")]
         Command::Lm(cmd) => lm::run(&ledger_dir, cmd),
+        #[cfg(feature = "train")]
         Command::Eval(args) => eval::run(&ledger_dir, args),
+        #[cfg(feature = "train")]
         Command::Replay(args) => replay::run(&ledger_dir, args),
         Command::Compare {
             branches,
@@ -458,12 +565,17 @@ pub fn main() {
             (prompt, reply),
             json,
         ),
+        #[cfg(feature = "train")]
         Command::Study(args) => study::run(&ledger_dir, args),
+        #[cfg(feature = "train")]
         Command::StudyTask(args) => study::task(&ledger_dir, args),
         Command::Bundle(args) => sync::bundle(&ledger_dir, args),
         Command::Fetch(args) => sync::fetch(&ledger_dir, args),
+        #[cfg(feature = "train")]
         Command::Engineer(cmd) => engineer::run(cmd, &ledger_dir),
         Command::Store(cmd) => store::run(cmd, &ledger_dir),
+        #[cfg(not(feature = "train"))]
+        Command::Trainer(args) => Err(without_trainer(&args)),
     };
     if let Err(e) = result {
         eprintln!("ledger: {}", e.message);
@@ -471,6 +583,7 @@ pub fn main() {
     }
 }
 
+#[cfg(feature = "train")]
 fn fork(
     dir: &std::path::Path,
     at: &str,
@@ -478,9 +591,9 @@ fn fork(
     engineer: &str,
     name: Option<&str>,
 ) -> CliResult {
-    let at = crate::replay::parse_stage(at)?;
-    let mut ledger = crate::ledger::Ledger::open(dir)?;
-    let (name, head) = crate::replay::fork(&mut ledger, from, at, engineer, name, 0)?;
+    let at = mapf_ledger::replay::parse_stage(at)?;
+    let mut ledger = mapf_ledger::ledger::Ledger::open(dir)?;
+    let (name, head) = mapf_ledger::replay::fork(&mut ledger, from, at, engineer, name, 0)?;
     println!(
         "branch {name} forked from {from} before stage {at} (engineer {engineer}), head {}",
         head.short()
@@ -496,34 +609,37 @@ fn compare(
     decisions: bool,
 ) -> CliResult {
     if let Some(p) = plot {
-        crate::figures::format_of(p).map_err(CliError::input)?;
+        mapf_ledger::figures::format_of(p).map_err(CliError::input)?;
         check_output_file("--plot", p)?;
     }
-    let mut ledger = crate::ledger::Ledger::open_read_only(dir)?;
-    let summaries = crate::views::compare::compare(&mut ledger, branches)?;
+    let mut ledger = mapf_ledger::ledger::Ledger::open_read_only(dir)?;
+    let summaries = mapf_ledger::views::compare::compare(&mut ledger, branches)?;
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&summaries).expect("serialises")
         );
     } else {
-        print!("{}", crate::views::compare::render(&summaries));
+        print!("{}", mapf_ledger::views::compare::render(&summaries));
         let coordination: Vec<(String, Vec<_>)> = summaries
             .iter()
             .map(|b| (b.branch.clone(), b.coordination.clone()))
             .collect();
-        let text = crate::views::coordination::render(&coordination);
+        let text = mapf_ledger::views::coordination::render(&coordination);
         if !text.is_empty() {
             println!();
             print!("{text}");
         }
         if decisions {
             println!();
-            print!("{}", crate::views::compare::render_decisions(&summaries));
+            print!(
+                "{}",
+                mapf_ledger::views::compare::render_decisions(&summaries)
+            );
         }
     }
     if let Some(p) = plot {
-        crate::views::compare::plot_compare(p, &summaries).map_err(CliError::input)?;
+        mapf_ledger::views::compare::plot_compare(p, &summaries).map_err(CliError::input)?;
         if !json {
             println!("wrote {}", p.display());
         }
@@ -531,13 +647,46 @@ fn compare(
     Ok(())
 }
 
+#[cfg(feature = "train")]
 fn write_schemas(out: &std::path::Path) -> CliResult {
     std::fs::create_dir_all(out).map_err(|e| CliError::input(format!("{}: {e}", out.display())))?;
-    for (name, text) in crate::schemas::all() {
+    for (name, text) in mapf_ledger::schemas::all() {
         let path = out.join(format!("{name}.json"));
         std::fs::write(&path, text)
             .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// What a `ledger` built without the trainer says of a command it does not have: the
+/// training commands name what to install; anything else is an unknown command.
+#[cfg(not(feature = "train"))]
+fn without_trainer(args: &[String]) -> CliError {
+    const TRAINING: &[&str] = &[
+        "env",
+        "schemas",
+        "run",
+        "resume",
+        "fork",
+        "export-checkpoint",
+        "plan",
+        "lm",
+        "eval",
+        "replay",
+        "study",
+        "study-task",
+        "engineer",
+    ];
+    let name = args.first().map(String::as_str).unwrap_or("");
+    if TRAINING.contains(&name) {
+        CliError::input(format!(
+            "`ledger {name}` needs the trainer, and this `ledger` was built without it \
+             (--no-default-features: no libtorch). Install the full one from a checkout \
+             with `make build` (it provisions libtorch), or `cargo install --path .` with \
+             LIBTORCH set (see README.md, \"Without libtorch\")"
+        ))
+    } else {
+        CliError::input(format!("unknown command `{name}` (see `ledger --help`)"))
+    }
 }

@@ -2,10 +2,10 @@
 //! phase, whether it fits a GPU, which setting to change if not), and the same check
 //! that `ledger run --device cuda` makes before it starts.
 use super::{CliError, CliResult};
-use crate::plan::LedgerPlan;
-use crate::train::memory::{human, parse_size};
-use crate::views::plan_check::{self, MemoryPlan};
 use clap::Subcommand;
+use mapf_ledger::plan::LedgerPlan;
+use mapf_ledger::plan_check::{self, MemoryPlan};
+use mapf_ledger::train::memory::{human, parse_size};
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
@@ -76,17 +76,17 @@ pub fn check_before_run(
     gpu_memory: Option<&str>,
     force: bool,
 ) -> CliResult {
-    let Ok(Some(index)) = crate::train::parse_device_name(device) else {
+    let Ok(Some(index)) = mapf_ledger::train::parse_device_name(device) else {
         return Ok(());
     };
-    if plan.policy != crate::plan::PolicyKind::Lm {
+    if plan.policy != mapf_ledger::plan::PolicyKind::Lm {
         return Ok(());
     }
     let memory = match gpu_memory {
         Some(s) => parse_size(s).map_err(|m| CliError::input(format!("--gpu-memory {m}")))?,
         None => {
-            crate::train::parse_device(device).map_err(|e| CliError::input(e.to_string()))?;
-            match crate::train::cuda_total_memory(index) {
+            mapf_ledger::train::parse_device(device).map_err(|e| CliError::input(e.to_string()))?;
+            match mapf_ledger::train::cuda_total_memory(index) {
                 Some(m) => m,
                 None if force => return Ok(()),
                 None => {

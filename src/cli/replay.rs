@@ -1,15 +1,15 @@
 //! `ledger replay`: deterministic re-verification of recorded stages, and
-//! counterfactual replays of a stage with another engineer (see [`crate::replay`]).
+//! counterfactual replays of a stage with another engineer (see [`mapf_ledger::replay`]).
 //!
 //! Exit codes: 0 every compared event matched (a `ReplayVerified` event per stage is
 //! appended to the branch) or the counterfactual ran; 1 a mismatch or an altered
 //! record (the branch is left unchanged); 2 usage or input error.
 use super::{CliError, CliResult};
-use crate::ledger::Ledger;
-use crate::record::event::{EvalCell, Evaluation};
-use crate::replay::{self, ReplayError, StageReplay};
-use crate::stage::{Pipeline, Progress};
-use crate::train::kernels;
+use mapf_ledger::ledger::Ledger;
+use mapf_ledger::record::event::{EvalCell, Evaluation};
+use mapf_ledger::replay::{self, ReplayError, StageReplay};
+use mapf_ledger::stage::{Pipeline, Progress};
+use mapf_ledger::train::kernels;
 use std::path::Path;
 
 /// Arguments of `ledger replay`.
@@ -45,7 +45,7 @@ impl Progress for Notes {
 }
 
 fn parse_stage(s: &str) -> Result<u32, CliError> {
-    crate::ledger::parse_stage(s).map_err(|e| CliError::input(format!("--stage {e}")))
+    mapf_ledger::ledger::parse_stage(s).map_err(|e| CliError::input(format!("--stage {e}")))
 }
 
 /// A replay error with the contract's exit code (see [`super::Damage`]).
@@ -193,7 +193,7 @@ fn verify(
                 None => m.to_string(),
             };
             if args.json {
-                let report = crate::views::show::ReplayReport {
+                let report = mapf_ledger::views::show::ReplayReport {
                     branch: branch.to_string(),
                     matched: done,
                     mismatch: Some(m.clone()),
@@ -216,7 +216,7 @@ fn verify(
     let ids = replay::record_verified(pipeline, branch, &done, args.live)
         .map_err(|e| CliError::input(e.to_string()))?;
     if args.json {
-        let report = crate::views::show::ReplayReport {
+        let report = mapf_ledger::views::show::ReplayReport {
             branch: branch.to_string(),
             matched: done,
             mismatch: None,
@@ -253,7 +253,7 @@ fn counterfactual(
         return Ok(());
     }
     let table = |cells: &[EvalCell]| {
-        crate::train::eval::table_of(&Evaluation {
+        mapf_ledger::train::eval::table_of(&Evaluation {
             suite: "val".into(),
             checkpoint: None,
             cells: cells.to_vec(),

@@ -1,8 +1,8 @@
 //! `ledger report`: the experiment as one self-contained HTML page with its figures;
 //! `ledger serve`: the same page, live.
 use super::{CliError, CliResult};
-use crate::ledger::Ledger;
-use crate::report::ReportError;
+use mapf_ledger::ledger::Ledger;
+use mapf_ledger::report::ReportError;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -26,17 +26,17 @@ fn err(e: ReportError) -> CliError {
 pub fn run(dir: &Path, args: ReportArgs) -> CliResult {
     let ledger = Ledger::open_read_only(dir).map_err(|e| err(e.into()))?;
     let study = match &args.study {
-        Some(d) => Some(crate::report::read_study(d).map_err(err)?),
+        Some(d) => Some(mapf_ledger::report::read_study(d).map_err(err)?),
         None => None,
     };
     let branches = if args.branches.is_empty() {
-        crate::report::default_branches(&ledger).map_err(|e| err(e.into()))?
+        mapf_ledger::report::default_branches(&ledger).map_err(|e| err(e.into()))?
     } else {
         args.branches.clone()
     };
-    let report = crate::report::gather(&ledger, &dir.display().to_string(), &branches, study)
+    let report = mapf_ledger::report::gather(&ledger, &dir.display().to_string(), &branches, study)
         .map_err(err)?;
-    let written = crate::report::write(&report, &args.out).map_err(err)?;
+    let written = mapf_ledger::report::write(&report, &args.out).map_err(err)?;
     let decisions: usize = report
         .branches
         .iter()
@@ -83,14 +83,14 @@ pub fn serve(dir: &Path, args: ServeArgs) -> CliResult {
         ))
     })?;
     if let Some(s) = &args.study {
-        crate::report::read_study(s).map_err(err)?;
+        mapf_ledger::report::read_study(s).map_err(err)?;
     }
-    let opts = crate::report::serve::ServeOptions {
+    let opts = mapf_ledger::report::serve::ServeOptions {
         ledger_arg: dir.display().to_string(),
         branches: args.branches,
         study: args.study,
     };
-    crate::report::serve::serve(dir, &addr.to_string(), opts, |at| {
+    mapf_ledger::report::serve::serve(dir, &addr.to_string(), opts, |at| {
         if !at.ip().is_loopback() {
             eprintln!(
                 "ledger: serving on {at}, which other machines can reach: the ledger's contents are visible to them"

@@ -1,11 +1,11 @@
 //! `ledger run`: drive a branch through the plan's stages with progress bars; Ctrl-C
 //! stops at the next durable point (a checkpoint) and `ledger run` again resumes.
 use super::{CliError, CliResult};
-use crate::env::table::ResultTable;
-use crate::ledger::Ledger;
-use crate::stage::{Pipeline, Progress, RunOptions, StageError};
-use crate::train::grpo::StepStats;
 use indicatif::{ProgressBar, ProgressStyle};
+use mapf_ledger::env::table::ResultTable;
+use mapf_ledger::ledger::Ledger;
+use mapf_ledger::stage::{Pipeline, Progress, RunOptions, StageError};
+use mapf_ledger::train::grpo::StepStats;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -81,7 +81,7 @@ pub struct MemoryCheck {
 pub fn run(ledger_dir: &Path, opts: RunOptions, check: MemoryCheck, quiet: bool) -> CliResult {
     let started = std::time::Instant::now();
     let mut ledger = Ledger::open(ledger_dir)?;
-    let plan = crate::stage::ledger_plan(&ledger).map_err(stage_error)?;
+    let plan = mapf_ledger::stage::ledger_plan(&ledger).map_err(stage_error)?;
     let device = opts
         .device
         .clone()
@@ -103,7 +103,7 @@ pub fn run(ledger_dir: &Path, opts: RunOptions, check: MemoryCheck, quiet: bool)
     }
     let mut bars = Bars { bar: None, quiet };
     let summary = pipeline
-        .run(&opts, &mut crate::engineer::build, &mut bars, &stop)
+        .run(&opts, &mut mapf_ledger::engineer::build, &mut bars, &stop)
         .map_err(stage_error)?;
     if summary.interrupted {
         eprintln!(

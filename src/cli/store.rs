@@ -1,10 +1,10 @@
 //! Ledger store commands: init, log, show, branches, verify, export, rebuild. Thin over
-//! `crate::ledger`; every read command takes `--json`.
+//! `mapf_ledger::ledger`; every read command takes `--json`.
 use super::{CliError, CliResult};
-use crate::ledger::{Hash, Ledger, LedgerError, Meta, RebuildReport, Resolved};
-use crate::record::event::{EventBody, GradientStep, InstancesGenerated};
-use crate::views::export::{self, EventRecord, Format};
 use clap::{Subcommand, ValueEnum};
+use mapf_ledger::ledger::{Hash, Ledger, LedgerError, Meta, RebuildReport, Resolved};
+use mapf_ledger::record::event::{EventBody, GradientStep, InstancesGenerated};
+use mapf_ledger::views::export::{self, EventRecord, Format};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -264,7 +264,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
         StoreCommand::Gc { json } => {
             let mut l = Ledger::open(ledger).map_err(err)?;
             let r = l
-                .gc(&crate::train::TrainState::referenced_blobs)
+                .gc(&mapf_ledger::record::checkpoint::referenced_blobs)
                 .map_err(err)?;
             if json {
                 print_json(&r)
@@ -369,7 +369,11 @@ fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResu
     w.flush().map_err(out_err)
 }
 
-fn write_log_line(w: &mut impl Write, h: &Hash, e: &crate::ledger::Event) -> std::io::Result<()> {
+fn write_log_line(
+    w: &mut impl Write,
+    h: &Hash,
+    e: &mapf_ledger::ledger::Event,
+) -> std::io::Result<()> {
     writeln!(
         w,
         "{}  stage {:<3} {:<20} {}",
@@ -384,9 +388,8 @@ fn write_log_line(w: &mut impl Write, h: &Hash, e: &crate::ledger::Event) -> std
 /// every event committed after it, polling `REFS` (a reader's snapshot never waits for
 /// the writer). Ends once no process writes the ledger and everything is printed.
 fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
-    use crate::ledger::refs::Refs;
     // Only a branch moves: a stage or an event reference has nothing to follow.
-    if crate::ledger::refs::validate_branch(branch).is_err() {
+    if mapf_ledger::ledger::refs::validate_branch(branch).is_err() {
         return Err(CliError::input(format!(
             "--follow {branch}: follows a branch by name (BRANCH, not BRANCH@stageN or a hash)"
         )));
@@ -395,10 +398,11 @@ fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliR
     let mut printed: Option<Hash> = None;
     let mut first = true;
     loop {
-        let writing = crate::ledger::lock::writer_active(ledger);
-        let head = Refs::read(ledger)
-            .map_err(|e| err(e.into()))?
-            .and_then(|r| r.branches.get(branch).copied());
+        let writing = Ledger::writer_active(ledger);
+        let head = Ledger::current_heads(ledger)
+            .map_err(err)?
+            .get(branch)
+            .copied();
         if head.is_some() && head != printed {
             let l = Ledger::open_read_only(ledger).map_err(err)?;
             let head = l.head(branch).map_err(err)?;
@@ -474,7 +478,7 @@ fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
         Resolved::Branch { name, head } => {
             let s = l.projection(&name).map_err(err)?;
             if json {
-                return print_json(&crate::views::show::BranchShow {
+                return print_json(&mapf_ledger::views::show::BranchShow {
                     branch: name,
                     head,
                     state: s,
@@ -514,7 +518,7 @@ fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
                 ))
             })?;
             if json {
-                return print_json(&crate::views::show::StageShow {
+                return print_json(&mapf_ledger::views::show::StageShow {
                     branch,
                     stage: st.clone(),
                 });
@@ -554,7 +558,7 @@ fn export_tensorboard(
         )));
     }
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let runs = crate::views::tensorboard::export(&l, branch, &dir).map_err(err)?;
+    let runs = mapf_ledger::views::tensorboard::export(&l, branch, &dir).map_err(err)?;
     let scalars: usize = runs.iter().map(|r| r.scalars).sum();
     println!(
         "wrote {} run{} ({scalars} scalars) under {}; view with: tensorboard --logdir {}",
@@ -574,7 +578,7 @@ fn show_samples(
     kind: Option<&str>,
     suite: Option<&str>,
 ) -> CliResult {
-    use crate::views::samples::{render_drawing, samples, KindFilter};
+    use mapf_ledger::views::samples::{render_drawing, samples, KindFilter};
     let kind = kind
         .map(KindFilter::parse)
         .transpose()
@@ -670,7 +674,7 @@ fn show_samples(
 
 fn branches(ledger: &Path, json: bool) -> CliResult {
     let mut l = Ledger::open_read_only(ledger).map_err(err)?;
-    let rows = crate::views::branches::branches(&mut l).map_err(err)?;
+    let rows = mapf_ledger::views::branches::branches(&mut l).map_err(err)?;
     if json {
         return print_json(&rows);
     }
@@ -695,7 +699,7 @@ fn branches(ledger: &Path, json: bool) -> CliResult {
 
 fn verify(ledger: &Path, json: bool, strict: bool) -> CliResult {
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let mut r = l.verify(&crate::train::TrainState::referenced_blobs);
+    let mut r = l.verify(&mapf_ledger::record::checkpoint::referenced_blobs);
     drop(l);
     // The writer's projection cache, when no writer is using it.
     if let Some(ps) = Ledger::check_projection_cache(ledger).map_err(err)? {
@@ -736,7 +740,7 @@ fn verify(ledger: &Path, json: bool, strict: bool) -> CliResult {
 }
 
 fn recover(ledger: &Path, json: bool) -> CliResult {
-    let r = crate::ledger::recover::recover(ledger).map_err(err)?;
+    let r = mapf_ledger::ledger::recover::recover(ledger).map_err(err)?;
     if json {
         return print_json(&r);
     }

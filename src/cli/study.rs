@@ -2,11 +2,11 @@
 //! every fork to the plan's end (resumable), and write a CSV, a markdown table in the
 //! paper's layout (mean ± 95% t-interval over seeds) and an SVG plot.
 use super::{CliError, CliResult};
-use crate::env::table::ResultTable;
-use crate::ledger::Ledger;
-use crate::stage::Progress;
-use crate::study::{StudyError, StudySpec};
-use crate::train::grpo::StepStats;
+use mapf_ledger::env::table::ResultTable;
+use mapf_ledger::ledger::Ledger;
+use mapf_ledger::stage::Progress;
+use mapf_ledger::study::{StudyError, StudySpec};
+use mapf_ledger::train::grpo::StepStats;
 use std::path::{Path, PathBuf};
 
 /// Most seed replicates one study runs (each is a whole run per engineer).
@@ -75,7 +75,7 @@ pub struct StudyArgs {
     /// processes at once), or slurm (one job array; see README, "Running a study on a
     /// cluster").
     #[arg(long, default_value = "local", value_name = "local[:N]|slurm")]
-    pub executor: crate::executor::Executor,
+    pub executor: mapf_ledger::executor::Executor,
     /// An sbatch option for every task (repeatable): `--sbatch-arg=--partition=gpu
     /// --sbatch-arg=--gres=gpu:1 --sbatch-arg=--time=12:00:00`.
     #[arg(long = "sbatch-arg", value_name = "ARG", allow_hyphen_values = true)]
@@ -115,7 +115,7 @@ pub struct TaskArgs {
 /// `ledger study-task`: the worker side of an out-of-process study run. Idempotent:
 /// a resubmitted task reopens its worker ledger and resumes the branch.
 pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
-    use crate::ledger::bundle::Bundle;
+    use mapf_ledger::ledger::bundle::Bundle;
     let input = super::ledger_error;
     let bundle = Bundle::read(&args.bundle).map_err(input)?;
     if ledger_dir.join("db").is_dir() {
@@ -127,7 +127,7 @@ pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
     }
     super::run::run(
         ledger_dir,
-        crate::stage::RunOptions {
+        mapf_ledger::stage::RunOptions {
             branch: args.branch.clone(),
             stages: None,
             engineer: None,
@@ -143,12 +143,12 @@ pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
     )?;
     let l = Ledger::open_read_only(ledger_dir).map_err(input)?;
     let head = l.head(&args.branch).map_err(input)?;
-    let last = crate::stage::ledger_plan(&l)
+    let last = mapf_ledger::stage::ledger_plan(&l)
         .map_err(|e| CliError::input(e.to_string()))?
         .engineer
         .stages;
     let state = l.state_at(&head).map_err(input)?;
-    if crate::stage::next_stage(&state) <= last {
+    if mapf_ledger::stage::next_stage(&state) <= last {
         return Err(CliError::input(format!(
             "{} stopped before the plan's last stage (interrupted?); run the task again to resume",
             args.branch
@@ -188,12 +188,14 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
             "--power-sd {sd}: expected a standard deviation in points (0 or more)"
         )));
     }
-    let power = crate::views::study::PowerPlan {
+    let power = mapf_ledger::views::study::PowerPlan {
         effect: power_effect,
         pilot_sd: power_sd,
     };
     let executor = match executor {
-        crate::executor::Executor::Slurm { .. } => crate::executor::Executor::Slurm { sbatch_args },
+        mapf_ledger::executor::Executor::Slurm { .. } => {
+            mapf_ledger::executor::Executor::Slurm { sbatch_args }
+        }
         other if !sbatch_args.is_empty() => {
             return Err(CliError::input(format!(
                 "--sbatch-arg is for --executor slurm (the executor is {other:?})"
@@ -202,7 +204,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         other => other,
     };
     let (at, engineers, from) = (at.as_str(), engineers.as_str(), from.as_str());
-    let at = crate::replay::parse_stage(at)?;
+    let at = mapf_ledger::replay::parse_stage(at)?;
     let engineers: Vec<String> = engineers
         .split(',')
         .map(|e| e.trim().to_string())
@@ -235,7 +237,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         workdir: workdir.unwrap_or_else(|| dir.join("work")),
     };
     let mut progress = Lines { quiet, steps: 0 };
-    let runs = match crate::study::run_study(&mut ledger, &spec, &mut progress, &stop) {
+    let runs = match mapf_ledger::study::run_study(&mut ledger, &spec, &mut progress, &stop) {
         Ok(r) => r,
         Err(StudyError::Interrupted) => {
             eprintln!("{}", StudyError::Interrupted);
@@ -244,13 +246,14 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
                 message: "interrupted".into(),
             });
         }
-        Err(e @ StudyError::Executor(crate::executor::ExecutorError::Failed { .. })) => {
+        Err(e @ StudyError::Executor(mapf_ledger::executor::ExecutorError::Failed { .. })) => {
             return Err(CliError::check(e.to_string()))
         }
         Err(e) => return Err(e.into()),
     };
-    let mut report = crate::views::study::study_report(&mut ledger, &spec, runs, power)?;
-    crate::views::study::write_study(&mut report, &dir).map_err(CliError::input)?;
+    let mut report =
+        mapf_ledger::views::study::study_report(&mut ledger, &spec.design(), runs, power)?;
+    mapf_ledger::views::study::write_study(&mut report, &dir).map_err(CliError::input)?;
     if json {
         println!(
             "{}",
@@ -258,7 +261,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         );
     } else {
         let ran = report.runs.iter().filter(|r| r.action != "skipped").count();
-        print!("{}", crate::views::study::study_markdown(&report));
+        print!("{}", mapf_ledger::views::study::study_markdown(&report));
         println!(
             "\n{} runs ({} run now, {} already finished); wrote {}",
             report.runs.len(),

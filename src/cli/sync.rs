@@ -2,8 +2,8 @@
 //! into one file; `ledger fetch` copies missing objects in from a bundle or another
 //! ledger directory; `ledger init --from-bundle` starts a worker ledger from a bundle.
 use super::{CliError, CliResult};
-use crate::ledger::bundle::{Bundle, FetchReport};
-use crate::ledger::{Hash, Ledger, LedgerError};
+use mapf_ledger::ledger::bundle::{Bundle, FetchReport};
+use mapf_ledger::ledger::{Hash, Ledger, LedgerError};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -33,7 +33,7 @@ use super::ledger_error as err;
 fn refs_of(l: &Ledger, specs: &[String]) -> Result<Vec<(String, Hash)>, LedgerError> {
     specs
         .iter()
-        .map(|s| match crate::ledger::Reference::parse_branch(s)? {
+        .map(|s| match mapf_ledger::ledger::Reference::parse_branch(s)? {
             (b, Some(n)) => Ok((b.clone(), l.stage_end(&b, n)?)),
             (b, None) => Ok((b.clone(), l.head(&b)?)),
         })
@@ -49,7 +49,7 @@ pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
         &refs,
         &|_| false,
         &|_| false,
-        &crate::train::TrainState::referenced_blobs,
+        &mapf_ledger::record::checkpoint::referenced_blobs,
     )
     .map_err(err)?;
     let bytes = b.write(&args.out).map_err(err)?;
@@ -65,32 +65,6 @@ pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
             .join(", ")
     );
     Ok(())
-}
-
-/// Read a fetch source: a ledger directory (only what `dest` lacks, and the blobs its
-/// `LOST` file names) or a bundle file.
-pub fn read_source(src: &Path, dest: &Ledger) -> Result<Bundle, LedgerError> {
-    if src.join("db").is_dir() {
-        let s = Ledger::open_read_only(src)?;
-        let refs = s.branches()?;
-        let mut b = Bundle::collect(
-            &s,
-            &refs,
-            &|h| dest.contains_event(h),
-            &|h| dest.has_blob(h).unwrap_or(false),
-            &crate::train::TrainState::referenced_blobs,
-        )?;
-        // Blobs `recover` recorded as lost here belong to events `dest` has, so the walk
-        // above skips them: the source's copies restore them.
-        for (h, kind) in crate::ledger::recover::read_lost(dest.dir()) {
-            if kind == "blob" && !dest.has_blob(&h)? && s.has_blob(&h)? {
-                b.blobs.insert(h, s.blob(&h)?);
-            }
-        }
-        Ok(b)
-    } else {
-        Bundle::read(src)
-    }
 }
 
 fn say(r: &FetchReport, json: bool, what: &str) -> CliResult {
@@ -121,7 +95,12 @@ pub fn fetch(dir: &Path, args: FetchArgs) -> CliResult {
         }
     }
     let mut l = Ledger::open(dir).map_err(err)?;
-    let b = read_source(&args.source, &l).map_err(|e| match e {
+    let b = Bundle::from_source(
+        &args.source,
+        &l,
+        &mapf_ledger::record::checkpoint::referenced_blobs,
+    )
+    .map_err(|e| match e {
         LedgerError::Io { .. } | LedgerError::NotALedger { .. } => CliError::input(format!(
             "{}: not a bundle file or ledger directory ({e})",
             args.source.display()

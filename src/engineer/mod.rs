@@ -5,7 +5,7 @@
 //! stage pipeline validates and projects the proposal onto the legal ranges and records
 //! what it proposed, what was applied, what was clipped and why.
 pub mod builtin;
-pub mod context;
+pub use crate::context;
 pub mod eval;
 pub mod llm;
 pub mod model;
@@ -316,7 +316,7 @@ fn checkpoint_state(
         })?;
     let bytes = inputs.ledger.blob(&blob)?;
     let fetch = |h: &Hash| inputs.ledger.blob(h).map_err(|e| e.to_string());
-    let compute = inputs.plan.train.compute(inputs.device);
+    let compute = crate::train::compute::Compute::new(inputs.device, inputs.plan.train.dtype);
     Ok(TrainState::load(&bytes, compute, &fetch)?)
 }
 

@@ -39,6 +39,7 @@ pub mod base;
 pub mod corpus;
 pub mod decision;
 pub mod end;
+pub mod load;
 pub mod setup;
 pub mod training;
 
@@ -46,6 +47,7 @@ pub use base::warmup_data;
 pub use corpus::{engineer_corpus, engineer_examples, engineer_pairs, pretraining_corpus};
 pub use decision::decision_event;
 use end::{durable_checkpoint, finish_stage};
+pub use load::{load_checkpoint, load_language_model};
 pub use setup::{ledger_plan, ledger_suites, stage_seed, suite_spec, suites, warmup_config};
 
 /// What can stop a run.
@@ -63,6 +65,9 @@ pub enum StageError {
     Engineer(#[from] crate::engineer::EngineerNameError),
     #[error("recorded history disagrees with recomputation: {0}")]
     Diverged(String),
+    /// A model a command named could not be loaded (the message names it).
+    #[error("{0}")]
+    Model(String),
 }
 
 /// Where the run reports progress (the CLI draws bars; tests stay quiet).
@@ -171,7 +176,9 @@ impl<'a> Pipeline<'a> {
             .extend(crate::train::kernels::facts(device));
         base_meta.versions.insert(
             "compute_dtype".into(),
-            plan.train.compute(device).dtype_name().into(),
+            crate::train::compute::Compute::new(device, plan.train.dtype)
+                .dtype_name()
+                .into(),
         );
         base_meta.versions.insert(
             "rayon_threads".into(),
@@ -195,7 +202,7 @@ impl<'a> Pipeline<'a> {
 
     /// The device and the plan's compute dtype on it.
     pub fn compute(&self) -> crate::train::compute::Compute {
-        self.plan.train.compute(self.device)
+        crate::train::compute::Compute::new(self.device, self.plan.train.dtype)
     }
 
     fn recorder(&mut self, branch: &str) -> Recorder<'_> {

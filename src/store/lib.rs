@@ -35,6 +35,18 @@ use std::path::PathBuf;
 
 /// Errors at the storage engine's boundary. Messages name the path, file or branch
 /// concerned; the application maps each variant onto its own error of the same name.
+/// What repairs the damage a [`StoreError::Damaged`] reports. The store names the
+/// repair, never the command that performs it: that is for the porcelain to say (the
+/// `ledger` CLI renders each as the command to run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repair {
+    /// Restore the newest intact `REFS` snapshot and find the branch tips after it
+    /// (the refs log or a pack it lists is damaged).
+    Recover,
+    /// Remake derived data (the saved index) from the packs.
+    Rebuild,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{}: {message}", path.display())]
@@ -43,13 +55,20 @@ pub enum StoreError {
     Locked { path: PathBuf },
     #[error("{what} is corrupt: {problem}")]
     Corrupt { what: String, problem: String },
+    /// Damage with a known repair (the porcelain names the command that performs it).
+    #[error("{what} is corrupt: {problem}")]
+    Damaged {
+        what: String,
+        problem: String,
+        repair: Repair,
+    },
     #[error(
         "invalid branch name `{name}` (use 1-100 of A-Z a-z 0-9 . _ - in /-separated parts, none empty or starting with . or -)"
     )]
     BadBranchName { name: String },
     #[error("no blob {hash}")]
     MissingBlob { hash: Hash },
-    #[error("{} is not a ledger (create one with `ledger init --plan FILE`)", path.display())]
+    #[error("{} is not a ledger", path.display())]
     NotALedger { path: PathBuf },
     #[error("the ledger is open read-only")]
     ReadOnly,

@@ -317,12 +317,10 @@ impl Pack {
             .map_err(|e| io_err(&path, e))?;
         let len = file.metadata().map_err(|e| io_err(&path, e))?.len();
         if len < committed {
-            return Err(StoreError::Corrupt {
+            return Err(StoreError::Damaged {
                 what: format!("pack {}", path.display()),
-                problem: format!(
-                    "file has {len} bytes but {committed} are committed (truncated); {}",
-                    crate::refs::RECOVER_HINT
-                ),
+                problem: format!("file has {len} bytes but {committed} are committed (truncated)"),
+                repair: crate::Repair::Recover,
             });
         }
         let mut p = Pack {
@@ -336,12 +334,10 @@ impl Pack {
         };
         p.remap()?;
         if p.bytes().get(..PACK_MAGIC.len()) != Some(&kind.magic()[..]) {
-            return Err(StoreError::Corrupt {
+            return Err(StoreError::Damaged {
                 what: format!("pack {}", p.path.display()),
-                problem: format!(
-                    "bad magic or unknown pack format version; {}",
-                    crate::refs::RECOVER_HINT
-                ),
+                problem: "bad magic or unknown pack format version".into(),
+                repair: crate::Repair::Recover,
             });
         }
         Ok(p)

@@ -22,7 +22,7 @@
 //! fork is one new `ref` line: O(1), nothing copied.
 use crate::hash::Hash;
 use crate::pack::sync_dir;
-use crate::StoreError;
+use crate::{Repair, StoreError};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -74,14 +74,11 @@ pub fn path(dir: &Path) -> PathBuf {
     dir.join(REFS_FILE)
 }
 
-/// What every command says when it meets a damaged `REFS`: the tool that repairs it.
-pub const RECOVER_HINT: &str =
-    "`ledger recover` restores the newest intact snapshot and finds the branch tips after it";
-
 fn corrupt(dir: &Path, problem: String) -> StoreError {
-    StoreError::Corrupt {
+    StoreError::Damaged {
         what: path(dir).display().to_string(),
-        problem: format!("{problem}; {RECOVER_HINT}"),
+        problem,
+        repair: Repair::Recover,
     }
 }
 
@@ -194,7 +191,7 @@ impl Refs {
 /// newest commits) are gone from it though their events are in the packs.
 pub fn short_file_problem(len: usize) -> String {
     format!(
-        "the file has {len} bytes but is always written at least {COMPACT_BYTES} long: truncated (records after the cut are lost); {RECOVER_HINT}"
+        "the file has {len} bytes but is always written at least {COMPACT_BYTES} long: truncated (records after the cut are lost)"
     )
 }
 
@@ -451,7 +448,13 @@ mod tests {
                 bad.extend(std::iter::repeat_n(0u8, 64));
                 let e = Refs::parse_log(d, &bad);
                 assert!(e.is_err(), "flip of bit {bit} at {at} read as {e:?}");
-                assert!(e.unwrap_err().to_string().contains("ledger recover"));
+                assert!(matches!(
+                    e.unwrap_err(),
+                    StoreError::Damaged {
+                        repair: Repair::Recover,
+                        ..
+                    }
+                ));
             }
         }
     }

@@ -237,7 +237,7 @@ impl Store {
         for &(id, len) in &refs.packs {
             match Pack::open(&packs_dir, PackKind::Events, id, len, writable) {
                 Ok(p) => packs.push(p),
-                Err(e @ StoreError::Corrupt { .. }) if !writable => {
+                Err(e @ (StoreError::Corrupt { .. } | StoreError::Damaged { .. })) if !writable => {
                     problems.push(OpenProblem {
                         what: pack::pack_path(&packs_dir, id).display().to_string(),
                         problem: e.to_string(),
@@ -265,9 +265,10 @@ impl Store {
         }
         if writable && !problems.is_empty() {
             let p = &problems[0];
-            return Err(StoreError::Corrupt {
+            return Err(StoreError::Damaged {
                 what: p.what.clone(),
-                problem: format!("{}; {}", p.problem, refs::RECOVER_HINT),
+                problem: p.problem.clone(),
+                repair: crate::Repair::Recover,
             });
         }
         Ok(Store {
@@ -720,15 +721,16 @@ impl Store {
         let f = self.frame_at(e.pack, e.offset)?;
         if f.hash != *id {
             // Only a damaged saved index can send a lookup to another record.
-            return Err(StoreError::Corrupt {
+            return Err(StoreError::Damaged {
                 what: crate::index::path(&self.dir).display().to_string(),
                 problem: format!(
-                    "it places event {} at pack {} offset {}, which holds {} (the index is derived: `ledger rebuild` remakes it)",
+                    "it places event {} at pack {} offset {}, which holds {}",
                     id.short(),
                     e.pack,
                     e.offset,
                     f.hash.short()
                 ),
+                repair: crate::Repair::Rebuild,
             });
         }
         Ok(f)

@@ -3,30 +3,7 @@
 //! fixed sequence of tensor ops in parameter-name order: bit-reproducible on a device.
 use tch::{nn, Kind, Tensor};
 
-/// Optimiser hyper-parameters (named in the plan file, recorded in checkpoints).
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct AdamConfig {
-    pub lr: f64,
-    pub beta1: f64,
-    pub beta2: f64,
-    pub eps: f64,
-    pub weight_decay: f64,
-    /// Clip the global gradient norm to this value (0 disables).
-    pub max_grad_norm: f64,
-}
-
-impl Default for AdamConfig {
-    fn default() -> Self {
-        AdamConfig {
-            lr: 1e-3,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            max_grad_norm: 1.0,
-        }
-    }
-}
+pub use crate::plan::trainer::AdamConfig;
 
 /// Adam state: first and second moments per parameter (name order) and the step count.
 pub struct Adam {

@@ -6,43 +6,12 @@
 //! every first moment, then every second moment. The *parameter hash* is blake3 over the
 //! parameters alone (name, shape, raw bytes, in name order), so it does not depend on the
 //! container and equals the hash the trainer records at every gradient step.
-use super::adam::{named_params, Adam, AdamConfig};
+use super::adam::{named_params, Adam};
 use crate::record::codec;
 use crate::record::Hash;
-use serde::{Deserialize, Serialize};
 use tch::{nn, Device, Kind, Tensor};
 
-const MAGIC: &[u8; 8] = b"MLCKPT01";
 const PARAMS_CONTEXT: &str = "mapf-ledger 2026 params v1";
-
-/// Checkpoint metadata (part of the hashed blob: no floats formatted, no times).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Header {
-    /// The policy kind: "grid" or "lm".
-    pub policy: String,
-    /// The policy's architecture, codec-encoded by the policy itself.
-    pub arch: Vec<u8>,
-    /// Gradient steps taken in total (warm-up and every stage).
-    pub global_step: u64,
-    /// The stage that wrote it.
-    pub stage: u32,
-    pub adam: AdamConfig,
-    pub adam_step: u64,
-    /// `(name, shape)` of every parameter, in name order.
-    pub tensors: Vec<(String, Vec<i64>)>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
-    #[error("not a mapf-ledger checkpoint (bad magic)")]
-    Magic,
-    #[error("checkpoint header: {0}")]
-    Header(String),
-    #[error("checkpoint is truncated: {0}")]
-    Truncated(String),
-    #[error("checkpoint does not fit the policy: {0}")]
-    Mismatch(String),
-}
 
 fn tensor_bytes(t: &Tensor, out: &mut Vec<u8>) {
     let t = t.to_kind(Kind::Float).to_device(Device::Cpu).contiguous();
@@ -110,20 +79,7 @@ pub fn save(
     out
 }
 
-/// Read just the header (to build the right policy before loading).
-pub fn header(bytes: &[u8]) -> Result<(Header, usize), CheckpointError> {
-    if bytes.len() < 16 || &bytes[..8] != MAGIC {
-        return Err(CheckpointError::Magic);
-    }
-    let len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")) as usize;
-    let end = 16usize
-        .checked_add(len)
-        .filter(|&e| e <= bytes.len())
-        .ok_or_else(|| CheckpointError::Truncated("header".into()))?;
-    let h: Header = codec::decode(&bytes[16..end], "checkpoint header")
-        .map_err(|e| CheckpointError::Header(e.to_string()))?;
-    Ok((h, end))
-}
+pub use crate::record::checkpoint::{header, CheckpointError, Header, MAGIC};
 
 /// Load a checkpoint into `vs` (whose parameters must match by name and shape) and
 /// return the header and the restored optimiser.

@@ -7,49 +7,19 @@
 //! a LoRA base is frozen in bf16. `auto` picks bf16 on CUDA and f32 on the CPU (what
 //! plans without the field always did); `bf16` on the CPU runs the CUDA dtype path where
 //! it can be tested without a GPU.
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use tch::{Device, Kind};
 
-/// The plan's `[train] dtype`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Dtype {
-    /// bf16 on CUDA, f32 on the CPU.
-    #[default]
-    Auto,
-    /// f32 everywhere.
-    F32,
-    /// bf16 compute with f32 master copies of trainable tensors, on any device.
-    Bf16,
-}
+pub use crate::plan::trainer::Dtype;
 
-impl Dtype {
-    /// The default (`auto`): skipped in a plan's canonical encoding, so plans written
-    /// before the field existed keep their hash.
-    pub fn is_auto(&self) -> bool {
-        *self == Dtype::Auto
-    }
-
-    /// The compute dtype on `device`.
-    pub fn kind(self, device: Device) -> Kind {
-        match self {
-            Dtype::Auto => match device {
-                Device::Cpu => Kind::Float,
-                _ => Kind::BFloat16,
-            },
-            Dtype::F32 => Kind::Float,
-            Dtype::Bf16 => Kind::BFloat16,
-        }
-    }
-
-    /// The name a plan uses.
-    pub fn name(self) -> &'static str {
-        match self {
-            Dtype::Auto => "auto",
-            Dtype::F32 => "f32",
-            Dtype::Bf16 => "bf16",
-        }
+/// The compute dtype of `dtype` on `device`: `auto` is bf16 on CUDA and f32 on the CPU.
+pub fn dtype_kind(dtype: Dtype, device: Device) -> Kind {
+    match dtype {
+        Dtype::Auto => match device {
+            Device::Cpu => Kind::Float,
+            _ => Kind::BFloat16,
+        },
+        Dtype::F32 => Kind::Float,
+        Dtype::Bf16 => Kind::BFloat16,
     }
 }
 
@@ -66,7 +36,7 @@ impl Compute {
     pub fn new(device: Device, dtype: Dtype) -> Compute {
         Compute {
             device,
-            dtype: dtype.kind(device),
+            dtype: dtype_kind(dtype, device),
         }
     }
 
@@ -99,10 +69,10 @@ mod tests {
 
     #[test]
     fn auto_is_bf16_on_cuda_and_f32_on_the_cpu() {
-        assert_eq!(Dtype::Auto.kind(Device::Cpu), Kind::Float);
-        assert_eq!(Dtype::Auto.kind(Device::Cuda(0)), Kind::BFloat16);
-        assert_eq!(Dtype::Bf16.kind(Device::Cpu), Kind::BFloat16);
-        assert_eq!(Dtype::F32.kind(Device::Cuda(1)), Kind::Float);
+        assert_eq!(dtype_kind(Dtype::Auto, Device::Cpu), Kind::Float);
+        assert_eq!(dtype_kind(Dtype::Auto, Device::Cuda(0)), Kind::BFloat16);
+        assert_eq!(dtype_kind(Dtype::Bf16, Device::Cpu), Kind::BFloat16);
+        assert_eq!(dtype_kind(Dtype::F32, Device::Cuda(1)), Kind::Float);
         assert_eq!(Compute::from(Device::Cpu).dtype, Kind::Float);
     }
 }

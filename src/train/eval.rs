@@ -13,6 +13,8 @@ use crate::record::trainer::{
 use crate::seed::Seed;
 use std::collections::BTreeMap;
 
+pub use crate::record::trainer::table_of;
+
 /// Failing examples kept per size in a breakdown.
 pub const EXAMPLES_PER_SIZE: usize = 2;
 
@@ -177,26 +179,6 @@ pub fn cells_of(t: &ResultTable) -> Vec<EvalCell> {
             optimal: c.optimal,
         })
         .collect()
-}
-
-/// The table back from an evaluation event.
-pub fn table_of(e: &Evaluation) -> ResultTable {
-    ResultTable {
-        cells: e
-            .cells
-            .iter()
-            .map(|c| {
-                (
-                    (c.agents as usize, c.size as usize),
-                    CellCounts {
-                        total: c.total,
-                        valid: c.valid,
-                        optimal: c.optimal,
-                    },
-                )
-            })
-            .collect(),
-    }
 }
 
 /// Failure counts per size with a few failing plans as text.

@@ -12,7 +12,7 @@
 //! The distance field is a feature computed from the map, like the grid an LLM reads; it
 //! tells the network where the shortest path goes, and the network must learn the rest:
 //! avoiding holes, the grid edge, and the other agents.
-use super::policy::{choose, LogProbs, Policy, Rollout};
+use super::policy::{choose, max_steps, LogProbs, Policy, Rollout};
 use crate::env::batch::{BatchEnv, Status};
 use crate::env::solver::{distances_to, UNREACHABLE};
 use crate::env::{Cell, Instance, Move, Plan};
@@ -41,12 +41,6 @@ impl Default for GridShape {
             hidden: 128,
         }
     }
-}
-
-/// The longest rollout for an instance: enough for every optimal plan of the suites,
-/// short enough that a lost agent ends the episode quickly.
-pub fn max_steps(inst: &Instance) -> usize {
-    (3 * inst.size() + 2 * inst.agents()).min(inst.horizon())
 }
 
 #[derive(Debug)]
@@ -232,6 +226,9 @@ fn plan_from_actions(k: usize, actions: &[u32]) -> Plan {
 }
 
 impl Policy for GridPolicy {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
         self
     }

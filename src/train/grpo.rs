@@ -18,7 +18,6 @@
 //! the policy records them (the `lm` policy), else one no-grad forward. Every
 //! sampled plan is recorded as a trajectory, every optimiser update as a gradient step
 //! (parameter hash, loss terms as exact bits, gradient norm).
-use super::adam::AdamConfig;
 use super::eval::outcome_of;
 use super::lm::model::LoraSpec;
 use super::policy::{Policy, Rollout};
@@ -29,163 +28,9 @@ use crate::record::trainer::{GradientStep, GrpoStats, StepRecord, Trajectory, Tr
 use crate::record::Hash;
 use crate::seed::Seed;
 use rand::seq::SliceRandom;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
-/// What GRPO does with a zero-variance group, a group whose samples all got the same
-/// reward (the plan's `grpo.zero_variance`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ZeroVariance {
-    #[default]
-    Keep,
-    Skip,
-}
-
-/// GRPO hyper-parameters: the plan file's `[grpo]` section itself, one type from the
-/// plan's text through its hash to the loop ([`train_stage`]). Fields added after the
-/// first ledgers (`micro_batch` on) are left out of the plan's canonical encoding while
-/// at their defaults, so a plan that does not set them keeps its hash.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct GrpoConfig {
-    /// Gradient steps per stage.
-    pub steps: u64,
-    /// The optimiser's learning rate in GRPO stages.
-    pub lr: f64,
-    /// G: plans sampled per instance.
-    pub group_size: u32,
-    pub clip_eps: f64,
-    /// KL penalty to the base (stage-0) model; 0 disables it.
-    pub kl_coef: f64,
-    /// Instances per gradient step.
-    pub batch_size: u32,
-    /// Training instances generated per stage.
-    pub instances_per_stage: u32,
-    pub entropy_coef: f64,
-    /// Optimiser updates per sampled batch (1 = on-policy).
-    pub epochs: u32,
-    /// The shaped reward's terms (each recorded here, none changed by an engineer; see
-    /// [`reward`]): `format_reward` for a plan that parses; `agent_reward` times the
-    /// share of agents that reach their goal without a violation (plays past the first
-    /// failure); `valid_reward` for a valid plan; `cost_reward` times optimum / cost (1
-    /// when optimal, under `train.metric`) and `optimal_bonus` for an optimal one.
-    pub valid_reward: f64,
-    pub optimal_bonus: f64,
-    pub format_reward: f64,
-    pub agent_reward: f64,
-    pub cost_reward: f64,
-    /// What a group whose rewards are all equal (no signal) does: `keep` (it stays in the
-    /// loss's token mean with advantage 0, diluting the step) or `skip` (its tokens leave
-    /// the loss, DAPO's filter). Counted in every step's `grpo_stats` either way.
-    pub zero_variance: ZeroVariance,
-    /// A checkpoint (durable point) every this many steps.
-    pub checkpoint_every: u64,
-    /// Sampled plans per training forward and backward: the step's gradient is
-    /// accumulated over micro-batches of this many rows (same loss, less memory; the
-    /// KL reference forward is cut the same way). 0, the default: the whole batch
-    /// (`batch_size` x `group_size` rows) at once.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub micro_batch: u32,
-    /// Adam's first- and second-moment decay rates.
-    #[serde(skip_serializing_if = "is_default_beta1")]
-    pub beta1: f64,
-    #[serde(skip_serializing_if = "is_default_beta2")]
-    pub beta2: f64,
-    /// Adam's epsilon (added to the second moment's square root).
-    #[serde(skip_serializing_if = "is_default_adam_eps")]
-    pub adam_eps: f64,
-    /// Decoupled weight decay (AdamW); 0 disables it.
-    #[serde(skip_serializing_if = "is_zero_f")]
-    pub weight_decay: f64,
-    /// The global gradient norm is clipped to this; 0 disables clipping.
-    #[serde(skip_serializing_if = "is_default_max_grad_norm")]
-    pub max_grad_norm: f64,
-    /// Added to a group's reward standard deviation before dividing (see [`advantages`]).
-    #[serde(skip_serializing_if = "is_default_advantage_eps")]
-    pub advantage_eps: f64,
-    /// A group whose reward standard deviation is at most this has no signal.
-    #[serde(skip_serializing_if = "is_default_signal_eps")]
-    pub signal_eps: f64,
-}
-
-// Defaults of the fields left out of the canonical encoding at their default (see
-// [`GrpoConfig`]); the optimiser's are `AdamConfig::default()`'s.
-const ADVANTAGE_EPS: f64 = 1e-6;
-const SIGNAL_EPS: f64 = 1e-8;
-
-fn is_zero(v: &u32) -> bool {
-    *v == 0
-}
-fn is_zero_f(v: &f64) -> bool {
-    *v == 0.0
-}
-fn is_default_beta1(v: &f64) -> bool {
-    *v == AdamConfig::default().beta1
-}
-fn is_default_beta2(v: &f64) -> bool {
-    *v == AdamConfig::default().beta2
-}
-fn is_default_adam_eps(v: &f64) -> bool {
-    *v == AdamConfig::default().eps
-}
-fn is_default_max_grad_norm(v: &f64) -> bool {
-    *v == AdamConfig::default().max_grad_norm
-}
-fn is_default_advantage_eps(v: &f64) -> bool {
-    *v == ADVANTAGE_EPS
-}
-fn is_default_signal_eps(v: &f64) -> bool {
-    *v == SIGNAL_EPS
-}
-
-impl Default for GrpoConfig {
-    fn default() -> Self {
-        let adam = AdamConfig::default();
-        GrpoConfig {
-            steps: 100,
-            lr: 3e-4,
-            group_size: 8,
-            clip_eps: 0.2,
-            kl_coef: 0.01,
-            batch_size: 16,
-            instances_per_stage: 512,
-            entropy_coef: 0.001,
-            epochs: 1,
-            valid_reward: 1.0,
-            optimal_bonus: 0.5,
-            format_reward: 0.0,
-            agent_reward: 0.0,
-            cost_reward: 0.0,
-            zero_variance: ZeroVariance::Keep,
-            checkpoint_every: 25,
-            micro_batch: 0,
-            beta1: adam.beta1,
-            beta2: adam.beta2,
-            adam_eps: adam.eps,
-            weight_decay: adam.weight_decay,
-            max_grad_norm: adam.max_grad_norm,
-            advantage_eps: ADVANTAGE_EPS,
-            signal_eps: SIGNAL_EPS,
-        }
-    }
-}
-
-impl GrpoConfig {
-    /// The optimiser of a GRPO stage: this stage's learning rate and the plan's Adam
-    /// settings.
-    pub fn adam(&self) -> AdamConfig {
-        AdamConfig {
-            lr: self.lr,
-            beta1: self.beta1,
-            beta2: self.beta2,
-            eps: self.adam_eps,
-            weight_decay: self.weight_decay,
-            max_grad_norm: self.max_grad_norm,
-        }
-    }
-}
+pub use crate::plan::trainer::{GrpoConfig, ZeroVariance};
 
 /// The fixed, shaped, verifiable reward; the engineer never changes it. For a plan that
 /// parses (`plan` is Some):
@@ -496,25 +341,13 @@ pub fn step(
             Some(w) => (t * w).sum(Kind::Float) / w.sum(Kind::Float).clamp_min(1.0),
             None => t.mean(Kind::Float),
         };
-        let ratio = (&lp.per_action - &old).exp();
-        let unclipped = &ratio * &adv_a;
-        let clipped = ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * &adv_a;
-        let policy_loss = -token_mean(&unclipped.minimum(&clipped));
-        // A token is clipped when the clipped term is the smaller one and differs.
-        let held = (ratio.gt(1.0 + cfg.clip_eps).logical_and(&adv_a.gt(0.0)))
-            .logical_or(&ratio.lt(1.0 - cfg.clip_eps).logical_and(&adv_a.lt(0.0)))
-            .to_kind(Kind::Float);
-        let clip_fraction = tch::no_grad(|| token_mean(&held));
-        let kl = match &base_lp {
-            // k3 estimator of KL(pi || base): exp(b - p) - (b - p) - 1 >= 0.
-            Some(b) => {
-                let d = b - &lp.per_action;
-                token_mean(&(d.exp() - &d - 1.0))
-            }
-            None => Tensor::zeros([], (Kind::Float, device)),
-        };
-        let entropy = token_mean(&lp.entropy);
-        let loss = &policy_loss + &kl * cfg.kl_coef - &entropy * cfg.entropy_coef;
+        let LossTerms {
+            loss,
+            policy_loss,
+            kl,
+            entropy,
+            clip_fraction,
+        } = clipped_loss(&lp, &old, &adv_a, base_lp.as_ref(), cfg, token_mean);
         super::adam::Adam::zero_grad(state.policy.vars());
         if lp.per_action.numel() > 0 {
             loss.backward();
@@ -552,6 +385,55 @@ pub fn step(
     }
     events.push(StepRecord::GrpoStats(grpo_stats));
     (events, stats)
+}
+
+/// The loss of one forward, as tensors (see [`clipped_loss`]).
+struct LossTerms {
+    loss: Tensor,
+    policy_loss: Tensor,
+    kl: Tensor,
+    entropy: Tensor,
+    clip_fraction: Tensor,
+}
+
+/// The GRPO objective of one forward, the one place it is written: the clipped-ratio
+/// policy loss, the k3 KL estimate to the base, and the entropy bonus, every per-token
+/// term reduced by `reduce` (the batch's token mean, or a micro-batch's share of it).
+/// `old` and `base` hold the same actions as `lp`, in its order.
+fn clipped_loss(
+    lp: &super::policy::LogProbs,
+    old: &Tensor,
+    adv_a: &Tensor,
+    base: Option<&Tensor>,
+    cfg: &GrpoConfig,
+    reduce: impl Fn(&Tensor) -> Tensor,
+) -> LossTerms {
+    let ratio = (&lp.per_action - old).exp();
+    let unclipped = &ratio * adv_a;
+    let clipped = ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * adv_a;
+    let policy_loss = -reduce(&unclipped.minimum(&clipped));
+    // A token is clipped when the clipped term is the smaller one and differs.
+    let held = (ratio.gt(1.0 + cfg.clip_eps).logical_and(&adv_a.gt(0.0)))
+        .logical_or(&ratio.lt(1.0 - cfg.clip_eps).logical_and(&adv_a.lt(0.0)))
+        .to_kind(Kind::Float);
+    let clip_fraction = tch::no_grad(|| reduce(&held));
+    let kl = match base {
+        // k3 estimator of KL(pi || base): exp(b - p) - (b - p) - 1 >= 0.
+        Some(b) => {
+            let d = b - &lp.per_action;
+            reduce(&(d.exp() - &d - 1.0))
+        }
+        None => Tensor::zeros([], (Kind::Float, lp.per_action.device())),
+    };
+    let entropy = reduce(&lp.entropy);
+    let loss = &policy_loss + &kl * cfg.kl_coef - &entropy * cfg.entropy_coef;
+    LossTerms {
+        loss,
+        policy_loss,
+        kl,
+        entropy,
+        clip_fraction,
+    }
 }
 
 /// The loss terms of one update, each a token mean over the whole batch.
@@ -621,28 +503,14 @@ fn accumulate_micro_batches(
             Some(w) => (x * w).sum(Kind::Float) / denom,
             None => x.sum(Kind::Float) / denom,
         };
-        let ratio = (&lp.per_action - &old_p).exp();
-        let unclipped = &ratio * &adv_a;
-        let clipped = ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * &adv_a;
-        let policy_loss = -token_sum(&unclipped.minimum(&clipped));
-        let held = (ratio.gt(1.0 + cfg.clip_eps).logical_and(&adv_a.gt(0.0)))
-            .logical_or(&ratio.lt(1.0 - cfg.clip_eps).logical_and(&adv_a.lt(0.0)))
-            .to_kind(Kind::Float);
-        let kl = match base_lp {
-            Some(b) => {
-                let d = b.narrow(0, action, actions) - &lp.per_action;
-                token_sum(&(d.exp() - &d - 1.0))
-            }
-            None => Tensor::zeros([], (Kind::Float, lp.per_action.device())),
-        };
-        let entropy = token_sum(&lp.entropy);
-        let loss = &policy_loss + &kl * cfg.kl_coef - &entropy * cfg.entropy_coef;
-        loss.backward();
-        t.loss += loss.double_value(&[]);
-        t.policy_loss += policy_loss.double_value(&[]);
-        t.kl += kl.double_value(&[]);
-        t.entropy += entropy.double_value(&[]);
-        t.clip_fraction += tch::no_grad(|| token_sum(&held)).double_value(&[]);
+        let base_p = base_lp.map(|b| b.narrow(0, action, actions));
+        let terms = clipped_loss(&lp, &old_p, &adv_a, base_p.as_ref(), cfg, token_sum);
+        terms.loss.backward();
+        t.loss += terms.loss.double_value(&[]);
+        t.policy_loss += terms.policy_loss.double_value(&[]);
+        t.kl += terms.kl.double_value(&[]);
+        t.entropy += terms.entropy.double_value(&[]);
+        t.clip_fraction += terms.clip_fraction.double_value(&[]);
         action += actions;
     }
     t

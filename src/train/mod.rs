@@ -53,21 +53,7 @@ pub enum TrainError {
     Arch(String),
 }
 
-/// Check a device name's syntax: `cpu`, `cuda` or `cuda:N` (None for cpu).
-pub fn parse_device_name(s: &str) -> Result<Option<usize>, String> {
-    match s {
-        "cpu" => Ok(None),
-        _ => match s.strip_prefix("cuda") {
-            Some("") => Ok(Some(0)),
-            Some(rest) => rest
-                .strip_prefix(':')
-                .and_then(|n| n.parse().ok())
-                .map(Some)
-                .ok_or_else(|| format!("{s:?}: expected cpu, cuda or cuda:N")),
-            None => Err(format!("{s:?}: expected cpu, cuda or cuda:N")),
-        },
-    }
-}
+pub use crate::plan::trainer::parse_device_name;
 
 /// Where the README says how to provide CUDA (named in every refusal).
 const CUDA_HELP: &str = "see README.md, \"Using a GPU\"";
@@ -300,22 +286,7 @@ impl TrainState {
     /// frozen base checkpoint); empty for other bytes. Bundles follow these, since no
     /// event names them.
     pub fn referenced_blobs(bytes: &[u8]) -> Vec<crate::record::Hash> {
-        let Ok((h, _)) = checkpoint::header(bytes) else {
-            return Vec::new();
-        };
-        if h.policy != "lm" {
-            return Vec::new();
-        }
-        match crate::record::codec::decode::<lm::LmArch>(&h.arch, "lm architecture") {
-            Ok(arch) => {
-                let mut v = vec![arch.tokenizer];
-                if let Some(lm::Frozen::Checkpoint(f)) = arch.frozen {
-                    v.push(f);
-                }
-                v
-            }
-            Err(_) => Vec::new(),
-        }
+        crate::record::checkpoint::referenced_blobs(bytes)
     }
 
     /// Point the optimiser at a new learning rate (stages may differ from the warm-up).

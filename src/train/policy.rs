@@ -38,6 +38,12 @@ pub struct LogProbs {
     pub rollout_of: Tensor,
 }
 
+/// The longest rollout for an instance: enough for every optimal plan of the suites,
+/// short enough that a lost agent ends the episode quickly.
+pub fn max_steps(inst: &Instance) -> usize {
+    (3 * inst.size() + 2 * inst.agents()).min(inst.horizon())
+}
+
 /// A trainable policy (`grid` or `lm`): it samples plans for instances (or decodes them
 /// greedily), gives the log-probabilities of its actions with gradients for GRPO and the
 /// warm-up, turns reference plans into its action ids, and owns the parameters and
@@ -81,10 +87,9 @@ pub trait Policy {
     fn side_blobs(&self) -> Vec<Vec<u8>> {
         Vec::new()
     }
-    /// The language model behind the policy, for engineers that prompt it.
-    fn as_lm(&self) -> Option<&super::lm::LmPolicy> {
-        None
-    }
+    /// The policy as `Any`, so a caller can ask for one implementor (`lm` adds
+    /// `as_lm` this way) without this trait naming any.
+    fn as_any(&self) -> &dyn std::any::Any;
     /// The policy by value as `Any` (to take an `LmPolicy` out of a box).
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }

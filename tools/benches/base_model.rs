@@ -27,7 +27,7 @@ fn main() {
     tch::set_num_threads(1);
     let mut ledger = Ledger::open_read_only(std::path::Path::new(dir)).expect("ledger");
     let plan = mapf_ledger::stage::ledger_plan(&ledger).expect("plan");
-    let blob = mapf_ledger::cli::checkpoint::checkpoint_of(&mut ledger, r).expect("checkpoint");
+    let blob = ledger.checkpoint_of(r).expect("checkpoint");
     let ts = mapf_ledger::stage::load_state(&ledger, &blob, tch::Device::Cpu).expect("state");
     let (val, _) = mapf_ledger::stage::suites(&plan).expect("suites");
     let scored = mapf_ledger::train::eval::score_suite(

@@ -317,7 +317,7 @@ fn row(what: &str, ours: String, peer: Option<(String, f64)>, ours_v: f64, share
 /// The new-token budget the lm policy gives an instance's plan in the cells format
 /// (`LmPolicy::plan_budget`): each agent's line, 4 tokens per move, capped.
 fn cells_budget(inst: &Instance, cap: usize) -> usize {
-    let steps = mapf_ledger::train::grid::max_steps(inst);
+    let steps = mapf_ledger::train::policy::max_steps(inst);
     (inst.agents() * (8 + 4 * steps) + 2).min(cap)
 }
 

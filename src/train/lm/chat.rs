@@ -10,8 +10,6 @@
 //! - `chatml`: the plain ChatML turns (scratch models);
 //! - `llama3`: `<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{u}<|eot_id|>`
 //!   `<|start_header_id|>assistant<|end_header_id|>\n\n`.
-use super::config::Family;
-use serde::{Deserialize, Serialize};
 use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
 use tokenizers::normalizers::unicode::NFC;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -19,127 +17,11 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer, TokenizerBuilder};
 
-/// Qwen2/Qwen3's pre-tokenizer split pattern (needs look-ahead: the `fancy-regex`
-/// feature of `tokenizers`).
-pub const QWEN_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
-/// The cells format's split: a ` (row,col)` cell is one piece (so BPE makes it one
-/// token: a map's cells are matched by token, never counted), numbers stay whole, and
-/// the rest is Qwen's pattern.
-pub const CELLS_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)| ?\(\p{N}+,\p{N}+\)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub use crate::plan::trainer::{CELLS_SPLIT, QWEN_SPLIT};
+pub use crate::record::checkpoint::ChatFormat;
 
 /// Special tokens of a scratch tokenizer, in id order (ids 0, 1, 2).
 pub const SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ChatFormat {
-    ChatMl,
-    Qwen3,
-    Qwen2,
-    Llama3,
-    /// Qwen3 in thinking mode (`enable_thinking=True`): the generation prompt is the
-    /// open assistant turn, and the model writes `<think>...</think>` before its answer.
-    /// (Last: checkpoints encode the variant's index.)
-    Qwen3Thinking,
-}
-
-impl ChatFormat {
-    /// The template an HF model of a family uses.
-    pub fn for_family(f: Family) -> ChatFormat {
-        match f {
-            Family::Qwen3 => ChatFormat::Qwen3,
-            Family::Qwen2 => ChatFormat::Qwen2,
-            Family::Llama => ChatFormat::Llama3,
-        }
-    }
-
-    /// The thinking-mode template of this one, where the family has one (Qwen3).
-    pub fn thinking(self) -> Option<ChatFormat> {
-        match self {
-            ChatFormat::Qwen3 | ChatFormat::Qwen3Thinking => Some(ChatFormat::Qwen3Thinking),
-            _ => None,
-        }
-    }
-
-    /// The answer in a reply: in thinking mode what follows the last `</think>` (empty
-    /// when the reasoning never ended: the budget ran out before an answer), else all.
-    pub fn answer<'a>(&self, reply: &'a str) -> &'a str {
-        match self {
-            ChatFormat::Qwen3Thinking => match reply.rfind("</think>") {
-                Some(i) => &reply[i + "</think>".len()..],
-                None => "",
-            },
-            _ => reply,
-        }
-    }
-
-    /// One user turn and the assistant's generation prompt.
-    pub fn wrap(&self, user: &str) -> String {
-        match self {
-            ChatFormat::ChatMl | ChatFormat::Qwen3Thinking => {
-                format!("<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
-            }
-            ChatFormat::Qwen3 => format!(
-                "<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-            ),
-            ChatFormat::Qwen2 => format!(
-                "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
-            ),
-            ChatFormat::Llama3 => format!(
-                "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-            ),
-        }
-    }
-
-    /// A system turn, one user turn and the assistant's generation prompt.
-    pub fn wrap_with_system(&self, system: &str, user: &str) -> String {
-        match self {
-            ChatFormat::ChatMl | ChatFormat::Qwen2 | ChatFormat::Qwen3Thinking => format!(
-                "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
-            ),
-            ChatFormat::Qwen3 => format!(
-                "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-            ),
-            ChatFormat::Llama3 => format!(
-                "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-            ),
-        }
-    }
-
-    /// The token that ends the assistant's turn.
-    pub fn end_token(&self) -> &'static str {
-        match self {
-            ChatFormat::Llama3 => "<|eot_id|>",
-            _ => "<|im_end|>",
-        }
-    }
-
-    /// Tokens that end generation (those the tokenizer knows are used).
-    pub fn stop_tokens(&self) -> &'static [&'static str] {
-        match self {
-            ChatFormat::Llama3 => &["<|eot_id|>", "<|end_of_text|>"],
-            _ => &["<|im_end|>", "<|endoftext|>"],
-        }
-    }
-
-    /// A Jinja `chat_template` equivalent to [`ChatFormat::wrap`], for exported
-    /// `tokenizer_config.json` files (so vLLM and transformers format prompts alike).
-    pub fn jinja(&self) -> &'static str {
-        match self {
-            ChatFormat::ChatMl
-            | ChatFormat::Qwen3
-            | ChatFormat::Qwen2
-            | ChatFormat::Qwen3Thinking => concat!(
-                "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{%- endfor %}",
-                "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-            ),
-            ChatFormat::Llama3 => concat!(
-                "{{- '<|begin_of_text|>' }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}{%- endfor %}",
-                "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
-            ),
-        }
-    }
-}
 
 /// A tokenizer from `tokenizer.json` bytes.
 pub fn tokenizer_from_bytes(bytes: &[u8]) -> Result<Tokenizer, String> {

@@ -14,26 +14,7 @@ use crate::seed::Seed;
 use rand::Rng as _;
 use tch::{Device, Kind, Tensor};
 
-/// How to pick tokens.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Sampling {
-    /// Softmax temperature (> 0); ignored when greedy.
-    pub temperature: f64,
-    /// Nucleus mass in (0, 1]; 1 disables truncation.
-    pub top_p: f64,
-    /// Most tokens generated per lane.
-    pub max_new_tokens: usize,
-}
-
-impl Default for Sampling {
-    fn default() -> Self {
-        Sampling {
-            temperature: 1.0,
-            top_p: 1.0,
-            max_new_tokens: 256,
-        }
-    }
-}
+pub use crate::plan::trainer::Sampling;
 
 /// One lane's output.
 #[derive(Clone, Debug, PartialEq)]

@@ -19,7 +19,7 @@
 //! state; under LoRA the frozen base is *referenced* ([`Frozen`]): the HF directory, or
 //! a full-weights checkpoint blob in the ledger. A 4B run's ledger grows by adapters.
 pub mod chat;
-pub mod config;
+pub use crate::plan::lm_config as config;
 pub mod decode;
 pub mod generate;
 pub mod hf;
@@ -27,10 +27,7 @@ pub mod model;
 
 use super::compute::Compute;
 use super::policy::{LogProbs, Policy, Rollout};
-use crate::env::text::{
-    parse_plan_in, render_cells_plan, render_cells_prompt, render_compact_prompt, render_plan,
-    render_prompt,
-};
+use crate::env::text::parse_plan_in;
 use crate::env::{Instance, Plan};
 use crate::record::Hash;
 use crate::seed::Seed;
@@ -38,8 +35,6 @@ pub use chat::ChatFormat;
 pub use config::{Family, LmConfig};
 pub use generate::{Generated, Sampling};
 use model::{LoraSpec, Model};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tch::{nn, Device, Kind, Tensor};
 use tokenizers::Tokenizer;
@@ -79,343 +74,9 @@ pub enum LmError {
     Spec(String),
 }
 
-/// How the MAPF task is put to the model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum PromptStyle {
-    /// The paper's natural-language prompt (`ledger env prompt`).
-    Paper,
-    /// A terse rendering (grid rows, starts and goals), for small scratch models.
-    Compact,
-    /// Positions never implicit: holes, starts and goals as `(row,col)` cells, and a
-    /// plan that writes the cell each move reaches (the shipped base planner's format).
-    Cells,
-}
+pub use crate::plan::trainer::{LmSpec, PromptStyle};
 
-impl PromptStyle {
-    /// The style a plan or command line names (`paper`, `compact`, `cells`).
-    pub fn parse(name: &str) -> Option<PromptStyle> {
-        serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
-    }
-
-    /// The name a plan or command line uses for this style.
-    pub fn name(self) -> &'static str {
-        match self {
-            PromptStyle::Paper => "paper",
-            PromptStyle::Compact => "compact",
-            PromptStyle::Cells => "cells",
-        }
-    }
-
-    /// The task text of an instance in this style.
-    pub fn task_text(self, inst: &Instance) -> String {
-        match self {
-            PromptStyle::Paper => render_prompt(inst),
-            PromptStyle::Compact => render_compact_prompt(inst),
-            PromptStyle::Cells => render_cells_prompt(inst),
-        }
-    }
-
-    /// A plan's text in this style (what the model is taught to write).
-    pub fn plan_text(self, inst: &Instance, plan: &Plan) -> String {
-        match self {
-            PromptStyle::Paper | PromptStyle::Compact => render_plan(plan),
-            PromptStyle::Cells => render_cells_plan(inst, plan),
-        }
-    }
-
-    /// The regex a scratch tokenizer splits text with before BPE: Qwen's, or for the
-    /// cells format Qwen's with whole numbers and a ` (row,col)` cell as one piece, so
-    /// that every cell of a map up to 10x10 becomes one token.
-    pub fn split_pattern(self) -> &'static str {
-        match self {
-            PromptStyle::Paper | PromptStyle::Compact => chat::QWEN_SPLIT,
-            PromptStyle::Cells => chat::CELLS_SPLIT,
-        }
-    }
-}
-
-/// Where a model's weights came from (recorded with every checkpoint).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Origin {
-    /// Random weights from the seed tree, then pretraining in stage 0.
-    Scratch,
-    /// A Hugging Face model directory and the content hash of each of its files.
-    Hf {
-        dir: String,
-        files: Vec<(String, Hash)>,
-    },
-}
-
-/// Where the frozen base weights of a LoRA checkpoint are loaded from.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Frozen {
-    /// The origin's model directory (hashes re-checked).
-    Origin,
-    /// A full-weights checkpoint blob in the ledger (e.g. a scratch model's stage 0).
-    Checkpoint(Hash),
-}
-
-/// The architecture record of an `lm` checkpoint: enough to rebuild the policy.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LmArch {
-    pub config: LmConfig,
-    /// Blob hash of `tokenizer.json` (stored in the ledger beside the checkpoint).
-    pub tokenizer: Hash,
-    pub chat: ChatFormat,
-    pub prompt: PromptStyle,
-    pub sampling: Sampling,
-    pub origin: Origin,
-    /// Some under LoRA: the base the adapters sit on.
-    pub frozen: Option<Frozen>,
-    pub lora: Option<LoraSpec>,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-/// The plan's `[lm]` section.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct LmSpec {
-    /// `scratch` (the architecture below, pretrained in stage 0) or `hf:DIR` (a Hugging
-    /// Face model directory: config.json, safetensors, tokenizer.json).
-    pub init: String,
-    /// Scratch architecture: `qwen3`, `qwen2` or `llama`.
-    pub family: String,
-    pub hidden_size: u32,
-    pub intermediate_size: u32,
-    pub layers: u32,
-    pub heads: u32,
-    pub kv_heads: u32,
-    pub head_dim: u32,
-    /// Size of the byte-level BPE vocabulary trained for a scratch model.
-    pub vocab_size: u32,
-    pub rope_theta: f64,
-    pub tie_word_embeddings: bool,
-    pub prompt: PromptStyle,
-    /// Sampling during GRPO (evaluation is greedy).
-    pub temperature: f64,
-    pub top_p: f64,
-    pub max_new_tokens: u32,
-    /// LoRA rank for the GRPO stages (0: full fine-tuning).
-    pub lora_rank: u32,
-    pub lora_alpha: f64,
-    pub lora_targets: Vec<String>,
-    /// Qwen3's thinking mode (`enable_thinking=True`, the paper's setting): the chat
-    /// template leaves the assistant turn open, the model reasons in a `<think>` block
-    /// first, and only what follows `</think>` is parsed as the plan (or proposal);
-    /// `max_new_tokens` then budgets reasoning and answer together. Needs a Qwen3
-    /// checkpoint. Left out of the plan's canonical encoding while false, so plans
-    /// written before it existed keep their hash.
-    #[serde(skip_serializing_if = "is_false")]
-    pub thinking: bool,
-    /// As the `current`/`base` engineer: the most tokens of a reply, and of the prompt
-    /// (the context is trimmed to fit, as for registered LLM engineers).
-    pub engineer_max_new_tokens: u32,
-    pub engineer_prompt_tokens: u32,
-    /// Sampling of the proposal (`current`/`base`): a model writing JSON is usually
-    /// sampled cooler than it explores plans.
-    pub engineer_temperature: f64,
-    pub engineer_top_p: f64,
-    /// Replies sampled at most per decision: a reply with no usable proposal is
-    /// resampled (the next seed of the decision's node) up to this many times in all,
-    /// and the rejected attempts are named in the rationale. 1: one reply, as an HTTP
-    /// engineer gets.
-    pub engineer_attempts: u32,
-}
-
-impl Default for LmSpec {
-    fn default() -> Self {
-        LmSpec {
-            init: "scratch".into(),
-            family: "qwen3".into(),
-            hidden_size: 64,
-            intermediate_size: 192,
-            layers: 2,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: 16,
-            vocab_size: 512,
-            rope_theta: 10_000.0,
-            tie_word_embeddings: true,
-            prompt: PromptStyle::Compact,
-            temperature: 1.0,
-            top_p: 1.0,
-            max_new_tokens: 200,
-            thinking: false,
-            lora_rank: 0,
-            lora_alpha: 16.0,
-            lora_targets: model::LORA_MODULES.iter().map(|s| s.to_string()).collect(),
-            engineer_max_new_tokens: 160,
-            engineer_prompt_tokens: 4096,
-            engineer_temperature: 0.7,
-            engineer_top_p: 0.9,
-            engineer_attempts: 1,
-        }
-    }
-}
-
-impl LmSpec {
-    /// The model directory of an `hf:` init.
-    pub fn hf_dir(&self) -> Option<&str> {
-        self.init.strip_prefix("hf:")
-    }
-
-    /// Range checks; the message names the field.
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let f = |k: &str, m: String| Err((format!("lm.{k}"), m));
-        if self.init != "scratch" && self.hf_dir().is_none_or(|d| d.is_empty()) {
-            return f(
-                "init",
-                format!("expected \"scratch\" or \"hf:DIR\", got {:?}", self.init),
-            );
-        }
-        if !["qwen3", "qwen2", "llama"].contains(&self.family.as_str()) {
-            return f(
-                "family",
-                format!("expected qwen3, qwen2 or llama, got {:?}", self.family),
-            );
-        }
-        for (k, v, lo, hi) in [
-            ("hidden_size", self.hidden_size, 8, 65_536),
-            ("intermediate_size", self.intermediate_size, 8, 262_144),
-            ("layers", self.layers, 1, 256),
-            ("heads", self.heads, 1, 256),
-            ("kv_heads", self.kv_heads, 1, 256),
-            ("head_dim", self.head_dim, 2, 1024),
-            ("vocab_size", self.vocab_size, 300, 1_000_000),
-            ("max_new_tokens", self.max_new_tokens, 1, 1_000_000),
-            ("engineer_attempts", self.engineer_attempts, 1, 16),
-            (
-                "engineer_max_new_tokens",
-                self.engineer_max_new_tokens,
-                1,
-                1_000_000,
-            ),
-            (
-                "engineer_prompt_tokens",
-                self.engineer_prompt_tokens,
-                64,
-                10_000_000,
-            ),
-            ("lora_rank", self.lora_rank, 0, 4096),
-        ] {
-            if !(lo..=hi).contains(&v) {
-                return f(k, format!("must be in {lo}..={hi}, got {v}"));
-            }
-        }
-        if self.heads % self.kv_heads != 0 {
-            return f(
-                "kv_heads",
-                format!("{} does not divide heads {}", self.kv_heads, self.heads),
-            );
-        }
-        if self.head_dim % 2 != 0 {
-            return f("head_dim", "must be even (RoPE rotates pairs)".into());
-        }
-        if !(self.temperature > 0.0 && self.temperature <= 10.0) {
-            return f(
-                "temperature",
-                format!("must be in (0, 10], got {}", self.temperature),
-            );
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return f("top_p", format!("must be in (0, 1], got {}", self.top_p));
-        }
-        if !(self.engineer_temperature > 0.0 && self.engineer_temperature <= 10.0) {
-            return f(
-                "engineer_temperature",
-                format!("must be in (0, 10], got {}", self.engineer_temperature),
-            );
-        }
-        if !(self.engineer_top_p > 0.0 && self.engineer_top_p <= 1.0) {
-            return f(
-                "engineer_top_p",
-                format!("must be in (0, 1], got {}", self.engineer_top_p),
-            );
-        }
-        if !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
-            return f("rope_theta", "must be positive".into());
-        }
-        if !(self.lora_alpha > 0.0 && self.lora_alpha.is_finite()) {
-            return f("lora_alpha", "must be positive".into());
-        }
-        if self.lora_rank > 0 && self.lora_targets.is_empty() {
-            return f("lora_targets", "must name at least one module".into());
-        }
-        for t in &self.lora_targets {
-            if !model::LORA_MODULES.contains(&t.as_str()) {
-                return f(
-                    "lora_targets",
-                    format!(
-                        "unknown module {t:?} (expected one of {:?})",
-                        model::LORA_MODULES
-                    ),
-                );
-            }
-        }
-        Ok(())
-    }
-
-    pub fn sampling(&self) -> Sampling {
-        Sampling {
-            temperature: self.temperature,
-            top_p: self.top_p,
-            max_new_tokens: self.max_new_tokens as usize,
-        }
-    }
-
-    /// How `current`/`base` sample their reply.
-    pub fn engineer_sampling(&self) -> Sampling {
-        Sampling {
-            temperature: self.engineer_temperature,
-            top_p: self.engineer_top_p,
-            max_new_tokens: self.engineer_max_new_tokens as usize,
-        }
-    }
-
-    pub fn lora(&self) -> Option<LoraSpec> {
-        (self.lora_rank > 0).then(|| LoraSpec {
-            rank: self.lora_rank as i64,
-            alpha: self.lora_alpha,
-            targets: self.lora_targets.clone(),
-        })
-    }
-
-    /// The scratch architecture with a vocabulary of `vocab` tokens.
-    pub fn scratch_config(&self, vocab: i64, eos: Vec<i64>) -> LmConfig {
-        let family = match self.family.as_str() {
-            "qwen2" => Family::Qwen2,
-            "llama" => Family::Llama,
-            _ => Family::Qwen3,
-        };
-        LmConfig {
-            family,
-            vocab_size: vocab,
-            hidden_size: self.hidden_size as i64,
-            intermediate_size: self.intermediate_size as i64,
-            num_hidden_layers: self.layers as i64,
-            num_attention_heads: self.heads as i64,
-            num_key_value_heads: self.kv_heads as i64,
-            head_dim: if family == Family::Qwen2 {
-                (self.hidden_size / self.heads) as i64
-            } else {
-                self.head_dim as i64
-            },
-            rms_norm_eps: 1e-6,
-            rope_theta: self.rope_theta,
-            rope_scaling: None,
-            qkv_bias: family == Family::Qwen2,
-            qk_norm: family == Family::Qwen3,
-            tie_word_embeddings: self.tie_word_embeddings,
-            max_position_embeddings: 4096,
-            bos_token_id: None,
-            eos_token_ids: eos,
-        }
-    }
-}
+pub use crate::record::checkpoint::{Frozen, LmArch, Origin};
 
 /// Fetches ledger blobs by hash (checkpoints reference the tokenizer and, under LoRA,
 /// a base checkpoint).
@@ -755,7 +416,7 @@ impl LmPolicy {
     /// New-token budget for an instance's plan: each agent's line at most
     /// `agent k: ` plus two tokens per move, with 2x the longest sensible plan.
     fn plan_budget(&self, inst: &Instance) -> usize {
-        let steps = super::grid::max_steps(inst);
+        let steps = super::policy::max_steps(inst);
         // The cells format writes a cell after every move: twice the tokens.
         let per_move = match self.arch.prompt {
             PromptStyle::Cells => 4,
@@ -861,8 +522,8 @@ impl Policy for LmPolicy {
         vec![self.tokenizer_json.clone()]
     }
 
-    fn as_lm(&self) -> Option<&LmPolicy> {
-        Some(self)
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
         self
@@ -972,6 +633,15 @@ pub fn init(
 }
 
 /// The `LmPolicy` inside a boxed policy, by value (None for other policies).
+// An inherent method on the trait object, defined here rather than in `policy.rs`, so
+// the `Policy` trait knows no implementor: `policy.as_lm()` works on any `dyn Policy`.
+impl dyn Policy {
+    /// The language model behind the policy, for engineers that prompt it.
+    pub fn as_lm(&self) -> Option<&LmPolicy> {
+        self.as_any().downcast_ref::<LmPolicy>()
+    }
+}
+
 pub fn downcast(policy: Box<dyn Policy>) -> Option<LmPolicy> {
     policy.into_any().downcast::<LmPolicy>().ok().map(|b| *b)
 }

@@ -61,31 +61,7 @@ pub fn param_shapes(cfg: &LmConfig) -> Vec<(String, Vec<i64>)> {
     v
 }
 
-/// Modules LoRA may adapt.
-pub const LORA_MODULES: [&str; 7] = [
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-];
-
-/// LoRA hyper-parameters (from the plan; recorded with every checkpoint).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LoraSpec {
-    pub rank: i64,
-    pub alpha: f64,
-    /// Module names from [`LORA_MODULES`].
-    pub targets: Vec<String>,
-}
-
-impl LoraSpec {
-    pub fn scale(&self) -> f64 {
-        self.alpha / self.rank as f64
-    }
-}
+pub use crate::plan::trainer::{LoraSpec, LORA_MODULES};
 
 /// A `VarStore` variable at a dotted name (tch paths forbid dots inside a component).
 fn var_at(vs: &nn::VarStore, name: &str, value: &Tensor) -> Tensor {
@@ -238,7 +214,7 @@ pub enum WeightsError {
 /// The default compute dtype for a device (bf16 on CUDA, f32 on CPU; `[train] dtype =
 /// "auto"`).
 pub fn compute_dtype(device: Device) -> Kind {
-    crate::train::compute::Dtype::Auto.kind(device)
+    crate::train::compute::dtype_kind(crate::train::compute::Dtype::Auto, device)
 }
 
 /// RoPE inverse frequencies `[head_dim / 2]` (f32), as transformers computes them.

@@ -185,17 +185,31 @@ fn instance(agents: usize, size: usize) -> Result<Instance, CheckError> {
 /// New tokens a plan for `inst` may take (the policy's plan budget).
 fn plan_budget(inst: &Instance, prompt: PromptStyle, max_new: u64) -> u64 {
     let per_move = if prompt == PromptStyle::Cells { 4 } else { 2 };
-    let steps = crate::train::grid::max_steps(inst);
+    let steps = crate::train::policy::max_steps(inst);
     ((inst.agents() * (8 + per_move * steps) + 2) as u64).min(max_new)
 }
 
-/// Build the memory plan of `plan` on `device` (compared with `gpu_memory` if given).
-pub fn check(
-    plan: &LedgerPlan,
+/// What a memory plan is computed from: the plan's model, dtype and token counts.
+struct Sizing<'a> {
+    plan: &'a LedgerPlan,
+    cfg: LmConfig,
+    /// Where the model's shape came from.
+    source: String,
+    dtype: tch::Kind,
+    /// Bytes per weight in the compute dtype.
+    bytes: u64,
+    tokens: TokenFacts,
+    /// Whether `current`/`base` write the engineer's reply (one more generation).
+    model_engineer: bool,
+}
+
+/// Phase 1 of [`check`]: the device, the model's shape and chat template, the prompt
+/// and answer lengths of the longest instances, and the plan's knobs.
+fn sizing<'a>(
+    plan: &'a LedgerPlan,
     device: &str,
-    gpu_memory: Option<u64>,
     model_config: Option<&std::path::Path>,
-) -> Result<MemoryPlan, CheckError> {
+) -> Result<(Sizing<'a>, Knobs, bool), CheckError> {
     if plan.policy != crate::plan::PolicyKind::Lm {
         return Err(CheckError::Input(format!(
             "policy {:?}: the memory plan is for lm plans (a grid policy is a few MB)",
@@ -205,7 +219,7 @@ pub fn check(
     let index = crate::train::parse_device_name(device)
         .map_err(|m| CheckError::Input(format!("--device {m}")))?;
     let tch_device = index.map_or(tch::Device::Cpu, tch::Device::Cuda);
-    let dtype = plan.train.dtype.kind(tch_device);
+    let dtype = crate::train::compute::dtype_kind(plan.train.dtype, tch_device);
     let (cfg, source, counter, counted_by) = model_shape(plan, model_config)?;
     let family_chat = ChatFormat::for_family(cfg.family);
     let chat = if plan.lm.thinking {
@@ -254,22 +268,38 @@ pub fn check(
         .iter()
         .any(|e| plan.engineer.name.split(':').next() == Some(e));
     let bytes = if dtype == tch::Kind::BFloat16 { 2 } else { 4 };
-    let on_cuda = index.is_some();
-    let estimate = |k: Knobs| -> (Vec<Part>, Vec<Part>, ModelFacts) {
+    let sizing = Sizing {
+        plan,
+        cfg,
+        source,
+        dtype,
+        bytes,
+        tokens,
+        model_engineer,
+    };
+    Ok((sizing, knobs, index.is_some()))
+}
+
+impl Sizing<'_> {
+    /// Phase 2: the resident parts, the phases with their peak bytes, and the model's
+    /// facts, under knobs `k`.
+    fn estimate(&self, k: Knobs) -> (Vec<Part>, Vec<Part>, ModelFacts) {
+        let plan = self.plan;
+        let spec = &plan.lm;
         let lora = spec.lora().map(|mut l| {
             l.rank = k.rank as i64;
             l
         });
         let lora = lora.filter(|l| l.rank > 0);
         let est = Estimator {
-            cfg: &cfg,
+            cfg: &self.cfg,
             lora: lora.as_ref(),
-            bytes,
+            bytes: self.bytes,
         };
         let (w, t, o) = est.resident();
         let resident = w + t + o;
-        let train_new = tokens.train_new.min(k.max_new);
-        let eval_new = tokens.eval_new.min(k.max_new);
+        let train_new = self.tokens.train_new.min(k.max_new);
+        let eval_new = self.tokens.eval_new.min(k.max_new);
         let lanes = k.batch * k.group;
         let rows = if k.micro > 0 {
             k.micro.min(lanes)
@@ -278,7 +308,7 @@ pub fn check(
         };
         let train = Training {
             rows,
-            tokens: tokens.train_prompt + train_new - 1,
+            tokens: self.tokens.train_prompt + train_new - 1,
             targets: rows * train_new,
         };
         let mut phases = vec![
@@ -291,7 +321,7 @@ pub fn check(
                     + est.generation(&Generation {
                         prompts: k.batch,
                         lanes,
-                        prompt_tokens: tokens.train_prompt,
+                        prompt_tokens: self.tokens.train_prompt,
                         new_tokens: train_new,
                         top_p: spec.top_p < 1.0,
                     }),
@@ -313,20 +343,20 @@ pub fn check(
                 + est.generation(&Generation {
                     prompts: k.eval,
                     lanes: k.eval,
-                    prompt_tokens: tokens.eval_prompt,
+                    prompt_tokens: self.tokens.eval_prompt,
                     new_tokens: eval_new,
                     top_p: false,
                 }),
         });
-        if model_engineer {
+        if self.model_engineer {
             phases.push(Part {
                 name: "engineer reply (current/base)".into(),
                 bytes: resident
                     + est.generation(&Generation {
                         prompts: 1,
                         lanes: 1,
-                        prompt_tokens: tokens.engineer_prompt,
-                        new_tokens: tokens.engineer_new,
+                        prompt_tokens: self.tokens.engineer_prompt,
+                        new_tokens: self.tokens.engineer_new,
                         top_p: spec.engineer_top_p < 1.0,
                     }),
             });
@@ -334,13 +364,13 @@ pub fn check(
         if plan.warmup.steps > 0 && spec.hf_dir().is_none() {
             // Stage 0 pretrains every weight of a scratch model (no LoRA yet).
             let full = Estimator {
-                cfg: &cfg,
+                cfg: &self.cfg,
                 lora: None,
-                bytes,
+                bytes: self.bytes,
             };
             let (fw, ft, fo) = full.resident();
             let rows = (plan.warmup.batch_size as u64).div_ceil(8).max(4);
-            let new = tokens.train_new;
+            let new = self.tokens.train_new;
             phases.push(Part {
                 name: format!("warm-up (stage 0, full weights, {rows} rows)"),
                 bytes: fw
@@ -348,7 +378,7 @@ pub fn check(
                     + fo
                     + full.training(&Training {
                         rows,
-                        tokens: tokens.train_prompt + new - 1,
+                        tokens: self.tokens.train_prompt + new - 1,
                         targets: rows * new,
                     }),
             });
@@ -358,7 +388,7 @@ pub fn check(
                 name: if lora.is_some() {
                     format!(
                         "weights (frozen, {})",
-                        crate::train::compute::kind_name(dtype)
+                        crate::train::compute::kind_name(self.dtype)
                     )
                 } else {
                     "weights (f32 masters)".into()
@@ -375,131 +405,169 @@ pub fn check(
             },
         ];
         let facts = ModelFacts {
-            source: source.clone(),
+            source: self.source.clone(),
             parameters: est.parameters(),
             trainable: est.trainable(),
-            layers: cfg.num_hidden_layers as u64,
-            hidden_size: cfg.hidden_size as u64,
-            vocab_size: cfg.vocab_size as u64,
+            layers: self.cfg.num_hidden_layers as u64,
+            hidden_size: self.cfg.hidden_size as u64,
+            vocab_size: self.cfg.vocab_size as u64,
             lora_rank: lora.as_ref().map_or(0, |l| l.rank as u32),
         };
         (resident_parts, phases, facts)
-    };
-    let peak_of = |phases: &[Part]| {
-        phases
-            .iter()
-            .max_by_key(|p| p.bytes)
-            .map(|p| (p.name.clone(), p.bytes))
-            .unwrap_or_default()
-    };
-    let reserve = if on_cuda { CUDA_RESERVE } else { 0 };
-    let fits_in = |peak: u64, mem: u64| peak + reserve <= mem;
-    let (resident, phases, model) = estimate(knobs);
-    let (peak_phase, peak) = peak_of(&phases);
-    let fits = gpu_memory.map(|m| fits_in(peak, m));
-    let (mut changes, mut no_single_fix, mut together) = (Vec::new(), Vec::new(), Vec::new());
-    if let (Some(false), Some(mem)) = (fits, gpu_memory) {
-        let lanes = knobs.batch * knobs.group;
-        let rows = if knobs.micro > 0 { knobs.micro } else { lanes };
-        type Set = fn(Knobs, u64) -> Knobs;
-        let mut candidates: Vec<(&str, u64, u64, Set)> = vec![
-            ("grpo.micro_batch", rows, 1, |k, v| Knobs { micro: v, ..k }),
-            ("grpo.batch_size", knobs.batch, 1, |k, v| Knobs {
-                batch: v,
-                ..k
-            }),
-            ("grpo.group_size", knobs.group, 2, |k, v| Knobs {
-                group: v,
-                ..k
-            }),
-            ("lm.max_new_tokens", knobs.max_new, 16, |k, v| Knobs {
-                max_new: v,
-                ..k
-            }),
-        ];
-        candidates.push(("suites.eval_batch", knobs.eval, 1, |k, v| Knobs {
-            eval: v,
+    }
+}
+
+/// The most demanding phase: its name and bytes.
+fn peak_of(phases: &[Part]) -> (String, u64) {
+    phases
+        .iter()
+        .max_by_key(|p| p.bytes)
+        .map(|p| (p.name.clone(), p.bytes))
+        .unwrap_or_default()
+}
+
+/// A setting a fix may lower: its name, current value, floor, and how to set it.
+type Candidate = (&'static str, u64, u64, fn(Knobs, u64) -> Knobs);
+
+/// The settings a fix may lower, in the order fixes are tried.
+fn candidates(knobs: Knobs) -> Vec<Candidate> {
+    let lanes = knobs.batch * knobs.group;
+    let rows = if knobs.micro > 0 { knobs.micro } else { lanes };
+    let mut candidates: Vec<Candidate> = vec![
+        ("grpo.micro_batch", rows, 1, |k, v| Knobs { micro: v, ..k }),
+        ("grpo.batch_size", knobs.batch, 1, |k, v| Knobs {
+            batch: v,
+            ..k
+        }),
+        ("grpo.group_size", knobs.group, 2, |k, v| Knobs {
+            group: v,
+            ..k
+        }),
+        ("lm.max_new_tokens", knobs.max_new, 16, |k, v| Knobs {
+            max_new: v,
+            ..k
+        }),
+    ];
+    candidates.push(("suites.eval_batch", knobs.eval, 1, |k, v| Knobs {
+        eval: v,
+        ..k
+    }));
+    if knobs.rank > 0 {
+        candidates.push(("lm.lora_rank", knobs.rank as u64, 1, |k, v| Knobs {
+            rank: v as u32,
             ..k
         }));
-        if knobs.rank > 0 {
-            candidates.push(("lm.lora_rank", knobs.rank as u64, 1, |k, v| Knobs {
-                rank: v as u32,
-                ..k
-            }));
-        }
-        for &(setting, from, floor, set) in &candidates {
-            // Halve until it fits (the largest power-of-two fraction that does).
-            let mut v = from;
-            let mut found = None;
-            while v > floor {
-                v = (v / 2).max(floor);
-                let (_, p, _) = estimate(set(knobs, v));
-                let (_, peak) = peak_of(&p);
-                if fits_in(peak, mem) {
-                    found = Some((v, peak));
-                    break;
-                }
-            }
-            match found {
-                Some((to, peak_bytes)) => changes.push(Change {
-                    setting: setting.into(),
-                    from,
-                    to,
-                    peak_bytes,
-                }),
-                None => no_single_fix.push(setting.into()),
+    }
+    candidates
+}
+
+/// Phase 3: one setting at a time, the largest power-of-two fraction of it that fits
+/// (`changes`), and the settings no such halving makes fit (`no_single_fix`).
+fn single_fixes(
+    sizing: &Sizing,
+    knobs: Knobs,
+    fits_in: impl Fn(u64) -> bool,
+) -> (Vec<Change>, Vec<String>) {
+    let (mut changes, mut no_single_fix) = (Vec::new(), Vec::new());
+    for &(setting, from, floor, set) in &candidates(knobs) {
+        // Halve until it fits (the largest power-of-two fraction that does).
+        let mut v = from;
+        let mut found = None;
+        while v > floor {
+            v = (v / 2).max(floor);
+            let (_, p, _) = sizing.estimate(set(knobs, v));
+            let (_, peak) = peak_of(&p);
+            if fits_in(peak) {
+                found = Some((v, peak));
+                break;
             }
         }
+        match found {
+            Some((to, peak_bytes)) => changes.push(Change {
+                setting: setting.into(),
+                from,
+                to,
+                peak_bytes,
+            }),
+            None => no_single_fix.push(setting.into()),
+        }
+    }
+    (changes, no_single_fix)
+}
+
+/// Phase 4, when no single setting fixes it: halve, one at a time, whichever setting
+/// lowers the peak most, until it fits or nothing lowers it. Empty when nothing fits.
+fn fix_together(sizing: &Sizing, knobs: Knobs, fits_in: impl Fn(u64) -> bool) -> Vec<Change> {
+    let candidates = candidates(knobs);
+    // Each setting's current value, in the order of `candidates`.
+    let mut values: Vec<u64> = candidates.iter().map(|c| c.1).collect();
+    let apply = |values: &[u64]| {
+        candidates
+            .iter()
+            .zip(values)
+            .fold(knobs, |k, (c, &v)| (c.3)(k, v))
+    };
+    let mut peak = peak_of(&sizing.estimate(apply(&values)).1).1;
+    while !fits_in(peak) {
+        let best = (0..candidates.len())
+            .filter(|&i| values[i] > candidates[i].2)
+            .map(|i| {
+                let mut v = values.clone();
+                v[i] = (v[i] / 2).max(candidates[i].2);
+                (peak_of(&sizing.estimate(apply(&v)).1).1, i, v)
+            })
+            .min_by_key(|(p, i, _)| (*p, *i));
+        match best {
+            Some((p, _, v)) if p < peak => {
+                peak = p;
+                values = v;
+            }
+            _ => break,
+        }
+    }
+    if !fits_in(peak) {
+        return Vec::new();
+    }
+    candidates
+        .iter()
+        .zip(&values)
+        .filter(|(c, &v)| v != c.1)
+        .map(|(c, &v)| Change {
+            setting: c.0.into(),
+            from: c.1,
+            to: v,
+            peak_bytes: peak,
+        })
+        .collect()
+}
+
+/// Build the memory plan of `plan` on `device` (compared with `gpu_memory` if given):
+/// size the run, estimate every phase, and when it does not fit, the fixes.
+pub fn check(
+    plan: &LedgerPlan,
+    device: &str,
+    gpu_memory: Option<u64>,
+    model_config: Option<&std::path::Path>,
+) -> Result<MemoryPlan, CheckError> {
+    let (sizing, knobs, on_cuda) = sizing(plan, device, model_config)?;
+    let reserve = if on_cuda { CUDA_RESERVE } else { 0 };
+    let (resident, phases, model) = sizing.estimate(knobs);
+    let (peak_phase, peak) = peak_of(&phases);
+    let fits = gpu_memory.map(|m| peak + reserve <= m);
+    let (mut changes, mut no_single_fix, mut together) = (Vec::new(), Vec::new(), Vec::new());
+    if let (Some(false), Some(mem)) = (fits, gpu_memory) {
+        let fits_in = |peak: u64| peak + reserve <= mem;
+        (changes, no_single_fix) = single_fixes(&sizing, knobs, fits_in);
         if changes.is_empty() {
-            // Several settings together: halve, one at a time, whichever lowers the
-            // peak most, until it fits or nothing lowers it. Each setting's current
-            // value is kept in `values`, in the order of `candidates`.
-            let mut values: Vec<u64> = candidates.iter().map(|c| c.1).collect();
-            let apply = |values: &[u64]| {
-                candidates
-                    .iter()
-                    .zip(values)
-                    .fold(knobs, |k, (c, &v)| (c.3)(k, v))
-            };
-            let mut peak = peak_of(&estimate(apply(&values)).1).1;
-            while !fits_in(peak, mem) {
-                let best = (0..candidates.len())
-                    .filter(|&i| values[i] > candidates[i].2)
-                    .map(|i| {
-                        let mut v = values.clone();
-                        v[i] = (v[i] / 2).max(candidates[i].2);
-                        (peak_of(&estimate(apply(&v)).1).1, i, v)
-                    })
-                    .min_by_key(|(p, i, _)| (*p, *i));
-                match best {
-                    Some((p, _, v)) if p < peak => {
-                        peak = p;
-                        values = v;
-                    }
-                    _ => break,
-                }
-            }
-            if fits_in(peak, mem) {
-                together = candidates
-                    .iter()
-                    .zip(&values)
-                    .filter(|(c, &v)| v != c.1)
-                    .map(|(c, &v)| Change {
-                        setting: c.0.into(),
-                        from: c.1,
-                        to: v,
-                        peak_bytes: peak,
-                    })
-                    .collect();
-            }
+            together = fix_together(&sizing, knobs, fits_in);
         }
     }
     Ok(MemoryPlan {
         plan: plan.name.clone(),
         device: device.into(),
-        dtype: crate::train::compute::kind_name(dtype).into(),
+        dtype: crate::train::compute::kind_name(sizing.dtype).into(),
         model,
-        tokens,
+        tokens: sizing.tokens,
         resident,
         phases,
         peak_bytes: peak,

@@ -227,3 +227,23 @@ pub struct FailureBreakdown {
     pub suite: String,
     pub sizes: Vec<SizeFailures>,
 }
+
+/// The table back from an evaluation event.
+pub fn table_of(e: &Evaluation) -> crate::env::table::ResultTable {
+    crate::env::table::ResultTable {
+        cells: e
+            .cells
+            .iter()
+            .map(|c| {
+                (
+                    (c.agents as usize, c.size as usize),
+                    crate::env::table::CellCounts {
+                        total: c.total,
+                        valid: c.valid,
+                        optimal: c.optimal,
+                    },
+                )
+            })
+            .collect(),
+    }
+}

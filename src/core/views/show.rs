@@ -2,8 +2,8 @@
 //! as named types with schemas (`schemas/show-branch.json`, `show-stage.json`,
 //! `replay.json`, `engineer-list.json`). An event's `show --json` is the export's
 //! [`super::export::EventRecord`].
+use super::replay::StageReplay;
 use crate::ledger::{BranchState, Hash, StageState};
-use crate::replay::StageReplay;
 use schemars::JsonSchema;
 use serde::Serialize;
 

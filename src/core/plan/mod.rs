@@ -3,12 +3,15 @@
 //! Parsed strictly: unknown keys are errors naming the key, out-of-range values errors
 //! naming the field. Sections other than `name`, `seed` and `initial_config` have
 //! defaults, so later issues add fields by adding a field with a `#[serde(default)]`.
+pub mod lm_config;
+pub mod trainer;
+
 use crate::env::config::GeneratorConfig;
-use crate::record::codec;
-use crate::record::hash::Hash;
-use crate::train::grpo::GrpoConfig;
+use ledger_store::codec;
+use ledger_store::hash::Hash;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use trainer::GrpoConfig;
 
 /// Context for the hash of a parsed plan (its canonical encoding).
 pub const PLAN_CONTEXT: &str = "mapf-ledger 2026 plan v1";
@@ -60,7 +63,7 @@ pub struct LedgerPlan {
     pub train: Train,
     /// The language model (`policy = "lm"`).
     #[serde(default)]
-    pub lm: crate::train::lm::LmSpec,
+    pub lm: trainer::LmSpec,
 }
 
 /// How training runs: device, torch threads, the cost "optimal" refers to.
@@ -78,8 +81,8 @@ pub struct Train {
     /// CPU), `f32`, or `bf16` (bf16 compute with f32 master copies of what trains, on any
     /// device: the CUDA path, testable on a CPU). Skipped when `auto`, so plans without
     /// the field keep their canonical hash.
-    #[serde(skip_serializing_if = "crate::train::compute::Dtype::is_auto")]
-    pub dtype: crate::train::compute::Dtype,
+    #[serde(skip_serializing_if = "trainer::Dtype::is_auto")]
+    pub dtype: trainer::Dtype,
 }
 
 impl Default for Train {
@@ -88,15 +91,8 @@ impl Default for Train {
             device: "cpu".into(),
             torch_threads: 1,
             metric: crate::env::CostMetric::Makespan,
-            dtype: crate::train::compute::Dtype::Auto,
+            dtype: trainer::Dtype::Auto,
         }
-    }
-}
-
-impl Train {
-    /// The device and compute dtype of a run on `device`.
-    pub fn compute(&self, device: tch::Device) -> crate::train::compute::Compute {
-        crate::train::compute::Compute::new(device, self.dtype)
     }
 }
 
@@ -489,7 +485,7 @@ impl LedgerPlan {
             1 << 16,
         )?;
         let t = &self.train;
-        crate::train::parse_device_name(&t.device).map_err(|m| range("train.device", m))?;
+        trainer::parse_device_name(&t.device).map_err(|m| range("train.device", m))?;
         check_u("train.torch_threads", t.torch_threads as u64, 1, 256)?;
         let e = &self.engineer;
         if e.name.trim().is_empty() {
@@ -528,7 +524,7 @@ impl LedgerPlan {
 mod tests {
     use super::*;
 
-    const DEMO: &str = include_str!("../ledgers/demo.toml");
+    const DEMO: &str = include_str!("../../../ledgers/demo.toml");
 
     #[test]
     fn cosine_warmup_lr_runs_from_lr_to_a_tenth() {
@@ -647,7 +643,7 @@ mod tests {
         );
         let bf16 = DEMO.replace("torch_threads = 2", "torch_threads = 2\ndtype = \"bf16\"");
         let bf16 = LedgerPlan::parse(bf16.as_bytes()).unwrap();
-        assert_eq!(bf16.train.dtype, crate::train::compute::Dtype::Bf16);
+        assert_eq!(bf16.train.dtype, trainer::Dtype::Bf16);
         assert_ne!(bf16.hash(), demo.hash());
         let bad = DEMO.replace("torch_threads = 2", "torch_threads = 2\ndtype = \"f16\"");
         let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
@@ -684,7 +680,7 @@ mod tests {
             (g.zero_variance, g.checkpoint_every),
         );
         assert_eq!(codec::encode(&g), codec::encode(&old_fields));
-        let adam = crate::train::adam::AdamConfig {
+        let adam = trainer::AdamConfig {
             lr: g.lr,
             ..Default::default()
         };

@@ -33,10 +33,10 @@
 //! rename of `REFS`.
 use super::codec;
 use super::event::decode_event;
-use super::events::is_ledger;
 use super::hash::Hash;
 use super::index::{Index, MISSING_PARENT, NO_PARENT};
 use super::lock::LedgerLock;
+use super::open::is_ledger;
 use super::pack::{self, kind_path, parse_frame, scan, sync_dir, Bad, Good, Pack, PackKind};
 use super::refs::{self, Legible, Refs};
 use super::{Ledger, LedgerError};
@@ -408,25 +408,37 @@ fn write_recovery(
     Ok(refs::replace(dir, &new_refs)?)
 }
 
-/// Recover the ledger in `dir` (see the module doc). Errors only when it cannot work at
-/// all (not a ledger, another writer, I/O); damage is what it handles.
-pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
-    if !is_ledger(dir) {
-        return Err(LedgerError::NotALedger {
-            path: dir.to_path_buf(),
-        });
-    }
-    let lock = LedgerLock::acquire(dir, true)?;
-    let mut report = RecoverReport::default();
+/// What the pack phase decided for every pack, and what its scan learned about events.
+struct PackPlan {
+    /// Event packs listed after the run, with their committed lengths.
+    new_packs: Vec<(u32, u64)>,
+    /// Blob packs listed after the run, with their committed lengths.
+    new_blob_packs: Vec<(u32, u64)>,
+    /// Intact frames that leave their pack, by kind (`PackKind as u8`): (scanned index,
+    /// frame), before deduplication.
+    moved: BTreeMap<u8, Vec<(usize, Good)>>,
+    /// Files with damage inside what was committed.
+    damaged_files: Vec<PathBuf>,
+    /// Events whose records lay in damaged bytes (ids from their headers so far).
+    lost_events: BTreeSet<Hash>,
+    /// Every intact event in scan order: (id, scanned index, offset).
+    order: Vec<(Hash, usize, u64)>,
+    /// Intact events that lie beyond the snapshot's committed lengths.
+    newer: BTreeSet<Hash>,
+    /// The parent field of each damaged event record whose header still reads.
+    claimed_parent: BTreeMap<Hash, Hash>,
+    /// Damaged spans `(offset, length)` of each event pack, by id.
+    damaged_spans: BTreeMap<u32, Vec<(u64, u64)>>,
+    /// The scanned file of each pack outcome pushed.
+    outcome_of: Vec<usize>,
+}
 
-    // 1. REFS: the newest intact record, and what newer damaged ones still say.
-    let found = read_refs(dir)?;
-    report.refs = found.outcome.clone();
+/// Decide, pack by pack, the committed limit, the intact prefix kept in place and the
+/// frames moved into a new pack (every frame of an event pack after one that moves,
+/// so parents still precede children); push an outcome for each pack that changes.
+fn plan_packs(scanned: &[Scanned], found: &RefsFound, outcomes: &mut Vec<PackOutcome>) -> PackPlan {
     let (snapshot, newest_damaged) = (&found.snapshot, found.outcome.newest_damaged);
-    let (legible, reflog) = (&found.legible, &found.reflog);
-
-    // 2. Packs: scan every file; decide each one's committed length.
-    let scanned = scan_packs(dir)?;
+    let reflog = &found.reflog;
     let listed = |kind: PackKind, id: u32| -> Option<u64> {
         let l = match kind {
             PackKind::Events => &snapshot.packs,
@@ -549,7 +561,7 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
         }
         if changed {
             outcome_of.push(si);
-            report.packs.push(PackOutcome {
+            outcomes.push(PackOutcome {
                 file: s.path.display().to_string(),
                 committed_before: before,
                 committed_after: keep_end,
@@ -559,9 +571,33 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
             });
         }
     }
+    PackPlan {
+        new_packs,
+        new_blob_packs,
+        moved,
+        damaged_files,
+        lost_events,
+        order,
+        newer,
+        claimed_parent,
+        damaged_spans,
+        outcome_of,
+    }
+}
 
-    // The frames moved, deduplicated against what stays (a recover killed after making
-    // its pack, run again, finds them twice).
+/// The frames that really move, and where events lie once they have.
+struct Moves {
+    /// Frames for a new pack of each kind: (scanned index, frame).
+    to_write: Vec<(PackKind, Vec<(usize, Good)>)>,
+    /// Storage order of events after the move: what stays, then the new pack's frames.
+    new_event_order: Vec<Hash>,
+}
+
+/// Deduplicate the moved frames against what stays (a recover killed after making its
+/// pack, run again, finds them twice) and against each other, and decide the storage
+/// order of events after the move.
+fn plan_moves(scanned: &[Scanned], plan: &mut PackPlan) -> Moves {
+    let (new_packs, new_blob_packs) = (&plan.new_packs, &plan.new_blob_packs);
     let staying: BTreeSet<(u8, Hash)> = scanned
         .iter()
         .flat_map(|s| {
@@ -580,7 +616,8 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
     let mut to_write: Vec<(PackKind, Vec<(usize, Good)>)> = Vec::new();
     for kind in [PackKind::Events, PackKind::Blobs] {
         let mut seen = BTreeSet::new();
-        let frames: Vec<(usize, Good)> = moved
+        let frames: Vec<(usize, Good)> = plan
+            .moved
             .remove(&(kind as u8))
             .unwrap_or_default()
             .into_iter()
@@ -592,7 +629,8 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
     }
     // Storage order of events after the move: what stays, then the new pack's frames.
     let new_event_order: Vec<Hash> = {
-        let stays: Vec<Hash> = order
+        let stays: Vec<Hash> = plan
+            .order
             .iter()
             .filter(|(h, _, _)| staying.contains(&(PackKind::Events as u8, *h)))
             .map(|x| x.0)
@@ -608,9 +646,20 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
             .filter(|h| seen.insert(*h))
             .collect()
     };
+    Moves {
+        to_write,
+        new_event_order,
+    }
+}
 
-    // The saved index, when its checks pass, names the events whose records lay in the
-    // damaged spans (their headers may be gone).
+/// The saved index, when its checks pass (none otherwise). It names the events whose
+/// records lay in the damaged spans (their headers may be gone): they are added to
+/// `lost_events`.
+fn load_saved_index(
+    dir: &Path,
+    damaged_spans: &BTreeMap<u32, Vec<(u64, u64)>>,
+    lost_events: &mut BTreeSet<Hash>,
+) -> Option<Index> {
     let (saved, _) = Index::load(dir, |_| true);
     let saved = saved.check_saved().is_ok().then_some(saved);
     if let Some(saved) = &saved {
@@ -626,74 +675,85 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
             }
         }
     }
+    saved
+}
 
-    // Events: parent links and whether each chain reaches a root, in storage order.
-    let mut nodes: BTreeMap<Hash, Node> = BTreeMap::new();
-    let locate: BTreeMap<Hash, (usize, u64)> = order
-        .iter()
-        .rev()
-        .map(|&(h, si, off)| (h, (si, off)))
-        .collect();
-    let event_bytes = |h: &Hash| -> Option<&[u8]> {
-        locate.get(h).and_then(|&(si, off)| {
+/// The intact events after the move, linked: each one's parent, whether its chain
+/// reaches a root, and its children in storage order.
+struct EventGraph<'a> {
+    nodes: BTreeMap<Hash, Node>,
+    /// Whether each event's chain of parents reaches a root.
+    chain_ok: BTreeMap<Hash, bool>,
+    /// Each event's intact children, in storage order.
+    children: BTreeMap<Hash, Vec<Hash>>,
+    /// Where each event's first intact frame lies: (scanned index, offset).
+    locate: BTreeMap<Hash, (usize, u64)>,
+    scanned: &'a [Scanned],
+}
+
+impl<'a> EventGraph<'a> {
+    /// Link the events of `order` (storage order after the move): an event's chain is
+    /// whole when it has no parent, or its parent came before it with a whole chain.
+    fn build(scanned: &'a [Scanned], plan: &PackPlan, order: &[Hash]) -> Self {
+        let locate: BTreeMap<Hash, (usize, u64)> = plan
+            .order
+            .iter()
+            .rev()
+            .map(|&(h, si, off)| (h, (si, off)))
+            .collect();
+        let mut g = EventGraph {
+            nodes: BTreeMap::new(),
+            chain_ok: BTreeMap::new(),
+            children: BTreeMap::new(),
+            locate,
+            scanned,
+        };
+        for h in order {
+            let parent = g
+                .event_bytes(h)
+                .and_then(|b| codec::event_parent(b).ok().flatten());
+            let ok = match parent {
+                None => true,
+                Some(p) => g.chain_ok.get(&p).copied().unwrap_or(false),
+            };
+            g.chain_ok.insert(*h, ok);
+            g.nodes.insert(
+                *h,
+                Node {
+                    parent,
+                    newer: plan.newer.contains(h),
+                },
+            );
+        }
+        for h in order {
+            if let Some(p) = g.nodes[h].parent {
+                g.children.entry(p).or_default().push(*h);
+            }
+        }
+        g
+    }
+
+    /// The record of an intact event, from its first intact frame.
+    fn event_bytes(&self, h: &Hash) -> Option<&'a [u8]> {
+        let scanned = self.scanned;
+        self.locate.get(h).and_then(|&(si, off)| {
             parse_frame(&scanned[si].bytes, off as usize)
                 .ok()
                 .map(|f| f.event)
         })
-    };
-    let mut chain_ok: BTreeMap<Hash, bool> = BTreeMap::new();
-    for h in &new_event_order {
-        let parent = event_bytes(h).and_then(|b| codec::event_parent(b).ok().flatten());
-        let ok = match parent {
-            None => true,
-            Some(p) => chain_ok.get(&p).copied().unwrap_or(false),
-        };
-        chain_ok.insert(*h, ok);
-        nodes.insert(
-            *h,
-            Node {
-                parent,
-                newer: newer.contains(h),
-            },
-        );
     }
-    let ok = |h: &Hash| chain_ok.get(h).copied().unwrap_or(false);
-    // Moved events whose history is broken cannot be history again: they stay only in
-    // the damaged copy (and the report names those a ref reached).
-    for (kind, frames) in &mut to_write {
-        if *kind == PackKind::Events {
-            frames.retain(|(_, g)| ok(&g.hash));
-        }
+
+    /// Whether the event is intact and its whole history too.
+    fn ok(&self, h: &Hash) -> bool {
+        self.chain_ok.get(h).copied().unwrap_or(false)
     }
-    to_write.retain(|(_, f)| !f.is_empty());
-    // Each file's outcome counts the frames that really move (not those another copy
-    // already holds); a file nothing happens to is left out.
-    let mut moving: BTreeMap<usize, usize> = BTreeMap::new();
-    for (_, frames) in &to_write {
-        for (si, _) in frames {
-            *moving.entry(*si).or_default() += 1;
-        }
-    }
-    let mut keep_outcome = Vec::new();
-    for (o, &si) in report.packs.iter_mut().zip(&outcome_of) {
-        o.moved_frames = moving.get(&si).copied().unwrap_or(0);
-        keep_outcome.push(
-            o.committed_before != o.committed_after || !o.damaged.is_empty() || o.moved_frames > 0,
-        );
-    }
-    let mut keep_outcome = keep_outcome.into_iter();
-    report.packs.retain(|_| keep_outcome.next().unwrap_or(true));
-    let mut children: BTreeMap<Hash, Vec<Hash>> = BTreeMap::new();
-    for h in &new_event_order {
-        if let Some(p) = nodes[h].parent {
-            children.entry(p).or_default().push(*h);
-        }
-    }
-    let ancestry = |from: &Hash| -> Vec<Hash> {
+
+    /// The event and its ancestors, newest first, as far as they are intact.
+    fn ancestry(&self, from: &Hash) -> Vec<Hash> {
         let mut out = Vec::new();
         let mut at = Some(*from);
         while let Some(h) = at {
-            match nodes.get(&h) {
+            match self.nodes.get(&h) {
                 Some(n) => {
                     out.push(h);
                     at = n.parent;
@@ -702,21 +762,82 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
             }
         }
         out
-    };
+    }
 
-    // 4. Branches.
+    /// Every event the heads of `branches` reach.
+    fn reachable(&self, branches: &BTreeMap<String, Hash>) -> BTreeSet<Hash> {
+        branches.values().flat_map(|h| self.ancestry(h)).collect()
+    }
+}
+
+/// Moved events whose history is broken cannot be history again: they stay only in the
+/// damaged copy (and the report names those a ref reached). Each file's outcome then
+/// counts the frames that really move (not those another copy already holds); a file
+/// nothing happens to is left out.
+fn trim_moves(
+    graph: &EventGraph<'_>,
+    moves: &mut Moves,
+    outcome_of: &[usize],
+    packs: &mut Vec<PackOutcome>,
+) {
+    let to_write = &mut moves.to_write;
+    for (kind, frames) in to_write.iter_mut() {
+        if *kind == PackKind::Events {
+            frames.retain(|(_, g)| graph.ok(&g.hash));
+        }
+    }
+    to_write.retain(|(_, f)| !f.is_empty());
+    let mut moving: BTreeMap<usize, usize> = BTreeMap::new();
+    for (_, frames) in to_write.iter() {
+        for (si, _) in frames {
+            *moving.entry(*si).or_default() += 1;
+        }
+    }
+    let mut keep_outcome = Vec::new();
+    for (o, &si) in packs.iter_mut().zip(outcome_of) {
+        o.moved_frames = moving.get(&si).copied().unwrap_or(0);
+        keep_outcome.push(
+            o.committed_before != o.committed_after || !o.damaged.is_empty() || o.moved_frames > 0,
+        );
+    }
+    let mut keep_outcome = keep_outcome.into_iter();
+    packs.retain(|_| keep_outcome.next().unwrap_or(true));
+}
+
+/// Where the branches point after the run.
+struct Placed {
+    branches: BTreeMap<String, Hash>,
+    /// One outcome a branch, in the order decided.
+    outcomes: Vec<BranchOutcome>,
+    /// Intact events walked past because their history is broken.
+    cut_off: BTreeSet<Hash>,
+}
+
+/// Place each branch of the snapshot: kept when its history is whole; else moved back to
+/// its newest intact ancestor (from the saved index; else the lost record's parent
+/// field, or an older head of this branch, then forward along the only intact child no
+/// other branch owns, by `plan`'s claimed parents and the reflog); else lost. The intact
+/// events walked past are cut off, and the first missing one joins `plan`'s lost events.
+fn place_branches(
+    found: &RefsFound,
+    graph: &EventGraph<'_>,
+    saved: Option<&Index>,
+    plan: &mut PackPlan,
+) -> Placed {
+    let (claimed_parent, lost_events) = (&plan.claimed_parent, &mut plan.lost_events);
+    let (snapshot, reflog) = (&found.snapshot, &found.reflog);
     let mut branches: BTreeMap<String, Hash> = BTreeMap::new();
     let mut outcomes: Vec<BranchOutcome> = Vec::new();
     let mut cut_off: BTreeSet<Hash> = BTreeSet::new();
     let whole: BTreeMap<String, Hash> = snapshot
         .branches
         .iter()
-        .filter(|(_, h)| ok(h))
+        .filter(|(_, h)| graph.ok(h))
         .map(|(n, h)| (n.clone(), *h))
         .collect();
-    let owned: BTreeSet<Hash> = whole.values().flat_map(&ancestry).collect();
+    let owned: BTreeSet<Hash> = whole.values().flat_map(|h| graph.ancestry(h)).collect();
     for (name, head) in &snapshot.branches {
-        if ok(head) {
+        if graph.ok(head) {
             branches.insert(name.clone(), *head);
             outcomes.push(BranchOutcome {
                 name: name.clone(),
@@ -729,7 +850,7 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
         // Walk back from the head to the first link into missing history.
         let mut gap = *head;
         let mut walked = Vec::new();
-        while let Some(n) = nodes.get(&gap) {
+        while let Some(n) = graph.nodes.get(&gap) {
             walked.push(gap);
             match n.parent {
                 Some(p) => gap = p,
@@ -742,24 +863,9 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
         // event's parent (lost ones included); else the lost record's own parent field,
         // or an older head of this branch, then forward along the only intact child no
         // other branch owns.
-        if let Some(s) = saved.as_ref().and_then(|ix| {
-            let mut pos = ix.position(&gap)?;
-            loop {
-                let h = ix.hash_at(pos);
-                if ok(&h) {
-                    return Some(h);
-                }
-                if nodes.contains_key(&h) {
-                    cut_off.insert(h);
-                } else {
-                    lost_events.insert(h);
-                }
-                match ix.entry(pos).parent {
-                    NO_PARENT | MISSING_PARENT => return None,
-                    p => pos = p,
-                }
-            }
-        }) {
+        if let Some(s) =
+            saved.and_then(|ix| saved_ancestor(ix, &gap, graph, &mut cut_off, lost_events))
+        {
             branches.insert(name.clone(), s);
             outcomes.push(BranchOutcome {
                 name: name.clone(),
@@ -769,20 +875,25 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
             });
             continue;
         }
-        let mut start = claimed_parent.get(&gap).copied().filter(ok).or_else(|| {
-            reflog
-                .iter()
-                .filter_map(|r| r.branches.get(name))
-                .find(|h| ok(h) && !walked.contains(h))
-                .copied()
-        });
+        let mut start = claimed_parent
+            .get(&gap)
+            .copied()
+            .filter(|h| graph.ok(h))
+            .or_else(|| {
+                reflog
+                    .iter()
+                    .filter_map(|r| r.branches.get(name))
+                    .find(|h| graph.ok(h) && !walked.contains(h))
+                    .copied()
+            });
         if let Some(mut s) = start {
             loop {
-                let next: Vec<Hash> = children
+                let next: Vec<Hash> = graph
+                    .children
                     .get(&s)
                     .into_iter()
                     .flatten()
-                    .filter(|c| ok(c) && !owned.contains(c))
+                    .filter(|c| graph.ok(c) && !owned.contains(c))
                     .copied()
                     .collect();
                 match next.as_slice() {
@@ -810,123 +921,223 @@ pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
             }),
         }
     }
+    Placed {
+        branches,
+        outcomes,
+        cut_off,
+    }
+}
 
-    // 5. Lost and found: tips committed after the snapshot that no ref reaches.
-    let reachable: BTreeSet<Hash> = branches.values().flat_map(&ancestry).collect();
-    cut_off.retain(|h| !reachable.contains(h));
-    let tips: Vec<Hash> = new_event_order
+/// The newest intact ancestor of `gap` by the saved index (none when the index does not
+/// hold it or the chain ends first). Each event passed on the way is cut off when
+/// intact, else lost.
+fn saved_ancestor(
+    ix: &Index,
+    gap: &Hash,
+    graph: &EventGraph<'_>,
+    cut_off: &mut BTreeSet<Hash>,
+    lost_events: &mut BTreeSet<Hash>,
+) -> Option<Hash> {
+    let mut pos = ix.position(gap)?;
+    loop {
+        let h = ix.hash_at(pos);
+        if graph.ok(&h) {
+            return Some(h);
+        }
+        if graph.nodes.contains_key(&h) {
+            cut_off.insert(h);
+        } else {
+            lost_events.insert(h);
+        }
+        match ix.entry(pos).parent {
+            NO_PARENT | MISSING_PARENT => return None,
+            p => pos = p,
+        }
+    }
+}
+
+/// Lost and found: each intact tip committed after the snapshot that no branch reaches
+/// (in storage order) becomes a branch `recovered/...` (see [`tip_name`]). Events the
+/// branches placed so far reach are no longer cut off.
+fn recover_tips(found: &RefsFound, graph: &EventGraph<'_>, order: &[Hash], placed: &mut Placed) {
+    let reachable = graph.reachable(&placed.branches);
+    placed.cut_off.retain(|h| !reachable.contains(h));
+    let tips: Vec<Hash> = order
         .iter()
         .filter(|h| {
-            nodes[*h].newer
-                && ok(h)
+            graph.nodes[*h].newer
+                && graph.ok(h)
                 && !reachable.contains(*h)
-                && !children.get(*h).is_some_and(|c| c.iter().any(&ok))
+                && !graph
+                    .children
+                    .get(*h)
+                    .is_some_and(|c| c.iter().any(|c| graph.ok(c)))
         })
         .copied()
         .collect();
-    let tips_all = tips.clone();
-    for tip in tips {
-        let anc = ancestry(&tip);
-        let named = legible
-            .iter()
-            .flat_map(|l| l.branches.iter())
-            .find(|(_, h)| *h == tip)
-            .map(|(n, _)| n.clone())
-            .or_else(|| {
-                anc.iter().find_map(|a| {
-                    reflog
-                        .iter()
-                        .flat_map(|r| r.branches.iter())
-                        .find(|(_, h)| *h == a)
-                        .map(|(n, _)| n.clone())
-                })
-            });
-        // With no record to go by: a tip whose history holds no fork event continues
-        // genesis' branch, when it is the only one.
-        let named = named.or_else(|| {
-            let unforked = |t: &Hash| {
-                !ancestry(t).iter().any(|a| {
-                    event_bytes(a)
-                        .and_then(|b| decode_event(b).ok())
-                        .is_some_and(|e| matches!(e.body, super::event::EventBody::BranchForked(_)))
-                })
-            };
-            (snapshot.branches.is_empty()
-                && unforked(&tip)
-                && tips_all.iter().filter(|t| unforked(t)).count() == 1)
-                .then(|| refs::MAIN.to_string())
-        });
-        let base = match named {
-            Some(n) => format!("recovered/{n}"),
-            None => format!("recovered/tip-{}", tip.short()),
-        };
-        let mut name = base.clone();
-        let mut k = 2;
-        while branches.contains_key(&name) || refs::validate_branch(&name).is_err() {
-            name = if refs::validate_branch(&base).is_err() {
-                format!("recovered/tip-{}", tip.short())
-            } else {
-                format!("{base}-{k}")
-            };
-            k += 1;
-        }
-        branches.insert(name.clone(), tip);
-        outcomes.push(BranchOutcome {
+    for &tip in &tips {
+        let name = tip_name(found, graph, &tip, &tips, &placed.branches);
+        placed.branches.insert(name.clone(), tip);
+        placed.outcomes.push(BranchOutcome {
             name,
             before: None,
             after: Some(tip),
             action: "recovered".into(),
         });
     }
-    let reachable: BTreeSet<Hash> = branches.values().flat_map(&ancestry).collect();
-    cut_off.retain(|h| !reachable.contains(h));
-    lost_events.retain(|h| !reachable.contains(h));
+}
 
-    // 3. Loose blobs: rehash each file; blobs the kept events reference must exist.
-    let (loose, bad_blob_files) = check_loose_blobs(dir)?;
+/// The branch a recovered tip becomes: `recovered/<n>`, with `n` the name a damaged
+/// record gives the tip, else the branch an older record had at one of its ancestors,
+/// else `main` when the snapshot had no branch and this is the only tip whose history
+/// holds no fork; else `recovered/tip-<hash>`. A name taken or invalid gets a number.
+fn tip_name(
+    found: &RefsFound,
+    graph: &EventGraph<'_>,
+    tip: &Hash,
+    tips: &[Hash],
+    branches: &BTreeMap<String, Hash>,
+) -> String {
+    let tip = *tip;
+    let anc = graph.ancestry(&tip);
+    let named = found
+        .legible
+        .iter()
+        .flat_map(|l| l.branches.iter())
+        .find(|(_, h)| *h == tip)
+        .map(|(n, _)| n.clone())
+        .or_else(|| {
+            anc.iter().find_map(|a| {
+                found
+                    .reflog
+                    .iter()
+                    .flat_map(|r| r.branches.iter())
+                    .find(|(_, h)| *h == a)
+                    .map(|(n, _)| n.clone())
+            })
+        });
+    // With no record to go by: a tip whose history holds no fork event continues
+    // genesis' branch, when it is the only one.
+    let named = named.or_else(|| {
+        let unforked = |t: &Hash| {
+            !graph.ancestry(t).iter().any(|a| {
+                graph
+                    .event_bytes(a)
+                    .and_then(|b| decode_event(b).ok())
+                    .is_some_and(|e| matches!(e.body, super::event::EventBody::BranchForked(_)))
+            })
+        };
+        (found.snapshot.branches.is_empty()
+            && unforked(&tip)
+            && tips.iter().filter(|t| unforked(t)).count() == 1)
+            .then(|| refs::MAIN.to_string())
+    });
+    let base = match named {
+        Some(n) => format!("recovered/{n}"),
+        None => format!("recovered/tip-{}", tip.short()),
+    };
+    let mut name = base.clone();
+    let mut k = 2;
+    while branches.contains_key(&name) || refs::validate_branch(&name).is_err() {
+        name = if refs::validate_branch(&base).is_err() {
+            format!("recovered/tip-{}", tip.short())
+        } else {
+            format!("{base}-{k}")
+        };
+        k += 1;
+    }
+    name
+}
+
+/// Blobs the reachable events reference whose bytes are nowhere intact: neither a loose
+/// file that rehashes (`loose`) nor a frame of a blob pack.
+fn find_lost_blobs(
+    scanned: &[Scanned],
+    graph: &EventGraph<'_>,
+    reachable: &BTreeSet<Hash>,
+    loose: &BTreeSet<Hash>,
+) -> Vec<Hash> {
     let small: BTreeSet<Hash> = scanned
         .iter()
         .filter(|s| s.kind == PackKind::Blobs)
         .flat_map(|s| s.good.iter().map(|g| g.hash))
         .collect();
     let mut referenced: BTreeSet<Hash> = BTreeSet::new();
-    for h in &reachable {
-        if let Some(ev) = event_bytes(h).and_then(|b| decode_event(b).ok()) {
+    for h in reachable {
+        if let Some(ev) = graph.event_bytes(h).and_then(|b| decode_event(b).ok()) {
             referenced.extend(ev.body.blobs());
         }
     }
-    let lost_blobs: Vec<Hash> = referenced
+    referenced
         .iter()
         .filter(|b| !loose.contains(b) && !small.contains(b))
         .copied()
-        .collect();
+        .collect()
+}
+
+/// Recover the ledger in `dir` (see the module doc). Errors only when it cannot work at
+/// all (not a ledger, another writer, I/O); damage is what it handles.
+pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
+    if !is_ledger(dir) {
+        return Err(LedgerError::NotALedger {
+            path: dir.to_path_buf(),
+        });
+    }
+    let lock = LedgerLock::acquire(dir, true)?;
+    let mut report = RecoverReport::default();
+
+    // 1. REFS: the newest intact record, and what newer damaged ones still say.
+    let found = read_refs(dir)?;
+    report.refs = found.outcome.clone();
+
+    // 2. Packs: scan every file; decide each one's committed length and what moves, then
+    // link the events as they will be stored and drop moved ones with broken history.
+    let scanned = scan_packs(dir)?;
+    let mut plan = plan_packs(&scanned, &found, &mut report.packs);
+    let mut moves = plan_moves(&scanned, &mut plan);
+    let saved = load_saved_index(dir, &plan.damaged_spans, &mut plan.lost_events);
+    let graph = EventGraph::build(&scanned, &plan, &moves.new_event_order);
+    trim_moves(&graph, &mut moves, &plan.outcome_of, &mut report.packs);
+
+    // 4. Branches.
+    let mut placed = place_branches(&found, &graph, saved.as_ref(), &mut plan);
+
+    // 5. Lost and found: tips committed after the snapshot that no ref reaches.
+    recover_tips(&found, &graph, &moves.new_event_order, &mut placed);
+    let reachable = graph.reachable(&placed.branches);
+    placed.cut_off.retain(|h| !reachable.contains(h));
+    plan.lost_events.retain(|h| !reachable.contains(h));
+
+    // 3. Loose blobs: rehash each file; blobs the kept events reference must exist.
+    let (loose, bad_blob_files) = check_loose_blobs(dir)?;
+    let lost_blobs = find_lost_blobs(&scanned, &graph, &reachable, &loose);
 
     // What changed in history.
     let new_refs = Refs {
-        packs: new_packs,
-        blob_packs: new_blob_packs,
-        branches,
+        packs: plan.new_packs,
+        blob_packs: plan.new_blob_packs,
+        branches: placed.branches,
     };
     let refs_history_damaged = !report.refs.damaged_records.is_empty();
-    report.changed = new_refs != *snapshot
-        || newest_damaged
+    report.changed = new_refs != found.snapshot
+        || found.outcome.newest_damaged
         || refs_history_damaged
-        || !to_write.is_empty()
+        || !moves.to_write.is_empty()
         || !bad_blob_files.is_empty()
-        || !damaged_files.is_empty();
-    report.branches = outcomes;
-    report.lost_events = lost_events.into_iter().collect();
-    report.cut_off_events = cut_off.into_iter().collect();
+        || !plan.damaged_files.is_empty();
+    report.branches = placed.outcomes;
+    report.lost_events = plan.lost_events.into_iter().collect();
+    report.cut_off_events = placed.cut_off.into_iter().collect();
     report.lost_blobs = lost_blobs;
 
     if report.changed {
-        let plan = Rewrite {
+        let rewrite = Rewrite {
             scanned: &scanned,
-            to_write: &to_write,
-            damaged_files: &damaged_files,
+            to_write: &moves.to_write,
+            damaged_files: &plan.damaged_files,
             bad_blob_files: &bad_blob_files,
         };
-        write_recovery(dir, &mut report, &plan, new_refs)?;
+        write_recovery(dir, &mut report, &rewrite, new_refs)?;
     }
     drop(saved);
     drop(lock);

@@ -15,10 +15,10 @@
 //! while mapped); a reader that read the old `REFS` but finds a pack gone reads `REFS`
 //! again.
 
-use super::events::Ledger;
 use super::hash::Hash;
 use super::pack::{self, Pack, PackKind, PACK_ROLL_BYTES};
 use super::refs::Refs;
+use super::Ledger;
 use super::LedgerError;
 use std::collections::BTreeSet;
 use std::time::Instant;

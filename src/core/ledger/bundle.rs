@@ -25,9 +25,9 @@
 //! ```
 use super::codec;
 use super::event::{Event, EventBody};
-use super::events::Ledger;
 use super::hash::Hash;
 use super::meta::Meta;
+use super::Ledger;
 use super::LedgerError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -182,6 +182,36 @@ impl Bundle {
     /// Read a bundle file, checking every blob's and event's hash against its content
     /// and that every event's parent comes before it or lies outside the bundle.
     /// Errors name the file and the object.
+    /// What `fetch` reads from `src` into `dest`: a ledger directory (only what `dest`
+    /// lacks, and the blobs `dest`'s `LOST` file names) or a bundle file. `blob_refs`
+    /// names the blobs a blob references (a checkpoint's tokenizer and base).
+    pub fn from_source(
+        src: &Path,
+        dest: &Ledger,
+        blob_refs: &(dyn Fn(&[u8]) -> Vec<Hash> + Sync),
+    ) -> Result<Bundle, LedgerError> {
+        if !src.join("db").is_dir() {
+            return Bundle::read(src);
+        }
+        let s = Ledger::open_read_only(src)?;
+        let refs = s.branches()?;
+        let mut b = Bundle::collect(
+            &s,
+            &refs,
+            &|h| dest.contains_event(h),
+            &|h| dest.has_blob(h).unwrap_or(false),
+            blob_refs,
+        )?;
+        // Blobs `recover` recorded as lost here belong to events `dest` has, so the walk
+        // above skips them: the source's copies restore them.
+        for (h, kind) in super::recover::read_lost(dest.dir()) {
+            if kind == "blob" && !dest.has_blob(&h)? && s.has_blob(&h)? {
+                b.blobs.insert(h, s.blob(&h)?);
+            }
+        }
+        Ok(b)
+    }
+
     pub fn read(path: &Path) -> Result<Bundle, LedgerError> {
         let name = path.display().to_string();
         let mut bytes = Vec::new();

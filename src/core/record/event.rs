@@ -489,7 +489,6 @@ mod codec_tests {
             let _ = decode_event(&v);
             let _ = event_parent(&v);
             let _ = decode::<crate::record::meta::Meta>(&bytes, "meta");
-            let _ = decode::<crate::record::projection::BranchState>(&bytes, "projection");
         }
 
         #[test]

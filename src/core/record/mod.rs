@@ -6,6 +6,7 @@
 //!
 //! Only the storage engine (`ledger-store`, whose [`hash`] and [`codec`] are re-exported
 //! here) and the testbed lie below it; everything else in the crate may use it.
+pub mod checkpoint;
 pub mod event;
 pub mod meta;
 pub mod projection;

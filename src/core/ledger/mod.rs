@@ -5,13 +5,16 @@
 //! [`hash`], [`codec`], packs, blobs, refs, index, lock, and `Store`, an open ledger
 //! directory with its durable commits), which never looks inside an event and cannot see
 //! a MAPF type; [`crate::record`], what the bytes mean (events, metadata, projections)
-//! and [`crate::plan`]; then the [`Ledger`] itself ([`events`]: creating from a plan,
-//! appending events, decoding, history, references, the projection cache) with
-//! [`verify`], [`bundle`] (bundles, fetch), [`gc`] and [`recover`]. Views of a ledger
+//! and [`crate::plan`]; then the [`Ledger`] itself, in parts: [`open`] (creating from a
+//! plan, opening as writer or reader), [`facts`] (blobs, branches, appends, reads),
+//! [`reference`] (what a command names), [`projections`] (folded branch states and their
+//! cache); beside it [`verify`], [`bundle`] (bundles, fetch), [`gc`] and [`recover`]. Views of a ledger
 //! live in `crate::views`, above it.
 pub mod bundle;
-pub mod events;
+pub mod facts;
 pub mod gc;
+pub mod open;
+pub mod projections;
 pub mod recorder;
 pub mod recover;
 pub mod reference;
@@ -26,12 +29,14 @@ pub use crate::plan;
 pub use crate::record::{event, meta, projection};
 
 pub use event::{Event, EventBody};
-pub use events::{Ledger, Location, RebuildReport, Resolved};
 pub use hash::Hash;
+pub use ledger_store::{Location, Repair};
 pub use meta::Meta;
+pub use open::Ledger;
 pub use plan::LedgerPlan;
 pub use projection::{BranchState, StageState};
-pub use reference::{parse_stage, Reference};
+pub use projections::{Projections, RebuildReport};
+pub use reference::{parse_stage, Reference, Resolved};
 pub use verify::{Problem, Report};
 
 use std::path::PathBuf;
@@ -44,7 +49,7 @@ pub enum LedgerError {
     Io { path: PathBuf, message: String },
     #[error("ledger {} is being written by another process (one writer at a time; read commands work meanwhile)", path.display())]
     Locked { path: PathBuf },
-    #[error("{} is not a ledger (create one with `ledger init --plan FILE`)", path.display())]
+    #[error("{} is not a ledger", path.display())]
     NotALedger { path: PathBuf },
     #[error("ledger {} already exists", path.display())]
     AlreadyExists { path: PathBuf },
@@ -54,6 +59,13 @@ pub enum LedgerError {
     Sled(String),
     #[error("{what} is corrupt: {problem}")]
     Corrupt { what: String, problem: String },
+    /// Damage with a known repair; the CLI names the command that performs it.
+    #[error("{what} is corrupt: {problem}")]
+    Damaged {
+        what: String,
+        problem: String,
+        repair: Repair,
+    },
     #[error("no branch named `{name}`")]
     UnknownBranch { name: String },
     #[error("branch `{name}` already exists")]
@@ -70,6 +82,8 @@ pub enum LedgerError {
     BadBranchName { name: String },
     #[error("no event {what}")]
     UnknownEvent { what: String },
+    #[error("{reference}: {why}")]
+    NotACheckpoint { reference: String, why: String },
     #[error("`{text}`: expected {expected}")]
     BadReference { text: String, expected: String },
     #[error("`{what}` is ambiguous: it matches {count} events")]
@@ -96,6 +110,15 @@ impl From<ledger_store::StoreError> for LedgerError {
             S::Io { path, message } => LedgerError::Io { path, message },
             S::Locked { path } => LedgerError::Locked { path },
             S::Corrupt { what, problem } => LedgerError::Corrupt { what, problem },
+            S::Damaged {
+                what,
+                problem,
+                repair,
+            } => LedgerError::Damaged {
+                what,
+                problem,
+                repair,
+            },
             S::BadBranchName { name } => LedgerError::BadBranchName { name },
             S::MissingBlob { hash } => LedgerError::MissingBlob { hash },
             S::NotALedger { path } => LedgerError::NotALedger { path },

@@ -2,7 +2,7 @@
 //! cells aggregated over seeds (mean and 95% t-interval), each engineer's paired
 //! differences against `fixed` (replicate r against replicate r: the same fork point and
 //! suite items), and the CSV, Markdown and plot series written from them.
-//! `crate::study` forks and runs the study; [`study_report`] summarises its runs and
+//! The application (`mapf_ledger::study`) forks and runs the study; [`study_report`] summarises its runs and
 //! [`write_study`] writes the files.
 use super::compare::{mean_ci, BranchSummary};
 use super::paired::{self, Interval, McNemar};
@@ -1060,13 +1060,35 @@ pub fn study_series(r: &StudyReport) -> Vec<crate::figures::Series> {
         .collect()
 }
 
-/// The study's report from its runs (as [`crate::study::run_study`] returns them): each
+/// What a study compares: engineer x seed forks of `from` before stage `at`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StudyDesign {
+    pub from: String,
+    /// Fork before this stage (>= 1).
+    pub at: u32,
+    /// Seed replicates 0..seeds.
+    pub seeds: u32,
+    /// The first is the baseline of every paired difference.
+    pub engineers: Vec<String>,
+}
+
+/// One engineer × seed run of a study, once the study has forked and run it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StudyRunRecord {
+    pub engineer: String,
+    pub replicate: u32,
+    pub branch: String,
+    /// `ran` (forked and run now), `resumed` or `skipped` (already finished).
+    pub action: &'static str,
+}
+
+/// The study's report from its runs (as the application's `run_study` returns them): each
 /// run's summary and outcomes, the per-engineer aggregates and the paired differences
 /// against the first engineer.
 pub fn study_report(
     ledger: &mut crate::ledger::Ledger,
-    spec: &crate::study::StudySpec,
-    records: Vec<crate::study::StudyRunRecord>,
+    spec: &StudyDesign,
+    records: Vec<StudyRunRecord>,
     plan: PowerPlan,
 ) -> Result<StudyReport, crate::ledger::LedgerError> {
     let mut runs = Vec::new();

@@ -3,7 +3,7 @@
 //! split by whether each sampled instance needs coordination (the flag its instance blob
 //! carries, `Solved::needs_coordination`): the figure that shows GRPO learning to wait.
 //! Nothing here is recorded; old ledgers get the rows too.
-use super::export::pct;
+use super::pct;
 use crate::env::Solved;
 use crate::ledger::{EventBody, Hash, Ledger, LedgerError};
 use crate::record::trainer::TrajectoryBatch;

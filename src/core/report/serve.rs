@@ -38,14 +38,12 @@ const MAX_WAIT_S: u64 = 60;
 /// Any append, fork, branch deletion or recovery changes it; reading it never waits for
 /// a writer (`REFS` is replaced atomically).
 pub fn version(dir: &Path) -> Result<String, ReportError> {
-    let refs = crate::ledger::refs::Refs::read(dir).map_err(|e| ReportError::Ledger(e.into()))?;
+    let heads = crate::ledger::Ledger::current_heads(dir)?;
     let mut buf = Vec::new();
-    if let Some(r) = refs {
-        for (name, head) in &r.branches {
-            buf.extend_from_slice(name.as_bytes());
-            buf.push(0);
-            buf.extend_from_slice(&head.0);
-        }
+    for (name, head) in &heads {
+        buf.extend_from_slice(name.as_bytes());
+        buf.push(0);
+        buf.extend_from_slice(&head.0);
     }
     Ok(Hash::of_blob(&buf).short())
 }

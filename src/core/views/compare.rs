@@ -8,7 +8,7 @@ use super::paired::{paired_rows, unpairable, PairedRow};
 use crate::env::table::ResultTable;
 use crate::ledger::{BranchState, EventBody, Hash, Ledger, LedgerError, Resolved};
 use crate::record::event::{Evaluation, EvaluationOutcomes};
-use crate::train::eval::table_of;
+use crate::record::trainer::table_of;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -119,7 +119,7 @@ pub fn decisions(ledger: &Ledger, state: &BranchState) -> Result<Vec<DecisionLin
             if let crate::ledger::EventBody::EngineerDecision(d) = ledger.event(&h)?.body {
                 let changes = previous
                     .as_ref()
-                    .map(|p| crate::engineer::context::config_changes(p, &d.applied))
+                    .map(|p| crate::context::config_changes(p, &d.applied))
                     .unwrap_or_default();
                 out.push(DecisionLine {
                     stage: st.stage,

@@ -278,3 +278,17 @@ pub fn fold<'a>(events: impl IntoIterator<Item = (&'a Hash, &'a Event)>) -> Bran
         .into_iter()
         .fold(BranchState::default(), |s, (h, e)| apply(s, h, e))
 }
+
+#[cfg(test)]
+mod decode_tests {
+    use super::BranchState;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A damaged projection cache entry is an error, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = crate::record::codec::decode::<BranchState>(&bytes, "projection");
+        }
+    }
+}

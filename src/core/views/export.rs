@@ -1,4 +1,5 @@
 //! Export: the JSON form of events ([`EventRecord`], one per line) and a flat CSV view.
+use super::pct;
 use crate::ledger::Ledger;
 use crate::ledger::LedgerError;
 use crate::record::event::{Event, EventBody};
@@ -333,15 +334,6 @@ pub const PAIRED_COLUMNS: [&str; 20] = [
     "optimal_diff_high",
     "optimal_p",
 ];
-
-/// `x` as % of `n` (0 when `n` is 0).
-pub(crate) fn pct(x: u32, n: u32) -> f64 {
-    if n == 0 {
-        0.0
-    } else {
-        100.0 * x as f64 / n as f64
-    }
-}
 
 /// Write one table (`what` other than events) of `branch`, or of every branch, as
 /// JSON lines or CSV (header first, one flat row per line). Returns the rows written.

@@ -3,12 +3,16 @@
 //! in storage order; the first names the first bad event, ref or blob.
 use super::codec;
 use super::event::EventBody;
-use super::events::Ledger;
 use super::hash::Hash;
 use super::index::{Index, MISSING_PARENT, NO_PARENT};
+use super::Ledger;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::time::Instant;
+
+/// What verify says of a damaged `REFS`: the command that repairs it.
+pub const RECOVER_HINT: &str =
+    "`ledger recover` restores the newest intact snapshot and finds the branch tips after it";
 
 /// One thing found wrong.
 #[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
@@ -64,10 +68,25 @@ struct FrameCheck {
     digest: u64,
 }
 
+/// What the walk of the event packs found, for the phases after it.
+struct Walk {
+    events: u64,
+    event_bytes: u64,
+    /// (blob, the event naming it).
+    referenced: Vec<(Hash, Hash)>,
+    /// Digest of the saved positions met (see `index::pair_mix`).
+    walked_digest: u64,
+    /// Positions met in storage order.
+    next_pos: u32,
+    /// chain_ok[pos]: the parent chain reaches a root.
+    chain_ok: Vec<bool>,
+}
+
 impl Ledger {
     /// Check the whole ledger. Never fails for damage (damage is in the report); only
     /// an I/O error reading sled ends it early. `blob_refs` names the blobs a blob's
     /// bytes reference (as for gc; `|_| Vec::new()` checks only what events name).
+    /// The phases below run in this order; each adds what it finds.
     pub fn verify(&self, blob_refs: &(dyn Fn(&[u8]) -> Vec<Hash> + Sync)) -> Report {
         let t = Instant::now();
         let mut problems: Vec<Problem> = self
@@ -78,6 +97,32 @@ impl Ledger {
                 problem: p.problem.clone(),
             })
             .collect();
+        let mut warnings = Vec::new();
+        let walk = self.verify_events(&mut problems);
+        self.verify_saved_index(&walk, &mut problems);
+        let branches = self.verify_branch_refs(&walk.chain_ok, &mut problems);
+        self.verify_refs_log(&mut problems, &mut warnings);
+        self.verify_unattached(&mut problems, &mut warnings);
+        let (events, event_bytes) = (walk.events, walk.event_bytes);
+        let (blobs, blob_bytes) =
+            self.verify_blobs(walk.referenced, blob_refs, &mut problems, &mut warnings);
+        self.verify_small_blobs(&mut problems);
+        Report {
+            events,
+            event_bytes,
+            blobs,
+            blob_bytes,
+            branches,
+            seconds: t.elapsed().as_secs_f64(),
+            problems,
+            warnings,
+        }
+    }
+
+    /// Phase 1: every event frame of every pack, in storage order and in parallel
+    /// chunks: checksum, id, decoding, parent link, index position; the blobs events
+    /// name; the parent chains that reach a root.
+    fn verify_events(&self, problems: &mut Vec<Problem>) -> Walk {
         let index = self.index();
         let mut event_bytes = 0u64;
         let mut referenced: Vec<(Hash, Hash)> = Vec::new();
@@ -160,8 +205,21 @@ impl Ledger {
             }
         }
 
-        // The saved index: whole and sorted, every entry met in the walk above, and the
-        // id it holds for each position the one stored there.
+        Walk {
+            events,
+            event_bytes,
+            referenced,
+            walked_digest,
+            next_pos,
+            chain_ok,
+        }
+    }
+
+    /// Phase 2: the saved index: whole and sorted, every entry met in the walk, and the
+    /// id it holds for each position the one stored there.
+    fn verify_saved_index(&self, walk: &Walk, problems: &mut Vec<Problem>) {
+        let index = self.index();
+        let (n, saved_n, next_pos) = (index.len(), index.saved_len(), walk.next_pos);
         let saved_digest = index.check_saved();
         for file in Index::unreadable_saved(self.dir()) {
             problems.push(Problem {
@@ -187,7 +245,7 @@ impl Ledger {
                         .join(", ")
                 ),
             });
-        } else if saved_digest != Ok(walked_digest) {
+        } else if saved_digest != Ok(walk.walked_digest) {
             // Some saved position names another id than the frame stored there: find
             // the first (lookups one by one, only on this path).
             let bad = (0..saved_n as u32).find_map(|pos| {
@@ -213,9 +271,12 @@ impl Ledger {
                 },
             });
         }
+    }
 
-        // Refs (parsed and checked when the ledger opened): pointing at a stored event
-        // whose chain reaches genesis.
+    /// Phase 3: the refs (parsed and checked when the ledger opened): each points at a
+    /// stored event whose chain reaches genesis. Returns the number of branches.
+    fn verify_branch_refs(&self, chain_ok: &[bool], problems: &mut Vec<Problem>) -> usize {
+        let index = self.index();
         let branches = self.refs().branches.len();
         if branches == 0 {
             problems.push(Problem {
@@ -240,26 +301,34 @@ impl Ledger {
                 }
             }
         }
+        branches
+    }
 
-        // REFS' history: every record's check line, not only the last one's (which the
-        // open checked). A damaged superseded record loses nothing; it is a warning.
-        let mut warnings = Vec::new();
+    /// Phase 4: `REFS`' history: every record's check line, not only the last one's
+    /// (which the open checked). A damaged superseded record loses nothing; it is a
+    /// warning.
+    fn verify_refs_log(&self, problems: &mut Vec<Problem>, warnings: &mut Vec<Problem>) {
+        let mut superseded = Vec::new();
         let refs_path = super::refs::path(self.dir());
         if let Ok(bytes) = std::fs::read(&refs_path) {
             if (bytes.len() as u64) < super::refs::COMPACT_BYTES {
                 problems.push(Problem {
                     what: refs_path.display().to_string(),
-                    problem: super::refs::short_file_problem(bytes.len()),
+                    problem: format!(
+                        "{}; {RECOVER_HINT}",
+                        super::refs::short_file_problem(bytes.len())
+                    ),
                 });
             }
             let spans = super::refs::records(&bytes);
             for (i, &(s, e)) in spans.iter().enumerate().rev().skip(1) {
                 if let Err(err) = super::refs::Refs::parse(self.dir(), &bytes[s..e]) {
                     let problem = match err {
-                        ledger_store::StoreError::Corrupt { problem, .. } => problem,
+                        ledger_store::StoreError::Corrupt { problem, .. }
+                        | ledger_store::StoreError::Damaged { problem, .. } => problem,
                         e => e.to_string(),
                     };
-                    warnings.push(Problem {
+                    superseded.push(Problem {
                         what: format!("{} record {} (offset {s})", refs_path.display(), i + 1),
                         problem: format!(
                             "superseded record damaged; the current one is intact: {problem}"
@@ -267,12 +336,16 @@ impl Ledger {
                     });
                 }
             }
-            warnings.reverse();
+            superseded.reverse();
         }
-        // Intact records that are not history: past a pack's committed length, in a pack
-        // no commit reached, or set aside by a writer. A crash before a commit leaves
-        // them; so does a damaged last REFS record that reads like that crash, when they
-        // are committed history. Nothing is lost while they are there.
+        warnings.extend(superseded);
+    }
+
+    /// Phase 5: intact records that are not history: past a pack's committed length, in
+    /// a pack no commit reached, or set aside by a writer. A crash before a commit
+    /// leaves them; so does a damaged last REFS record that reads like that crash, when
+    /// they are committed history. Nothing is lost while they are there.
+    fn verify_unattached(&self, problems: &mut Vec<Problem>, warnings: &mut Vec<Problem>) {
         match self.unattached() {
             Ok(found) => {
                 for (path, n) in found {
@@ -289,12 +362,20 @@ impl Ledger {
                 problem: e.to_string(),
             }),
         }
-        let lost = super::recover::read_lost(self.dir());
+    }
 
-        // Blobs: every referenced one present and whole, every stored one whole. A
-        // blob's bytes may name blobs too (a checkpoint its tokenizer and frozen base,
-        // through `blob_refs`, as gc follows them): those are checked in rounds, so
-        // verify and gc count the same blobs.
+    /// Phase 6: blobs: every referenced one present and whole. A blob's bytes may name
+    /// blobs too (a checkpoint its tokenizer and frozen base, through `blob_refs`, as gc
+    /// follows them): those are checked in rounds, so verify and gc count the same
+    /// blobs. A loss `recover` recorded is a warning. Returns (blobs, bytes).
+    fn verify_blobs(
+        &self,
+        mut referenced: Vec<(Hash, Hash)>,
+        blob_refs: &(dyn Fn(&[u8]) -> Vec<Hash> + Sync),
+        problems: &mut Vec<Problem>,
+        warnings: &mut Vec<Problem>,
+    ) -> (u64, u64) {
+        let lost = super::recover::read_lost(self.dir());
         referenced.sort();
         referenced.dedup_by(|a, b| a.0 == b.0);
         let store = self.blob_store();
@@ -364,7 +445,12 @@ impl Ledger {
             next.sort();
             round = next;
         }
-        // Every small blob, referenced or not: record checksum and content hash.
+        (blobs, blob_bytes)
+    }
+
+    /// Phase 7: every small blob, referenced or not: record checksum and content hash.
+    fn verify_small_blobs(&self, problems: &mut Vec<Problem>) {
+        let store = self.blob_store();
         for p in store.small_packs() {
             for (off, f) in p.frames() {
                 let what =
@@ -386,16 +472,6 @@ impl Ledger {
                     }
                 }
             }
-        }
-        Report {
-            events,
-            event_bytes,
-            blobs,
-            blob_bytes,
-            branches,
-            seconds: t.elapsed().as_secs_f64(),
-            problems,
-            warnings,
         }
     }
 }

@@ -5,7 +5,7 @@
 //! need coordination and the rest; [`paired`]: paired statistics between branches
 //! evaluated on the same items; [`samples`]: sampled plans drawn on their grids;
 //! [`steps`]: GRPO step by step; [`study`]: study reports; [`tensorboard`]: TensorBoard event files; [`export`]: export rows and
-//! event records; [`show`]: `show` of a branch or stage, replay outcomes,
+//! event records; [`replay`]: what a replay verified; [`show`]: `show` of a branch or stage, replay outcomes,
 //! the engineer list.
 pub mod audit;
 pub mod branches;
@@ -14,10 +14,19 @@ pub mod coordination;
 pub mod export;
 pub mod model;
 pub mod paired;
-pub mod plan_check;
+pub mod replay;
 pub mod samples;
 pub mod show;
 pub mod steps;
 pub mod study;
 pub mod tensorboard;
 pub mod testbed;
+
+/// `x` as % of `n` (0 when `n` is 0).
+pub(crate) fn pct(x: u32, n: u32) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        100.0 * x as f64 / n as f64
+    }
+}

@@ -3,7 +3,7 @@
 //! stage's configuration), what the projection onto legal ranges clipped, its
 //! rationale and status, and the outcome: the decided stage's validation per size
 //! against the previous stage's, with a verdict on the sizes the decision changed.
-use crate::engineer::EngineerContext;
+use crate::context::EngineerContext;
 use crate::env::config::{ConfigProposal, GeneratorConfig};
 use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
 use crate::record::event::{DecisionStatus, EvalCell, EventBody, ProposedConfig};

@@ -1,0 +1,55 @@
+//! Loading what a command names as a model: a checkpoint reference of a ledger
+//! (`BRANCH@stageN`, a branch, a checkpoint event) as a training state, or a language
+//! model from an HF directory or a checkpoint reference.
+use super::{ledger_plan, load_state, StageError};
+use crate::ledger::Ledger;
+use crate::seed::Seed;
+use crate::train::compute::Compute;
+use crate::train::lm::{LmPolicy, PromptStyle, Sampling};
+use crate::train::TrainState;
+use std::path::Path;
+
+/// The training state of checkpoint reference `r` in the ledger at `dir`, on the CPU in
+/// the compute dtype the ledger's plan trains in (a bf16-trained LoRA model is its
+/// adapters on the bf16-rounded base it was trained on).
+pub fn load_checkpoint(dir: &Path, r: &str) -> Result<TrainState, StageError> {
+    let mut ledger = Ledger::open_read_only(dir)?;
+    let blob = ledger.checkpoint_of(r)?;
+    let plan = ledger_plan(&ledger)?;
+    load_state(
+        &ledger,
+        &blob,
+        Compute::new(tch::Device::Cpu, plan.train.dtype),
+    )
+    .map_err(|e| StageError::Model(format!("{r}: {e}")))
+}
+
+/// A language model: from an HF directory (`model` holds `config.json`; its MAPF
+/// prompt format from `mapf-ledger.json` where it says, else the paper's prompt), or
+/// from checkpoint reference `model` in the ledger at `dir`.
+pub fn load_language_model(
+    dir: &Path,
+    model: &str,
+    device: tch::Device,
+) -> Result<LmPolicy, StageError> {
+    let p = Path::new(model);
+    if p.join("config.json").exists() {
+        let prompt = crate::train::lm::hf::read_prompt_style(p)
+            .map_err(|e| StageError::Model(e.to_string()))?
+            .unwrap_or(PromptStyle::Paper);
+        return LmPolicy::from_hf_dir(p, device, None, prompt, Sampling::default(), Seed::root(0))
+            .map_err(|e| StageError::Model(e.to_string()));
+    }
+    if p.is_dir() {
+        return Err(StageError::Model(format!(
+            "{model}: a directory without config.json (expected an HF model directory)"
+        )));
+    }
+    let state = load_checkpoint(dir, model)?;
+    let kind = state.policy.kind();
+    crate::train::lm::downcast(state.policy).ok_or_else(|| {
+        StageError::Model(format!(
+            "{model}: a {kind} checkpoint, not a language model"
+        ))
+    })
+}

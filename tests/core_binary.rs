@@ -1,0 +1,174 @@
+//! The `ledger` built without the trainer (`--no-default-features`): it links no
+//! libtorch, and on a ledger the full build made it verifies, audits, compares, shows,
+//! exports, reports, bundles, fetches and gc's exactly as the full one does; the
+//! training commands refuse with exit 2, naming what to install.
+//!
+//! `make test` builds that binary first (profile `core`: `target/core/ledger`) and names
+//! it in `LEDGER_CORE_BIN`; a plain `cargo test` builds it here.
+mod common;
+
+use common::{fails, ledger, ok};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The libtorch-free binary: `$LEDGER_CORE_BIN`, else built with the `core` profile.
+fn core_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("LEDGER_CORE_BIN") {
+        return PathBuf::from(p);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+        .current_dir(root)
+        .args([
+            "build",
+            "--profile",
+            "core",
+            "--no-default-features",
+            "--bin",
+            "ledger",
+        ])
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "cargo build --no-default-features: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    root.join("target/core/ledger")
+}
+
+/// Run the libtorch-free `ledger` on `dir`, with no libtorch anywhere in its
+/// environment (no `LIBTORCH`, no `LD_LIBRARY_PATH`).
+fn core(bin: &Path, dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin)
+        .arg("--ledger")
+        .arg(dir)
+        .args(args)
+        .env_remove("LEDGER")
+        .env_remove("LIBTORCH")
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LIBTORCH_CUDA_LIB")
+        .output()
+        .expect("run the libtorch-free ledger")
+}
+
+/// The shared libraries an ELF binary names (its DT_NEEDED entries, read by `ldd`'s
+/// loader-free cousin: the dynamic string table is plain text in the file).
+fn mentions(bin: &Path, needle: &str) -> bool {
+    let bytes = std::fs::read(bin).unwrap();
+    bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn reads_and_keeps_a_ledger_without_libtorch() {
+    let bin = core_bin();
+    // The full binary names libtorch among its libraries; this one does not.
+    assert!(mentions(
+        Path::new(env!("CARGO_BIN_EXE_ledger")),
+        "libtorch_cpu.so"
+    ));
+    assert!(
+        !mentions(&bin, "libtorch_cpu.so"),
+        "{} links libtorch",
+        bin.display()
+    );
+    assert!(!mentions(&bin, "libc10.so"));
+
+    // A real ledger, made and forked by the full build: an lm policy, so checkpoints
+    // reference tokenizer blobs that bundles and gc must follow.
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("l");
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/lm-tiny.toml");
+    ok(&ledger(&d, &["init", "--plan", plan]));
+    ok(&ledger(&d, &["run", "--quiet"]));
+    common::fork(&d, "stage2", "heuristic", "h");
+    ok(&ledger(&d, &["branch", "delete", "h"]));
+
+    // verify counts the same (its timing aside), and read commands print what the full
+    // build prints, byte for byte.
+    let counts = |o: &Output| ok(o).split(" in ").next().unwrap().to_string();
+    assert_eq!(
+        counts(&core(&bin, &d, &["verify"])),
+        counts(&ledger(&d, &["verify"]))
+    );
+    for args in [
+        &["log", "--branch", "main"][..],
+        &["branches", "--json"],
+        &["show", "main@stage1", "--json"],
+        &["audit", "--branch", "main", "--json"],
+        &["compare", "main", "main@stage1", "--json"],
+        &["export", "--what", "metrics"],
+        &["export", "--what", "decisions", "--format", "csv"],
+    ] {
+        let full = ok(&ledger(&d, args));
+        let lean = ok(&core(&bin, &d, args));
+        assert_eq!(lean, full, "ledger {args:?} differs without libtorch");
+    }
+
+    // Storage commands: a bundle carries the tokenizer the checkpoints reference; a
+    // fetched copy verifies; gc keeps everything a branch reaches.
+    let bundle = t.path().join("main.bundle");
+    ok(&core(
+        &bin,
+        &d,
+        &[
+            "bundle",
+            "--branch",
+            "main",
+            "--out",
+            bundle.to_str().unwrap(),
+        ],
+    ));
+    let copy = t.path().join("copy");
+    ok(&core(
+        &bin,
+        &copy,
+        &["init", "--from-bundle", bundle.to_str().unwrap()],
+    ));
+    ok(&core(&bin, &copy, &["verify"]));
+    assert_eq!(
+        ok(&ledger(&copy, &["show", "main", "--json"])),
+        ok(&ledger(&d, &["show", "main", "--json"]))
+    );
+    ok(&core(&bin, &d, &["gc"]));
+    ok(&core(&bin, &d, &["verify"]));
+    // The full build still loads the stage-2 model after the lean gc.
+    ok(&ledger(
+        &d,
+        &[
+            "export-checkpoint",
+            "main@stage2",
+            "--out",
+            t.path().join("w.safetensors").to_str().unwrap(),
+        ],
+    ));
+
+    // The report is written whole.
+    let report = t.path().join("report");
+    ok(&core(
+        &bin,
+        &d,
+        &["report", "--out", report.to_str().unwrap()],
+    ));
+    assert!(report.join("index.html").is_file());
+
+    // Training commands refuse (exit 2), naming what to install; the ledger is as it was.
+    let before = ok(&core(&bin, &d, &["branches", "--json"]));
+    for args in [
+        &["run"][..],
+        &["fork", "--at", "stage1", "--engineer", "fixed"],
+        &["replay", "--verify"],
+        &["study", "--at", "stage1", "--engineers", "fixed"],
+        &["eval", "--model", "main"],
+    ] {
+        let o = core(&bin, &d, args);
+        fails(&o, 2, "needs the trainer");
+        fails(&o, 2, "make build");
+    }
+    assert_eq!(ok(&core(&bin, &d, &["branches", "--json"])), before);
+    fails(
+        &core(&bin, &d, &["frobnicate"]),
+        2,
+        "unknown command `frobnicate`",
+    );
+}
