@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all libtorch chromium build build-core test demo base-model base-model-indep coordination-pilot bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
+.PHONY: all libtorch chromium build build-core test demo base-model base-model-indep base-model-indep-v2 coordination-pilot bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
 
 all: build
 
@@ -49,6 +49,15 @@ base-model: build
 base-model-indep: build
 	BASE_PLAN=ledgers/base-indep.toml BASE_LEDGER=ledgers/base-indep-run \
 	BASE_MODEL_OUT=ledgers/models/mapf-base-indep BASE_CARD=tools/base-model-indep-card.md \
+	BASE_EVAL_VAL="--per-cell 48 --wait-ratios 0.25,0.5,0.75" \
+	BASE_EVAL_TEST="--per-cell 15 --wait-ratios 0.25,0.5,0.75" tools/base-model.sh
+
+# The same base planner with an engineer that reads the evidence (engineer text revision
+# 2, a 1,024-token prompt with training details): ledgers/base-indep-v2.toml, exported to
+# ledgers/models/mapf-base-indep-v2. About 80 minutes on 2 cores, resumable.
+base-model-indep-v2: build
+	BASE_PLAN=ledgers/base-indep-v2.toml BASE_LEDGER=ledgers/base-indep-v2-run \
+	BASE_MODEL_OUT=ledgers/models/mapf-base-indep-v2 BASE_CARD=tools/base-model-indep-v2-card.md \
 	BASE_EVAL_VAL="--per-cell 48 --wait-ratios 0.25,0.5,0.75" \
 	BASE_EVAL_TEST="--per-cell 15 --wait-ratios 0.25,0.5,0.75" tools/base-model.sh
 
