@@ -15,7 +15,7 @@
 //! So fetching A then B gives the same refs, events and blobs as B then A.
 //!
 //! File layout (all integers little-endian; encoding of refs and metadata through
-//! [`codec`](super::codec)):
+//! [`codec`]):
 //!
 //! ```text
 //! "MAPFBNDL" u32 version

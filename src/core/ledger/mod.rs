@@ -7,7 +7,7 @@
 //! a MAPF type; [`crate::record`], what the bytes mean (events, metadata, projections)
 //! and [`crate::plan`]; then the [`Ledger`] itself, in parts: [`open`] (creating from a
 //! plan, opening as writer or reader), [`facts`] (blobs, branches, appends, reads),
-//! [`reference`] (what a command names), [`projections`] (folded branch states and their
+//! [`reference`](mod@reference) (what a command names), [`projections`] (folded branch states and their
 //! cache); beside it [`verify`], [`bundle`] (bundles, fetch), [`gc`] and [`recover`]. Views of a ledger
 //! live in `crate::views`, above it.
 pub mod bundle;

@@ -24,7 +24,7 @@ pub enum ZeroVariance {
 }
 
 /// GRPO hyper-parameters: the plan file's `[grpo]` section itself, one type from the
-/// plan's text through its hash to the loop ([`train_stage`]). Fields added after the
+/// plan's text through its hash to the loop (`mapf_ledger::train::grpo::train_stage`). Fields added after the
 /// first ledgers (`micro_batch` on) are left out of the plan's canonical encoding while
 /// at their defaults, so a plan that does not set them keeps its hash.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -47,7 +47,7 @@ pub struct GrpoConfig {
     /// Optimiser updates per sampled batch (1 = on-policy).
     pub epochs: u32,
     /// The shaped reward's terms (each recorded here, none changed by an engineer; see
-    /// [`reward`]): `format_reward` for a plan that parses; `agent_reward` times the
+    /// `train::grpo::reward`): `format_reward` for a plan that parses; `agent_reward` times the
     /// share of agents that reach their goal without a violation (plays past the first
     /// failure); `valid_reward` for a valid plan; `cost_reward` times optimum / cost (1
     /// when optimal, under `train.metric`) and `optimal_bonus` for an optimal one.
@@ -82,7 +82,7 @@ pub struct GrpoConfig {
     /// The global gradient norm is clipped to this; 0 disables clipping.
     #[serde(skip_serializing_if = "is_default_max_grad_norm")]
     pub max_grad_norm: f64,
-    /// Added to a group's reward standard deviation before dividing (see [`advantages`]).
+    /// Added to a group's reward standard deviation before dividing (see `train::grpo::advantages`).
     #[serde(skip_serializing_if = "is_default_advantage_eps")]
     pub advantage_eps: f64,
     /// A group whose reward standard deviation is at most this has no signal.

@@ -7,7 +7,7 @@
 //!
 //! Two steps, one data flow: [`gather`] reads projections and audits of the chosen
 //! branches into a [`Report`] (every number keeps the hash of the event it came from),
-//! and [`write`] renders it ([`html`] for the page, [`crate::figures`] for the images).
+//! and [`write`](fn@write) renders it ([`html`] for the page, [`crate::figures`] for the images).
 //! Nothing here reads a clock, so the same ledger and arguments give the same bytes.
 pub mod html;
 pub mod serve;
