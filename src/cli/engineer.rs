@@ -149,7 +149,7 @@ fn add(
             Some(bytes)
         }
     };
-    let mut ledger = Ledger::open(dir).map_err(err)?;
+    let mut ledger = super::open_writer(dir).map_err(err)?;
     let state = ledger.projection(branch).map_err(err)?;
     if state.engineers.iter().any(|e| e == name) {
         return Err(CliError::input(format!(

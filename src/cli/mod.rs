@@ -241,6 +241,30 @@ impl Damage for mapf_ledger::report::ReportError {
     }
 }
 
+/// Open the ledger at `dir` as its one writer, and say what the open set aside rather
+/// than cut (history a damaged `REFS` may have hidden, or a crash's uncommitted batch).
+pub fn open_writer(
+    dir: &std::path::Path,
+) -> Result<mapf_ledger::ledger::Ledger, mapf_ledger::ledger::LedgerError> {
+    let l = mapf_ledger::ledger::Ledger::open(dir)?;
+    warn_set_aside(&l);
+    Ok(l)
+}
+
+/// The warning of a writer's open that set records aside (see [`open_writer`]).
+pub fn warn_set_aside(l: &mapf_ledger::ledger::Ledger) {
+    for a in l.set_aside().iter().filter(|a| a.records > 0) {
+        eprintln!(
+            "warning: {} held {} intact record(s) in {} bytes past its committed length {} (not history: a crash before its commit, or a damaged last REFS record); set aside as {}; `ledger recover` re-attaches them as recovered/* branches",
+            a.from.display(),
+            a.records,
+            a.bytes,
+            a.offset,
+            a.to.display()
+        );
+    }
+}
+
 /// A ledger error as a command's error (see [`Damage`]).
 pub fn ledger_error(e: mapf_ledger::ledger::LedgerError) -> CliError {
     e.into()
@@ -592,7 +616,7 @@ fn fork(
     name: Option<&str>,
 ) -> CliResult {
     let at = mapf_ledger::replay::parse_stage(at)?;
-    let mut ledger = mapf_ledger::ledger::Ledger::open(dir)?;
+    let mut ledger = open_writer(dir)?;
     let (name, head) = mapf_ledger::replay::fork(&mut ledger, from, at, engineer, name, 0)?;
     println!(
         "branch {name} forked from {from} before stage {at} (engineer {engineer}), head {}",

@@ -70,7 +70,7 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
             "`--verify` and `--engineer` exclude each other (a counterfactual is not a verification)",
         ));
     }
-    let mut ledger = Ledger::open(dir).map_err(ledger_error)?;
+    let mut ledger = super::open_writer(dir).map_err(ledger_error)?;
     // Before libtorch picks its kernels: run the recorded ones where this CPU can.
     let recorded = recorded_capabilities(&ledger, &args.branch, stage)?;
     if args.engineer.is_none() {

@@ -3,7 +3,6 @@
 use super::{CliError, CliResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use mapf_ledger::env::table::ResultTable;
-use mapf_ledger::ledger::Ledger;
 use mapf_ledger::stage::{Pipeline, Progress, RunOptions, StageError};
 use mapf_ledger::train::grpo::StepStats;
 use std::path::Path;
@@ -80,7 +79,7 @@ pub struct MemoryCheck {
 
 pub fn run(ledger_dir: &Path, opts: RunOptions, check: MemoryCheck, quiet: bool) -> CliResult {
     let started = std::time::Instant::now();
-    let mut ledger = Ledger::open(ledger_dir)?;
+    let mut ledger = super::open_writer(ledger_dir)?;
     let plan = mapf_ledger::stage::ledger_plan(&ledger).map_err(stage_error)?;
     let device = opts
         .device

@@ -262,7 +262,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             Ok(())
         }
         StoreCommand::Gc { json } => {
-            let mut l = Ledger::open(ledger).map_err(err)?;
+            let mut l = super::open_writer(ledger).map_err(err)?;
             let r = l
                 .gc(&mapf_ledger::record::checkpoint::referenced_blobs)
                 .map_err(err)?;
@@ -283,7 +283,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             }
         }
         StoreCommand::Branch(BranchCommand::Delete { name }) => {
-            let mut l = Ledger::open(ledger).map_err(err)?;
+            let mut l = super::open_writer(ledger).map_err(err)?;
             let head = l.head(&name).map_err(err)?;
             l.delete_branch(&name).map_err(err)?;
             println!(
@@ -294,6 +294,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
         }
         StoreCommand::Rebuild { json } => {
             let mut l = Ledger::open_for_rebuild(ledger).map_err(err)?;
+            super::warn_set_aside(&l);
             // Everything derived is remade: the index from the packs (a saved one can be
             // wrong with right checksums), then the projections.
             let index_seconds = l.reindex().map_err(err)?;
@@ -827,7 +828,7 @@ fn recover(ledger: &Path, json: bool) -> CliResult {
 }
 
 fn append_loop(ledger: &Path, batch: usize, batches: Option<u64>) -> CliResult {
-    let mut l = Ledger::open(ledger).map_err(err)?;
+    let mut l = super::open_writer(ledger).map_err(err)?;
     let mut total = l
         .ancestry(&l.head("main").map_err(err)?)
         .map_err(err)?

@@ -120,7 +120,7 @@ pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
     let bundle = Bundle::read(&args.bundle).map_err(input)?;
     if ledger_dir.join("db").is_dir() {
         // An earlier attempt made the ledger: bring in anything it lacks (nothing, usually).
-        let mut l = Ledger::open(ledger_dir).map_err(input)?;
+        let mut l = super::open_writer(ledger_dir).map_err(input)?;
         l.fetch(&bundle, None).map_err(input)?;
     } else {
         Ledger::create_from_bundle(ledger_dir, &bundle).map_err(input)?;
@@ -224,7 +224,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
             "`--engineers`: {d} is listed twice"
         )));
     }
-    let mut ledger = Ledger::open(ledger_dir)?;
+    let mut ledger = super::open_writer(ledger_dir)?;
     let stop = super::run::stop_on_ctrl_c();
     let dir = out.unwrap_or_else(|| ledger_dir.join(format!("study-at{at}")));
     let spec = StudySpec {

@@ -94,7 +94,7 @@ pub fn fetch(dir: &Path, args: FetchArgs) -> CliResult {
             )));
         }
     }
-    let mut l = Ledger::open(dir).map_err(err)?;
+    let mut l = super::open_writer(dir).map_err(err)?;
     let b = Bundle::from_source(
         &args.source,
         &l,

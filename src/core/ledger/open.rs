@@ -210,18 +210,6 @@ impl Ledger {
         };
         if writable {
             let mut l = ledger(Store::open_writer(dir)?);
-            // The report of what the open set aside rather than cut (aside.rs): the one
-            // thing a writer's open says, as it may be history a damaged REFS hid.
-            for a in l.store.set_aside().iter().filter(|a| a.records > 0) {
-                eprintln!(
-                    "warning: {} held {} intact record(s) in {} bytes past its committed length {} (not history: a crash before its commit, or a damaged last REFS record); set aside as {}; `ledger recover` re-attaches them as recovered/* branches",
-                    a.from.display(),
-                    a.records,
-                    a.bytes,
-                    a.offset,
-                    a.to.display()
-                );
-            }
             l.projections = Projections::writer(dir)?;
             return Ok(l);
         }
@@ -275,6 +263,14 @@ impl Ledger {
     /// what is wrong).
     pub fn open_problems(&self) -> &[OpenProblem] {
         self.store.problems()
+    }
+
+    /// What this writer's open set aside rather than cut: bytes past a pack's committed
+    /// length (a crash before its commit, or a damaged last `REFS` record that reads as
+    /// one), moved under `set-aside/` with the intact records they hold. Not history
+    /// until `recover` re-attaches them; the CLI says so when it opens a ledger.
+    pub fn set_aside(&self) -> &[ledger_store::aside::SetAside] {
+        self.store.set_aside()
     }
 
     /// Intact records no committed pack holds, by file (see `Store::unattached`).
