@@ -1,6 +1,6 @@
 //! Projections: pure folds of a branch's events into its state (branch facts, one
 //! [`StageState`] per stage, audit rows). `apply` never reads anything but its
-//! arguments, so a state cached by event id (see ledger/events.rs) is valid for every branch
+//! arguments, so a state cached by event id (see ledger/projections.rs) is valid for every branch
 //! that shares that prefix, and `ledger rebuild` recomputes it from the log.
 use crate::env::config::GeneratorConfig;
 use crate::record::event::{DecisionStatus, EvalCell, Event, EventBody, FailureBreakdown};
