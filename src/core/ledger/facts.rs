@@ -230,11 +230,7 @@ impl Ledger {
 
     /// The event with id `h`.
     pub fn event(&self, h: &Hash) -> Result<Event, LedgerError> {
-        let f = self.frame_of(h)?;
-        crate::record::event::decode_event(f.event).map_err(|source| LedgerError::Decode {
-            what: format!("event {}", h.short()),
-            source,
-        })
+        decode_frame(&self.frame_of(h)?)
     }
 
     /// An event's stored bytes and its metadata's, as they lie in the pack.
@@ -246,11 +242,7 @@ impl Ledger {
     /// The event and its metadata.
     pub fn event_with_meta(&self, h: &Hash) -> Result<(Event, Meta), LedgerError> {
         let f = self.frame_of(h)?;
-        let e =
-            crate::record::event::decode_event(f.event).map_err(|source| LedgerError::Decode {
-                what: format!("event {}", h.short()),
-                source,
-            })?;
+        let e = decode_frame(&f)?;
         let m = codec::decode(f.meta, "metadata").map_err(|source| LedgerError::Decode {
             what: format!("metadata of {}", h.short()),
             source,
@@ -291,4 +283,12 @@ impl Ledger {
     pub fn all_events(&self) -> impl Iterator<Item = Result<(Hash, Event), LedgerError>> + '_ {
         self.index().hashes().map(move |h| Ok((h, self.event(&h)?)))
     }
+}
+
+/// The event a stored frame holds (a decode error names the event).
+pub(super) fn decode_frame(f: &pack::Frame<'_>) -> Result<Event, LedgerError> {
+    crate::record::event::decode_event(f.event).map_err(|source| LedgerError::Decode {
+        what: format!("event {}", f.hash.short()),
+        source,
+    })
 }

@@ -82,13 +82,7 @@ impl Ledger {
         for &p in &positions {
             let e = index.entry(p);
             let f = self.frame_at(e.pack, e.offset)?;
-            let ev = crate::record::event::decode_event(f.event).map_err(|source| {
-                LedgerError::Decode {
-                    what: format!("event {}", f.hash.short()),
-                    source,
-                }
-            })?;
-            todo.extend(ev.body.blobs());
+            todo.extend(super::facts::decode_frame(&f)?.body.blobs());
         }
         while let Some(b) = todo.pop() {
             if blobs.insert(b) && !self.blob_store().is_small(&b) {

@@ -356,13 +356,7 @@ impl Ledger {
                     .map(|&p| {
                         let e = self.index().entry(p);
                         let f = self.frame_at(e.pack, e.offset)?;
-                        let ev = crate::record::event::decode_event(f.event).map_err(|source| {
-                            LedgerError::Decode {
-                                what: format!("event {}", f.hash.short()),
-                                source,
-                            }
-                        })?;
-                        Ok((f.hash, ev))
+                        Ok((f.hash, super::facts::decode_frame(&f)?))
                     })
                     .collect();
                 for (&p, r) in chunk.iter().zip(decoded) {
