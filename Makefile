@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all libtorch chromium build build-core test demo base-model base-model-indep base-model-indep-v2 coordination-pilot bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
+.PHONY: all libtorch chromium build build-core test demo base-model base-model-indep base-model-indep-v2 coordination-pilot engineer-rl-pilot bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
 
 all: build
 
@@ -65,6 +65,11 @@ base-model-indep-v2: build
 # wait 0.75, one GRPO stage of 120 steps each (tools/coordination-pilot.sh; resumable).
 coordination-pilot: build
 	tools/coordination-pilot.sh lo:0.0:120:0.0001:1:11 hi:0.75:120:0.0001:1:11
+
+# Engineer RL on its own: 40 engineer steps after one plan step, against a control fork
+# without them, scored by `ledger engineer eval` (tools/engineer-rl-pilot.sh).
+engineer-rl-pilot: build
+	tools/engineer-rl-pilot.sh
 
 bench: libtorch
 	$(CARGO) bench

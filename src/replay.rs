@@ -90,9 +90,17 @@ pub fn fork(
             },
         });
     };
-    let name = name
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("{from}-{engineer}-at{at}"));
+    let name = name.map(str::to_string).unwrap_or_else(|| {
+        // A spec's switches as name parts (`current:-history` ->
+        // `current-no-history`, `current+engineer-rl` -> `current-engineer-rl`).
+        // Plain names stay as written (`main-gpt-4o-at3`).
+        let label = if engineer.contains([':', '+']) {
+            crate::engineer::spec_label(engineer)
+        } else {
+            engineer.to_string()
+        };
+        format!("{from}-{label}-at{at}")
+    });
     ledger.fork(&name, &point)?;
     let ids = ledger.append(
         &name,

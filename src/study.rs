@@ -24,12 +24,7 @@ pub struct StudySpec {
 
 /// The deterministic branch name of one study run.
 pub fn study_branch(at: u32, engineer: &str, replicate: u32) -> String {
-    // A spec's module switches become readable name parts:
-    // `current:-failure_breakdown` -> `current-no-failure_breakdown`.
-    let name = engineer
-        .replace(':', "")
-        .replace('-', "-no-")
-        .replace('+', "-with-");
+    let name = crate::engineer::spec_label(engineer);
     format!("study-at{at}-{name}-s{replicate}")
 }
 
@@ -241,6 +236,14 @@ mod tests {
     #[test]
     fn study_names_are_deterministic() {
         assert_eq!(study_branch(3, "base", 1), "study-at3-base-s1");
+        assert_eq!(
+            study_branch(2, "current+engineer-rl", 4),
+            "study-at2-current-engineer-rl-s4"
+        );
+        assert_eq!(
+            study_branch(2, "current+engineer-rl:-history", 0),
+            "study-at2-current-no-history-engineer-rl-s0"
+        );
         assert_eq!(
             study_branch(2, "current:-failure_breakdown+training_details", 0),
             "study-at2-current-no-failure_breakdown-with-training_details-s0"

@@ -12,10 +12,10 @@ use proptest::prelude::*;
 
 const PLAN: &str = include_str!("../ledgers/demo.toml");
 
-/// One event of kind `kind % 17` (every kind but genesis, which every generated ledger
+/// One event of kind `kind % 19` (every kind but genesis, which every generated ledger
 /// starts with; gradient steps twice as often), its fields drawn from `x`.
 fn body(kind: u8, x: u32, blob: Hash) -> EventBody {
-    match kind % 18 {
+    match kind % 19 {
         10 => EventBody::EngineerRegistered(EngineerRegistered {
             name: format!("llm{}", x % 3),
             kind: if x % 2 == 0 {
@@ -72,6 +72,31 @@ fn body(kind: u8, x: u32, blob: Hash) -> EventBody {
             cells: vec![(2, 3, 2)],
             wait_ratios: vec![],
             outcomes: vec![(x % 3) as u8, (x / 3 % 3) as u8],
+        }),
+        18 => EventBody::EngineerTraining(EngineerTraining {
+            step: x as u64,
+            contexts: vec![blob],
+            context_ids: vec!["stage1".into()],
+            replies: (0..2)
+                .map(|i| EngineerReply {
+                    context: 0,
+                    reply: blob,
+                    parsed: (x + i) % 2 == 0,
+                    legal: (x + i) % 3 == 0,
+                    claims: x % 4,
+                    grounded: x % 5 == 0,
+                    learnability: ((x + i) % 2 == 0).then(|| (x as f64 / 9.0).to_bits()),
+                    pass_rate: None,
+                    reward: (x as f64 / 11.0 + i as f64).to_bits(),
+                })
+                .collect(),
+            signal_groups: x % 2,
+            tokens: x as u64,
+            params: blob,
+            loss: 0,
+            kl: 0,
+            clip_fraction: 0,
+            grad_norm: 1,
         }),
         17 => EventBody::EvaluationPlans(EvaluationPlans {
             suite: "test".into(),

@@ -940,7 +940,7 @@ fn engineer_eval_scores_an_http_engineer_in_one_command() {
         ],
     ));
     assert!(
-        text.contains("engineer-eval rules v2")
+        text.contains("engineer-eval rules v3")
             && text.contains("heuristic")
             && text.contains("direction"),
         "{text}"

@@ -37,7 +37,7 @@ pub enum EngineerCommand {
     },
     /// Score engineers on held-out contexts without a training run: parse and legal
     /// rates, grounded rationales, edits on the weak sizes, working sizes left alone,
-    /// edits that answer the dominant failure (rules: `engineer-eval rules v2`).
+    /// edits that answer the dominant failure (rules: `engineer-eval rules v3`).
     Eval(EvalArgs),
     /// The LLM engineers registered on a branch.
     List {
@@ -274,8 +274,9 @@ pub struct EvalArgs {
     #[arg(long)]
     pub model: Option<String>,
     /// Score each decision's configuration by this policy's learnability on instances
-    /// drawn from it (an HF directory or a checkpoint reference; seeded probes of 24
-    /// instances x 4 samples, the same seeds for every engineer).
+    /// drawn from it (an HF directory or a checkpoint reference; seeded probes of 6
+    /// instances x 4 samples per size of the configuration, the same instances for
+    /// every engineer wherever they leave a size alike).
     #[arg(long, value_name = "MODEL")]
     pub reference: Option<String>,
     /// Synthetic contexts drawn from --seed (with known ground truth).
@@ -488,7 +489,7 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
     for spec in &args.engineers {
         deciders.push((spec.clone(), decider(dir, &args, spec, seed)?));
     }
-    let mut reference = match &args.reference {
+    let reference = match &args.reference {
         Some(m) => {
             let device = mapf_ledger::train::parse_device(&args.device)
                 .map_err(|e| CliError::input(e.to_string()))?;
@@ -498,14 +499,21 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
                 } else {
                     super::checkpoint::load_ref(dir, m)?.policy
                 };
-            Some(mapf_ledger::engineer::probe::Probe {
-                name: "reference".into(),
-                policy,
-                seed: seed.child("reference", 0),
-            })
+            Some(policy)
         }
         None => None,
     };
+    // One size-by-size probe per context, shared by every engineer: a size two
+    // engineers leave alike is scored on the same instances for both.
+    let mut probes: Vec<mapf_ledger::engineer::probe::SizeProbe> = (0..contexts.len())
+        .map(|i| {
+            mapf_ledger::engineer::probe::SizeProbe::new(
+                seed.child("reference", i as u64),
+                ev::PROBE_PER_SIZE,
+                ev::PROBE_SAMPLES,
+            )
+        })
+        .collect();
     let mut evals = Vec::new();
     for (label, mut decide) in deciders {
         let bar = if args.json {
@@ -523,9 +531,8 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
             b
         };
         let mut probe = |i: usize, cfg: &mapf_ledger::env::GeneratorConfig| {
-            let r = reference.as_mut()?;
-            r.seed = seed.child("reference", i as u64);
-            r.probe(cfg)
+            let policy = reference.as_ref()?;
+            probes[i].probe(policy.as_ref(), cfg)
         };
         let with_reference: Option<ev::ReferenceProbe<'_>> = if args.reference.is_some() {
             Some(&mut probe)

@@ -13,7 +13,7 @@
 //!
 //! The rules, written down and versioned ([`RULES_VERSION`]; change them only with a
 //! new version; v2 reads a failure-kind count only from a whole token, so an edit such
-//! as `holes -0.05` is no claim):
+//! as `holes -0.05` is no claim; v3 estimates learnability size by size):
 //! - a size is **weak** when its validation valid rate is below [`WEAK_BELOW`] %, and
 //!   **working** otherwise (the `heuristic` and `learnability` engineers use the same
 //!   80% line); its **dominant failure** is the kind with the most failures (ties: the
@@ -40,7 +40,12 @@
 //! - **learnability** (with a reference policy): the policy's pass rate p on instances
 //!   drawn from the configuration the decision leads to, per probe instance, scored
 //!   4·mean p(1-p): highest when the stage would be neither solved nor hopeless
-//!   (GenEnv's α-curriculum, the `learnability` engineer's own criterion).
+//!   (GenEnv's α-curriculum, the `learnability` engineer's own criterion). Estimated
+//!   size by size ([`super::probe::SizeProbe`]): [`PROBE_PER_SIZE`] instances of each
+//!   size drawn from its own settings with the context's seed for that size, common to
+//!   every engineer, [`PROBE_SAMPLES`] plans each, weighted by data ratio; so sizes two
+//!   engineers leave alike score the same for both and paired differences measure the
+//!   edits (v2 drew 24 instances from the whole configuration anew for each engineer).
 use super::{Decision, EngineerContext};
 use crate::env::config::{max_hole_ratio, SizeConfig};
 use crate::env::table::{CellCounts, ResultTable};
@@ -53,7 +58,10 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The version of the scoring rules above (in every report).
-pub const RULES_VERSION: &str = "engineer-eval rules v2";
+pub const RULES_VERSION: &str = "engineer-eval rules v3";
+/// The reference probe: instances per size of a configuration, and plans per instance.
+pub const PROBE_PER_SIZE: usize = 6;
+pub const PROBE_SAMPLES: usize = 4;
 /// Validation valid % below which a size is weak.
 pub const WEAK_BELOW: f64 = 80.0;
 

@@ -12,6 +12,7 @@ pub mod model;
 pub mod probe;
 pub mod prompt;
 pub mod reply;
+pub mod rl;
 pub mod teacher;
 
 pub use context::{EngineerContext, HistoryEntry};
@@ -168,6 +169,9 @@ pub struct EngineerSpec {
     pub name: String,
     /// (module, on) in the order written.
     pub switches: Vec<(String, bool)>,
+    /// The name ended in `+engineer-rl` ([`rl::SUFFIX`]): the branch trains its
+    /// engineer (engineer RL) in every stage it runs.
+    pub engineer_rl: bool,
 }
 
 /// The five context modules, by their names in plans and specs.
@@ -202,6 +206,10 @@ impl EngineerSpec {
         let (name, mods) = match spec.split_once(':') {
             Some((n, m)) => (n, Some(m)),
             None => (spec, None),
+        };
+        let (name, engineer_rl) = match name.strip_suffix(rl::SUFFIX) {
+            Some(n) => (n, true),
+            None => (name, false),
         };
         if name.is_empty() {
             return Err(bad("no engineer name before ':'".into()));
@@ -241,6 +249,7 @@ impl EngineerSpec {
         Ok(EngineerSpec {
             name: name.to_string(),
             switches,
+            engineer_rl,
         })
     }
 
@@ -263,6 +272,12 @@ impl EngineerSpec {
     /// Check that this engineer can design stages of a ledger whose policy is
     /// `policy`, given the LLM engineers registered on the branch.
     pub fn check(&self, policy: &str, registered: &[String]) -> Result<(), EngineerNameError> {
+        if self.engineer_rl && policy != "lm" {
+            return Err(EngineerNameError::BadSpec {
+                spec: format!("{}{}", self.name, rl::SUFFIX),
+                problem: format!("engineer RL trains the policy on engineer prompts, which needs an `lm` policy; this ledger's policy is `{policy}`"),
+            });
+        }
         match builtin(&self.name) {
             Some(b) if b.lm_only && policy != "lm" => Err(EngineerNameError::NeedsLm {
                 name: self.name.clone(),
@@ -275,6 +290,32 @@ impl EngineerSpec {
                 registered: registered.to_vec(),
             }),
         }
+    }
+}
+
+/// An engineer spec as a part of a branch name: module switches become readable parts
+/// (`current:-failure_breakdown` -> `current-no-failure_breakdown`, `+x` -> `-with-x`)
+/// and engineer RL a last part (`current+engineer-rl` -> `current-engineer-rl`). Study
+/// branches are named with it, so it never changes for specs that name no engineer RL.
+pub fn spec_label(spec: &str) -> String {
+    let (spec, rl) = match spec.split_once(':') {
+        Some((head, mods)) => match head.strip_suffix(rl::SUFFIX) {
+            Some(name) => (format!("{name}:{mods}"), true),
+            None => (spec.to_string(), false),
+        },
+        None => match spec.strip_suffix(rl::SUFFIX) {
+            Some(name) => (name.to_string(), true),
+            None => (spec.to_string(), false),
+        },
+    };
+    let label = spec
+        .replace(':', "")
+        .replace('-', "-no-")
+        .replace('+', "-with-");
+    if rl {
+        format!("{label}-engineer-rl")
+    } else {
+        label
     }
 }
 
@@ -394,6 +435,12 @@ mod tests {
         let m = s.modules(&crate::plan::ContextModules::default());
         assert!(!m.failure_breakdown && m.training_details && m.summary);
         assert_eq!(EngineerSpec::parse("fixed").unwrap().switches, vec![]);
+        let rl = EngineerSpec::parse("current+engineer-rl:-history").unwrap();
+        assert!(rl.engineer_rl && rl.name == "current" && rl.switches.len() == 1);
+        assert!(!EngineerSpec::parse("current").unwrap().engineer_rl);
+        let e = rl.check("grid", &[]).unwrap_err().to_string();
+        assert!(e.contains("current+engineer-rl") && e.contains("lm"), "{e}");
+        assert!(rl.check("lm", &[]).is_ok());
         for bad in [
             "current:",
             ":-history",

@@ -205,33 +205,122 @@ impl Probe {
         // Common random numbers: every candidate is probed with the same seeds, so
         // candidates that share a size see the same instances and sampling noise
         // largely cancels out of the comparison.
-        let seed = self.seed.child("probe", 0);
-        let items = generate(
+        probe(
+            self.policy.as_ref(),
             config,
+            self.seed.child("probe", 0),
             PROBE_INSTANCES,
-            seed.child("instances", 0),
-            Budget::default(),
+            PROBE_SAMPLES,
         )
-        .ok()?;
-        let instances: Vec<_> = items.iter().map(|i| i.instance.clone()).collect();
-        let rollouts =
-            self.policy
-                .sample(&instances, PROBE_SAMPLES, false, seed.child("rollouts", 0));
-        let mut pass = vec![0u32; instances.len()];
-        for r in &rollouts {
-            if let Ok(plan) = &r.plan {
-                pass[r.instance] += simulate(&instances[r.instance], plan).valid as u32;
-            }
+    }
+}
+
+/// Mean p(1-p) and mean p, where p is `policy`'s pass rate (valid plans among
+/// `samples` sampled ones) on each of `instances` instances drawn from `config` with
+/// `seed`; None when the generator cannot draw them. The `learnability` engineer, the
+/// engineer benchmark's reference probe and engineer RL's reward all use it.
+pub fn probe(
+    policy: &dyn Policy,
+    config: &GeneratorConfig,
+    seed: Seed,
+    instances: usize,
+    samples: usize,
+) -> Option<(f64, f64)> {
+    let items = generate(
+        config,
+        instances,
+        seed.child("instances", 0),
+        Budget::default(),
+    )
+    .ok()?;
+    let instances: Vec<_> = items.iter().map(|i| i.instance.clone()).collect();
+    let rollouts = policy.sample(&instances, samples, false, seed.child("rollouts", 0));
+    let mut pass = vec![0u32; instances.len()];
+    for r in &rollouts {
+        if let Ok(plan) = &r.plan {
+            pass[r.instance] += simulate(&instances[r.instance], plan).valid as u32;
         }
-        let ps: Vec<f64> = pass
-            .iter()
-            .map(|&x| x as f64 / PROBE_SAMPLES as f64)
-            .collect();
-        let n = ps.len() as f64;
-        Some((
-            ps.iter().map(|p| p * (1.0 - p)).sum::<f64>() / n,
-            ps.iter().sum::<f64>() / n,
-        ))
+    }
+    let ps: Vec<f64> = pass.iter().map(|&x| x as f64 / samples as f64).collect();
+    let n = ps.len().max(1) as f64;
+    Some((
+        ps.iter().map(|p| p * (1.0 - p)).sum::<f64>() / n,
+        ps.iter().sum::<f64>() / n,
+    ))
+}
+
+/// Learnability of configurations estimated size by size, for comparing proposals: per
+/// size of a configuration, `per_size` instances drawn from that size's own settings
+/// with a seed of the size alone (`seed` / "size" / n), `samples` plans each; the
+/// configuration's score is the data-ratio-weighted mean over its sizes. Results are
+/// cached per (agents, size, hole and wait ratio), so two proposals that leave a size as
+/// it is score it identically, and their difference is the effect of their edits and
+/// reweighting, not of drawing other instances (the pooled [`probe`] draws every
+/// instance anew when any ratio changes). Engineer RL's reward and `engineer eval
+/// --reference` use it; the `learnability` engineer keeps the pooled probe it records
+/// with.
+pub struct SizeProbe {
+    pub seed: Seed,
+    pub per_size: usize,
+    pub samples: usize,
+    cache: std::collections::BTreeMap<(usize, usize, u64, u64), Option<(f64, f64)>>,
+}
+
+impl SizeProbe {
+    pub fn new(seed: Seed, per_size: usize, samples: usize) -> SizeProbe {
+        SizeProbe {
+            seed,
+            per_size,
+            samples,
+            cache: Default::default(),
+        }
+    }
+
+    /// (mean p(1-p), mean p) of `policy` on `config`, sizes weighted by data ratio;
+    /// None when no size has data or the generator cannot draw one of them.
+    pub fn probe(&mut self, policy: &dyn Policy, config: &GeneratorConfig) -> Option<(f64, f64)> {
+        let total: f64 = config.sizes.values().map(|s| s.data_ratio.max(0.0)).sum();
+        if total <= 0.0 {
+            return None;
+        }
+        let (mut learn, mut pass) = (0.0, 0.0);
+        for (&n, size) in &config.sizes {
+            if size.data_ratio <= 0.0 {
+                continue;
+            }
+            let key = (
+                config.agents,
+                n,
+                size.hole_ratio.to_bits(),
+                size.wait_ratio.to_bits(),
+            );
+            let (seed, per_size, samples) = (self.seed, self.per_size, self.samples);
+            let r = *self.cache.entry(key).or_insert_with(|| {
+                let one = GeneratorConfig {
+                    agents: config.agents,
+                    sizes: [(
+                        n,
+                        crate::env::config::SizeConfig {
+                            data_ratio: 1.0,
+                            ..*size
+                        },
+                    )]
+                    .into(),
+                };
+                probe(
+                    policy,
+                    &one,
+                    seed.child("size", n as u64),
+                    per_size,
+                    samples,
+                )
+            });
+            let (l, p) = r?;
+            let w = size.data_ratio / total;
+            learn += w * l;
+            pass += w * p;
+        }
+        Some((learn, pass))
     }
 }
 

@@ -49,6 +49,26 @@ impl Pipeline<'_> {
         Ok(true)
     }
 
+    /// Whether the stages a branch runs under engineer `spec` train its engineer
+    /// (engineer RL): on every branch when the plan's `[engineer.train]` is enabled,
+    /// else on branches whose spec ends in `+engineer-rl`. Returns the settings.
+    pub fn engineer_rl(
+        &self,
+        spec: &str,
+    ) -> Result<Option<crate::engineer::rl::Settings>, StageError> {
+        let train = self.plan.engineer.train.clone();
+        let on = crate::engineer::EngineerSpec::parse(spec)?.engineer_rl
+            || train.as_ref().is_some_and(|t| t.enabled);
+        let lm = &self.plan.lm;
+        Ok(on.then(|| crate::engineer::rl::Settings {
+            train: train.unwrap_or_default(),
+            grpo: self.plan.grpo.clone(),
+            sampling: lm.engineer_sampling(),
+            max_prompt_tokens: lm.engineer_prompt_tokens,
+            revision: self.plan.engineer.revision,
+        }))
+    }
+
     /// The context engineer `spec` reads when designing stage `n` from the branch's
     /// history: the plan's context modules with the spec's switches applied, and every
     /// switched-off module's information removed.

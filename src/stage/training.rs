@@ -103,6 +103,19 @@ impl Pipeline<'_> {
             blobs
         };
 
+        // The context engineer RL starts from: the one this stage's engineer read.
+        let engineer_rl = match self.engineer_rl(engineer_name)? {
+            Some(settings) => {
+                let current = prev
+                    .config
+                    .clone()
+                    .or_else(|| state.initial_config.clone())
+                    .expect("genesis has a config");
+                Some((settings, self.context(state, n, current, engineer_name)?))
+            }
+            None => None,
+        };
+
         // 3. Train (GRPO's own loop), from this stage's last durable checkpoint or the
         //    previous stage's.
         let start = grpo::StageStart {
@@ -121,13 +134,28 @@ impl Pipeline<'_> {
             stop,
         };
         let metric = self.plan.train.metric;
-        let Some(ts) = grpo::train_stage(&cfg, metric, &start, &data, &blobs, seed, &mut host)?
+        let Some(mut ts) = grpo::train_stage(&cfg, metric, &start, &data, &blobs, seed, &mut host)?
         else {
             return Ok(false);
         };
         let mut rec = host.rec;
 
-        // 4. Evaluate, summarise, complete.
+        // 4. Engineer RL, when this branch trains its engineer: steps on engineer prompts
+        //    after the plan steps, durable with the stage's end (a crash before it
+        //    recomputes them from the last durable checkpoint, bit for bit).
+        if let Some((settings, own)) = &engineer_rl {
+            train_engineer(
+                &mut rec,
+                &mut ts,
+                settings,
+                own,
+                seed.child("engineer-rl", 0),
+                n,
+                host.progress,
+            )?;
+        }
+
+        // 5. Evaluate, summarise, complete.
         let validation = finish_stage(
             &mut rec,
             n,
@@ -143,6 +171,76 @@ impl Pipeline<'_> {
         progress.stage_end(n, &validation);
         Ok(true)
     }
+}
+
+/// Engineer RL's steps ([`crate::engineer::rl`]), each recorded as an
+/// `engineer_training` event with its contexts and replies as blobs.
+fn train_engineer(
+    rec: &mut Recorder<'_>,
+    ts: &mut TrainState,
+    settings: &crate::engineer::rl::Settings,
+    own: &EngineerContext,
+    seed: Seed,
+    stage: u32,
+    progress: &mut dyn Progress,
+) -> Result<(), StageError> {
+    use crate::engineer::rl;
+    use crate::record::event::{EngineerReply, EngineerTraining};
+    let steps = settings.train.steps as u64;
+    if let Some(lr) = settings.train.lr {
+        ts.set_lr(lr);
+    }
+    for k in 0..steps {
+        let contexts = rl::contexts(own, &settings.train, seed, k);
+        let out =
+            rl::step(ts, settings, &contexts, seed.child("step", k)).map_err(StageError::Plan)?;
+        let blobs = contexts
+            .iter()
+            .map(|(_, c)| rec.blob(&codec::encode(c)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut replies = Vec::with_capacity(out.replies.len());
+        for r in &out.replies {
+            replies.push(EngineerReply {
+                context: r.context as u32,
+                reply: rec.blob(r.text.as_bytes())?,
+                parsed: r.parsed,
+                legal: r.legal,
+                claims: r.claims,
+                grounded: r.grounded,
+                learnability: r.learnability.map(f64::to_bits),
+                pass_rate: r.pass_rate.map(f64::to_bits),
+                reward: r.reward.to_bits(),
+            });
+        }
+        let mean =
+            out.replies.iter().map(|r| r.reward).sum::<f64>() / out.replies.len().max(1) as f64;
+        progress.note(&format!(
+            "stage {stage}: engineer RL step {}/{steps}: reward {mean:.3}, {} of {} replies parsed, {} grounded, {} of {} groups with signal",
+            k + 1,
+            out.replies.iter().filter(|r| r.parsed).count(),
+            out.replies.len(),
+            out.replies.iter().filter(|r| r.grounded).count(),
+            out.signal_groups,
+            contexts.len(),
+        ));
+        rec.push(
+            stage,
+            EventBody::EngineerTraining(EngineerTraining {
+                step: ts.global_step,
+                context_ids: contexts.iter().map(|(id, _)| id.clone()).collect(),
+                contexts: blobs,
+                replies,
+                signal_groups: out.signal_groups,
+                tokens: out.tokens,
+                params: out.params,
+                loss: out.loss.to_bits(),
+                kl: out.kl.to_bits(),
+                clip_fraction: out.clip_fraction.to_bits(),
+                grad_norm: out.grad_norm.to_bits(),
+            }),
+        );
+    }
+    Ok(())
 }
 
 /// The stage's side of [`grpo::train_stage`]: checkpoints come from the ledger, step

@@ -388,19 +388,20 @@ pub fn step(
 }
 
 /// The loss of one forward, as tensors (see [`clipped_loss`]).
-struct LossTerms {
-    loss: Tensor,
-    policy_loss: Tensor,
-    kl: Tensor,
-    entropy: Tensor,
-    clip_fraction: Tensor,
+pub struct LossTerms {
+    pub loss: Tensor,
+    pub policy_loss: Tensor,
+    pub kl: Tensor,
+    pub entropy: Tensor,
+    pub clip_fraction: Tensor,
 }
 
 /// The GRPO objective of one forward, the one place it is written: the clipped-ratio
 /// policy loss, the k3 KL estimate to the base, and the entropy bonus, every per-token
 /// term reduced by `reduce` (the batch's token mean, or a micro-batch's share of it).
-/// `old` and `base` hold the same actions as `lp`, in its order.
-fn clipped_loss(
+/// `old` and `base` hold the same actions as `lp`, in its order. Engineer RL
+/// (`engineer::rl`) optimises the same objective on engineer replies.
+pub fn clipped_loss(
     lp: &super::policy::LogProbs,
     old: &Tensor,
     adv_a: &Tensor,

@@ -260,6 +260,67 @@ pub struct EngineerPlan {
     /// key twice is a recorded repair). Skipped at 1, so older plans keep their hash.
     #[serde(skip_serializing_if = "is_first_revision")]
     pub revision: u32,
+    /// Engineer RL (`[engineer.train]`): GRPO steps on engineer prompts in the stages
+    /// of an `lm` policy, on every branch when `enabled`, else only on branches whose
+    /// engineer spec ends in `+engineer-rl` (e.g. `current+engineer-rl`, a study arm;
+    /// with [`EngineerTrain::default`] when the plan has no section). Absent: the plan
+    /// hashes as before the option existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train: Option<EngineerTrain>,
+}
+
+/// Engineer RL: after a stage's plan steps, `steps` GRPO steps on engineer prompts.
+/// Each step shows the policy `prompts` contexts (the stage's own, then synthetic ones
+/// with known ground truth drawn from the stage seed), samples `group_size` replies to
+/// each, and rewards a reply with
+/// `learnability_weight` x the proposal's learnability under the current policy
+/// (4 p(1-p) on the configuration it leads to, estimated size by size: `probe_per_size`
+/// instances of each size, `probe_samples` plans each, weighted by data ratio; 0 when
+/// nothing usable was proposed)
+/// + `format_weight` if the proposal parses and is legal as written
+/// + `grounding_weight` if the rationale makes a checkable claim and every claim holds
+///   (the rules of `ledger engineer eval`).
+///
+/// Advantages are group-normalised and the loss is the plan steps' clipped objective
+/// (the plan's `[grpo]` clip, KL and entropy settings, the stage's optimiser).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineerTrain {
+    /// Every branch trains its engineer. Off (the default): only branches whose
+    /// engineer spec ends in `+engineer-rl` do, with these settings.
+    pub enabled: bool,
+    /// Steps per stage.
+    pub steps: u32,
+    /// Contexts per step: the stage's own, then `prompts - 1` synthetic ones.
+    pub prompts: u32,
+    /// Replies sampled per context (the GRPO group).
+    pub group_size: u32,
+    pub probe_per_size: u32,
+    pub probe_samples: u32,
+    pub learnability_weight: f64,
+    pub format_weight: f64,
+    pub grounding_weight: f64,
+    /// The optimiser's learning rate during engineer steps (absent: the plan's
+    /// `[grpo] lr`); the plan steps of the next stage return to theirs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lr: Option<f64>,
+}
+
+impl Default for EngineerTrain {
+    fn default() -> Self {
+        EngineerTrain {
+            enabled: false,
+            steps: 4,
+            prompts: 2,
+            group_size: 4,
+            probe_per_size: 6,
+            probe_samples: 4,
+            learnability_weight: 1.0,
+            format_weight: 0.25,
+            grounding_weight: 0.25,
+            lr: None,
+        }
+    }
 }
 
 /// The newest engineer text revision a plan may ask for.
@@ -277,6 +338,7 @@ impl Default for EngineerPlan {
             max_size: 10,
             context: ContextModules::default(),
             revision: 1,
+            train: None,
         }
     }
 }
@@ -499,6 +561,39 @@ impl LedgerPlan {
             1,
             LATEST_ENGINEER_REVISION as u64,
         )?;
+        if let Some(t) = &e.train {
+            check_u("engineer.train.steps", t.steps as u64, 1, 10_000)?;
+            check_u("engineer.train.prompts", t.prompts as u64, 1, 256)?;
+            check_u("engineer.train.group_size", t.group_size as u64, 2, 256)?;
+            check_u(
+                "engineer.train.probe_per_size",
+                t.probe_per_size as u64,
+                1,
+                4096,
+            )?;
+            check_u(
+                "engineer.train.probe_samples",
+                t.probe_samples as u64,
+                1,
+                256,
+            )?;
+            for (field, w) in [
+                ("engineer.train.learnability_weight", t.learnability_weight),
+                ("engineer.train.format_weight", t.format_weight),
+                ("engineer.train.grounding_weight", t.grounding_weight),
+            ] {
+                check_f(field, w, 0.0, 100.0, false)?;
+            }
+            if let Some(lr) = t.lr {
+                check_f("engineer.train.lr", lr, 0.0, 1.0, true)?;
+            }
+            if t.enabled && self.policy != PolicyKind::Lm {
+                return Err(range(
+                    "engineer.train",
+                    "engineer RL trains the policy on engineer prompts, which needs policy = \"lm\"",
+                ));
+            }
+        }
         if let Some(&n) = self
             .initial_config
             .sizes

@@ -55,6 +55,71 @@ pub enum EventBody {
     /// Per suite evaluation of a plan with `suites.keep_plans`, right after its
     /// `EvaluationOutcomes`: the greedy plan of every item, in suite order, as a blob.
     EvaluationPlans(EvaluationPlans),
+    /// Per engineer-RL step (`[engineer.train]`): the contexts shown, every reply with
+    /// its reward terms, and the update.
+    EngineerTraining(EngineerTraining),
+}
+
+/// One engineer-RL step: GRPO on engineer prompts, after the stage's plan steps.
+/// Floats are f64 bit patterns (JSON: numbers).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineerTraining {
+    /// The policy's global step after this update.
+    pub step: u64,
+    /// Blobs of the codec-encoded contexts shown (the stage's own first, then the
+    /// synthetic ones), in order.
+    pub contexts: Vec<Hash>,
+    /// Their ids (`stage3`, `synthetic/7`), in the same order.
+    pub context_ids: Vec<String>,
+    /// Every reply, grouped by context (`group_size` each).
+    pub replies: Vec<EngineerReply>,
+    /// Groups whose rewards differ (the others carry no gradient and are skipped).
+    pub signal_groups: u32,
+    /// Reply tokens trained on.
+    pub tokens: u64,
+    /// Parameter hash after the update.
+    pub params: Hash,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
+    pub loss: u64,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
+    pub kl: u64,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
+    pub clip_fraction: u64,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
+    pub grad_norm: u64,
+}
+
+/// One sampled engineer reply and the terms of its reward.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineerReply {
+    /// Index into the step's `contexts`.
+    pub context: u32,
+    /// Blob of the reply text.
+    pub reply: Hash,
+    /// A proposal came out of the reply.
+    pub parsed: bool,
+    /// It projects onto the legal ranges as written (nothing clipped or refused).
+    pub legal: bool,
+    /// Checkable claims in the rationale, and whether every one holds (false when
+    /// there is none).
+    pub claims: u32,
+    pub grounded: bool,
+    /// The probe of the configuration the reply leads to: 4·mean p(1-p) and mean pass
+    /// rate p of the current policy (None: nothing usable was proposed, or the
+    /// generator could not draw the probe).
+    #[serde(with = "crate::record::readable::opt_f64_bits")]
+    #[schemars(with = "Option<crate::record::readable::JsonFloat>")]
+    pub learnability: Option<u64>,
+    #[serde(with = "crate::record::readable::opt_f64_bits")]
+    #[schemars(with = "Option<crate::record::readable::JsonFloat>")]
+    pub pass_rate: Option<u64>,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
+    pub reward: u64,
 }
 
 /// The greedy plans of one suite evaluation (`suites.keep_plans`).
@@ -249,6 +314,7 @@ impl EventBody {
             EventBody::EvaluationOutcomes(_) => "evaluation_outcomes",
             EventBody::EvaluationPlans(_) => "evaluation_plans",
             EventBody::ReplayVerified(_) => "replay_verified",
+            EventBody::EngineerTraining(_) => "engineer_training",
         }
     }
 
@@ -283,6 +349,11 @@ impl EventBody {
                 v
             }
             EventBody::StageCompleted(s) => s.checkpoint.into_iter().collect(),
+            EventBody::EngineerTraining(t) => {
+                let mut v = t.contexts.clone();
+                v.extend(t.replies.iter().map(|r| r.reply));
+                v
+            }
             EventBody::GradientStep(_)
             | EventBody::FailureBreakdown(_)
             | EventBody::BranchForked(_)
@@ -378,6 +449,22 @@ impl EventBody {
                 100.0 * f(g.clip_fraction),
                 g.tokens
             ),
+            EventBody::EngineerTraining(t) => {
+                let n = t.replies.len().max(1) as f64;
+                let count = |f: fn(&EngineerReply) -> bool| t.replies.iter().filter(|r| f(r)).count();
+                format!(
+                    "step {} {} replies to {} contexts: reward {:.3}, {} parsed, {} legal, {} grounded, {}/{} groups with signal",
+                    t.step,
+                    t.replies.len(),
+                    t.contexts.len(),
+                    t.replies.iter().map(|r| f(r.reward)).sum::<f64>() / n,
+                    count(|r| r.parsed),
+                    count(|r| r.legal),
+                    count(|r| r.grounded),
+                    t.signal_groups,
+                    t.contexts.len()
+                )
+            }
             EventBody::ReplayVerified(r) => match &r.mismatch {
                 None => format!("stage {} matched {} events", r.replayed_stage, r.events),
                 Some(m) => format!("stage {} mismatch: {m}", r.replayed_stage),

@@ -73,6 +73,25 @@ pub struct StageState {
     pub completed: Option<Hash>,
     /// Sums of the stage's per-step GRPO statistics (`grpo_stats` events).
     pub grpo: GrpoTotals,
+    /// Sums of the stage's engineer-RL steps (`engineer_training` events).
+    pub engineer_rl: EngineerRlTotals,
+}
+
+/// Running sums of a stage's `engineer_training` events.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EngineerRlTotals {
+    pub steps: u64,
+    pub replies: u64,
+    pub parsed: u64,
+    pub legal: u64,
+    pub grounded: u64,
+    /// Replies whose proposal was probed, and the sum of their learnability scores.
+    pub probed: u64,
+    pub learnability_sum: f64,
+    pub reward_sum: f64,
+    /// The reward mean of the stage's first and last step.
+    pub first_reward: Option<f64>,
+    pub last_reward: Option<f64>,
 }
 
 /// Running sums of a stage's `grpo_stats` events (means are sum / steps).
@@ -255,6 +274,24 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
             audit(s);
         }
         EventBody::EngineerChosen(c) => s.engineer = Some(c.engineer.clone()),
+        EventBody::EngineerTraining(e) => {
+            let t = &mut s.stage_mut(n).engineer_rl;
+            let f = f64::from_bits;
+            let rewards: f64 = e.replies.iter().map(|r| f(r.reward)).sum();
+            let mean = rewards / e.replies.len().max(1) as f64;
+            t.steps += 1;
+            t.replies += e.replies.len() as u64;
+            t.parsed += e.replies.iter().filter(|r| r.parsed).count() as u64;
+            t.legal += e.replies.iter().filter(|r| r.legal).count() as u64;
+            t.grounded += e.replies.iter().filter(|r| r.grounded).count() as u64;
+            for l in e.replies.iter().filter_map(|r| r.learnability) {
+                t.probed += 1;
+                t.learnability_sum += f(l);
+            }
+            t.reward_sum += rewards;
+            t.first_reward.get_or_insert(mean);
+            t.last_reward = Some(mean);
+        }
         EventBody::GrpoStats(g) => {
             let t = &mut s.stage_mut(n).grpo;
             let f = f64::from_bits;

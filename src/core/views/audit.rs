@@ -52,7 +52,58 @@ pub struct DecisionAudit {
     pub rationale: String,
     /// How GRPO went on the stage this decision designed (None before any step).
     pub training: Option<TrainingSummary>,
+    /// Engineer RL on the stage this decision designed (None: the branch does not
+    /// train its engineer).
+    pub engineer_rl: Option<EngineerRlSummary>,
     pub outcome: Option<DecisionOutcome>,
+}
+
+/// A stage's engineer-RL steps in sum (`engineer_training` events).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineerRlSummary {
+    pub steps: u64,
+    pub replies: u64,
+    /// Shares of replies, in %.
+    pub parsed_pct: f64,
+    pub legal_pct: f64,
+    pub grounded_pct: f64,
+    /// Mean learnability score (4·p(1-p)) over the replies whose proposal was probed.
+    pub learnability: Option<f64>,
+    /// Mean reward of the first and the last step.
+    pub first_reward: f64,
+    pub last_reward: f64,
+}
+
+impl EngineerRlSummary {
+    pub fn of(t: &crate::record::projection::EngineerRlTotals) -> Option<EngineerRlSummary> {
+        let pct = |x: u64| 100.0 * x as f64 / t.replies.max(1) as f64;
+        Some(EngineerRlSummary {
+            steps: t.steps,
+            replies: t.replies,
+            parsed_pct: pct(t.parsed),
+            legal_pct: pct(t.legal),
+            grounded_pct: pct(t.grounded),
+            learnability: (t.probed > 0).then(|| t.learnability_sum / t.probed as f64),
+            first_reward: t.first_reward?,
+            last_reward: t.last_reward?,
+        })
+    }
+
+    /// One line: `4 steps, 32 replies: reward 0.41 -> 0.55, 75% parsed, ...`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} steps, {} replies: reward {:.3} (first step) -> {:.3} (last), {:.0}% parsed, {:.0}% legal, {:.0}% grounded, learnability {}",
+            self.steps,
+            self.replies,
+            self.first_reward,
+            self.last_reward,
+            self.parsed_pct,
+            self.legal_pct,
+            self.grounded_pct,
+            self.learnability
+                .map_or("not probed".to_string(), |l| format!("{l:.3}"))
+        )
+    }
 }
 
 /// One field of the configuration: its previous, proposed and applied value.
@@ -400,6 +451,7 @@ pub fn audit(
             refused: d.refused.clone(),
             rationale: d.rationale.clone(),
             training: TrainingSummary::of(&st.grpo),
+            engineer_rl: EngineerRlSummary::of(&st.engineer_rl),
             outcome,
         });
     }
@@ -494,6 +546,9 @@ pub fn render(r: &AuditReport) -> String {
         let _ = writeln!(s, "  rationale: {}", d.rationale.trim());
         if let Some(t) = &d.training {
             let _ = writeln!(s, "  training: {}", t.line());
+        }
+        if let Some(t) = &d.engineer_rl {
+            let _ = writeln!(s, "  engineer RL: {}", t.line());
         }
         match &d.outcome {
             None => {

@@ -8,6 +8,9 @@
 //!   `coordination_valid_pct` (when the batch had such instances) from `grpo_stats` and
 //!   `trajectories`; `train/loss`, `policy_loss`, `entropy`, `grad_norm` from
 //!   `gradient_step`;
+//! - per engineer-RL step (`engineer_training`), at its global step: `engineer/reward_mean`,
+//!   `parsed_pct`, `legal_pct`, `grounded_pct`, `learnability` (mean over the replies
+//!   probed), `loss`, `grad_norm`;
 //! - per stage evaluation, at the last optimiser step of the stage (0 before any): valid
 //!   and optimal % of every group of [`super::paired::groups_with`]:
 //!   `val/2_agents/valid`, `test/3_agents/wait0.25/optimal`, `test/3_agents/coord/valid`
@@ -93,6 +96,52 @@ pub fn branch_scalars(
             push("train/entropy", g.step, f(g.entropy), w);
             push("train/grad_norm", g.step, f(g.grad_norm), w);
             last = last.max(g.step);
+        }
+        if let EventBody::EngineerTraining(t) = &ev.body {
+            let w = wall(h)?;
+            let f = f64::from_bits;
+            let n = t.replies.len().max(1) as f64;
+            let pct = |x: usize| 100.0 * x as f64 / n;
+            push(
+                "engineer/reward_mean",
+                t.step,
+                t.replies.iter().map(|r| f(r.reward)).sum::<f64>() / n,
+                w,
+            );
+            push(
+                "engineer/parsed_pct",
+                t.step,
+                pct(t.replies.iter().filter(|r| r.parsed).count()),
+                w,
+            );
+            push(
+                "engineer/legal_pct",
+                t.step,
+                pct(t.replies.iter().filter(|r| r.legal).count()),
+                w,
+            );
+            push(
+                "engineer/grounded_pct",
+                t.step,
+                pct(t.replies.iter().filter(|r| r.grounded).count()),
+                w,
+            );
+            let probed: Vec<f64> = t
+                .replies
+                .iter()
+                .filter_map(|r| r.learnability.map(f))
+                .collect();
+            if !probed.is_empty() {
+                push(
+                    "engineer/learnability",
+                    t.step,
+                    probed.iter().sum::<f64>() / probed.len() as f64,
+                    w,
+                );
+            }
+            push("engineer/loss", t.step, f(t.loss), w);
+            push("engineer/grad_norm", t.step, f(t.grad_norm), w);
+            last = last.max(t.step);
         }
         step_of_stage.insert(ev.stage, last);
     }
