@@ -12,6 +12,10 @@
 #                        spread of paired differences, 3.59 points; study.md's power line)
 #   CPU_STUDY_ENGINEERS  (default fixed,heuristic,learnability,base,current)
 #   CPU_STUDY_EXECUTOR   (default local:2, two runs at once at one torch thread each)
+#   CPU_STUDY_EXTRA      arms run after every seed of the ones above, on as many seeds
+#                        (default current+engineer-rl: the trained trainer, issue 36;
+#                        empty: none). Its forks train their engineer after each stage's
+#                        plan steps with the plan's defaults ([engineer.train]: 4 steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LEDGER_BIN:-target/release/ledger}
@@ -22,6 +26,7 @@ SEEDS=${CPU_STUDY_SEEDS:-7}
 PILOT_SD=3.59
 ENGINEERS=${CPU_STUDY_ENGINEERS:-fixed,heuristic,learnability,base,current}
 EXECUTOR=${CPU_STUDY_EXECUTOR:-local:2}
+EXTRA=${CPU_STUDY_EXTRA-current+engineer-rl}
 start=$SECONDS
 [[ -d $DIR ]] || "$BIN" --ledger "$DIR" init --plan ledgers/cpu-study.toml
 # Stage 0 and stage 1 on main (a resumed run finishes what is missing).
@@ -34,5 +39,10 @@ for ((s = 1; s <= SEEDS; s++)); do
     "$BIN" --ledger "$DIR" study --at stage2 --engineers "$ENGINEERS" --seeds "$s" \
         --executor "$EXECUTOR" --power-sd "$PILOT_SD"
 done
+if [[ -n $EXTRA ]]; then
+    echo "== cpu-study: the extra arms ($EXTRA) on seed replicates 0..$((SEEDS - 1)) =="
+    "$BIN" --ledger "$DIR" study --at stage2 --engineers "$ENGINEERS,$EXTRA" --seeds "$SEEDS" \
+        --executor "$EXECUTOR" --power-sd "$PILOT_SD"
+fi
 "$BIN" --ledger "$DIR" verify
 echo "cpu-study: $((SECONDS - start)) s; ledger $DIR, tables in $DIR/study-at2"

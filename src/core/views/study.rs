@@ -182,15 +182,27 @@ pub fn paired_vs_baseline(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyP
         .collect()
 }
 
-/// The paper's second ordering: `current` against `base` on every Sum row, replicate by
-/// replicate (empty unless the study ran both).
+/// The orderings beyond engineered > fixed, as (claim, engineer, baseline): the paper's
+/// second, `current` over `base`, and the trained trainer's, engineer RL's `current`
+/// over the plain one.
+pub const ORDERINGS: [(&str, &str, &str); 2] = [
+    ("current > base", "current", "base"),
+    (
+        "engineer RL > current",
+        "current+engineer-rl",
+        "current",
+    ),
+];
+
+/// Each of [`ORDERINGS`] the study ran both arms of, on every Sum row, replicate by
+/// replicate.
 pub fn orderings(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyPaired> {
     let has = |e: &str| engineers.iter().any(|x| x == e);
-    if has("current") && has("base") {
-        paired_against("current", "base", runs)
-    } else {
-        Vec::new()
-    }
+    ORDERINGS
+        .iter()
+        .filter(|(_, e, b)| has(e) && has(b))
+        .flat_map(|(_, e, b)| paired_against(e, b, runs))
+        .collect()
 }
 
 /// `engineer` against `baseline` on every Sum row of the final stage, replicate by
@@ -947,8 +959,10 @@ fn orderings_markdown(r: &StudyReport) -> String {
         .filter(|e| *e != BASELINE)
         .map(|e| ("engineered > fixed".to_string(), e.as_str(), BASELINE))
         .collect();
-    if !r.orderings.is_empty() {
-        claims.push(("current > base".into(), "current", "base"));
+    for (claim, e, b) in ORDERINGS {
+        if r.orderings.iter().any(|p| p.engineer == e && p.baseline == b) {
+            claims.push((claim.into(), e, b));
+        }
     }
     if claims
         .iter()
@@ -1295,7 +1309,10 @@ mod tests {
             pair("base", "fixed", vec![-1.0, 2.0, 0.0]),
             pair("current", "fixed", vec![10.0, 11.0, 12.0]),
         ];
-        r.orderings = vec![pair("current", "base", vec![-5.0, -6.0, -7.0])];
+        r.orderings = vec![
+            pair("current", "base", vec![-5.0, -6.0, -7.0]),
+            pair("current+engineer-rl", "current", vec![5.0, 6.0, 7.0]),
+        ];
         r.power = Some(StudyPower {
             effect: 5.0,
             suite: "test".into(),
@@ -1322,6 +1339,10 @@ mod tests {
             line("- current > base: current − base, test 3 agents: -6.00")
                 .ends_with("**reversed**")
         );
+        assert!(line(
+            "- engineer RL > current: current+engineer-rl − current, test 3 agents: +6.00"
+        )
+        .ends_with("**holds**"));
         assert!(
             line("Power: to see 5 points on test 3-agent `coord` items")
                 .contains("3.59 points: **7 seeds**; observed: not yet"),
