@@ -54,19 +54,22 @@ fn assert_files_match_readme(dir: &Path) {
     }
 }
 
-/// The coordination miniature's base planner (`ledgers/models/mapf-base-indep`): its
-/// files are what its model card states, and it reads the cells prompt.
+/// The coordination miniature's base planners (`ledgers/models/mapf-base-indep` and its
+/// revision-2 re-pretraining `mapf-base-indep-v2`): their files are what their model
+/// cards state, and they read the cells prompt.
 #[test]
 fn shipped_coordination_base_matches_its_readme() {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/ledgers/models/mapf-base-indep"
-    ));
-    assert_files_match_readme(dir);
-    assert_eq!(
-        hf::read_prompt_style(dir).unwrap(),
-        Some(PromptStyle::Cells)
-    );
+    for dir in [
+        concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/models/mapf-base-indep"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/models/mapf-base-indep-v2"),
+    ] {
+        let dir = Path::new(dir);
+        assert_files_match_readme(dir);
+        assert_eq!(
+            hf::read_prompt_style(dir).unwrap(),
+            Some(PromptStyle::Cells)
+        );
+    }
 }
 
 #[test]
