@@ -60,8 +60,14 @@ fn assert_files_match_readme(dir: &Path) {
 #[test]
 fn shipped_coordination_base_matches_its_readme() {
     for dir in [
-        concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/models/mapf-base-indep"),
-        concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/models/mapf-base-indep-v2"),
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/ledgers/models/mapf-base-indep"
+        ),
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/ledgers/models/mapf-base-indep-v2"
+        ),
     ] {
         let dir = Path::new(dir);
         assert_files_match_readme(dir);

@@ -298,25 +298,20 @@ impl EngineerSpec {
 /// and engineer RL a last part (`current+engineer-rl` -> `current-engineer-rl`). Study
 /// branches are named with it, so it never changes for specs that name no engineer RL.
 pub fn spec_label(spec: &str) -> String {
-    let (spec, rl) = match spec.split_once(':') {
-        Some((head, mods)) => match head.strip_suffix(rl::SUFFIX) {
-            Some(name) => (format!("{name}:{mods}"), true),
-            None => (spec.to_string(), false),
-        },
-        None => match spec.strip_suffix(rl::SUFFIX) {
-            Some(name) => (name.to_string(), true),
-            None => (spec.to_string(), false),
-        },
+    let (head, mods) = match spec.split_once(':') {
+        Some((h, m)) => (h, Some(m)),
+        None => (spec, None),
     };
-    let label = spec
-        .replace(':', "")
+    let (name, rl) = match head.strip_suffix(rl::SUFFIX) {
+        Some(name) => (name, "-engineer-rl"),
+        None => (head, ""),
+    };
+    // The name's own hyphens are rewritten too (`gpt-4o` -> `gpt-no-4o`), as study
+    // names always were.
+    let label = format!("{name}{}", mods.unwrap_or(""))
         .replace('-', "-no-")
         .replace('+', "-with-");
-    if rl {
-        format!("{label}-engineer-rl")
-    } else {
-        label
-    }
+    format!("{label}{rl}")
 }
 
 /// Parse and check an engineer spec for a ledger (the plan's policy) and branch (its

@@ -26,6 +26,12 @@ impl Pipeline<'_> {
             .ok_or_else(|| StageError::Diverged(format!("stage {} has no checkpoint", n - 1)))?;
         let this = state.stage(n);
         let started = this.is_some_and(|s| s.started.is_some());
+        // The configuration in force: what the engineer (and engineer RL) reads.
+        let current = prev
+            .config
+            .clone()
+            .or_else(|| state.initial_config.clone())
+            .expect("genesis has a config");
 
         // 1. Decide (or recover the recorded decision when resuming).
         let applied: GeneratorConfig = if started {
@@ -33,11 +39,6 @@ impl Pipeline<'_> {
                 StageError::Diverged(format!("stage {n} started without a configuration"))
             })?
         } else {
-            let current = prev
-                .config
-                .clone()
-                .or_else(|| state.initial_config.clone())
-                .expect("genesis has a config");
             let ctx = self.context(state, n, current.clone(), engineer_name)?;
             let inputs = BuildInputs {
                 ledger: self.ledger,
@@ -105,14 +106,7 @@ impl Pipeline<'_> {
 
         // The context engineer RL starts from: the one this stage's engineer read.
         let engineer_rl = match self.engineer_rl(engineer_name)? {
-            Some(settings) => {
-                let current = prev
-                    .config
-                    .clone()
-                    .or_else(|| state.initial_config.clone())
-                    .expect("genesis has a config");
-                Some((settings, self.context(state, n, current, engineer_name)?))
-            }
+            Some(settings) => Some((settings, self.context(state, n, current, engineer_name)?)),
             None => None,
         };
 
@@ -212,33 +206,25 @@ fn train_engineer(
                 reward: r.reward.to_bits(),
             });
         }
-        let mean =
-            out.replies.iter().map(|r| r.reward).sum::<f64>() / out.replies.len().max(1) as f64;
+        let body = EventBody::EngineerTraining(EngineerTraining {
+            step: ts.global_step,
+            context_ids: contexts.iter().map(|(id, _)| id.clone()).collect(),
+            contexts: blobs,
+            replies,
+            signal_groups: out.signal_groups,
+            tokens: out.tokens,
+            params: out.params,
+            loss: out.loss.to_bits(),
+            kl: out.kl.to_bits(),
+            clip_fraction: out.clip_fraction.to_bits(),
+            grad_norm: out.grad_norm.to_bits(),
+        });
         progress.note(&format!(
-            "stage {stage}: engineer RL step {}/{steps}: reward {mean:.3}, {} of {} replies parsed, {} grounded, {} of {} groups with signal",
+            "stage {stage}: engineer RL step {}/{steps}: {}",
             k + 1,
-            out.replies.iter().filter(|r| r.parsed).count(),
-            out.replies.len(),
-            out.replies.iter().filter(|r| r.grounded).count(),
-            out.signal_groups,
-            contexts.len(),
+            body.summary()
         ));
-        rec.push(
-            stage,
-            EventBody::EngineerTraining(EngineerTraining {
-                step: ts.global_step,
-                context_ids: contexts.iter().map(|(id, _)| id.clone()).collect(),
-                contexts: blobs,
-                replies,
-                signal_groups: out.signal_groups,
-                tokens: out.tokens,
-                params: out.params,
-                loss: out.loss.to_bits(),
-                kl: out.kl.to_bits(),
-                clip_fraction: out.clip_fraction.to_bits(),
-                grad_norm: out.grad_norm.to_bits(),
-            }),
-        );
+        rec.push(stage, body);
     }
     Ok(())
 }

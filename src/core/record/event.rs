@@ -93,6 +93,14 @@ pub struct EngineerTraining {
     pub grad_norm: u64,
 }
 
+impl EngineerTraining {
+    /// The step's mean reward over its replies (0 without replies).
+    pub fn reward_mean(&self) -> f64 {
+        let sum: f64 = self.replies.iter().map(|r| f64::from_bits(r.reward)).sum();
+        sum / self.replies.len().max(1) as f64
+    }
+}
+
 /// One sampled engineer reply and the terms of its reward.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EngineerReply {
@@ -450,14 +458,13 @@ impl EventBody {
                 g.tokens
             ),
             EventBody::EngineerTraining(t) => {
-                let n = t.replies.len().max(1) as f64;
                 let count = |f: fn(&EngineerReply) -> bool| t.replies.iter().filter(|r| f(r)).count();
                 format!(
                     "step {} {} replies to {} contexts: reward {:.3}, {} parsed, {} legal, {} grounded, {}/{} groups with signal",
                     t.step,
                     t.replies.len(),
                     t.contexts.len(),
-                    t.replies.iter().map(|r| f(r.reward)).sum::<f64>() / n,
+                    t.reward_mean(),
                     count(|r| r.parsed),
                     count(|r| r.legal),
                     count(|r| r.grounded),

@@ -88,7 +88,6 @@ pub struct EngineerRlTotals {
     /// Replies whose proposal was probed, and the sum of their learnability scores.
     pub probed: u64,
     pub learnability_sum: f64,
-    pub reward_sum: f64,
     /// The reward mean of the stage's first and last step.
     pub first_reward: Option<f64>,
     pub last_reward: Option<f64>,
@@ -277,8 +276,7 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
         EventBody::EngineerTraining(e) => {
             let t = &mut s.stage_mut(n).engineer_rl;
             let f = f64::from_bits;
-            let rewards: f64 = e.replies.iter().map(|r| f(r.reward)).sum();
-            let mean = rewards / e.replies.len().max(1) as f64;
+            let mean = e.reward_mean();
             t.steps += 1;
             t.replies += e.replies.len() as u64;
             t.parsed += e.replies.iter().filter(|r| r.parsed).count() as u64;
@@ -288,7 +286,6 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
                 t.probed += 1;
                 t.learnability_sum += f(l);
             }
-            t.reward_sum += rewards;
             t.first_reward.get_or_insert(mean);
             t.last_reward = Some(mean);
         }

@@ -187,11 +187,7 @@ pub fn paired_vs_baseline(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyP
 /// over the plain one.
 pub const ORDERINGS: [(&str, &str, &str); 2] = [
     ("current > base", "current", "base"),
-    (
-        "engineer RL > current",
-        "current+engineer-rl",
-        "current",
-    ),
+    ("engineer RL > current", "current+engineer-rl", "current"),
 ];
 
 /// Each of [`ORDERINGS`] the study ran both arms of, on every Sum row, replicate by
@@ -960,7 +956,10 @@ fn orderings_markdown(r: &StudyReport) -> String {
         .map(|e| ("engineered > fixed".to_string(), e.as_str(), BASELINE))
         .collect();
     for (claim, e, b) in ORDERINGS {
-        if r.orderings.iter().any(|p| p.engineer == e && p.baseline == b) {
+        if r.orderings
+            .iter()
+            .any(|p| p.engineer == e && p.baseline == b)
+        {
             claims.push((claim.into(), e, b));
         }
     }

@@ -102,12 +102,7 @@ pub fn branch_scalars(
             let f = f64::from_bits;
             let n = t.replies.len().max(1) as f64;
             let pct = |x: usize| 100.0 * x as f64 / n;
-            push(
-                "engineer/reward_mean",
-                t.step,
-                t.replies.iter().map(|r| f(r.reward)).sum::<f64>() / n,
-                w,
-            );
+            push("engineer/reward_mean", t.step, t.reward_mean(), w);
             push(
                 "engineer/parsed_pct",
                 t.step,
