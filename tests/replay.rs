@@ -363,3 +363,38 @@ fn llm_decisions_replay_from_recorded_replies_unless_live() {
     assert_eq!(server.calls(), 3);
     assert_eq!(branch_names(&d), vec!["main".to_string()]);
 }
+
+/// A ledger recorded on an H200 (`tests/fixtures/lm-tiny-cuda.bundle`: tests/plans/lm-tiny
+/// run for 2 stages with `run --device cuda`, in bf16) read on a machine without CUDA:
+/// it verifies, and `replay --verify` replays where the stages ran, so here it refuses
+/// (exit 2) naming the device and the way out, and `--device cpu` recomputes on the CPU
+/// and reports the mismatch with the reason (exit 1). The branch is untouched by both.
+#[test]
+fn a_cuda_recorded_ledger_replays_where_it_ran() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("l");
+    let bundle = format!(
+        "{}/tests/fixtures/lm-tiny-cuda.bundle",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    ok(&ledger(&d, &["init", "--from-bundle", &bundle]));
+    ok(&ledger(&d, &["verify"]));
+    let before = head(&d, "main");
+    let o = ledger(&d, &["replay", "--verify"]);
+    if o.status.code() == Some(0) {
+        // This machine has CUDA: the replay ran where the stages were recorded.
+        assert!(text(&o).contains("every hash matches"), "{}", text(&o));
+        return;
+    }
+    common::fails(&o, 2, "recorded on cuda");
+    assert!(text(&o).contains("give --device"), "{}", text(&o));
+    assert_eq!(head(&d, "main"), before);
+    let o = ledger(&d, &["replay", "--verify", "--device", "cpu"]);
+    common::fails(&o, 1, "replay mismatch on main: stage 0");
+    assert!(
+        text(&o).contains("stage 0 was recorded on cuda and this replay runs on cpu"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(head(&d, "main"), before);
+}

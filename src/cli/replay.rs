@@ -32,6 +32,10 @@ pub struct ReplayArgs {
     /// Call LLM engineers' endpoints instead of reusing the recorded replies.
     #[arg(long)]
     pub live: bool,
+    /// cpu, cuda or cuda:N. Default: the device the replayed stages recorded (a run
+    /// made with `run --device cuda` replays on CUDA), else the plan's.
+    #[arg(long)]
+    pub device: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -71,22 +75,36 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
         ));
     }
     let mut ledger = super::open_writer(dir).map_err(ledger_error)?;
-    // Before libtorch picks its kernels: run the recorded ones where this CPU can.
-    let recorded = recorded_capabilities(&ledger, &args.branch, stage)?;
+    let recorded = recorded_setups(&ledger, &args.branch, stage)?;
     if args.engineer.is_none() {
+        // Before libtorch picks its kernels: run the recorded ones where this CPU can.
         pin_capability(&recorded);
     }
+    // A verification recomputes where the stages ran: bf16 on a GPU and f32 on the CPU
+    // round differently, so a CUDA run replayed on the plan's CPU would "mismatch".
+    let device = match (&args.device, &args.engineer) {
+        (Some(d), _) => Some(d.clone()),
+        (None, None) => common(recorded.iter().map(|r| r.device.as_ref()))
+            .flatten()
+            .cloned(),
+        (None, Some(_)) => None,
+    };
     // Replaying the warm-up recomputes the evaluation suites it recorded. A later stage
     // reads them back as recorded input, as the run that recorded it did (and like its
     // starting checkpoint): their blobs are content-addressed and `verify` rehashes
     // them. Solving them again cost a 12 s demo stage 6 s of its replay.
     let replays_warmup = stage.is_none_or(|n| n == 0);
     let pipeline = if args.engineer.is_none() && replays_warmup {
-        Pipeline::regenerating_suites(&mut ledger)
+        Pipeline::regenerating_suites(&mut ledger, device.as_deref())
     } else {
-        Pipeline::new(&mut ledger, None)
+        Pipeline::new(&mut ledger, device.as_deref())
     };
-    let mut pipeline = pipeline.map_err(|e| CliError::input(e.to_string()))?;
+    let mut pipeline = pipeline.map_err(|e| match (&args.device, &device) {
+        (None, Some(recorded)) => CliError::input(format!(
+            "{e} (the stages to replay were recorded on {recorded}: replay them where they ran, or give --device to recompute them here, where hashes may differ)"
+        )),
+        _ => CliError::input(e.to_string()),
+    })?;
     match &args.engineer {
         Some(engineer) => {
             let n =
@@ -103,13 +121,21 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     }
 }
 
-/// The ATen CPU capability each stage to replay was recorded with (from the metadata
-/// of its `StageStarted`; stages recorded before it was recorded are left out).
-fn recorded_capabilities(
+/// Where a stage to replay ran, from the metadata of its `StageStarted`.
+struct RecordedSetup {
+    stage: u32,
+    /// The ATen CPU capability (absent in stages recorded before it was).
+    capability: Option<String>,
+    /// `cpu`, `cuda`, `cuda:N`.
+    device: Option<String>,
+}
+
+/// The recorded setup of each stage to replay.
+fn recorded_setups(
     ledger: &Ledger,
     branch: &str,
     stage: Option<u32>,
-) -> Result<Vec<(u32, String)>, CliError> {
+) -> Result<Vec<RecordedSetup>, CliError> {
     // The projection knows each stage's StageStarted; only those metadata are read.
     let state = ledger.state_at(&ledger.head(branch)?)?;
     let mut out = Vec::new();
@@ -120,35 +146,49 @@ fn recorded_capabilities(
     {
         if let Some(started) = s.started {
             let (_, m) = ledger.event_with_meta(&started)?;
-            if let Some(c) = m.versions.get(kernels::CAPABILITY_KEY) {
-                out.push((s.stage, c.clone()));
-            }
+            out.push(RecordedSetup {
+                stage: s.stage,
+                capability: m.versions.get(kernels::CAPABILITY_KEY).cloned(),
+                device: m.device,
+            });
         }
     }
     Ok(out)
 }
 
+/// The value every item shares; None when there are none or they differ.
+fn common<T: PartialEq>(mut items: impl Iterator<Item = T>) -> Option<T> {
+    let first = items.next()?;
+    items.all(|x| x == first).then_some(first)
+}
+
 /// Pin ATen to the recorded CPU capability (when every replayed stage recorded the same
 /// one and `ATEN_CPU_CAPABILITY` is not set already): kernels of another capability may
 /// round differently, which would fail a bit-exact replay for no fault of the record.
-fn pin_capability(recorded: &[(u32, String)]) {
-    let Some((_, first)) = recorded.first() else {
+fn pin_capability(recorded: &[RecordedSetup]) {
+    let Some(Some(capability)) = common(recorded.iter().map(|r| r.capability.as_ref())) else {
         return;
     };
-    if std::env::var_os(kernels::CAPABILITY_ENV).is_some()
-        || recorded.iter().any(|(_, c)| c != first)
-    {
+    if std::env::var_os(kernels::CAPABILITY_ENV).is_some() {
         return;
     }
     // ATen reads the variable once, when it first dispatches a kernel; nothing has run
     // yet in this process (the ledger is opened, no tensor made).
-    std::env::set_var(kernels::CAPABILITY_ENV, first.to_ascii_lowercase());
+    std::env::set_var(kernels::CAPABILITY_ENV, capability.to_ascii_lowercase());
 }
 
-/// A note when stage `n` was recorded with another ATen CPU capability than this
-/// process runs (the CPU lacks it, or `ATEN_CPU_CAPABILITY` says otherwise).
-fn capability_note(recorded: &[(u32, String)], n: u32) -> Option<String> {
-    let (_, was) = recorded.iter().find(|(s, _)| *s == n)?;
+/// A note when stage `n` was recorded on another device than this replay runs on, or
+/// with another ATen CPU capability than this process runs (the CPU lacks it, or
+/// `ATEN_CPU_CAPABILITY` says otherwise): hashes may then differ with no fault in the
+/// record.
+fn setup_note(recorded: &[RecordedSetup], n: u32, device: &str) -> Option<String> {
+    let r = recorded.iter().find(|r| r.stage == n)?;
+    if let Some(was) = r.device.as_deref().filter(|was| *was != device) {
+        return Some(format!(
+            "stage {n} was recorded on {was} and this replay runs on {device}: other kernels and dtypes round differently, so hashes may differ without any fault in the record"
+        ));
+    }
+    let was = r.capability.as_ref()?;
     let now = kernels::cpu_capability();
     (*was != now).then(|| {
         format!(
@@ -165,7 +205,7 @@ fn verify(
     pipeline: &mut Pipeline<'_>,
     args: &ReplayArgs,
     stage: Option<u32>,
-    recorded: &[(u32, String)],
+    recorded: &[RecordedSetup],
 ) -> CliResult {
     let branch = &args.branch;
     let stages = match stage {
@@ -181,7 +221,7 @@ fn verify(
     replay::check_branch(pipeline.ledger, branch).map_err(replay_error)?;
     let mut done: Vec<StageReplay> = Vec::new();
     for n in stages {
-        let note = capability_note(recorded, n);
+        let note = setup_note(recorded, n, &pipeline.device_name());
         if let Some(note) = &note {
             eprintln!("ledger: note: {note}");
         }

@@ -147,8 +147,16 @@ impl<'a> Pipeline<'a> {
 
     /// A pipeline whose evaluation suites are rebuilt from the plan, for verification:
     /// a replay of stage 0 must recompute the suites it recorded, not read them back.
-    pub fn regenerating_suites(ledger: &'a mut Ledger) -> Result<Pipeline<'a>, StageError> {
-        Self::open(ledger, None, true)
+    pub fn regenerating_suites(
+        ledger: &'a mut Ledger,
+        device_override: Option<&str>,
+    ) -> Result<Pipeline<'a>, StageError> {
+        Self::open(ledger, device_override, true)
+    }
+
+    /// The device as this pipeline records it in metadata (`cpu`, `cuda`, `cuda:N`).
+    pub fn device_name(&self) -> String {
+        self.base_meta.device.clone().unwrap_or_default()
     }
 
     fn open(

@@ -96,6 +96,16 @@ pub fn keep_freed_memory() {
     }
 }
 
+/// Whether `libtorch_cuda.so` is already in this process (linked in, or loaded before),
+/// asked without loading it (`RTLD_NOLOAD`) and without asking libtorch.
+fn cuda_runtime_loaded() -> bool {
+    let name = c"libtorch_cuda.so";
+    // SAFETY: dlopen with a valid C string and RTLD_NOLOAD loads nothing; the extra
+    // reference it takes on an already loaded library is never released, which only
+    // keeps loaded what must stay loaded anyway.
+    !unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) }.is_null()
+}
+
 /// `dlopen(name, RTLD_NOW | RTLD_GLOBAL)`; the handle is never closed. Err: dlerror().
 fn dlopen_global(name: &str) -> Result<(), String> {
     let c = std::ffi::CString::new(name.as_bytes()).map_err(|e| e.to_string())?;
@@ -157,7 +167,12 @@ pub fn parse_device(s: &str) -> Result<Device, TrainError> {
     match parse_device_name(s).map_err(|m| TrainError::Device(s.into(), m))? {
         None => Ok(Device::Cpu),
         Some(idx) => {
-            let runtime = if tch::Cuda::is_available() {
+            // libtorch resolves its CUDA hooks once per process, on the first question
+            // about CUDA, and keeps the answer: asked before libtorch_cuda is loaded, it
+            // says "no GPU" for good (seen on an H200: device_count 0 after the load).
+            // So the runtime is loaded first, unless it already is (a binary linked
+            // against a CUDA libtorch), and libtorch is asked only after that.
+            let runtime = if cuda_runtime_loaded() {
                 Ok(())
             } else {
                 load_cuda_runtime()
