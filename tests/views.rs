@@ -276,8 +276,7 @@ fn audit_export_and_compare_plot() {
         assert_eq!(stages, evaluated, "{}", b["branch"]);
         let last = rows
             .iter()
-            .filter(|r| r["suite"] == "test")
-            .last()
+            .rfind(|r| r["suite"] == "test")
             .expect("test rows");
         for r in last["rows"].as_array().unwrap() {
             if r["needs_coordination"] == true {

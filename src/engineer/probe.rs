@@ -249,6 +249,10 @@ pub fn probe(
     ))
 }
 
+/// A size's settings as the probe caches them: (agents, size, the hole and wait
+/// ratios' bits).
+type SizeKey = (usize, usize, u64, u64);
+
 /// Learnability of configurations estimated size by size, for comparing proposals: per
 /// size of a configuration, `per_size` instances drawn from that size's own settings
 /// with a seed of the size alone (`seed` / "size" / n), `samples` plans each; the
@@ -263,7 +267,8 @@ pub struct SizeProbe {
     pub seed: Seed,
     pub per_size: usize,
     pub samples: usize,
-    cache: std::collections::BTreeMap<(usize, usize, u64, u64), Option<(f64, f64)>>,
+    /// Each size's (mean p(1-p), mean p), None where its settings generate no instance.
+    cache: std::collections::BTreeMap<SizeKey, Option<(f64, f64)>>,
 }
 
 impl SizeProbe {

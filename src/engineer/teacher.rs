@@ -597,7 +597,7 @@ mod tests {
         assert!(new.targeting_pct.unwrap() >= 95.0, "{new:?}");
         // Counts follow the suites of real plans, not only the plan's own.
         let totals: std::collections::BTreeSet<u32> = (0..60u64)
-            .map(|i| -> Option<u32> {
+            .filter_map(|i| -> Option<u32> {
                 let c = context(
                     Seed::root(23).child("c", i),
                     &TeacherSpec {
@@ -613,7 +613,6 @@ mod tests {
                     .first()
                     .map(|x| x.total))
             })
-            .flatten()
             .collect();
         assert!(totals.len() >= 4, "{totals:?}");
     }

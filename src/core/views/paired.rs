@@ -200,8 +200,8 @@ pub fn groups_with(o: &EvaluationOutcomes, flags: Option<&[bool]>) -> Vec<Group>
     let mut start = 0usize;
     let mut by: std::collections::BTreeMap<(usize, bool), Vec<usize>> = Default::default();
     for &(k, _, n) in &o.cells {
-        for i in start..start + n as usize {
-            by.entry((k as usize, flags[i])).or_default().push(i);
+        for (i, &needs) in flags.iter().enumerate().skip(start).take(n as usize) {
+            by.entry((k as usize, needs)).or_default().push(i);
         }
         start += n as usize;
     }

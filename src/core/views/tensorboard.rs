@@ -298,8 +298,11 @@ fn read_varint(b: &[u8], at: &mut usize) -> Result<u64, String> {
     Err("varint longer than 10 bytes".into())
 }
 
-/// The fields of one protobuf message: (field, wire type, value or bytes).
-fn fields(b: &[u8]) -> Result<Vec<(u32, u8, u64, &[u8])>, String> {
+/// One protobuf field: (field number, wire type, varint value, bytes of a length-delimited one).
+type Field<'a> = (u32, u8, u64, &'a [u8]);
+
+/// The fields of one protobuf message.
+fn fields(b: &[u8]) -> Result<Vec<Field<'_>>, String> {
     let mut at = 0;
     let mut out = Vec::new();
     while at < b.len() {
