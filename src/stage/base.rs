@@ -96,8 +96,8 @@ impl Pipeline<'_> {
         stop: &AtomicBool,
     ) -> Result<bool, StageError> {
         let every = self.plan.grpo.checkpoint_every;
-        // Engineer examples as token pairs (scratch lm plans), each prompt as the
-        // model engineer will read it.
+        // Engineer examples as token pairs (lm plans that ask for them), each prompt as
+        // the model engineer will read it.
         let pairs: Vec<(Vec<u32>, Vec<u32>)> = match ts.policy.as_lm() {
             Some(lm) => engineer_pairs(
                 lm,

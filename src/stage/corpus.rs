@@ -6,13 +6,16 @@ use super::*;
 // tests use too).
 pub use crate::train::lm::pretraining_corpus;
 
-/// The engineer examples of a scratch `lm` plan's pretraining: teacher contexts shaped
-/// like the plan's own (its context modules, validation cell size and size limit) and
-/// the teacher's replies. Empty for other plans.
+/// The engineer examples of an `lm` plan's warm-up (`warmup.engineer_examples` of them):
+/// teacher contexts shaped like the plan's own (its context modules, validation cell
+/// size and size limit) and the teacher's replies. A scratch model pretrains on them; a
+/// model loaded from an HF directory continues its training on them (until 2026-11-25
+/// such a plan's examples were silently dropped, and its warm-up trained plans only).
+/// Empty for other policies.
 pub fn engineer_examples(plan: &LedgerPlan, seed: Seed) -> Vec<(EngineerContext, String)> {
     use crate::engineer::teacher;
     let n = plan.warmup.engineer_examples;
-    if plan.policy != crate::plan::PolicyKind::Lm || plan.lm.hf_dir().is_some() || n == 0 {
+    if plan.policy != crate::plan::PolicyKind::Lm || n == 0 {
         return Vec::new();
     }
     let spec = teacher::TeacherSpec {
@@ -85,4 +88,30 @@ pub fn engineer_pairs(
             (p, r)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan that loads an HF checkpoint and asks for teacher examples gets them (its
+    /// warm-up trains on them), as a scratch plan does; a plan that asks for none gets none.
+    #[test]
+    fn an_hf_plan_that_asks_for_engineer_examples_gets_them() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/ledgers/base-indep-v3.toml"
+        ))
+        .unwrap();
+        let mut plan = LedgerPlan::parse(text.as_bytes()).unwrap();
+        assert!(plan.lm.hf_dir().is_some());
+        plan.warmup.engineer_examples = 3;
+        let examples = engineer_examples(&plan, Seed::root(1));
+        assert_eq!(examples.len(), 3);
+        for (_, reply) in &examples {
+            assert!(reply.starts_with("```json\n{\"sizes\": {"), "{reply}");
+        }
+        plan.warmup.engineer_examples = 0;
+        assert!(engineer_examples(&plan, Seed::root(1)).is_empty());
+    }
 }
