@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all libtorch chromium build build-core test demo base-model base-model-indep base-model-indep-v2 coordination-pilot engineer-rl-pilot bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
+.PHONY: all libtorch chromium build build-core test demo base-model base-model-indep base-model-indep-v2 base-model-indep-v3 coordination-pilot engineer-rl-pilot engineer-rl-v3 bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
 
 all: build
 
@@ -66,10 +66,25 @@ base-model-indep-v2: build
 coordination-pilot: build
 	tools/coordination-pilot.sh lo:0.0:120:0.0001:1:11 hi:0.75:120:0.0001:1:11
 
+# The engineer half taught by continued pretraining: mapf-base-indep trained on, every
+# other step, the revision-2 teacher's engineer examples (ledgers/base-indep-v3.toml),
+# exported to ledgers/models/mapf-base-indep-v3. About 35 minutes on 2 cores, resumable.
+base-model-indep-v3: build
+	BASE_PLAN=ledgers/base-indep-v3.toml BASE_LEDGER=ledgers/base-indep-v3-run \
+	BASE_MODEL_OUT=ledgers/models/mapf-base-indep-v3 BASE_CARD=tools/base-model-indep-v3-card.md \
+	BASE_EVAL_VAL="--per-cell 48 --wait-ratios 0.25,0.5,0.75" \
+	BASE_EVAL_TEST="--per-cell 15 --wait-ratios 0.25,0.5,0.75" tools/base-model.sh
+
 # Engineer RL on its own: 40 engineer steps after one plan step, against a control fork
 # without them, scored by `ledger engineer eval` (tools/engineer-rl-pilot.sh).
 engineer-rl-pilot: build
 	tools/engineer-rl-pilot.sh
+
+# Engineer RL over the demo's 3 stages from mapf-base-indep-v3, against a control fork
+# without it; base, control@stage3 and main@stage3 scored as engineers beside random,
+# heuristic and learnability (tools/engineer-rl-v3.sh).
+engineer-rl-v3: build
+	tools/engineer-rl-v3.sh
 
 bench: libtorch
 	$(CARGO) bench
