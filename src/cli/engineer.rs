@@ -260,7 +260,7 @@ pub struct EvalArgs {
     /// Engineers, comma-separated, the first the baseline of the paired rows: fixed,
     /// random, heuristic, learnability, base, current (the last three read --model, or
     /// their own after `=`, as in `current=main@stage3`), http (the endpoint of --url),
-    /// teacher-v1 / teacher-v2 (the base models' pretraining teacher), or an LLM
+    /// teacher-v1 / teacher-v2 / teacher-v3 (the base models' pretraining teacher), or an LLM
     /// engineer registered on --ledger's main branch.
     #[arg(
         long = "engineer",
@@ -371,10 +371,10 @@ fn decider(
             Ok(Box::new(move |_, ctx| e.decide(ctx)))
         }
         // The pretraining teacher of scratch base models, at text revision 1 (what the
-        // shipped bases learned from) or 2 (it reads the evidence): the ceiling a base
-        // can learn to reach.
-        "teacher-v1" | "teacher-v2" => {
-            let revision = if name == "teacher-v2" { 2 } else { 1 };
+        // shipped bases learned from), 2 (it reads the evidence) or 3 (evidence first):
+        // the ceiling a base can learn to reach.
+        "teacher-v1" | "teacher-v2" | "teacher-v3" => {
+            let revision: u32 = name["teacher-v".len()..].parse().expect("matched above");
             Ok(Box::new(move |i, ctx| {
                 let reply =
                     mapf_ledger::engineer::teacher::answer_revision(ctx, seed_of(i), revision);

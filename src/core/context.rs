@@ -102,6 +102,17 @@ impl EngineerContext {
     /// `cut` took out of it (engineer revision 2): a trimmed module never reads as
     /// empty.
     pub fn render_trimmed(&self, cut: &Trimmed) -> String {
+        self.render_at(cut, 2)
+    }
+
+    /// [`Self::render_trimmed`] at an engineer text revision. Revision 3 orders the
+    /// evidence weakest first, so what to act on is where a reader starts: the summary
+    /// by valid rate (ascending), the failure breakdown by failed count (descending),
+    /// each line's failure kinds by count (descending), and each breakdown line ends
+    /// with the size's current settings (`data_ratio 0.20, hole_ratio 0.10, wait_ratio
+    /// 0.30`, or `not trained on`) in the names the answer uses. Ties: the larger size
+    /// first (as the teacher ranks), then the simulator's kind order.
+    pub fn render_at(&self, cut: &Trimmed, revision: u32) -> String {
         let m = &self.modules;
         let mut s = String::new();
         let _ = writeln!(s, "# Designing stage {} of the curriculum\n", self.stage);
@@ -115,10 +126,17 @@ impl EngineerContext {
             s.push_str(&self.render_guideline());
         }
         if m.summary {
-            s.push_str(&render_summary(&self.validation));
+            s.push_str(&render_summary(&self.validation, revision));
         }
         if m.failure_breakdown {
-            s.push_str(&render_failures(&self.failures));
+            if revision >= 3 {
+                s.push_str(&render_failures_weakest_first(
+                    &self.failures,
+                    &self.current,
+                ));
+            } else {
+                s.push_str(&render_failures(&self.failures));
+            }
             if cut.examples > 0 {
                 // Before the blank line that ends the module.
                 s.pop();
@@ -267,14 +285,27 @@ pub fn config_changes(before: &GeneratorConfig, after: &GeneratorConfig) -> Vec<
     out
 }
 
-fn render_summary(t: &ResultTable) -> String {
+fn render_summary(t: &ResultTable, revision: u32) -> String {
     let mut s = String::from(
         "## Summary: validation of the current policy (2 agents)\nsize valid% optimal%\n",
     );
-    for (&(k, n), c) in &t.cells {
-        if k == 2 {
-            let _ = writeln!(s, "{n} {:.0} {:.0}", c.valid_rate(), c.optimal_rate());
-        }
+    let mut rows: Vec<(usize, &crate::env::table::CellCounts)> = t
+        .cells
+        .iter()
+        .filter(|(&(k, _), _)| k == 2)
+        .map(|(&(_, n), c)| (n, c))
+        .collect();
+    if revision >= 3 {
+        // Weakest first; ties: the larger size first. Counts, not rates, so equal
+        // totals compare exactly.
+        rows.sort_by(|a, b| {
+            (a.1.valid as u64 * b.1.total.max(1) as u64)
+                .cmp(&(b.1.valid as u64 * a.1.total.max(1) as u64))
+                .then(b.0.cmp(&a.0))
+        });
+    }
+    for (n, c) in rows {
+        let _ = writeln!(s, "{n} {:.0} {:.0}", c.valid_rate(), c.optimal_rate());
     }
     let (v, o) = t.sum_row(2);
     let _ = writeln!(s, "mean {v:.1} {o:.1}\n");
@@ -299,6 +330,75 @@ fn failure_line(size: &crate::record::event::SizeFailures) -> String {
             format!(" ({})", counts.join(", "))
         }
     )
+}
+
+/// The sizes of a breakdown weakest first (most failures; ties: the larger size
+/// first), the order revision 3 renders and the teacher ranks.
+pub fn weakest_first(f: &FailureBreakdown) -> Vec<&crate::record::event::SizeFailures> {
+    let mut v: Vec<&crate::record::event::SizeFailures> = f.sizes.iter().collect();
+    let failed =
+        |s: &crate::record::event::SizeFailures| -> u32 { s.counts.iter().map(|c| c.1).sum() };
+    v.sort_by(|a, b| failed(b).cmp(&failed(a)).then(b.size.cmp(&a.size)));
+    v
+}
+
+/// A size's failure kinds by count, most first (ties: the simulator's order, which
+/// the recorded counts keep), zero counts left out.
+pub fn kinds_by_count(
+    size: &crate::record::event::SizeFailures,
+) -> Vec<(crate::env::FailureKind, u32)> {
+    let mut v: Vec<_> = size.counts.iter().copied().filter(|c| c.1 > 0).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v
+}
+
+/// Revision 3's breakdown: weakest first, kinds by count, settings at the end of the
+/// line (`5: 7/20 failed (hole 4, vertex_conflict 3); data_ratio 0.20, hole_ratio 0.10,
+/// wait_ratio 0.30`).
+fn render_failures_weakest_first(f: &FailureBreakdown, current: &GeneratorConfig) -> String {
+    let mut s = format!(
+        "## Failure breakdown (validation, {}), weakest first\n",
+        f.suite
+    );
+    for size in weakest_first(f) {
+        let failed: u32 = size.counts.iter().map(|c| c.1).sum();
+        let counts: Vec<String> = kinds_by_count(size)
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let settings = match current.sizes.get(&(size.size as usize)) {
+            Some(c) => format!(
+                "data_ratio {}, hole_ratio {}, wait_ratio {}",
+                ratio(c.data_ratio),
+                ratio(c.hole_ratio),
+                ratio(c.wait_ratio)
+            ),
+            None => "not trained on".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "{}: {failed}/{} failed{}; {settings}",
+            size.size,
+            size.total,
+            if counts.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", counts.join(", "))
+            }
+        );
+    }
+    let examples: Vec<&String> = weakest_first(f)
+        .into_iter()
+        .flat_map(|x| x.examples.iter())
+        .collect();
+    if !examples.is_empty() {
+        let _ = writeln!(s, "Example failing plans:");
+        for e in examples {
+            let _ = writeln!(s, "{e}");
+        }
+    }
+    s.push('\n');
+    s
 }
 
 fn render_failures(f: &FailureBreakdown) -> String {

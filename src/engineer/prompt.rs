@@ -88,14 +88,30 @@ fn user_message(ctx: &EngineerContext) -> String {
 pub const LATEST_REVISION: u32 = crate::plan::LATEST_ENGINEER_REVISION;
 
 /// The user message of a trimmed context: revision 1 renders the trimmed struct as it
-/// is (as ledgers before revision 2 recorded it), revision 2 says what was cut.
+/// is (as ledgers before revision 2 recorded it), revision 2 says what was cut,
+/// revision 3 also orders the evidence weakest first and asks for it before the JSON.
 fn user_message_rev(ctx: &EngineerContext, cut: &super::context::Trimmed, revision: u32) -> String {
     if revision < 2 {
         return user_message(ctx);
     }
-    let mut s = ctx.render_trimmed(cut);
-    s.push_str(answer_format());
+    let mut s = ctx.render_at(cut, revision);
+    s.push_str(if revision >= 3 {
+        answer_format_evidence_first()
+    } else {
+        answer_format()
+    });
     s
+}
+
+/// Revision 3's answer format: the evidence first, then the proposal. Each changed size
+/// gets one line copied from its breakdown line (size, failed count, main failure) with
+/// the change, and the JSON names only the values that change (a size not named, and a
+/// value not named, keeps its setting). Reasoning before the answer is how LLMs are
+/// asked to work, and for a small in-process model every decision it writes is then a
+/// copy of text it has just read.
+pub fn answer_format_evidence_first() -> &'static str {
+    "## Answer\nFor each size you change, one line: `N: failed/total failed, mostly KIND: the change, FIELD old -> new`, \
+taken from its breakdown line. Then a ```json block {\"sizes\": {\"N\": {\"FIELD\": new}}} with only the values you change.\n"
 }
 
 /// The context with a module choice applied (an empty list keeps the context's own).

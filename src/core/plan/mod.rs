@@ -257,7 +257,10 @@ pub struct EngineerPlan {
     /// Revision of the text engineers read and write (1, the default, is what every
     /// ledger before it recorded, so their replays hold; 2: a module the prompt budget
     /// trimmed says what was cut instead of reading as empty, and a reply that names a
-    /// key twice is a recorded repair). Skipped at 1, so older plans keep their hash.
+    /// key twice is a recorded repair; 3: the evidence is ordered weakest first with
+    /// each size's settings on its breakdown line, and the answer gives one line of
+    /// evidence per changed size before a JSON of only the values it changes). Skipped
+    /// at 1, so older plans keep their hash.
     #[serde(skip_serializing_if = "is_first_revision")]
     pub revision: u32,
     /// Engineer RL (`[engineer.train]`): GRPO steps on engineer prompts in the stages
@@ -324,7 +327,7 @@ impl Default for EngineerTrain {
 }
 
 /// The newest engineer text revision a plan may ask for.
-pub const LATEST_ENGINEER_REVISION: u32 = 2;
+pub const LATEST_ENGINEER_REVISION: u32 = 3;
 
 fn is_first_revision(r: &u32) -> bool {
     *r == 1
