@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all libtorch chromium build build-core test demo base-model base-model-indep base-model-indep-v2 base-model-indep-v3 base-model-indep-v4 coordination-pilot engineer-rl-pilot engineer-rl-v3 bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
+.PHONY: all libtorch chromium build build-core test demo base-model base-model-indep base-model-indep-v2 base-model-indep-v3 base-model-indep-v4 coordination-pilot engineer-rl-pilot engineer-rl-v3 engineer-rl-v4 bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
 
 all: build
 
@@ -94,6 +94,10 @@ engineer-rl-pilot: build
 # heuristic and learnability (tools/engineer-rl-v3.sh).
 engineer-rl-v3: build
 	tools/engineer-rl-v3.sh
+
+# The same from mapf-base-indep-v4 at engineer text revision 3 (ledgers/engineer-rl-v4.toml).
+engineer-rl-v4: build
+	ERL_PLAN=ledgers/engineer-rl-v4.toml tools/engineer-rl-v3.sh
 
 bench: libtorch
 	$(CARGO) bench

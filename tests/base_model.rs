@@ -55,8 +55,8 @@ fn assert_files_match_readme(dir: &Path) {
 }
 
 /// The coordination miniature's base planners (`ledgers/models/mapf-base-indep`, its
-/// revision-2 re-pretraining `mapf-base-indep-v2` and its continued pretraining
-/// `mapf-base-indep-v3`): their files are what their model cards state, and they read
+/// revision-2 re-pretraining `mapf-base-indep-v2` and its continued pretrainings
+/// `mapf-base-indep-v3` and `-v4`): their files are what their model cards state, and they read
 /// the cells prompt.
 #[test]
 fn shipped_coordination_base_matches_its_readme() {
@@ -72,6 +72,10 @@ fn shipped_coordination_base_matches_its_readme() {
         concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/ledgers/models/mapf-base-indep-v3"
+        ),
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/ledgers/models/mapf-base-indep-v4"
         ),
     ] {
         let dir = Path::new(dir);

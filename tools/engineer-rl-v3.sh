@@ -5,16 +5,19 @@
 # RL. Then `ledger engineer eval` scores, on the same held-out synthetic contexts and
 # with main@stage0 as the reference policy: random (the paired rows' baseline),
 # heuristic, learnability, the base (main@stage0), control@stage3 and main@stage3.
-# Resumable: run it again after a stop.
-#   LEDGER_BIN (default target/release/ledger)   ERL_LEDGER (default ledgers/engineer-rl-v3)
-#   ERL_CONTEXTS (default 100)                    ERL_OUT    (default ledgers/results/engineer-rl-v3)
+# Resumable: run it again after a stop. `make engineer-rl-v4` runs the same steps on
+# ledgers/engineer-rl-v4.toml (from mapf-base-indep-v4, engineer text revision 3).
+#   LEDGER_BIN (default target/release/ledger)   ERL_PLAN   (default ledgers/engineer-rl-v3.toml)
+#   ERL_LEDGER (default ledgers/<plan's name>)   ERL_OUT    (default ledgers/results/<plan's name>)
+#   ERL_CONTEXTS (default 100)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LEDGER_BIN:-target/release/ledger}
-DIR=${ERL_LEDGER:-ledgers/engineer-rl-v3}
-OUT=${ERL_OUT:-ledgers/results/engineer-rl-v3}
+PLAN=${ERL_PLAN:-ledgers/engineer-rl-v3.toml}
+NAME=$(basename "$PLAN" .toml)
+DIR=${ERL_LEDGER:-ledgers/$NAME}
+OUT=${ERL_OUT:-ledgers/results/$NAME}
 CONTEXTS=${ERL_CONTEXTS:-100}
-PLAN=ledgers/engineer-rl-v3.toml
 start=$SECONDS
 mkdir -p "$OUT"
 [[ -d $DIR ]] || "$BIN" --ledger "$DIR" init --plan "$PLAN"
@@ -32,4 +35,4 @@ fi
 "$BIN" --ledger "$DIR" branches > "$OUT/branches.txt"
 # Engineer RL is recorded like plan training: the last stage recomputes bit for bit.
 "$BIN" --ledger "$DIR" replay --verify --branch main --stage 3 | tee "$OUT/replay-main-stage3.txt"
-echo "engineer-rl-v3: $((SECONDS - start)) s; ledger $DIR, results in $OUT"
+echo "$NAME: $((SECONDS - start)) s; ledger $DIR, results in $OUT"
