@@ -314,12 +314,16 @@ fn render_summary(t: &ResultTable, revision: u32) -> String {
 
 /// `5: 7/20 failed (vertex_conflict 3, hole 4)`.
 fn failure_line(size: &crate::record::event::SizeFailures) -> String {
+    failure_line_counts(size, &size.counts)
+}
+
+/// [`failure_line`] with the kinds in the order of `counts` (revision 3: by count).
+fn failure_line_counts(
+    size: &crate::record::event::SizeFailures,
+    counts: &[(crate::env::FailureKind, u32)],
+) -> String {
     let failed: u32 = size.counts.iter().map(|c| c.1).sum();
-    let counts: Vec<String> = size
-        .counts
-        .iter()
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect();
+    let counts: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
     format!(
         "{}: {failed}/{} failed{}",
         size.size,
@@ -330,6 +334,22 @@ fn failure_line(size: &crate::record::event::SizeFailures) -> String {
             format!(" ({})", counts.join(", "))
         }
     )
+}
+
+/// The module's closing part: the example failing plans of `sizes` in that order,
+/// then the blank line that ends the module.
+fn push_examples<'a>(
+    s: &mut String,
+    sizes: impl IntoIterator<Item = &'a crate::record::event::SizeFailures>,
+) {
+    let examples: Vec<&String> = sizes.into_iter().flat_map(|x| x.examples.iter()).collect();
+    if !examples.is_empty() {
+        let _ = writeln!(s, "Example failing plans:");
+        for e in examples {
+            let _ = writeln!(s, "{e}");
+        }
+    }
+    s.push('\n');
 }
 
 /// The sizes of a breakdown weakest first (most failures; ties: the larger size
@@ -361,11 +381,6 @@ fn render_failures_weakest_first(f: &FailureBreakdown, current: &GeneratorConfig
         f.suite
     );
     for size in weakest_first(f) {
-        let failed: u32 = size.counts.iter().map(|c| c.1).sum();
-        let counts: Vec<String> = kinds_by_count(size)
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
         let settings = match current.sizes.get(&(size.size as usize)) {
             Some(c) => format!(
                 "data_ratio {}, hole_ratio {}, wait_ratio {}",
@@ -375,29 +390,10 @@ fn render_failures_weakest_first(f: &FailureBreakdown, current: &GeneratorConfig
             ),
             None => "not trained on".to_string(),
         };
-        let _ = writeln!(
-            s,
-            "{}: {failed}/{} failed{}; {settings}",
-            size.size,
-            size.total,
-            if counts.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", counts.join(", "))
-            }
-        );
+        let line = failure_line_counts(size, &kinds_by_count(size));
+        let _ = writeln!(s, "{line}; {settings}");
     }
-    let examples: Vec<&String> = weakest_first(f)
-        .into_iter()
-        .flat_map(|x| x.examples.iter())
-        .collect();
-    if !examples.is_empty() {
-        let _ = writeln!(s, "Example failing plans:");
-        for e in examples {
-            let _ = writeln!(s, "{e}");
-        }
-    }
-    s.push('\n');
+    push_examples(&mut s, weakest_first(f));
     s
 }
 
@@ -406,13 +402,6 @@ fn render_failures(f: &FailureBreakdown) -> String {
     for size in &f.sizes {
         let _ = writeln!(s, "{}", failure_line(size));
     }
-    let examples: Vec<&String> = f.sizes.iter().flat_map(|x| x.examples.iter()).collect();
-    if !examples.is_empty() {
-        let _ = writeln!(s, "Example failing plans:");
-        for e in examples {
-            let _ = writeln!(s, "{e}");
-        }
-    }
-    s.push('\n');
+    push_examples(&mut s, &f.sizes);
     s
 }

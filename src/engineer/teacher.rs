@@ -352,15 +352,9 @@ pub fn answer_revision(ctx: &EngineerContext, seed: Seed, revision: u32) -> Stri
         return answer_evidence_first(ctx, seed);
     }
     let mut rng = seed.rng();
-    let working = |n: usize| {
-        ctx.validation
-            .cells
-            .get(&(ctx.current.agents, n))
-            .is_some_and(|c| c.total > 0 && c.valid_rate() >= 80.0)
-    };
     let weak: Vec<(usize, String)> = weakest(ctx, &mut rng)
         .into_iter()
-        .filter(|(n, _)| !working(*n))
+        .filter(|(n, _)| !working(ctx, *n))
         .collect();
     if weak.is_empty() {
         return "```json\n{\"sizes\": {}}\n```\nEvery size is at or above 80% valid: keep the configuration.".to_string();
@@ -420,12 +414,6 @@ pub const STEP_WAIT: f64 = 0.20;
 fn answer_evidence_first(ctx: &EngineerContext, seed: Seed) -> String {
     use super::context::{kinds_by_count, weakest_first};
     let mut rng = seed.rng();
-    let working = |n: usize| {
-        ctx.validation
-            .cells
-            .get(&(ctx.current.agents, n))
-            .is_some_and(|c| c.total > 0 && c.valid_rate() >= 80.0)
-    };
     // (size, evidence as cited, main failure)
     let ranked: Vec<(usize, String, Option<FailureKind>)> = if !ctx.failures.sizes.is_empty() {
         weakest_first(&ctx.failures)
@@ -451,7 +439,7 @@ fn answer_evidence_first(ctx: &EngineerContext, seed: Seed) -> String {
     };
     let mut weak: Vec<_> = ranked
         .into_iter()
-        .filter(|(n, _, _)| !working(*n))
+        .filter(|(n, _, _)| !working(ctx, *n))
         .collect();
     // The sizes it trains on, whose lines carry settings to move; a size not trained
     // on is added only when no weak size is trained on (engineer eval scores an added
@@ -529,6 +517,15 @@ fn answer_evidence_first(ctx: &EngineerContext, seed: Seed) -> String {
         lines.join("\n"),
         json.join(", ")
     )
+}
+
+/// A size at or above engineer eval's weak line in the context's summary (revisions 2
+/// and 3 leave such sizes alone).
+fn working(ctx: &EngineerContext, n: usize) -> bool {
+    ctx.validation
+        .cells
+        .get(&(ctx.current.agents, n))
+        .is_some_and(|c| c.total > 0 && c.valid_rate() >= super::eval::WEAK_BELOW)
 }
 
 /// A size the configuration lacks, as the teacher adds it.
