@@ -8,33 +8,38 @@
 //! - grid policy: plans sampled per second and GRPO steps per second on the demo's
 //!   training distribution (2 agents, sizes 3..6);
 //! - lm policy, a tiny scratch model (~0.13M parameters) and one about 10x larger:
-//!   decode tokens/s at batch 1 and batch 64 (64 new tokens, no early stop), and GRPO
-//!   steps/s (16 instances x 8 samples). Both models are also exported as HF
-//!   directories under `target/bench-lm/`;
+//!   decode tokens/s in three shapes (64 new tokens a lane, no early stop): one prompt
+//!   at batch 1, 64 distinct prompts x 1 (evaluation's shape) and one prompt x 64
+//!   samples (a GRPO group's), and GRPO steps/s (16 instances x 8 samples). Both models
+//!   are also exported as HF directories under `target/bench-lm/`;
 //! - the shipped base planner (`ledgers/models/mapf-base`, 2.6M parameters, cells
-//!   prompts of the demo's sizes 3..10): decode tokens/s at batch 1 and 64 as above,
-//!   and GRPO steps/s (16 instances x 8 samples, temperature 1, plans up to the
-//!   policy's budget, ending at `<|im_end|>`, no KL reference).
+//!   prompts of the demo's sizes 3..10): decode as above, and GRPO steps/s (16
+//!   instances x 8 samples, temperature 1, plans up to the policy's budget, ending at
+//!   `<|im_end|>`, no KL reference).
 //!
 //! With `HF_PYTHON=/path/to/python` (a Python with torch 2.11, transformers and trl:
-//! `HF_PYTHON=$(tools/hf-venv.sh) cargo bench --bench trainer`), the same checkpoints
-//! and prompts run through the Python peers in this run: transformers' `generate()`
-//! (`tools/bench_transformers.py`) for every decode figure, and TRL's `GRPOTrainer`
-//! (`tools/bench_trl.py`, whose doc says what one of its steps does) for the base
-//! planner's GRPO step, with the same group size, batch, prompts, sampling and
-//! completion cap, as many torch threads, no reference model on either side.
+//! `HF_PYTHON=$(tools/hf-venv.sh) cargo bench --bench trainer`), the same checkpoints,
+//! prompts and caps run through the Python peers in this run, each doing the same work
+//! as the ledger's side: transformers' `generate()` (`tools/bench_transformers.py`) on
+//! the same prompt at batch 1, the same 64 distinct prompts left-padded, and the same
+//! prompt with `num_return_sequences = 64` (which prefills 64 copies where the ledger
+//! prefills one: the printed ratio includes that); TRL's `GRPOTrainer`
+//! (`tools/bench_trl.py`, whose doc says what one of its steps does) on the very
+//! batches the ledger's steps draw, in order, each row capped at the ledger's budget for
+//! its instance, the same group size, sampling and thread count, no reference model on
+//! either side.
 //!
 //! Share of peak: model FLOPs (2 per weight of every linear layer and the head, per
 //! token that goes through it; attention 4 x layers x heads x head_dim x context per
 //! token; backward 2x forward; padding and recomputation not counted, a prompt
 //! prefilled once per instance) divided by time, over the matmul peak.
 //!
-//! Results on the project's 2-core CPU, `make bench-trainer-peers` (=
-//! `HF_PYTHON=$(tools/hf-venv.sh) cargo bench --bench trainer`), 1 thread, two runs
-//! (README, "Speed", has the whole table): matmul peak 163 GFLOP/s; base planner
-//! decode 1,299-1,328 tokens/s at batch 1 (4.1-4.5x `generate()`) and 12,676-13,025 at
-//! batch 64 (2.9-3.2x, 42-43% of peak); tiny model 11.2-11.3k (14-15x) and 82k (4.2x);
-//! base planner GRPO step 3.0 s against TRL's 5.5 s (1.8x), 35-36% of peak.
+//! Results on the project's 2-core CPU, `make bench-trainer-peers`, 1 thread, two runs
+//! (README, "Speed", has the whole table): matmul peak 87-95 GFLOP/s; base planner
+//! decode 1.1-1.6k tokens/s at batch 1 (5.5-8.5x `generate()`), 4.9-5.7k with 64
+//! distinct prompts (1.4-1.5x, 43-55% of peak), 6.6-8.0k with one prompt x 64 samples
+//! (1.9-2.0x); base planner GRPO step 3.8 s against TRL's 6.6-6.8 s on the same batches
+//! and caps (1.7-1.8x in steps/s, 1.9-2.0x in sampled tokens/s), 49-54% of peak.
 use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig, Instance, Solved};
 use mapf_ledger::ledger::Hash;
 use mapf_ledger::record::trainer::StepRecord;
@@ -70,6 +75,14 @@ fn grpo_config() -> GrpoConfig {
     }
 }
 
+/// Timed GRPO steps on each side (after one untimed warm-up step).
+const GRPO_TIMED: u64 = 8;
+
+/// The seed of the bench's GRPO steps: it draws their batches and samples.
+fn grpo_seed() -> Seed {
+    Seed::root(3)
+}
+
 /// GRPO steps per second, with the mean sampled tokens and the mean model FLOPs of a
 /// step (`flops(batch instance indices, sampled tokens)`).
 struct GrpoRate {
@@ -91,7 +104,7 @@ fn grpo_rate(
     let blobs = vec![Hash([0; 32]); data.len()];
     let mut state = TrainState::new(policy, AdamConfig::default());
     let g = grpo_config();
-    let seed = Seed::root(3);
+    let seed = grpo_seed();
     let (mut tokens, mut fl) = (0u64, 0.0);
     let mut t0 = Instant::now();
     for step in 0..=timed {
@@ -183,19 +196,21 @@ impl Flops {
     }
 }
 
-/// Decode tokens per second: `batch` lanes of one prompt, `new` tokens each.
-fn decode_rate(p: &lm::LmPolicy, prompt: &[u32], batch: usize, new: usize) -> f64 {
+/// Decode tokens per second: `per_prompt` lanes of each of `prompts`, `new` tokens
+/// each, no early stop.
+fn decode_rate(p: &lm::LmPolicy, prompts: &[Vec<u32>], per_prompt: usize, new: usize) -> f64 {
     let s = Sampling {
         temperature: 1.0,
         top_p: 1.0,
         max_new_tokens: new,
     };
+    let budgets = vec![new; prompts.len()];
     let run = || {
         lm::generate::generate(
             &p.model,
-            &[prompt.to_vec()],
-            batch,
-            &[new],
+            prompts,
+            per_prompt,
+            &budgets,
             &s,
             false,
             &[],
@@ -208,10 +223,10 @@ fn decode_rate(p: &lm::LmPolicy, prompt: &[u32], batch: usize, new: usize) -> f6
     let mut reps = 0;
     while t0.elapsed().as_secs_f64() < 3.0 || reps < 2 {
         let g = run();
-        assert_eq!(g[0].tokens.len(), new);
+        assert!(g.iter().all(|g| g.tokens.len() == new));
         reps += 1;
     }
-    (reps * batch * new) as f64 / t0.elapsed().as_secs_f64()
+    (reps * prompts.len() * per_prompt * new) as f64 / t0.elapsed().as_secs_f64()
 }
 
 /// f32 matmul GFLOP/s on the current torch thread count: the best of square sizes.
@@ -264,25 +279,26 @@ fn python_peer(py: &str, script: &str, args: &[String]) -> Vec<serde_json::Value
         .collect()
 }
 
-/// transformers' generate() tokens/s on `dir`, per batch size.
-fn hf_generate(py: &str, dir: &Path, prompt_file: &Path, threads: i32) -> Vec<(u64, f64)> {
+/// transformers' generate() tokens/s on `dir`, per shape (`single`, `distinct`,
+/// `shared`; `tools/bench_transformers.py` says what each is).
+fn hf_generate(py: &str, dir: &Path, prompts_file: &Path, threads: i32) -> Vec<(String, f64)> {
     let args = [
         "--model".to_string(),
         dir.display().to_string(),
-        "--batch".into(),
-        "1,64".into(),
+        "--prompts-file".into(),
+        prompts_file.display().to_string(),
+        "--lanes".into(),
+        LANES.to_string(),
         "--new-tokens".into(),
         "64".into(),
         "--threads".into(),
         threads.to_string(),
-        "--prompt-file".into(),
-        prompt_file.display().to_string(),
     ];
     python_peer(py, "bench_transformers.py", &args)
         .iter()
         .map(|v| {
             (
-                v["batch"].as_u64().unwrap_or(0),
+                v["shape"].as_str().unwrap_or("").to_string(),
                 v["tokens_per_s"].as_f64().unwrap_or(0.0),
             )
         })
@@ -321,12 +337,20 @@ fn cells_budget(inst: &Instance, cap: usize) -> usize {
     (inst.agents() * (8 + 4 * steps) + 2).min(cap)
 }
 
-/// Decode (batch 1 and 64) of a policy against transformers on its HF directory.
+/// Lanes of the batched decode rows: 64 distinct prompts, or one prompt sampled 64 times.
+const LANES: usize = 64;
+
+/// Decode of a policy against transformers on its HF directory, in three shapes, each
+/// the same work on both sides: one prompt at batch 1; [`LANES`] distinct prompts, one
+/// sample each (evaluation's shape: each side prefills every prompt); one prompt,
+/// [`LANES`] samples (a GRPO group's shape: the ledger prefills it once and copies its
+/// cache to the lanes, `generate(num_return_sequences)` prefills every copy, as its API
+/// does). `prompt_texts` holds at least [`LANES`] task texts.
 #[allow(clippy::too_many_arguments)]
 fn decode_section(
     name: &str,
     p: &lm::LmPolicy,
-    prompt_text: &str,
+    prompt_texts: &[String],
     dir: &Path,
     out: &Path,
     py: Option<&str>,
@@ -334,30 +358,62 @@ fn decode_section(
     peak: f64,
     rows: &mut Vec<Row>,
 ) {
-    let prompt = p.chat_ids(prompt_text);
+    assert!(prompt_texts.len() >= LANES);
+    let prompts: Vec<Vec<u32>> = prompt_texts[..LANES]
+        .iter()
+        .map(|t| p.chat_ids(t))
+        .collect();
     let f = Flops::of(&p.model.cfg);
-    let prompt_file = out.join(format!("{name}-prompt.txt"));
-    std::fs::write(&prompt_file, prompt_text).expect("prompt");
-    let hf = py.map(|py| hf_generate(py, dir, &prompt_file, threads));
-    for batch in [1usize, 64] {
-        let rate = decode_rate(p, &prompt, batch, 64);
-        // FLOPs per generated token, prefill shared out over the call's tokens.
-        let per_tok = f.generation(prompt.len() as f64, batch as f64, 64.0) / (batch * 64) as f64;
+    let prompts_file = out.join(format!("{name}-prompts.jsonl"));
+    let lines: Vec<String> = prompt_texts[..LANES]
+        .iter()
+        .map(|t| serde_json::json!({ "text": t }).to_string())
+        .collect();
+    std::fs::write(&prompts_file, lines.join("\n")).expect("prompts");
+    let hf = py.map(|py| hf_generate(py, dir, &prompts_file, threads));
+    let mean_len = prompts.iter().map(Vec::len).sum::<usize>() as f64 / LANES as f64;
+    for (shape, what, rust_prompts, per_prompt) in [
+        ("single", "1 prompt, batch 1".to_string(), &prompts[..1], 1),
+        (
+            "distinct",
+            format!("{LANES} distinct prompts x 1"),
+            &prompts[..],
+            1,
+        ),
+        (
+            "shared",
+            format!("1 prompt x {LANES} samples"),
+            &prompts[..1],
+            LANES,
+        ),
+    ] {
+        let rate = decode_rate(p, rust_prompts, per_prompt, 64);
+        // FLOPs per generated token, each prompt's prefill shared out over its lanes.
+        let lanes = rust_prompts.len() * per_prompt;
+        let total: f64 = rust_prompts
+            .iter()
+            .map(|q| f.generation(q.len() as f64, per_prompt as f64, 64.0))
+            .sum();
+        let per_tok = total / (lanes * 64) as f64;
         let peer = hf.as_ref().and_then(|h| {
             h.iter()
-                .find(|(b, _)| *b == batch as u64)
+                .find(|(s, _)| s == shape)
                 .map(|&(_, t)| (format!("generate() {t:.0} tok/s"), t))
         });
+        let prompt_len = if shape == "distinct" {
+            format!("prompts {mean_len:.0} tokens on average")
+        } else {
+            format!("prompt {} tokens", rust_prompts[0].len())
+        };
         println!(
-            "lm {name}: decode {rate:>8.0} tokens/s at batch {batch} (prompt {} tokens){}",
-            prompt.len(),
+            "lm {name}: decode {rate:>8.0} tokens/s, {what} ({prompt_len}){}",
             peer.as_ref().map_or(String::new(), |(s, t)| format!(
                 "; transformers {s}: ledger / transformers = {:.2}x",
                 rate / t
             ))
         );
         rows.push(row(
-            &format!("{name} decode, batch {batch}"),
+            &format!("{name} decode, {what}"),
             format!("{rate:.0} tok/s"),
             peer,
             rate,
@@ -415,7 +471,10 @@ fn main() {
     };
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-lm");
     std::fs::create_dir_all(&out).expect("target/bench-lm");
-    let prompt_text = mapf_ledger::env::text::render_compact_prompt(&instances[0]);
+    let prompt_texts: Vec<String> = instances[..LANES]
+        .iter()
+        .map(mapf_ledger::env::text::render_compact_prompt)
+        .collect();
     for (name, spec) in [("tiny", tiny), ("large", large)] {
         if !want(name) {
             continue;
@@ -429,7 +488,7 @@ fn main() {
         decode_section(
             name,
             &p,
-            &prompt_text,
+            &prompt_texts,
             &dir,
             &out,
             py,
@@ -448,12 +507,12 @@ fn main() {
 
     println!();
     println!(
-        "{:<34} {:>22} {:>32} {:>8} {:>10}",
+        "{:<44} {:>30} {:>34} {:>8} {:>10}",
         "", "ours", "peer (same run)", "ratio", "ours/peak"
     );
     for r in &rows {
         println!(
-            "{:<34} {:>22} {:>32} {:>8} {:>10}",
+            "{:<44} {:>30} {:>34} {:>8} {:>10}",
             r.what, r.ours, r.peer, r.ratio, r.share
         );
     }
@@ -495,19 +554,38 @@ fn base_section(
         p.model.cfg.parameter_count()
     );
     let f = Flops::of(&p.model.cfg);
-    let prompt_text = p.task_text(&data[0].instance);
-    decode_section("base", &p, &prompt_text, dir, out, py, threads, peak, rows);
+    let prompt_texts: Vec<String> = data[..LANES]
+        .iter()
+        .map(|d| p.task_text(&d.instance))
+        .collect();
+    decode_section("base", &p, &prompt_texts, dir, out, py, threads, peak, rows);
 
-    // GRPO: the same chat-formatted prompts go to TRL.
+    // GRPO: TRL gets the very batches the ledger's steps draw (step 0, the untimed
+    // warm-up, then the timed ones), in order, each row with the new-token cap the
+    // ledger gives its instance (`plan_budget`), so both sides sample the same prompts
+    // under the same caps.
+    let g0 = grpo_config();
     let prompt_lens: Vec<f64> = data
         .iter()
         .map(|d| p.chat_ids(&p.task_text(&d.instance)).len() as f64)
         .collect();
     let prompts_file: PathBuf = out.join("base-grpo-prompts.jsonl");
-    let lines: Vec<String> = data
-        .iter()
-        .map(|d| {
-            serde_json::json!({"prompt": p.arch.chat.wrap(&p.task_text(&d.instance))}).to_string()
+    let lines: Vec<String> = (0..=GRPO_TIMED)
+        .flat_map(|step| {
+            grpo::batch_indices(
+                data.len(),
+                g0.batch_size as usize,
+                grpo_seed().child("order", 0),
+                step,
+            )
+        })
+        .map(|i| {
+            let inst = &data[i].instance;
+            serde_json::json!({
+                "prompt": p.arch.chat.wrap(&p.task_text(inst)),
+                "cap": cells_budget(inst, cap),
+            })
+            .to_string()
         })
         .collect();
     std::fs::write(&prompts_file, lines.join("\n")).expect("prompts");
@@ -522,7 +600,7 @@ fn base_section(
         let per = tokens as f64 / (idx.len() * g.group_size as usize) as f64;
         f.grpo_step(&prompts, g.group_size as f64, per)
     };
-    let r = grpo_rate(Box::new(p), &data, 8, &flops);
+    let r = grpo_rate(Box::new(p), &data, GRPO_TIMED, &flops);
     let share = r.flops_per_step * r.steps_per_s / 1e9 / peak;
     println!(
         "lm base: {:.3} GRPO steps/s ({:.2} s/step; 16 instances x 8 samples, {:.0} sampled tokens/step, {:.1} GFLOP/step: {:.1}% of peak)",
@@ -543,10 +621,8 @@ fn base_section(
             &g.group_size.to_string(),
             "--batch",
             &g.batch_size.to_string(),
-            "--max-completion",
-            &max_budget.to_string(),
             "--steps",
-            "3",
+            &GRPO_TIMED.to_string(),
             "--threads",
             &threads.to_string(),
         ]
@@ -557,16 +633,25 @@ fn base_section(
             let sps = v["steps_per_s"].as_f64().unwrap_or(0.0);
             let toks = v["completion_tokens_per_step"].as_f64().unwrap_or(0.0);
             println!(
-                "    TRL GRPOTrainer: {sps:.3} steps/s ({:.2} s/step, {toks:.0} sampled tokens/step, completions capped at {max_budget}); ledger / TRL = {:.2}x",
+                "    TRL GRPOTrainer: {sps:.3} steps/s ({:.2} s/step, {toks:.0} sampled tokens/step: {:.0} tokens/s; the same batches, each row capped as the ledger caps it, at most {max_budget}); ledger / TRL = {:.2}x in steps/s, {:.2}x in sampled tokens/s",
                 1.0 / sps,
-                r.steps_per_s / sps
+                toks * sps,
+                r.steps_per_s / sps,
+                (r.tokens_per_step * r.steps_per_s) / (toks * sps).max(1e-9)
             );
-            peer = Some((format!("TRL {sps:.3} steps/s, {toks:.0} tok"), sps));
+            peer = Some((
+                format!("TRL {sps:.3} steps/s, {:.0} tok/s", toks * sps),
+                sps,
+            ));
         }
     }
     rows.push(row(
         "base GRPO step (16 x 8)",
-        format!("{:.3} steps/s, {:.0} tok", r.steps_per_s, r.tokens_per_step),
+        format!(
+            "{:.3} steps/s, {:.0} tok/s",
+            r.steps_per_s,
+            r.tokens_per_step * r.steps_per_s
+        ),
         peer,
         r.steps_per_s,
         share,
