@@ -112,6 +112,25 @@ impl EngineerContext {
     /// with the size's current settings (`data_ratio 0.20, hole_ratio 0.10, wait_ratio
     /// 0.30`, or `not trained on`) in the names the answer uses. Ties: the larger size
     /// first (as the teacher ranks), then the simulator's kind order.
+    /// Revision 5's last module, after the answer format: the failure breakdown's lines
+    /// weakest *last*, so the line a reply copies first is the one just above where
+    /// the reply begins. (A 2.6M-parameter model trained on revisions 3-4, weakest
+    /// first in the middle of a 1,000-token prompt, never learned to fetch that line:
+    /// it wrote its first evidence line from a prior.) Empty when the module is off.
+    pub fn render_breakdown_last(&self) -> String {
+        if !self.modules.failure_breakdown {
+            return String::new();
+        }
+        let mut s = format!(
+            "## Failure breakdown (validation, {}), weakest last\n",
+            self.failures.suite
+        );
+        for size in weakest_first(&self.failures).into_iter().rev() {
+            let _ = writeln!(s, "{}", breakdown_line(size, &self.current));
+        }
+        s
+    }
+
     pub fn render_at(&self, cut: &Trimmed, revision: u32) -> String {
         let m = &self.modules;
         let mut s = String::new();
@@ -129,7 +148,15 @@ impl EngineerContext {
             s.push_str(&render_summary(&self.validation, revision));
         }
         if m.failure_breakdown {
-            if revision >= 3 {
+            if revision >= 5 {
+                // Revision 5: the breakdown's lines close the prompt
+                // (`render_breakdown_last`); here only its example plans.
+                let examples = self.failures.sizes.iter().any(|x| !x.examples.is_empty());
+                if examples || cut.examples > 0 {
+                    let _ = writeln!(s, "## Failing plans (validation, {})", self.failures.suite);
+                    push_examples(&mut s, weakest_first(&self.failures));
+                }
+            } else if revision >= 3 {
                 s.push_str(&render_failures_weakest_first(
                     &self.failures,
                     &self.current,
@@ -138,7 +165,8 @@ impl EngineerContext {
                 s.push_str(&render_failures(&self.failures));
             }
             if cut.examples > 0 {
-                // Before the blank line that ends the module.
+                // Before the blank line that ends the module (revision 5: the module of
+                // example plans).
                 s.pop();
                 let _ = writeln!(
                     s,
@@ -381,20 +409,26 @@ fn render_failures_weakest_first(f: &FailureBreakdown, current: &GeneratorConfig
         f.suite
     );
     for size in weakest_first(f) {
-        let settings = match current.sizes.get(&(size.size as usize)) {
-            Some(c) => format!(
-                "data_ratio {}, hole_ratio {}, wait_ratio {}",
-                ratio(c.data_ratio),
-                ratio(c.hole_ratio),
-                ratio(c.wait_ratio)
-            ),
-            None => "not trained on".to_string(),
-        };
-        let line = failure_line_counts(size, &kinds_by_count(size));
-        let _ = writeln!(s, "{line}; {settings}");
+        let _ = writeln!(s, "{}", breakdown_line(size, current));
     }
     push_examples(&mut s, weakest_first(f));
     s
+}
+
+/// A size's line of the breakdown from revision 3: its counts, kinds by count, and the
+/// size's settings (or that it is not trained on).
+fn breakdown_line(size: &crate::record::event::SizeFailures, current: &GeneratorConfig) -> String {
+    let settings = match current.sizes.get(&(size.size as usize)) {
+        Some(c) => format!(
+            "data_ratio {}, hole_ratio {}, wait_ratio {}",
+            ratio(c.data_ratio),
+            ratio(c.hole_ratio),
+            ratio(c.wait_ratio)
+        ),
+        None => "not trained on".to_string(),
+    };
+    let line = failure_line_counts(size, &kinds_by_count(size));
+    format!("{line}; {settings}")
 }
 
 fn render_failures(f: &FailureBreakdown) -> String {

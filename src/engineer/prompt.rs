@@ -89,18 +89,35 @@ pub const LATEST_REVISION: u32 = crate::plan::LATEST_ENGINEER_REVISION;
 
 /// The user message of a trimmed context: revision 1 renders the trimmed struct as it
 /// is (as ledgers before revision 2 recorded it), revision 2 says what was cut,
-/// revision 3 also orders the evidence weakest first and asks for it before the JSON.
+/// revision 3 also orders the evidence weakest first and asks for it before the JSON,
+/// revision 5 puts the breakdown last, weakest last, after the answer format.
 fn user_message_rev(ctx: &EngineerContext, cut: &super::context::Trimmed, revision: u32) -> String {
     if revision < 2 {
         return user_message(ctx);
     }
     let mut s = ctx.render_at(cut, revision);
+    if revision >= 5 {
+        s.push_str(answer_format_evidence_last(ctx.modules.failure_breakdown));
+        s.push_str(&ctx.render_breakdown_last());
+        return s;
+    }
     s.push_str(if revision >= 3 {
         answer_format_evidence_first()
     } else {
         answer_format()
     });
     s
+}
+
+/// Revision 5's answer format, followed by the breakdown (weakest last): revision 3's
+/// answer, its lines taken from the breakdown below it.
+pub fn answer_format_evidence_last(breakdown: bool) -> &'static str {
+    if breakdown {
+        "## Answer\nFor each size you change, one line: `N: failed/total failed, mostly KIND: the change, FIELD old -> new`, \
+taken from its line of the failure breakdown below (the weakest size is its last line). Then a ```json block {\"sizes\": {\"N\": {\"FIELD\": new}}} with only the values you change.\n\n"
+    } else {
+        answer_format_evidence_first()
+    }
 }
 
 /// Revision 3's answer format: the evidence first, then the proposal. Each changed size

@@ -46,7 +46,9 @@ pub struct TeacherSpec {
     pub examples_per_size: usize,
     /// The plan's engineer text revision (`[engineer] revision`): 1 is the teacher
     /// every shipped base was made with; 2 reads the evidence (see [`answer_revision`]);
-    /// 3 writes the evidence first and only the changed values.
+    /// 3 writes the evidence first and only the changed values; 4 answers as 3 on
+    /// contexts with no shortcut to the answer (see [`context`]); 5 as 4 (only the
+    /// prompt's layout differs).
     pub revision: u32,
 }
 
@@ -109,6 +111,37 @@ fn random_validation(rng: &mut impl Rng, skill: f64, per_cell: u32, max: usize) 
         let p = (skill * (1.15 - (n as f64 - 3.0) / (max as f64 - 3.0).max(1.0))
             + rng.random_range(-0.12..0.12))
         .clamp(0.0, 1.0);
+        let valid = (p * per_cell as f64).round() as u32;
+        let optimal = (valid as f64 * rng.random_range(0.6..1.0)).round() as u32;
+        t.cells.insert(
+            (2, n),
+            CellCounts {
+                total: per_cell,
+                valid,
+                optimal,
+            },
+        );
+    }
+    t
+}
+
+/// Revision 4's validation: each size's difficulty drawn on its own, not from its map
+/// size. Through revision 3 ([`random_validation`]) validity fell with the size, so the
+/// weakest line of a context was nearly always the largest size, mostly
+/// goal_not_reached: a model imitating the teacher could write its first evidence line
+/// from that prior without reading the context (mapf-base-indep-v4 opened 174 of 200
+/// engineer-eval replies with size 10, whatever the context said). Here the weakest
+/// size is any size alike, so only reading finds it.
+fn random_validation_unranked(
+    rng: &mut impl Rng,
+    skill: f64,
+    per_cell: u32,
+    max: usize,
+) -> ResultTable {
+    let mut t = ResultTable::default();
+    for n in 3..=max {
+        let difficulty = rng.random_range(0.0..1.0f64);
+        let p = (skill * (1.15 - difficulty) + rng.random_range(-0.12..0.12)).clamp(0.0, 1.0);
         let valid = (p * per_cell as f64).round() as u32;
         let optimal = (valid as f64 * rng.random_range(0.6..1.0)).round() as u32;
         t.cells.insert(
@@ -186,6 +219,14 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
             _ => modules.training_details ^= true,
         }
     }
+    // Revision 4: the validated sizes end at a random size from 5 up, as plans' suites
+    // and engineer eval's contexts do (before, always at `max_size`). Drawn only from
+    // revision 4, so earlier revisions' contexts are bit for bit what they were.
+    let max = if spec.revision >= 4 {
+        rng.random_range(5.min(max)..=max)
+    } else {
+        max
+    };
     // A history of configurations, each a small edit of the one before.
     let mut configs = vec![random_config(&mut rng, max)];
     for _ in 1..stage {
@@ -201,7 +242,11 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
     } else {
         spec.per_cell
     };
-    let validation = random_validation(&mut rng, skill, per_cell, max);
+    let validation = if spec.revision >= 4 {
+        random_validation_unranked(&mut rng, skill, per_cell, max)
+    } else {
+        random_validation(&mut rng, skill, per_cell, max)
+    };
     let kinds = [
         FailureKind::VertexConflict,
         FailureKind::EdgeConflict,
@@ -216,7 +261,15 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
         // Revision 2: one kind dominates each size's failures (as in real breakdowns),
         // so the answer has something to read.
         let dominant = (spec.revision >= 2).then(|| {
-            if rng.random_bool(((n as f64 - 2.0) / 12.0).min(0.6)) {
+            if spec.revision >= 4 {
+                // Revision 4: any kind may dominate any size (before, larger maps were
+                // mostly goal_not_reached: a prior the model could answer from).
+                if rng.random_range(0..=kinds.len()) == kinds.len() {
+                    FailureKind::GoalNotReached
+                } else {
+                    kinds[rng.random_range(0..kinds.len())]
+                }
+            } else if rng.random_bool(((n as f64 - 2.0) / 12.0).min(0.6)) {
                 FailureKind::GoalNotReached
             } else {
                 kinds[rng.random_range(0..kinds.len())]
@@ -749,6 +802,83 @@ mod tests {
             .collect();
         assert!(totals.len() >= 4, "{totals:?}");
     }
+    /// Revision 4's contexts have no shortcut to the first evidence line: the size the
+    /// teacher cites first is spread over the sizes, where at revision 3 it was nearly
+    /// always the largest (the prior mapf-base-indep-v4 learned instead of reading).
+    #[test]
+    fn revision_4_contexts_do_not_rank_sizes_by_map_size() {
+        let first_sizes = |revision: u32| {
+            let spec = TeacherSpec { revision, ..spec() };
+            let mut counts: BTreeMap<u32, u32> = BTreeMap::new();
+            for i in 0..200u64 {
+                let ctx = context(Seed::root(31).child("c", i), &spec, 1 + (i % 3) as u32);
+                let reply = answer_revision(&ctx, Seed::root(32).child("a", i), revision);
+                if let Some(n) = reply
+                    .lines()
+                    .next()
+                    .and_then(|l| l.split(':').next())
+                    .and_then(|n| n.trim().parse::<u32>().ok())
+                {
+                    *counts.entry(n).or_default() += 1;
+                }
+            }
+            counts
+        };
+        let share_of_top = |c: &BTreeMap<u32, u32>| {
+            let total: u32 = c.values().sum();
+            *c.values().max().unwrap() as f64 / total as f64
+        };
+        let (r3, r4) = (first_sizes(3), first_sizes(4));
+        assert!(share_of_top(&r3) > 0.5, "revision 3: {r3:?}");
+        assert!(r4.len() >= 7, "revision 4: {r4:?}");
+        assert!(share_of_top(&r4) < 0.3, "revision 4: {r4:?}");
+    }
+
+    /// Revision 5's prompt ends with the breakdown, weakest last, so the teacher's first
+    /// evidence line is a copy of the prompt's last line (its size and counts), and no
+    /// other module follows the breakdown.
+    #[test]
+    fn revision_5_ends_the_prompt_with_the_line_the_reply_copies_first() {
+        use crate::engineer::prompt::{build_revision, TokenCounter};
+        let spec = TeacherSpec {
+            revision: 5,
+            ..spec()
+        };
+        let mut copied = 0;
+        for i in 0..80u64 {
+            let ctx = context(Seed::root(41).child("c", i), &spec, 1 + (i % 3) as u32);
+            let p = build_revision(&ctx, &[], Some(4096), &TokenCounter::Approximate, 5);
+            if !ctx.modules.failure_breakdown || ctx.failures.sizes.is_empty() {
+                assert!(!p.user.contains("weakest last"), "{}", p.user);
+                continue;
+            }
+            let tail = p.user.split("## Failure breakdown").last().unwrap();
+            assert!(
+                tail.starts_with(" (validation, val), weakest last\n"),
+                "{tail}"
+            );
+            assert!(
+                !tail.contains("\n## "),
+                "a module after the breakdown: {tail}"
+            );
+            let last = p.user.trim_end().lines().last().unwrap();
+            let reply = answer_revision(&ctx, Seed::root(42).child("a", i), 5);
+            let first = reply.lines().next().unwrap();
+            if first.starts_with("Every") || last.ends_with("not trained on") {
+                continue;
+            }
+            // "N: a/b failed" on both.
+            let head = |l: &str| l.split(" failed").next().unwrap().to_string();
+            if head(first) == head(last) {
+                copied += 1;
+            }
+        }
+        assert!(
+            copied >= 40,
+            "{copied} of 80 replies open with the prompt's last line"
+        );
+    }
+
     /// Revision 3 writes the evidence first, copied from the prompt: each reply line
     /// opens with the `N: failed/total failed` of the first weak lines of the rendered
     /// (weakest-first) breakdown that carry settings, in order; the JSON names one value per edited size

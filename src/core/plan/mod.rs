@@ -259,8 +259,11 @@ pub struct EngineerPlan {
     /// trimmed says what was cut instead of reading as empty, and a reply that names a
     /// key twice is a recorded repair; 3: the evidence is ordered weakest first with
     /// each size's settings on its breakdown line, and the answer gives one line of
-    /// evidence per changed size before a JSON of only the values it changes). Skipped
-    /// at 1, so older plans keep their hash.
+    /// evidence per changed size before a JSON of only the values it changes; 4: the
+    /// text of 3, and the pretraining teacher's contexts no longer rank the sizes by map
+    /// size, so the weakest line can be any size; 5: as 4, with the breakdown's lines
+    /// weakest last at the very end of the prompt, after the answer format). Skipped at
+    /// 1, so older plans keep their hash.
     #[serde(skip_serializing_if = "is_first_revision")]
     pub revision: u32,
     /// Engineer RL (`[engineer.train]`): GRPO steps on engineer prompts in the stages
@@ -327,7 +330,7 @@ impl Default for EngineerTrain {
 }
 
 /// The newest engineer text revision a plan may ask for.
-pub const LATEST_ENGINEER_REVISION: u32 = 3;
+pub const LATEST_ENGINEER_REVISION: u32 = 5;
 
 fn is_first_revision(r: &u32) -> bool {
     *r == 1
