@@ -104,43 +104,28 @@ fn perturb(rng: &mut impl Rng, c: &GeneratorConfig) -> GeneratorConfig {
     next
 }
 
-/// Validation counts per size: success falls with size around a skill level.
-fn random_validation(rng: &mut impl Rng, skill: f64, per_cell: u32, max: usize) -> ResultTable {
-    let mut t = ResultTable::default();
-    for n in 3..=max {
-        let p = (skill * (1.15 - (n as f64 - 3.0) / (max as f64 - 3.0).max(1.0))
-            + rng.random_range(-0.12..0.12))
-        .clamp(0.0, 1.0);
-        let valid = (p * per_cell as f64).round() as u32;
-        let optimal = (valid as f64 * rng.random_range(0.6..1.0)).round() as u32;
-        t.cells.insert(
-            (2, n),
-            CellCounts {
-                total: per_cell,
-                valid,
-                optimal,
-            },
-        );
-    }
-    t
-}
-
-/// Revision 4's validation: each size's difficulty drawn on its own, not from its map
-/// size. Through revision 3 ([`random_validation`]) validity fell with the size, so the
-/// weakest line of a context was nearly always the largest size, mostly
-/// goal_not_reached: a model imitating the teacher could write its first evidence line
-/// from that prior without reading the context (mapf-base-indep-v4 opened 174 of 200
-/// engineer-eval replies with size 10, whatever the context said). Here the weakest
-/// size is any size alike, so only reading finds it.
-fn random_validation_unranked(
+/// Validation counts per size around a skill level: success falls with the size when
+/// `ranked`, else with a difficulty drawn per size.
+fn random_validation(
     rng: &mut impl Rng,
     skill: f64,
     per_cell: u32,
     max: usize,
+    ranked: bool,
 ) -> ResultTable {
     let mut t = ResultTable::default();
     for n in 3..=max {
-        let difficulty = rng.random_range(0.0..1.0f64);
+        // Ranked (revisions 1-3): validity falls with the map size. Then the weakest line
+        // of a context was nearly always the largest size, mostly goal_not_reached, and a
+        // model imitating the teacher could write its first evidence line from that
+        // prior without reading (mapf-base-indep-v4 opened 174 of 200 engineer-eval
+        // replies with size 10, whatever the context said). Unranked (revision 4 on):
+        // each size's difficulty is drawn on its own, so only reading finds the weakest.
+        let difficulty = if ranked {
+            (n as f64 - 3.0) / (max as f64 - 3.0).max(1.0)
+        } else {
+            rng.random_range(0.0..1.0f64)
+        };
         let p = (skill * (1.15 - difficulty) + rng.random_range(-0.12..0.12)).clamp(0.0, 1.0);
         let valid = (p * per_cell as f64).round() as u32;
         let optimal = (valid as f64 * rng.random_range(0.6..1.0)).round() as u32;
@@ -242,11 +227,7 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
     } else {
         spec.per_cell
     };
-    let validation = if spec.revision >= 4 {
-        random_validation_unranked(&mut rng, skill, per_cell, max)
-    } else {
-        random_validation(&mut rng, skill, per_cell, max)
-    };
+    let validation = random_validation(&mut rng, skill, per_cell, max, spec.revision < 4);
     let kinds = [
         FailureKind::VertexConflict,
         FailureKind::EdgeConflict,
@@ -318,7 +299,9 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
                 engineer: ["current", "base", "heuristic"][rng.random_range(0..3)].into(),
                 previous: configs[i - 1].clone(),
                 config: configs[i].clone(),
-                validation: random_validation(&mut rng, skill * 0.9, spec.per_cell, max),
+                // (History tables stay ranked at every revision, as the revision-4 and
+                // -5 pilots were trained on.)
+                validation: random_validation(&mut rng, skill * 0.9, spec.per_cell, max, true),
             }
         })
         .collect();
@@ -832,6 +815,38 @@ mod tests {
         assert!(share_of_top(&r3) > 0.5, "revision 3: {r3:?}");
         assert!(r4.len() >= 7, "revision 4: {r4:?}");
         assert!(share_of_top(&r4) < 0.3, "revision 4: {r4:?}");
+    }
+
+    /// The teacher's examples (context, prompt as the model reads it at 1,024 tokens,
+    /// reply) are pinned per revision: a change that moves what an earlier revision's
+    /// base planner was trained on, or what its ledgers replay, fails here. A new
+    /// revision gets a new pin.
+    #[test]
+    fn teacher_examples_are_pinned_per_revision() {
+        use crate::engineer::prompt::{build_revision, TokenCounter};
+        let digest = |revision: u32| {
+            let spec = TeacherSpec { revision, ..spec() };
+            let mut h = blake3::Hasher::new();
+            for i in 0..40u64 {
+                let ctx = context(Seed::root(51).child("c", i), &spec, 1 + (i % 3) as u32);
+                let p = build_revision(&ctx, &[], Some(1024), &TokenCounter::Approximate, revision);
+                h.update(&crate::record::codec::encode(&ctx));
+                h.update(p.user.as_bytes());
+                h.update(answer_revision(&ctx, Seed::root(52).child("a", i), revision).as_bytes());
+            }
+            h.finalize().to_hex()[..16].to_string()
+        };
+        let got: Vec<String> = (1..=5).map(digest).collect();
+        assert_eq!(
+            got,
+            [
+                "95ae0e91233072e4",
+                "fbed2d287c4892f7",
+                "7257b1998bb420b6",
+                "4832c967fd5615fb",
+                "5084f8758325199a"
+            ]
+        );
     }
 
     /// Revision 5's prompt ends with the breakdown, weakest last, so the teacher's first
