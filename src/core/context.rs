@@ -105,13 +105,6 @@ impl EngineerContext {
         self.render_at(cut, 2)
     }
 
-    /// [`Self::render_trimmed`] at an engineer text revision. Revision 3 orders the
-    /// evidence weakest first, so what to act on is where a reader starts: the summary
-    /// by valid rate (ascending), the failure breakdown by failed count (descending),
-    /// each line's failure kinds by count (descending), and each breakdown line ends
-    /// with the size's current settings (`data_ratio 0.20, hole_ratio 0.10, wait_ratio
-    /// 0.30`, or `not trained on`) in the names the answer uses. Ties: the larger size
-    /// first (as the teacher ranks), then the simulator's kind order.
     /// Revision 5's last module, after the answer format: the failure breakdown's lines
     /// weakest *last*, so the line a reply copies first is the one just above where
     /// the reply begins. (A 2.6M-parameter model trained on revisions 3-4, weakest
@@ -131,6 +124,15 @@ impl EngineerContext {
         s
     }
 
+    /// [`Self::render_trimmed`] at an engineer text revision. Revision 3 orders the
+    /// evidence weakest first, so what to act on is where a reader starts: the summary
+    /// by valid rate (ascending), the failure breakdown by failed count (descending),
+    /// each line's failure kinds by count (descending), and each breakdown line ends
+    /// with the size's current settings (`data_ratio 0.20, hole_ratio 0.10, wait_ratio
+    /// 0.30`, or `not trained on`) in the names the answer uses. Ties: the larger size
+    /// first (as the teacher ranks), then the simulator's kind order.
+    /// Revision 5 renders only the breakdown's example plans here; its lines go last
+    /// ([`Self::render_breakdown_last`]).
     pub fn render_at(&self, cut: &Trimmed, revision: u32) -> String {
         let m = &self.modules;
         let mut s = String::new();

@@ -40,7 +40,7 @@
 //! distinct prompts (1.4-1.5x, 43-55% of peak), 6.6-8.0k with one prompt x 64 samples
 //! (1.9-2.0x); base planner GRPO step 3.8 s against TRL's 6.6-6.8 s on the same batches
 //! and caps (1.7-1.8x in steps/s, 1.9-2.0x in sampled tokens/s), 49-54% of peak.
-use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig, Instance, Solved};
+use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig, Solved};
 use mapf_ledger::ledger::Hash;
 use mapf_ledger::record::trainer::StepRecord;
 use mapf_ledger::seed::Seed;
@@ -330,13 +330,6 @@ fn row(what: &str, ours: String, peer: Option<(String, f64)>, ours_v: f64, share
     }
 }
 
-/// The new-token budget the lm policy gives an instance's plan in the cells format
-/// (`LmPolicy::plan_budget`): each agent's line, 4 tokens per move, capped.
-fn cells_budget(inst: &Instance, cap: usize) -> usize {
-    let steps = mapf_ledger::train::policy::max_steps(inst);
-    (inst.agents() * (8 + 4 * steps) + 2).min(cap)
-}
-
 /// Lanes of the batched decode rows: 64 distinct prompts, or one prompt sampled 64 times.
 const LANES: usize = 64;
 
@@ -564,7 +557,7 @@ fn base_section(
     // warm-up, then the timed ones), in order, each row with the new-token cap the
     // ledger gives its instance (`plan_budget`), so both sides sample the same prompts
     // under the same caps.
-    let g0 = grpo_config();
+    let g = grpo_config();
     let prompt_lens: Vec<f64> = data
         .iter()
         .map(|d| p.chat_ids(&p.task_text(&d.instance)).len() as f64)
@@ -574,7 +567,7 @@ fn base_section(
         .flat_map(|step| {
             grpo::batch_indices(
                 data.len(),
-                g0.batch_size as usize,
+                g.batch_size as usize,
                 grpo_seed().child("order", 0),
                 step,
             )
@@ -583,7 +576,7 @@ fn base_section(
             let inst = &data[i].instance;
             serde_json::json!({
                 "prompt": p.arch.chat.wrap(&p.task_text(inst)),
-                "cap": cells_budget(inst, cap),
+                "cap": p.plan_budget(inst),
             })
             .to_string()
         })
@@ -591,10 +584,9 @@ fn base_section(
     std::fs::write(&prompts_file, lines.join("\n")).expect("prompts");
     let max_budget = data
         .iter()
-        .map(|d| cells_budget(&d.instance, cap))
+        .map(|d| p.plan_budget(&d.instance))
         .max()
         .unwrap_or(cap);
-    let g = grpo_config();
     let flops = |idx: &[usize], tokens: u64| {
         let prompts: Vec<f64> = idx.iter().map(|&i| prompt_lens[i]).collect();
         let per = tokens as f64 / (idx.len() * g.group_size as usize) as f64;

@@ -415,7 +415,7 @@ impl LmPolicy {
 
     /// New-token budget for an instance's plan: each agent's line at most
     /// `agent k: ` plus two tokens per move, with 2x the longest sensible plan.
-    fn plan_budget(&self, inst: &Instance) -> usize {
+    pub fn plan_budget(&self, inst: &Instance) -> usize {
         let steps = super::policy::max_steps(inst);
         // The cells format writes a cell after every move: twice the tokens.
         let per_move = match self.arch.prompt {
