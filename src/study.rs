@@ -20,6 +20,9 @@ pub struct StudySpec {
     pub executor: crate::executor::Executor,
     /// Worker ledgers, logs and Slurm scripts of out-of-process runs.
     pub workdir: std::path::PathBuf,
+    /// (engineer, replicate) runs taken from an earlier report ([`reusable_runs`]):
+    /// neither forked nor run here unless this ledger already has their branch.
+    pub reuse: BTreeSet<(String, u32)>,
 }
 
 /// The deterministic branch name of one study run.
@@ -44,6 +47,8 @@ pub enum StudyError {
     Output(String),
     #[error(transparent)]
     Executor(#[from] crate::executor::ExecutorError),
+    #[error("--reuse {path}: {why}")]
+    Reuse { path: String, why: String },
 }
 
 pub use crate::views::study::{StudyDesign, StudyRunRecord};
@@ -76,6 +81,9 @@ pub fn run_study(
     for e in &spec.engineers {
         for r in 0..spec.seeds {
             let name = study_branch(spec.at, e, r);
+            if !existing.contains(&name) && spec.reuse.contains(&(e.clone(), r)) {
+                continue;
+            }
             let action = if existing.contains(&name) {
                 let st = ledger.projection(&name)?;
                 match &st.forked_from {
@@ -147,6 +155,103 @@ pub fn run_study(
             action,
         })
         .collect())
+}
+
+/// The finished runs of `prior`, an earlier report (`study.json`) of this same study,
+/// that `spec` asks for (its engineers, replicates 0..seeds) and this ledger lacks: they
+/// count in the tables instead of being forked and run again (a study whose worker
+/// ledgers are gone, or one split over machines that kept only their reports). Runs are
+/// deterministic, so such a run is the one this ledger would record.
+///
+/// Each is checked to be a fork of this ledger's `from`: the evaluations it inherited
+/// (every stage before the fork point) must be events of `from`'s history, with the same
+/// validation figures. A report of another plan, seed, fork point or base fails here.
+pub fn reusable_runs(
+    ledger: &Ledger,
+    spec: &StudySpec,
+    prior: crate::views::study::StudyReport,
+    path: &std::path::Path,
+) -> Result<Vec<crate::views::study::StudyRun>, StudyError> {
+    let fail = |why: String| StudyError::Reuse {
+        path: path.display().to_string(),
+        why,
+    };
+    if prior.from != spec.from || prior.at != spec.at {
+        return Err(fail(format!(
+            "a study of {} forked at stage{}, not of {} at stage{}",
+            prior.from, prior.at, spec.from, spec.at
+        )));
+    }
+    let last = crate::stage::ledger_plan(ledger)?.engineer.stages;
+    let existing: BTreeSet<String> = ledger.branches()?.into_iter().map(|b| b.0).collect();
+    // What every fork of `from` at `at` inherits: its evaluation events and figures.
+    let head = ledger.head(&spec.from)?;
+    let inherited: BTreeSet<crate::ledger::Hash> = ledger
+        .history_to(&head)?
+        .into_iter()
+        .filter(|(_, ev)| ev.stage < spec.at)
+        .map(|(h, _)| h)
+        .collect();
+    let state = ledger.state_at(&head)?;
+    let from_validation: Vec<(u32, f64, f64)> =
+        crate::views::compare::summarise(&spec.from, &state)
+            .validation
+            .into_iter()
+            .filter(|v| v.0 < spec.at)
+            .collect();
+    let mut out = Vec::new();
+    for mut run in prior.runs {
+        let wanted = spec.engineers.contains(&run.engineer) && run.replicate < spec.seeds;
+        if !wanted || run.summary.final_stage != Some(last) || existing.contains(&run.branch) {
+            continue;
+        }
+        if run.branch != study_branch(spec.at, &run.engineer, run.replicate) {
+            return Err(fail(format!(
+                "run {} is not this study's name for engineer {}, replicate {}",
+                run.branch, run.engineer, run.replicate
+            )));
+        }
+        let events: Vec<&crate::ledger::Hash> = run
+            .summary
+            .coordination
+            .iter()
+            .filter(|c| c.stage < spec.at)
+            .map(|c| &c.event)
+            .collect();
+        if events.is_empty() {
+            return Err(fail(format!(
+                "run {} records no evaluation before stage{}, so it cannot be checked against {}",
+                run.branch, spec.at, spec.from
+            )));
+        }
+        if let Some(e) = events.iter().find(|e| !inherited.contains(*e)) {
+            return Err(fail(format!(
+                "run {} did not fork from this ledger's {}: its evaluation event {} is not in {}'s stages before stage{}",
+                run.branch,
+                spec.from,
+                e.short(),
+                spec.from,
+                spec.at
+            )));
+        }
+        let validation: Vec<(u32, f64, f64)> = run
+            .summary
+            .validation
+            .iter()
+            .copied()
+            .filter(|v| v.0 < spec.at)
+            .collect();
+        if validation != from_validation {
+            return Err(fail(format!(
+                "run {} inherited validation {:?}, but {} has {:?}",
+                run.branch, validation, spec.from, from_validation
+            )));
+        }
+        run.summary.restore_tables();
+        run.action = crate::views::study::REUSED.into();
+        out.push(run);
+    }
+    Ok(out)
 }
 
 /// Run `branches` (forks in `ledger`, maybe partly run) in worker ledgers with

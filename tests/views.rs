@@ -573,6 +573,163 @@ fn study_forks_runs_writes_and_resumes() {
     );
 }
 
+/// A study whose worker ledgers are gone keeps its finished runs through its report:
+/// `--reuse study.json` counts them (each checked to fork from this ledger's `main`)
+/// and runs only the replicates the report lacks; a report of another fork point, or
+/// whose runs did not fork from this `main`, is refused before anything runs.
+#[test]
+fn study_reuses_the_finished_runs_of_an_earlier_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tiny_ledger(&tmp.path().join("a"));
+    let out_a = tmp.path().join("study-a");
+    let study = |d: &std::path::Path, seeds: &str, out: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![
+            "study",
+            "--at",
+            "stage1",
+            "--engineers",
+            "fixed,learnability",
+            "--seeds",
+            seeds,
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        ledger(d, &args)
+    };
+    let first: Value = serde_json::from_str(&ok(&study(&a, "1", &out_a, &[]))).unwrap();
+    // The same plan run again elsewhere: the same main, bit for bit.
+    let b = tiny_ledger(&tmp.path().join("b"));
+    let main_of = |d: &std::path::Path| heads(d).into_iter().find(|h| h.0 == "main").unwrap();
+    assert_eq!(main_of(&a), main_of(&b));
+    let report = out_a.join("study.json");
+    let reuse = ["--reuse", report.to_str().unwrap()];
+    let out_b = tmp.path().join("study-b");
+    let r: Value = serde_json::from_str(&ok(&study(&b, "2", &out_b, &reuse))).unwrap();
+    validates("study", &r);
+    let actions: Vec<(&str, &str)> = r["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["branch"].as_str().unwrap(), x["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("study-at1-fixed-s0", "reused"),
+            ("study-at1-fixed-s1", "ran"),
+            ("study-at1-learnability-s0", "reused"),
+            ("study-at1-learnability-s1", "ran"),
+        ]
+    );
+    // Only the new replicates were forked here.
+    let names: Vec<String> = heads(&b).into_iter().map(|h| h.0).collect();
+    assert!(
+        !names.contains(&"study-at1-fixed-s0".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"study-at1-fixed-s1".to_string()),
+        "{names:?}"
+    );
+    // The reused runs are the report's, and their Sum rows are the report's: replicate
+    // 0's paired differences (from test tables rebuilt out of the report's cells) are
+    // the ones the first study computed from its ledger.
+    for (old, new) in first["runs"].as_array().unwrap().iter().zip([0, 2]) {
+        let new = &r["runs"][new];
+        assert_eq!(new["head"], old["head"]);
+        assert_eq!(new["summary"]["test_cells"], old["summary"]["test_cells"]);
+        assert_eq!(new["summary"]["validation"], old["summary"]["validation"]);
+    }
+    let row = |rep: &Value, subset: Option<&str>| -> Value {
+        rep["paired"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["suite"] == "test" && p["agents"] == 3 && p["subset"].as_str() == subset)
+            .unwrap()
+            .clone()
+    };
+    for subset in [None, Some("coord")] {
+        let (old, new) = (row(&first, subset), row(&r, subset));
+        assert_eq!(new["replicates"], serde_json::json!([0, 1]));
+        assert_eq!(new["valid"]["per_seed"][0], old["valid"]["per_seed"][0]);
+        assert_eq!(new["optimal"]["per_seed"][0], old["optimal"]["per_seed"][0]);
+        assert!(new["valid"]["bootstrap_ci95"].is_null(), "{new}");
+        assert!(
+            new["note"]
+                .as_str()
+                .unwrap()
+                .contains("taken from an earlier report"),
+            "{new}"
+        );
+    }
+    let md = std::fs::read_to_string(out_b.join("study.md")).unwrap();
+    assert!(
+        md.contains("replicate 0, head ") && md.contains(" (from an earlier report)"),
+        "{md}"
+    );
+
+    // Refused, and nothing forked or run: a report of another fork point, and one whose
+    // run inherited an evaluation this main never recorded.
+    let before = heads(&b);
+    let other = study(&b, "3", &out_b, &reuse);
+    assert_eq!(
+        other.status.code(),
+        Some(0),
+        "the same report again is fine"
+    );
+    let before_bad = heads(&b);
+    assert_ne!(before, before_bad, "replicate 2 ran");
+    let at2 = ledger(
+        &b,
+        &[
+            "study",
+            "--at",
+            "stage2",
+            "--engineers",
+            "fixed",
+            "--reuse",
+            report.to_str().unwrap(),
+        ],
+    );
+    fails(
+        &at2,
+        2,
+        "a study of main forked at stage1, not of main at stage2",
+    );
+    let mut bad = first.clone();
+    bad["runs"][0]["summary"]["coordination"][0]["event"] = Value::String("ab".repeat(32));
+    let bad_path = tmp.path().join("bad.json");
+    std::fs::write(&bad_path, serde_json::to_string(&bad).unwrap()).unwrap();
+    let c = tempfile::tempdir().unwrap();
+    let c = tiny_ledger(c.path());
+    fails(
+        &study(
+            &c,
+            "1",
+            &tmp.path().join("study-c"),
+            &["--reuse", bad_path.to_str().unwrap()],
+        ),
+        2,
+        "did not fork from this ledger's main",
+    );
+    assert_eq!(heads(&c).len(), 1, "nothing forked: {:?}", heads(&c));
+    fails(
+        &study(
+            &c,
+            "1",
+            &tmp.path().join("study-c"),
+            &["--reuse", "/nonexistent/study.json"],
+        ),
+        2,
+        "--reuse /nonexistent/study.json",
+    );
+    assert_eq!(heads(&b), before_bad);
+}
+
 /// What a researcher reads without the codec: floats as numbers in every JSON, sampled
 /// plans drawn on their grids (`show --samples`), and TensorBoard event files whose
 /// scalars are the same numbers `export --what steps` and `export --what metrics` give.

@@ -16,6 +16,11 @@
 #                        (default current+engineer-rl: the trained trainer, issue 36;
 #                        empty: none). Its forks train their engineer after each stage's
 #                        plan steps with the plan's defaults ([engineer.train]: 4 steps).
+#   CPU_STUDY_REUSE      an earlier report of this study (study.json): its finished runs
+#                        count instead of running again (`ledger study --reuse`), e.g.
+#                        ledgers/results/cpu-study-v2-at2/study.json after the worker
+#                        ledgers were lost; then the loop starts at the first replicate
+#                        the report lacks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LEDGER_BIN:-target/release/ledger}
@@ -27,6 +32,12 @@ PILOT_SD=3.59
 ENGINEERS=${CPU_STUDY_ENGINEERS:-fixed,heuristic,learnability,base,current}
 EXECUTOR=${CPU_STUDY_EXECUTOR:-local:2}
 EXTRA=${CPU_STUDY_EXTRA-current+engineer-rl}
+REUSE=()
+FIRST=1
+if [[ -n ${CPU_STUDY_REUSE:-} ]]; then
+    REUSE=(--reuse "$CPU_STUDY_REUSE")
+    FIRST=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seeds"] + 1)' "$CPU_STUDY_REUSE")
+fi
 start=$SECONDS
 [[ -d $DIR ]] || "$BIN" --ledger "$DIR" init --plan ledgers/cpu-study.toml
 # Stage 0 and stage 1 on main (a resumed run finishes what is missing).
@@ -34,15 +45,15 @@ done_stages=$("$BIN" --ledger "$DIR" export --what branches --branch main | pyth
 if (( done_stages < 2 )); then
     "$BIN" --ledger "$DIR" run --stages $((2 - done_stages))
 fi
-for ((s = 1; s <= SEEDS; s++)); do
+for ((s = FIRST; s <= SEEDS; s++)); do
     echo "== cpu-study: seed replicates 0..$((s - 1)) =="
     "$BIN" --ledger "$DIR" study --at stage2 --engineers "$ENGINEERS" --seeds "$s" \
-        --executor "$EXECUTOR" --power-sd "$PILOT_SD"
+        --executor "$EXECUTOR" --power-sd "$PILOT_SD" "${REUSE[@]}"
 done
 if [[ -n $EXTRA ]]; then
     echo "== cpu-study: the extra arms ($EXTRA) on seed replicates 0..$((SEEDS - 1)) =="
     "$BIN" --ledger "$DIR" study --at stage2 --engineers "$ENGINEERS,$EXTRA" --seeds "$SEEDS" \
-        --executor "$EXECUTOR" --power-sd "$PILOT_SD"
+        --executor "$EXECUTOR" --power-sd "$PILOT_SD" "${REUSE[@]}"
 fi
 "$BIN" --ledger "$DIR" verify
 echo "cpu-study: $((SECONDS - start)) s; ledger $DIR, tables in $DIR/study-at2"

@@ -93,6 +93,13 @@ pub struct StudyArgs {
     /// The smallest difference the power line asks to see, in points.
     #[arg(long, value_name = "POINTS", default_value_t = 5.0)]
     pub power_effect: f64,
+    /// An earlier report of this same study (its `study.json`, or the directory holding
+    /// it): its finished runs this ledger lacks count in the tables instead of being
+    /// forked and run again (worker ledgers lost, or a study split over machines). Each
+    /// is checked to fork from this ledger's FROM; the pooled item bootstrap is left out
+    /// of rows that pair one (a report has no per-instance outcomes).
+    #[arg(long, value_name = "REPORT")]
+    pub reuse: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
     /// No progress lines.
@@ -174,6 +181,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         workdir,
         power_sd,
         power_effect,
+        reuse,
         json,
         quiet,
     } = args;
@@ -235,6 +243,21 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         device,
         executor,
         workdir: workdir.unwrap_or_else(|| dir.join("work")),
+        reuse: Default::default(),
+    };
+    let reused = match &reuse {
+        None => Vec::new(),
+        Some(path) => {
+            let report = read_report(path)?;
+            mapf_ledger::study::reusable_runs(&ledger, &spec, report, path)?
+        }
+    };
+    let spec = StudySpec {
+        reuse: reused
+            .iter()
+            .map(|r| (r.engineer.clone(), r.replicate))
+            .collect(),
+        ..spec
     };
     let mut progress = Lines { quiet, steps: 0 };
     let runs = match mapf_ledger::study::run_study(&mut ledger, &spec, &mut progress, &stop) {
@@ -252,7 +275,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         Err(e) => return Err(e.into()),
     };
     let mut report =
-        mapf_ledger::views::study::study_report(&mut ledger, &spec.design(), runs, power)?;
+        mapf_ledger::views::study::study_report(&mut ledger, &spec.design(), runs, reused, power)?;
     mapf_ledger::views::study::write_study(&mut report, &dir).map_err(CliError::input)?;
     if json {
         println!(
@@ -260,15 +283,39 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
             serde_json::to_string_pretty(&report).expect("study serialises")
         );
     } else {
-        let ran = report.runs.iter().filter(|r| r.action != "skipped").count();
+        let count = |a: &str| report.runs.iter().filter(|r| r.action == a).count();
+        let reused = count(mapf_ledger::views::study::REUSED);
+        let done = count("skipped");
         print!("{}", mapf_ledger::views::study::study_markdown(&report));
         println!(
-            "\n{} runs ({} run now, {} already finished); wrote {}",
+            "\n{} runs ({} run now, {} already finished{}); wrote {}",
             report.runs.len(),
-            ran,
-            report.runs.len() - ran,
+            report.runs.len() - done - reused,
+            done,
+            if reused > 0 {
+                format!(", {reused} from an earlier report")
+            } else {
+                String::new()
+            },
             report.files.join(", ")
         );
     }
     Ok(())
+}
+
+/// `--reuse REPORT`: a `study.json`, or a directory holding one.
+fn read_report(path: &Path) -> Result<mapf_ledger::views::study::StudyReport, CliError> {
+    let file = if path.is_dir() {
+        path.join("study.json")
+    } else {
+        path.to_path_buf()
+    };
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| CliError::input(format!("--reuse {}: {e}", file.display())))?;
+    serde_json::from_str(&text).map_err(|e| {
+        CliError::input(format!(
+            "--reuse {}: not a study report (ledger study's study.json): {e}",
+            file.display()
+        ))
+    })
 }

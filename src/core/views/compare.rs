@@ -252,6 +252,30 @@ pub struct SumRate {
 }
 
 impl BranchSummary {
+    /// Rebuild the tables a JSON copy of this summary leaves out (`test` from
+    /// `test_cells`, each subset's from its `cells`), so a summary read back from a
+    /// `study.json` gives the same Sum rows as the one that was written. Per-instance
+    /// outcomes are not in JSON and stay empty.
+    pub fn restore_tables(&mut self) {
+        let table = |cells: &[(usize, usize, u32, u32, u32)]| ResultTable {
+            cells: cells
+                .iter()
+                .map(|&(k, n, total, valid, optimal)| {
+                    let c = crate::env::table::CellCounts {
+                        total,
+                        valid,
+                        optimal,
+                    };
+                    ((k, n), c)
+                })
+                .collect(),
+        };
+        self.test = table(&self.test_cells);
+        for t in &mut self.subsets {
+            t.table = table(&t.cells);
+        }
+    }
+
     /// The final stage's outcomes of `suite`, with their event.
     pub fn outcomes_of(&self, suite: &str) -> Option<&(Hash, EvaluationOutcomes)> {
         self.outcomes.iter().find(|o| o.1.suite == suite)

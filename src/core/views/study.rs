@@ -12,14 +12,19 @@ use std::fmt::Write as _;
 /// The engineer every other is paired against, when the study has it.
 pub const BASELINE: &str = "fixed";
 
+/// The `action` of a run taken from an earlier report of the same study
+/// (`ledger study --reuse`) rather than from this ledger.
+pub const REUSED: &str = "reused";
+
 /// One engineer × seed run of a study.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct StudyRun {
     pub engineer: String,
     pub replicate: u32,
     pub branch: String,
-    /// ran (forked and run now), resumed (continued a partial run) or skipped (already
-    /// finished).
+    /// ran (forked and run now), resumed (continued a partial run), skipped (already
+    /// finished) or reused (taken from an earlier report of the same study; its head is
+    /// not in this ledger).
     pub action: String,
     pub head: crate::ledger::Hash,
     pub summary: BranchSummary,
@@ -277,6 +282,15 @@ fn pooled_bootstrap(
 ) {
     let mut units = Vec::new();
     for (a, b) in pairs {
+        if let Some(r) = [a, b].into_iter().find(|r| r.action == REUSED) {
+            return (
+                None,
+                Some(format!(
+                    "replicate {} of {} was taken from an earlier report, which holds no per-instance outcomes",
+                    r.replicate, r.engineer
+                )),
+            );
+        }
         let (Some((_, oa)), Some((_, ob))) = (
             a.summary.outcomes_of(&key.suite),
             b.summary.outcomes_of(&key.suite),
@@ -728,11 +742,16 @@ pub fn study_markdown(r: &StudyReport) -> String {
     for run in &r.runs {
         let _ = writeln!(
             s,
-            "- `{}`: engineer {}, replicate {}, head {}",
+            "- `{}`: engineer {}, replicate {}, head {}{}",
             run.branch,
             run.engineer,
             run.replicate,
-            run.head.short()
+            run.head.short(),
+            if run.action == REUSED {
+                " (from an earlier report)"
+            } else {
+                ""
+            }
         );
     }
     s
@@ -1098,13 +1117,19 @@ pub struct StudyRunRecord {
 /// The study's report from its runs (as the application's `run_study` returns them): each
 /// run's summary and outcomes, the per-engineer aggregates and the paired differences
 /// against the first engineer.
+///
+/// `reused` are finished runs taken from an earlier report of the same study (see the
+/// application's `reusable_runs`): they count like the others, but carry no per-instance
+/// outcomes, so the pooled bootstrap of a row that pairs one of them is left out with a
+/// note and the seed-level t-interval stands alone.
 pub fn study_report(
     ledger: &mut crate::ledger::Ledger,
     spec: &StudyDesign,
     records: Vec<StudyRunRecord>,
+    reused: Vec<StudyRun>,
     plan: PowerPlan,
 ) -> Result<StudyReport, crate::ledger::LedgerError> {
-    let mut runs = Vec::new();
+    let mut runs = reused;
     for rec in records {
         let st = ledger.projection(&rec.branch)?;
         let mut summary = super::compare::summarise(&rec.branch, &st);
@@ -1118,6 +1143,9 @@ pub fn study_report(
             action: rec.action.into(),
         });
     }
+    // Engineer by engineer (the design's order), seed by seed, wherever a run came from.
+    let rank = |e: &str| spec.engineers.iter().position(|x| x == e);
+    runs.sort_by_key(|r| (rank(&r.engineer), r.replicate));
     let (cells, validation) = aggregate(&spec.engineers, &runs);
     let paired = paired_vs_baseline(&spec.engineers, &runs);
     let orderings = orderings(&spec.engineers, &runs);
