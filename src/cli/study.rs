@@ -235,7 +235,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
     let mut ledger = super::open_writer(ledger_dir)?;
     let stop = super::run::stop_on_ctrl_c();
     let dir = out.unwrap_or_else(|| ledger_dir.join(format!("study-at{at}")));
-    let spec = StudySpec {
+    let mut spec = StudySpec {
         at,
         from: from.to_string(),
         engineers,
@@ -248,17 +248,19 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
     let reused = match &reuse {
         None => Vec::new(),
         Some(path) => {
-            let report = read_report(path)?;
+            use mapf_ledger::report::{read_study, ReportError};
+            let report = read_study(path).map_err(|e| match e {
+                // Its message names the file read.
+                ReportError::Study { .. } => CliError::input(format!("--reuse {e}")),
+                e => CliError::input(format!("--reuse {}: {e}", path.display())),
+            })?;
             mapf_ledger::study::reusable_runs(&ledger, &spec, report, path)?
         }
     };
-    let spec = StudySpec {
-        reuse: reused
-            .iter()
-            .map(|r| (r.engineer.clone(), r.replicate))
-            .collect(),
-        ..spec
-    };
+    spec.reuse = reused
+        .iter()
+        .map(|r| (r.engineer.clone(), r.replicate))
+        .collect();
     let mut progress = Lines { quiet, steps: 0 };
     let runs = match mapf_ledger::study::run_study(&mut ledger, &spec, &mut progress, &stop) {
         Ok(r) => r,
@@ -301,21 +303,4 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         );
     }
     Ok(())
-}
-
-/// `--reuse REPORT`: a `study.json`, or a directory holding one.
-fn read_report(path: &Path) -> Result<mapf_ledger::views::study::StudyReport, CliError> {
-    let file = if path.is_dir() {
-        path.join("study.json")
-    } else {
-        path.to_path_buf()
-    };
-    let text = std::fs::read_to_string(&file)
-        .map_err(|e| CliError::input(format!("--reuse {}: {e}", file.display())))?;
-    serde_json::from_str(&text).map_err(|e| {
-        CliError::input(format!(
-            "--reuse {}: not a study report (ledger study's study.json): {e}",
-            file.display()
-        ))
-    })
 }

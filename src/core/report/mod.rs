@@ -165,9 +165,14 @@ pub fn default_branches(ledger: &Ledger) -> Result<Vec<String>, LedgerError> {
     Ok(names)
 }
 
-/// Read a study directory's `study.json` (written by `ledger study`).
-pub fn read_study(dir: &Path) -> Result<StudyReport, ReportError> {
-    let path = dir.join("study.json");
+/// Read a study's report: `study.json` (written by `ledger study`) in the directory
+/// `at`, or `at` itself when it is a file.
+pub fn read_study(at: &Path) -> Result<StudyReport, ReportError> {
+    let path = if at.is_dir() {
+        at.join("study.json")
+    } else {
+        at.to_path_buf()
+    };
     let text = std::fs::read_to_string(&path).map_err(|e| ReportError::Study {
         path: path.clone(),
         message: format!(
