@@ -9,9 +9,18 @@
 //! distribution *before* top-p truncation, `log_softmax(logits / temperature)`: the
 //! quantity GRPO's ratio uses, recomputed by [`super::LmPolicy::token_log_probs`] in
 //! the training forward.
-use super::model::{KvCache, Model};
+//!
+//! Two decode loops share the prefill, the sampler and the lanes' random streams
+//! ([`DecodeLoop`]): on the CPU the host reads every step's tokens and prunes rows that
+//! stopped at once (the Rust decode kernel's loop, unchanged); on a GPU the tokens stay
+//! on the device for a window of steps, so the host queues a whole window of kernels
+//! without waiting, and only then reads the window, ends rows that stopped and drops
+//! them from the batch. A lane's uniforms are drawn up front from its own stream, one
+//! per token as the CPU loop draws them, so both loops feed the sampler the same
+//! numbers. Lanes run in waves of at most [`Decoding::max_lanes`] (whole prompts per
+//! wave), which bounds the key/value cache.
+use super::model::{GenerationLayout, KvCache, Model};
 use crate::seed::Seed;
-use rand::Rng as _;
 use tch::{Device, Kind, Tensor};
 
 pub use crate::plan::trainer::Sampling;
@@ -50,7 +59,20 @@ pub fn pick(
     sampling: &Sampling,
     uniforms: Option<&[f32]>,
 ) -> (Vec<i64>, Vec<f32>) {
-    let device = logits.device();
+    let u = uniforms.map(|u| Tensor::from_slice(u).to(logits.device()).unsqueeze(-1));
+    let (tokens, lp) = pick_on_device(logits, sampling, u.as_ref());
+    let tokens = Vec::<i64>::try_from(tokens.to_device(Device::Cpu)).expect("i64 tokens");
+    let lp = Vec::<f32>::try_from(lp.to_device(Device::Cpu)).expect("f32 log-probs");
+    (tokens, lp)
+}
+
+/// [`pick`] without leaving the device: `uniforms` `[B, 1]` (f32, on the logits'
+/// device) or None for greedy; returns tokens `[B]` (i64) and log-probs `[B]` (f32).
+pub fn pick_on_device(
+    logits: &Tensor,
+    sampling: &Sampling,
+    uniforms: Option<&Tensor>,
+) -> (Tensor, Tensor) {
     let (tokens, logp) = match uniforms {
         None => {
             let logp = logits.log_softmax(-1, Kind::Float);
@@ -64,13 +86,12 @@ pub fn pick(
                 (logits / sampling.temperature).log_softmax(-1, Kind::Float)
             };
             let probs = logp.exp();
-            let u = Tensor::from_slice(u).to(device).unsqueeze(-1);
             let tok = if sampling.top_p >= 1.0 {
                 // Inverse CDF over token ids; the last token absorbs rounding.
                 let cdf = probs.cumsum(-1, Kind::Float);
                 let total = cdf.narrow(-1, cdf.size()[1] - 1, 1);
                 let n = cdf
-                    .le_tensor(&(&u * &total))
+                    .le_tensor(&(u * &total))
                     .sum_dim_intlist(-1, false, Kind::Int64);
                 n.clamp_max(probs.size()[1] - 1)
             } else {
@@ -80,7 +101,7 @@ pub fn pick(
                 let cdf = kept.cumsum(-1, Kind::Float);
                 let total = cdf.narrow(-1, cdf.size()[1] - 1, 1);
                 let n = cdf
-                    .le_tensor(&(&u * &total))
+                    .le_tensor(&(u * &total))
                     .sum_dim_intlist(-1, false, Kind::Int64)
                     .clamp_max(probs.size()[1] - 1);
                 order.gather(-1, &n.unsqueeze(-1), false).squeeze_dim(-1)
@@ -91,15 +112,80 @@ pub fn pick(
     let lp = logp
         .gather(-1, &tokens.unsqueeze(-1), false)
         .squeeze_dim(-1);
-    let tokens = Vec::<i64>::try_from(tokens.to_device(Device::Cpu)).expect("i64 tokens");
-    let lp = Vec::<f32>::try_from(lp.to_device(Device::Cpu)).expect("f32 log-probs");
     (tokens, lp)
+}
+
+/// How the decode loop and the host meet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeLoop {
+    /// The host reads every step's tokens and drops stopped rows at once (the CPU's
+    /// loop: a step there is host work anyway).
+    PerToken,
+    /// The tokens stay on the device for `steps` decode steps; the host then reads the
+    /// window in one transfer, ends the rows that stopped or spent their budget inside
+    /// it (discarding what they generated after), and drops them from the batch. A
+    /// row generates at most `steps - 1` tokens nobody reads.
+    Windowed { steps: usize },
+}
+
+/// Steps a GPU decodes between two reads of its tokens.
+pub const GPU_WINDOW: usize = 16;
+
+/// How one `generate` call decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decoding {
+    /// The weights' layout for generation (fused, adapters merged or apart).
+    pub layout: GenerationLayout,
+    pub host: DecodeLoop,
+    /// Lanes a wave holds at most (at least one prompt's samples run together).
+    pub max_lanes: usize,
+}
+
+impl Decoding {
+    /// The loop for a model's device (windowed on a GPU, per token on the CPU), and the
+    /// lanes a wave of prompts up to `prompt_tokens` and `new_tokens` new ones may hold
+    /// under the model's [`Model::generation_memory`] (unbounded when it has none).
+    pub fn for_model(
+        model: &Model,
+        use_lora: bool,
+        prompt_tokens: usize,
+        new_tokens: usize,
+    ) -> Decoding {
+        Decoding {
+            layout: GenerationLayout::for_model(model, use_lora),
+            host: match model.device() {
+                Device::Cpu => DecodeLoop::PerToken,
+                _ => DecodeLoop::Windowed { steps: GPU_WINDOW },
+            },
+            max_lanes: model.generation_memory.map_or(usize::MAX, |budget| {
+                lanes_within(model, budget, prompt_tokens, new_tokens)
+            }),
+        }
+    }
+}
+
+/// Lanes whose key/value cache (prompt + new tokens, every layer, keys and values in
+/// the compute dtype) and per-step f32 vocabulary buffers (logits, log-probs,
+/// probabilities, their cumulative sum and the sort's copies: 8 a lane) fit `budget`
+/// bytes; at least 1.
+pub fn lanes_within(model: &Model, budget: u64, prompt_tokens: usize, new_tokens: usize) -> usize {
+    let c = &model.cfg;
+    let kv = 2
+        * c.num_hidden_layers as u64
+        * c.num_key_value_heads as u64
+        * c.head_dim as u64
+        * model.dtype.elt_size_in_bytes() as u64
+        * (prompt_tokens + new_tokens) as u64;
+    let vocab = 8 * 4 * c.vocab_size as u64;
+    (budget / (kv + vocab).max(1)).max(1) as usize
 }
 
 /// Generate `per_prompt` continuations of every prompt (lanes in prompt-major order).
 /// `budgets[p]` caps prompt `p`'s new tokens (at most `sampling.max_new_tokens`);
 /// generation of a lane ends at a token in `stop`. Greedy when `greedy` (then one
-/// sample per prompt is enough; `seed` is unused).
+/// sample per prompt is enough; `seed` is unused). Decodes as
+/// [`Decoding::for_model`] says.
+#[allow(clippy::too_many_arguments)]
 pub fn generate(
     model: &Model,
     prompts: &[Vec<u32>],
@@ -111,43 +197,102 @@ pub fn generate(
     seed: Seed,
     use_lora: bool,
 ) -> Vec<Generated> {
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let how = Decoding::for_model(model, use_lora, longest, sampling.max_new_tokens);
+    generate_as(
+        model, prompts, per_prompt, budgets, sampling, greedy, stop, seed, use_lora, how,
+    )
+}
+
+/// What one wave decodes: its prompts (indices into the call's prompts, each with a
+/// budget > 0) and the lanes' outputs and random streams.
+struct Wave<'a> {
+    prompts: &'a [Vec<u32>],
+    live: &'a [usize],
+    per_prompt: usize,
+    budget: &'a dyn Fn(usize) -> usize,
+    sampling: &'a Sampling,
+    greedy: bool,
+    stop: &'a [u32],
+    use_lora: bool,
+}
+
+/// [`generate`] with a chosen [`Decoding`].
+#[allow(clippy::too_many_arguments)]
+pub fn generate_as(
+    model: &Model,
+    prompts: &[Vec<u32>],
+    per_prompt: usize,
+    budgets: &[usize],
+    sampling: &Sampling,
+    greedy: bool,
+    stop: &[u32],
+    seed: Seed,
+    use_lora: bool,
+    how: Decoding,
+) -> Vec<Generated> {
     let _guard = tch::no_grad_guard();
-    let cast = model.inference_copy(use_lora);
+    let cast = model.inference_copy_as(how.layout);
     let model = cast.as_ref().unwrap_or(model);
-    let device = model.device();
-    let lanes: Vec<usize> = (0..prompts.len())
-        .flat_map(|p| std::iter::repeat_n(p, per_prompt))
-        .collect();
+    let lanes = prompts.len() * per_prompt;
     let mut out: Vec<Generated> = vec![
         Generated {
             tokens: vec![],
             logprobs: vec![],
             stopped: false
         };
-        lanes.len()
+        lanes
     ];
     let budget = |p: usize| budgets[p].min(sampling.max_new_tokens);
     let live: Vec<usize> = (0..prompts.len())
         .filter(|&p| budget(p) > 0 && !prompts[p].is_empty())
         .collect();
-    if live.is_empty() {
-        return out;
-    }
-    let mut rngs: Vec<_> = (0..lanes.len())
+    let mut rngs: Vec<_> = (0..lanes)
         .map(|l| seed.child("lane", l as u64).rng())
         .collect();
+    // Whole prompts per wave: a prompt is prefilled once and expanded to its lanes.
+    let per_wave = (how.max_lanes / per_prompt.max(1)).max(1);
+    for wave in live.chunks(per_wave) {
+        let w = Wave {
+            prompts,
+            live: wave,
+            per_prompt,
+            budget: &budget,
+            sampling,
+            greedy,
+            stop,
+            use_lora,
+        };
+        match how.host {
+            DecodeLoop::PerToken => decode_per_token(model, &w, &mut rngs, &mut out),
+            DecodeLoop::Windowed { steps } => {
+                decode_windowed(model, &w, steps.max(1), &mut rngs, &mut out)
+            }
+        }
+    }
+    out
+}
 
-    // 1. Prefill the distinct prompts, left-padded to a common length.
-    let t0 = live.iter().map(|&p| prompts[p].len()).max().unwrap_or(0) as i64;
-    let pads: Vec<i64> = live.iter().map(|&p| t0 - prompts[p].len() as i64).collect();
+/// A wave's prefill: the distinct prompts left-padded to a common length, run once,
+/// then expanded to their lanes. Returns the cache (room for every new token), the
+/// last position's logits per lane row, the lanes in row order, and each row's left
+/// padding.
+fn prefill(model: &Model, w: &Wave) -> (KvCache, Tensor, Vec<usize>, Vec<i64>, i64) {
+    let device = model.device();
+    let live = w.live;
+    let t0 = live.iter().map(|&p| w.prompts[p].len()).max().unwrap_or(0) as i64;
+    let pads: Vec<i64> = live
+        .iter()
+        .map(|&p| t0 - w.prompts[p].len() as i64)
+        .collect();
     let mut toks = Vec::with_capacity(live.len() * t0 as usize);
     let mut pos = Vec::with_capacity(live.len() * t0 as usize);
     for (r, &p) in live.iter().enumerate() {
         toks.extend(std::iter::repeat_n(0i64, pads[r] as usize));
-        toks.extend(prompts[p].iter().map(|&t| t as i64));
+        toks.extend(w.prompts[p].iter().map(|&t| t as i64));
         pos.extend((0..t0).map(|j| (j - pads[r]).max(0)));
     }
-    let max_new = live.iter().map(|&p| budget(p)).max().unwrap_or(0) as i64;
+    let max_new = live.iter().map(|&p| (w.budget)(p)).max().unwrap_or(0) as i64;
     let n = live.len() as i64;
     let mut cache = KvCache::new(&model.cfg, n, t0 + max_new, model.dtype, device);
     let hid = model.hidden(
@@ -155,44 +300,51 @@ pub fn generate(
         &Tensor::from_slice(&pos).view([n, t0]).to(device),
         &attention_bias(&pads, t0, t0, device),
         Some(&mut cache),
-        use_lora,
+        w.use_lora,
     );
-    let mut logits = model.logits(&hid.select(1, t0 - 1));
-
-    // 2. Expand each prompt to its lanes: row r of the running batch is lane rows[r].
-    let mut rows: Vec<usize> = (0..lanes.len())
-        .filter(|&l| live.contains(&lanes[l]))
-        .collect();
-    let expand: Vec<i64> = rows
+    let logits = model.logits(&hid.select(1, t0 - 1));
+    // Row r of the running batch is lane rows[r] (lanes in prompt-major order).
+    let rows: Vec<usize> = live
         .iter()
-        .map(|&l| live.iter().position(|&p| p == lanes[l]).expect("live") as i64)
+        .flat_map(|&p| p * w.per_prompt..(p + 1) * w.per_prompt)
         .collect();
+    let expand: Vec<i64> = (0..live.len() as i64)
+        .flat_map(|r| std::iter::repeat_n(r, w.per_prompt))
+        .collect();
+    let row_pads: Vec<i64> = expand.iter().map(|&r| pads[r as usize]).collect();
     let expand = Tensor::from_slice(&expand).to(device);
     cache.select(&expand);
-    logits = logits.index_select(0, &expand);
-    let mut row_pads: Vec<i64> = rows
-        .iter()
-        .map(|&l| pads[live.iter().position(|&p| p == lanes[l]).expect("live")])
-        .collect();
+    (
+        cache,
+        logits.index_select(0, &expand),
+        rows,
+        row_pads,
+        t0 + max_new,
+    )
+}
+
+/// The CPU's loop: every step's tokens to the host, stopped rows dropped at once.
+fn decode_per_token(model: &Model, w: &Wave, rngs: &mut [impl rand::Rng], out: &mut [Generated]) {
+    let device = model.device();
+    let lane_prompt = |l: usize| l / w.per_prompt;
+    let (mut cache, mut logits, mut rows, mut row_pads, capacity) = prefill(model, w);
     // The decode steps' attention bias, made once: a step's query sits at the last key,
     // so its row of `attention_bias` masks exactly the row's left padding, and each
     // step reads the first `len + 1` keys of this [B, 1, 1, capacity] bias.
-    let mut bias = attention_bias(&row_pads, 1, t0 + max_new, device);
-
-    // 3. Decode.
+    let mut bias = attention_bias(&row_pads, 1, capacity, device);
     loop {
         let uniforms: Option<Vec<f32>> =
-            (!greedy).then(|| rows.iter().map(|&l| rngs[l].random::<f32>()).collect());
-        let (next, lps) = pick(&logits, sampling, uniforms.as_deref());
+            (!w.greedy).then(|| rows.iter().map(|&l| rngs[l].random::<f32>()).collect());
+        let (next, lps) = pick(&logits, w.sampling, uniforms.as_deref());
         let mut keep = Vec::with_capacity(rows.len());
         for (r, &l) in rows.iter().enumerate() {
             let tok = next[r] as u32;
             let g = &mut out[l];
             g.tokens.push(tok);
             g.logprobs.push(lps[r]);
-            if stop.contains(&tok) {
+            if w.stop.contains(&tok) {
                 g.stopped = true;
-            } else if g.tokens.len() < budget(lanes[l]) {
+            } else if g.tokens.len() < (w.budget)(lane_prompt(l)) {
                 keep.push(r);
             }
         }
@@ -216,9 +368,288 @@ pub fn generate(
             &Tensor::from_slice(&pos).view([b, 1]).to(device),
             &bias.narrow(3, 0, len + 1),
             Some(&mut cache),
-            use_lora,
+            w.use_lora,
         );
         logits = model.logits(&hid.select(1, 0));
     }
-    out
+}
+
+/// The GPU's loop: `window` steps queued without reading anything back, then one read
+/// of the window's tokens and log-probs, which ends rows and drops them from the batch
+/// ([`DecodeLoop::Windowed`]). Tokens, positions and uniforms stay on the device.
+fn decode_windowed(
+    model: &Model,
+    w: &Wave,
+    window: usize,
+    rngs: &mut [impl rand::Rng],
+    out: &mut [Generated],
+) {
+    let device = model.device();
+    let lane_prompt = |l: usize| l / w.per_prompt;
+    let (mut cache, mut logits, mut rows, row_pads, capacity) = prefill(model, w);
+    let max_new = w.live.iter().map(|&p| (w.budget)(p)).max().unwrap_or(0);
+    let mut bias = attention_bias(&row_pads, 1, capacity, device);
+    // A row's position is `len - pad`: the negated pads, plus `len` at each step.
+    let mut neg_pads =
+        Tensor::from_slice(&row_pads.iter().map(|p| -p).collect::<Vec<_>>()).to(device);
+    // Every lane's uniforms for its whole budget, in the order the CPU loop draws them
+    // (one per token it emits), `[B, max_new]` with zeros past a lane's budget.
+    let mut uniforms = (!w.greedy).then(|| {
+        let mut u = vec![0f32; rows.len() * max_new];
+        for (r, &l) in rows.iter().enumerate() {
+            for k in 0..(w.budget)(lane_prompt(l)) {
+                u[r * max_new + k] = rngs[l].random::<f32>();
+            }
+        }
+        Tensor::from_slice(&u)
+            .view([rows.len() as i64, max_new as i64])
+            .to(device)
+    });
+    let (mut toks, mut lps): (Vec<Tensor>, Vec<Tensor>) = (vec![], vec![]);
+    let mut emitted = 0usize;
+    loop {
+        let u = uniforms.as_ref().map(|u| u.narrow(1, emitted as i64, 1));
+        let (tok, lp) = pick_on_device(&logits, w.sampling, u.as_ref());
+        toks.push(tok);
+        lps.push(lp);
+        emitted += 1;
+        if toks.len() == window || emitted == max_new {
+            // The window, read once: each row's tokens up to its stop or its budget.
+            let t =
+                Vec::<i64>::try_from(Tensor::stack(&toks, 1).reshape([-1]).to_device(Device::Cpu))
+                    .expect("i64 tokens");
+            let p =
+                Vec::<f32>::try_from(Tensor::stack(&lps, 1).reshape([-1]).to_device(Device::Cpu))
+                    .expect("f32 log-probs");
+            let span = toks.len();
+            toks.clear();
+            lps.clear();
+            let mut keep = Vec::with_capacity(rows.len());
+            for (r, &l) in rows.iter().enumerate() {
+                let g = &mut out[l];
+                let cap = (w.budget)(lane_prompt(l));
+                let mut open = true;
+                for k in 0..span {
+                    let tok = t[r * span + k] as u32;
+                    g.tokens.push(tok);
+                    g.logprobs.push(p[r * span + k]);
+                    if w.stop.contains(&tok) {
+                        g.stopped = true;
+                        open = false;
+                        break;
+                    }
+                    if g.tokens.len() >= cap {
+                        open = false;
+                        break;
+                    }
+                }
+                if open {
+                    keep.push(r);
+                }
+            }
+            if keep.is_empty() {
+                break;
+            }
+            if keep.len() < rows.len() {
+                let idx = Tensor::from_slice(&keep.iter().map(|&r| r as i64).collect::<Vec<_>>())
+                    .to(device);
+                cache.select(&idx);
+                bias = bias.index_select(0, &idx);
+                neg_pads = neg_pads.index_select(0, &idx);
+                uniforms = uniforms.map(|u| u.index_select(0, &idx));
+                rows = keep.iter().map(|&r| rows[r]).collect();
+            }
+            // The last token of the window feeds the next step: taken from the host's
+            // copy, since the device's tensor still has the dropped rows.
+            let feed: Vec<i64> = keep.iter().map(|&r| t[r * span + span - 1]).collect();
+            let b = rows.len() as i64;
+            let len = cache.len;
+            let hid = model.hidden(
+                &Tensor::from_slice(&feed).view([b, 1]).to(device),
+                &(&neg_pads + len).view([b, 1]),
+                &bias.narrow(3, 0, len + 1),
+                Some(&mut cache),
+                w.use_lora,
+            );
+            logits = model.logits(&hid.select(1, 0));
+            continue;
+        }
+        let b = rows.len() as i64;
+        let len = cache.len;
+        let feed = toks.last().expect("just picked").view([b, 1]);
+        let hid = model.hidden(
+            &feed,
+            &(&neg_pads + len).view([b, 1]),
+            &bias.narrow(3, 0, len + 1),
+            Some(&mut cache),
+            w.use_lora,
+        );
+        logits = model.logits(&hid.select(1, 0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::lm::model::LoraSpec;
+    use crate::train::lm::LmConfig;
+
+    /// A random model (vocabulary 64, grouped-query heads), f32 on the CPU, with
+    /// adapters whose B is not zero when `lora`, so a merge that dropped them would show.
+    fn model(lora: bool) -> Model {
+        let cfg = LmConfig::from_hf_json(
+            r#"{"model_type":"qwen3","vocab_size":64,"hidden_size":48,"intermediate_size":80,
+            "num_hidden_layers":2,"num_attention_heads":6,"num_key_value_heads":2,"head_dim":8}"#,
+        )
+        .unwrap();
+        let w = Model::random_weights(&cfg, Seed::root(3));
+        let spec = lora.then(|| LoraSpec {
+            rank: 4,
+            alpha: 8.0,
+            targets: crate::train::lm::model::LORA_MODULES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        });
+        let m = Model::from_weights(cfg, w, Device::Cpu, spec, Seed::root(4)).unwrap();
+        if lora {
+            tch::no_grad(|| {
+                tch::manual_seed(5);
+                for (name, mut t) in m.vs.variables() {
+                    if name.contains("lora_B") {
+                        t.copy_(&(Tensor::randn_like(&t) * 0.05));
+                    }
+                }
+            });
+        }
+        m
+    }
+
+    fn prompts() -> Vec<Vec<u32>> {
+        vec![
+            vec![1, 2, 3, 4, 5],
+            vec![7, 8],
+            vec![9, 10, 11, 12, 13, 14, 15],
+            vec![20],
+        ]
+    }
+
+    fn run(m: &Model, how: Decoding, greedy: bool, stop: &[u32], use_lora: bool) -> Vec<Generated> {
+        let s = Sampling {
+            temperature: 0.8,
+            top_p: 0.95,
+            max_new_tokens: 30,
+        };
+        generate_as(
+            m,
+            &prompts(),
+            3,
+            &[30, 7, 19, 0],
+            &s,
+            greedy,
+            stop,
+            Seed::root(9),
+            use_lora,
+            how,
+        )
+    }
+
+    /// The stop tokens that end many lanes early: the three most frequent tokens of a
+    /// run without stops.
+    fn frequent_tokens(gens: &[Generated]) -> Vec<u32> {
+        let mut count = std::collections::BTreeMap::<u32, usize>::new();
+        for g in gens {
+            for &t in &g.tokens {
+                *count.entry(t).or_default() += 1;
+            }
+        }
+        let mut by: Vec<(usize, u32)> = count.into_iter().map(|(t, n)| (n, t)).collect();
+        by.sort_unstable_by(|a, b| b.cmp(a));
+        by.iter().take(3).map(|&(_, t)| t).collect()
+    }
+
+    fn assert_same(a: &[Generated], b: &[Generated], tolerance: f32, what: &str) {
+        assert_eq!(a.len(), b.len());
+        for (l, (x, y)) in a.iter().zip(b).enumerate() {
+            assert_eq!(x.tokens, y.tokens, "{what}: lane {l}'s tokens");
+            assert_eq!(x.stopped, y.stopped, "{what}: lane {l} stopped");
+            let d = x
+                .logprobs
+                .iter()
+                .zip(&y.logprobs)
+                .map(|(p, q)| (p - q).abs())
+                .fold(0.0, f32::max);
+            assert!(d < tolerance, "{what}: lane {l}: log-probs differ by {d}");
+        }
+    }
+
+    /// The GPU's windowed loop, and waves of one prompt, give every lane the tokens and
+    /// log-probs of the CPU's per-token loop, sampled and greedy, with stop tokens that
+    /// end lanes at different steps inside a window, budgets that end others, and a
+    /// prompt with no budget.
+    #[test]
+    fn windowed_loop_and_waves_give_the_per_token_loops_lanes() {
+        let m = model(false);
+        let per_token = Decoding {
+            host: DecodeLoop::PerToken,
+            max_lanes: usize::MAX,
+            ..Decoding::for_model(&m, false, 0, 0)
+        };
+        for greedy in [false, true] {
+            let stop = frequent_tokens(&run(&m, per_token, greedy, &[], false));
+            let want = run(&m, per_token, greedy, &stop, false);
+            assert!(
+                want.iter().filter(|g| g.stopped).count() >= 2,
+                "the stop tokens end some lanes early"
+            );
+            assert!(want[9..].iter().all(|g| g.tokens.is_empty()), "no budget");
+            for steps in [1, 3, 16] {
+                for max_lanes in [usize::MAX, 3, 5] {
+                    let how = Decoding {
+                        host: DecodeLoop::Windowed { steps },
+                        max_lanes,
+                        ..per_token
+                    };
+                    let got = run(&m, how, greedy, &stop, false);
+                    assert_same(&want, &got, 1e-5, &format!("{how:?} greedy={greedy}"));
+                }
+            }
+        }
+    }
+
+    /// A GPU lays generation out with adapters merged into fused weights; on the CPU
+    /// (where the same call keeps them apart) that layout gives the same tokens and,
+    /// in f32, the same log-probs to rounding.
+    #[test]
+    fn merged_adapters_generate_what_adapters_apart_generate() {
+        let m = model(true);
+        let gpu = m
+            .inference_copy_as(GenerationLayout::gpu(true))
+            .expect("a merged copy");
+        assert!(gpu.lora.is_none(), "the adapters are merged, not applied");
+        assert!(gpu.is_fused());
+        let cpu = Decoding::for_model(&m, true, 0, 0);
+        assert!(
+            !cpu.layout.merge && !cpu.layout.fuse,
+            "the CPU keeps adapters apart"
+        );
+        let apart = run(&m, cpu, false, &[], true);
+        let merged = run(
+            &m,
+            Decoding {
+                layout: GenerationLayout::gpu(true),
+                ..cpu
+            },
+            false,
+            &[],
+            true,
+        );
+        assert_same(&apart, &merged, 1e-4, "merged");
+        // And the adapters matter: the base alone samples something else.
+        let base = run(&m, Decoding::for_model(&m, false, 0, 0), false, &[], false);
+        assert_ne!(
+            apart.iter().map(|g| &g.tokens).collect::<Vec<_>>(),
+            base.iter().map(|g| &g.tokens).collect::<Vec<_>>()
+        );
+    }
 }

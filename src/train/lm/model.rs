@@ -194,6 +194,10 @@ pub struct Model {
     norm: Tensor,
     head: Tensor,
     inv_freq: Tensor,
+    /// Bytes generation may hold for its key/value caches and decode buffers: lanes
+    /// run in waves that fit (see [`super::generate::Decoding`]). None: one wave.
+    /// A resource setting of the machine, like the device: never hashed.
+    pub generation_memory: Option<u64>,
 }
 
 /// Why a set of named tensors does not make a model.
@@ -247,6 +251,53 @@ fn inv_freq(cfg: &LmConfig, device: Device) -> Tensor {
 /// Models whose weights take more bytes than this generate without [`Fused`]
 /// projections (see [`Model::inference_copy`]).
 pub const FUSED_BYTES: i64 = 1 << 30;
+
+/// How [`Model::inference_copy`] lays out the weights generation reads.
+///
+/// - **fuse**: the projections that read the same input side by side in one matrix
+///   ([`Fused`]), so a step makes one product where it made three (q, k, v) or two
+///   (gate, up). The copy holds a second set of weights, so on the CPU only models
+///   under [`FUSED_BYTES`] are fused: the small models whose decode step is per-op
+///   overhead. On a GPU every model is fused: there a step's time is kernel launches
+///   and weight reads, and the copy is what [`crate::train::memory`] counts.
+/// - **merge**: LoRA adapters folded into the copy's weights (`W + alpha/r * B A`,
+///   summed in f32, rounded once to the compute dtype), as rollout engines serve an
+///   adapted model. On a GPU only: the unmerged path runs five more kernels per
+///   projection (two f32 products, a scale, two casts) at every decode step. Sampled
+///   log-probs then differ from the training forward's (which keeps the adapters
+///   apart) by bf16 rounding, as they already do between kernels of different shapes.
+///   On the CPU adapters stay apart and the layers unfused, as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GenerationLayout {
+    /// Generation uses the adapters (`use_lora` and the model has them).
+    pub adapters: bool,
+    pub merge: bool,
+    pub fuse: bool,
+}
+
+impl GenerationLayout {
+    pub fn for_model(model: &Model, use_lora: bool) -> GenerationLayout {
+        let adapters = use_lora && model.lora.is_some();
+        if model.device() != Device::Cpu {
+            return GenerationLayout::gpu(adapters);
+        }
+        let bytes = model.cfg.parameter_count() * model.dtype.elt_size_in_bytes() as i64;
+        GenerationLayout {
+            adapters,
+            merge: false,
+            fuse: !adapters && bytes <= FUSED_BYTES,
+        }
+    }
+
+    /// The layout on a GPU: adapters merged, every layer fused.
+    pub fn gpu(adapters: bool) -> GenerationLayout {
+        GenerationLayout {
+            adapters,
+            merge: adapters,
+            fuse: true,
+        }
+    }
+}
 
 fn rotate_half(x: &Tensor) -> Tensor {
     let half = x.size().last().copied().expect("a last dim") / 2;
@@ -368,6 +419,7 @@ impl Model {
             take("lm_head.weight")
         };
         Ok(Model {
+            generation_memory: None,
             inv_freq: inv_freq(&cfg, device),
             norm: take("model.norm.weight"),
             cfg,
@@ -404,38 +456,55 @@ impl Model {
         self.vs.device()
     }
 
-    /// The model generation runs (None: generate with `self`). Its weights are in the
-    /// compute dtype, cast once instead of at every decode step, and each layer carries
-    /// its [`Fused`] projections, built from the weights the call uses: the base alone
-    /// when `use_lora` is false or there are no adapters. With adapters in use the
-    /// layers are not fused (the adapter path runs beside each projection), and the
-    /// copy is made only when the weights need a cast (bf16).
-    ///
-    /// The copy holds a second set of weights, so fused projections are made only for
-    /// models under [`FUSED_BYTES`]: the small models the CPU runs, where a decode
-    /// step's time is in per-operation overhead rather than in the products.
+    /// Every layer carries fused projections (a generation copy that fuses).
+    pub fn is_fused(&self) -> bool {
+        self.layers.iter().all(|l| l.fused.is_some())
+    }
+
+    /// The model generation runs (None: generate with `self`), laid out as
+    /// [`GenerationLayout::for_model`] decides. Its weights are in the compute dtype,
+    /// cast once instead of at every decode step.
     pub fn inference_copy(&self, use_lora: bool) -> Option<Model> {
-        let adapters = use_lora && self.lora.is_some();
-        let bytes = self.cfg.parameter_count() * self.dtype.elt_size_in_bytes() as i64;
-        let fuse = !adapters && bytes <= FUSED_BYTES;
+        self.inference_copy_as(GenerationLayout::for_model(self, use_lora))
+    }
+
+    /// [`Model::inference_copy`] with a chosen layout (tests force the GPU's layout on
+    /// the CPU through this).
+    pub fn inference_copy_as(&self, layout: GenerationLayout) -> Option<Model> {
+        let GenerationLayout {
+            adapters,
+            merge,
+            fuse,
+        } = layout;
         let cast_needed = !(self.embed.kind() == self.dtype
             && self.layers.iter().all(|l| l.q.w.kind() == self.dtype));
-        if !fuse && !cast_needed {
+        if !fuse && !merge && !cast_needed {
             return None;
         }
         let _guard = tch::no_grad_guard();
         let c = |t: &Tensor| self.w(t);
+        // The weight a projection computes with: cast, and with its adapter merged in
+        // (`W + alpha/r * B A`, summed in f32 and rounded once) under `merge`.
+        let weight = |l: &Lin| match (&l.lora, merge) {
+            (Some((a, b)), true) => {
+                let scale = self.lora.as_ref().expect("adapters have a spec").scale();
+                (l.w.to_kind(Kind::Float) + b.matmul(a) * scale).to_kind(self.dtype)
+            }
+            _ => c(&l.w),
+        };
+        // Fused layers compute every projection from `Fused`; their `Lin`s are never
+        // read, so they stay handles on the original tensors (no second copy).
         let lin = |l: &Lin| Lin {
-            w: c(&l.w),
+            w: if fuse { l.w.shallow_clone() } else { weight(l) },
             b: l.b.as_ref().map(c),
             lora: l
                 .lora
                 .as_ref()
-                .filter(|_| adapters)
+                .filter(|_| adapters && !merge)
                 .map(|(a, b)| (a.shallow_clone(), b.shallow_clone())),
         };
         let side_by_side = |ls: &[&Lin]| {
-            let wt = Tensor::cat(&ls.iter().map(|l| c(&l.w)).collect::<Vec<_>>(), 0)
+            let wt = Tensor::cat(&ls.iter().map(|l| weight(l)).collect::<Vec<_>>(), 0)
                 .transpose(0, 1)
                 .contiguous();
             let b = ls[0].b.as_ref().map(|_| {
@@ -471,7 +540,7 @@ impl Model {
             cfg: self.cfg.clone(),
             vs: nn::VarStore::new(self.device()),
             frozen: BTreeMap::new(),
-            lora: self.lora.clone().filter(|_| adapters),
+            lora: self.lora.clone().filter(|_| adapters && !merge),
             dtype: self.dtype,
             embed: c(&self.embed),
             layers: self
@@ -495,6 +564,7 @@ impl Model {
             norm: c(&self.norm),
             head: c(&self.head),
             inv_freq: self.inv_freq.shallow_clone(),
+            generation_memory: self.generation_memory,
         })
     }
 
@@ -587,8 +657,10 @@ impl Model {
         // kernel never materialises the [T, T] score matrix, which decides whether long
         // engineer prompts fit in memory; grouped-query heads are handled by the kernel
         // (`enable_gqa`), so keys and values are not copied.
+        // The mask in the compute dtype, cast once for every layer (a decode step on a
+        // GPU is kernel launches: one cast per layer was 36 more for a 4B model).
+        let mask = bias.to_kind(self.dtype);
         let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor| {
-            let mask = bias.to_kind(self.dtype);
             Tensor::scaled_dot_product_attention(q, k, v, Some(&mask), 0.0, false, scale, rep > 1)
                 .transpose(1, 2)
                 .reshape([b, t, h * d])
