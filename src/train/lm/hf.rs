@@ -70,6 +70,22 @@ pub fn chat_format_of(template: Option<&str>, family: super::config::Family) -> 
     }
 }
 
+/// A directory's Jinja chat template: `tokenizer_config.json`'s `chat_template`, else
+/// `chat_template.jinja`, where recent transformers (5.23 here) save it (a model saved by
+/// `save_pretrained` today has only the latter; without reading it a SmolLM2 directory
+/// fell back to its family's Llama 3 turns, which its vocabulary has no tokens for).
+pub fn chat_template(dir: &Path) -> Option<String> {
+    std::fs::read_to_string(dir.join("tokenizer_config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| {
+            v.get("chat_template")
+                .and_then(|c| c.as_str())
+                .map(String::from)
+        })
+        .or_else(|| std::fs::read_to_string(dir.join("chat_template.jinja")).ok())
+}
+
 fn io(path: &Path, e: impl std::fmt::Display) -> LmError {
     LmError::Io {
         path: path.display().to_string(),
@@ -131,15 +147,7 @@ pub fn read_dir(dir: &Path) -> Result<HfDir, LmError> {
         path: tpath.display().to_string(),
         message: m,
     })?;
-    let template = std::fs::read_to_string(dir.join("tokenizer_config.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| {
-            v.get("chat_template")
-                .and_then(|c| c.as_str())
-                .map(String::from)
-        });
-    let chat = chat_format_of(template.as_deref(), config.family);
+    let chat = chat_format_of(chat_template(dir).as_deref(), config.family);
     let (index, shards) = weight_files(dir)?;
     let mut names = vec!["config.json".to_string(), "tokenizer.json".to_string()];
     names.extend(index);
@@ -303,4 +311,48 @@ pub fn export(
         serde_json::to_string_pretty(&gc).expect("json").as_bytes(),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::lm::config::Family;
+
+    /// SmolLM2-135M-Instruct's template, verbatim (its GGUF's `tokenizer.chat_template`).
+    const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    /// A Llama-architecture model with ChatML turns (SmolLM2) gets ChatML, not its
+    /// family's Llama 3 turns, whichever file transformers put the template in; and a
+    /// system turn renders as transformers renders this template (what
+    /// `apply_chat_template` gave for system "S", user "U").
+    #[test]
+    fn smollm2_template_is_chatml_from_either_file() {
+        assert_eq!(
+            chat_format_of(Some(SMOLLM2), Family::Llama),
+            ChatFormat::ChatMl
+        );
+        assert_eq!(chat_format_of(None, Family::Llama), ChatFormat::Llama3);
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(chat_template(tmp.path()), None);
+        // transformers 5: the template in chat_template.jinja only.
+        std::fs::write(
+            tmp.path().join("tokenizer_config.json"),
+            r#"{"eos_token": "<|im_end|>"}"#,
+        )
+        .unwrap();
+        std::fs::write(tmp.path().join("chat_template.jinja"), SMOLLM2).unwrap();
+        assert_eq!(chat_template(tmp.path()).as_deref(), Some(SMOLLM2));
+        // tokenizer_config.json's own template comes first.
+        let tc = serde_json::json!({ "chat_template": ChatFormat::Llama3.jinja() });
+        std::fs::write(tmp.path().join("tokenizer_config.json"), tc.to_string()).unwrap();
+        let t = chat_template(tmp.path()).unwrap();
+        assert_eq!(chat_format_of(Some(&t), Family::Llama), ChatFormat::Llama3);
+        let chat = ChatFormat::ChatMl;
+        assert_eq!(
+            chat.wrap_with_system("S", "U"),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+        );
+        assert_eq!(chat.end_token(), "<|im_end|>");
+        assert!(chat.stop_tokens().contains(&"<|im_end|>"));
+    }
 }
