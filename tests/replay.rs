@@ -364,8 +364,10 @@ fn llm_decisions_replay_from_recorded_replies_unless_live() {
     assert_eq!(branch_names(&d), vec!["main".to_string()]);
 }
 
-/// A ledger recorded on an H200 (`tests/fixtures/lm-tiny-cuda.bundle`: tests/plans/lm-tiny
-/// run for 2 stages with `run --device cuda`, in bf16) read on a machine without CUDA:
+/// A ledger recorded on an H100 (`tests/fixtures/lm-tiny-cuda.bundle`: tests/plans/lm-tiny
+/// run for 2 stages with `run --device cuda`, in bf16, and verified there by `replay
+/// --verify`: `tools/cuda-bench.sh` part 4, ledgers/results/cuda-bench-h100; two H100s gave
+/// the same head) read on a machine without CUDA:
 /// it verifies, and `replay --verify` replays where the stages ran, so here it refuses
 /// (exit 2) naming the device and the way out, and `--device cpu` recomputes on the CPU
 /// and reports the mismatch with the reason (exit 1). The branch is untouched by both.

@@ -1,10 +1,14 @@
 //! Stage 0: the supervised warm-up that makes the *base model*. The policy imitates
 //! the solver's optimal plans on an easy distribution (2 agents, small maps, few holes);
-//! each step maximises the log-likelihood of a batch of reference plans.
+//! each step maximises the log-likelihood of a batch of reference plans. The `_timed`
+//! steps add their phases to a [`Phases`]: `example_building` (tokenising the batch),
+//! `training` (forward and backward), `optimiser` and `parameter_hash`.
 use super::grpo::batch_indices;
 use super::policy::Rollout;
+use super::timing::{Phases, Work};
 use super::TrainState;
 use crate::env::Solved;
+use crate::record::timing::phase;
 use crate::record::trainer::GradientStep;
 use crate::seed::Seed;
 use tch::Kind;
@@ -28,20 +32,34 @@ pub fn step(
     seed: Seed,
     step: u64,
 ) -> (GradientStep, f64) {
+    step_timed(state, cfg, data, seed, step, &mut Phases::off())
+}
+
+/// [`step`], adding its phases to `phases` (see the module doc).
+pub fn step_timed(
+    state: &mut TrainState,
+    cfg: &WarmupConfig,
+    data: &[Solved],
+    seed: Seed,
+    step: u64,
+    phases: &mut Phases,
+) -> (GradientStep, f64) {
     let idx = batch_indices(data.len(), cfg.batch_size, seed.child("order", 0), step);
     if let Some(lm) = state.policy.as_lm() {
-        let pairs: Vec<(Vec<u32>, Vec<u32>)> = idx
-            .iter()
-            .map(|&i| {
-                let inst = &data[i].instance;
-                (
-                    lm.chat_ids(&lm.task_text(inst)),
-                    state.policy.encode_plan(inst, &data[i].plan),
-                )
-            })
-            .collect();
-        return text_update(state, &pairs);
+        let pairs: Vec<(Vec<u32>, Vec<u32>)> = phases.time(phase::EXAMPLE_BUILDING, || {
+            idx.iter()
+                .map(|&i| {
+                    let inst = &data[i].instance;
+                    (
+                        lm.chat_ids(&lm.task_text(inst)),
+                        state.policy.encode_plan(inst, &data[i].plan),
+                    )
+                })
+                .collect()
+        });
+        return text_update(state, &pairs, phases);
     }
+    phases.begin(phase::TRAINING);
     let instances: Vec<_> = idx.iter().map(|&i| data[i].instance.clone()).collect();
     let rollouts: Vec<Rollout> = idx
         .iter()
@@ -59,7 +77,16 @@ pub fn step(
     super::adam::Adam::zero_grad(state.policy.vars());
     loss.backward();
     let h = lp.entropy.mean(Kind::Float).double_value(&[]);
-    finish_update(state, loss.double_value(&[]), h)
+    let l = loss.double_value(&[]);
+    phases.end();
+    phases.count(
+        phase::TRAINING,
+        Work {
+            sampled_tokens: Some(rollouts.iter().map(|r| r.actions.len() as u64).sum()),
+            ..Work::default()
+        },
+    );
+    finish_update(state, l, h, phases)
 }
 
 /// One imitation step on text pairs (an `lm` policy): maximise the log-likelihood of
@@ -72,9 +99,21 @@ pub fn text_step(
     seed: Seed,
     step: u64,
 ) -> (GradientStep, f64) {
+    text_step_timed(state, pairs, batch_size, seed, step, &mut Phases::off())
+}
+
+/// [`text_step`], adding its phases to `phases` (see the module doc).
+pub fn text_step_timed(
+    state: &mut TrainState,
+    pairs: &[(Vec<u32>, Vec<u32>)],
+    batch_size: usize,
+    seed: Seed,
+    step: u64,
+    phases: &mut Phases,
+) -> (GradientStep, f64) {
     let idx = batch_indices(pairs.len(), batch_size, seed.child("order", 1), step);
     let batch: Vec<(Vec<u32>, Vec<u32>)> = idx.iter().map(|&i| pairs[i].clone()).collect();
-    text_update(state, &batch)
+    text_update(state, &batch, phases)
 }
 
 /// Micro-batches an `lm` imitation batch is cut into (by length), each of at least
@@ -91,7 +130,12 @@ const MICRO_ROWS: usize = 4;
 /// target tokens (each micro-batch's sum divided by the batch's token count), the
 /// padding mostly gone. The sort is stable, so the order (and the result) is a pure
 /// function of the batch.
-fn text_update(state: &mut TrainState, pairs: &[(Vec<u32>, Vec<u32>)]) -> (GradientStep, f64) {
+fn text_update(
+    state: &mut TrainState,
+    pairs: &[(Vec<u32>, Vec<u32>)],
+    phases: &mut Phases,
+) -> (GradientStep, f64) {
+    phases.begin(phase::TRAINING);
     let lm = state
         .policy
         .as_lm()
@@ -99,7 +143,15 @@ fn text_update(state: &mut TrainState, pairs: &[(Vec<u32>, Vec<u32>)]) -> (Gradi
     let mut order: Vec<usize> = (0..pairs.len()).collect();
     order.sort_by_key(|&i| pairs[i].0.len() + pairs[i].1.len());
     let tokens: usize = pairs.iter().map(|p| p.1.len()).sum::<usize>().max(1);
-    let chunk = pairs.len().div_ceil(MICRO_BATCHES).max(MICRO_ROWS);
+    // On a GPU the whole batch is one forward: there a step's time is kernel launches
+    // and host round trips, and eight small forwards ran the base planner's step at
+    // 2-25% GPU utilisation; the padding they save costs the GPU little.
+    let parts = if lm.model.device() == tch::Device::Cpu {
+        MICRO_BATCHES
+    } else {
+        1
+    };
+    let chunk = pairs.len().div_ceil(parts).max(MICRO_ROWS);
     super::adam::Adam::zero_grad(state.policy.vars());
     let (mut loss_sum, mut entropy_sum) = (0.0f64, 0.0f64);
     for part in order.chunks(chunk) {
@@ -111,17 +163,34 @@ fn text_update(state: &mut TrainState, pairs: &[(Vec<u32>, Vec<u32>)]) -> (Gradi
         loss_sum += loss.double_value(&[]);
         entropy_sum += lp.entropy.sum(Kind::Float).double_value(&[]);
     }
-    finish_update(state, loss_sum, entropy_sum / tokens as f64)
+    phases.end();
+    phases.count(
+        phase::TRAINING,
+        Work {
+            sampled_tokens: Some(pairs.iter().map(|p| p.1.len() as u64).sum()),
+            prefilled_tokens: Some(pairs.iter().map(|p| p.0.len() as u64).sum()),
+            ..Work::default()
+        },
+    );
+    finish_update(state, loss_sum, entropy_sum / tokens as f64, phases)
 }
 
 /// The optimiser update from the accumulated gradients, and its gradient-step record
 /// (with the batch's mean loss and entropy); returns the record and the loss.
-fn finish_update(state: &mut TrainState, loss: f64, entropy: f64) -> (GradientStep, f64) {
-    let grad_norm = state.adam.update(state.policy.vars());
+fn finish_update(
+    state: &mut TrainState,
+    loss: f64,
+    entropy: f64,
+    phases: &mut Phases,
+) -> (GradientStep, f64) {
+    let grad_norm = phases.time(phase::OPTIMISER, || state.adam.update(state.policy.vars()));
     state.global_step += 1;
+    let params = phases.time(phase::PARAMETER_HASH, || {
+        super::checkpoint::param_hash(state.policy.vars())
+    });
     let record = GradientStep {
         step: state.global_step,
-        params: super::checkpoint::param_hash(state.policy.vars()),
+        params,
         loss: loss.to_bits(),
         policy_loss: loss.to_bits(),
         kl: 0f64.to_bits(),
