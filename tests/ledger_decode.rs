@@ -41,7 +41,7 @@ const BOUND: usize = 8 << 20;
 fn decode_all(b: &[u8]) {
     let _ = mapf_ledger::ledger::event::decode_event(b);
     let _ = codec::event_parent(b);
-    let _ = codec::decode::<Meta>(b, "meta");
+    let _ = Meta::decode(b, "meta");
     let _ = codec::decode::<BranchState>(b, "projection");
 }
 

@@ -273,8 +273,7 @@ impl Bundle {
                 return Err(corrupt(what(), "content does not match its hash"));
             }
             crate::record::event::decode_event(&ev).map_err(|e| corrupt(what(), e.to_string()))?;
-            codec::decode::<Meta>(&meta, "event metadata")
-                .map_err(|e| corrupt(what(), e.to_string()))?;
+            Meta::decode(&meta, "event metadata").map_err(|e| corrupt(what(), e.to_string()))?;
             inside.insert(h);
             events.push(BundledEvent {
                 hash: h,
@@ -434,7 +433,7 @@ impl Ledger {
                     return Err(LedgerError::MissingBlob { hash: blob });
                 }
             }
-            let meta = codec::decode::<Meta>(&e.meta, "event metadata")
+            let meta = Meta::decode(&e.meta, "event metadata")
                 .map_err(|e2| corrupt(what.clone(), e2.to_string()))?;
             decoded.insert(e.hash, (ev, meta));
         }

@@ -243,7 +243,7 @@ impl Ledger {
     pub fn event_with_meta(&self, h: &Hash) -> Result<(Event, Meta), LedgerError> {
         let f = self.frame_of(h)?;
         let e = decode_frame(&f)?;
-        let m = codec::decode(f.meta, "metadata").map_err(|source| LedgerError::Decode {
+        let m = Meta::decode(f.meta, "metadata").map_err(|source| LedgerError::Decode {
             what: format!("metadata of {}", h.short()),
             source,
         })?;

@@ -1,7 +1,6 @@
 //! `verify`: recompute every event id from its bytes, check every record checksum,
 //! decoding, parent link and ref, and rehash every blob. The report lists problems
 //! in storage order; the first names the first bad event, ref or blob.
-use super::codec;
 use super::event::EventBody;
 use super::hash::Hash;
 use super::index::{Index, MISSING_PARENT, NO_PARENT};
@@ -546,7 +545,7 @@ fn check_frame(index: &Index, saved_n: usize, frames: &[Walked<'_>], i: usize) -
             c.blobs = ev.body.blobs();
         }
     }
-    if codec::decode::<super::meta::Meta>(f.meta, "metadata").is_err() {
+    if super::meta::Meta::decode(f.meta, "metadata").is_err() {
         c.problem.get_or_insert("metadata does not decode".into());
     }
     c

@@ -582,7 +582,7 @@ mod codec_tests {
             v.extend_from_slice(&bytes);
             let _ = decode_event(&v);
             let _ = event_parent(&v);
-            let _ = decode::<crate::record::meta::Meta>(&bytes, "meta");
+            let _ = crate::record::meta::Meta::decode(&bytes, "meta");
         }
 
         #[test]

@@ -1,6 +1,22 @@
-//! Per-event metadata: wall time, duration, host, versions, threads, device. Stored
-//! beside each event in its pack record and never hashed, so a faithful replay
-//! reproduces the same event ids.
+//! Per-event metadata: wall time, duration, host, versions, threads, device, and on a
+//! stage's `stage_completed` event where the stage's time went. Stored beside each event
+//! in its pack record (and bundle) and never hashed, so a faithful replay reproduces the
+//! same event ids.
+//!
+//! **Layouts.** Metadata is bincode, which is not self-describing: a field added to
+//! [`Meta`] would make every record written before it fail to decode. So there are two
+//! layouts, told apart by length (the codec rejects trailing bytes and short input):
+//! - layout 1, the six fields every ledger before stage timings wrote;
+//! - layout 2, those six and then the [`StageTiming`], written only when there is one.
+//!
+//! `codec::encode(&meta)` writes layout 1 for metadata without a timing (the timing field
+//! is skipped when None), byte for byte what older builds wrote, so they still read
+//! every event but a timed `stage_completed`; with a timing it writes layout 2. Always
+//! decode through [`Meta::decode`], which reads both. Keeping the timing here rather than
+//! in a side file means it travels with the event in bundles, survives `gc` and
+//! `recover` with it, and needs no second store to keep consistent.
+use super::timing::StageTiming;
+use ledger_store::codec::{self, CodecError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -17,9 +33,53 @@ pub struct Meta {
     pub versions: BTreeMap<String, String>,
     pub threads: Option<u32>,
     pub device: Option<String>,
+    /// Where the stage's time went: on the `stage_completed` event of a stage recorded
+    /// with timings, absent elsewhere (stored as metadata layout 2, see `record::meta`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<StageTiming>,
+}
+
+/// Layout 1: the fields of every metadata record written before stage timings.
+#[derive(Deserialize)]
+struct MetaV1 {
+    wall_time_ms: Option<u64>,
+    duration_us: Option<u64>,
+    host: Option<String>,
+    versions: BTreeMap<String, String>,
+    threads: Option<u32>,
+    device: Option<String>,
 }
 
 impl Meta {
+    /// Decode stored metadata of either layout (see the module doc); `what` names the
+    /// record in errors. An error is layout 2's when the bytes are longer than layout 1.
+    pub fn decode(bytes: &[u8], what: &'static str) -> Result<Meta, CodecError> {
+        match codec::decode::<MetaV1>(bytes, what) {
+            Ok(v1) => Ok(Meta {
+                wall_time_ms: v1.wall_time_ms,
+                duration_us: v1.duration_us,
+                host: v1.host,
+                versions: v1.versions,
+                threads: v1.threads,
+                device: v1.device,
+                timing: None,
+            }),
+            Err(CodecError::Trailing { .. }) => {
+                let m: Meta = codec::decode(bytes, what)?;
+                // Layout 2 always carries a timing: a None there is not what this build
+                // writes (it would be layout 1 with a stray byte).
+                match m.timing {
+                    Some(_) => Ok(m),
+                    None => Err(CodecError::Malformed {
+                        what,
+                        message: "layout-2 metadata without a stage timing".into(),
+                    }),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Metadata stamped with the current wall time, host and crate version.
     pub fn now() -> Meta {
         let ms = std::time::SystemTime::now()
@@ -50,4 +110,78 @@ fn host() -> Option<String> {
             .filter(|s| !s.is_empty())
     })
     .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::timing::Phase;
+
+    fn sample() -> Meta {
+        let mut m = Meta::now();
+        m.threads = Some(2);
+        m.device = Some("cpu".into());
+        m.duration_us = Some(17);
+        m
+    }
+
+    /// The six fields as builds before stage timings encoded them.
+    #[derive(Serialize)]
+    struct OldMeta {
+        wall_time_ms: Option<u64>,
+        duration_us: Option<u64>,
+        host: Option<String>,
+        versions: BTreeMap<String, String>,
+        threads: Option<u32>,
+        device: Option<String>,
+    }
+
+    fn old_bytes(m: &Meta) -> Vec<u8> {
+        codec::encode(&OldMeta {
+            wall_time_ms: m.wall_time_ms,
+            duration_us: m.duration_us,
+            host: m.host.clone(),
+            versions: m.versions.clone(),
+            threads: m.threads,
+            device: m.device.clone(),
+        })
+    }
+
+    #[test]
+    fn metadata_without_timing_keeps_the_old_layout() {
+        let m = sample();
+        assert_eq!(codec::encode(&m), old_bytes(&m), "byte for byte layout 1");
+        assert_eq!(Meta::decode(&old_bytes(&m), "meta").unwrap(), m);
+    }
+
+    #[test]
+    fn timing_round_trips_in_layout_2() {
+        let mut m = sample();
+        m.timing = Some(StageTiming {
+            wall_seconds: 2.5,
+            phases: vec![Phase {
+                name: "generation".into(),
+                seconds: 1.25,
+                calls: 3,
+                sampled_tokens: Some(480),
+                prefilled_tokens: Some(96),
+                decode_steps: Some(40),
+                decode_bytes: Some(1 << 33),
+            }],
+            resumed: false,
+            gpu: Some("NVIDIA H100 80GB HBM3".into()),
+        });
+        let bytes = codec::encode(&m);
+        assert!(bytes.starts_with(&old_bytes(&m)));
+        assert_eq!(Meta::decode(&bytes, "meta").unwrap(), m);
+        // Cut short or with a byte too many, it is an error, not a misread.
+        assert!(Meta::decode(&bytes[..bytes.len() - 1], "meta").is_err());
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(Meta::decode(&long, "meta").is_err());
+        // Layout 1 plus a None tag is not layout 2.
+        let mut none = old_bytes(&m);
+        none.push(0);
+        assert!(Meta::decode(&none, "meta").is_err());
+    }
 }
