@@ -66,6 +66,10 @@ pub struct Decision {
     pub error: Option<String>,
     /// Keys of the reply no engineer may set, with their values (recorded, not applied).
     pub refused: Vec<crate::env::RefusedField>,
+    /// The decoding an in-process model engineer did for this decision (tokens, decode
+    /// work; every attempt), for the stage's timing; None for other engineers. Never
+    /// recorded in an event.
+    pub work: Option<crate::train::timing::Work>,
 }
 
 /// An environment engineer.

@@ -76,6 +76,8 @@ impl Engineer for ModelEngineer {
         let ids = prompt_ids(&self.policy, &prompt);
         let mut rejected: Vec<String> = Vec::new();
         let attempts = self.attempts.max(1);
+        // Every attempt's decoding, for the stage's timing.
+        let mut work = crate::train::timing::Work::default();
         for attempt in 0..attempts {
             // Attempt 0 draws from the decision's own seed (so a plan with one attempt
             // records what it always did); later ones from its `retry` children.
@@ -95,6 +97,11 @@ impl Engineer for ModelEngineer {
                 true,
             )
             .remove(0);
+            work += crate::train::timing::decode_work(
+                &self.policy.model,
+                &[ids.len()],
+                &[(ids.len(), g.tokens.len())],
+            );
             let reply = self.policy.decode(&g.tokens);
             let mut notes: Vec<String> = prompt
                 .cut_note(Some(self.max_prompt_tokens))
@@ -121,6 +128,7 @@ impl Engineer for ModelEngineer {
             let mut d = Decision {
                 prompt: Some(prompt.text()),
                 reply: Some(reply.clone()),
+                work: Some(work),
                 ..Decision::default()
             };
             super::reply::read_reply_revision(&mut d, &reply, notes, self.revision);

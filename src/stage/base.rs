@@ -1,6 +1,9 @@
 //! Stage 0, the warm-up: the supervised base model (or the shipped one loaded and
-//! evaluated), and its mixed training instances.
+//! evaluated), and its mixed training instances. Every part is timed as a phase
+//! ([`crate::train::timing`]) for the stage's timing.
 use super::*;
+use crate::record::timing::phase;
+use crate::train::timing::Phases;
 
 impl Pipeline<'_> {
     /// Stage 0. Returns false when interrupted at a durable point.
@@ -11,19 +14,27 @@ impl Pipeline<'_> {
         progress: &mut dyn Progress,
         stop: &AtomicBool,
     ) -> Result<bool, StageError> {
+        let mut phases = Phases::new(self.device);
+        if state.stage(0).is_some() {
+            phases.set_resumed();
+        }
         let cfg = warmup_config(&self.plan);
         let seed = stage_seed(&self.plan, 0, 0);
-        let (data, easy_blob) =
-            warmup_data(&self.plan.warmup, cfg.instances, seed, &self.suite_keys)?;
+        let (data, easy_blob) = phases.time(phase::INSTANCES, || {
+            warmup_data(&self.plan.warmup, cfg.instances, seed, &self.suite_keys)
+        })?;
         let resumed = state.stage(0).and_then(|s| s.checkpoint);
         let (ts, start) = match resumed {
             Some((blob, _, _)) => {
-                let ts = self.load_state(&blob)?;
+                let ts = phases.time(phase::LOADING, || self.load_state(&blob))?;
                 let done = ts.global_step;
                 (ts, done)
             }
             None => {
-                let policy = self.initial_policy(seed, &data)?;
+                phases.begin(phase::LOADING);
+                let policy = self.initial_policy(seed, &data, &mut phases);
+                phases.end();
+                let policy = policy?;
                 let ts = TrainState::new(
                     policy,
                     AdamConfig {
@@ -34,8 +45,17 @@ impl Pipeline<'_> {
                 // Killed after the stage's first durable batch but before its first
                 // checkpoint: the start is recorded already, train from scratch again.
                 if state.stage(0).is_some_and(|s| s.started.is_some()) {
-                    return self.warmup_steps(branch, ts, 0, &cfg, &data, seed, progress, stop);
+                    return self.warmup_steps(
+                        branch,
+                        ts,
+                        0,
+                        (&cfg, &data, seed),
+                        progress,
+                        stop,
+                        phases,
+                    );
                 }
+                phases.begin(phase::INSTANCES);
                 let (val_items, test_items): (Vec<Solved>, Vec<Solved>) = (
                     self.val
                         .cells
@@ -76,35 +96,46 @@ impl Pipeline<'_> {
                     );
                 }
                 rec.flush()?;
+                phases.end();
                 (ts, 0)
             }
         };
-        self.warmup_steps(branch, ts, start, &cfg, &data, seed, progress, stop)
+        self.warmup_steps(
+            branch,
+            ts,
+            start,
+            (&cfg, &data, seed),
+            progress,
+            stop,
+            phases,
+        )
     }
 
-    /// The warm-up's steps from `start`, its checkpoints, evaluation and completion.
+    /// The warm-up's steps from `start`, its checkpoints, evaluation and completion
+    /// (whose metadata holds `phases`, the stage's timing).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn warmup_steps(
         &mut self,
         branch: &str,
         mut ts: TrainState,
         start: u64,
-        cfg: &WarmupConfig,
-        data: &[Solved],
-        seed: Seed,
+        (cfg, data, seed): (&WarmupConfig, &[Solved], Seed),
         progress: &mut dyn Progress,
         stop: &AtomicBool,
+        mut phases: Phases,
     ) -> Result<bool, StageError> {
         let every = self.plan.grpo.checkpoint_every;
         // Engineer examples as token pairs (lm plans that ask for them), each prompt as
         // the model engineer will read it.
         let pairs: Vec<(Vec<u32>, Vec<u32>)> = match ts.policy.as_lm() {
-            Some(lm) => engineer_pairs(
-                lm,
-                &engineer_examples(&self.plan, seed),
-                self.plan.lm.engineer_prompt_tokens,
-                self.plan.engineer.revision,
-            ),
+            Some(lm) => phases.time(phase::EXAMPLE_BUILDING, || {
+                engineer_pairs(
+                    lm,
+                    &engineer_examples(&self.plan, seed),
+                    self.plan.lm.engineer_prompt_tokens,
+                    self.plan.engineer.revision,
+                )
+            }),
             None => Vec::new(),
         };
         let w = &self.plan.warmup;
@@ -116,9 +147,16 @@ impl Pipeline<'_> {
                 && (s - w.engineer_after) % w.engineer_every as u64 == w.engineer_every as u64 - 1;
             ts.set_lr(w.lr_at(s));
             let (record, loss) = if engineer_step {
-                warmup::text_step(&mut ts, &pairs, w.engineer_batch_size as usize, seed, s)
+                warmup::text_step_timed(
+                    &mut ts,
+                    &pairs,
+                    w.engineer_batch_size as usize,
+                    seed,
+                    s,
+                    &mut phases,
+                )
             } else {
-                warmup::step(&mut ts, cfg, data, seed, s)
+                warmup::step_timed(&mut ts, cfg, data, seed, s, &mut phases)
             };
             rec.push(0, EventBody::GradientStep(record));
             progress.step(
@@ -130,7 +168,15 @@ impl Pipeline<'_> {
                     ..Default::default()
                 },
             );
-            if durable_point(&mut rec, &ts, 0, (s + 1, cfg.steps), every, stop)? {
+            if durable_point(
+                &mut rec,
+                &ts,
+                0,
+                (s + 1, cfg.steps),
+                every,
+                stop,
+                &mut phases,
+            )? {
                 return Ok(false);
             }
         }
@@ -145,6 +191,7 @@ impl Pipeline<'_> {
                 self.plan.suites.keep_plans,
             ),
             cfg.steps,
+            &mut phases,
         )?;
         progress.stage_end(0, &validation);
         Ok(true)
@@ -270,9 +317,12 @@ fn durable_point(
     (done, total): (u64, u64),
     every: u64,
     stop: &AtomicBool,
+    phases: &mut Phases,
 ) -> Result<bool, StageError> {
     if done % every != 0 || done >= total {
         return Ok(false);
     }
-    durable_checkpoint(rec, ts, stage, stop)
+    phases.time(phase::CHECKPOINTING, || {
+        durable_checkpoint(rec, ts, stage, stop)
+    })
 }

@@ -1,7 +1,10 @@
 //! The end of every stage: the final checkpoint, evaluation on both suites (with every
 //! item's plan when the plan keeps them), the failure breakdown and the completion
-//! event, as one durable batch.
+//! event, as one durable batch. The completion event's metadata carries the stage's
+//! timing (unhashed).
 use super::*;
+use crate::record::timing::phase;
+use crate::train::timing::{Phases, Work};
 
 /// Save a checkpoint blob (and the blobs it references) and queue its event.
 pub(super) fn checkpoint(
@@ -41,8 +44,10 @@ pub(super) fn durable_checkpoint(
 }
 
 /// The end of every stage, as one durable batch: the final checkpoint, evaluation on
-/// both suites, the failure breakdown and the completion event. Returns the validation
-/// table.
+/// both suites, the failure breakdown and the completion event, whose metadata holds
+/// `phases` as the stage's timing (its wall time ends there; the batch's commit after
+/// it is not counted). Returns the validation table.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn finish_stage(
     rec: &mut Recorder<'_>,
     stage: u32,
@@ -50,8 +55,10 @@ pub(super) fn finish_stage(
     (val, test): (&Suite, &Suite),
     (metric, eval_batch, keep_plans): (crate::env::CostMetric, usize, bool),
     steps: u64,
+    phases: &mut Phases,
 ) -> Result<ResultTable, StageError> {
-    let ckpt = checkpoint(rec, ts, stage)?;
+    let ckpt = phases.time(phase::CHECKPOINTING, || checkpoint(rec, ts, stage))?;
+    phases.begin(phase::EVALUATION);
     let validation = evaluate(
         rec,
         stage,
@@ -60,20 +67,26 @@ pub(super) fn finish_stage(
         test,
         (metric, eval_batch, keep_plans),
         ckpt,
-    )?;
-    rec.push(
+        phases,
+    );
+    phases.end();
+    let validation = validation?;
+    let timing = phases.timing();
+    rec.push_with(
         stage,
         EventBody::StageCompleted(StageCompleted {
             checkpoint: Some(ckpt),
             steps,
         }),
+        |meta| meta.timing = Some(timing),
     );
     rec.flush()?;
     Ok(validation)
 }
 
 /// Evaluate on the validation and test suites and queue the events; returns the
-/// validation table.
+/// validation table. The decoding's tokens go to `phases`' evaluation phase.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn evaluate(
     rec: &mut Recorder<'_>,
     stage: u32,
@@ -82,9 +95,12 @@ pub(super) fn evaluate(
     test: &Suite,
     (metric, eval_batch, keep_plans): (crate::env::CostMetric, usize, bool),
     ckpt: Hash,
+    phases: &mut Phases,
 ) -> Result<ResultTable, StageError> {
-    let v = eval::score_suite(ts.policy.as_ref(), val, metric, eval_batch);
-    let t = eval::score_suite(ts.policy.as_ref(), test, metric, eval_batch);
+    let mut work = Work::default();
+    let v = eval::score_suite_counted(ts.policy.as_ref(), val, metric, eval_batch, &mut work);
+    let t = eval::score_suite_counted(ts.policy.as_ref(), test, metric, eval_batch, &mut work);
+    phases.count(phase::EVALUATION, work);
     // Per suite: its table, its per-instance outcomes (paired statistics), and, when the
     // suite is stratified by wait ratio, one table per subset.
     for (name, suite, scored) in [("val", val, &v), ("test", test, &t)] {

@@ -230,19 +230,23 @@ impl<'a> Pipeline<'a> {
 
     /// Stage 0's freshly made policy: a grid network, or the plan's language model
     /// (a scratch model's tokenizer is trained on the warm-up corpus).
+    /// Building a scratch tokenizer's corpus is timed as `example_building` in `phases`.
     fn initial_policy(
         &self,
         seed: Seed,
         data: &[Solved],
+        phases: &mut crate::train::timing::Phases,
     ) -> Result<Box<dyn crate::train::policy::Policy>, StageError> {
         match self.plan.policy {
             crate::plan::PolicyKind::Lm => {
                 let spec = &self.plan.lm;
                 let lm =
                     crate::train::lm::init(spec, self.compute(), seed.child("init", 0), || {
-                        let mut corpus = pretraining_corpus(spec, data);
-                        corpus.extend(engineer_corpus(&engineer_examples(&self.plan, seed)));
-                        corpus
+                        phases.time(crate::record::timing::phase::EXAMPLE_BUILDING, || {
+                            let mut corpus = pretraining_corpus(spec, data);
+                            corpus.extend(engineer_corpus(&engineer_examples(&self.plan, seed)));
+                            corpus
+                        })
                     })
                     .map_err(crate::train::TrainError::from)?;
                 Ok(Box::new(lm))

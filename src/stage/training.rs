@@ -1,6 +1,9 @@
 //! A GRPO stage (N >= 1): decide, generate, then train with GRPO from the previous
 //! stage's checkpoint (or this stage's last durable one), checkpointing at durable points.
+//! Every part is timed as a phase ([`crate::train::timing`]) for the stage's timing.
 use super::*;
+use crate::record::timing::phase;
+use crate::train::timing::Phases;
 
 impl Pipeline<'_> {
     /// Stage `n` >= 1. Returns false when interrupted at a durable point.
@@ -15,6 +18,7 @@ impl Pipeline<'_> {
         progress: &mut dyn Progress,
         stop: &AtomicBool,
     ) -> Result<bool, StageError> {
+        let mut phases = Phases::new(self.device);
         let cfg = self.plan.grpo.clone();
         let seed = stage_seed(&self.plan, n, state.replicate);
         let prev = state.stage(n - 1).ok_or_else(|| {
@@ -26,6 +30,9 @@ impl Pipeline<'_> {
             .ok_or_else(|| StageError::Diverged(format!("stage {} has no checkpoint", n - 1)))?;
         let this = state.stage(n);
         let started = this.is_some_and(|s| s.started.is_some());
+        if this.is_some() {
+            phases.set_resumed();
+        }
         // The configuration in force: what the engineer (and engineer RL) reads.
         let current = prev
             .config
@@ -39,6 +46,7 @@ impl Pipeline<'_> {
                 StageError::Diverged(format!("stage {n} started without a configuration"))
             })?
         } else {
+            phases.begin(phase::ENGINEER);
             let ctx = self.context(state, n, current.clone(), engineer_name)?;
             let inputs = BuildInputs {
                 ledger: self.ledger,
@@ -49,6 +57,9 @@ impl Pipeline<'_> {
             };
             let mut engineer = engineers(engineer_name, &inputs, state)?;
             let decision = engineer.decide(&ctx);
+            if let Some(work) = decision.work {
+                phases.count(phase::ENGINEER, work);
+            }
             let event = decision_event(
                 engineer_name,
                 &current,
@@ -74,10 +85,12 @@ impl Pipeline<'_> {
             );
             rec.push(n, EventBody::EngineerDecision(event));
             rec.flush()?;
+            phases.end();
             applied
         };
 
         // 2. Generate the training instances (recomputed identically on resume).
+        phases.begin(phase::INSTANCES);
         let data = crate::env::generator::generate_excluding(
             &applied,
             self.plan.grpo.instances_per_stage as usize,
@@ -103,10 +116,16 @@ impl Pipeline<'_> {
             }
             blobs
         };
+        phases.end();
 
         // The context engineer RL starts from: the one this stage's engineer read.
         let engineer_rl = match self.engineer_rl(engineer_name)? {
-            Some(settings) => Some((settings, self.context(state, n, current, engineer_name)?)),
+            Some(settings) => Some((
+                settings,
+                phases.time(phase::ENGINEER_RL, || {
+                    self.context(state, n, current, engineer_name)
+                })?,
+            )),
             None => None,
         };
 
@@ -128,7 +147,16 @@ impl Pipeline<'_> {
             stop,
         };
         let metric = self.plan.train.metric;
-        let Some(mut ts) = grpo::train_stage(&cfg, metric, &start, &data, &blobs, seed, &mut host)?
+        let Some(mut ts) = grpo::train_stage(
+            &cfg,
+            metric,
+            &start,
+            &data,
+            &blobs,
+            seed,
+            &mut host,
+            &mut phases,
+        )?
         else {
             return Ok(false);
         };
@@ -138,15 +166,17 @@ impl Pipeline<'_> {
         //    after the plan steps, durable with the stage's end (a crash before it
         //    recomputes them from the last durable checkpoint, bit for bit).
         if let Some((settings, own)) = &engineer_rl {
-            train_engineer(
-                &mut rec,
-                &mut ts,
-                settings,
-                own,
-                seed.child("engineer-rl", 0),
-                n,
-                host.progress,
-            )?;
+            phases.time(phase::ENGINEER_RL, || {
+                train_engineer(
+                    &mut rec,
+                    &mut ts,
+                    settings,
+                    own,
+                    seed.child("engineer-rl", 0),
+                    n,
+                    host.progress,
+                )
+            })?;
         }
 
         // 5. Evaluate, summarise, complete.
@@ -161,6 +191,7 @@ impl Pipeline<'_> {
                 self.plan.suites.keep_plans,
             ),
             cfg.steps,
+            &mut phases,
         )?;
         progress.stage_end(n, &validation);
         Ok(true)

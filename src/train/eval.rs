@@ -3,6 +3,7 @@
 //! set (counts by failure type plus a few failing plans rendered as text): the failure
 //! evidence environment engineers read.
 use super::policy::{Policy, Rollout};
+use super::timing::{generation_work, Work};
 use crate::env::suite::Suite;
 use crate::env::table::{CellCounts, ResultTable};
 use crate::env::{simulate, text, CostMetric, FailureKind, Instance, Outcome};
@@ -47,6 +48,29 @@ pub fn score_suite_with(
     batch: usize,
     done: &mut dyn FnMut(usize),
 ) -> Vec<Scored> {
+    score(policy, suite, metric, batch, done, None)
+}
+
+/// [`score_suite`], adding the decoding's tokens and decode work to `work`
+/// ([`super::timing::generation_work`] of every batch).
+pub fn score_suite_counted(
+    policy: &dyn Policy,
+    suite: &Suite,
+    metric: CostMetric,
+    batch: usize,
+    work: &mut Work,
+) -> Vec<Scored> {
+    score(policy, suite, metric, batch, &mut |_| {}, Some(work))
+}
+
+fn score(
+    policy: &dyn Policy,
+    suite: &Suite,
+    metric: CostMetric,
+    batch: usize,
+    done: &mut dyn FnMut(usize),
+    mut work: Option<&mut Work>,
+) -> Vec<Scored> {
     let items: Vec<(&crate::env::Solved, usize, usize)> = suite
         .cells
         .iter()
@@ -56,6 +80,9 @@ pub fn score_suite_with(
     for chunk in items.chunks(batch.max(1)) {
         let instances: Vec<Instance> = chunk.iter().map(|(it, _, _)| it.instance.clone()).collect();
         let rollouts = policy.sample(&instances, 1, true, Seed::root(0));
+        if let Some(w) = work.as_deref_mut() {
+            *w += generation_work(policy, &instances, &rollouts);
+        }
         for ((it, agents, size), r) in chunk.iter().zip(rollouts) {
             let outcome = outcome_of(&it.instance, &r);
             let optimal = outcome.optimal(&it.reference, metric);

@@ -21,9 +21,11 @@
 use super::eval::outcome_of;
 use super::lm::model::LoraSpec;
 use super::policy::{Policy, Rollout};
+use super::timing::{prompt_tokens, sampling_work, scoring_work, Phases};
 use super::{TrainError, TrainState};
 use crate::env::simulate::agent_credit;
 use crate::env::{CostMetric, Instance, Outcome, Plan, Reference, Solved};
+use crate::record::timing::phase;
 use crate::record::trainer::{GradientStep, GrpoStats, StepRecord, Trajectory, TrajectoryBatch};
 use crate::record::Hash;
 use crate::seed::Seed;
@@ -145,6 +147,7 @@ pub struct StepStats {
 
 /// One GRPO step: sample, score, update. Returns the events to record (trajectories
 /// first, then one gradient step per optimiser update) and the step's statistics.
+/// Untimed: [`step_timed`] is the same step with its phases measured.
 #[allow(clippy::too_many_arguments)]
 pub fn step(
     state: &mut TrainState,
@@ -156,8 +159,38 @@ pub fn step(
     stage_seed: Seed,
     step: u64,
 ) -> (Vec<StepRecord>, StepStats) {
+    step_timed(
+        state,
+        base,
+        cfg,
+        metric,
+        data,
+        data_blobs,
+        stage_seed,
+        step,
+        &mut Phases::off(),
+    )
+}
+
+/// [`step`], adding its phases to `phases` (see [`super::timing`]): `generation` (the
+/// rollouts, with their tokens), `reward`, `old_log_probs` (when the policy did not
+/// record them), `kl_reference`, `training` (forward and backward), `optimiser` and
+/// `parameter_hash`. The records and statistics are the same bits as [`step`]'s.
+#[allow(clippy::too_many_arguments)]
+pub fn step_timed(
+    state: &mut TrainState,
+    base: Option<&dyn Policy>,
+    cfg: &GrpoConfig,
+    metric: CostMetric,
+    data: &[Solved],
+    data_blobs: &[Hash],
+    stage_seed: Seed,
+    step: u64,
+    phases: &mut Phases,
+) -> (Vec<StepRecord>, StepStats) {
     let group = cfg.group_size as usize;
     // 1. The batch and its rollouts.
+    phases.begin(phase::GENERATION);
     let idx = batch_indices(
         data.len(),
         cfg.batch_size as usize,
@@ -169,8 +202,19 @@ pub fn step(
         state
             .policy
             .sample(&instances, group, false, stage_seed.child("rollout", step));
+    phases.end();
+    // Prompt tokens, for the work of the phases (only when timing).
+    let prompts = phases
+        .is_on()
+        .then(|| prompt_tokens(state.policy.as_ref(), &instances))
+        .flatten();
+    if phases.is_on() {
+        let work = sampling_work(state.policy.as_ref(), prompts.as_deref(), &rollouts);
+        phases.count(phase::GENERATION, work);
+    }
 
     // 2. Rewards from the testbed, advantages within each group.
+    phases.begin(phase::REWARD);
     let outcomes: Vec<Outcome> = rollouts
         .iter()
         .map(|r| outcome_of(&instances[r.instance], r))
@@ -216,10 +260,18 @@ pub fn step(
             })
             .collect(),
     })];
+    phases.end();
 
     // 4. The clipped-ratio objective. Old log-probs are the sampling policy's.
     let device = state.policy.device();
     let recorded = rollouts.iter().all(|r| r.logprobs.len() == r.actions.len());
+    let scored = scoring_work(prompts.as_deref(), &rollouts);
+    // Putting recorded log-probs on the device is part of training.
+    if recorded {
+        phases.resume(phase::TRAINING);
+    } else {
+        phases.begin(phase::OLD_LOG_PROBS);
+    }
     let old = if recorded {
         let flat: Vec<f32> = rollouts
             .iter()
@@ -235,10 +287,15 @@ pub fn step(
                 .detach()
         })
     };
+    phases.end();
+    if !recorded {
+        phases.count(phase::OLD_LOG_PROBS, scored);
+    }
     let micro = (cfg.micro_batch > 0 && (cfg.micro_batch as usize) < rollouts.len())
         .then_some(cfg.micro_batch as usize);
     let base_lp = if cfg.kl_coef > 0.0 {
-        tch::no_grad(|| {
+        phases.begin(phase::KL_REFERENCE);
+        let lp = tch::no_grad(|| {
             let reference = |part: &[Rollout]| {
                 state
                     .policy
@@ -255,10 +312,14 @@ pub fn step(
                     .collect::<Option<Vec<Tensor>>>()
                     .map(|parts| Tensor::cat(&parts, 0)),
             }
-        })
+        });
+        phases.end();
+        phases.count(phase::KL_REFERENCE, scored);
+        lp
     } else {
         None
     };
+    phases.resume(phase::TRAINING);
     let adv_t = Tensor::from_slice(&adv.iter().map(|&a| a as f32).collect::<Vec<_>>()).to(device);
     let n = rewards.len().max(1) as f64;
     let reward_mean = rewards.iter().sum::<f64>() / n;
@@ -302,8 +363,10 @@ pub fn step(
         signal_share: grpo_stats.signal_share(),
         ..Default::default()
     };
+    phases.end();
     for _epoch in 0..cfg.epochs {
         if let Some(m) = micro {
+            phases.begin(phase::TRAINING);
             let terms = accumulate_micro_batches(
                 state,
                 &instances,
@@ -315,11 +378,17 @@ pub fn step(
                 keep.as_ref(),
                 cfg,
             );
-            let grad_norm = state.adam.update(state.policy.vars());
+            phases.end();
+            phases.count(phase::TRAINING, scored);
+            let grad_norm =
+                phases.time(phase::OPTIMISER, || state.adam.update(state.policy.vars()));
             state.global_step += 1;
+            let params = phases.time(phase::PARAMETER_HASH, || {
+                super::checkpoint::param_hash(state.policy.vars())
+            });
             events.push(StepRecord::GradientStep(GradientStep {
                 step: state.global_step,
-                params: super::checkpoint::param_hash(state.policy.vars()),
+                params,
                 loss: terms.loss.to_bits(),
                 policy_loss: terms.policy_loss.to_bits(),
                 kl: terms.kl.to_bits(),
@@ -334,6 +403,7 @@ pub fn step(
             grpo_stats.clip_fraction = terms.clip_fraction.to_bits();
             continue;
         }
+        phases.begin(phase::TRAINING);
         let lp = state.policy.log_probs(&instances, &rollouts);
         let adv_a = adv_t.index_select(0, &lp.rollout_of);
         let weight = keep.as_ref().map(|w| w.index_select(0, &lp.rollout_of));
@@ -352,8 +422,11 @@ pub fn step(
         if lp.per_action.numel() > 0 {
             loss.backward();
         }
-        let grad_norm = state.adam.update(state.policy.vars());
+        phases.end();
+        let grad_norm = phases.time(phase::OPTIMISER, || state.adam.update(state.policy.vars()));
         state.global_step += 1;
+        // The loss terms are read back with the training phase (waiting for its kernels).
+        phases.resume(phase::TRAINING);
         let scalar = |t: &Tensor| {
             if t.numel() == 0 {
                 0.0
@@ -367,9 +440,15 @@ pub fn step(
             scalar(&kl),
             scalar(&entropy),
         );
+        let clip = scalar(&clip_fraction);
+        phases.end();
+        phases.count(phase::TRAINING, scored);
+        let params = phases.time(phase::PARAMETER_HASH, || {
+            super::checkpoint::param_hash(state.policy.vars())
+        });
         events.push(StepRecord::GradientStep(GradientStep {
             step: state.global_step,
-            params: super::checkpoint::param_hash(state.policy.vars()),
+            params,
             loss: l.to_bits(),
             policy_loss: pl.to_bits(),
             kl: k.to_bits(),
@@ -381,7 +460,7 @@ pub fn step(
         stats.grad_norm = grad_norm;
         grpo_stats.step = state.global_step;
         grpo_stats.kl = k.to_bits();
-        grpo_stats.clip_fraction = scalar(&clip_fraction).to_bits();
+        grpo_stats.clip_fraction = clip.to_bits();
     }
     events.push(StepRecord::GrpoStats(grpo_stats));
     (events, stats)
@@ -547,7 +626,9 @@ pub trait StageHost {
 /// A GRPO stage, top to bottom. Returns the trained state, or None when the host
 /// stopped at a durable point (a later call with `start.resume` at that checkpoint
 /// goes on exactly as if it never stopped: every step is a pure function of the
-/// state, the stage seed and the step number).
+/// state, the stage seed and the step number). Its phases go to `phases`: `loading`
+/// (checkpoints, adapters, the KL reference model), every step's ([`step_timed`]) and
+/// `checkpointing` (the durable points).
 #[allow(clippy::too_many_arguments)]
 pub fn train_stage<H: StageHost>(
     cfg: &GrpoConfig,
@@ -557,18 +638,25 @@ pub fn train_stage<H: StageHost>(
     data_blobs: &[Hash],
     stage_seed: Seed,
     host: &mut H,
+    phases: &mut Phases,
 ) -> Result<Option<TrainState>, H::Error> {
     // 1. Resume from this stage's last durable checkpoint, else start from the previous
     //    stage's; a full-weights start under LoRA freezes those weights and adds fresh
     //    adapters (with a fresh optimiser over them).
-    let mut state = host.load(start.resume.as_ref().unwrap_or(&start.from))?;
-    let stage_start_step = match start.resume {
-        Some(_) => host.load(&start.from)?.global_step,
-        None => {
-            state = with_adapters(state, start.lora.clone(), start.from, stage_seed)?;
-            state.global_step
-        }
-    };
+    phases.begin(phase::LOADING);
+    let loaded = (|| {
+        let mut state = host.load(start.resume.as_ref().unwrap_or(&start.from))?;
+        let stage_start_step = match start.resume {
+            Some(_) => host.load(&start.from)?.global_step,
+            None => {
+                state = with_adapters(state, start.lora.clone(), start.from, stage_seed)?;
+                state.global_step
+            }
+        };
+        Ok::<_, H::Error>((state, stage_start_step))
+    })();
+    phases.end();
+    let (mut state, stage_start_step) = loaded?;
     let first = (state.global_step - stage_start_step) / cfg.epochs as u64;
 
     // 2. The optimiser: the plan's Adam settings at this stage's learning rate (the
@@ -579,14 +667,16 @@ pub fn train_stage<H: StageHost>(
     //    otherwise stage 0's model, loaded beside it.
     let lora = state.policy.as_lm().is_some_and(|p| p.model.lora.is_some());
     let reference = match start.base {
-        Some(b) if cfg.kl_coef > 0.0 && !lora => Some(host.load(&b)?),
+        Some(b) if cfg.kl_coef > 0.0 && !lora => {
+            Some(phases.time(phase::LOADING, || host.load(&b))?)
+        }
         _ => None,
     };
 
     // 4. The steps, with a durable point every `checkpoint_every` of them (the last
     //    step's is the stage's end, which the host records itself).
     for s in first..cfg.steps {
-        let (records, stats) = step(
+        let (records, stats) = step_timed(
             &mut state,
             reference.as_ref().map(|r| r.policy.as_ref()),
             cfg,
@@ -595,12 +685,13 @@ pub fn train_stage<H: StageHost>(
             data_blobs,
             stage_seed,
             s,
+            phases,
         );
         let done = s + 1;
         host.stepped(done, records, &stats);
         if done % cfg.checkpoint_every == 0
             && done < cfg.steps
-            && host.durable_point(&state, done)?
+            && phases.time(phase::CHECKPOINTING, || host.durable_point(&state, done))?
         {
             return Ok(None);
         }

@@ -1,5 +1,6 @@
 //! The libtorch trainer: policies (`grid`, `lm`), the supervised warm-up that makes
-//! the base model, GRPO, evaluation and failure breakdowns, and bit-exact checkpoints.
+//! the base model, GRPO, evaluation and failure breakdowns, and bit-exact checkpoints;
+//! [`timing`] measures where the time of a stage (or of one GRPO step) goes.
 //!
 //! Determinism: torch runs with a fixed intra-op thread count (set once per process from
 //! the plan and recorded in event metadata), sampling draws from the seed tree, and
@@ -14,6 +15,7 @@ pub mod kernels;
 pub mod lm;
 pub mod memory;
 pub mod policy;
+pub mod timing;
 pub mod warmup;
 
 use adam::{Adam, AdamConfig};
