@@ -84,6 +84,10 @@ pub fn all() -> Vec<(&'static str, String)> {
             pretty(schema_for!(crate::views::show::StageShow)),
         ),
         (
+            "show-timing",
+            pretty(schema_for!(crate::views::timing::TimingReport)),
+        ),
+        (
             "export-paired-row",
             pretty(schema_for!(crate::views::export::PairedExportRow)),
         ),

@@ -95,6 +95,7 @@ fn reads_and_keeps_a_ledger_without_libtorch() {
         &["log", "--branch", "main"][..],
         &["branches", "--json"],
         &["show", "main@stage1", "--json"],
+        &["show", "main@stage1", "--timing", "--json"],
         &["audit", "--branch", "main", "--json"],
         &["compare", "main", "main@stage1", "--json"],
         &["export", "--what", "metrics"],

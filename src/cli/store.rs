@@ -63,6 +63,11 @@ pub enum StoreCommand {
         /// (val or test; kept when the plan sets suites.keep_plans) instead of GRPO's.
         #[arg(long, value_name = "SUITE", requires = "samples", value_parser = ["val", "test"])]
         suite: Option<String>,
+        /// With a stage: where its wall time went, phase by phase (seconds, share,
+        /// tokens, tokens/s, and on a GPU the share of the memory roofline its decoding
+        /// reached), from the unhashed metadata of its completion.
+        #[arg(long, conflicts_with = "samples")]
+        timing: bool,
     },
     /// Every branch with its head and fork point.
     Branches {
@@ -201,6 +206,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             samples: Some(n),
             kind,
             suite,
+            ..
         } => show_samples(
             ledger,
             &reference,
@@ -209,6 +215,12 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             kind.as_deref(),
             suite.as_deref(),
         ),
+        StoreCommand::Show {
+            reference,
+            json,
+            timing: true,
+            ..
+        } => show_timing(ledger, &reference, json),
         StoreCommand::Show {
             reference, json, ..
         } => show(ledger, &reference, json),
@@ -568,6 +580,28 @@ fn export_tensorboard(
         dir.display(),
         dir.display()
     );
+    Ok(())
+}
+
+fn show_timing(ledger: &Path, reference: &str, json: bool) -> CliResult {
+    use mapf_ledger::views::timing::{render, stage_timing, TimingError};
+    let l = Ledger::open_read_only(ledger).map_err(err)?;
+    let Resolved::Stage { branch, stage } = l.resolve(reference).map_err(err)? else {
+        return Err(CliError::input(format!(
+            "--timing shows one stage's phases: name a stage, as in {}@stage1 (got {reference:?})",
+            reference.split('@').next().unwrap_or("main")
+        )));
+    };
+    let r = match stage_timing(&l, &branch, stage) {
+        Ok(r) => r,
+        Err(TimingError::Ledger(e)) => return Err(err(e)),
+        Err(e) => return Err(CliError::input(e.to_string())),
+    };
+    if json {
+        return print_json(&r);
+    }
+    let mut w = super::stdout();
+    write!(w, "{}", render(&r)).map_err(out_err)?;
     Ok(())
 }
 

@@ -4,7 +4,8 @@
 //! [`compare`]: branches side by side; [`coordination`]: every stage on the items that
 //! need coordination and the rest; [`paired`]: paired statistics between branches
 //! evaluated on the same items; [`samples`]: sampled plans drawn on their grids;
-//! [`steps`]: GRPO step by step; [`study`]: study reports; [`tensorboard`]: TensorBoard event files; [`export`]: export rows and
+//! [`steps`]: GRPO step by step; [`study`]: study reports; [`tensorboard`]: TensorBoard event files;
+//! [`timing`]: where a stage's time went (`show --timing`); [`export`]: export rows and
 //! event records; [`replay`]: what a replay verified; [`show`]: `show` of a branch or stage, replay outcomes,
 //! the engineer list.
 pub mod audit;
@@ -21,6 +22,7 @@ pub mod steps;
 pub mod study;
 pub mod tensorboard;
 pub mod testbed;
+pub mod timing;
 
 /// `x` as % of `n` (0 when `n` is 0).
 pub(crate) fn pct(x: u32, n: u32) -> f64 {

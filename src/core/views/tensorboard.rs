@@ -14,7 +14,11 @@
 //! - per stage evaluation, at the last optimiser step of the stage (0 before any): valid
 //!   and optimal % of every group of [`super::paired::groups_with`]:
 //!   `val/2_agents/valid`, `test/3_agents/wait0.25/optimal`, `test/3_agents/coord/valid`
-//!   (the same groups `compare` and `study` pair), and `stage` itself.
+//!   (the same groups `compare` and `study` pair), and `stage` itself;
+//! - per stage recorded with a timing (the unhashed metadata of its completion, see
+//!   [`super::timing`]), at the same step: `timing/wall_seconds`, and per phase
+//!   `timing/{phase}/seconds`, `timing/{phase}/share` (of the wall time) and, where it
+//!   sampled or scored tokens, `timing/{phase}/tokens_per_second`.
 //!
 //! The format is TensorBoard's record file: each record is its length (u64, little
 //! endian), the masked CRC-32C of those 8 bytes, the payload, and the payload's masked
@@ -145,6 +149,30 @@ pub fn branch_scalars(
     let state = ledger.state_at(head)?;
     for st in &state.stages {
         let step = step_of_stage.get(&st.stage).copied().unwrap_or(0);
+        // Where the stage's time went, when its completion carries a timing.
+        if let Some(h) = &st.completed {
+            let (_, meta) = ledger.event_with_meta(h)?;
+            if let Some(t) = &meta.timing {
+                let w = meta.wall_time_ms.map_or(0.0, |ms| ms as f64 / 1000.0);
+                push("timing/wall_seconds", step, t.wall_seconds, w);
+                for p in &t.phases {
+                    push(&format!("timing/{}/seconds", p.name), step, p.seconds, w);
+                    if t.wall_seconds > 0.0 {
+                        let share = p.seconds / t.wall_seconds;
+                        push(&format!("timing/{}/share", p.name), step, share, w);
+                    }
+                    if let Some(n) = p.sampled_tokens.filter(|_| p.seconds > 0.0) {
+                        let rate = n as f64 / p.seconds;
+                        push(
+                            &format!("timing/{}/tokens_per_second", p.name),
+                            step,
+                            rate,
+                            w,
+                        );
+                    }
+                }
+            }
+        }
         let mut first = true;
         for (suite, h) in &st.outcome_events {
             let EventBody::EvaluationOutcomes(o) = ledger.event(h)?.body else {
