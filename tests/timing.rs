@@ -276,25 +276,36 @@ fn ledgers_recorded_before_timings_still_read() {
 fn a_cuda_recorded_stage_shows_its_roofline() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("l");
-    let bundle = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lm-tiny-cuda.bundle");
+    let bundle = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/lm-tiny-cuda.bundle"
+    );
     ok(&ledger(&d, &["init", "--from-bundle", bundle]));
     let v = timing(&d, "main@stage1");
     covers_the_wall_time(&v);
     assert!(v["device"].as_str().unwrap().starts_with("cuda"), "{v}");
     let gpu = v["gpu"].as_str().expect("the GPU's name was recorded");
     assert!(gpu.starts_with("NVIDIA "), "{gpu}");
-    let bw = v["bandwidth_bytes_per_second"].as_f64().expect("a GPU in the table");
+    let bw = v["bandwidth_bytes_per_second"]
+        .as_f64()
+        .expect("a GPU in the table");
     for name in [phase::GENERATION, phase::EVALUATION] {
         let p = phase_of(&v, name);
         let bytes = p["decode_bytes"].as_u64().unwrap() as f64;
         let roofline = p["roofline_seconds"].as_f64().unwrap();
-        assert!((roofline - bytes / bw).abs() <= 1e-12 * roofline.max(1.0), "{p}");
+        assert!(
+            (roofline - bytes / bw).abs() <= 1e-12 * roofline.max(1.0),
+            "{p}"
+        );
         let share = p["roofline_share"].as_f64().unwrap();
         assert!(share > 0.0 && share < 1.0, "{p}");
     }
     // Phases that decode nothing have no roofline.
     assert!(phase_of(&v, phase::OPTIMISER)["roofline_share"].is_null());
     let text = ok(&ledger(&d, &["show", "main@stage1", "--timing"]));
-    assert!(text.contains(&format!("GPU {gpu}; memory bandwidth")), "{text}");
+    assert!(
+        text.contains(&format!("GPU {gpu}; memory bandwidth")),
+        "{text}"
+    );
     assert!(text.contains("roofline"), "{text}");
 }
