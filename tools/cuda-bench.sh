@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The GPU bench sized for a short lease (issue 50 item 5): about 5 minutes on one H100,
+# every figure written to files. On a machine with an NVIDIA GPU and a CUDA torch 2.11.0
+# with transformers in python3 (the device machine's own), with the release `ledger`
+# built elsewhere against the CPU libtorch and pointed at that torch's libraries
+# (README, "Using a GPU"):
+#   1. decode tokens/s of `ledger lm bench` at the Qwen3-0.6B and Qwen3-4B shapes (random
+#      bf16 weights), batch 1, 64 and 256, 128 prompt + 128 new tokens, beside
+#      transformers' generate() (sdpa) on the same prompts and lengths
+#      (tools/bench_decode_hf.py), with the share of the memory roofline;
+#   2. one 4B LoRA GRPO step of ledgers/paper.toml's shape (32 prompts x 8 samples,
+#      micro-batches of 8, KL to the base) at 512 new tokens, thinking off: its phase
+#      split and MFU, GPU utilisation sampled every 200 ms;
+#   3. the base planner's warm-up steps of 64 rows (ledgers/models/mapf-base-indep-v4 on the
+#      engineer examples of ledgers/base-indep-v4.toml) with the GPU's utilisation;
+#   4. tests/plans/lm-tiny.toml run for 2 stages on the GPU and replayed there
+#      (`replay --verify`), bundled as the CUDA fixture's candidate; and the committed
+#      fixture (recorded on an H200 before the windowed decode loop) replayed too.
+# Environment: LEDGER_BIN (default target/release/ledger), CUDA_BENCH_OUT (default
+# target/cuda-bench), CUDA_BENCH_PARTS (default "1 2 3 4"), CUDA_BENCH_COMMIT (the
+# commit the binary was built from; the device copy has no .git).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+L=$(realpath "${LEDGER_BIN:-target/release/ledger}")
+OUT=$(mkdir -p "${CUDA_BENCH_OUT:-target/cuda-bench}" && realpath "${CUDA_BENCH_OUT:-target/cuda-bench}")
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"; [[ -n "${SAMPLER:-}" ]] && kill "$SAMPLER" 2>/dev/null' EXIT
+TORCH_LIB=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__) + "/lib")') ||
+    { echo "cuda-bench: python3 has no torch" >&2; exit 2; }
+export LIBTORCH_CUDA_LIB=$TORCH_LIB LD_LIBRARY_PATH=$TORCH_LIB:${LD_LIBRARY_PATH:-}
+PARTS=" ${CUDA_BENCH_PARTS:-1 2 3 4} "
+part() { [[ $PARTS == *" $1 "* ]] && { echo; echo "== $* ($(date -u +%T))"; }; }
+GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)
+echo "gpu: $GPU" | tee "$OUT/gpu.txt"
+echo "commit: ${CUDA_BENCH_COMMIT:-unknown}" | tee -a "$OUT/gpu.txt"
+python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' | tee -a "$OUT/gpu.txt"
+# Memory bandwidth (B/s) and dense bf16 peak (FLOP/s) from the GPU's name.
+case "$GPU" in
+    *H200*) BW=4.8e12 PEAK=989e12 ;;
+    *H100*HBM3*|*H100*SXM*) BW=3.35e12 PEAK=989e12 ;;
+    *H100*) BW=2.0e12 PEAK=756e12 ;;
+    *) BW= PEAK= ;;
+esac
+FLAGS=()
+[[ -n "$BW" ]] && FLAGS+=(--memory-bandwidth "$BW" --peak-flops "$PEAK")
+echo "bandwidth ${BW:-unknown} B/s, peak ${PEAK:-unknown} FLOP/s" | tee -a "$OUT/gpu.txt"
+# GPU utilisation (%) and memory (MiB) every 200 ms into $1 until `unsample $1 JSON KEY`,
+# which prints the mean utilisation over the samples inside JSON's KEY.window_unix_ms
+# (the timed steps alone) beside the mean over the whole command and the memory peak.
+sample() { nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 200 > "$1" & SAMPLER=$!; }
+unsample() {
+    kill "$SAMPLER" 2>/dev/null; SAMPLER=
+    python3 - "$@" <<'PY'
+import json, sys, datetime
+samples, path, key = sys.argv[1], sys.argv[2], sys.argv[3]
+rows = []
+for line in open(samples):
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) != 3:
+        continue
+    try:
+        t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc)
+        rows.append((t.timestamp() * 1000, float(parts[1]), float(parts[2])))
+    except ValueError:
+        continue
+try:
+    lo, hi = json.load(open(path))[key]["window_unix_ms"]
+except Exception:
+    lo, hi = None, None
+inside = [u for t, u, _ in rows if lo is not None and lo <= t <= hi]
+mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
+print(f"GPU busy {mean(inside):.0f}% over the timed steps ({len(inside)} samples), "
+      f"{mean([u for _, u, _ in rows]):.0f}% over the command ({len(rows)}); "
+      f"memory peak {max([m for *_, m in rows], default=0):.0f} MiB")
+PY
+}
+S06=ledgers/models/shapes/qwen3-0.6b.config.json
+S4=ledgers/models/shapes/qwen3-4b.config.json
+
+if part 1 decode, ledger against generate; then
+for s in 0.6b 4b; do
+    shape=ledgers/models/shapes/qwen3-$s.config.json
+    timeout 90 "$L" lm bench --shape "$shape" --device cuda --batch 1,64,256 \
+        --prompt-tokens 128 --new-tokens 128 "${FLAGS[@]}" > "$OUT/decode-$s.json" 2> "$OUT/decode-$s.log"
+    echo "ledger $s rc=$?"; cat "$OUT/decode-$s.log"
+    timeout 150 python3 tools/bench_decode_hf.py "$shape" 1,64,256 128 128 cuda \
+        > "$OUT/generate-$s.json" 2> "$OUT/generate-$s.log"
+    echo "generate() $s rc=$?"; grep 'generate()' "$OUT/generate-$s.log" || tail -5 "$OUT/generate-$s.log"
+done
+fi
+
+if part 2 one 4B LoRA GRPO step of paper.toml at 512 new tokens; then
+sample "$OUT/util-grpo.txt"
+timeout 200 "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan ledgers/paper.toml \
+    --grpo-new-tokens 512 "${FLAGS[@]}" > "$OUT/grpo-4b.json" 2> "$OUT/grpo-4b.log"
+echo "rc=$?"; cat "$OUT/grpo-4b.log"; unsample "$OUT/util-grpo.txt" "$OUT/grpo-4b.json" grpo | tee -a "$OUT/grpo-4b.log"
+fi
+
+if part 3 the base planner\'s warm-up steps; then
+sample "$OUT/util-warmup.txt"
+timeout 90 "$L" lm bench --device cuda --batch --warmup-model ledgers/models/mapf-base-indep-v4 \
+    --warmup-plan ledgers/base-indep-v4.toml --warmup-steps 20 --warmup-batch 64 > "$OUT/warmup.json" 2> "$OUT/warmup.log"
+echo "rc=$?"; cat "$OUT/warmup.log"; unsample "$OUT/util-warmup.txt" "$OUT/warmup.json" warmup | tee -a "$OUT/warmup.log"
+fi
+
+if part 4 "a CUDA record and its replay"; then
+F=$TMP/fixture
+"$L" --ledger "$F" init --plan tests/plans/lm-tiny.toml > /dev/null &&
+    timeout 150 "$L" --ledger "$F" run --stages 2 --device cuda --quiet > "$OUT/fixture-run.log" 2>&1
+echo "run rc=$?"
+timeout 100 "$L" --ledger "$F" replay --verify --branch main 2>&1 | tail -3 | tee "$OUT/fixture-replay.log"
+"$L" --ledger "$F" bundle --branch main --out "$OUT/lm-tiny-cuda.bundle" > /dev/null && echo "bundled"
+O=$TMP/old
+"$L" --ledger "$O" init --from-bundle tests/fixtures/lm-tiny-cuda.bundle > /dev/null &&
+    timeout 100 "$L" --ledger "$O" replay --verify 2>&1 | tail -3 | tee "$OUT/old-fixture-replay.log"
+fi
+echo "cuda-bench: results in $OUT"
