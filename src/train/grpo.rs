@@ -570,22 +570,29 @@ fn accumulate_micro_batches(
         if actions == 0 {
             continue;
         }
-        let lp = state.policy.log_probs(instances, part);
         let old_p = old.narrow(0, action, actions);
-        let adv_a = adv_t
-            .narrow(0, first, part.len() as i64)
-            .index_select(0, &lp.rollout_of);
-        let weight = keep.map(|w| {
-            w.narrow(0, first, part.len() as i64)
-                .index_select(0, &lp.rollout_of)
-        });
-        let token_sum = |x: &Tensor| match &weight {
-            Some(w) => (x * w).sum(Kind::Float) / denom,
-            None => x.sum(Kind::Float) / denom,
-        };
         let base_p = base_lp.map(|b| b.narrow(0, action, actions));
-        let terms = clipped_loss(&lp, &old_p, &adv_a, base_p.as_ref(), cfg, token_sum);
-        terms.loss.backward();
+        // The loss is built once, here, from the log-probs the policy hands over; the
+        // policy runs its backward (whole, or within the plan's memory settings).
+        let mut built: Option<LossTerms> = None;
+        state.policy.backward_loss(instances, part, &mut |lp| {
+            let adv_a = adv_t
+                .narrow(0, first, part.len() as i64)
+                .index_select(0, &lp.rollout_of);
+            let weight = keep.map(|w| {
+                w.narrow(0, first, part.len() as i64)
+                    .index_select(0, &lp.rollout_of)
+            });
+            let token_sum = |x: &Tensor| match &weight {
+                Some(w) => (x * w).sum(Kind::Float) / denom,
+                None => x.sum(Kind::Float) / denom,
+            };
+            let terms = clipped_loss(lp, &old_p, &adv_a, base_p.as_ref(), cfg, token_sum);
+            let loss = terms.loss.shallow_clone();
+            built = Some(terms);
+            loss
+        });
+        let terms = built.expect("backward_loss builds the loss once");
         t.loss += terms.loss.double_value(&[]);
         t.policy_loss += terms.policy_loss.double_value(&[]);
         t.kl += terms.kl.double_value(&[]);

@@ -8,6 +8,7 @@
 //! project's seed tree, never from torch's global generator, so it is bit-reproducible.
 use crate::env::text::ParseError;
 use crate::env::{Instance, Plan};
+pub use crate::plan::trainer::MemorySettings;
 use crate::seed::Seed;
 use tch::{nn, Device, Tensor};
 
@@ -69,6 +70,27 @@ pub trait Policy {
     ) -> Vec<Rollout>;
     /// Log-probabilities (with gradients) of the rollouts' actions.
     fn log_probs(&self, instances: &[Instance], rollouts: &[Rollout]) -> LogProbs;
+    /// Accumulate into the parameters' gradients the backward pass of `loss`, a scalar
+    /// the closure builds from the rollouts' log-probabilities (which carry gradients).
+    /// The default is one forward ([`Policy::log_probs`]) and one backward, skipped
+    /// when the rollouts have no actions. A policy may bound its memory here as
+    /// [`Policy::set_memory`] asked (log-probs in chunks, recomputed activations), with
+    /// the same gradients.
+    fn backward_loss(
+        &self,
+        instances: &[Instance],
+        rollouts: &[Rollout],
+        loss: &mut dyn FnMut(&LogProbs) -> Tensor,
+    ) {
+        let lp = self.log_probs(instances, rollouts);
+        let l = loss(&lp);
+        if lp.per_action.numel() > 0 {
+            l.backward();
+        }
+    }
+    /// How a run bounds device memory (the plan's settings, see [`MemorySettings`]);
+    /// a policy without such paths (the `grid` network) ignores it.
+    fn set_memory(&mut self, _memory: MemorySettings) {}
     /// The action ids that produce `plan` on `inst` (for supervised warm-up).
     fn encode_plan(&self, inst: &Instance, plan: &Plan) -> Vec<u32>;
     /// The architecture, codec-encoded, as checkpoints record it.

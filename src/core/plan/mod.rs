@@ -4,6 +4,7 @@
 //! naming the field. Sections other than `name`, `seed` and `initial_config` have
 //! defaults, so later issues add fields by adding a field with a `#[serde(default)]`.
 pub mod lm_config;
+pub mod size;
 pub mod trainer;
 
 use crate::env::config::GeneratorConfig;
@@ -536,6 +537,7 @@ impl LedgerPlan {
         check_f("grpo.cost_reward", g.cost_reward, 0.0, 100.0, false)?;
         check_u("grpo.checkpoint_every", g.checkpoint_every, 1, u64::MAX)?;
         check_u("grpo.micro_batch", g.micro_batch as u64, 0, 1 << 20)?;
+        check_u("grpo.log_prob_chunk", g.log_prob_chunk as u64, 0, 1 << 24)?;
         for (field, v) in [("grpo.beta1", g.beta1), ("grpo.beta2", g.beta2)] {
             if !(0.0..1.0).contains(&v) {
                 return Err(range(field, format!("must be in [0, 1), got {v}")));
@@ -612,6 +614,15 @@ impl LedgerPlan {
             ));
         }
         Ok(())
+    }
+
+    /// How a run of this plan bounds device memory (see [`trainer::MemorySettings`]).
+    pub fn memory(&self) -> trainer::MemorySettings {
+        trainer::MemorySettings {
+            generation_memory: self.lm.generation_memory.map(|s| s.0),
+            log_prob_chunk: self.grpo.log_prob_chunk,
+            recompute: self.grpo.recompute,
+        }
     }
 
     /// Hash of the parsed plan's canonical encoding: equal plans written differently
@@ -749,6 +760,46 @@ mod tests {
         let bad = DEMO.replace("torch_threads = 2", "torch_threads = 2\ndtype = \"f16\"");
         let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("f16") && e.contains("bf16"), "{e}");
+    }
+
+    #[test]
+    fn memory_settings_are_plan_fields_that_leave_old_hashes_alone() {
+        // At their defaults (no recompute, no chunking, no generation budget) the three
+        // add nothing to the canonical encoding: every committed plan but the paper's
+        // hashes as it did.
+        let demo = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        assert_eq!(demo.memory(), trainer::MemorySettings::default());
+        let explicit = DEMO.replace("[grpo]", "[grpo]\nrecompute = false\nlog_prob_chunk = 0");
+        assert_eq!(
+            LedgerPlan::parse(explicit.as_bytes()).unwrap().hash(),
+            demo.hash()
+        );
+        let set = DEMO
+            .replace("[grpo]", "[grpo]\nrecompute = true\nlog_prob_chunk = 512")
+            .replace("[lm]", "[lm]\ngeneration_memory = \"24576MiB\"");
+        let set = LedgerPlan::parse(set.as_bytes()).unwrap();
+        assert_eq!(
+            set.memory(),
+            trainer::MemorySettings {
+                generation_memory: Some(24 << 30),
+                log_prob_chunk: 512,
+                recompute: true,
+            }
+        );
+        assert_ne!(set.hash(), demo.hash());
+        // The same size in another unit is the same plan.
+        let gib = DEMO.replace("[lm]", "[lm]\ngeneration_memory = \"24GiB\"");
+        let mib = DEMO.replace("[lm]", "[lm]\ngeneration_memory = \"24576MiB\"");
+        assert_eq!(
+            LedgerPlan::parse(gib.as_bytes()).unwrap().hash(),
+            LedgerPlan::parse(mib.as_bytes()).unwrap().hash()
+        );
+        let bad = DEMO.replace("[lm]", "[lm]\ngeneration_memory = \"24\"");
+        let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
+        assert!(
+            e.contains("generation_memory") || e.contains("give a unit"),
+            "{e}"
+        );
     }
 
     #[test]

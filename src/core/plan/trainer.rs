@@ -88,6 +88,19 @@ pub struct GrpoConfig {
     /// A group whose reward standard deviation is at most this has no signal.
     #[serde(skip_serializing_if = "is_default_signal_eps")]
     pub signal_eps: f64,
+    /// Recompute each layer's activations in the backward pass of a training
+    /// micro-batch instead of keeping them (activation checkpointing per layer): the
+    /// forward keeps each layer's input only, so a micro-batch holds its layer
+    /// boundaries and one layer's activations at a time, for about one more forward of
+    /// compute. Applies where `micro_batch` splits the batch. Off by default.
+    #[serde(skip_serializing_if = "is_false")]
+    pub recompute: bool,
+    /// Target tokens whose log-softmax over the vocabulary is computed at once: scoring
+    /// (the KL reference, old log-probs) makes the `[tokens, vocabulary]` f32 tensors
+    /// one chunk at a time, and a training micro-batch also runs each chunk's backward
+    /// before the next. 0, the default: every target of a forward at once.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub log_prob_chunk: u32,
 }
 
 // Defaults of the fields left out of the canonical encoding at their default (see
@@ -148,6 +161,8 @@ impl Default for GrpoConfig {
             max_grad_norm: adam.max_grad_norm,
             advantage_eps: ADVANTAGE_EPS,
             signal_eps: SIGNAL_EPS,
+            recompute: false,
+            log_prob_chunk: 0,
         }
     }
 }
@@ -165,6 +180,21 @@ impl GrpoConfig {
             max_grad_norm: self.max_grad_norm,
         }
     }
+}
+
+/// How the trainer bounds device memory (the plan's `[lm] generation_memory`, `[grpo]
+/// recompute` and `log_prob_chunk`): what a policy is told once it is loaded for a run
+/// (`train::policy::Policy::set_memory`). None of it changes what is computed, only in
+/// how many pieces; not recorded in checkpoints, as the device is not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemorySettings {
+    /// Bytes a generation call's lanes may hold (None: derived on CUDA, one wave on the
+    /// CPU).
+    pub generation_memory: Option<u64>,
+    /// Target tokens per log-softmax chunk (0: all at once).
+    pub log_prob_chunk: u32,
+    /// Recompute layer activations in training micro-batches.
+    pub recompute: bool,
 }
 
 /// Optimiser hyper-parameters (named in the plan file, recorded in checkpoints).
@@ -347,6 +377,13 @@ pub struct LmSpec {
     /// and the rejected attempts are named in the rationale. 1: one reply, as an HTTP
     /// engineer gets.
     pub engineer_attempts: u32,
+    /// Bytes a generation call may hold for its lanes (`"24GiB"`): each lane's
+    /// key/value cache for prompt + new tokens, its decode buffers and its prompt's
+    /// prefill. Lanes then run in waves that fit (`train::memory::lanes_per_wave`).
+    /// Unset: on CUDA, the device's memory less what is resident, the generation copy
+    /// of the weights and the CUDA reserve; on the CPU, one wave.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation_memory: Option<super::size::ByteSize>,
 }
 
 impl Default for LmSpec {
@@ -376,6 +413,7 @@ impl Default for LmSpec {
             engineer_temperature: 0.7,
             engineer_top_p: 0.9,
             engineer_attempts: 1,
+            generation_memory: None,
         }
     }
 }

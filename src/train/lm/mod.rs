@@ -24,9 +24,10 @@ pub mod decode;
 pub mod generate;
 pub mod hf;
 pub mod model;
+mod recompute;
 
 use super::compute::Compute;
-use super::policy::{LogProbs, Policy, Rollout};
+use super::policy::{LogProbs, MemorySettings, Policy, Rollout};
 use crate::env::text::parse_plan_in;
 use crate::env::{Instance, Plan};
 use crate::record::Hash;
@@ -91,6 +92,9 @@ pub struct LmPolicy {
     pub arch: LmArch,
     /// Tokens that end a generation: the chat turn's end and the config's EOS ids.
     pub stop: Vec<u32>,
+    /// How scoring and training bound memory ([`Policy::set_memory`]); the default
+    /// scores every target at once and keeps every activation.
+    memory: MemorySettings,
 }
 
 impl LmPolicy {
@@ -120,6 +124,7 @@ impl LmPolicy {
             tokenizer_json,
             arch,
             stop,
+            memory: MemorySettings::default(),
         })
     }
 
@@ -235,7 +240,9 @@ impl LmPolicy {
             lora: Some(spec),
             ..self.arch
         };
-        LmPolicy::new(model, self.tokenizer_json, arch)
+        let mut p = LmPolicy::new(model, self.tokenizer_json, arch)?;
+        p.set_memory(self.memory);
+        Ok(p)
     }
 
     /// Token ids of text (special tokens inside it are recognised); empty when the
@@ -371,46 +378,70 @@ impl LmPolicy {
                 rollout_of: Tensor::zeros([0], (Kind::Int64, d)),
             };
         }
-        let len = |i: usize| prompts[i].len() + targets[i].len() - 1;
-        let t = rows.iter().map(|&i| len(i)).max().unwrap_or(0) as i64;
-        let b = rows.len() as i64;
-        let mut toks = Vec::with_capacity((b * t) as usize);
-        let mut pos = Vec::with_capacity((b * t) as usize);
-        let mut pads = Vec::with_capacity(rows.len());
-        let (mut pick, mut tgt, mut of) = (Vec::new(), Vec::new(), Vec::new());
-        for (row, &i) in rows.iter().enumerate() {
-            let pad = t - len(i) as i64;
-            pads.push(pad);
-            toks.extend(std::iter::repeat_n(0i64, pad as usize));
-            toks.extend(prompts[i].iter().map(|&x| x as i64));
-            toks.extend(targets[i][..targets[i].len() - 1].iter().map(|&x| x as i64));
-            pos.extend((0..t).map(|j| (j - pad).max(0)));
-            for (k, &target) in targets[i].iter().enumerate() {
-                pick.push(row as i64 * t + pad + (prompts[i].len() - 1 + k) as i64);
-                tgt.push(target as i64);
-                of.push(i as i64);
-            }
-        }
+        let batch = RowBatch::new(prompts, targets, rows, d);
         let hid = self.model.hidden(
-            &Tensor::from_slice(&toks).view([b, t]).to(d),
-            &Tensor::from_slice(&pos).view([b, t]).to(d),
-            &generate::attention_bias(&pads, t, t, d),
+            &batch.tokens,
+            &batch.positions,
+            &batch.bias(d),
             None,
             use_lora,
         );
-        let h = self.model.cfg.hidden_size;
-        let sel = hid
-            .view([b * t, h])
-            .index_select(0, &Tensor::from_slice(&pick).to(d));
-        let logp = (self.model.logits(&sel) / temperature).log_softmax(-1, Kind::Float);
-        let entropy = -(logp.exp() * &logp).sum_dim_intlist(-1, false, Kind::Float);
+        let (per_action, entropy) =
+            self.target_log_probs(&batch.flat(&hid), &batch.pick, &batch.target, temperature);
         LogProbs {
-            per_action: logp
-                .gather(1, &Tensor::from_slice(&tgt).to(d).unsqueeze(1), false)
-                .squeeze_dim(1),
+            per_action,
             entropy,
-            rollout_of: Tensor::from_slice(&of).to(d),
+            rollout_of: Tensor::from_slice(&batch.row_of).to(d),
         }
+    }
+
+    /// The ranges of `n` target tokens scored together: chunks of the plan's
+    /// `log_prob_chunk` tokens, or all of them.
+    fn target_chunks(&self, n: usize) -> Vec<std::ops::Range<usize>> {
+        let chunk = match self.memory.log_prob_chunk as usize {
+            0 => n.max(1),
+            c => c,
+        };
+        (0..n)
+            .step_by(chunk)
+            .map(|s| s..(s + chunk).min(n))
+            .collect()
+    }
+
+    /// Log-probs and entropies `[A]` (f32) of the targets `target` read from the rows
+    /// `pick` of the flat hidden states `[B T, hidden]`, one chunk of targets at a time
+    /// ([`Self::target_chunks`]), so the `[tokens, vocabulary]` f32 tensors exist for one
+    /// chunk at once when nothing keeps them for a backward pass.
+    fn target_log_probs(
+        &self,
+        flat: &Tensor,
+        pick: &[i64],
+        target: &[i64],
+        temperature: f64,
+    ) -> (Tensor, Tensor) {
+        let d = flat.device();
+        let parts: Vec<(Tensor, Tensor)> = self
+            .target_chunks(pick.len())
+            .into_iter()
+            .map(|r| {
+                let sel = flat.index_select(0, &Tensor::from_slice(&pick[r.clone()]).to(d));
+                self.target_head(&sel, &Tensor::from_slice(&target[r]).to(d), temperature)
+            })
+            .collect();
+        if parts.len() == 1 {
+            return parts.into_iter().next().expect("one part");
+        }
+        let (lp, ent): (Vec<Tensor>, Vec<Tensor>) = parts.into_iter().unzip();
+        (Tensor::cat(&lp, 0), Tensor::cat(&ent, 0))
+    }
+
+    /// Log-probs of `target` `[C]` and the entropies of the distributions, from the
+    /// hidden states `sel` `[C, hidden]` at the sampling temperature.
+    fn target_head(&self, sel: &Tensor, target: &Tensor, temperature: f64) -> (Tensor, Tensor) {
+        let logp = (self.model.logits(sel) / temperature).log_softmax(-1, Kind::Float);
+        let entropy = -(logp.exp() * &logp).sum_dim_intlist(-1, false, Kind::Float);
+        let per_action = logp.gather(1, &target.unsqueeze(1), false).squeeze_dim(1);
+        (per_action, entropy)
     }
 
     /// New-token budget for an instance's plan: each agent's line at most
@@ -494,6 +525,36 @@ impl Policy for LmPolicy {
         self.log_probs_with(instances, rollouts, true)
     }
 
+    /// With `log_prob_chunk` or `recompute` set, the bounded backward of
+    /// [`recompute`]; otherwise one forward and one backward.
+    fn backward_loss(
+        &self,
+        instances: &[Instance],
+        rollouts: &[Rollout],
+        loss: &mut dyn FnMut(&LogProbs) -> Tensor,
+    ) {
+        if self.memory.log_prob_chunk == 0 && !self.memory.recompute {
+            let lp = self.log_probs(instances, rollouts);
+            let l = loss(&lp);
+            if lp.per_action.numel() > 0 {
+                l.backward();
+            }
+            return;
+        }
+        let prompts = self.prompts_of(instances, rollouts);
+        let p: Vec<&[u32]> = rollouts
+            .iter()
+            .map(|r| prompts[&r.instance].as_slice())
+            .collect();
+        let t: Vec<&[u32]> = rollouts.iter().map(|r| r.actions.as_slice()).collect();
+        recompute::backward_loss(self, &p, &t, self.scoring_temperature(), loss);
+    }
+
+    fn set_memory(&mut self, memory: MemorySettings) {
+        self.memory = memory;
+        self.model.generation_memory = memory.generation_memory;
+    }
+
     fn reference_log_probs(
         &self,
         instances: &[Instance],
@@ -531,18 +592,28 @@ impl Policy for LmPolicy {
 }
 
 impl LmPolicy {
-    fn log_probs_with(
+    /// The chat-formatted prompt of every instance the rollouts answer.
+    fn prompts_of(
         &self,
         instances: &[Instance],
         rollouts: &[Rollout],
-        use_lora: bool,
-    ) -> LogProbs {
+    ) -> BTreeMap<usize, Vec<u32>> {
         let mut prompts: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
         for r in rollouts {
             prompts
                 .entry(r.instance)
                 .or_insert_with(|| self.chat_ids(&self.task_text(&instances[r.instance])));
         }
+        prompts
+    }
+
+    fn log_probs_with(
+        &self,
+        instances: &[Instance],
+        rollouts: &[Rollout],
+        use_lora: bool,
+    ) -> LogProbs {
+        let prompts = self.prompts_of(instances, rollouts);
         let p: Vec<&[u32]> = rollouts
             .iter()
             .map(|r| prompts[&r.instance].as_slice())
@@ -644,6 +715,69 @@ impl dyn Policy {
 
 pub fn downcast(policy: Box<dyn Policy>) -> Option<LmPolicy> {
     policy.into_any().downcast::<LmPolicy>().ok().map(|b| *b)
+}
+
+/// Rows of [`LmPolicy::token_log_probs`] laid out for one forward: prompt and target
+/// (all but its last token) left-padded to one length, and for every target token its
+/// flat position in `[B T]`, its id and its row.
+struct RowBatch {
+    /// `[B, T]` token ids and positions.
+    tokens: Tensor,
+    positions: Tensor,
+    /// Each row's left padding.
+    pads: Vec<i64>,
+    len: i64,
+    /// Per target token, in row order: where its hidden state is in `[B T]` (the
+    /// position before it), its id, and its row's index among all rows.
+    pick: Vec<i64>,
+    target: Vec<i64>,
+    row_of: Vec<i64>,
+}
+
+impl RowBatch {
+    /// `rows` (ascending, not empty) of `prompts` and `targets`, on `device`.
+    fn new(prompts: &[&[u32]], targets: &[&[u32]], rows: &[usize], device: Device) -> RowBatch {
+        let len = |i: usize| prompts[i].len() + targets[i].len() - 1;
+        let t = rows.iter().map(|&i| len(i)).max().unwrap_or(0) as i64;
+        let b = rows.len() as i64;
+        let mut toks = Vec::with_capacity((b * t) as usize);
+        let mut pos = Vec::with_capacity((b * t) as usize);
+        let mut pads = Vec::with_capacity(rows.len());
+        let (mut pick, mut target, mut row_of) = (Vec::new(), Vec::new(), Vec::new());
+        for (row, &i) in rows.iter().enumerate() {
+            let pad = t - len(i) as i64;
+            pads.push(pad);
+            toks.extend(std::iter::repeat_n(0i64, pad as usize));
+            toks.extend(prompts[i].iter().map(|&x| x as i64));
+            toks.extend(targets[i][..targets[i].len() - 1].iter().map(|&x| x as i64));
+            pos.extend((0..t).map(|j| (j - pad).max(0)));
+            for (k, &token) in targets[i].iter().enumerate() {
+                pick.push(row as i64 * t + pad + (prompts[i].len() - 1 + k) as i64);
+                target.push(token as i64);
+                row_of.push(i as i64);
+            }
+        }
+        RowBatch {
+            tokens: Tensor::from_slice(&toks).view([b, t]).to(device),
+            positions: Tensor::from_slice(&pos).view([b, t]).to(device),
+            pads,
+            len: t,
+            pick,
+            target,
+            row_of,
+        }
+    }
+
+    /// The additive attention bias `[B, 1, T, T]` (f32), made when a forward needs it.
+    fn bias(&self, device: Device) -> Tensor {
+        generate::attention_bias(&self.pads, self.len, self.len, device)
+    }
+
+    /// Hidden states `[B, T, hidden]` as `[B T, hidden]`, the rows `pick` indexes.
+    fn flat(&self, hidden: &Tensor) -> Tensor {
+        let h = hidden.size().last().copied().expect("a hidden dim");
+        hidden.view([-1, h])
+    }
 }
 
 /// Groups of row indices (each ascending) whose lengths are close enough to be padded

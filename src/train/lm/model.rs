@@ -179,6 +179,14 @@ impl KvCache {
     }
 }
 
+/// What every layer of one uncached forward shares ([`Model::layer_inputs`]): RoPE's
+/// cos and sin for the positions, and the attention mask in the compute dtype.
+pub struct LayerInputs {
+    cos: Tensor,
+    sin: Tensor,
+    mask: Tensor,
+}
+
 /// The model: parameters and the forward pass.
 pub struct Model {
     pub cfg: LmConfig,
@@ -653,7 +661,7 @@ impl Model {
         let rep = h / kvh;
         let scale = 1.0 / (d as f64).sqrt();
         let (cos, sin) = self.rope(positions);
-        let mut x = Tensor::embedding(&self.w(&self.embed), tokens, -1, false, false);
+        let mut x = self.embed(tokens);
         let start = cache.as_ref().map_or(0, |c| c.len);
         // One query per row of a batch (a decode step) without the Rust kernel: plain
         // attention. Its scores are only [B, H, 1, Tk], and on the CPU two batched
@@ -679,51 +687,13 @@ impl Model {
         // The mask in the compute dtype, cast once for every layer (a decode step on a
         // GPU is kernel launches: one cast per layer was 36 more for a 4B model).
         let mask = bias.to_kind(self.dtype);
-        let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor| {
-            Tensor::scaled_dot_product_attention(q, k, v, Some(&mask), 0.0, false, scale, rep > 1)
-                .transpose(1, 2)
-                .reshape([b, t, h * d])
-        };
+        let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor| self.attention(q, k, v, &mask);
         // The decode kernel's bias rows `[B, Tk]`, made once for all layers.
         let decode_bias = (t == 1 && cache.as_ref().is_some_and(|c| c.keys_transposed))
             .then(|| bias.reshape([b, -1]).contiguous());
         for (l, layer) in self.layers.iter().enumerate() {
             let xin = self.rms_norm(&x, &layer.in_norm);
-            let heads = |z: Tensor, n: i64| z.view([b, t, n, d]);
-            let (q, k, v) = match &layer.fused {
-                Some(f) => {
-                    // The query and key heads side by side: one norm, one rotation.
-                    let qkv = heads(
-                        Fused::product(&xin, &f.qkv_t, f.qkv_b.as_ref()),
-                        h + 2 * kvh,
-                    );
-                    let mut qk = qkv.narrow(2, 0, h + kvh);
-                    if let Some(w) = &f.qk_norm {
-                        qk = self.rms_norm(&qk, w);
-                    }
-                    let qk = qk.transpose(1, 2);
-                    let qk = &qk * &cos + rotate_half(&qk) * &sin;
-                    (
-                        qk.narrow(1, 0, h),
-                        qk.narrow(1, h, kvh),
-                        qkv.narrow(2, h + kvh, kvh).transpose(1, 2),
-                    )
-                }
-                None => {
-                    let mut q = heads(self.linear(&layer.q, &xin, use_lora), h);
-                    let mut k = heads(self.linear(&layer.k, &xin, use_lora), kvh);
-                    let v = heads(self.linear(&layer.v, &xin, use_lora), kvh).transpose(1, 2);
-                    if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                        q = self.rms_norm(&q, qn);
-                        k = self.rms_norm(&k, kn);
-                    }
-                    let q = q.transpose(1, 2);
-                    let k = k.transpose(1, 2);
-                    let q = &q * &cos + rotate_half(&q) * &sin;
-                    let k = &k * &cos + rotate_half(&k) * &sin;
-                    (q, k, v)
-                }
-            };
+            let (q, k, v) = self.queries_keys_values(layer, &xin, &cos, &sin, use_lora);
             let y = match cache.as_deref_mut() {
                 Some(cache) if cache.keys_transposed => {
                     let (ck, cv) = &cache.layers[l];
@@ -757,28 +727,135 @@ impl Model {
                 }
                 None => sdpa(&q, &k, &v),
             };
-            match &layer.fused {
-                Some(f) => {
-                    x = x + Fused::product(&y, &f.o_t, None);
-                    let xm = self.rms_norm(&x, &layer.post_norm);
-                    let gu = Fused::product(&xm, &f.gate_up_t, None);
-                    let i = c.intermediate_size;
-                    let g = gu.narrow(-1, 0, i).silu();
-                    x = x + Fused::product(&(g * gu.narrow(-1, i, i)), &f.down_t, None);
-                }
-                None => {
-                    x = x + self.linear(&layer.o, &y, use_lora);
-                    let xm = self.rms_norm(&x, &layer.post_norm);
-                    let g = self.linear(&layer.gate, &xm, use_lora).silu();
-                    let u = self.linear(&layer.up, &xm, use_lora);
-                    x = x + self.linear(&layer.down, &(g * u), use_lora);
-                }
-            }
+            x = self.output_and_mlp(layer, &x, &y, use_lora);
         }
         if let Some(cache) = cache {
             cache.len = start + t;
         }
-        self.rms_norm(&x, &self.norm)
+        self.final_norm(&x)
+    }
+
+    /// Queries, keys and values `[B, heads, T, D]` of one layer's normed input `xin`
+    /// `[B, T, hidden]`, q and k normed (Qwen3) and rotated by `cos`/`sin`.
+    fn queries_keys_values(
+        &self,
+        layer: &Layer,
+        xin: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        use_lora: bool,
+    ) -> (Tensor, Tensor, Tensor) {
+        let c = &self.cfg;
+        let (h, kvh, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let size = xin.size();
+        let (b, t) = (size[0], size[1]);
+        let heads = |z: Tensor, n: i64| z.view([b, t, n, d]);
+        match &layer.fused {
+            Some(f) => {
+                // The query and key heads side by side: one norm, one rotation.
+                let qkv = heads(Fused::product(xin, &f.qkv_t, f.qkv_b.as_ref()), h + 2 * kvh);
+                let mut qk = qkv.narrow(2, 0, h + kvh);
+                if let Some(w) = &f.qk_norm {
+                    qk = self.rms_norm(&qk, w);
+                }
+                let qk = qk.transpose(1, 2);
+                let qk = &qk * cos + rotate_half(&qk) * sin;
+                (
+                    qk.narrow(1, 0, h),
+                    qk.narrow(1, h, kvh),
+                    qkv.narrow(2, h + kvh, kvh).transpose(1, 2),
+                )
+            }
+            None => {
+                let mut q = heads(self.linear(&layer.q, xin, use_lora), h);
+                let mut k = heads(self.linear(&layer.k, xin, use_lora), kvh);
+                let v = heads(self.linear(&layer.v, xin, use_lora), kvh).transpose(1, 2);
+                if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                    q = self.rms_norm(&q, qn);
+                    k = self.rms_norm(&k, kn);
+                }
+                let q = q.transpose(1, 2);
+                let k = k.transpose(1, 2);
+                let q = &q * cos + rotate_half(&q) * sin;
+                let k = &k * cos + rotate_half(&k) * sin;
+                (q, k, v)
+            }
+        }
+    }
+
+    /// Fused attention (torch's `scaled_dot_product_attention`) of queries `[B, H, Tq,
+    /// D]` over keys and values `[B, Hkv, Tk, D]` under `mask` (the additive bias in the
+    /// compute dtype), as `[B, Tq, H D]`. Grouped-query heads are handled by the kernel
+    /// (`enable_gqa`), so keys and values are not copied. On the CPU its flash kernel
+    /// never materialises the `[Tq, Tk]` scores without a mask; with one it does (what
+    /// `train::memory` counts there). On an H100 with torch 2.11 a bf16 call with a
+    /// mask and grouped heads runs cuDNN's kernel, which does not.
+    fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Tensor {
+        let c = &self.cfg;
+        let (h, kvh, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let scale = 1.0 / (d as f64).sqrt();
+        let size = q.size();
+        let (b, t) = (size[0], size[2]);
+        Tensor::scaled_dot_product_attention(q, k, v, Some(mask), 0.0, false, scale, h > kvh)
+            .transpose(1, 2)
+            .reshape([b, t, h * d])
+    }
+
+    /// The rest of a layer after attention: the output projection of `y` added to the
+    /// stream `x`, then the SwiGLU MLP of its norm added too.
+    // `x = x + f(x)`, not `x += f(x)`: an in-place add would overwrite a tensor autograd
+    // saved for the backward pass.
+    #[allow(clippy::assign_op_pattern)]
+    fn output_and_mlp(&self, layer: &Layer, x: &Tensor, y: &Tensor, use_lora: bool) -> Tensor {
+        match &layer.fused {
+            Some(f) => {
+                let x = x + Fused::product(y, &f.o_t, None);
+                let xm = self.rms_norm(&x, &layer.post_norm);
+                let gu = Fused::product(&xm, &f.gate_up_t, None);
+                let i = self.cfg.intermediate_size;
+                let g = gu.narrow(-1, 0, i).silu();
+                x + Fused::product(&(g * gu.narrow(-1, i, i)), &f.down_t, None)
+            }
+            None => {
+                let x = x + self.linear(&layer.o, y, use_lora);
+                let xm = self.rms_norm(&x, &layer.post_norm);
+                let g = self.linear(&layer.gate, &xm, use_lora).silu();
+                let u = self.linear(&layer.up, &xm, use_lora);
+                x + self.linear(&layer.down, &(g * u), use_lora)
+            }
+        }
+    }
+
+    /// Token embeddings `[B, T, hidden]` of `tokens` `[B, T]`, in the compute dtype: the
+    /// first step of [`Model::hidden`].
+    pub fn embed(&self, tokens: &Tensor) -> Tensor {
+        Tensor::embedding(&self.w(&self.embed), tokens, -1, false, false)
+    }
+
+    /// What every layer of one uncached forward shares (see [`Model::layer`]).
+    pub fn layer_inputs(&self, positions: &Tensor, bias: &Tensor) -> LayerInputs {
+        let (cos, sin) = self.rope(positions);
+        LayerInputs {
+            cos,
+            sin,
+            mask: bias.to_kind(self.dtype),
+        }
+    }
+
+    /// Decoder layer `l` of an uncached forward (a training or scoring forward) on the
+    /// stream `x` `[B, T, hidden]`: what [`Model::hidden`] computes for that layer, op
+    /// for op, so recomputing a layer from its input gives the same bits.
+    pub fn layer(&self, l: usize, x: &Tensor, inputs: &LayerInputs, use_lora: bool) -> Tensor {
+        let layer = &self.layers[l];
+        let xin = self.rms_norm(x, &layer.in_norm);
+        let (q, k, v) = self.queries_keys_values(layer, &xin, &inputs.cos, &inputs.sin, use_lora);
+        let y = self.attention(&q, &k, &v, &inputs.mask);
+        self.output_and_mlp(layer, x, &y, use_lora)
+    }
+
+    /// The final norm of the stream: the last step of [`Model::hidden`].
+    pub fn final_norm(&self, x: &Tensor) -> Tensor {
+        self.rms_norm(x, &self.norm)
     }
 
     /// [`Model::hidden`] for a decode step on the CPU in f32 with fused weights: the

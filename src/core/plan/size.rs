@@ -1,0 +1,122 @@
+//! Sizes in bytes as people write them (`80GiB`, `24GB`, `512MiB`): the plan's
+//! `[lm] generation_memory` and the CLI's `--gpu-memory` read them the same way.
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+const UNITS: [(&str, u64); 5] = [
+    ("TiB", 1 << 40),
+    ("GiB", 1 << 30),
+    ("MiB", 1 << 20),
+    ("KiB", 1 << 10),
+    ("B", 1),
+];
+
+/// Parse `80GiB`, `40GB`, `24g`, `512MiB`, `1073741824B` (binary units; `GB` = GiB,
+/// as GPU memory is quoted). A number needs its unit.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let x: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a size such as 80GiB, 40GB or 512MiB"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        // A bare number is almost always meant in GiB (`--gpu-memory 80`); reading it as
+        // bytes would make every plan "not fit". The unit is asked for instead.
+        "" => {
+            return Err(format!(
+                "{s:?}: give a unit, such as {num}GiB (or {num}MiB, or {num}B for bytes)"
+            ))
+        }
+        "b" => 1u64,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        u => {
+            return Err(format!(
+                "{s:?}: unknown unit {u:?} (use KiB, MiB, GiB or TiB)"
+            ))
+        }
+    };
+    if !(x.is_finite() && x > 0.0) {
+        return Err(format!("{s:?}: must be positive"));
+    }
+    Ok((x * scale as f64) as u64)
+}
+
+/// A size in bytes, written in a plan as a string with its unit (`"24GiB"`). It is
+/// encoded (and hashed) in the largest binary unit that divides it, so `"24GiB"` and
+/// `"24576MiB"` are the same plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+impl std::fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (unit, scale) = UNITS
+            .iter()
+            .find(|(_, scale)| self.0 % scale == 0 && self.0 >= *scale)
+            .copied()
+            .unwrap_or(("B", 1));
+        write!(f, "{}{unit}", self.0 / scale)
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_size(&text)
+            .map(ByteSize)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for ByteSize {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ByteSize".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A size with a binary unit: \"24GiB\", \"512MiB\" (GB means GiB).",
+            "pattern": "^[0-9.]+ *[A-Za-z]+$"
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_in_binary_units_and_bad_ones_are_named() {
+        assert_eq!(parse_size("80GiB").unwrap(), 80 << 30);
+        let e = parse_size("80").unwrap_err();
+        assert!(e.contains("80GiB"), "{e}");
+        assert_eq!(parse_size("4096B").unwrap(), 4096);
+        assert_eq!(parse_size("40GB").unwrap(), 40 << 30);
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1.5g").unwrap(), 3 << 29);
+        assert!(parse_size("80XB").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("lots").unwrap_err().contains("expected a size"));
+    }
+
+    #[test]
+    fn a_size_is_written_in_its_largest_exact_unit() {
+        assert_eq!(ByteSize(24 << 30).to_string(), "24GiB");
+        assert_eq!(ByteSize(1536 << 20).to_string(), "1536MiB");
+        assert_eq!(ByteSize(1000).to_string(), "1000B");
+        let same: ByteSize = serde_json::from_str("\"24576MiB\"").unwrap();
+        assert_eq!(serde_json::to_string(&same).unwrap(), "\"24GiB\"");
+        let e = serde_json::from_str::<ByteSize>("\"24\"").unwrap_err();
+        assert!(e.to_string().contains("give a unit"), "{e}");
+    }
+}
