@@ -357,7 +357,9 @@ fn checkpoint_state(
     let bytes = inputs.ledger.blob(&blob)?;
     let fetch = |h: &Hash| inputs.ledger.blob(h).map_err(|e| e.to_string());
     let compute = crate::train::compute::Compute::new(inputs.device, inputs.plan.train.dtype);
-    Ok(TrainState::load(&bytes, compute, &fetch)?)
+    let mut state = TrainState::load(&bytes, compute, &fetch)?;
+    state.policy.set_memory(inputs.plan.memory());
+    Ok(state)
 }
 
 /// [`build`] for a replay: an LLM engineer answers from `recorded` (the branch's

@@ -224,8 +224,12 @@ impl<'a> Pipeline<'a> {
             .collect()
     }
 
+    /// A checkpoint as this plan's runs use it: on the device, bounding memory as the
+    /// plan says (`LedgerPlan::memory`).
     fn load_state(&self, blob: &Hash) -> Result<TrainState, StageError> {
-        load_state(self.ledger, blob, self.compute())
+        let mut state = load_state(self.ledger, blob, self.compute())?;
+        state.policy.set_memory(self.plan.memory());
+        Ok(state)
     }
 
     /// Stage 0's freshly made policy: a grid network, or the plan's language model
@@ -240,7 +244,7 @@ impl<'a> Pipeline<'a> {
         match self.plan.policy {
             crate::plan::PolicyKind::Lm => {
                 let spec = &self.plan.lm;
-                let lm =
+                let mut lm =
                     crate::train::lm::init(spec, self.compute(), seed.child("init", 0), || {
                         phases.time(crate::record::timing::phase::EXAMPLE_BUILDING, || {
                             let mut corpus = pretraining_corpus(spec, data);
@@ -249,6 +253,7 @@ impl<'a> Pipeline<'a> {
                         })
                     })
                     .map_err(crate::train::TrainError::from)?;
+                crate::train::policy::Policy::set_memory(&mut lm, self.plan.memory());
                 Ok(Box::new(lm))
             }
             kind => Ok(crate::train::new_policy(

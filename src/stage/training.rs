@@ -142,6 +142,7 @@ impl Pipeline<'_> {
         let mut host = Host {
             rec: Recorder::new(self.ledger, branch, self.base_meta.clone()),
             compute,
+            memory: self.plan.memory(),
             stage: n,
             progress,
             stop,
@@ -265,6 +266,8 @@ fn train_engineer(
 struct Host<'r, 'p> {
     rec: Recorder<'r>,
     compute: crate::train::compute::Compute,
+    /// How the plan bounds memory, given to every state loaded.
+    memory: crate::plan::trainer::MemorySettings,
     stage: u32,
     progress: &'p mut dyn Progress,
     stop: &'p AtomicBool,
@@ -274,7 +277,9 @@ impl grpo::StageHost for Host<'_, '_> {
     type Error = StageError;
 
     fn load(&self, checkpoint: &Hash) -> Result<TrainState, StageError> {
-        load_state(self.rec.ledger(), checkpoint, self.compute)
+        let mut state = load_state(self.rec.ledger(), checkpoint, self.compute)?;
+        state.policy.set_memory(self.memory);
+        Ok(state)
     }
 
     fn stepped(&mut self, done: u64, records: Vec<StepRecord>, stats: &StepStats) {
