@@ -4,16 +4,22 @@
 //! `hf:` directory is present) it builds the workloads a run will put on the device —
 //! a GRPO group's generation, the training micro-batch, the KL reference, an evaluation
 //! batch, the engineer's reply, a stage-0 warm-up — and estimates each one's peak with
-//! [`crate::train::memory`]. Given the GPU's memory it says whether the run fits and,
-//! if not, which single setting (micro-batch, batch, group, max new tokens, evaluation
-//! batch, LoRA rank) would make it fit, or else which settings together would.
+//! [`crate::train::memory`], as the run would cut it: generation in waves of lanes
+//! under the generation budget (`[lm] generation_memory`, or on CUDA derived from the
+//! GPU's memory), training micro-batches with recomputed layers and log-probs in
+//! chunks where `[grpo]` asks, and attention by the device's kernel. Given the GPU's
+//! memory it says whether the run fits and, if not, which single setting
+//! (micro-batch, batch, group, max new tokens, evaluation batch, LoRA rank) would make
+//! it fit, or else which settings together would.
 use crate::engineer::prompt::TokenCounter;
 use crate::env::{generate, Budget, GeneratorConfig, Instance};
 use crate::plan::LedgerPlan;
 use crate::seed::Seed;
 use crate::train::lm::config::LmConfig;
 use crate::train::lm::{ChatFormat, PromptStyle};
-use crate::train::memory::{self, Estimator, Generation, Training, CUDA_RESERVE};
+use crate::train::memory::{
+    self, AttentionKernel, Estimator, Generation, Training, TrainingLayout, CUDA_RESERVE,
+};
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -39,6 +45,8 @@ pub struct MemoryPlan {
     pub reserve_bytes: u64,
     /// The memory compared against (`--gpu-memory`, or the device's), if any.
     pub gpu_memory_bytes: Option<u64>,
+    /// What a generation call's lanes may hold; absent: every call in one wave.
+    pub generation_budget: Option<GenerationBudget>,
     /// peak + reserve <= GPU memory (absent without a memory to compare against).
     pub fits: Option<bool>,
     /// When it does not fit: single settings that would make it fit, with the peak then.
@@ -49,6 +57,32 @@ pub struct MemoryPlan {
     /// turn where it lowers the peak most), with the peak they reach; empty when even
     /// all of them at their floors do not fit.
     pub together: Vec<Change>,
+    /// When it does not fit and training keeps what it could bound: the plan with
+    /// `[grpo] recompute` on, log-probs in chunks and micro-batches, and its peak.
+    pub bounded_training: Option<BoundedTraining>,
+}
+
+/// The plan with its training micro-batches bounded (see [`MemoryPlan::bounded_training`]).
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct BoundedTraining {
+    pub micro_batch: u64,
+    pub log_prob_chunk: u64,
+    pub peak_bytes: u64,
+    pub fits: bool,
+}
+
+/// Target tokens per log-prob chunk that `plan check` suggests.
+const SUGGESTED_CHUNK: u64 = 1024;
+/// Rows per micro-batch it suggests when the plan does not split the batch.
+const SUGGESTED_MICRO_BATCH: u64 = 8;
+
+/// The bytes a generation call's lanes may hold, and where the figure comes from.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct GenerationBudget {
+    pub bytes: u64,
+    /// `lm.generation_memory`, or `derived`: on CUDA, the GPU's memory less the CUDA
+    /// reserve, what is resident and the generation copy of the weights.
+    pub source: String,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -107,6 +141,9 @@ struct Knobs {
     max_new: u64,
     rank: u32,
     eval: u64,
+    /// `[grpo] recompute` and `log_prob_chunk`.
+    recompute: bool,
+    chunk: u64,
 }
 
 /// The model's shape: `--model-config`, the `hf:` directory's config.json, or the
@@ -201,6 +238,22 @@ struct Sizing<'a> {
     tokens: TokenFacts,
     /// Whether `current`/`base` write the engineer's reply (one more generation).
     model_engineer: bool,
+    /// Whether the device is a GPU (its generation copy and attention kernel).
+    cuda: bool,
+    /// The generation budget the run would have: the plan's, or on CUDA derived from
+    /// the GPU's memory (given) once the model's resident parts are known.
+    generation_memory: GenerationMemory,
+}
+
+/// Where a run's generation budget comes from.
+#[derive(Clone, Copy, Debug)]
+enum GenerationMemory {
+    /// `[lm] generation_memory`.
+    Plan(u64),
+    /// On CUDA: the GPU's memory, less what is resident under the knobs.
+    Derived { gpu_memory: u64 },
+    /// No budget: every call in one wave (the CPU, or a GPU of unknown memory).
+    Unbounded,
 }
 
 /// Phase 1 of [`check`]: the device, the model's shape and chat template, the prompt
@@ -208,6 +261,7 @@ struct Sizing<'a> {
 fn sizing<'a>(
     plan: &'a LedgerPlan,
     device: &str,
+    gpu_memory: Option<u64>,
     model_config: Option<&std::path::Path>,
 ) -> Result<(Sizing<'a>, Knobs, bool), CheckError> {
     if plan.policy != crate::plan::PolicyKind::Lm {
@@ -244,6 +298,8 @@ fn sizing<'a>(
         max_new: spec.max_new_tokens as u64,
         rank: spec.lora_rank,
         eval: plan.suites.eval_batch as u64,
+        recompute: plan.grpo.recompute,
+        chunk: plan.grpo.log_prob_chunk as u64,
     };
     let tokens = TokenFacts {
         counted_by,
@@ -268,6 +324,12 @@ fn sizing<'a>(
         .iter()
         .any(|e| plan.engineer.name.split(':').next() == Some(e));
     let bytes = if dtype == tch::Kind::BFloat16 { 2 } else { 4 };
+    let cuda = index.is_some();
+    let generation_memory = match (plan.lm.generation_memory, gpu_memory) {
+        (Some(b), _) => GenerationMemory::Plan(b.0),
+        (None, Some(gpu_memory)) if cuda => GenerationMemory::Derived { gpu_memory },
+        (None, _) => GenerationMemory::Unbounded,
+    };
     let sizing = Sizing {
         plan,
         cfg,
@@ -276,11 +338,51 @@ fn sizing<'a>(
         bytes,
         tokens,
         model_engineer,
+        cuda,
+        generation_memory,
     };
-    Ok((sizing, knobs, index.is_some()))
+    Ok((sizing, knobs, cuda))
 }
 
 impl Sizing<'_> {
+    /// The generation budget under an estimator's resident parts (see
+    /// [`GenerationMemory`]).
+    fn generation_budget(&self, est: &Estimator) -> Option<u64> {
+        match self.generation_memory {
+            GenerationMemory::Plan(b) => Some(b),
+            GenerationMemory::Derived { gpu_memory } => {
+                Some(est.derived_generation_budget(gpu_memory))
+            }
+            GenerationMemory::Unbounded => None,
+        }
+    }
+
+    /// A generation phase: `g` cut into waves under the budget, its name saying how,
+    /// and the peak of one wave.
+    fn generation_phase(
+        &self,
+        est: &Estimator,
+        what: String,
+        g: Generation,
+        resident: u64,
+    ) -> Part {
+        let w = est.waves(&g, self.generation_budget(est));
+        let wave = Generation {
+            prompts: w.prompts,
+            lanes: w.lanes,
+            ..g
+        };
+        let name = if w.waves > 1 {
+            format!("{what}; {} waves of {}", w.waves, w.lanes)
+        } else {
+            what
+        };
+        Part {
+            name,
+            bytes: resident + est.generation_on(&wave, self.cuda),
+        }
+    }
+
     /// Phase 2: the resident parts, the phases with their peak bytes, and the model's
     /// facts, under knobs `k`.
     fn estimate(&self, k: Knobs) -> (Vec<Part>, Vec<Part>, ModelFacts) {
@@ -301,65 +403,94 @@ impl Sizing<'_> {
         let train_new = self.tokens.train_new.min(k.max_new);
         let eval_new = self.tokens.eval_new.min(k.max_new);
         let lanes = k.batch * k.group;
-        let rows = if k.micro > 0 {
-            k.micro.min(lanes)
-        } else {
-            lanes
+        // GRPO splits the batch only when the micro-batch is smaller than it; then the
+        // plan's recompute and log-prob chunks apply to its backward.
+        let split = k.micro > 0 && k.micro < lanes;
+        let rows = if split { k.micro } else { lanes };
+        let attention = AttentionKernel::on(self.cuda);
+        let layout = TrainingLayout {
+            recompute: split && k.recompute,
+            log_prob_chunk: if split { k.chunk } else { 0 },
+            attention,
         };
         let train = Training {
             rows,
             tokens: self.tokens.train_prompt + train_new - 1,
             targets: rows * train_new,
         };
+        let mut how = Vec::new();
+        if layout.recompute {
+            how.push("recomputed".to_string());
+        }
+        if layout.log_prob_chunk > 0 {
+            how.push(format!("log-probs by {}", layout.log_prob_chunk));
+        }
+        let how = if how.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", how.join(", "))
+        };
         let mut phases = vec![
+            self.generation_phase(
+                &est,
+                format!("GRPO generation ({} prompts x {} samples", k.batch, k.group),
+                Generation {
+                    prompts: k.batch,
+                    lanes,
+                    prompt_tokens: self.tokens.train_prompt,
+                    new_tokens: train_new,
+                    top_p: spec.top_p < 1.0,
+                },
+                resident,
+            ),
             Part {
-                name: format!(
-                    "GRPO generation ({} prompts x {} samples)",
-                    k.batch, k.group
-                ),
-                bytes: resident
-                    + est.generation(&Generation {
-                        prompts: k.batch,
-                        lanes,
-                        prompt_tokens: self.tokens.train_prompt,
-                        new_tokens: train_new,
-                        top_p: spec.top_p < 1.0,
-                    }),
-            },
-            Part {
-                name: format!("GRPO training ({rows} rows x {} tokens)", train.tokens),
-                bytes: resident + est.training(&train),
+                name: format!("GRPO training ({rows} rows x {} tokens{how})", train.tokens),
+                bytes: resident + est.training_with(&train, layout),
             },
         ];
         if plan.grpo.kl_coef > 0.0 && lora.is_some() {
+            // Scoring reads the policy's chunk setting whether or not the batch splits.
+            let scoring = TrainingLayout {
+                recompute: false,
+                log_prob_chunk: k.chunk,
+                attention,
+            };
             phases.push(Part {
                 name: format!("KL reference ({rows} rows, no gradients)"),
-                bytes: resident + est.scoring(&train),
+                bytes: resident + est.scoring_with(&train, scoring),
             });
         }
-        phases.push(Part {
-            name: format!("evaluation ({} greedy plans, 5 agents)", k.eval),
-            bytes: resident
-                + est.generation(&Generation {
-                    prompts: k.eval,
-                    lanes: k.eval,
-                    prompt_tokens: self.tokens.eval_prompt,
-                    new_tokens: eval_new,
-                    top_p: false,
-                }),
-        });
+        phases.push(self.generation_phase(
+            &est,
+            format!("evaluation ({} greedy plans, 5 agents", k.eval),
+            Generation {
+                prompts: k.eval,
+                lanes: k.eval,
+                prompt_tokens: self.tokens.eval_prompt,
+                new_tokens: eval_new,
+                top_p: false,
+            },
+            resident,
+        ));
         if self.model_engineer {
-            phases.push(Part {
-                name: "engineer reply (current/base)".into(),
-                bytes: resident
-                    + est.generation(&Generation {
-                        prompts: 1,
-                        lanes: 1,
-                        prompt_tokens: self.tokens.engineer_prompt,
-                        new_tokens: self.tokens.engineer_new,
-                        top_p: spec.engineer_top_p < 1.0,
-                    }),
-            });
+            phases.push(self.generation_phase(
+                &est,
+                "engineer reply (current/base".into(),
+                Generation {
+                    prompts: 1,
+                    lanes: 1,
+                    prompt_tokens: self.tokens.engineer_prompt,
+                    new_tokens: self.tokens.engineer_new,
+                    top_p: spec.engineer_top_p < 1.0,
+                },
+                resident,
+            ));
+        }
+        // The names opened a parenthesis for the waves; close them.
+        for p in phases.iter_mut() {
+            if p.name.matches('(').count() > p.name.matches(')').count() {
+                p.name.push(')');
+            }
         }
         if plan.warmup.steps > 0 && spec.hf_dir().is_none() {
             // Stage 0 pretrains every weight of a scratch model (no LoRA yet).
@@ -371,16 +502,23 @@ impl Sizing<'_> {
             let (fw, ft, fo) = full.resident();
             let rows = (plan.warmup.batch_size as u64).div_ceil(8).max(4);
             let new = self.tokens.train_new;
+            let whole = TrainingLayout {
+                attention,
+                ..TrainingLayout::WHOLE
+            };
             phases.push(Part {
                 name: format!("warm-up (stage 0, full weights, {rows} rows)"),
                 bytes: fw
                     + ft
                     + fo
-                    + full.training(&Training {
-                        rows,
-                        tokens: self.tokens.train_prompt + new - 1,
-                        targets: rows * new,
-                    }),
+                    + full.training_with(
+                        &Training {
+                            rows,
+                            tokens: self.tokens.train_prompt + new - 1,
+                            targets: rows * new,
+                        },
+                        whole,
+                    ),
             });
         }
         let resident_parts = vec![
@@ -549,12 +687,58 @@ pub fn check(
     gpu_memory: Option<u64>,
     model_config: Option<&std::path::Path>,
 ) -> Result<MemoryPlan, CheckError> {
-    let (sizing, knobs, on_cuda) = sizing(plan, device, model_config)?;
+    let (sizing, knobs, on_cuda) = sizing(plan, device, gpu_memory, model_config)?;
     let reserve = if on_cuda { CUDA_RESERVE } else { 0 };
     let (resident, phases, model) = sizing.estimate(knobs);
+    let generation_budget = {
+        let lora = plan.lm.lora().filter(|l| l.rank > 0);
+        let est = Estimator {
+            cfg: &sizing.cfg,
+            lora: lora.as_ref(),
+            bytes: sizing.bytes,
+        };
+        sizing
+            .generation_budget(&est)
+            .map(|bytes| GenerationBudget {
+                bytes,
+                source: match sizing.generation_memory {
+                    GenerationMemory::Plan(_) => "lm.generation_memory".into(),
+                    _ => "derived".into(),
+                },
+            })
+    };
     let (peak_phase, peak) = peak_of(&phases);
     let fits = gpu_memory.map(|m| peak + reserve <= m);
     let (mut changes, mut no_single_fix, mut together) = (Vec::new(), Vec::new(), Vec::new());
+    let lanes = knobs.batch * knobs.group;
+    let bounded_training = match (fits, gpu_memory) {
+        (Some(false), Some(mem)) if !knobs.recompute || knobs.chunk == 0 => {
+            let micro = if knobs.micro > 0 && knobs.micro < lanes {
+                knobs.micro
+            } else {
+                SUGGESTED_MICRO_BATCH.min(lanes.saturating_sub(1)).max(1)
+            };
+            let chunk = if knobs.chunk > 0 {
+                knobs.chunk
+            } else {
+                SUGGESTED_CHUNK
+            };
+            let bounded = Knobs {
+                micro,
+                recompute: true,
+                chunk,
+                ..knobs
+            };
+            let (_, peak_bytes) = peak_of(&sizing.estimate(bounded).1);
+            Some(BoundedTraining {
+                micro_batch: micro,
+                log_prob_chunk: chunk,
+                peak_bytes,
+                fits: peak_bytes + reserve <= mem,
+            })
+        }
+        _ => None,
+    };
     if let (Some(false), Some(mem)) = (fits, gpu_memory) {
         let fits_in = |peak: u64| peak + reserve <= mem;
         (changes, no_single_fix) = single_fixes(&sizing, knobs, fits_in);
@@ -574,10 +758,12 @@ pub fn check(
         peak_phase,
         reserve_bytes: reserve,
         gpu_memory_bytes: gpu_memory,
+        generation_budget,
         fits,
         changes,
         no_single_fix,
         together,
+        bounded_training,
     })
 }
 
@@ -618,6 +804,18 @@ pub fn render(m: &MemoryPlan) -> String {
         "  tokens ({}): GRPO prompt {} + {} new, evaluation prompt {} + {} new, engineer prompt {} + {} new\n",
         t.counted_by, t.train_prompt, t.train_new, t.eval_prompt, t.eval_new, t.engineer_prompt, t.engineer_new
     );
+    if let Some(b) = &m.generation_budget {
+        let from = match b.source.as_str() {
+            "derived" => {
+                "the GPU's memory less the CUDA reserve, what is resident and the generation copy"
+            }
+            other => other,
+        };
+        s += &format!(
+            "  generation budget: {} for a call's lanes ({from}); larger calls run in waves\n",
+            human(b.bytes)
+        );
+    }
     s += "  resident:";
     for p in &m.resident {
         s += &format!(" {} {};", p.name, human(p.bytes));
@@ -625,7 +823,7 @@ pub fn render(m: &MemoryPlan) -> String {
     s.pop();
     s += "\n  peak per phase (resident included):\n";
     for p in &m.phases {
-        s += &format!("    {:<52} {:>12}\n", p.name, human(p.bytes));
+        s += &format!("    {:<68} {:>12}\n", p.name, human(p.bytes));
     }
     s += &format!("  peak: {} ({})", human(m.peak_bytes), m.peak_phase);
     if m.reserve_bytes > 0 {
@@ -663,6 +861,15 @@ pub fn render(m: &MemoryPlan) -> String {
                 }
             } else if m.changes.is_empty() {
                 s += "  no combination of these settings makes it fit: a smaller model or a larger GPU\n";
+            }
+            if let Some(b) = &m.bounded_training {
+                s += &format!(
+                    "  with grpo.recompute = true, grpo.log_prob_chunk = {} and grpo.micro_batch = {}: peak {}{}\n",
+                    b.log_prob_chunk,
+                    b.micro_batch,
+                    human(b.peak_bytes),
+                    if b.fits { ", which fits" } else { ", still too much" }
+                );
             }
         }
         _ => s += "\n  (give --gpu-memory SIZE to compare with a GPU)\n",

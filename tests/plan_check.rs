@@ -149,8 +149,20 @@ fn the_paper_plan_fits_80_gib_because_it_trains_in_micro_batches() {
     ));
     assert!(out.contains("fits in 80.00 GiB"), "{out}");
 
-    // On 24 GiB no single setting fits; the settings it names together do.
-    let (code, s) = json(&short, "24GiB");
+    // On 24 GiB, with the micro-batch keeping its activations and a generation budget
+    // (64 GiB) the GPU cannot give, no single setting fits; the settings it names
+    // together do.
+    let unbounded = paper_variant_of(
+        &short,
+        t.path(),
+        "unbounded.toml",
+        &[
+            ("recompute = true\n", String::new()),
+            ("log_prob_chunk = 1024\n", String::new()),
+            ("[lm]\n", "[lm]\ngeneration_memory = \"64GiB\"\n".into()),
+        ],
+    );
+    let (code, s) = json(&unbounded, "24GiB");
     assert_eq!(code, Some(1));
     let together = s["together"].as_array().unwrap();
     assert!(together.len() >= 2, "{s}");
@@ -164,7 +176,7 @@ fn the_paper_plan_fits_80_gib_because_it_trains_in_micro_batches() {
             c["to"].as_u64().unwrap(),
         ));
     }
-    let mut text = std::fs::read_to_string(&short).unwrap();
+    let mut text = std::fs::read_to_string(&unbounded).unwrap();
     for (section, key, from, to) in &edits {
         let line = format!("\n{key} = {from}\n");
         if text.contains(&line) {
@@ -189,6 +201,93 @@ fn the_paper_plan_fits_80_gib_because_it_trains_in_micro_batches() {
         ],
     ));
     assert!(out.contains("fits in 24.00 GiB"), "{out}");
+}
+
+/// Issue 50's target: `ledgers/paper.toml` exactly as committed (thinking, 8,192 new
+/// tokens) fits 80 GiB, because its micro-batches recompute their layers, its log-probs
+/// come in chunks and generation runs in waves within what the GPU leaves; without the
+/// first two it does not, and the check names them.
+#[test]
+fn the_paper_plan_fits_80_gib_at_its_thinking_length() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = shape_4b();
+    let json = |plan: &str| {
+        let o = check(
+            t.path(),
+            &[plan, "--model-config", &cfg, "--gpu-memory", "80GiB", "--json"],
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        validates("plan-check", &v);
+        (o.status.code(), v)
+    };
+    let (code, v) = json(&paper());
+    assert_eq!((code, &v["fits"]), (Some(0), &serde_json::json!(true)), "{v}");
+    assert_eq!(v["tokens"]["train_new"], 8192);
+    // The budget is what 80 GiB leaves after the reserve, the resident parts and the
+    // generation copy; every phase is within the GPU.
+    let budget = &v["generation_budget"];
+    assert_eq!(budget["source"], "derived", "{v}");
+    let resident: u64 = v["resident"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["bytes"].as_u64().unwrap())
+        .sum();
+    let b = budget["bytes"].as_u64().unwrap();
+    assert!(resident + b + (2 << 30) < 80 << 30);
+    let phase = |prefix: &str| {
+        v["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"].as_str().unwrap().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no phase {prefix}: {v}"))
+            .clone()
+    };
+    let generation = phase("GRPO generation");
+    assert!(generation["name"].as_str().unwrap().contains("waves of"), "{generation}");
+    let training = phase("GRPO training");
+    assert!(
+        training["name"]
+            .as_str()
+            .unwrap()
+            .contains("recomputed, log-probs by 1024"),
+        "{training}"
+    );
+    // Without recomputation and chunks the same micro-batch is hundreds of GiB, and the
+    // check names the settings that bound it, with a peak that fits.
+    let kept = paper_variant(
+        t.path(),
+        "kept.toml",
+        &[
+            ("recompute = true\n", String::new()),
+            ("log_prob_chunk = 1024\n", String::new()),
+        ],
+    );
+    let (code, k) = json(&kept);
+    assert_eq!(code, Some(1), "{k}");
+    assert!(k["peak_bytes"].as_u64().unwrap() > 500 << 30, "{k}");
+    let bounded = &k["bounded_training"];
+    assert_eq!(bounded["micro_batch"], 8);
+    assert_eq!(bounded["log_prob_chunk"], 1024);
+    assert_eq!(bounded["fits"], true);
+    assert_eq!(bounded["peak_bytes"], v["peak_bytes"]);
+    // A plan's own generation budget is used as given: half of it, twice the waves.
+    let half = b / 2;
+    let named = paper_variant(
+        t.path(),
+        "named.toml",
+        &[("[lm]\n", format!("[lm]\ngeneration_memory = \"{half}B\"\n"))],
+    );
+    let (_, n) = json(&named);
+    assert_eq!(n["generation_budget"]["source"], "lm.generation_memory");
+    assert_eq!(n["generation_budget"]["bytes"], half);
+    let waves = |v: &serde_json::Value| -> u64 {
+        let name = v["phases"][0]["name"].as_str().unwrap().to_string();
+        let w = name.split("; ").nth(1).unwrap();
+        w.split(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(waves(&n) > waves(&v), "{n}");
 }
 
 #[test]
