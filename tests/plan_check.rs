@@ -214,14 +214,25 @@ fn the_paper_plan_fits_80_gib_at_its_thinking_length() {
     let json = |plan: &str| {
         let o = check(
             t.path(),
-            &[plan, "--model-config", &cfg, "--gpu-memory", "80GiB", "--json"],
+            &[
+                plan,
+                "--model-config",
+                &cfg,
+                "--gpu-memory",
+                "80GiB",
+                "--json",
+            ],
         );
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         validates("plan-check", &v);
         (o.status.code(), v)
     };
     let (code, v) = json(&paper());
-    assert_eq!((code, &v["fits"]), (Some(0), &serde_json::json!(true)), "{v}");
+    assert_eq!(
+        (code, &v["fits"]),
+        (Some(0), &serde_json::json!(true)),
+        "{v}"
+    );
     assert_eq!(v["tokens"]["train_new"], 8192);
     // The budget is what 80 GiB leaves after the reserve, the resident parts and the
     // generation copy; every phase is within the GPU.
@@ -245,7 +256,10 @@ fn the_paper_plan_fits_80_gib_at_its_thinking_length() {
             .clone()
     };
     let generation = phase("GRPO generation");
-    assert!(generation["name"].as_str().unwrap().contains("waves of"), "{generation}");
+    assert!(
+        generation["name"].as_str().unwrap().contains("waves of"),
+        "{generation}"
+    );
     let training = phase("GRPO training");
     assert!(
         training["name"]
