@@ -417,6 +417,9 @@ fn decode_windowed(
         toks.push(tok);
         lps.push(lp);
         emitted += 1;
+        // The token each row feeds the next step: the one just picked, unless the
+        // window ends here and rows are dropped (see below).
+        let mut feed = toks.last().expect("just picked").shallow_clone();
         if toks.len() == window || emitted == max_new {
             // The window, read once: each row's tokens up to its stop or its budget.
             let t =
@@ -463,26 +466,15 @@ fn decode_windowed(
                 uniforms = uniforms.map(|u| u.index_select(0, &idx));
                 rows = keep.iter().map(|&r| rows[r]).collect();
             }
-            // The last token of the window feeds the next step: taken from the host's
-            // copy, since the device's tensor still has the dropped rows.
-            let feed: Vec<i64> = keep.iter().map(|&r| t[r * span + span - 1]).collect();
-            let b = rows.len() as i64;
-            let len = cache.len;
-            let hid = model.hidden(
-                &Tensor::from_slice(&feed).view([b, 1]).to(device),
-                &(&neg_pads + len).view([b, 1]),
-                &bias.narrow(3, 0, len + 1),
-                Some(&mut cache),
-                w.use_lora,
-            );
-            logits = model.logits(&hid.select(1, 0));
-            continue;
+            // The window's last tokens, from the host's copy: the device's tensor
+            // still has the dropped rows.
+            let last: Vec<i64> = keep.iter().map(|&r| t[r * span + span - 1]).collect();
+            feed = Tensor::from_slice(&last).to(device);
         }
         let b = rows.len() as i64;
         let len = cache.len;
-        let feed = toks.last().expect("just picked").view([b, 1]);
         let hid = model.hidden(
-            &feed,
+            &feed.view([b, 1]),
             &(&neg_pads + len).view([b, 1]),
             &bias.narrow(3, 0, len + 1),
             Some(&mut cache),
