@@ -8,7 +8,12 @@
 //!   `StageStarted`, and every recomputed event id is compared, in order, with the
 //!   recorded one. Events chain through their parent, so equal ids mean equal content
 //!   and equal history. LLM decisions are answered from the recorded replies (matched
-//!   by prompt hash) unless the replay is live. The scratch branch is always deleted.
+//!   by prompt hash) unless the replay is live. The scratch branch is a scratch ref
+//!   (`_replay-N-<head>`, [`crate::ledger::refs::is_scratch`]): no listing, reference,
+//!   report or bundle sees it, it is deleted on every way out (success, error, a stop
+//!   requested by Ctrl-C or SIGTERM), and `gc` removes one a kill -9 left. A replay
+//!   changes no branch; recording its outcome is the caller's choice
+//!   ([`record_verified`]).
 //! * Counterfactual replay ([`counterfactual`]): one stage re-run with another engineer
 //!   on a fork, deleted unless kept.
 //!
@@ -60,6 +65,19 @@ pub fn fork(
     name: Option<&str>,
     replicate: u32,
 ) -> Result<(String, Hash), ForkError> {
+    fork_as(ledger, from, at, engineer, name, replicate, false)
+}
+
+/// [`fork`], onto a scratch ref (`name` starts with `_`) when `scratch`.
+fn fork_as(
+    ledger: &mut Ledger,
+    from: &str,
+    at: u32,
+    engineer: &str,
+    name: Option<&str>,
+    replicate: u32,
+    scratch: bool,
+) -> Result<(String, Hash), ForkError> {
     let state = ledger.projection(from)?;
     let plan = crate::stage::ledger_plan(ledger).map_err(|e| ForkError::Plan(e.to_string()))?;
     crate::engineer::check_spec(engineer, &plan, &state)?;
@@ -101,7 +119,11 @@ pub fn fork(
         };
         format!("{from}-{label}-at{at}")
     });
-    ledger.fork(&name, &point)?;
+    if scratch {
+        ledger.fork_scratch(&name, &point)?;
+    } else {
+        ledger.fork(&name, &point)?;
+    }
     let ids = ledger.append(
         &name,
         vec![(
@@ -293,16 +315,19 @@ fn first_mismatch(
     })
 }
 
-/// Replay completed stage `n` of `branch`: recompute it on a scratch branch forked at
+/// Replay completed stage `n` of `branch`: recompute it on a scratch ref forked at
 /// the event before its `StageStarted`, with the recorded engineer (LLM engineers
 /// answer from the recorded replies unless `live`), and compare every event id. The
-/// scratch branch is deleted whatever happens. `branch` itself is not changed.
+/// scratch ref is deleted whatever happens, also when `stop` is set (the recomputation
+/// then ends at its next durable point with [`ReplayError::Interrupted`]). `branch`
+/// itself is not changed.
 pub fn verify_stage(
     pipeline: &mut Pipeline<'_>,
     branch: &str,
     n: u32,
     live: bool,
     progress: &mut dyn Progress,
+    stop: &AtomicBool,
 ) -> Result<StageReplay, ReplayError> {
     let history = pipeline.ledger.history(branch)?;
     let Some((parent, recorded)) = stage_events(&history, n) else {
@@ -332,12 +357,9 @@ pub fn verify_stage(
         Some(recorded_replies(pipeline.ledger, &history)?)
     };
     let head = recorded.last().expect("non-empty").0;
+    // A scratch ref of this name left by a killed replay is replaced.
     let scratch = format!("_replay-{n}-{}", head.short());
-    if pipeline.ledger.head(&scratch).is_ok() {
-        // Left behind by a replay that was killed.
-        pipeline.ledger.delete_branch(&scratch)?;
-    }
-    pipeline.ledger.fork(&scratch, &parent)?;
+    pipeline.ledger.fork_scratch(&scratch, &parent)?;
     let t = Instant::now();
     let run = run_one(
         pipeline,
@@ -345,6 +367,7 @@ pub fn verify_stage(
         (n > 0).then(|| engineer.clone()),
         replies.as_ref(),
         progress,
+        stop,
     );
     let recomputed = run.and_then(|()| {
         let h = pipeline.ledger.history(&scratch)?;
@@ -375,6 +398,7 @@ fn run_one(
     engineer: Option<String>,
     replies: Option<&RecordedReplies>,
     progress: &mut dyn Progress,
+    stop: &AtomicBool,
 ) -> Result<(), ReplayError> {
     let opts = RunOptions {
         branch: branch.into(),
@@ -382,12 +406,11 @@ fn run_one(
         engineer,
         device: None,
     };
-    let stop = AtomicBool::new(false);
     let mut factory =
         |name: &str, inputs: &crate::engineer::BuildInputs<'_>, s: &crate::ledger::BranchState| {
             crate::engineer::build_replaying(name, inputs, s, replies)
         };
-    let summary = pipeline.run(&opts, &mut factory, progress, &stop)?;
+    let summary = pipeline.run(&opts, &mut factory, progress, stop)?;
     match summary.completed.first() {
         Some(_) if !summary.interrupted => Ok(()),
         _ => Err(ReplayError::Interrupted(crate::stage::next_stage(
@@ -455,8 +478,9 @@ pub struct Counterfactual {
     pub seconds: f64,
 }
 
-/// Re-run stage `n` of `branch` with `engineer` on a fork (named `keep`, or a scratch
-/// name), report both validation results, and delete the fork unless `keep` is given.
+/// Re-run stage `n` of `branch` with `engineer` on a fork (the branch `keep`, or a
+/// scratch ref), report both validation results, and delete the scratch ref on every
+/// way out (a kept branch stays, at its last durable point when `stop` ended it).
 pub fn counterfactual(
     pipeline: &mut Pipeline<'_>,
     branch: &str,
@@ -464,6 +488,7 @@ pub fn counterfactual(
     engineer: &str,
     keep: Option<&str>,
     progress: &mut dyn Progress,
+    stop: &AtomicBool,
 ) -> Result<Counterfactual, ReplayError> {
     let state = pipeline.ledger.projection(branch)?;
     let recorded = state.stage(n).filter(|s| s.completed.is_some());
@@ -473,27 +498,31 @@ pub fn counterfactual(
         .unwrap_or_default();
     let name = match keep {
         Some(k) => k.to_string(),
-        None => {
-            let scratch = format!(
-                "_counterfactual-{n}-{engineer}-{}",
-                pipeline.ledger.head(branch)?.short()
-            );
-            if pipeline.ledger.head(&scratch).is_ok() {
-                pipeline.ledger.delete_branch(&scratch)?;
-            }
-            scratch
-        }
+        // Any spec makes a valid ref name (`base=DIR`, `current:-history`).
+        None => format!(
+            "_counterfactual-{n}-{}-{}",
+            engineer.replace(|c: char| !c.is_ascii_alphanumeric() && c != '.', "-"),
+            pipeline.ledger.head(branch)?.short()
+        ),
     };
     let t = Instant::now();
-    fork(
+    fork_as(
         pipeline.ledger,
         branch,
         n,
         engineer,
         Some(&name),
         state.replicate,
+        keep.is_none(),
     )?;
-    let run = run_one(pipeline, &name, Some(engineer.to_string()), None, progress);
+    let run = run_one(
+        pipeline,
+        &name,
+        Some(engineer.to_string()),
+        None,
+        progress,
+        stop,
+    );
     let validation = run.and_then(|()| {
         Ok(pipeline
             .ledger

@@ -130,12 +130,20 @@ fn readers_answer_while_run_is_mid_stage_and_follow_streams_it() {
 }
 
 #[test]
-fn a_bit_exact_replay_adds_under_one_kilobyte() {
+fn a_bit_exact_replay_adds_nothing_and_recorded_under_one_kilobyte() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tiny_ledger(tmp.path());
     let before = record_bytes(&d);
     let events = ok(&ledger(&d, &["log"])).lines().count();
+    // A plain replay writes no object (every recomputed event is already stored) and
+    // adds nothing to the history.
     ok(&ledger(&d, &["replay", "--stage", "1", "--verify"]));
+    assert_eq!(record_bytes(&d), before, "a plain replay wrote objects");
+    assert_eq!(ok(&ledger(&d, &["log"])).lines().count(), events);
+    ok(&ledger(
+        &d,
+        &["replay", "--stage", "1", "--verify", "--record"],
+    ));
     let added = record_bytes(&d) - before;
     assert!(added < 1024, "replay added {added} bytes");
     eprintln!("replay of stage 1 added {added} bytes of objects");

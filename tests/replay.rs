@@ -46,8 +46,12 @@ fn verify_every_stage_with_one_and_two_threads_appends_replay_verified() {
     let d = tmp.path().join("l");
     finished(&d, "tiny");
     let before = head(&d, "main");
+    // A plain verification moves no head.
+    let o = ok(&ledger(&d, &["replay", "--verify"]));
+    assert!(o.contains("nothing recorded"), "{o}");
+    assert_eq!(head(&d, "main"), before);
     for threads in ["1", "2"] {
-        let o = ledger_cmd(&d, &["replay", "--verify"])
+        let o = ledger_cmd(&d, &["replay", "--verify", "--record"])
             .env("RAYON_NUM_THREADS", threads)
             .output()
             .unwrap();
@@ -90,6 +94,131 @@ fn verify_every_stage_with_one_and_two_threads_appends_replay_verified() {
     let o = ledger(&d, &["replay", "--stage", "7"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("0, 1, 2"), "{}", text(&o));
+}
+
+/// The raw scratch refs in `REFS` (which no listing shows).
+fn scratch_refs(dir: &Path) -> Vec<String> {
+    mapf_ledger::ledger::refs::Refs::read(dir)
+        .unwrap()
+        .unwrap()
+        .scratch()
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// Start `replay --verify` of every stage, wait until its scratch ref exists, then send
+/// `signal`. Returns the exit status and stderr, or None when the replay ended first.
+fn replay_killed_by(dir: &Path, signal: i32) -> Option<(std::process::ExitStatus, String)> {
+    let mut child = ledger_cmd(dir, &["replay", "--verify"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while scratch_refs(dir).is_empty() {
+        if child.try_wait().unwrap().is_some() || t.elapsed() > Duration::from_secs(60) {
+            child.kill().ok();
+            child.wait().unwrap();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    unsafe { libc::kill(child.id() as i32, signal) };
+    let o = child.wait_with_output().unwrap();
+    Some((o.status, String::from_utf8_lossy(&o.stderr).into_owned()))
+}
+
+/// What readers show of a ledger: `branches`, the report's count and `compare`.
+fn assert_readers_see_only_main(dir: &Path, out: &Path) {
+    let b = ok(&ledger(dir, &["branches"]));
+    assert!(!b.contains("_replay"), "{b}");
+    assert_eq!(branch_names(dir), vec!["main".to_string()]);
+    let r = ok(&ledger(dir, &["report", "--out", out.to_str().unwrap()]));
+    assert!(r.contains("(1 branch,"), "{r}");
+    assert_eq!(
+        mapf_ledger::ledger::Ledger::current_heads(dir)
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn a_replay_stopped_by_sigint_sigterm_or_killed_leaves_nothing_a_reader_sees() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("l");
+    finished(&d, "small");
+    let before = head(&d, "main");
+    let refs_before = std::fs::read(d.join("REFS")).unwrap();
+    let visible = |bytes: &[u8]| {
+        let r = mapf_ledger::ledger::refs::Refs::parse_log(&d, bytes)
+            .unwrap()
+            .0;
+        r.visible()
+            .map(|(n, h)| (n.clone(), *h))
+            .collect::<Vec<_>>()
+    };
+
+    // Ctrl-C and SIGTERM: exit 130, "interrupted", the scratch ref is gone.
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let (status, err) = replay_killed_by(&d, signal).expect("the replay was still running");
+        assert_eq!(status.code(), Some(130), "signal {signal}: {err}");
+        assert!(err.contains("interrupted"), "{err}");
+        assert!(scratch_refs(&d).is_empty(), "{:?}", scratch_refs(&d));
+        assert_eq!(head(&d, "main"), before);
+        assert_readers_see_only_main(&d, &tmp.path().join(format!("report-{signal}")));
+        let v = ok(&ledger(&d, &["verify", "--strict"]));
+        assert!(!v.contains("scratch"), "{v}");
+    }
+
+    // kill -9: the scratch ref stays, hidden from readers, named by verify.
+    let mut left = Vec::new();
+    for _ in 0..5 {
+        if replay_killed_by(&d, libc::SIGKILL).is_some() {
+            left = scratch_refs(&d);
+            if !left.is_empty() {
+                break;
+            }
+        }
+    }
+    assert_eq!(left.len(), 1, "a kill -9 mid-stage leaves its scratch ref");
+    assert!(left[0].starts_with("_replay-"), "{left:?}");
+    assert_eq!(head(&d, "main"), before);
+    assert_eq!(
+        visible(&std::fs::read(d.join("REFS")).unwrap()),
+        visible(&refs_before)
+    );
+    assert_readers_see_only_main(&d, &tmp.path().join("report-kill"));
+    // Referring to it is an input error that says what it is.
+    let o = ledger(&d, &["compare", "main", &left[0]]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("scratch work"), "{}", text(&o));
+    // verify names it and gc; --strict fails on it.
+    let v = ok(&ledger(&d, &["verify"]));
+    assert!(v.contains(&left[0]) && v.contains("ledger gc"), "{v}");
+    assert_eq!(ledger(&d, &["verify", "--strict"]).status.code(), Some(1));
+    // gc removes it and what only it reached; verify is then clean.
+    let g = ok(&ledger(&d, &["gc"]));
+    assert!(g.contains(&left[0]), "{g}");
+    assert!(scratch_refs(&d).is_empty());
+    let v = ok(&ledger(&d, &["verify", "--strict"]));
+    assert!(!v.contains("scratch") && !v.contains("WARN"), "{v}");
+    assert_eq!(head(&d, "main"), before);
+    // A user cannot name a branch in the scratch namespace.
+    let o = ledger(
+        &d,
+        &[
+            "fork",
+            "--at",
+            "stage2",
+            "--engineer",
+            "fixed",
+            "--name",
+            "_mine",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("reserved"), "{}", text(&o));
 }
 
 #[test]

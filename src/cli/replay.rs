@@ -1,16 +1,22 @@
 //! `ledger replay`: deterministic re-verification of recorded stages, and
 //! counterfactual replays of a stage with another engineer (see [`mapf_ledger::replay`]).
 //!
-//! Exit codes: 0 every compared event matched (a `ReplayVerified` event per stage is
-//! appended to the branch) or the counterfactual ran; 1 a mismatch or an altered
-//! record (the branch is left unchanged); 2 usage or input error.
+//! A replay changes no branch: it recomputes on scratch refs no reader sees, removed on
+//! every way out (Ctrl-C and SIGTERM stop it at its next durable point, exit 130; a
+//! kill -9 leaves one that `verify` names and `gc` removes). `--record` appends a
+//! `ReplayVerified` event per matched stage to the branch, which moves its head.
+//!
+//! Exit codes: 0 every compared event matched or the counterfactual ran; 1 a mismatch
+//! or an altered record (the branch is left unchanged); 2 usage or input error; 130
+//! interrupted.
 use super::{CliError, CliResult};
 use mapf_ledger::ledger::Ledger;
 use mapf_ledger::record::event::{EvalCell, Evaluation};
 use mapf_ledger::replay::{self, ReplayError, StageReplay};
-use mapf_ledger::stage::{Pipeline, Progress};
+use mapf_ledger::stage::Pipeline;
 use mapf_ledger::train::kernels;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 
 /// Arguments of `ledger replay`.
 #[derive(clap::Args, Debug)]
@@ -23,6 +29,10 @@ pub struct ReplayArgs {
     /// Recompute and compare every event hash (the default without --engineer).
     #[arg(long)]
     pub verify: bool,
+    /// Record the verification: one `replay_verified` event per matched stage, appended
+    /// to the branch (its head moves). Without it a replay changes nothing.
+    #[arg(long, conflicts_with = "engineer")]
+    pub record: bool,
     /// Counterfactual: re-run --stage N with this engineer on a scratch fork.
     #[arg(long)]
     pub engineer: Option<String>,
@@ -36,16 +46,9 @@ pub struct ReplayArgs {
     /// made with `run --device cuda` replays on CUDA), else the plan's.
     #[arg(long)]
     pub device: Option<String>,
+    /// Print the outcome as JSON (schemas/replay.json, replay-counterfactual.json).
     #[arg(long)]
     pub json: bool,
-}
-
-/// Notes from the pipeline go to stderr; no progress bars.
-struct Notes;
-impl Progress for Notes {
-    fn note(&mut self, message: &str) {
-        eprintln!("{message}");
-    }
 }
 
 fn parse_stage(s: &str) -> Result<u32, CliError> {
@@ -55,6 +58,15 @@ fn parse_stage(s: &str) -> Result<u32, CliError> {
 /// A replay error with the contract's exit code (see [`super::Damage`]).
 fn replay_error(e: ReplayError) -> CliError {
     use super::Damage;
+    if let ReplayError::Interrupted(n) = e {
+        eprintln!(
+            "interrupted: the replay of stage {n} stopped; nothing was recorded and its scratch work is removed"
+        );
+        return CliError {
+            code: 130,
+            message: "interrupted".into(),
+        };
+    }
     if e.damaged() {
         CliError::check(format!("replay failed: {e}"))
     } else {
@@ -76,6 +88,9 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     }
     let mut ledger = super::open_writer(dir).map_err(ledger_error)?;
     let recorded = recorded_setups(&ledger, &args.branch, stage)?;
+    let stop = super::run::stop_on_signal(
+        "stopping the replay at its next durable point; its scratch work is then removed",
+    );
     if args.engineer.is_none() {
         // Before libtorch picks its kernels: run the recorded ones where this CPU can.
         pin_capability(&recorded);
@@ -115,9 +130,9 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
                     )),
                     None => return Err(CliError::input("`--engineer` needs `--stage N`")),
                 };
-            counterfactual(&mut pipeline, &args, n, engineer)
+            counterfactual(&mut pipeline, &args, n, engineer, &stop)
         }
-        None => verify(&mut pipeline, &args, stage, &recorded),
+        None => verify(&mut pipeline, &args, stage, &recorded, &stop),
     }
 }
 
@@ -206,6 +221,7 @@ fn verify(
     args: &ReplayArgs,
     stage: Option<u32>,
     recorded: &[RecordedSetup],
+    stop: &AtomicBool,
 ) -> CliResult {
     let branch = &args.branch;
     let stages = match stage {
@@ -225,7 +241,8 @@ fn verify(
         if let Some(note) = &note {
             eprintln!("ledger: note: {note}");
         }
-        let r = replay::verify_stage(pipeline, branch, n, args.live, &mut Notes)
+        let mut bars = super::run::Bars::new(args.json);
+        let r = replay::verify_stage(pipeline, branch, n, args.live, &mut bars, stop)
             .map_err(replay_error)?;
         if let Some(m) = &r.mismatch {
             let m = match &note {
@@ -253,22 +270,40 @@ fn verify(
         }
         done.push(r);
     }
-    let ids = replay::record_verified(pipeline, branch, &done, args.live)
-        .map_err(|e| CliError::input(e.to_string()))?;
+    let ids = if args.record {
+        Some(
+            replay::record_verified(pipeline, branch, &done, args.live)
+                .map_err(|e| CliError::input(e.to_string()))?,
+        )
+    } else {
+        None
+    };
     if args.json {
         let report = mapf_ledger::views::show::ReplayReport {
             branch: branch.to_string(),
             matched: done,
             mismatch: None,
-            replay_verified: Some(ids.iter().map(|h| h.to_hex()).collect()),
+            replay_verified: ids
+                .as_ref()
+                .map(|ids| ids.iter().map(|h| h.to_hex()).collect()),
         };
         println!("{}", serde_json::to_string(&report).expect("serialises"));
     } else {
-        println!(
-            "recorded {} replay-verified event(s) on {branch}; head {}",
-            ids.len(),
-            ids.last().map(|h| h.short()).unwrap_or_default()
-        );
+        match &ids {
+            Some(ids) => println!(
+                "recorded {} replay-verified event(s) on {branch}; head {}",
+                ids.len(),
+                ids.last().map(|h| h.short()).unwrap_or_default()
+            ),
+            None => println!(
+                "nothing recorded: {branch} stays at {} (--record appends a replay-verified event per stage)",
+                pipeline
+                    .ledger
+                    .head(branch)
+                    .map(|h| h.short())
+                    .unwrap_or_default()
+            ),
+        }
     }
     Ok(())
 }
@@ -278,6 +313,7 @@ fn counterfactual(
     args: &ReplayArgs,
     n: u32,
     engineer: &str,
+    stop: &AtomicBool,
 ) -> CliResult {
     let c = replay::counterfactual(
         pipeline,
@@ -285,7 +321,8 @@ fn counterfactual(
         n,
         engineer,
         args.keep.as_deref(),
-        &mut Notes,
+        &mut super::run::Bars::new(args.json),
+        stop,
     )
     .map_err(replay_error)?;
     if args.json {

@@ -9,10 +9,17 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// indicatif bars: one per stage, showing step, loss, sampled valid rate.
-struct Bars {
+/// indicatif bars: one per stage, showing step, loss, sampled valid rate (on stderr,
+/// and only on a terminal). `run` and `replay` draw them.
+pub struct Bars {
     bar: Option<ProgressBar>,
     quiet: bool,
+}
+
+impl Bars {
+    pub fn new(quiet: bool) -> Bars {
+        Bars { bar: None, quiet }
+    }
 }
 
 impl Progress for Bars {
@@ -56,16 +63,22 @@ impl Progress for Bars {
     }
 }
 
-/// A flag Ctrl-C sets: long commands poll it and stop at their next durable point. A
-/// second Ctrl-C while stopping exits at once (the ledger stays whole either way).
+/// A flag Ctrl-C (SIGINT) or SIGTERM sets: long commands poll it and stop at their next
+/// durable point. A second signal while stopping exits at once (the ledger stays whole
+/// either way).
 pub fn stop_on_ctrl_c() -> Arc<AtomicBool> {
+    stop_on_signal("stopping at the next durable point")
+}
+
+/// [`stop_on_ctrl_c`], saying `what` happens on the first signal.
+pub fn stop_on_signal(what: &'static str) -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let _ = ctrlc::set_handler(move || {
         if flag.swap(true, Ordering::SeqCst) {
             std::process::exit(130);
         }
-        eprintln!("\nstopping at the next durable point (Ctrl-C again to abort)...");
+        eprintln!("\n{what} (Ctrl-C again to abort at once)...");
     });
     stop
 }
@@ -100,7 +113,7 @@ pub fn run(ledger_dir: &Path, opts: RunOptions, check: MemoryCheck, quiet: bool)
             );
         }
     }
-    let mut bars = Bars { bar: None, quiet };
+    let mut bars = Bars::new(quiet);
     let summary = pipeline
         .run(&opts, &mut mapf_ledger::engineer::build, &mut bars, &stop)
         .map_err(stage_error)?;

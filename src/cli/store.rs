@@ -281,6 +281,9 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             if json {
                 print_json(&r)
             } else {
+                for s in &r.scratch_removed {
+                    println!("gc: removed scratch ref {s} (left by a killed replay)");
+                }
                 println!(
                     "gc: removed {} events and {} blobs, kept {} events and {} blobs; {:.1} MB -> {:.1} MB in {:.3}s",
                     r.events_removed,

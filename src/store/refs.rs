@@ -39,6 +39,17 @@ const HEADER: &str = "mapf-ledger refs 1";
 /// one does not fit, the file is replaced by that record (and zeros up to this size).
 pub const COMPACT_BYTES: u64 = 1 << 20;
 
+/// The first character of a scratch ref's name: `_replay-1-…`. A scratch ref holds the
+/// work of a command in progress (a replay's recomputation) that no reader should see:
+/// [`Refs::visible`] and every listing leave it out, and `gc` removes one a killed
+/// command left behind. Users cannot name a branch this way.
+pub const SCRATCH_PREFIX: char = '_';
+
+/// Whether `name` is a scratch ref ([`SCRATCH_PREFIX`]).
+pub fn is_scratch(name: &str) -> bool {
+    name.starts_with(SCRATCH_PREFIX)
+}
+
 /// Check a branch name: 1..=100 chars of `[A-Za-z0-9._-]` in `/`-separated components
 /// (fetched namespaces, `worker1/main`), no component empty or starting with `-`/`.`.
 pub fn validate_branch(name: &str) -> Result<(), StoreError> {
@@ -83,6 +94,16 @@ fn corrupt(dir: &Path, problem: String) -> StoreError {
 }
 
 impl Refs {
+    /// The branches readers see: every ref but the scratch ones ([`is_scratch`]).
+    pub fn visible(&self) -> impl Iterator<Item = (&String, &Hash)> {
+        self.branches.iter().filter(|(n, _)| !is_scratch(n))
+    }
+
+    /// The scratch refs ([`is_scratch`]): work in progress, or left by a killed command.
+    pub fn scratch(&self) -> impl Iterator<Item = (&String, &Hash)> {
+        self.branches.iter().filter(|(n, _)| is_scratch(n))
+    }
+
     /// The file's text.
     pub fn render(&self) -> String {
         let mut s = String::with_capacity(64 + 80 * self.branches.len());

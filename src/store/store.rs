@@ -578,13 +578,15 @@ impl Store {
             })
     }
 
-    /// Every branch and its head, in name order.
+    /// Every branch and its head, in name order; scratch refs ([`refs::is_scratch`])
+    /// are not branches and are left out.
     pub fn branches(&self) -> Vec<(String, Hash)> {
-        self.refs
-            .branches
-            .iter()
-            .map(|(n, h)| (n.clone(), *h))
-            .collect()
+        self.refs.visible().map(|(n, h)| (n.clone(), *h)).collect()
+    }
+
+    /// The scratch refs and their heads, in name order.
+    pub fn scratch_refs(&self) -> Vec<(String, Hash)> {
+        self.refs.scratch().map(|(n, h)| (n.clone(), *h)).collect()
     }
 
     /// Create branch `name` at the stored record `at`: one durable ref, nothing copied.

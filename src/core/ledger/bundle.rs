@@ -377,6 +377,9 @@ impl Ledger {
         for (name, head) in &b.refs {
             let name = target(name);
             super::refs::validate_branch(&name)?;
+            if super::refs::is_scratch(&name) {
+                return Err(LedgerError::ReservedName { name });
+            }
             let reachable = self.contains_event(head) || by_hash.contains_key(head);
             if !reachable {
                 return Err(LedgerError::UnknownEvent {

@@ -69,15 +69,44 @@ impl Ledger {
         Ok(self.store.head(branch)?)
     }
 
-    /// Every branch and its head, in name order.
+    /// Every branch and its head, in name order. Scratch refs (a replay's work, see
+    /// [`super::refs::is_scratch`]) are not branches: no listing, report or bundle sees
+    /// them.
     pub fn branches(&self) -> Result<Vec<(String, Hash)>, LedgerError> {
         Ok(self.store.branches())
     }
 
+    /// The scratch refs and their heads: a running command's, or left by a killed one.
+    pub fn scratch_refs(&self) -> Vec<(String, Hash)> {
+        self.store.scratch_refs()
+    }
+
     /// Create branch `name` at the existing event `at`: one durable ref, nothing copied.
+    /// A scratch name ([`super::refs::is_scratch`]) is refused: those are made by
+    /// [`Ledger::fork_scratch`] alone.
     pub fn fork(&mut self, name: &str, at: &Hash) -> Result<(), LedgerError> {
+        if super::refs::is_scratch(name) {
+            return Err(LedgerError::ReservedName {
+                name: name.to_string(),
+            });
+        }
         let _busy = self.busy.enter();
         Ok(self.store.fork(name, at)?)
+    }
+
+    /// Create the scratch ref `name` (it must start with
+    /// [`super::refs::SCRATCH_PREFIX`]) at `at`, for work no reader may see; the caller
+    /// deletes it with [`Ledger::delete_branch`] on every way out, and `gc` removes one a
+    /// killed process left. An older one of the same name (left by a kill) is replaced.
+    pub fn fork_scratch(&mut self, name: &str, at: &Hash) -> Result<(), LedgerError> {
+        if !super::refs::is_scratch(name) {
+            return Err(LedgerError::Invalid(format!(
+                "scratch ref `{name}` must start with `{}`",
+                super::refs::SCRATCH_PREFIX
+            )));
+        }
+        let _busy = self.busy.enter();
+        Ok(self.store.set_ref(name, at)?)
     }
 
     /// Point branch `name` at the existing event `at` (created or moved), durably.

@@ -34,6 +34,9 @@ pub struct GcReport {
     pub bytes_before: u64,
     pub bytes_after: u64,
     pub seconds: f64,
+    /// Scratch refs removed first (left by replays that were killed; gc is a writer, so
+    /// no replay runs beside it), each `name at <short head>`.
+    pub scratch_removed: Vec<String>,
 }
 
 /// Test hook for crash-safety tests: when `MAPF_LEDGER_CRASH_AT` names this point, the
@@ -103,8 +106,18 @@ impl Ledger {
         let t = Instant::now();
         let dir = self.dir().to_path_buf();
         let packs_dir = dir.join("packs");
+        // Scratch refs first: this process holds the writer's lock, so any scratch ref
+        // is a leftover of a killed replay, and what only it reaches goes below.
+        let mut scratch_removed = Vec::new();
+        for (name, head) in self.scratch_refs() {
+            self.delete_branch(&name)?;
+            scratch_removed.push(format!("{name} at {}", head.short()));
+        }
         let (keep, keep_blobs) = self.reachable(blob_refs)?;
-        let mut report = GcReport::default();
+        let mut report = GcReport {
+            scratch_removed,
+            ..GcReport::default()
+        };
         let total_events = self.index().len() as u64;
         report.events_kept = keep.len() as u64;
         report.events_removed = total_events - keep.len() as u64;

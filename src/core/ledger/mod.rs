@@ -80,6 +80,10 @@ pub enum LedgerError {
         "invalid branch name `{name}` (use 1-100 of A-Z a-z 0-9 . _ - in /-separated parts, none empty or starting with . or -)"
     )]
     BadBranchName { name: String },
+    #[error("`{name}`: names starting with `_` are reserved for scratch work (a replay's recomputation, which no reader sees); choose another name")]
+    ReservedName { name: String },
+    #[error("`{name}` is scratch work, not a branch: a replay's recomputation, running now or left by one that was killed (`ledger gc` removes it)")]
+    ScratchRef { name: String },
     #[error("no event {what}")]
     UnknownEvent { what: String },
     #[error("{reference}: {why}")]

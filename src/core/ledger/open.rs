@@ -175,7 +175,9 @@ impl Ledger {
     pub fn current_heads(
         dir: &Path,
     ) -> Result<std::collections::BTreeMap<String, Hash>, LedgerError> {
-        Ok(Refs::read(dir)?.map(|r| r.branches).unwrap_or_default())
+        Ok(Refs::read(dir)?
+            .map(|r| r.visible().map(|(n, h)| (n.clone(), *h)).collect())
+            .unwrap_or_default())
     }
 
     /// Whether a process writes the ledger at `dir` right now (a probe; takes nothing).

@@ -79,7 +79,12 @@ impl Ledger {
     /// Resolve a reference (the grammar of [`super::Reference`]): `BRANCH@stageN` (the
     /// stage must exist on the branch), a branch name, or a hash prefix.
     pub fn resolve(&self, r: &str) -> Result<Resolved, LedgerError> {
-        let name = match Reference::parse(r)? {
+        let reference = Reference::parse(r)?;
+        let (Reference::Name(name) | Reference::Stage { branch: name, .. }) = &reference;
+        if crate::ledger::refs::is_scratch(name) {
+            return Err(LedgerError::ScratchRef { name: name.clone() });
+        }
+        let name = match reference {
             Reference::Stage { branch, stage } => {
                 self.stage_end(&branch, stage)?;
                 return Ok(Resolved::Stage { branch, stage });

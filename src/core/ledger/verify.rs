@@ -100,6 +100,7 @@ impl Ledger {
         let walk = self.verify_events(&mut problems);
         self.verify_saved_index(&walk, &mut problems);
         let branches = self.verify_branch_refs(&walk.chain_ok, &mut problems);
+        self.verify_scratch(&mut warnings);
         self.verify_refs_log(&mut problems, &mut warnings);
         self.verify_unattached(&mut problems, &mut warnings);
         let (events, event_bytes) = (walk.events, walk.event_bytes);
@@ -276,7 +277,7 @@ impl Ledger {
     /// stored event whose chain reaches genesis. Returns the number of branches.
     fn verify_branch_refs(&self, chain_ok: &[bool], problems: &mut Vec<Problem>) -> usize {
         let index = self.index();
-        let branches = self.refs().branches.len();
+        let branches = self.refs().visible().count();
         if branches == 0 {
             problems.push(Problem {
                 what: "refs".into(),
@@ -301,6 +302,29 @@ impl Ledger {
             }
         }
         branches
+    }
+
+    /// Phase 3b: scratch refs (a replay's recomputation, which readers do not see). With
+    /// no writer at work, one is a leftover of a killed command: a warning naming it and
+    /// `gc`, which removes it with what only it reaches.
+    fn verify_scratch(&self, warnings: &mut Vec<Problem>) {
+        let running = Ledger::writer_active(self.dir());
+        for (name, head) in self.refs().scratch() {
+            warnings.push(Problem {
+                what: format!("ref {name}"),
+                problem: if running {
+                    format!(
+                        "scratch work at {} of a command writing this ledger now (a replay); it goes when that command ends",
+                        head.short()
+                    )
+                } else {
+                    format!(
+                        "scratch work at {} left by a replay that was killed (no reader sees it); `ledger gc` removes it",
+                        head.short()
+                    )
+                },
+            });
+        }
     }
 
     /// Phase 4: `REFS`' history: every record's check line, not only the last one's
