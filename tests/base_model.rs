@@ -370,3 +370,99 @@ fn pretraining_mix_covers_every_agent_count_and_never_a_suite_instance() {
         .unwrap();
     assert_eq!(again, data);
 }
+
+/// A card's `## Scores` heading: `(suite, eval arguments)` for `val` and `test`.
+fn card_suites(card: &str) -> Vec<(String, Vec<String>)> {
+    let heading = card
+        .lines()
+        .find(|l| l.starts_with("## Scores (`ledger eval"))
+        .expect("the card has a `## Scores` heading");
+    ["val", "test"]
+        .iter()
+        .map(|suite| {
+            let tag = format!("{suite}: `");
+            let at = heading.find(&tag).expect("the heading names both suites") + tag.len();
+            let args = heading[at..].split('`').next().unwrap();
+            (
+                suite.to_string(),
+                args.split_whitespace().map(str::to_string).collect(),
+            )
+        })
+        .collect()
+}
+
+/// The items a suite's arguments make: per cell x cells x wait ratios (val: 2 agents on
+/// 8 sizes; test: 3, 4 and 5 agents on 8, 7 and 6 sizes).
+fn suite_items(suite: &str, args: &[String]) -> usize {
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .map(|i| args[i + 1].clone())
+    };
+    let per_cell: usize = value("--per-cell").unwrap().parse().unwrap();
+    let ratios = value("--wait-ratios").map_or(1, |r| r.split(',').count());
+    per_cell * ratios * if suite == "val" { 8 } else { 21 }
+}
+
+/// The block `ledger eval` prints for one suite: from `SUITE suite (` to its `first
+/// failures:` line.
+fn suite_block(text: &str, suite: &str) -> Option<String> {
+    let start = text.find(&format!("{suite} suite ("))?;
+    let rest = &text[start..];
+    let end = rest.find("first failures:")?;
+    let line_end = rest[end..].find('\n').map_or(rest.len(), |i| end + i);
+    Some(rest[..line_end].to_string())
+}
+
+/// `make test` re-scores every shipped model on the smaller of its card's two suites
+/// and compares, line by line, with the scores its card states (per size, Sum, the
+/// coordination split and the first failures). Two models at a time, as the cores allow.
+#[test]
+fn every_shipped_model_scores_what_its_card_states() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("ledgers/models");
+    let mut models: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("model.safetensors").is_file())
+        .collect();
+    models.sort();
+    assert!(models.len() >= 5, "{models:?}");
+    let check = |dir: &Path| -> Result<(), String> {
+        let card = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        let (suite, args) = card_suites(&card)
+            .into_iter()
+            .min_by_key(|(s, a)| suite_items(s, a))
+            .unwrap();
+        let stated = suite_block(&card, &suite)
+            .ok_or_else(|| format!("{}: the card has no {suite} block", dir.display()))?;
+        let mut cmd: Vec<&str> = vec!["eval", "--model", dir.to_str().unwrap(), "--suite", &suite];
+        cmd.extend(args.iter().map(String::as_str));
+        let out = ok(&common::cli(&cmd));
+        let got = suite_block(&out, &suite).ok_or_else(|| format!("no {suite} block: {out}"))?;
+        if got.trim_end() == stated.trim_end() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} on its {suite} suite ({}) no longer scores what its card states:\n--- card\n{stated}\n--- now\n{got}",
+                dir.display(),
+                args.join(" ")
+            ))
+        }
+    };
+    let failures: Vec<String> = models
+        .chunks(models.len().div_ceil(2))
+        .map(|chunk| {
+            let chunk = chunk.to_vec();
+            std::thread::spawn(move || {
+                chunk
+                    .iter()
+                    .filter_map(|d| check(d).err())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

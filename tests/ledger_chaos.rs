@@ -20,7 +20,7 @@ use mapf_ledger::ledger::event::*;
 use mapf_ledger::ledger::{Hash, Ledger, Meta};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -157,29 +157,68 @@ fn target(dir: &Path, class: Class, rng: &mut ChaCha8Rng) -> (PathBuf, u64, u64)
 }
 
 /// Damage the file; returns whether any byte changed.
-fn damage(path: &Path, lo: u64, hi: u64, how: Damage, class: Class, rng: &mut ChaCha8Rng) -> bool {
+/// Damage `path` within `lo..hi`; the byte range changed (None when nothing changed).
+fn damage(
+    path: &Path,
+    lo: u64,
+    hi: u64,
+    how: Damage,
+    class: Class,
+    rng: &mut ChaCha8Rng,
+) -> Option<(u64, u64)> {
     let before = std::fs::read(path).unwrap();
     let mut b = before.clone();
     let at = rng.random_range(lo..hi) as usize;
-    match how {
-        Damage::Flip => b[at] ^= 1 << rng.random_range(0..8),
+    let range = match how {
+        Damage::Flip => {
+            b[at] ^= 1 << rng.random_range(0..8);
+            (at, at + 1)
+        }
         // An earlier REFS record cannot be cut without the later ones: its bytes are
         // zeroed instead.
         Damage::Truncate if class == Class::RefsEarlier => {
-            for x in &mut b[at..(at + 16).min(hi as usize)] {
-                *x = 0;
-            }
+            let end = (at + 16).min(hi as usize);
+            b[at..end].fill(0);
+            (at, end)
         }
-        Damage::Truncate => b.truncate(at),
+        Damage::Truncate => {
+            b.truncate(at);
+            (at, before.len())
+        }
         Damage::ZeroPage => {
             let page = at / 4096 * 4096;
-            for x in &mut b[page..(page + 4096).min(before.len())] {
-                *x = 0;
-            }
+            let end = (page + 4096).min(before.len());
+            b[page..end].fill(0);
+            (page, end)
         }
-    }
+    };
     std::fs::write(path, &b).unwrap();
-    b != before
+    (b != before).then_some((range.0 as u64, range.1 as u64))
+}
+
+/// Each event's frame in the event pack, `[start, end)` (a frame ends where the next
+/// begins, the last at the file's end), and its ancestry.
+fn frames_and_ancestry(dir: &Path) -> BTreeMap<Hash, ((u64, u64), Vec<Hash>)> {
+    let l = Ledger::open_read_only(dir).unwrap();
+    let pack = dir.join("packs/pack-00000001.pack");
+    let len = std::fs::metadata(&pack).unwrap().len();
+    let mut at: Vec<(u64, Hash)> = reach(dir)
+        .events
+        .iter()
+        .map(|h| {
+            let loc = l.location(h).unwrap();
+            assert_eq!(loc.pack.file_name(), pack.file_name(), "one event pack");
+            (loc.offset, *h)
+        })
+        .collect();
+    at.sort();
+    (0..at.len())
+        .map(|i| {
+            let end = at.get(i + 1).map_or(len, |n| n.0);
+            let h = at[i].1;
+            (h, ((at[i].0, end), l.ancestry(&h).unwrap()))
+        })
+        .collect()
 }
 
 #[derive(Default)]
@@ -205,6 +244,7 @@ fn damage_to_any_file_is_named_and_recovered_losing_only_the_damaged_bytes() {
     fixture(&base);
     let before = reach(&base);
     assert!(before.events.len() > 40 && before.blobs.len() > 20);
+    let frames = frames_and_ancestry(&base);
     let classes = [
         Class::EventPack,
         Class::BlobPack,
@@ -227,9 +267,9 @@ fn damage_to_any_file_is_named_and_recovered_losing_only_the_damaged_bytes() {
                 let d = tmp.path().join(format!("{class:?}-{how:?}-{trial}"));
                 copy_dir(&base, &d);
                 let (file, lo, hi) = target(&d, class, &mut rng);
-                if !damage(&file, lo, hi, how, class, &mut rng) {
+                let Some(damaged) = damage(&file, lo, hi, how, class, &mut rng) else {
                     continue;
-                }
+                };
                 t.trials += 1;
                 let ctx = format!("{class:?} {how:?} trial {trial} ({})", file.display());
                 let name = file.file_name().unwrap().to_string_lossy().into_owned();
@@ -310,6 +350,32 @@ fn damage_to_any_file_is_named_and_recovered_losing_only_the_damaged_bytes() {
                         "{ctx}: blob {} lost unreported",
                         b.short()
                     );
+                }
+                // Every event outside the damaged bytes survives: still reachable, unless
+                // its history runs through a damaged frame (then reported cut off).
+                let hit = |h: &Hash| {
+                    class == Class::EventPack && {
+                        let (a, b) = frames[h].0;
+                        a < damaged.1 && damaged.0 < b
+                    }
+                };
+                for (h, (_, ancestry)) in &frames {
+                    if hit(h) {
+                        continue;
+                    }
+                    if ancestry.iter().any(hit) {
+                        assert!(
+                            after.events.contains(h) || lost.contains(h),
+                            "{ctx}: event {} (intact, history through the damage) neither kept nor reported",
+                            h.short()
+                        );
+                    } else {
+                        assert!(
+                            after.events.contains(h),
+                            "{ctx}: event {} lies outside the damaged bytes {damaged:?} with its whole history, yet no branch reaches it after recover",
+                            h.short()
+                        );
+                    }
                 }
                 t.lost_events += gone.len() as u32;
                 t.lost_blobs += lost_blobs.len() as u32;
