@@ -34,24 +34,8 @@
 //! token; backward 2x forward; padding and recomputation not counted, a prompt
 //! prefilled once per instance) divided by time, over the matmul peak.
 //!
-//! Results on the project's 2-core CPU, `make bench-trainer-peers`, 1 thread, two runs
-//! (README, "Speed", has the whole table): matmul peak 87-95 GFLOP/s; base planner
-//! decode 1.1-1.6k tokens/s at batch 1 (5.5-8.5x `generate()`), 4.9-5.7k with 64
-//! distinct prompts (1.4-1.5x, 43-55% of peak), 6.6-8.0k with one prompt x 64 samples
-//! (1.9-2.0x); base planner GRPO step 3.8 s against TRL's 6.6-6.8 s on the same batches
-//! and caps (1.7-1.8x in steps/s, 1.9-2.0x in sampled tokens/s), 49-54% of peak.
-use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig, Solved};
-use mapf_ledger::ledger::Hash;
-use mapf_ledger::record::trainer::StepRecord;
-use mapf_ledger::seed::Seed;
-use mapf_ledger::train::adam::AdamConfig;
-use mapf_ledger::train::grpo::{self, GrpoConfig};
-use mapf_ledger::train::lm::{self, LmConfig, LmSpec, Sampling};
-use mapf_ledger::train::policy::Policy;
-use mapf_ledger::train::{new_policy, TrainState};
-use std::path::{Path, PathBuf};
-use std::time::Instant;
-use tch::{Device, Kind, Tensor};
+//! Results: README, "Speed", from the committed output of a run
+//! (`ledgers/results/speed-cpu/`).
 
 fn grpo_config() -> GrpoConfig {
     GrpoConfig {
