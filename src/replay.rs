@@ -38,6 +38,8 @@ pub enum ForkError {
         before: u32,
         valid: String,
     },
+    #[error("--at stage{at}: past the plan's end (it has {stages} engineered stages, stage1 to stage{stages}, after the warm-up, stage 0); stages that can be forked: {valid}")]
+    PastPlanEnd { at: u32, stages: u32, valid: String },
     #[error(transparent)]
     Engineer(#[from] crate::engineer::EngineerNameError),
     #[error("the ledger's plan: {0}")]
@@ -87,6 +89,25 @@ fn fork_as(
         .filter(|s| s.completed.is_some())
         .map(|s| s.stage)
         .collect();
+    // A fork past the plan's last stage would have nothing to run.
+    let stages = plan.engineer.stages;
+    if at > stages {
+        let valid: Vec<String> = completed
+            .iter()
+            .map(|n| n + 1)
+            .filter(|&n| n <= stages)
+            .map(|n| format!("stage{n}"))
+            .collect();
+        return Err(ForkError::PastPlanEnd {
+            at,
+            stages,
+            valid: if valid.is_empty() {
+                "none yet (run the warm-up first)".into()
+            } else {
+                valid.join(", ")
+            },
+        });
+    }
     // Stage 0 is the base model's evaluation: a fork before it would keep nothing.
     let Some(point) = at
         .checked_sub(1)

@@ -53,6 +53,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = mapf_ledger::plan::DEFAULT_EVAL_BATCH as usize,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65536))]
     pub batch: usize,
+    /// Print JSON (schemas/eval.json) instead of tables.
     #[arg(long)]
     pub json: bool,
 }
@@ -77,7 +78,7 @@ fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
             "--prompt applies to HF directories; a checkpoint uses its recorded format",
         ));
     }
-    Ok(super::checkpoint::load_ref(dir, &args.model)?.policy)
+    Ok(mapf_ledger::stage::load_model_checkpoint(dir, &args.model)?.policy)
 }
 
 pub fn run(dir: &Path, args: EvalArgs) -> CliResult {

@@ -301,12 +301,14 @@ pub enum Command {
     #[cfg(feature = "train")]
     /// Write the JSON Schemas of every interchange format into a directory.
     Schemas {
+        /// Directory to write the schemas into (created if missing).
         #[arg(long, default_value = "schemas")]
         out: PathBuf,
     },
     #[cfg(feature = "train")]
     /// Run the branch's stages (warm-up, then engineered GRPO stages) from where it stops.
     Run {
+        /// The branch to run (created at the genesis if new).
         #[arg(long, default_value = "main")]
         branch: String,
         /// Run at most N more stages.
@@ -334,14 +336,19 @@ pub enum Command {
     #[cfg(feature = "train")]
     /// Continue a branch after a crash or Ctrl-C (same as `run`).
     Resume {
+        /// The branch to run (created at the genesis if new).
         #[arg(long, default_value = "main")]
         branch: String,
+        /// cpu, cuda or cuda:N (default: the plan's).
         #[arg(long)]
         device: Option<String>,
+        /// On CUDA: the GPU memory the memory check compares with (default: the device's own), e.g. 80GiB.
         #[arg(long, value_name = "SIZE")]
         gpu_memory: Option<String>,
+        /// Run even when the memory check says the plan cannot fit.
         #[arg(long)]
         force: bool,
+        /// No progress bars.
         #[arg(long)]
         quiet: bool,
     },
@@ -352,6 +359,7 @@ pub enum Command {
         /// stageN (N >= 1).
         #[arg(long)]
         at: String,
+        /// The branch to fork from.
         #[arg(long, default_value = "main")]
         from: String,
         /// The engineer of stage N onward (as for `run --engineer`, module switches included).
@@ -365,6 +373,7 @@ pub enum Command {
     /// Write a stage's policy weights as a safetensors file (REF: BRANCH@stageN, a
     /// branch, or a checkpoint event hash prefix).
     ExportCheckpoint {
+        /// The checkpoint: BRANCH@stageN, a branch (its latest), or a checkpoint event's hash prefix.
         #[arg(value_name = "REF")]
         reference: String,
         /// A safetensors file of the trained parameters.
@@ -396,8 +405,10 @@ pub enum Command {
     /// Each is a reference: BRANCH, BRANCH@stageN (the branch through stage N) or an
     /// event's hash prefix; the first is the baseline the others are paired against.
     Compare {
+        /// The references to compare; the first is the baseline.
         #[arg(required = true, value_name = "REFERENCE")]
         branches: Vec<String>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         /// Also plot the validation curves into this file (SVG or PNG, by extension).
@@ -424,6 +435,7 @@ pub enum Command {
         /// Also print the reply each engineer wrote, verbatim (`reply_text` in --json).
         #[arg(long)]
         reply: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -504,7 +516,13 @@ pub fn main() {
         }
         default_hook(info)
     }));
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        if let Some(message) = empty_ledger_variable(&e) {
+            eprintln!("ledger: {message}");
+            std::process::exit(2);
+        }
+        e.exit()
+    });
     let ledger_dir = cli.ledger_dir();
     let result = match cli.command {
         #[cfg(feature = "train")]
@@ -605,6 +623,24 @@ pub fn main() {
         eprintln!("ledger: {}", e.message);
         std::process::exit(e.code);
     }
+}
+
+/// What to say when clap refuses an empty `--ledger` that came from `LEDGER=` (set
+/// but empty) rather than from the command line: name the variable and how to name a
+/// ledger, instead of "a value is required for '--ledger'".
+fn empty_ledger_variable(e: &clap::Error) -> Option<String> {
+    let from_command_line = std::env::args_os().any(|a| {
+        a.to_str()
+            .is_some_and(|a| a == "--ledger" || a.starts_with("--ledger="))
+    });
+    (e.kind() == clap::error::ErrorKind::InvalidValue
+        && std::env::var_os("LEDGER").is_some_and(|v| v.is_empty())
+        && !from_command_line)
+        .then(|| {
+            "LEDGER is set but empty: name a ledger directory with `--ledger DIR` or \
+             `LEDGER=DIR`, or unset LEDGER for the default, ledgers/default"
+                .to_string()
+        })
 }
 
 #[cfg(feature = "train")]

@@ -129,12 +129,7 @@ pub fn run(ledger_dir: &Path, opts: RunOptions, check: MemoryCheck, quiet: bool)
             message: "interrupted".into(),
         });
     }
-    println!(
-        "branch {} at {} (stages run: {:?})",
-        summary.branch,
-        summary.head.short(),
-        summary.completed
-    );
+    println!("{}", summary.describe(plan.engineer.stages, opts.stages));
     if !quiet {
         // What the ledger cost this run: appends (fsync included), blobs, history and
         // projections, against the run's wall time.

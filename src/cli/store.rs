@@ -13,6 +13,7 @@ pub enum StoreCommand {
     /// Create a ledger from a plan file (see ledgers/README.md), or from a bundle
     /// (`ledger bundle`) that starts at its genesis.
     Init {
+        /// The plan file (TOML; see ledgers/README.md) the ledger is created from.
         #[arg(
             long,
             value_name = "FILE",
@@ -20,6 +21,7 @@ pub enum StoreCommand {
             conflicts_with = "from_bundle"
         )]
         plan: Option<PathBuf>,
+        /// A bundle (`ledger bundle`) holding the genesis to create the ledger from.
         #[arg(long, value_name = "FILE")]
         from_bundle: Option<PathBuf>,
     },
@@ -36,19 +38,25 @@ pub enum StoreCommand {
         /// process is writing the ledger any more (or on Ctrl-C). --json prints JSON lines.
         #[arg(long, short = 'f')]
         follow: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// A blob's bytes, as stored (hash or a prefix of 4+ hex digits), to standard output:
     /// an engineer's prompt and reply, a plan file, a context, a checkpoint.
     Cat {
+        /// The blob's hash, or a prefix of 4+ hex digits.
         #[arg(value_name = "BLOB")]
         blob: String,
     },
-    /// One event (hash prefix), a branch (its state), or a stage (`branch@stageN`).
+    /// One event (hash prefix), a branch (its stages), or a stage (`branch@stageN`: a
+    /// summary of its engineer, training, checkpoint, configuration, validation and test
+    /// tables; the whole projection with --json).
     Show {
+        /// An event's hash prefix, a branch, or BRANCH@stageN.
         #[arg(value_name = "REF")]
         reference: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         /// With a stage: up to N of its sampled plans (spread over its GRPO steps), each
@@ -71,11 +79,13 @@ pub enum StoreCommand {
     },
     /// Every branch with its head and fork point.
     Branches {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Recompute every event hash, parent link, ref and blob (exit 1 naming the first bad one).
     Verify {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         /// Fail (exit 1) on warnings too: a damaged superseded REFS record, a blob
@@ -90,12 +100,14 @@ pub enum StoreCommand {
     /// committed lengths and in `<ledger>/set-aside/` included), and rebuild. Copies of
     /// everything damaged are kept in `<ledger>/damaged/<n>/`.
     Recover {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Export events, per-cell metrics, decisions, branches or GRPO steps as JSON lines or
     /// CSV (every branch, or one branch's history).
     Export {
+        /// jsonl, csv, or tensorboard (event files under --out DIR).
         #[arg(long, value_enum, default_value = "jsonl")]
         format: ExportFormat,
         /// events: every event; metrics: one row per (branch, stage, suite, agents,
@@ -116,6 +128,7 @@ pub enum StoreCommand {
     /// Remove every event and blob no branch reaches (deleted branches, scratch runs),
     /// crash-safe: killed at any instant, nothing a branch reaches is lost.
     Gc {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -124,6 +137,7 @@ pub enum StoreCommand {
     Branch(BranchCommand),
     /// Recompute every projection from the log.
     Rebuild {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -131,8 +145,10 @@ pub enum StoreCommand {
     /// "<batch> <head> <events>" after each durable batch.
     #[command(hide = true)]
     DebugAppendLoop {
+        /// Events per appended batch.
         #[arg(long, default_value_t = 50)]
         batch: usize,
+        /// Stop after this many batches (default: never).
         #[arg(long)]
         batches: Option<u64>,
     },
@@ -141,7 +157,10 @@ pub enum StoreCommand {
 #[derive(Subcommand, Debug)]
 pub enum BranchCommand {
     /// Remove a branch's ref (its events stay until `ledger gc`; `main` cannot go).
-    Delete { name: String },
+    Delete {
+        /// The branch to delete.
+        name: String,
+    },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -168,7 +187,13 @@ pub enum ExportWhat {
 
 use super::ledger_error as err;
 
+/// An error writing a command's output. A closed pipe (`ledger cat BLOB | head`) is the
+/// reader leaving, not a failure: the command ends quietly with status 0 (see
+/// [`super::Stdout`]), whichever writer met it.
 fn out_err(e: std::io::Error) -> CliError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
     CliError::input(format!("writing output: {e}"))
 }
 
@@ -334,6 +359,11 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
 fn init(plan: &Path, ledger: &Path) -> CliResult {
     let bytes =
         std::fs::read(plan).map_err(|e| CliError::input(format!("{}: {e}", plan.display())))?;
+    // A model directory `run` could not find is refused now, not at the first stage.
+    if let Ok(p) = mapf_ledger::plan::LedgerPlan::parse(&bytes) {
+        p.lm.check_hf_dir()
+            .map_err(|m| CliError::input(format!("{}: {m}", plan.display())))?;
+    }
     let l = Ledger::create(ledger, &bytes).map_err(|e| match e {
         LedgerError::Plan(p) => CliError::input(format!("{}: {p}", plan.display())),
         e => err(e),
@@ -353,7 +383,7 @@ fn cat(ledger: &Path, blob: &str) -> CliResult {
     let l = Ledger::open_read_only(ledger).map_err(err)?;
     let h = l.blob_by_prefix(blob).map_err(err)?;
     let bytes = l.blob(&h).map_err(err)?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::stdout();
     out.write_all(&bytes)
         .and_then(|_| out.flush())
         .map_err(out_err)
@@ -452,9 +482,8 @@ fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliR
             w.flush().map_err(out_err)?;
             printed = Some(head);
         } else if head.is_none() && first {
-            return Err(err(LedgerError::UnknownBranch {
-                name: branch.to_string(),
-            }));
+            let l = Ledger::open_read_only(ledger).map_err(err)?;
+            return Err(err(l.unknown_branch(branch)));
         }
         first = false;
         if !writing {
@@ -494,11 +523,7 @@ fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
         Resolved::Branch { name, head } => {
             let s = l.projection(&name).map_err(err)?;
             if json {
-                return print_json(&mapf_ledger::views::show::BranchShow {
-                    branch: name,
-                    head,
-                    state: s,
-                });
+                return print_json(&mapf_ledger::views::show::BranchShow::new(name, head, &s));
             }
             println!("branch  {name}");
             println!("head    {head}");
@@ -534,14 +559,9 @@ fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
                 ))
             })?;
             if json {
-                return print_json(&mapf_ledger::views::show::StageShow {
-                    branch,
-                    stage: st.clone(),
-                });
+                return print_json(&mapf_ledger::views::show::StageShow::new(branch, st));
             }
-            let s = serde_json::to_string_pretty(st).map_err(|e| CliError::input(e.to_string()))?;
-            println!("{branch}@stage{stage}");
-            println!("{s}");
+            print!("{}", mapf_ledger::views::show::render_stage(&branch, st));
             Ok(())
         }
     }

@@ -24,6 +24,37 @@ pub fn load_checkpoint(dir: &Path, r: &str) -> Result<TrainState, StageError> {
     .map_err(|e| StageError::Model(format!("{r}: {e}")))
 }
 
+/// What a command's `--model` names when it is not a model directory: a checkpoint
+/// reference in the ledger at `dir`. When it is not that either (no ledger there, no
+/// such branch or event), the error says both readings failed and names `model` as
+/// given, so a mistyped directory is not reported as a problem of the ledger. A
+/// damaged ledger stays a ledger error (a failed check).
+pub fn load_model_checkpoint(dir: &Path, model: &str) -> Result<TrainState, StageError> {
+    use crate::ledger::LedgerError as L;
+    load_checkpoint(dir, model).map_err(|e| match e {
+        StageError::Ledger(
+            e @ (L::NotALedger { .. }
+            | L::UnknownBranch { .. }
+            | L::UnknownEvent { .. }
+            | L::BadReference { .. }
+            | L::Ambiguous { .. }),
+        ) => {
+            let p = Path::new(model);
+            let dir_part = if p.exists() {
+                format!("{model} is not a directory")
+            } else {
+                format!("no such file or directory {model}")
+            };
+            StageError::Model(format!(
+                "model {model}: not a model directory ({dir_part}; an HF model directory \
+                 holds config.json), nor a checkpoint of ledger {} ({e})",
+                dir.display()
+            ))
+        }
+        e => e,
+    })
+}
+
 /// A language model: from an HF directory (`model` holds `config.json`; its MAPF
 /// prompt format from `mapf-ledger.json` where it says, else the paper's prompt), or
 /// from checkpoint reference `model` in the ledger at `dir`.
@@ -45,7 +76,7 @@ pub fn load_language_model(
             "{model}: a directory without config.json (expected an HF model directory)"
         )));
     }
-    let state = load_checkpoint(dir, model)?;
+    let state = load_model_checkpoint(dir, model)?;
     let kind = state.policy.kind();
     crate::train::lm::downcast(state.policy).ok_or_else(|| {
         StageError::Model(format!(

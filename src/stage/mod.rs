@@ -47,7 +47,7 @@ pub use base::warmup_data;
 pub use corpus::{engineer_corpus, engineer_examples, engineer_pairs, pretraining_corpus};
 pub use decision::decision_event;
 use end::{durable_checkpoint, finish_stage};
-pub use load::{load_checkpoint, load_language_model};
+pub use load::{load_checkpoint, load_language_model, load_model_checkpoint};
 pub use setup::{ledger_plan, ledger_suites, stage_seed, suite_spec, suites, warmup_config};
 
 /// What can stop a run.
@@ -105,6 +105,29 @@ pub struct RunSummary {
     pub completed: Vec<u32>,
     /// Stopped by Ctrl-C at a durable point.
     pub interrupted: bool,
+}
+
+impl RunSummary {
+    /// The line `ledger run` ends with. A run that found nothing to do says why in
+    /// words: the branch has run every stage of its plan (stage 0 to `last`), or
+    /// `--stages 0` asked for none.
+    pub fn describe(&self, last: u32, limit: Option<u32>) -> String {
+        let (branch, head) = (&self.branch, self.head.short());
+        if !self.completed.is_empty() {
+            return format!(
+                "branch {branch} at {head} (stages run: {:?})",
+                self.completed
+            );
+        }
+        if limit == Some(0) {
+            return format!("branch {branch} at {head}: --stages 0, no stage run");
+        }
+        format!(
+            "branch {branch} at {head}: nothing to run, it has run every stage of its plan \
+             (stage 0 to stage{last}, the last); `ledger fork --from {branch} --at stageN \
+             --engineer E` designs stages 1..{last} anew on a new branch"
+        )
+    }
 }
 
 /// Builds the engineer of a stage from its name (`engineer::build`, or a replay's

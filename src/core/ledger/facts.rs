@@ -65,8 +65,16 @@ impl Ledger {
     // ---- refs ----
 
     /// The head event of `branch`.
+    /// Every command that names a branch comes through here (references, `fork
+    /// --from`, `run --branch`), so an unknown name is answered once, with the nearest
+    /// branch name where one is close.
     pub fn head(&self, branch: &str) -> Result<Hash, LedgerError> {
-        Ok(self.store.head(branch)?)
+        self.store
+            .head(branch)
+            .map_err(|e| match LedgerError::from(e) {
+                LedgerError::UnknownBranch { name, .. } => self.unknown_branch(&name),
+                e => e,
+            })
     }
 
     /// Every branch and its head, in name order. Scratch refs (a replay's work, see

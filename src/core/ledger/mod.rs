@@ -66,8 +66,13 @@ pub enum LedgerError {
         problem: String,
         repair: Repair,
     },
-    #[error("no branch named `{name}`")]
-    UnknownBranch { name: String },
+    /// `nearest`: the ledger's branch whose name is closest to it, if one is close
+    /// (a typo's "did you mean").
+    #[error("no branch named `{name}`{}", reference::did_you_mean(nearest.as_deref()))]
+    UnknownBranch {
+        name: String,
+        nearest: Option<String>,
+    },
     #[error("branch `{name}` already exists")]
     BranchExists { name: String },
     #[error("branch `{name}` exists here with head {ours}, which the incoming head {theirs} does not continue (use --prefix NAME/ to fetch it under another name)")]
@@ -128,7 +133,10 @@ impl From<ledger_store::StoreError> for LedgerError {
             S::NotALedger { path } => LedgerError::NotALedger { path },
             S::ReadOnly => LedgerError::ReadOnly,
             S::UnknownEvent { what } => LedgerError::UnknownEvent { what },
-            S::UnknownBranch { name } => LedgerError::UnknownBranch { name },
+            S::UnknownBranch { name } => LedgerError::UnknownBranch {
+                name,
+                nearest: None,
+            },
             S::BranchExists { name } => LedgerError::BranchExists { name },
             S::Invalid(m) => LedgerError::Invalid(m),
         }

@@ -108,9 +108,17 @@ impl Ledger {
                 }),
             };
         }
-        Err(LedgerError::UnknownEvent {
-            what: format!("{r} (not a branch, BRANCH@stageN, or hash prefix of 4+ hex digits)"),
-        })
+        Err(self.unknown_branch(&name))
+    }
+
+    /// "No branch `name`", with the branch whose name is nearest to it when one is
+    /// close (a typo: `mian` for `main`).
+    pub fn unknown_branch(&self, name: &str) -> LedgerError {
+        let names = self.branches().unwrap_or_default();
+        LedgerError::UnknownBranch {
+            name: name.to_string(),
+            nearest: nearest(name, names.iter().map(|(n, _)| n.as_str())),
+        }
     }
 
     /// The event a reference names: a branch's head, where `BRANCH@stageN` ended, or the
@@ -160,9 +168,64 @@ impl Ledger {
     }
 }
 
+/// The `; did you mean ...?` of an unknown branch's message (empty without one).
+pub fn did_you_mean(nearest: Option<&str>) -> String {
+    nearest.map_or(String::new(), |n| format!("; did you mean `{n}`?"))
+}
+
+/// The candidate nearest to `name` by edit distance (a swap of two neighbours counts
+/// one edit), if it is within a third of the name's length (at least 2 edits); ties go
+/// to the first in order.
+pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let limit = (name.chars().count() / 3).max(2);
+    candidates
+        .into_iter()
+        .filter(|c| *c != name)
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c.to_string())
+}
+
+/// Optimal-string-alignment distance: insertions, deletions, substitutions and
+/// swaps of adjacent characters each cost one.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typo_finds_the_nearest_branch() {
+        let names = ["base-at2", "main", "main-random-at2"];
+        assert_eq!(nearest("mian", names).as_deref(), Some("main"));
+        assert_eq!(nearest("base-at3", names).as_deref(), Some("base-at2"));
+        assert_eq!(nearest("zzzzzzzz", names), None);
+        assert_eq!(edit_distance("mian", "main"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+    }
 
     #[test]
     fn one_grammar() {

@@ -44,7 +44,18 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     if !(x.is_finite() && x > 0.0) {
         return Err(format!("{s:?}: must be positive"));
     }
-    Ok((x * scale as f64) as u64)
+    // `as u64` saturates: 99999999999999999999GiB would silently become 16 EiB and
+    // "fit" every plan. A size past what 64 bits count is refused, naming the value.
+    let bytes = x * scale as f64;
+    if bytes >= u64::MAX as f64 {
+        return Err(format!(
+            "{s:?}: out of range (the largest size is 16777215TiB, 2^64 bytes less one)"
+        ));
+    }
+    if bytes < 1.0 {
+        return Err(format!("{s:?}: less than one byte"));
+    }
+    Ok(bytes as u64)
 }
 
 /// A size in bytes, written in a plan as a string with its unit (`"24GiB"`). It is
@@ -107,6 +118,15 @@ mod tests {
         assert_eq!(parse_size("1.5g").unwrap(), 3 << 29);
         assert!(parse_size("80XB").unwrap_err().contains("unknown unit"));
         assert!(parse_size("lots").unwrap_err().contains("expected a size"));
+        let e = parse_size("99999999999999999999GiB").unwrap_err();
+        assert!(
+            e.contains("99999999999999999999GiB") && e.contains("out of range"),
+            "{e}"
+        );
+        assert!(parse_size("16777216TiB")
+            .unwrap_err()
+            .contains("out of range"));
+        assert_eq!(parse_size("16777215TiB").unwrap(), 16777215 << 40);
     }
 
     #[test]

@@ -424,6 +424,38 @@ impl LmSpec {
         self.init.strip_prefix("hf:")
     }
 
+    /// Whether an `hf:` init names a model directory from here. A relative path is
+    /// read from the directory `ledger` runs in (committed plans are written for the
+    /// repository root), not from the plan file's: plans are hashed as written, so
+    /// their paths keep meaning what they meant. The message names `lm.init`, the path
+    /// as written, and the directory it was resolved against.
+    pub fn check_hf_dir(&self) -> Result<(), String> {
+        let Some(dir) = self.hf_dir() else {
+            return Ok(());
+        };
+        let p = std::path::Path::new(dir);
+        if p.join("config.json").is_file() {
+            return Ok(());
+        }
+        let what = if p.is_dir() {
+            "has no config.json (an HF model directory holds config.json, safetensors and tokenizer.json)"
+        } else {
+            "does not exist"
+        };
+        let against = if p.is_absolute() {
+            String::new()
+        } else {
+            let here = std::env::current_dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_else(|_| "the current directory".into());
+            format!(
+                " (resolved against {here}, the directory `ledger` runs in: a plan's \
+                 paths are relative to it, and the committed plans to the repository root)"
+            )
+        };
+        Err(format!("lm.init = {:?}: {dir} {what}{against}", self.init))
+    }
+
     /// Range checks; the message names the field.
     pub fn validate(&self) -> Result<(), (String, String)> {
         let f = |k: &str, m: String| Err((format!("lm.{k}"), m));

@@ -648,6 +648,7 @@ pub fn init(
 ) -> Result<LmPolicy, LmError> {
     let compute = compute.into();
     if let Some(dir) = spec.hf_dir() {
+        spec.check_hf_dir().map_err(LmError::Spec)?;
         let mut p = LmPolicy::from_hf_dir(
             std::path::Path::new(dir),
             compute,

@@ -1,0 +1,199 @@
+//! Errors that name the input the user gave (issue 52, item 4): each case a new user met,
+//! with its exit code (2 bad input, 1 a failed check) and the words the message must hold.
+mod common;
+
+use common::{cli, fails, ledger, ledger_cmd, ok, stdout, tiny_ledger};
+use std::io::Read;
+use std::process::{Command, Stdio};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const LM_PLAN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/engineer-rl.toml");
+
+/// (a) A model directory that does not exist is named as such, not reported as a
+/// problem of the default ledger.
+#[test]
+fn eval_names_a_missing_model_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("models/does-not-exist");
+    let missing = missing.to_str().unwrap();
+    let o = ledger(
+        &tmp.path().join("no-ledger"),
+        &["eval", "--model", missing, "--suite", "val"],
+    );
+    fails(&o, 2, &format!("model {missing}: not a model directory"));
+    fails(&o, 2, "no such file or directory");
+    // A file is not a model directory either.
+    let file = tmp.path().join("weights.bin");
+    std::fs::write(&file, b"x").unwrap();
+    let o = ledger(
+        &tmp.path().join("no-ledger"),
+        &[
+            "lm",
+            "generate",
+            "--model",
+            file.to_str().unwrap(),
+            "--prompt-file",
+            file.to_str().unwrap(),
+        ],
+    );
+    fails(&o, 2, "is not a directory");
+}
+
+/// (b) An unknown branch is said to be one, with the nearest name, wherever a branch
+/// is resolved: log, show, compare, fork --from.
+#[test]
+fn an_unknown_branch_suggests_the_nearest_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tiny_ledger(tmp.path());
+    for args in [
+        &["log", "--branch", "mian"][..],
+        &["show", "mian"],
+        &["show", "mian@stage1"],
+        &["compare", "main", "mian"],
+        &["audit", "--branch", "mian"],
+        &[
+            "fork",
+            "--from",
+            "mian",
+            "--at",
+            "stage1",
+            "--engineer",
+            "fixed",
+        ],
+    ] {
+        let o = ledger(&d, args);
+        fails(&o, 2, "no branch named `mian`; did you mean `main`?");
+    }
+    // Nothing close: no suggestion.
+    let o = ledger(&d, &["log", "--branch", "zzzzzzzzzz"]);
+    fails(&o, 2, "no branch named `zzzzzzzzzz`");
+    assert!(!common::stderr(&o).contains("did you mean"));
+}
+
+/// (c) `LEDGER=` (set, empty) says so and how to name a ledger.
+#[test]
+fn an_empty_ledger_variable_says_how_to_name_a_ledger() {
+    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("log")
+        .env("LEDGER", "")
+        .output()
+        .unwrap();
+    fails(&o, 2, "LEDGER is set but empty");
+    fails(&o, 2, "--ledger DIR");
+    fails(&o, 2, "LEDGER=DIR");
+    fails(&o, 2, "ledgers/default");
+}
+
+/// (d) A plan's `lm.init = "hf:DIR"` resolves against the directory `ledger` runs in:
+/// `init` from elsewhere is refused naming lm.init, the path and that directory, and a
+/// `run` from elsewhere says the same instead of "…/config.json: No such file".
+#[test]
+fn an_hf_init_that_does_not_resolve_names_lm_init_and_the_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let here = std::env::current_dir().unwrap();
+    let o = ledger_cmd(&tmp.path().join("l"), &["init", "--plan", LM_PLAN])
+        .current_dir(&elsewhere)
+        .output()
+        .unwrap();
+    fails(&o, 2, "engineer-rl.toml");
+    fails(&o, 2, "lm.init = \"hf:ledgers/models/mapf-base-indep\"");
+    fails(&o, 2, "ledgers/models/mapf-base-indep does not exist");
+    fails(&o, 2, &format!("resolved against {}", elsewhere.display()));
+    assert!(
+        !tmp.path().join("l").exists(),
+        "a refused init creates nothing"
+    );
+    let _ = here;
+
+    // From the repository root it resolves; a run from elsewhere names it all.
+    let l = tmp.path().join("l");
+    ok(&ledger_cmd(&l, &["init", "--plan", LM_PLAN])
+        .current_dir(ROOT)
+        .output()
+        .unwrap());
+    let o = ledger_cmd(&l, &["run", "--quiet"])
+        .current_dir(&elsewhere)
+        .output()
+        .unwrap();
+    fails(&o, 2, "lm.init = \"hf:ledgers/models/mapf-base-indep\"");
+    fails(&o, 2, &format!("resolved against {}", elsewhere.display()));
+}
+
+/// (e) A fork past the plan's last stage is refused with the plan's stage count and the
+/// valid choices; `run` on a finished branch says so in words.
+#[test]
+fn a_fork_past_the_plan_is_refused_and_a_finished_run_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tiny_ledger(tmp.path());
+    let o = ledger(&d, &["fork", "--at", "stage3", "--engineer", "fixed"]);
+    fails(&o, 2, "--at stage3: past the plan's end");
+    fails(&o, 2, "it has 2 engineered stages");
+    fails(&o, 2, "stages that can be forked: stage1, stage2");
+    let out = ok(&ledger(&d, &["run", "--quiet"]));
+    assert!(
+        out.contains("nothing to run, it has run every stage of its plan (stage 0 to stage2"),
+        "{out}"
+    );
+    assert!(!out.contains("stages run: []"), "{out}");
+}
+
+/// (f) A size past 64 bits is refused naming the value, not capped into "fits".
+#[test]
+fn an_out_of_range_gpu_memory_is_refused() {
+    let plan = format!("{ROOT}/tests/plans/tiny.toml");
+    let o = cli(&[
+        "plan",
+        "check",
+        &plan,
+        "--device",
+        "cuda",
+        "--gpu-memory",
+        "99999999999999999999GiB",
+    ]);
+    fails(
+        &o,
+        2,
+        "--gpu-memory \"99999999999999999999GiB\": out of range",
+    );
+}
+
+/// (g) A reader that leaves early (`ledger cat BLOB | head -c 10`) ends the command
+/// quietly with status 0, for every command that streams to standard output.
+#[test]
+fn a_closed_pipe_ends_quietly_with_status_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tiny_ledger(tmp.path());
+    let mut l = mapf_ledger::ledger::Ledger::open_read_only(&d).unwrap();
+    let blob = l.checkpoint_of("main").unwrap();
+    let size = l.blob(&blob).unwrap().len();
+    drop(l);
+    // Past any pipe's buffer, so the write meets the closed pipe.
+    assert!(
+        size > 1 << 18,
+        "checkpoint of {size} bytes: too small for this test"
+    );
+    let hex = blob.to_hex();
+    for args in [
+        &["cat", hex.as_str()][..],
+        &["export", "--what", "events"],
+        &["log"],
+        &["show", "main", "--json"],
+    ] {
+        let mut child = ledger_cmd(&d, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = child.stdout.take().unwrap();
+        let mut first = [0u8; 10];
+        out.read_exact(&mut first).unwrap();
+        drop(out);
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+    let _ = stdout;
+}
