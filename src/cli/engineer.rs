@@ -32,6 +32,7 @@ pub enum EngineerCommand {
         /// The model's context window in tokens; the context is trimmed to fit.
         #[arg(long, value_name = "N")]
         max_context: Option<u32>,
+        /// The branch whose registrations to read or add to.
         #[arg(long, default_value = "main")]
         branch: String,
     },
@@ -41,8 +42,10 @@ pub enum EngineerCommand {
     Eval(EvalArgs),
     /// The LLM engineers registered on a branch.
     List {
+        /// The branch whose registrations to read or add to.
         #[arg(long, default_value = "main")]
         branch: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -285,6 +288,7 @@ pub struct EvalArgs {
     /// Also every recorded decision context of this ledger (repeatable).
     #[arg(long = "from-ledger", value_name = "DIR")]
     pub from_ledger: Vec<PathBuf>,
+    /// Seed of the synthetic contexts and of sampling.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Read the model engineer's prompt budget, sampling and attempts from this plan's
@@ -297,18 +301,22 @@ pub struct EvalArgs {
     /// http://127.0.0.1:8000/v1) and the model name it serves.
     #[arg(long)]
     pub url: Option<String>,
+    /// For the `http` engineer: the model name the endpoint serves.
     #[arg(long = "served-model", value_name = "NAME")]
     pub served_model: Option<String>,
+    /// For the `http` engineer: the environment variable holding its API key (never the key itself).
     #[arg(long, value_name = "VAR")]
     pub api_key_env: Option<String>,
     /// tokenizer.json counting the http engineer's prompt tokens.
     #[arg(long, value_name = "FILE")]
     pub tokenizer: Option<PathBuf>,
+    /// For the `http` engineer: its context window in tokens; the prompt is trimmed to fit.
     #[arg(long, value_name = "N")]
     pub max_context: Option<u32>,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
 }

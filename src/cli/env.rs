@@ -26,8 +26,10 @@ pub enum EnvCommand {
         /// A GeneratorConfig JSON file (schemas/generator-config.json); overrides the flags below.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Map side length (the map is size x size).
         #[arg(long, default_value_t = 5)]
         size: usize,
+        /// Number of agents.
         #[arg(long, default_value_t = 2)]
         agents: usize,
         /// Hole ratio in [0, 0.5].
@@ -36,10 +38,13 @@ pub enum EnvCommand {
         /// Share of instances that need coordination, in [0, 1].
         #[arg(long, default_value_t = 0.0)]
         wait: f64,
+        /// Instances to generate.
         #[arg(long, default_value_t = 10)]
         count: usize,
+        /// Seed of the generator (the same seed gives the same instances).
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -56,11 +61,13 @@ pub enum EnvCommand {
         /// Wall-clock limit in milliseconds.
         #[arg(long)]
         timeout_ms: Option<u64>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Validate a plan (JSON `{"moves": [...]}` or text `agent 1: R D ...`) against an instance.
     Check {
+        /// The plan: JSON `{"moves": [...]}` or text `agent 1: R D ...`.
         plan: PathBuf,
         /// An instance, or what `env generate --json` wrote (pick one with --index).
         instance: PathBuf,
@@ -70,6 +77,7 @@ pub enum EnvCommand {
         /// Cost that "optimal" refers to.
         #[arg(long, value_enum, default_value_t = Metric::Makespan)]
         metric: Metric,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -81,8 +89,10 @@ pub enum EnvCommand {
         /// Instances per (agents, size) cell.
         #[arg(long, default_value_t = 150)]
         per_cell: usize,
+        /// Largest map size of the suite.
         #[arg(long, default_value_t = 10)]
         max_size: usize,
+        /// Seed of the generator (the same seed gives the same instances).
         #[arg(long, default_value_t = 2026)]
         seed: u64,
         /// Write the whole suite (instances, optima, plans) as JSON to this file.
@@ -91,15 +101,20 @@ pub enum EnvCommand {
         /// Also score the independent-shortest-paths baseline (valid/optimal per cell).
         #[arg(long)]
         baseline: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Import a MovingAI `.map` + `.scen` pair as an instance (first K scenario lines).
     ImportMovingai {
+        /// The MovingAI .map file.
         map: PathBuf,
+        /// The MovingAI .scen file (its first --agents lines are the agents).
         scen: PathBuf,
+        /// Number of agents.
         #[arg(long, default_value_t = 2)]
         agents: usize,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -118,10 +133,13 @@ pub enum EnvCommand {
     /// Measure the batched step API: random actions on generated instances, observation
     /// planes updated every step, finished instances auto-reset.
     Throughput {
+        /// Map side length (the map is size x size).
         #[arg(long, default_value_t = 8)]
         size: usize,
+        /// Number of agents.
         #[arg(long, default_value_t = 2)]
         agents: usize,
+        /// Hole ratio in [0, 0.5].
         #[arg(long, default_value_t = 0.3)]
         holes: f64,
         /// Instances stepped together.
@@ -133,6 +151,7 @@ pub enum EnvCommand {
         /// Step lanes in parallel with rayon (RAYON_NUM_THREADS sets the threads).
         #[arg(long)]
         parallel: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },

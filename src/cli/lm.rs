@@ -22,13 +22,16 @@ pub enum LmCommand {
         /// The user message (wrapped in the model's chat template unless --raw).
         #[arg(long)]
         prompt_file: PathBuf,
+        /// Most tokens to generate after the prompt.
         #[arg(long, default_value_t = 64)]
         max_new_tokens: usize,
         /// 0 decodes greedily.
         #[arg(long, default_value_t = 0.0)]
         temperature: f64,
+        /// Nucleus sampling: sample from the smallest set of tokens whose probability reaches this (1 samples from all).
         #[arg(long, default_value_t = 1.0)]
         top_p: f64,
+        /// Seed of the sampler (with --temperature above 0).
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Feed the file's text as is, without the chat template.
@@ -37,6 +40,7 @@ pub enum LmCommand {
         /// cpu, cuda or cuda:N.
         #[arg(long, default_value = "cpu")]
         device: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -73,6 +77,7 @@ pub struct BenchArgs {
     /// instances; thinking off, --grpo-new-tokens new tokens.
     #[arg(long)]
     grpo_plan: Option<PathBuf>,
+    /// New tokens per completion in the timed GRPO step.
     #[arg(long, default_value_t = 512)]
     grpo_new_tokens: usize,
     /// The tokenizer.json the GRPO step's prompts are written with (its ids fit any
@@ -83,8 +88,10 @@ pub struct BenchArgs {
     /// examples of --warmup-plan, as the base planner's pretraining runs them.
     #[arg(long, requires = "warmup_plan")]
     warmup_model: Option<PathBuf>,
+    /// The plan whose engineer examples the --warmup-model steps train on.
     #[arg(long, requires = "warmup_model")]
     warmup_plan: Option<PathBuf>,
+    /// Warm-up steps to time.
     #[arg(long, default_value_t = 10)]
     warmup_steps: u64,
     /// Rows of a warm-up step (default: the plan's `warmup.engineer_batch_size`).

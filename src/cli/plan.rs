@@ -25,6 +25,7 @@ pub enum PlanCommand {
         /// The model's config.json, when the plan's hf: directory is not on this machine.
         #[arg(long, value_name = "FILE")]
         model_config: Option<PathBuf>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },

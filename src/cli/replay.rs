@@ -21,6 +21,7 @@ use std::sync::atomic::AtomicBool;
 /// Arguments of `ledger replay`.
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
+    /// The branch whose stages to replay (or to fork the counterfactual from).
     #[arg(long, default_value = "main")]
     pub branch: String,
     /// The stage to replay (N or stageN; 0 is the warm-up). Default: every completed stage.

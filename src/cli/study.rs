@@ -63,6 +63,7 @@ pub struct StudyArgs {
     /// Seed replicates per engineer (0..K; replicate 0 uses the plan's seeds).
     #[arg(long, default_value_t = 1)]
     pub seeds: u32,
+    /// The branch every run forks from.
     #[arg(long, default_value = "main")]
     pub from: String,
     /// Output directory (default: LEDGER/study-atN).
@@ -100,6 +101,7 @@ pub struct StudyArgs {
     /// of rows that pair one (a report has no per-instance outcomes).
     #[arg(long, value_name = "REPORT")]
     pub reuse: Option<PathBuf>,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
     /// No progress lines.
@@ -109,12 +111,16 @@ pub struct StudyArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct TaskArgs {
+    /// The bundle the worker ledger is created from when it does not exist yet.
     #[arg(long, value_name = "FILE")]
     pub bundle: PathBuf,
+    /// The branch of the worker ledger to run.
     #[arg(long)]
     pub branch: String,
+    /// cpu, cuda or cuda:N (default: the plan's).
     #[arg(long)]
     pub device: Option<String>,
+    /// No progress lines.
     #[arg(long)]
     pub quiet: bool,
 }

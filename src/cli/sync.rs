@@ -11,6 +11,7 @@ pub struct BundleArgs {
     /// BRANCH or BRANCH@stageN (everything through stage N's last event); repeatable.
     #[arg(long = "branch", value_name = "BRANCH[@stageN]", required = true)]
     pub branches: Vec<String>,
+    /// The bundle file to write.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
 }
@@ -23,6 +24,7 @@ pub struct FetchArgs {
     /// Put the incoming branches under this namespace (e.g. `worker1/`).
     #[arg(long, value_name = "NAME/")]
     pub prefix: Option<String>,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
 }
