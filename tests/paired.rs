@@ -268,7 +268,7 @@ fn compare_and_study_pair_forks_of_a_stratified_ledger() {
             .sum();
         assert_eq!(halves, r["instances"].as_u64().unwrap(), "{r}");
     }
-    let last_val = |b: &Value| b["validation"].as_array().unwrap().last().unwrap()[1].clone();
+    let last_val = |b: &Value| b["validation"].as_array().unwrap().last().unwrap()["valid"].clone();
     let val = &rows[0];
     assert_eq!(
         (val["suite"].as_str(), val["instances"].as_u64()),
@@ -289,7 +289,7 @@ fn compare_and_study_pair_forks_of_a_stratified_ledger() {
         let cells = t["cells"].as_array().unwrap();
         cells
             .iter()
-            .map(|c| 100.0 * c[3].as_f64().unwrap() / c[2].as_f64().unwrap())
+            .map(|c| 100.0 * c["valid"].as_f64().unwrap() / c["total"].as_f64().unwrap())
             .sum::<f64>()
             / cells.len() as f64
     };

@@ -271,7 +271,7 @@ fn audit_export_and_compare_plot() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|v| v[0].as_u64().unwrap())
+            .map(|v| v["stage"].as_u64().unwrap())
             .collect();
         assert_eq!(stages, evaluated, "{}", b["branch"]);
         let last = rows
@@ -293,7 +293,7 @@ fn audit_export_and_compare_plot() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|c| c[3].as_u64().unwrap())
+            .map(|c| c["valid"].as_u64().unwrap())
             .sum();
         assert_eq!(valid, recorded, "the halves add up to the suite");
         let indep_baseline: f64 = last["rows"]

@@ -17,14 +17,20 @@ use std::fmt::Write as _;
 pub struct BranchSummary {
     pub branch: String,
     /// Engineer of each designed stage, by stage.
+    #[serde(with = "named::engineers")]
+    #[schemars(with = "Vec<named::StageEngineer>")]
     pub engineers: Vec<(u32, String)>,
     /// (stage, validation valid %, validation optimal %) of every evaluated stage.
+    #[serde(with = "named::validation")]
+    #[schemars(with = "Vec<named::ValidationPoint>")]
     pub validation: Vec<(u32, f64, f64)>,
     /// The last evaluated stage's test table.
     pub final_stage: Option<u32>,
     #[serde(skip)]
     pub test: ResultTable,
     /// The test table as rows: (agents, size, total, valid, optimal).
+    #[serde(with = "named::cells")]
+    #[schemars(with = "Vec<named::Cell>")]
     pub test_cells: Vec<(usize, usize, u32, u32, u32)>,
     /// Every engineer decision of the branch, by stage.
     pub decisions: Vec<DecisionLine>,
@@ -50,6 +56,98 @@ pub struct BranchSummary {
     pub outcomes: Vec<(Hash, EvaluationOutcomes)>,
 }
 
+/// The JSON of a summary's rows: objects with named fields (`{"stage": 2, "valid":
+/// 41.5, ...}`), not positional arrays. The views keep their tuples; reading accepts
+/// either form, so a `study.json` written before names its fields still reads back.
+pub mod named {
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+
+    /// The engineer that designed a stage.
+    #[derive(Serialize, Deserialize, JsonSchema)]
+    pub struct StageEngineer {
+        pub stage: u32,
+        pub engineer: String,
+    }
+
+    /// A stage's validation Sum row (2 agents, mean over sizes).
+    #[derive(Serialize, Deserialize, JsonSchema)]
+    pub struct ValidationPoint {
+        pub stage: u32,
+        /// Valid plans, %.
+        pub valid: f64,
+        /// Optimal plans, %.
+        pub optimal: f64,
+    }
+
+    /// One (agents, size) cell of a table: counts of its instances.
+    #[derive(Serialize, Deserialize, JsonSchema)]
+    pub struct Cell {
+        pub agents: usize,
+        pub size: usize,
+        pub total: u32,
+        pub valid: u32,
+        pub optimal: u32,
+    }
+
+    macro_rules! named {
+        ($m:ident, $named:ident, $tuple:ty, |$t:pat_param| $to:expr, |$n:ident| $from:expr) => {
+            pub mod $m {
+                #[allow(unused_imports)]
+                use super::*;
+                pub fn serialize<S: serde::Serializer>(
+                    v: &[$tuple],
+                    s: S,
+                ) -> Result<S::Ok, S::Error> {
+                    s.collect_seq(v.iter().map(|$t| $to))
+                }
+                pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+                    d: D,
+                ) -> Result<Vec<$tuple>, D::Error> {
+                    Ok(<Vec<super::$named> as serde::Deserialize>::deserialize(d)?
+                        .into_iter()
+                        .map(|$n| $from)
+                        .collect())
+                }
+            }
+        };
+    }
+    named!(
+        engineers,
+        StageEngineer,
+        (u32, String),
+        |(stage, engineer)| StageEngineer {
+            stage: *stage,
+            engineer: engineer.clone()
+        },
+        |x| (x.stage, x.engineer)
+    );
+    named!(
+        validation,
+        ValidationPoint,
+        (u32, f64, f64),
+        |&(stage, valid, optimal)| ValidationPoint {
+            stage,
+            valid,
+            optimal
+        },
+        |x| (x.stage, x.valid, x.optimal)
+    );
+    named!(
+        cells,
+        Cell,
+        (usize, usize, u32, u32, u32),
+        |&(agents, size, total, valid, optimal)| Cell {
+            agents,
+            size,
+            total,
+            valid,
+            optimal
+        },
+        |x| (x.agents, x.size, x.total, x.valid, x.optimal)
+    );
+}
+
 /// One wait-ratio subset's table at the final stage (`test@wait0.25`, ...).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct SubsetTable {
@@ -60,6 +158,8 @@ pub struct SubsetTable {
     /// The evaluation event it came from.
     pub event: Hash,
     /// (agents, size, total, valid, optimal) per cell.
+    #[serde(with = "named::cells")]
+    #[schemars(with = "Vec<named::Cell>")]
     pub cells: Vec<(usize, usize, u32, u32, u32)>,
     #[serde(skip)]
     pub table: ResultTable,
@@ -119,7 +219,7 @@ pub fn decisions(ledger: &Ledger, state: &BranchState) -> Result<Vec<DecisionLin
             if let crate::ledger::EventBody::EngineerDecision(d) = ledger.event(&h)?.body {
                 let changes = previous
                     .as_ref()
-                    .map(|p| crate::context::config_changes(p, &d.applied))
+                    .map(|p| crate::context::config_changes_exact(p, &d.applied))
                     .unwrap_or_default();
                 out.push(DecisionLine {
                     stage: st.stage,
