@@ -285,8 +285,23 @@ pub fn config_table(c: &GeneratorConfig) -> String {
     s
 }
 
-/// What changed from `before` to `after`, per size and field (`4 wait 0.20->0.35`).
+/// What changed from `before` to `after`, per size and field (`4 wait 0.20->0.35`), in
+/// the prompt's two decimals ([`ratio`]; prompts are hashed into recorded events).
 pub fn config_changes(before: &GeneratorConfig, after: &GeneratorConfig) -> Vec<String> {
+    changes_with(before, after, ratio)
+}
+
+/// [`config_changes`] for people: every value with the digits it has (`4 wait
+/// 0.125->0.35`; [`crate::views::number`]).
+pub fn config_changes_exact(before: &GeneratorConfig, after: &GeneratorConfig) -> Vec<String> {
+    changes_with(before, after, crate::views::number)
+}
+
+fn changes_with(
+    before: &GeneratorConfig,
+    after: &GeneratorConfig,
+    f: fn(f64) -> String,
+) -> Vec<String> {
     let mut out = Vec::new();
     let sizes: std::collections::BTreeSet<usize> = before
         .sizes
@@ -304,8 +319,8 @@ pub fn config_changes(before: &GeneratorConfig, after: &GeneratorConfig) -> Vec<
                     ("hole", b.hole_ratio, a.hole_ratio),
                     ("wait", b.wait_ratio, a.wait_ratio),
                 ] {
-                    if ratio(x) != ratio(y) {
-                        out.push(format!("{n} {name} {}->{}", ratio(x), ratio(y)));
+                    if f(x) != f(y) {
+                        out.push(format!("{n} {name} {}->{}", f(x), f(y)));
                     }
                 }
             }

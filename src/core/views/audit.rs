@@ -463,11 +463,7 @@ pub fn audit(
 }
 
 fn num(x: Option<f64>) -> String {
-    match x {
-        None => "-".into(),
-        Some(v) if v.fract() == 0.0 && v.abs() < 1e9 => format!("{v:.0}"),
-        Some(v) => format!("{v:.3}"),
-    }
+    x.map_or_else(|| "-".into(), super::number)
 }
 
 /// Compact terminal rendering.

@@ -24,6 +24,39 @@ pub mod tensorboard;
 pub mod testbed;
 pub mod timing;
 
+/// A ratio or setting as read commands and the report print it, with the digits it
+/// has: whole numbers whole, others to at most 4 decimals without trailing zeros
+/// (0.125, not 0.12; 0.2, not 0.20). The one formatter of the views. (The engineer's
+/// prompt keeps [`crate::context::ratio`]'s two decimals: prompts are hashed into
+/// recorded events.)
+pub fn number(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        return format!("{x:.0}");
+    }
+    let s = format!("{x:.4}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod number_tests {
+    #[test]
+    fn ratios_keep_their_digits() {
+        use super::number;
+        assert_eq!(number(0.125), "0.125");
+        assert_eq!(number(0.2), "0.2");
+        assert_eq!(number(0.35), "0.35");
+        assert_eq!(number(1.0), "1");
+        assert_eq!(number(0.123456), "0.1235");
+        assert_eq!(number(-0.00001), "0");
+        assert_eq!(number(2.5e-5), "0");
+    }
+}
+
 /// `x` as % of `n` (0 when `n` is 0).
 pub(crate) fn pct(x: u32, n: u32) -> f64 {
     if n == 0 {
