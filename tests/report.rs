@@ -30,6 +30,30 @@ use std::time::Duration;
 const PROBE: &str = r#"(() => {
   const all = (s, r) => [...(r || document).querySelectorAll(s)];
   const depth = (li) => { let d = 0; for (let p = li.parentElement; p; p = p.parentElement) { if (p.tagName === 'LI') d++; } return d; };
+  // Each decision card's columns side by side without overlap: the diff table's
+  // "applied" column stays inside its own column, clear of the Rationale column.
+  const decisionLayout = () => {
+    all('#decisions details').forEach(d => { d.open = true; });
+    let checked = 0;
+    const overlaps = [];
+    for (const a of all('#decisions article.decision')) {
+      const cols = a.querySelector('.cols');
+      const why = cols && [...cols.children].find(c => (c.querySelector('h4') || {}).textContent === 'Rationale');
+      const applied = a.querySelector('table.diff thead th:last-child');
+      if (!why || !applied) continue;
+      checked++;
+      const t = applied.closest('table').getBoundingClientRect();
+      const h = applied.getBoundingClientRect();
+      const w = why.getBoundingClientRect();
+      const own = applied.closest('.cols > div').getBoundingClientRect();
+      const x = Math.min(h.right, w.right) - Math.max(h.left, w.left);
+      const y = Math.min(t.bottom, w.bottom) - Math.max(h.top, w.top);
+      if ((x > 0 && y > 0) || t.right > own.right + 1) {
+        overlaps.push(`${a.dataset.branch}@${a.dataset.stage}: applied ${Math.round(h.left)}-${Math.round(h.right)}, rationale ${Math.round(w.left)}-${Math.round(w.right)}`);
+      }
+    }
+    return {checked, overlaps};
+  };
   const uncited = all('td:not(.l)').filter(td => {
     const t = td.textContent.trim();
     return t !== '–' && /\d/.test(t) && !td.querySelector('[data-ev]');
@@ -53,6 +77,7 @@ const PROBE: &str = r#"(() => {
     sample_grids: all('#samples svg.grid').length,
     overflow: document.documentElement.scrollWidth - window.innerWidth,
     bad_hashes: all('[data-ev]').filter(e => !/^([0-9a-f]{64})( [0-9a-f]{64})*$/.test(e.dataset.ev)).length,
+    decision_layout: decisionLayout(),
   };
 })()"#;
 
@@ -213,6 +238,14 @@ fn report_of_a_real_ledger_in_chromium() {
         );
     }
     assert_eq!(p["decisions"], serde_json::json!(decisions));
+    // At 1,280 px each decision card's "applied" column sits in its own column, not
+    // under the Rationale column (issue 52).
+    let layout = &p["decision_layout"];
+    assert!(
+        layout["checked"].as_u64().unwrap() > 0,
+        "no diff table measured: {layout}"
+    );
+    assert_eq!(layout["overlaps"], serde_json::json!([]), "{layout}");
     assert_eq!(p["forks"], serde_json::json!([["main", 0], ["h", 1]]));
     assert_eq!(p["study_rows"], 2, "one row per engineer");
     assert_eq!(p["study_tests"], 3);
@@ -366,6 +399,12 @@ fn ten_branches_by_ten_stages_stay_readable() {
         );
     }
     assert_eq!(p["decisions"].as_array().unwrap().len(), 10 * 9);
+    assert_eq!(
+        p["decision_layout"]["overlaps"],
+        serde_json::json!([]),
+        "{}",
+        p["decision_layout"]
+    );
     let forks = p["forks"].as_array().unwrap();
     assert_eq!(forks[0], serde_json::json!(["main", 0]));
     assert!(

@@ -64,11 +64,7 @@ fn field_label(f: &str) -> String {
 }
 
 fn value(x: Option<f64>) -> String {
-    match x {
-        None => "–".into(),
-        Some(v) if v.fract() == 0.0 && v.abs() < 1e9 => format!("{v:.0}"),
-        Some(v) => format!("{v:.2}"),
-    }
+    x.map_or_else(|| "–".into(), crate::views::number)
 }
 
 /// "" for one, else the plural ending `many`.
@@ -160,7 +156,8 @@ article.decision.rejected{border-color:#d62728}
 article.decision.fallback{border-color:#9467bd}
 article.decision header{display:flex;flex-wrap:wrap;gap:10px;align-items:baseline;margin-bottom:6px}
 .badge{font-size:12px;padding:1px 6px;border-radius:8px;background:#e6e9ee}
-.cols{display:grid;grid-template-columns:repeat(auto-fit,minmax(260px,1fr));gap:12px}
+.cols{display:flex;flex-wrap:wrap;gap:12px}
+.cols>div{flex:1 1 240px}
 .cols ul{margin:0;padding-left:18px}
 blockquote{margin:0;padding:0 0 0 10px;border-left:2px solid var(--line);white-space:pre-wrap;overflow-wrap:anywhere}
 .verdict{font-weight:600}
