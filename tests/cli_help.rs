@@ -16,9 +16,10 @@ fn help(path: &[String]) -> String {
 
 /// The entries of a `-h` section (`Commands:`, `Options:`, `Arguments:`): (name, help).
 fn section(text: &str, title: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
+    let mut out: Vec<(String, String)> = Vec::new();
     let mut inside = false;
     for line in text.lines() {
+        let line = line.trim_end();
         if line.ends_with(':') && !line.starts_with(' ') {
             inside = line == title;
             continue;
@@ -26,15 +27,16 @@ fn section(text: &str, title: &str) -> Vec<(String, String)> {
         if !inside || line.trim().is_empty() {
             continue;
         }
-        // "  NAME  help" (an entry) or a continuation line, indented further.
-        let Some(rest) = line.strip_prefix("  ") else {
-            continue;
-        };
-        if rest.starts_with("  ") {
-            if let Some(last) = out.last_mut() {
-                let (_, h): &mut (String, String) = last;
+        // An entry starts at indent 2 (or 6: long options without a short one):
+        // "  NAME  help", the name (single spaces inside, as in `-h, --help` or
+        // `--out <DIR>`), then two or more spaces, then the help; no help, no gap.
+        // Where help is long clap puts it on the following lines, indented further.
+        let indent = line.len() - line.trim_start().len();
+        let rest = line.trim();
+        if indent > 6 {
+            if let Some((_, h)) = out.last_mut() {
                 h.push(' ');
-                h.push_str(rest.trim());
+                h.push_str(rest);
             }
             continue;
         }
