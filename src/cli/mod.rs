@@ -12,7 +12,6 @@ pub mod sync;
 pub mod checkpoint;
 #[cfg(feature = "train")]
 pub mod engineer;
-#[cfg(feature = "train")]
 pub mod env;
 #[cfg(feature = "train")]
 pub mod eval;
@@ -294,7 +293,6 @@ impl Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    #[cfg(feature = "train")]
     /// The MAPF-FrozenLake testbed on its own (generate, solve, check, suites, import).
     #[command(subcommand)]
     Env(env::EnvCommand),
@@ -522,7 +520,6 @@ pub fn main() {
     });
     let ledger_dir = cli.ledger_dir();
     let result = match cli.command {
-        #[cfg(feature = "train")]
         Command::Env(cmd) => env::run(cmd),
         #[cfg(feature = "train")]
         Command::Schemas { out } => write_schemas(&out),
@@ -721,7 +718,6 @@ fn write_schemas(out: &std::path::Path) -> CliResult {
 #[cfg(not(feature = "train"))]
 fn without_trainer(args: &[String]) -> CliError {
     const TRAINING: &[&str] = &[
-        "env",
         "schemas",
         "run",
         "resume",
