@@ -123,7 +123,7 @@ impl Task {
         }
     }
     /// The arguments of `ledger` that run this task.
-    fn args(&self, bundle: &Path, device: Option<&str>) -> Vec<String> {
+    fn args(&self, bundle: &Path, device: Option<crate::train::DeviceSpec>) -> Vec<String> {
         let mut a = vec![
             "--ledger".to_string(),
             self.ledger().display().to_string(),
@@ -159,7 +159,7 @@ fn ledger_exe() -> Result<PathBuf, ExecutorError> {
 pub fn run_local(
     tasks: &[Task],
     bundle: &Path,
-    device: Option<&str>,
+    device: Option<crate::train::DeviceSpec>,
     n: usize,
     note: &mut dyn FnMut(&str),
     stop: &std::sync::atomic::AtomicBool,
@@ -305,7 +305,7 @@ pub fn run_slurm(
     tasks: &[Task],
     workdir: &Path,
     bundle: &Path,
-    device: Option<&str>,
+    device: Option<crate::train::DeviceSpec>,
     sbatch_args: &[String],
     poll: Duration,
     note: &mut dyn FnMut(&str),

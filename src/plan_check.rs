@@ -260,7 +260,7 @@ enum GenerationMemory {
 /// and answer lengths of the longest instances, and the plan's knobs.
 fn sizing<'a>(
     plan: &'a LedgerPlan,
-    device: &str,
+    device: crate::train::DeviceSpec,
     gpu_memory: Option<u64>,
     model_config: Option<&std::path::Path>,
 ) -> Result<(Sizing<'a>, Knobs, bool), CheckError> {
@@ -270,8 +270,7 @@ fn sizing<'a>(
             plan.policy.name()
         )));
     }
-    let index = crate::train::parse_device_name(device)
-        .map_err(|m| CheckError::Input(format!("--device {m}")))?;
+    let index = device.cuda_index();
     let tch_device = index.map_or(tch::Device::Cpu, tch::Device::Cuda);
     let dtype = crate::train::compute::dtype_kind(plan.train.dtype, tch_device);
     let (cfg, source, counter, counted_by) = model_shape(plan, model_config)?;
@@ -320,9 +319,14 @@ fn sizing<'a>(
         engineer_prompt: spec.engineer_prompt_tokens as u64,
         engineer_new: spec.engineer_max_new_tokens as u64,
     };
-    let model_engineer = ["current", "base"]
-        .iter()
-        .any(|e| plan.engineer.name.split(':').next() == Some(e));
+    // The policy writes the engineer's proposals (an `lm_only` built-in of the registry).
+    let model_engineer = plan
+        .engineer
+        .name
+        .parse::<crate::engineer::EngineerSpec>()
+        .ok()
+        .and_then(|s| crate::engineer::builtin(&s.name))
+        .is_some_and(|b| b.lm_only);
     let bytes = if dtype == tch::Kind::BFloat16 { 2 } else { 4 };
     let cuda = index.is_some();
     let generation_memory = match (plan.lm.generation_memory, gpu_memory) {
@@ -683,7 +687,7 @@ fn fix_together(sizing: &Sizing, knobs: Knobs, fits_in: impl Fn(u64) -> bool) ->
 /// size the run, estimate every phase, and when it does not fit, the fixes.
 pub fn check(
     plan: &LedgerPlan,
-    device: &str,
+    device: crate::train::DeviceSpec,
     gpu_memory: Option<u64>,
     model_config: Option<&std::path::Path>,
 ) -> Result<MemoryPlan, CheckError> {
@@ -748,7 +752,7 @@ pub fn check(
     }
     Ok(MemoryPlan {
         plan: plan.name.clone(),
-        device: device.into(),
+        device: device.to_string(),
         dtype: crate::train::compute::kind_name(sizing.dtype).into(),
         model,
         tokens: sizing.tokens,

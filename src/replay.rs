@@ -20,6 +20,7 @@
 //! Resume needs nothing here: `Pipeline::run` continues any branch from its last
 //! durable point.
 use crate::engineer::llm::{RecordedCall, RecordedReplies};
+use crate::engineer::EngineerSpec;
 use crate::ledger::{Event, Hash, Ledger, LedgerError, Meta};
 use crate::record::event::{BranchForked, DecisionStatus, EvalCell, EventBody, ReplayVerified};
 use crate::stage::{Pipeline, Progress, RunOptions, StageError};
@@ -63,7 +64,7 @@ pub fn fork(
     ledger: &mut Ledger,
     from: &str,
     at: u32,
-    engineer: &str,
+    engineer: &EngineerSpec,
     name: Option<&str>,
     replicate: u32,
 ) -> Result<(String, Hash), ForkError> {
@@ -75,7 +76,7 @@ fn fork_as(
     ledger: &mut Ledger,
     from: &str,
     at: u32,
-    engineer: &str,
+    engineer: &EngineerSpec,
     name: Option<&str>,
     replicate: u32,
     scratch: bool,
@@ -133,10 +134,11 @@ fn fork_as(
         // A spec's switches as name parts (`current:-history` ->
         // `current-no-history`, `current+engineer-rl` -> `current-engineer-rl`).
         // Plain names stay as written (`main-gpt-4o-at3`).
-        let label = if engineer.contains([':', '+']) {
-            crate::engineer::spec_label(engineer)
+        let written = engineer.to_string();
+        let label = if written.contains([':', '+']) {
+            engineer.label()
         } else {
-            engineer.to_string()
+            written
         };
         format!("{from}-{label}-at{at}")
     });
@@ -151,7 +153,7 @@ fn fork_as(
             EventBody::BranchForked(BranchForked {
                 from_branch: from.into(),
                 at: point,
-                engineer: engineer.into(),
+                engineer: engineer.to_string(),
                 replicate,
             }),
             at - 1,
@@ -385,7 +387,10 @@ pub fn verify_stage(
     let run = run_one(
         pipeline,
         &scratch,
-        (n > 0).then(|| engineer.clone()),
+        (n > 0)
+            .then(|| engineer.parse::<EngineerSpec>())
+            .transpose()
+            .map_err(StageError::from)?,
         replies.as_ref(),
         progress,
         stop,
@@ -416,7 +421,7 @@ pub fn verify_stage(
 fn run_one(
     pipeline: &mut Pipeline<'_>,
     branch: &str,
-    engineer: Option<String>,
+    engineer: Option<EngineerSpec>,
     replies: Option<&RecordedReplies>,
     progress: &mut dyn Progress,
     stop: &AtomicBool,
@@ -425,12 +430,12 @@ fn run_one(
         branch: branch.into(),
         stages: Some(1),
         engineer,
-        device: None,
     };
-    let mut factory =
-        |name: &str, inputs: &crate::engineer::BuildInputs<'_>, s: &crate::ledger::BranchState| {
-            crate::engineer::build_replaying(name, inputs, s, replies)
-        };
+    let mut factory = |spec: &EngineerSpec,
+                       inputs: &crate::engineer::BuildInputs<'_>,
+                       s: &crate::ledger::BranchState| {
+        crate::engineer::build_replaying(spec, inputs, s, replies)
+    };
     let summary = pipeline.run(&opts, &mut factory, progress, stop)?;
     match summary.completed.first() {
         Some(_) if !summary.interrupted => Ok(()),
@@ -506,7 +511,7 @@ pub fn counterfactual(
     pipeline: &mut Pipeline<'_>,
     branch: &str,
     n: u32,
-    engineer: &str,
+    engineer: &EngineerSpec,
     keep: Option<&str>,
     progress: &mut dyn Progress,
     stop: &AtomicBool,
@@ -522,7 +527,9 @@ pub fn counterfactual(
         // Any spec makes a valid ref name (`base=DIR`, `current:-history`).
         None => format!(
             "_counterfactual-{n}-{}-{}",
-            engineer.replace(|c: char| !c.is_ascii_alphanumeric() && c != '.', "-"),
+            engineer
+                .to_string()
+                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '.', "-"),
             pipeline.ledger.head(branch)?.short()
         ),
     };
@@ -539,7 +546,7 @@ pub fn counterfactual(
     let run = run_one(
         pipeline,
         &name,
-        Some(engineer.to_string()),
+        Some(engineer.clone()),
         None,
         progress,
         stop,
@@ -559,7 +566,7 @@ pub fn counterfactual(
         deleted?;
         return Ok(Counterfactual {
             stage: n,
-            engineer: engineer.into(),
+            engineer: engineer.to_string(),
             branch: name,
             kept: false,
             recorded_engineer,
@@ -570,7 +577,7 @@ pub fn counterfactual(
     }
     Ok(Counterfactual {
         stage: n,
-        engineer: engineer.into(),
+        engineer: engineer.to_string(),
         branch: name,
         kept: true,
         recorded_engineer,

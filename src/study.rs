@@ -12,10 +12,11 @@ pub struct StudySpec {
     /// Fork before this stage (>= 1).
     pub at: u32,
     pub from: String,
-    pub engineers: Vec<String>,
+    /// Parsed at the edge (the CLI); reports and events record them as written.
+    pub engineers: Vec<crate::engineer::EngineerSpec>,
     /// Seed replicates 0..seeds (0: the plan's seeds).
     pub seeds: u32,
-    pub device: Option<String>,
+    pub device: Option<crate::train::DeviceSpec>,
     /// Where the pending runs execute (see `crate::executor`).
     pub executor: crate::executor::Executor,
     /// Worker ledgers, logs and Slurm scripts of out-of-process runs.
@@ -26,8 +27,8 @@ pub struct StudySpec {
 }
 
 /// The deterministic branch name of one study run.
-pub fn study_branch(at: u32, engineer: &str, replicate: u32) -> String {
-    let name = crate::engineer::spec_label(engineer);
+pub fn study_branch(at: u32, engineer: &crate::engineer::EngineerSpec, replicate: u32) -> String {
+    let name = engineer.label();
     format!("study-at{at}-{name}-s{replicate}")
 }
 
@@ -60,7 +61,7 @@ impl StudySpec {
             from: self.from.clone(),
             at: self.at,
             seeds: self.seeds,
-            engineers: self.engineers.clone(),
+            engineers: self.engineers.iter().map(ToString::to_string).collect(),
         }
     }
 }
@@ -81,14 +82,15 @@ pub fn run_study(
     for e in &spec.engineers {
         for r in 0..spec.seeds {
             let name = study_branch(spec.at, e, r);
-            if !existing.contains(&name) && spec.reuse.contains(&(e.clone(), r)) {
+            let written = e.to_string();
+            if !existing.contains(&name) && spec.reuse.contains(&(written.clone(), r)) {
                 continue;
             }
             let action = if existing.contains(&name) {
                 let st = ledger.projection(&name)?;
                 match &st.forked_from {
-                    Some((from, _, eng)) if from == &spec.from && eng == e && st.replicate == r => {
-                    }
+                    Some((from, _, eng))
+                        if from == &spec.from && *eng == written && st.replicate == r => {}
                     other => {
                         return Err(StudyError::Clash {
                             branch: name,
@@ -111,7 +113,7 @@ pub fn run_study(
                 crate::replay::fork(ledger, &spec.from, spec.at, e, Some(&name), r)?;
                 "ran"
             };
-            plan.push((e.clone(), r, name, action));
+            plan.push((written, r, name, action));
         }
     }
     // Pass 2: run the unfinished branches, here (one pipeline: the suites are shared)
@@ -121,7 +123,11 @@ pub fn run_study(
     match &spec.executor {
         _ if pending.is_empty() => {}
         crate::executor::Executor::Local(1) => {
-            let mut pipeline = Pipeline::new(ledger, spec.device.as_deref())?;
+            let device = match spec.device {
+                Some(d) => d,
+                None => crate::stage::ledger_plan(ledger)?.train.device,
+            };
+            let mut pipeline = Pipeline::new(ledger, device)?;
             let total = pending.len();
             for (i, (e, r, name, action)) in pending.into_iter().enumerate() {
                 progress.note(&format!(
@@ -133,7 +139,6 @@ pub fn run_study(
                     branch: name.clone(),
                     stages: None,
                     engineer: None,
-                    device: spec.device.clone(),
                 };
                 let s = pipeline.run(&opts, &mut crate::engineer::build, progress, stop)?;
                 if s.interrupted {
@@ -201,11 +206,16 @@ pub fn reusable_runs(
             .collect();
     let mut out = Vec::new();
     for mut run in prior.runs {
-        let wanted = spec.engineers.contains(&run.engineer) && run.replicate < spec.seeds;
-        if !wanted || run.summary.final_stage != Some(last) || existing.contains(&run.branch) {
+        let wanted = spec
+            .engineers
+            .iter()
+            .find(|e| e.to_string() == run.engineer)
+            .filter(|_| run.replicate < spec.seeds);
+        let Some(engineer) = wanted else { continue };
+        if run.summary.final_stage != Some(last) || existing.contains(&run.branch) {
             continue;
         }
-        if run.branch != study_branch(spec.at, &run.engineer, run.replicate) {
+        if run.branch != study_branch(spec.at, engineer, run.replicate) {
             return Err(fail(format!(
                 "run {} is not this study's name for engineer {}, replicate {}",
                 run.branch, run.engineer, run.replicate
@@ -288,14 +298,12 @@ fn run_elsewhere(
     }
     let mut note = |m: &str| progress.note(m);
     match executor {
-        Executor::Local(n) => {
-            ex::run_local(&tasks, &bundle, spec.device.as_deref(), *n, &mut note, stop)?
-        }
+        Executor::Local(n) => ex::run_local(&tasks, &bundle, spec.device, *n, &mut note, stop)?,
         Executor::Slurm { sbatch_args } => ex::run_slurm(
             &tasks,
             workdir,
             &bundle,
-            spec.device.as_deref(),
+            spec.device,
             sbatch_args,
             std::time::Duration::from_secs(2),
             &mut note,
@@ -340,17 +348,26 @@ mod tests {
 
     #[test]
     fn study_names_are_deterministic() {
-        assert_eq!(study_branch(3, "base", 1), "study-at3-base-s1");
         assert_eq!(
-            study_branch(2, "current+engineer-rl", 4),
+            study_branch(3, &"base".parse().unwrap(), 1),
+            "study-at3-base-s1"
+        );
+        assert_eq!(
+            study_branch(2, &"current+engineer-rl".parse().unwrap(), 4),
             "study-at2-current-engineer-rl-s4"
         );
         assert_eq!(
-            study_branch(2, "current+engineer-rl:-history", 0),
+            study_branch(2, &"current+engineer-rl:-history".parse().unwrap(), 0),
             "study-at2-current-no-history-engineer-rl-s0"
         );
         assert_eq!(
-            study_branch(2, "current:-failure_breakdown+training_details", 0),
+            study_branch(
+                2,
+                &"current:-failure_breakdown+training_details"
+                    .parse()
+                    .unwrap(),
+                0
+            ),
             "study-at2-current-no-failure_breakdown-with-training_details-s0"
         );
     }

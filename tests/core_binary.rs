@@ -153,6 +153,33 @@ fn reads_and_keeps_a_ledger_without_libtorch() {
     ));
     assert!(report.join("index.html").is_file());
 
+    // The testbed on its own needs no trainer: `env` generates, solves and renders
+    // prompts as the full build does, byte for byte.
+    let generate = [
+        "env", "generate", "--size", "5", "--agents", "2", "--count", "2", "--seed", "3",
+    ];
+    let json = ok(&core(&bin, &d, &[&generate[..], &["--json"]].concat()));
+    assert_eq!(
+        json,
+        ok(&ledger(&d, &[&generate[..], &["--json"]].concat()))
+    );
+    let inst = t.path().join("instances.json");
+    std::fs::write(&inst, &json).unwrap();
+    let inst = inst.to_str().unwrap();
+    for args in [
+        &generate[..],
+        &["env", "solve", inst, "--index", "1"],
+        &["env", "prompt", inst, "--index", "0", "--format", "cells"],
+    ] {
+        let lean = ok(&core(&bin, &d, args));
+        assert!(!lean.trim().is_empty(), "ledger {args:?} printed nothing");
+        assert_eq!(
+            lean,
+            ok(&ledger(&d, args)),
+            "ledger {args:?} differs without libtorch"
+        );
+    }
+
     // Training commands refuse (exit 2), naming what to install; the ledger is as it was.
     let before = ok(&core(&bin, &d, &["branches", "--json"]));
     for args in [

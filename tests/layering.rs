@@ -356,3 +356,180 @@ fn the_checkers_see_an_upward_edge_and_a_circle() {
     edges.remove(&("c".to_string(), "a".to_string()));
     assert!(circles(&nodes, &edges).is_empty());
 }
+
+/// Every `.rs` file under `src/`, with its path relative to the repository root.
+fn sources() -> Vec<(String, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    walk(&root.join("src"), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            (rel, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+/// The files (and lines) where `needle` occurs, outside `allowed`.
+fn occurrences(needle: &str, allowed: &[&str]) -> Vec<String> {
+    sources()
+        .iter()
+        .filter(|(path, _)| !allowed.contains(&path.as_str()))
+        .flat_map(|(path, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| l.contains(needle))
+                .map(move |(i, l)| format!("{path}:{}: {}", i + 1, l.trim()))
+        })
+        .collect()
+}
+
+/// A device name (`cpu`, `cuda`, `cuda:N`) is read by one function, `DeviceSpec`'s
+/// `FromStr` in the plan's trainer settings: the command line's `--device` options
+/// are typed with it, a plan's `[train] device` deserialises into it, and nothing
+/// else takes a device as a string.
+#[test]
+fn device_names_are_parsed_in_one_place() {
+    const PARSER: &str = "src/core/plan/trainer.rs";
+    let mut found = Vec::new();
+    for needle in [
+        "strip_prefix(\"cuda",
+        "fn parse_device",
+        "parse_device(",
+        "parse_device_name",
+        "device: String,",
+        "device: Option<String>,",
+        "device: &str,",
+        "device: Option<&str>",
+    ] {
+        found.extend(occurrences(needle, &[PARSER]));
+    }
+    // Recorded metadata and the memory plan's report keep the name as text.
+    found.retain(|l| {
+        !l.starts_with("src/core/record/")
+            && !l.starts_with("src/core/views/")
+            && !l.starts_with("src/cli/replay.rs:") // the recorded setup's device, compared as text
+            && !l.starts_with("src/plan_check.rs:") // MemoryPlan's `device`, a report field
+    });
+    assert!(
+        found.is_empty(),
+        "device names parsed or passed as text outside {PARSER}:\n{}",
+        found.join("\n")
+    );
+    assert_eq!(
+        occurrences("impl std::str::FromStr for DeviceSpec", &[]).len(),
+        1,
+        "one parser of device names"
+    );
+}
+
+/// An engineer spec (`NAME[+engineer-rl][:±module…]`) is parsed by one function,
+/// `EngineerSpec::parse` (behind `FromStr`), at the edge: the pipeline, the factory,
+/// forks, studies and replays take an `EngineerSpec`.
+#[test]
+fn engineer_specs_are_parsed_in_one_place() {
+    const PARSER: &str = "src/engineer/mod.rs";
+    let mut found = occurrences("EngineerSpec::parse(", &[PARSER]);
+    found.extend(occurrences("spec_label(", &[]));
+    found.extend(occurrences("strip_suffix(rl::SUFFIX", &[PARSER]));
+    found.extend(occurrences("strip_suffix(crate::engineer::rl::SUFFIX", &[]));
+    assert!(
+        found.is_empty(),
+        "engineer specs parsed outside {PARSER}:\n{}",
+        found.join("\n")
+    );
+    // The factory and the pipeline take the typed spec, not a name.
+    for (needle, file) in [
+        ("spec: &EngineerSpec,", PARSER),
+        ("FnMut(&EngineerSpec,", "src/stage/mod.rs"),
+    ] {
+        assert!(
+            !occurrences(needle, &[]).is_empty(),
+            "{file} no longer takes an EngineerSpec ({needle})"
+        );
+    }
+}
+
+/// The built-in engineers are listed once, in `engineer::BUILTINS`; help texts and
+/// messages read it. A prose or string list of three or more built-in names anywhere
+/// else under src/ is a second list that can drift.
+#[test]
+fn engineer_names_are_listed_only_by_the_registry() {
+    const REGISTRY: &str = "src/engineer/mod.rs";
+    let registry = sources()
+        .into_iter()
+        .find(|(p, _)| p == REGISTRY)
+        .unwrap()
+        .1;
+    let block = &registry[registry.find("pub const BUILTINS").unwrap()..];
+    let block = &block[..block.find("];").unwrap()];
+    let names: Vec<&str> = block
+        .split("name: \"")
+        .skip(1)
+        .map(|s| &s[..s.find('"').unwrap()])
+        .collect();
+    assert!(names.len() >= 4, "read the registry's names: {names:?}");
+    // Words of a line, split at anything but letters, digits, `_` and `-`, with the
+    // separators between them: a list is three names in a row joined by `,` or `/`
+    // (and optionally "or"/"and").
+    let mut found = Vec::new();
+    for (path, text) in sources() {
+        if path == REGISTRY {
+            continue;
+        }
+        for (i, line) in text.lines().enumerate() {
+            let mut run = 0;
+            let mut best = 0;
+            // After "or"/"and" following a `,` (or nothing), the next name still joins.
+            let mut carried = false;
+            let mut rest = line;
+            while !rest.is_empty() {
+                let start = rest
+                    .find(|c: char| c.is_alphanumeric() || c == '_' || c == '-')
+                    .unwrap_or(rest.len());
+                let sep = rest[..start].trim();
+                rest = &rest[start..];
+                let end = rest
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+                    .unwrap_or(rest.len());
+                let word = &rest[..end];
+                rest = &rest[end..];
+                if word.is_empty() {
+                    break;
+                }
+                if word == "or" || word == "and" {
+                    carried = sep == "," || sep == "/" || sep.is_empty();
+                    continue;
+                }
+                let joined = sep == "," || sep == "/" || (carried && sep.is_empty());
+                carried = false;
+                if names.contains(&word) {
+                    run = if joined && run > 0 { run + 1 } else { 1 };
+                    best = best.max(run);
+                } else {
+                    run = 0;
+                }
+            }
+            if best >= 3 {
+                found.push(format!("{path}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "engineer names listed by hand outside {REGISTRY} (derive them from BUILTINS):\n{}",
+        found.join("\n")
+    );
+}

@@ -271,10 +271,10 @@ fn switching_failure_breakdown_off_changes_a_learnability_decision() {
     ok(&ledger(&dir, &["run", "--quiet", "--stages", "1"]));
     let mut l = Ledger::open(&dir).unwrap();
     let state = l.projection("main").unwrap();
-    let p = mapf_ledger::stage::Pipeline::new(&mut l, None).unwrap();
+    let p = mapf_ledger::stage::Pipeline::new(&mut l, Default::default()).unwrap();
     let initial = state.initial_config.clone().unwrap();
     let mut on = p
-        .context(&state, 1, initial.clone(), "learnability")
+        .context(&state, 1, initial.clone(), &"learnability".parse().unwrap())
         .unwrap();
     // A fixed picture of the evidence: 5x5 fails on conflicts, 6x6 on holes.
     for (n, valid, kind) in [
@@ -310,9 +310,12 @@ fn switching_failure_breakdown_off_changes_a_learnability_decision() {
     );
     assert!(!off.render().contains("Failure breakdown"));
     let decide = |ctx| {
-        let mut e =
-            mapf_ledger::engineer::build("learnability", &p.engineer_inputs(&state), &state)
-                .unwrap();
+        let mut e = mapf_ledger::engineer::build(
+            &"learnability".parse().unwrap(),
+            &p.engineer_inputs(&state),
+            &state,
+        )
+        .unwrap();
         e.decide(ctx)
     };
     let (a, b) = (decide(&on), decide(&off));
@@ -334,7 +337,12 @@ fn switching_failure_breakdown_off_changes_a_learnability_decision() {
     );
     // And the plan-level switch reaches the context the pipeline builds.
     let spec_off = p
-        .context(&state, 1, initial, "learnability:-failure_breakdown")
+        .context(
+            &state,
+            1,
+            initial,
+            &"learnability:-failure_breakdown".parse().unwrap(),
+        )
         .unwrap();
     assert!(spec_off.failures.sizes.is_empty() && !spec_off.modules.failure_breakdown);
 }

@@ -55,7 +55,7 @@ impl Progress for StopAt {
 
 fn run_lib(dir: &std::path::Path, stop_at: Option<(u32, u64)>) -> (Hash, bool) {
     let mut l = Ledger::open(dir).unwrap();
-    let mut p = Pipeline::new(&mut l, None).unwrap();
+    let mut p = Pipeline::new(&mut l, Default::default()).unwrap();
     let flag = std::sync::Arc::new(AtomicBool::new(false));
     let (stage, at) = stop_at.unwrap_or((u32::MAX, 0));
     let mut progress = StopAt {
@@ -67,7 +67,6 @@ fn run_lib(dir: &std::path::Path, stop_at: Option<(u32, u64)>) -> (Hash, bool) {
         branch: "main".into(),
         stages: None,
         engineer: None,
-        device: None,
     };
     let s = p
         .run(
@@ -113,7 +112,7 @@ fn stop_and_resume(plan: &str) {
     Ledger::create(&b, &plan).unwrap();
     if plan.ends_with(b"dtype = \"bf16\"\n") {
         let mut l = Ledger::open(&a).unwrap();
-        let p = Pipeline::new(&mut l, None).unwrap();
+        let p = Pipeline::new(&mut l, Default::default()).unwrap();
         assert_eq!(p.compute().dtype, tch::Kind::BFloat16);
     }
     let (straight, interrupted) = run_lib(&a, None);

@@ -260,13 +260,9 @@ fn list(dir: &Path, branch: &str, as_json: bool) -> CliResult {
 
 #[derive(clap::Args, Debug)]
 pub struct EvalArgs {
-    /// Engineers, comma-separated, the first the baseline of the paired rows: fixed,
-    /// random, heuristic, learnability, base, current (the last three read --model, or
-    /// their own after `=`, as in `current=main@stage3`), http (the endpoint of --url),
-    /// teacher-v1 / teacher-v2 / teacher-v3 (the base models' pretraining teacher), or an LLM
-    /// engineer registered on --ledger's main branch.
     #[arg(
         long = "engineer",
+        help = eval_engineer_help(),
         value_delimiter = ',',
         required = true,
         value_name = "ENGINEER"
@@ -315,7 +311,7 @@ pub struct EvalArgs {
     pub max_context: Option<u32>,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
-    pub device: String,
+    pub device: mapf_ledger::train::DeviceSpec,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -354,8 +350,8 @@ fn decider(
     };
     let purpose = format!("engineer-eval {spec}");
     let seed_of = move |i: usize| base_seed.child(&purpose, i as u64);
-    let device = mapf_ledger::train::parse_device(&args.device)
-        .map_err(|e| CliError::input(e.to_string()))?;
+    let device =
+        mapf_ledger::train::open_device(args.device).map_err(|e| CliError::input(e.to_string()))?;
     let model_arg = || -> Result<String, CliError> {
         own_model
             .clone()
@@ -499,7 +495,7 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
     }
     let reference = match &args.reference {
         Some(m) => {
-            let device = mapf_ledger::train::parse_device(&args.device)
+            let device = mapf_ledger::train::open_device(args.device)
                 .map_err(|e| CliError::input(e.to_string()))?;
             let policy: Box<dyn mapf_ledger::train::policy::Policy> =
                 if Path::new(m).join("config.json").exists() {
@@ -574,4 +570,13 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
         print!("{}", ev::render(&report));
     }
     Ok(())
+}
+
+/// The help of `engineer eval --engineer`: the registry's built-ins
+/// (`engineer::BUILTINS`), then what only an evaluation can name.
+fn eval_engineer_help() -> String {
+    format!(
+        "Engineers, comma-separated, the first the baseline of the paired rows: {} (the learnability probe and the policy-written ones read --model, or their own after `=`, as in `current=main@stage3`), http (the endpoint of --url), teacher-v1 / teacher-v2 / teacher-v3 (the base models' pretraining teacher), or an LLM engineer registered on --ledger's main branch",
+        mapf_ledger::engineer::builtin_names()
+    )
 }

@@ -374,7 +374,9 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                     hash: s.hash.clone(),
                     instances: s.len(),
                     cells: table::suite_stats(&s),
-                    baseline: scores.as_ref().map(mapf_ledger::train::eval::cells_of),
+                    baseline: scores
+                        .as_ref()
+                        .map(mapf_ledger::record::trainer::EvalCell::cells_of),
                 });
             } else {
                 print!("{}", table::render_suite_stats(&s));
@@ -443,7 +445,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             format,
         } => {
             let inst = read_instance(&instance, index)?;
-            let style: mapf_ledger::train::lm::PromptStyle = serde_json::from_value(
+            let style: mapf_ledger::plan::trainer::PromptStyle = serde_json::from_value(
                 serde_json::Value::String(format.clone()),
             )
             .map_err(|_| {

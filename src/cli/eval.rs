@@ -47,7 +47,7 @@ pub struct EvalArgs {
     pub metric: super::env::Metric,
     /// cpu, cuda or cuda:N (an HF directory; checkpoints are scored on the CPU).
     #[arg(long, default_value = "cpu")]
-    pub device: String,
+    pub device: mapf_ledger::train::DeviceSpec,
     /// Instances greedily decoded per batch (as a plan's `suites.eval_batch`; smaller
     /// needs less memory).
     #[arg(long, default_value_t = mapf_ledger::plan::DEFAULT_EVAL_BATCH as usize,
@@ -59,8 +59,8 @@ pub struct EvalArgs {
 }
 
 fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
-    let device = mapf_ledger::train::parse_device(&args.device)
-        .map_err(|e| CliError::input(e.to_string()))?;
+    let device =
+        mapf_ledger::train::open_device(args.device).map_err(|e| CliError::input(e.to_string()))?;
     let p = Path::new(&args.model);
     if p.join("config.json").exists() || p.is_dir() {
         let mut lm = super::lm::load(dir, &args.model, device)?;

@@ -39,7 +39,7 @@ pub enum LmCommand {
         raw: bool,
         /// cpu, cuda or cuda:N.
         #[arg(long, default_value = "cpu")]
-        device: String,
+        device: mapf_ledger::train::DeviceSpec,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -57,7 +57,7 @@ pub struct BenchArgs {
     shape: Option<PathBuf>,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: mapf_ledger::train::DeviceSpec,
     /// Decode batch sizes, comma-separated (each distinct prompts, one sample each);
     /// `--batch` alone measures no decode.
     #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1,64,256")]
@@ -134,7 +134,7 @@ pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
             top_p,
             seed,
             raw,
-            &device,
+            device,
             json,
         ),
         LmCommand::Bench(args) => bench(args),
@@ -151,7 +151,7 @@ fn generate(
     top_p: f64,
     seed: u64,
     raw: bool,
-    device: &str,
+    device: mapf_ledger::train::DeviceSpec,
     json: bool,
 ) -> CliResult {
     if !(temperature >= 0.0 && temperature.is_finite()) {
@@ -165,7 +165,7 @@ fn generate(
         )));
     }
     let device =
-        mapf_ledger::train::parse_device(device).map_err(|e| CliError::input(e.to_string()))?;
+        mapf_ledger::train::open_device(device).map_err(|e| CliError::input(e.to_string()))?;
     let text = std::fs::read_to_string(prompt_file)
         .map_err(|e| CliError::input(format!("{}: {e}", prompt_file.display())))?;
     let lm = load(dir, model, device)?;
@@ -245,7 +245,7 @@ fn bench(a: BenchArgs) -> CliResult {
     use mapf_ledger::train::bench;
     use mapf_ledger::train::lm::model::{compute_dtype, LoraSpec, LORA_MODULES};
     let device =
-        mapf_ledger::train::parse_device(&a.device).map_err(|e| CliError::input(e.to_string()))?;
+        mapf_ledger::train::open_device(a.device).map_err(|e| CliError::input(e.to_string()))?;
     let dtype = compute_dtype(device);
     let read =
         |p: &Path| std::fs::read(p).map_err(|e| CliError::input(format!("{}: {e}", p.display())));

@@ -12,7 +12,6 @@ pub mod sync;
 pub mod checkpoint;
 #[cfg(feature = "train")]
 pub mod engineer;
-#[cfg(feature = "train")]
 pub mod env;
 #[cfg(feature = "train")]
 pub mod eval;
@@ -294,7 +293,6 @@ impl Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    #[cfg(feature = "train")]
     /// The MAPF-FrozenLake testbed on its own (generate, solve, check, suites, import).
     #[command(subcommand)]
     Env(env::EnvCommand),
@@ -314,14 +312,11 @@ pub enum Command {
         /// Run at most N more stages.
         #[arg(long)]
         stages: Option<u32>,
-        /// Engineer for the stages this run designs: fixed, random, heuristic, learnability,
-        /// current, base (lm plans), or a registered LLM; `NAME:-module+module` switches
-        /// context modules (e.g. `current:-failure_breakdown`).
-        #[arg(long)]
-        engineer: Option<String>,
+        #[arg(long, help = engineer_help("Engineer for the stages this run designs"))]
+        engineer: Option<mapf_ledger::engineer::EngineerSpec>,
         /// cpu, cuda or cuda:N (default: the plan's).
         #[arg(long)]
-        device: Option<String>,
+        device: Option<mapf_ledger::train::DeviceSpec>,
         /// On CUDA: the GPU memory the memory check compares with (default: the
         /// device's own), e.g. 80GiB.
         #[arg(long, value_name = "SIZE")]
@@ -341,7 +336,7 @@ pub enum Command {
         branch: String,
         /// cpu, cuda or cuda:N (default: the plan's).
         #[arg(long)]
-        device: Option<String>,
+        device: Option<mapf_ledger::train::DeviceSpec>,
         /// On CUDA: the GPU memory the memory check compares with (default: the device's own), e.g. 80GiB.
         #[arg(long, value_name = "SIZE")]
         gpu_memory: Option<String>,
@@ -364,7 +359,7 @@ pub enum Command {
         from: String,
         /// The engineer of stage N onward (as for `run --engineer`, module switches included).
         #[arg(long)]
-        engineer: String,
+        engineer: mapf_ledger::engineer::EngineerSpec,
         /// Name of the new branch (default FROM-ENGINEER-atN).
         #[arg(long)]
         name: Option<String>,
@@ -525,7 +520,6 @@ pub fn main() {
     });
     let ledger_dir = cli.ledger_dir();
     let result = match cli.command {
-        #[cfg(feature = "train")]
         Command::Env(cmd) => env::run(cmd),
         #[cfg(feature = "train")]
         Command::Schemas { out } => write_schemas(&out),
@@ -544,8 +538,8 @@ pub fn main() {
                 branch,
                 stages,
                 engineer,
-                device,
             },
+            device,
             run::MemoryCheck { gpu_memory, force },
             quiet,
         ),
@@ -562,8 +556,8 @@ pub fn main() {
                 branch,
                 stages: None,
                 engineer: None,
-                device,
             },
+            device,
             run::MemoryCheck { gpu_memory, force },
             quiet,
         ),
@@ -648,7 +642,7 @@ fn fork(
     dir: &std::path::Path,
     at: &str,
     from: &str,
-    engineer: &str,
+    engineer: &mapf_ledger::engineer::EngineerSpec,
     name: Option<&str>,
 ) -> CliResult {
     let at = mapf_ledger::replay::parse_stage(at)?;
@@ -724,7 +718,6 @@ fn write_schemas(out: &std::path::Path) -> CliResult {
 #[cfg(not(feature = "train"))]
 fn without_trainer(args: &[String]) -> CliError {
     const TRAINING: &[&str] = &[
-        "env",
         "schemas",
         "run",
         "resume",
@@ -749,4 +742,23 @@ fn without_trainer(args: &[String]) -> CliError {
     } else {
         CliError::input(format!("unknown command `{name}` (see `ledger --help`)"))
     }
+}
+
+/// The help of an `--engineer` option: `lead`, then the built-in engineers as the
+/// registry (`engineer::BUILTINS`) lists them, and the spec's grammar.
+pub(crate) fn engineer_help(lead: &str) -> String {
+    use mapf_ledger::engineer::BUILTINS;
+    let names = |lm: bool| {
+        BUILTINS
+            .iter()
+            .filter(|b| b.lm_only == lm)
+            .map(|b| b.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "{lead}: {}, {} (lm plans), or a registered LLM; `NAME:-module+module` switches context modules (e.g. `current:-failure_breakdown`)",
+        names(false),
+        names(true)
+    )
 }

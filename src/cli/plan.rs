@@ -6,6 +6,7 @@ use clap::Subcommand;
 use mapf_ledger::plan::LedgerPlan;
 use mapf_ledger::plan_check::{self, MemoryPlan};
 use mapf_ledger::train::memory::{human, parse_size};
+use mapf_ledger::train::DeviceSpec;
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
@@ -18,7 +19,7 @@ pub enum PlanCommand {
         plan: PathBuf,
         /// cpu, cuda or cuda:N (default: the plan's [train] device).
         #[arg(long)]
-        device: Option<String>,
+        device: Option<DeviceSpec>,
         /// The GPU's memory, e.g. 80GiB, 40GB, 24GiB.
         #[arg(long, value_name = "SIZE")]
         gpu_memory: Option<String>,
@@ -46,13 +47,13 @@ pub fn run(cmd: PlanCommand) -> CliResult {
         json,
     } = cmd;
     let p = read_plan(&plan)?;
-    let device = device.unwrap_or_else(|| p.train.device.clone());
+    let device = device.unwrap_or(p.train.device);
     let memory = gpu_memory
         .as_deref()
         .map(parse_size)
         .transpose()
         .map_err(|m| CliError::input(format!("--gpu-memory {m}")))?;
-    let m = plan_check::check(&p, &device, memory, model_config.as_deref())
+    let m = plan_check::check(&p, device, memory, model_config.as_deref())
         .map_err(|e| CliError::input(e.to_string()))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&m).expect("serialises"));
@@ -71,13 +72,14 @@ pub fn run(cmd: PlanCommand) -> CliResult {
 
 /// Before `ledger run` on CUDA: the memory plan against the GPU (`--gpu-memory`, else
 /// the device's own total); a plan that cannot fit is refused (exit 2) unless `force`.
+/// `device` is the run's own, opened already (so the CUDA runtime is loaded).
 pub fn check_before_run(
     plan: &LedgerPlan,
-    device: &str,
+    device: DeviceSpec,
     gpu_memory: Option<&str>,
     force: bool,
 ) -> CliResult {
-    let Ok(Some(index)) = mapf_ledger::train::parse_device_name(device) else {
+    let Some(index) = device.cuda_index() else {
         return Ok(());
     };
     if plan.policy != mapf_ledger::plan::PolicyKind::Lm {
@@ -86,7 +88,8 @@ pub fn check_before_run(
     let memory = match gpu_memory {
         Some(s) => parse_size(s).map_err(|m| CliError::input(format!("--gpu-memory {m}")))?,
         None => {
-            mapf_ledger::train::parse_device(device).map_err(|e| CliError::input(e.to_string()))?;
+            // Opened first: the CUDA runtime is loaded, or the refusal names what is missing.
+            mapf_ledger::train::open_device(device).map_err(|e| CliError::input(e.to_string()))?;
             match mapf_ledger::train::cuda_total_memory(index) {
                 Some(m) => m,
                 None if force => return Ok(()),

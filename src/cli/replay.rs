@@ -36,7 +36,7 @@ pub struct ReplayArgs {
     pub record: bool,
     /// Counterfactual: re-run --stage N with this engineer on a scratch fork.
     #[arg(long)]
-    pub engineer: Option<String>,
+    pub engineer: Option<mapf_ledger::engineer::EngineerSpec>,
     /// Keep the counterfactual fork under this name.
     #[arg(long, value_name = "NAME")]
     pub keep: Option<String>,
@@ -46,7 +46,7 @@ pub struct ReplayArgs {
     /// cpu, cuda or cuda:N. Default: the device the replayed stages recorded (a run
     /// made with `run --device cuda` replays on CUDA), else the plan's.
     #[arg(long)]
-    pub device: Option<String>,
+    pub device: Option<mapf_ledger::train::DeviceSpec>,
     /// Print the outcome as JSON (schemas/replay.json, replay-counterfactual.json).
     #[arg(long)]
     pub json: bool,
@@ -98,12 +98,25 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     }
     // A verification recomputes where the stages ran: bf16 on a GPU and f32 on the CPU
     // round differently, so a CUDA run replayed on the plan's CPU would "mismatch".
-    let device = match (&args.device, &args.engineer) {
-        (Some(d), _) => Some(d.clone()),
+    let chosen = match (args.device, &args.engineer) {
+        (Some(d), _) => Some(d),
         (None, None) => common(recorded.iter().map(|r| r.device.as_ref()))
             .flatten()
-            .cloned(),
+            .map(|d| {
+                d.parse::<mapf_ledger::train::DeviceSpec>()
+                    .map_err(|m| CliError::input(format!("recorded device {m}")))
+            })
+            .transpose()?,
         (None, Some(_)) => None,
+    };
+    let device = match chosen {
+        Some(d) => d,
+        None => {
+            mapf_ledger::stage::ledger_plan(&ledger)
+                .map_err(|e| CliError::input(e.to_string()))?
+                .train
+                .device
+        }
     };
     // Replaying the warm-up recomputes the evaluation suites it recorded. A later stage
     // reads them back as recorded input, as the run that recorded it did (and like its
@@ -111,11 +124,11 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     // them. Solving them again cost a 12 s demo stage 6 s of its replay.
     let replays_warmup = stage.is_none_or(|n| n == 0);
     let pipeline = if args.engineer.is_none() && replays_warmup {
-        Pipeline::regenerating_suites(&mut ledger, device.as_deref())
+        Pipeline::regenerating_suites(&mut ledger, device)
     } else {
-        Pipeline::new(&mut ledger, device.as_deref())
+        Pipeline::new(&mut ledger, device)
     };
-    let mut pipeline = pipeline.map_err(|e| match (&args.device, &device) {
+    let mut pipeline = pipeline.map_err(|e| match (&args.device, &chosen) {
         (None, Some(recorded)) => CliError::input(format!(
             "{e} (the stages to replay were recorded on {recorded}: replay them where they ran, or give --device to recompute them here, where hashes may differ)"
         )),
@@ -313,7 +326,7 @@ fn counterfactual(
     pipeline: &mut Pipeline<'_>,
     args: &ReplayArgs,
     n: u32,
-    engineer: &str,
+    engineer: &mapf_ledger::engineer::EngineerSpec,
     stop: &AtomicBool,
 ) -> CliResult {
     let c = replay::counterfactual(

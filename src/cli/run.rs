@@ -5,6 +5,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mapf_ledger::env::table::ResultTable;
 use mapf_ledger::stage::{Pipeline, Progress, RunOptions, StageError};
 use mapf_ledger::train::grpo::StepStats;
+use mapf_ledger::train::DeviceSpec;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -90,17 +91,22 @@ pub struct MemoryCheck {
     pub force: bool,
 }
 
-pub fn run(ledger_dir: &Path, opts: RunOptions, check: MemoryCheck, quiet: bool) -> CliResult {
+/// `device`: `--device` (None: the plan's), resolved here once for the memory check
+/// and the pipeline.
+pub fn run(
+    ledger_dir: &Path,
+    opts: RunOptions,
+    device: Option<DeviceSpec>,
+    check: MemoryCheck,
+    quiet: bool,
+) -> CliResult {
     let started = std::time::Instant::now();
     let mut ledger = super::open_writer(ledger_dir)?;
     let plan = mapf_ledger::stage::ledger_plan(&ledger).map_err(stage_error)?;
-    let device = opts
-        .device
-        .clone()
-        .unwrap_or_else(|| plan.train.device.clone());
-    super::plan::check_before_run(&plan, &device, check.gpu_memory.as_deref(), check.force)?;
+    let device = device.unwrap_or(plan.train.device);
+    super::plan::check_before_run(&plan, device, check.gpu_memory.as_deref(), check.force)?;
     let stop = stop_on_ctrl_c();
-    let mut pipeline = Pipeline::new(&mut ledger, opts.device.as_deref()).map_err(stage_error)?;
+    let mut pipeline = Pipeline::new(&mut ledger, device).map_err(stage_error)?;
     if let Some(e) = &opts.engineer {
         if pipeline
             .choose_engineer(&opts.branch, e)

@@ -55,10 +55,10 @@ pub struct StudyArgs {
     /// stageN (N >= 1): the forks keep stages before N.
     #[arg(long)]
     pub at: String,
-    /// Comma-separated engineers: fixed, random, heuristic, learnability, current, base
-    /// (lm plans), registered LLMs; `NAME:-module+module` is an ablation
-    /// (e.g. `current,current:-failure_breakdown,current:+training_details`).
-    #[arg(long)]
+    #[arg(
+        long,
+        help = super::engineer_help("Comma-separated engineers (`NAME:-module+module` is an ablation, e.g. `current,current:-failure_breakdown,current:+training_details`)")
+    )]
     pub engineers: String,
     /// Seed replicates per engineer (0..K; replicate 0 uses the plan's seeds).
     #[arg(long, default_value_t = 1)]
@@ -71,7 +71,7 @@ pub struct StudyArgs {
     pub out: Option<PathBuf>,
     /// cpu, cuda or cuda:N (default: the plan's).
     #[arg(long)]
-    pub device: Option<String>,
+    pub device: Option<mapf_ledger::train::DeviceSpec>,
     /// Where runs execute: local (this process, one after another), local:N (N worker
     /// processes at once), or slurm (one job array; see README, "Running a study on a
     /// cluster").
@@ -119,7 +119,7 @@ pub struct TaskArgs {
     pub branch: String,
     /// cpu, cuda or cuda:N (default: the plan's).
     #[arg(long)]
-    pub device: Option<String>,
+    pub device: Option<mapf_ledger::train::DeviceSpec>,
     /// No progress lines.
     #[arg(long)]
     pub quiet: bool,
@@ -144,8 +144,8 @@ pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
             branch: args.branch.clone(),
             stages: None,
             engineer: None,
-            device: args.device.clone(),
         },
+        args.device,
         // A worker warns when the memory check fails but runs: the study was started
         // on purpose, and a refusal here would only show up in a task log.
         super::run::MemoryCheck {
@@ -219,9 +219,9 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
     };
     let (at, engineers, from) = (at.as_str(), engineers.as_str(), from.as_str());
     let at = mapf_ledger::replay::parse_stage(at)?;
-    let engineers: Vec<String> = engineers
+    let engineers: Vec<&str> = engineers
         .split(',')
-        .map(|e| e.trim().to_string())
+        .map(str::trim)
         .filter(|e| !e.is_empty())
         .collect();
     if engineers.is_empty() {
@@ -233,11 +233,16 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         )));
     }
     let mut seen = std::collections::BTreeSet::new();
-    if let Some(d) = engineers.iter().find(|e| !seen.insert(e.as_str())) {
+    if let Some(d) = engineers.iter().find(|e| !seen.insert(**e)) {
         return Err(CliError::input(format!(
             "`--engineers`: {d} is listed twice"
         )));
     }
+    let engineers = engineers
+        .iter()
+        .map(|e| e.parse())
+        .collect::<Result<Vec<mapf_ledger::engineer::EngineerSpec>, _>>()
+        .map_err(|e| CliError::input(format!("`--engineers`: {e}")))?;
     let mut ledger = super::open_writer(ledger_dir)?;
     let stop = super::run::stop_on_ctrl_c();
     let dir = out.unwrap_or_else(|| ledger_dir.join(format!("study-at{at}")));

@@ -297,42 +297,65 @@ impl EngineerSpec {
     }
 }
 
-/// An engineer spec as a part of a branch name: module switches become readable parts
-/// (`current:-failure_breakdown` -> `current-no-failure_breakdown`, `+x` -> `-with-x`)
-/// and engineer RL a last part (`current+engineer-rl` -> `current-engineer-rl`). Study
-/// branches are named with it, so it never changes for specs that name no engineer RL.
-pub fn spec_label(spec: &str) -> String {
-    let (head, mods) = match spec.split_once(':') {
-        Some((h, m)) => (h, Some(m)),
-        None => (spec, None),
-    };
-    let (name, rl) = match head.strip_suffix(rl::SUFFIX) {
-        Some(name) => (name, "-engineer-rl"),
-        None => (head, ""),
-    };
-    // The name's own hyphens are rewritten too (`gpt-4o` -> `gpt-no-4o`), as study
-    // names always were.
-    let label = format!("{name}{}", mods.unwrap_or(""))
-        .replace('-', "-no-")
-        .replace('+', "-with-");
-    format!("{label}{rl}")
+impl EngineerSpec {
+    /// The switches as written after the `:` (`-history+summary`), empty when none.
+    fn mods(&self) -> String {
+        self.switches
+            .iter()
+            .map(|(m, on)| format!("{}{m}", if *on { '+' } else { '-' }))
+            .collect()
+    }
+
+    /// This spec as a part of a branch name: module switches become readable parts
+    /// (`current:-failure_breakdown` -> `current-no-failure_breakdown`, `+x` ->
+    /// `-with-x`) and engineer RL a last part (`current+engineer-rl` ->
+    /// `current-engineer-rl`). Study branches are named with it, so it never changes
+    /// for specs that name no engineer RL.
+    pub fn label(&self) -> String {
+        let rl = if self.engineer_rl { "-engineer-rl" } else { "" };
+        // The name's own hyphens are rewritten too (`gpt-4o` -> `gpt-no-4o`), as study
+        // names always were.
+        let label = format!("{}{}", self.name, self.mods())
+            .replace('-', "-no-")
+            .replace('+', "-with-");
+        format!("{label}{rl}")
+    }
 }
 
-/// Parse and check an engineer spec for a ledger (the plan's policy) and branch (its
-/// registered LLM engineers).
+/// The spec as written (`NAME[+engineer-rl][:MODS]`): what events record.
+impl std::fmt::Display for EngineerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)?;
+        if self.engineer_rl {
+            f.write_str(rl::SUFFIX)?;
+        }
+        if !self.switches.is_empty() {
+            write!(f, ":{}", self.mods())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for EngineerSpec {
+    type Err = EngineerNameError;
+    fn from_str(s: &str) -> Result<EngineerSpec, EngineerNameError> {
+        EngineerSpec::parse(s)
+    }
+}
+
+/// Check an engineer spec (parsed at the edge) for a ledger (the plan's policy) and
+/// branch (its registered LLM engineers).
 pub fn check_spec(
-    spec: &str,
+    spec: &EngineerSpec,
     plan: &crate::plan::LedgerPlan,
     state: &BranchState,
-) -> Result<EngineerSpec, EngineerNameError> {
-    let s = EngineerSpec::parse(spec)?;
-    s.check(plan.policy.name(), &state.engineers)?;
-    Ok(s)
+) -> Result<(), EngineerNameError> {
+    spec.check(plan.policy.name(), &state.engineers)
 }
 
 /// Build the engineer `spec` for stage `inputs.stage` of a branch.
 pub fn build(
-    spec: &str,
+    spec: &EngineerSpec,
     inputs: &BuildInputs<'_>,
     state: &BranchState,
 ) -> Result<Box<dyn Engineer>, BuildError> {
@@ -365,12 +388,12 @@ fn checkpoint_state(
 /// [`build`] for a replay: an LLM engineer answers from `recorded` (the branch's
 /// recorded replies, by prompt hash) instead of calling its endpoint.
 pub fn build_replaying(
-    spec: &str,
+    spec: &EngineerSpec,
     inputs: &BuildInputs<'_>,
     state: &BranchState,
     recorded: Option<&llm::RecordedReplies>,
 ) -> Result<Box<dyn Engineer>, BuildError> {
-    let spec = check_spec(spec, inputs.plan, state)?;
+    check_spec(spec, inputs.plan, state)?;
     let next = inputs.stage;
     let seed = inputs.stage_seed.child("engineer", 0);
     match spec.name.as_str() {
@@ -428,6 +451,22 @@ pub fn build_replaying(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn specs_write_back_as_read_and_label_as_before() {
+        for s in [
+            "current",
+            "current:-failure_breakdown+training_details",
+            "current+engineer-rl:-history",
+            "gpt-4o",
+        ] {
+            assert_eq!(EngineerSpec::parse(s).unwrap().to_string(), s);
+        }
+        let label = |s: &str| EngineerSpec::parse(s).unwrap().label();
+        assert_eq!(label("current:-history"), "current-no-history");
+        assert_eq!(label("current+engineer-rl"), "current-engineer-rl");
+        assert_eq!(label("gpt-4o:+summary"), "gpt-no-4o-with-summary");
+    }
 
     #[test]
     fn specs_parse_switch_modules_and_name_bad_input() {

@@ -17,21 +17,23 @@ impl Pipeline<'_> {
 
     /// The engineer that designs a branch's next stages: its last recorded choice (a
     /// fork's engineer or `run --engineer`), else the plan's.
-    pub fn branch_engineer(&self, state: &BranchState) -> String {
-        state
-            .engineer
-            .clone()
-            .unwrap_or_else(|| self.plan.engineer.name.clone())
+    pub fn branch_engineer(&self, state: &BranchState) -> Result<EngineerSpec, StageError> {
+        let recorded = state.engineer.as_deref();
+        Ok(recorded.unwrap_or(&self.plan.engineer.name).parse()?)
     }
 
     /// Make `engineer` the branch's engineer from its next stage on: checked, then
     /// recorded as an `EngineerChosen` event when it differs from the current one (so a
     /// later `run` or `resume` without `--engineer` keeps it). Returns whether it changed.
-    pub fn choose_engineer(&mut self, branch: &str, engineer: &str) -> Result<bool, StageError> {
+    pub fn choose_engineer(
+        &mut self,
+        branch: &str,
+        engineer: &EngineerSpec,
+    ) -> Result<bool, StageError> {
         let state = self.ledger.projection(branch)?;
-        let previous = self.branch_engineer(&state);
+        let previous = self.branch_engineer(&state)?;
         let next = next_stage(&state);
-        if previous == engineer || next > self.plan.engineer.stages {
+        if previous == *engineer || next > self.plan.engineer.stages {
             return Ok(false);
         }
         crate::engineer::check_spec(engineer, &self.plan, &state)?;
@@ -40,7 +42,7 @@ impl Pipeline<'_> {
             vec![(
                 EventBody::EngineerChosen(crate::record::event::EngineerChosen {
                     engineer: engineer.to_string(),
-                    previous,
+                    previous: previous.to_string(),
                 }),
                 next.saturating_sub(1),
                 self.base_meta.clone(),
@@ -54,11 +56,10 @@ impl Pipeline<'_> {
     /// else on branches whose spec ends in `+engineer-rl`. Returns the settings.
     pub fn engineer_rl(
         &self,
-        spec: &str,
+        spec: &EngineerSpec,
     ) -> Result<Option<crate::engineer::rl::Settings>, StageError> {
         let train = self.plan.engineer.train.clone();
-        let on = crate::engineer::EngineerSpec::parse(spec)?.engineer_rl
-            || train.as_ref().is_some_and(|t| t.enabled);
+        let on = spec.engineer_rl || train.as_ref().is_some_and(|t| t.enabled);
         let lm = &self.plan.lm;
         Ok(on.then(|| crate::engineer::rl::Settings {
             train: train.unwrap_or_default(),
@@ -77,10 +78,9 @@ impl Pipeline<'_> {
         state: &BranchState,
         n: u32,
         current: GeneratorConfig,
-        spec: &str,
+        spec: &EngineerSpec,
     ) -> Result<EngineerContext, StageError> {
-        let modules =
-            crate::engineer::EngineerSpec::parse(spec)?.modules(&self.plan.engineer.context);
+        let modules = spec.modules(&self.plan.engineer.context);
         let prev = state
             .stage(n - 1)
             .ok_or_else(|| StageError::Diverged(format!("no stage {}", n - 1)))?;

@@ -15,7 +15,9 @@
 //! engineer's part; [`end`] the end of every stage; [`corpus`] what a scratch model
 //! pretrains on.
 use crate::engineer::context::TrainingDetails;
-use crate::engineer::{BuildError, BuildInputs, Decision, Engineer, EngineerContext, HistoryEntry};
+use crate::engineer::{
+    BuildError, BuildInputs, Decision, Engineer, EngineerContext, EngineerSpec, HistoryEntry,
+};
 use crate::env::suite::{self, Suite, SuiteName, SuiteSpec};
 use crate::env::table::ResultTable;
 use crate::env::{project, Budget, GeneratorConfig, Solved};
@@ -31,7 +33,7 @@ use crate::seed::Seed;
 use crate::train::adam::AdamConfig;
 use crate::train::grpo::{self, StepStats};
 use crate::train::warmup::{self, WarmupConfig};
-use crate::train::{eval, TrainError, TrainState};
+use crate::train::{eval, DeviceSpec, TrainError, TrainState};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tch::Device;
 
@@ -91,9 +93,7 @@ pub struct RunOptions {
     /// Engineer for the stages this run designs, not recorded as the branch's choice
     /// (None: the branch's engineer, see [`Pipeline::branch_engineer`]). `ledger run
     /// --engineer` records its choice first with [`Pipeline::choose_engineer`].
-    pub engineer: Option<String>,
-    /// Device override (None: the plan's).
-    pub device: Option<String>,
+    pub engineer: Option<EngineerSpec>,
 }
 
 /// How a run ended.
@@ -130,10 +130,10 @@ impl RunSummary {
     }
 }
 
-/// Builds the engineer of a stage from its name (`engineer::build`, or a replay's
+/// Builds the engineer of a stage from its spec (`engineer::build`, or a replay's
 /// variant answering from recorded replies).
-pub type EngineerFactory<'f> =
-    dyn FnMut(&str, &BuildInputs<'_>, &BranchState) -> Result<Box<dyn Engineer>, BuildError> + 'f;
+pub type EngineerFactory<'f> = dyn FnMut(&EngineerSpec, &BuildInputs<'_>, &BranchState) -> Result<Box<dyn Engineer>, BuildError>
+    + 'f;
 
 impl From<BuildError> for StageError {
     fn from(e: BuildError) -> StageError {
@@ -152,6 +152,8 @@ pub struct Pipeline<'a> {
     pub ledger: &'a mut Ledger,
     pub plan: LedgerPlan,
     pub device: Device,
+    /// The device as named (the override, else the plan's), resolved once at open.
+    pub device_spec: DeviceSpec,
     pub val: Suite,
     pub test: Suite,
     /// Canonical keys of every suite instance: training data never includes them.
@@ -160,36 +162,33 @@ pub struct Pipeline<'a> {
 }
 
 impl<'a> Pipeline<'a> {
-    /// A pipeline over `ledger`, its evaluation suites read from stage 0's record.
-    pub fn new(
-        ledger: &'a mut Ledger,
-        device_override: Option<&str>,
-    ) -> Result<Pipeline<'a>, StageError> {
-        Self::open(ledger, device_override, false)
+    /// A pipeline over `ledger` on `device` (resolved by the caller: the command
+    /// line's, else the plan's), its evaluation suites read from stage 0's record.
+    pub fn new(ledger: &'a mut Ledger, device: DeviceSpec) -> Result<Pipeline<'a>, StageError> {
+        Self::open(ledger, device, false)
     }
 
     /// A pipeline whose evaluation suites are rebuilt from the plan, for verification:
     /// a replay of stage 0 must recompute the suites it recorded, not read them back.
     pub fn regenerating_suites(
         ledger: &'a mut Ledger,
-        device_override: Option<&str>,
+        device: DeviceSpec,
     ) -> Result<Pipeline<'a>, StageError> {
-        Self::open(ledger, device_override, true)
+        Self::open(ledger, device, true)
     }
 
     /// The device as this pipeline records it in metadata (`cpu`, `cuda`, `cuda:N`).
     pub fn device_name(&self) -> String {
-        self.base_meta.device.clone().unwrap_or_default()
+        self.device_spec.to_string()
     }
 
     fn open(
         ledger: &'a mut Ledger,
-        device_override: Option<&str>,
+        device_spec: DeviceSpec,
         regenerate_suites: bool,
     ) -> Result<Pipeline<'a>, StageError> {
         let plan = ledger_plan(ledger)?;
-        let device_name = device_override.unwrap_or(&plan.train.device).to_string();
-        let device = crate::train::parse_device(&device_name)?;
+        let device = crate::train::open_device(device_spec)?;
         tch::set_num_threads(plan.train.torch_threads as i32);
         if device == tch::Device::Cpu {
             crate::train::keep_freed_memory();
@@ -201,7 +200,7 @@ impl<'a> Pipeline<'a> {
         };
         let mut base_meta = Meta::now();
         base_meta.threads = Some(plan.train.torch_threads);
-        base_meta.device = Some(device_name);
+        base_meta.device = Some(device_spec.to_string());
         base_meta
             .versions
             .extend(crate::train::kernels::facts(device));
@@ -224,6 +223,7 @@ impl<'a> Pipeline<'a> {
             ledger,
             plan,
             device,
+            device_spec,
             val,
             test,
             suite_keys,
@@ -309,11 +309,11 @@ impl<'a> Pipeline<'a> {
         // (a grid plan asked for `current` fails here, not after its warm-up).
         let state = self.ledger.projection(&opts.branch)?;
         if next_stage(&state) <= last {
-            let name = opts
-                .engineer
-                .clone()
-                .unwrap_or_else(|| self.branch_engineer(&state));
-            crate::engineer::check_spec(&name, &self.plan, &state)?;
+            let spec = match &opts.engineer {
+                Some(spec) => spec.clone(),
+                None => self.branch_engineer(&state)?,
+            };
+            crate::engineer::check_spec(&spec, &self.plan, &state)?;
         }
         loop {
             let state = self.ledger.projection(&opts.branch)?;
@@ -324,17 +324,19 @@ impl<'a> Pipeline<'a> {
             let done = if next == 0 {
                 self.run_warmup(&opts.branch, &state, progress, stop)?
             } else {
-                let engineer_name = match state.stage(next).and_then(|s| s.engineer.clone()) {
-                    Some(name) => name, // resuming a stage that already started
-                    None => opts
-                        .engineer
-                        .clone()
-                        .unwrap_or_else(|| self.branch_engineer(&state)),
+                let engineer = match (
+                    state.stage(next).and_then(|s| s.engineer.as_deref()),
+                    &opts.engineer,
+                ) {
+                    // resuming a stage that already started: the engineer it recorded
+                    (Some(recorded), _) => recorded.parse()?,
+                    (None, Some(spec)) => spec.clone(),
+                    (None, None) => self.branch_engineer(&state)?,
                 };
                 self.run_stage(
                     &opts.branch,
                     next,
-                    &engineer_name,
+                    &engineer,
                     &state,
                     engineers,
                     progress,

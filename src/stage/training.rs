@@ -12,12 +12,14 @@ impl Pipeline<'_> {
         &mut self,
         branch: &str,
         n: u32,
-        engineer_name: &str,
+        spec: &EngineerSpec,
         state: &BranchState,
         engineers: &mut EngineerFactory<'_>,
         progress: &mut dyn Progress,
         stop: &AtomicBool,
     ) -> Result<bool, StageError> {
+        // The spec as written: what the stage's events record.
+        let engineer_name = &spec.to_string();
         let mut phases = Phases::new(self.device);
         let cfg = self.plan.grpo.clone();
         let seed = stage_seed(&self.plan, n, state.replicate);
@@ -47,7 +49,7 @@ impl Pipeline<'_> {
             })?
         } else {
             phases.begin(phase::ENGINEER);
-            let ctx = self.context(state, n, current.clone(), engineer_name)?;
+            let ctx = self.context(state, n, current.clone(), spec)?;
             let inputs = BuildInputs {
                 ledger: self.ledger,
                 plan: &self.plan,
@@ -55,7 +57,7 @@ impl Pipeline<'_> {
                 stage: n,
                 stage_seed: seed,
             };
-            let mut engineer = engineers(engineer_name, &inputs, state)?;
+            let mut engineer = engineers(spec, &inputs, state)?;
             let decision = engineer.decide(&ctx);
             if let Some(work) = decision.work {
                 phases.count(phase::ENGINEER, work);
@@ -119,12 +121,10 @@ impl Pipeline<'_> {
         phases.end();
 
         // The context engineer RL starts from: the one this stage's engineer read.
-        let engineer_rl = match self.engineer_rl(engineer_name)? {
+        let engineer_rl = match self.engineer_rl(spec)? {
             Some(settings) => Some((
                 settings,
-                phases.time(phase::ENGINEER_RL, || {
-                    self.context(state, n, current, engineer_name)
-                })?,
+                phases.time(phase::ENGINEER_RL, || self.context(state, n, current, spec))?,
             )),
             None => None,
         };

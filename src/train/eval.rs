@@ -196,16 +196,7 @@ pub fn subset_evaluations(
 
 /// A result table as evaluation cells, by (agents, size).
 pub fn cells_of(t: &ResultTable) -> Vec<EvalCell> {
-    t.cells
-        .iter()
-        .map(|(&(agents, size), c)| EvalCell {
-            agents: agents as u32,
-            size: size as u32,
-            total: c.total,
-            valid: c.valid,
-            optimal: c.optimal,
-        })
-        .collect()
+    EvalCell::cells_of(t)
 }
 
 /// Failure counts per size with a few failing plans as text.

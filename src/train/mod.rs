@@ -56,7 +56,7 @@ pub enum TrainError {
     Arch(String),
 }
 
-pub use crate::plan::trainer::parse_device_name;
+pub use crate::plan::trainer::DeviceSpec;
 
 /// Where the README says how to provide CUDA (named in every refusal).
 const CUDA_HELP: &str = "see README.md, \"Using a GPU\"";
@@ -164,10 +164,11 @@ pub fn check_cuda(index: usize, facts: &CudaFacts) -> Result<(), String> {
     }
 }
 
-/// Parse `--device`: `cpu`, `cuda` or `cuda:N`, checking that CUDA and device N are
-/// there (exit 2 from the CLI, naming what is missing).
-pub fn parse_device(s: &str) -> Result<Device, TrainError> {
-    match parse_device_name(s).map_err(|m| TrainError::Device(s.into(), m))? {
+/// The torch device of a [`DeviceSpec`] (parsed at the edge), checking that CUDA and
+/// device N are there (exit 2 from the CLI, naming what is missing).
+pub fn open_device(spec: DeviceSpec) -> Result<Device, TrainError> {
+    let s = spec.to_string();
+    match spec.cuda_index() {
         None => Ok(Device::Cpu),
         Some(idx) => {
             // libtorch resolves its CUDA hooks once per process, on the first question
@@ -193,7 +194,7 @@ pub fn parse_device(s: &str) -> Result<Device, TrainError> {
                 runtime,
                 driver,
             };
-            check_cuda(idx, &facts).map_err(|m| TrainError::Device(s.into(), m))?;
+            check_cuda(idx, &facts).map_err(|m| TrainError::Device(s.clone(), m))?;
             Ok(Device::Cuda(idx))
         }
     }

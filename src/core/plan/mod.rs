@@ -72,7 +72,8 @@ pub struct LedgerPlan {
 #[serde(deny_unknown_fields, default)]
 pub struct Train {
     /// `cpu`, `cuda` or `cuda:N` (the CLI's `--device` overrides it).
-    pub device: String,
+    #[schemars(with = "String")]
+    pub device: trainer::DeviceSpec,
     /// Torch intra-op threads. Fixed and recorded: results are bit-exact only at the
     /// same count on the same device.
     pub torch_threads: u32,
@@ -89,7 +90,7 @@ pub struct Train {
 impl Default for Train {
     fn default() -> Self {
         Train {
-            device: "cpu".into(),
+            device: trainer::DeviceSpec::Cpu,
             torch_threads: 1,
             metric: crate::env::CostMetric::Makespan,
             dtype: trainer::Dtype::Auto,
@@ -555,7 +556,6 @@ impl LedgerPlan {
             1 << 16,
         )?;
         let t = &self.train;
-        trainer::parse_device_name(&t.device).map_err(|m| range("train.device", m))?;
         check_u("train.torch_threads", t.torch_threads as u64, 1, 256)?;
         let e = &self.engineer;
         if e.name.trim().is_empty() {
@@ -733,7 +733,7 @@ mod tests {
         let t = Train::default();
         assert_eq!(
             codec::encode(&t),
-            codec::encode(&(t.device.clone(), t.torch_threads, t.metric))
+            codec::encode(&(t.device.to_string(), t.torch_threads, t.metric))
         );
         let g = GrpoConfig::default();
         let with = GrpoConfig {

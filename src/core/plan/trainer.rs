@@ -252,19 +252,70 @@ impl Dtype {
     }
 }
 
-/// Check a device name's syntax: `cpu`, `cuda` or `cuda:N` (None for cpu).
-pub fn parse_device_name(s: &str) -> Result<Option<usize>, String> {
-    match s {
-        "cpu" => Ok(None),
-        _ => match s.strip_prefix("cuda") {
-            Some("") => Ok(Some(0)),
-            Some(rest) => rest
-                .strip_prefix(':')
-                .and_then(|n| n.parse().ok())
-                .map(Some)
-                .ok_or_else(|| format!("{s:?}: expected cpu, cuda or cuda:N")),
-            None => Err(format!("{s:?}: expected cpu, cuda or cuda:N")),
-        },
+/// A device as the command line (`--device`) and plans (`[train] device`) name it:
+/// `cpu`, `cuda` or `cuda:N`. Parsed by [`DeviceSpec::from_str`], the one place a device
+/// name is read; everything past the edge (CLI arguments, a plan's load) passes this
+/// type. It writes itself back exactly as written (`cuda` stays `cuda`, `cuda:0` stays
+/// `cuda:0`), so plans hash as they always did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum DeviceSpec {
+    #[default]
+    Cpu,
+    /// `cuda` (None: device 0, written without an index) or `cuda:N`.
+    Cuda(Option<usize>),
+}
+
+impl DeviceSpec {
+    /// The CUDA device index (None for the CPU).
+    pub fn cuda_index(self) -> Option<usize> {
+        match self {
+            DeviceSpec::Cpu => None,
+            DeviceSpec::Cuda(i) => Some(i.unwrap_or(0)),
+        }
+    }
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<DeviceSpec, String> {
+        let bad = || format!("{s:?}: expected cpu, cuda or cuda:N");
+        match s {
+            "cpu" => Ok(DeviceSpec::Cpu),
+            "cuda" => Ok(DeviceSpec::Cuda(None)),
+            _ => {
+                let n = s.strip_prefix("cuda:").ok_or_else(bad)?;
+                let i: usize = n.parse().map_err(|_| bad())?;
+                // Written back as read: `cuda:01` would come back as `cuda:1`.
+                if i.to_string() != n {
+                    return Err(bad());
+                }
+                Ok(DeviceSpec::Cuda(Some(i)))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::Cuda(None) => f.write_str("cuda"),
+            DeviceSpec::Cuda(Some(i)) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+impl TryFrom<String> for DeviceSpec {
+    type Error = String;
+    fn try_from(s: String) -> Result<DeviceSpec, String> {
+        s.parse()
+    }
+}
+
+impl From<DeviceSpec> for String {
+    fn from(d: DeviceSpec) -> String {
+        d.to_string()
     }
 }
 

@@ -154,6 +154,23 @@ pub struct EvalCell {
     pub optimal: u32,
 }
 
+impl EvalCell {
+    /// A result table as evaluation cells, by (agents, size). Needs only the testbed,
+    /// so `ledger env` has it in the build without libtorch.
+    pub fn cells_of(t: &crate::env::table::ResultTable) -> Vec<EvalCell> {
+        t.cells
+            .iter()
+            .map(|(&(agents, size), c)| EvalCell {
+                agents: agents as u32,
+                size: size as u32,
+                total: c.total,
+                valid: c.valid,
+                optimal: c.optimal,
+            })
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Evaluation {
     /// "val", "test", ...
