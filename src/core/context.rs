@@ -291,13 +291,9 @@ pub fn config_changes(before: &GeneratorConfig, after: &GeneratorConfig) -> Vec<
     changes_with(before, after, ratio)
 }
 
-/// [`config_changes`] for people: every value with the digits it has (`4 wait
-/// 0.125->0.35`; [`crate::views::number`]).
-pub fn config_changes_exact(before: &GeneratorConfig, after: &GeneratorConfig) -> Vec<String> {
-    changes_with(before, after, crate::views::number)
-}
-
-fn changes_with(
+/// [`config_changes`] with `f` formatting each value (views print every digit a value
+/// has: `crate::views::config_changes`).
+pub fn changes_with(
     before: &GeneratorConfig,
     after: &GeneratorConfig,
     f: fn(f64) -> String,

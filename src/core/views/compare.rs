@@ -219,7 +219,7 @@ pub fn decisions(ledger: &Ledger, state: &BranchState) -> Result<Vec<DecisionLin
             if let crate::ledger::EventBody::EngineerDecision(d) = ledger.event(&h)?.body {
                 let changes = previous
                     .as_ref()
-                    .map(|p| crate::context::config_changes_exact(p, &d.applied))
+                    .map(|p| super::config_changes(p, &d.applied))
                     .unwrap_or_default();
                 out.push(DecisionLine {
                     stage: st.stage,

@@ -42,6 +42,15 @@ pub fn number(x: f64) -> String {
     }
 }
 
+/// What changed from `before` to `after`, per size and field, for people: every value
+/// with the digits it has (`4 wait 0.125->0.35`, by [`number`]).
+pub fn config_changes(
+    before: &crate::env::GeneratorConfig,
+    after: &crate::env::GeneratorConfig,
+) -> Vec<String> {
+    crate::context::changes_with(before, after, number)
+}
+
 #[cfg(test)]
 mod number_tests {
     #[test]
