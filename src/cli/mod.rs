@@ -746,6 +746,7 @@ fn without_trainer(args: &[String]) -> CliError {
 
 /// The help of an `--engineer` option: `lead`, then the built-in engineers as the
 /// registry (`engineer::BUILTINS`) lists them, and the spec's grammar.
+#[cfg(feature = "train")]
 pub(crate) fn engineer_help(lead: &str) -> String {
     use mapf_ledger::engineer::BUILTINS;
     let names = |lm: bool| {
