@@ -36,6 +36,18 @@
 //!
 //! Results: README, "Speed", from the committed output of a run
 //! (`ledgers/results/speed-cpu/`).
+use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig, Solved};
+use mapf_ledger::ledger::Hash;
+use mapf_ledger::record::trainer::StepRecord;
+use mapf_ledger::seed::Seed;
+use mapf_ledger::train::adam::AdamConfig;
+use mapf_ledger::train::grpo::{self, GrpoConfig};
+use mapf_ledger::train::lm::{self, LmConfig, LmSpec, Sampling};
+use mapf_ledger::train::policy::Policy;
+use mapf_ledger::train::{new_policy, TrainState};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tch::{Device, Kind, Tensor};
 
 fn grpo_config() -> GrpoConfig {
     GrpoConfig {
