@@ -67,6 +67,10 @@ pub enum StageError {
     Engineer(#[from] crate::engineer::EngineerNameError),
     #[error("recorded history disagrees with recomputation: {0}")]
     Diverged(String),
+    /// A stage the run needs a checkpoint of has none (its own error, not a divergence:
+    /// the engineer that asked for it is named in the source).
+    #[error(transparent)]
+    NoCheckpoint(BuildError),
     /// A model a command named could not be loaded (the message names it).
     #[error("{0}")]
     Model(String),
@@ -141,7 +145,7 @@ impl From<BuildError> for StageError {
             BuildError::Name(e) => StageError::Engineer(e),
             BuildError::Ledger(e) => StageError::Ledger(e),
             BuildError::Train(e) => StageError::Train(e),
-            e @ BuildError::NoCheckpoint { .. } => StageError::Diverged(e.to_string()),
+            e @ BuildError::NoCheckpoint { .. } => StageError::NoCheckpoint(e),
             BuildError::Registry(m) => StageError::Plan(m),
         }
     }
@@ -389,4 +393,27 @@ pub fn load_state(
     let bytes = ledger.blob(blob)?;
     let fetch = |h: &Hash| ledger.blob(h).map_err(|e| e.to_string());
     Ok(TrainState::load(&bytes, compute, &fetch)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An engineer that needs a checkpoint a stage lacks is its own error, naming the
+    /// engineer and the stage, not a "divergence" of the record.
+    #[test]
+    fn a_missing_checkpoint_is_not_a_divergence() {
+        let e = StageError::from(BuildError::NoCheckpoint {
+            name: "base".into(),
+            stage: 0,
+        });
+        assert!(matches!(e, StageError::NoCheckpoint(_)), "{e:?}");
+        let said = e.to_string();
+        assert!(
+            said.contains("engineer base")
+                && said.contains("stage 0")
+                && !said.contains("disagrees"),
+            "{said}"
+        );
+    }
 }
