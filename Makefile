@@ -19,16 +19,19 @@ build: libtorch
 chromium:
 	@tools/chromium.sh >/dev/null
 
-# The three crates that do not link libtorch first, then the `ledger` built without the
-# trainer (its own profile, target/core/, so it never replaces the full binary the tests
-# run), then the application (tests/core_binary.rs drives that second binary), then a
-# type check of every bench (running them is `make bench`), so a change that breaks a
-# bench fails CI too.
+# The `ledger` built without the trainer first, copied to target/core/ledger
+# (tests/core_binary.rs drives it): built in the tests' own profile, so it shares their
+# compiled dependencies instead of compiling every one again in a profile of its own.
+# The test build that follows puts the full binary back at target/debug/ledger (cargo
+# re-links a binary's uplifted copy on every build). Then every crate's tests in one
+# cargo invocation, so dependencies are compiled once with one feature set, and every
+# bench compiled in the same profile (running them is `make bench`), so a change that
+# breaks a bench fails CI too.
 test: libtorch chromium
-	$(CARGO) test -p ledger-store -p mapf-testbed -p ledger-core
-	$(CARGO) build --profile core --no-default-features --bin ledger
-	LEDGER_CORE_BIN=$(CURDIR)/target/core/ledger $(CARGO) test -p mapf-ledger
-	$(CARGO) check --benches
+	$(CARGO) build --no-default-features --bin ledger
+	mkdir -p target/core && cp target/debug/ledger target/core/ledger.tmp && mv target/core/ledger.tmp target/core/ledger
+	LEDGER_CORE_BIN=$(CURDIR)/target/core/ledger $(CARGO) test --workspace
+	$(CARGO) test --workspace --bench '*' --no-run
 
 # `ledger` without libtorch: reads, verifies, audits, compares, reports, bundles and
 # fetches ledgers; the training commands refuse. No libtorch is provisioned for it.

@@ -3,8 +3,10 @@
 //! exports, reports, bundles, fetches and gc's exactly as the full one does; the
 //! training commands refuse with exit 2, naming what to install.
 //!
-//! `make test` builds that binary first (profile `core`: `target/core/ledger`) and names
-//! it in `LEDGER_CORE_BIN`; a plain `cargo test` builds it here.
+//! `make test` builds that binary first (in the tests' profile, copied to
+//! `target/core/ledger`) and names it in `LEDGER_CORE_BIN`; a plain `cargo test` builds
+//! it here, in the `core` profile, whose output cannot replace the binary the other tests
+//! run while they run.
 mod common;
 
 use common::{fails, ledger, ok};
