@@ -3,7 +3,7 @@
 //! the cells prompt and writes a plan the cells parser accepts; `ledger eval` scores an
 //! HF directory and a ledger checkpoint in the paper's layout, with a schema'd `--json`
 //! and clear refusals.
-mod common;
+use crate::common;
 use common::{fails, ledger, ok, schema::validates};
 use mapf_ledger::env::{generate, simulate, Budget, GeneratorConfig};
 use mapf_ledger::seed::Seed;

@@ -1,5 +1,5 @@
 //! `ledger env ...` driven as a user drives it: outputs, exit codes, error messages.
-mod common;
+use crate::common;
 
 use common::schema::validates;
 use common::{cli, stderr, stdout};

@@ -2,7 +2,7 @@
 //! zero, negative, not-a-number, non-UTF-8 and missing paths, directories where files go)
 //! exits 2 with a message, never 101 (a Rust panic) or a signal (an abort in libtorch).
 //! Each case is one the tool must refuse before doing any work: none runs long.
-mod common;
+use crate::common;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;

@@ -7,7 +7,7 @@
 //! `target/core/ledger`) and names it in `LEDGER_CORE_BIN`; a plain `cargo test` builds
 //! it here, in the `core` profile, whose output cannot replace the binary the other tests
 //! run while they run.
-mod common;
+use crate::common;
 
 use common::{fails, ledger, ok};
 use std::path::{Path, PathBuf};

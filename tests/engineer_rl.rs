@@ -4,7 +4,7 @@
 //! engineer read; an update changes the parameters only when a group's rewards differ;
 //! replay recomputes every reply, reward and update; audit and TensorBoard report it; a plan or spec
 //! that asks for it without a language model is refused, naming the key.
-mod common;
+use crate::common;
 
 use common::{fails, ledger, ok};
 use mapf_ledger::ledger::{EventBody, Hash, Ledger};

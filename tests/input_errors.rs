@@ -1,6 +1,6 @@
 //! Errors that name the input the user gave (issue 52, item 4): each case a new user met,
 //! with its exit code (2 bad input, 1 a failed check) and the words the message must hold.
-mod common;
+use crate::common;
 
 use common::{cli, fails, ledger, ledger_cmd, ok, stdout, tiny_ledger};
 use std::io::Read;

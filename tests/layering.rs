@@ -533,3 +533,30 @@ fn engineer_names_are_listed_only_by_the_registry() {
         found.join("\n")
     );
 }
+
+/// Cargo's discovery of test files is off (`autotests = false`): the integration tests are
+/// one binary, `tests/integration.rs`, so a file in `tests/` that it does not declare
+/// would never be compiled or run. Every one is declared.
+#[test]
+fn every_test_file_is_a_module_of_the_integration_binary() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let root = std::fs::read_to_string(tests.join("integration.rs")).unwrap();
+    let declared: BTreeSet<String> = root
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("mod ")?.strip_suffix(';'))
+        .map(str::to_string)
+        .collect();
+    let files: BTreeSet<String> = std::fs::read_dir(&tests)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .map(|p| p.file_stem().unwrap().to_str().unwrap().to_string())
+        .filter(|n| n != "integration")
+        .collect();
+    let missing: Vec<_> = files.difference(&declared).collect();
+    assert!(
+        missing.is_empty(),
+        "tests/integration.rs does not declare {missing:?}: add `mod NAME;` for each"
+    );
+    assert!(declared.contains("common") && declared.contains("layering"));
+}

@@ -13,7 +13,7 @@
 //!
 //! `CHAOS_TRIALS=N` (default 1) runs N trials per (file class, damage) pair and prints
 //! the figures (`CHAOS_SEED` varies the draws); `tools/chaos.sh N` runs it that way.
-mod common;
+use crate::common;
 
 use common::{files_under, fork_and_run, ledger, ledger_cmd, ok, text};
 use mapf_ledger::ledger::event::*;

@@ -1,6 +1,6 @@
 //! The store commands through the real `ledger` binary: init, log, show, branches,
 //! export, rebuild, verify, with and without --json, and the contract's exit codes.
-mod common;
+use crate::common;
 
 use common::schema::validates;
 use common::{fails, ledger, ok};

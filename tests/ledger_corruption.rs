@@ -1,7 +1,7 @@
 //! Damage detection: a flipped byte in an event record, a blob (file or small-blob
 //! pack), the refs file or the sled projection cache, and a truncated blob file or
 //! pack, make `ledger verify` exit 1 naming the bad event, blob, file or ref.
-mod common;
+use crate::common;
 
 use common::{ledger, ok, text};
 use mapf_ledger::ledger::event::*;

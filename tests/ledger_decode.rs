@@ -1,7 +1,7 @@
 //! Decoding arbitrary or hostile bytes never panics and never allocates more than a
 //! small bound, whatever lengths the bytes claim (a counting global allocator measures
 //! the peak).
-mod common;
+use crate::common;
 
 use mapf_ledger::ledger::codec::{self, EVENT_VERSION};
 use mapf_ledger::ledger::{BranchState, Meta};

@@ -2,7 +2,7 @@
 //! `log --follow` streams a run, a bit-exact replay stores (almost) nothing, `gc` is
 //! crash-safe, a branch keeps the engineer it was given, and replay explains or avoids
 //! a kernel-capability difference.
-mod common;
+use crate::common;
 use common::{fails, fork, fork_and_run, ledger, ledger_cmd, ok, tiny_ledger};
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -1,7 +1,7 @@
 //! Projections are pure folds: for random event sequences appended in random batches
 //! to random branches (with forks), the incrementally maintained state equals the one
 //! `rebuild` recomputes from the log and a plain fold of the branch's history.
-mod common;
+use crate::common;
 
 use mapf_ledger::env::config::GeneratorConfig;
 use mapf_ledger::env::simulate::FailureKind;

@@ -2,7 +2,7 @@
 //! a branch run there and fetched back with the same head a local run gives; fetch is
 //! idempotent and order-independent (property test over generated ledgers); a diverged
 //! branch is refused unless namespaced; a corrupted bundle is refused naming the object.
-mod common;
+use crate::common;
 
 use common::{fails, fork_and_run, heads, ledger, ok, tiny_ledger};
 use mapf_ledger::ledger::bundle::Bundle;

@@ -5,7 +5,7 @@
 //! projection (`stage::decision_event`) with a real recorder on a real ledger, and the
 //! recorded `EngineerDecision` is asserted. The CLI tests register engineers with
 //! `ledger engineer add` and check the API key never reaches the ledger.
-mod common;
+use crate::common;
 
 use common::schema::validates;
 use common::{files_under, ok};

@@ -1,7 +1,7 @@
 //! `ledger lm bench` on the CPU: the figures a GPU run commits (tools/cuda-bench.sh) come
 //! out as JSON with their fields, every decode lane runs to the asked length, and bad
 //! input is refused naming the flag.
-mod common;
+use crate::common;
 use common::{cli, fails, json};
 
 const SHAPE: &str = concat!(

@@ -4,7 +4,7 @@
 //! sampling log-probs equal training log-probs within bf16's tolerance, a LoRA GRPO step
 //! (whole batch and micro-batched) trains the adapters, and micro-batching leaves the f32
 //! loss as it was. Bit-exact stop and resume in bf16: tests/train_determinism.rs.
-mod common;
+use crate::common;
 
 use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig};
 use mapf_ledger::ledger::Hash;

@@ -2,7 +2,7 @@
 //! A decision carries the prompt and the generated reply as blobs (an unparseable
 //! reply is a recorded rejection); `current` and `base` answer differently once the two
 //! checkpoints differ; replay regenerates the replies bit for bit.
-mod common;
+use crate::common;
 
 use common::{fork_and_run, ledger, ok};
 use mapf_ledger::ledger::{EventBody, Ledger};

@@ -2,7 +2,7 @@
 //! uncached recomputation, sampling log-probs equal training log-probs, loading (single
 //! file and shards) with every refusal, LoRA merged equals unmerged, export then load
 //! gives identical logits, and GRPO raises the reward on a small task.
-mod common;
+use crate::common;
 
 use common::cli;
 use mapf_ledger::env::{generate, Budget, GeneratorConfig};

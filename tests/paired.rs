@@ -4,7 +4,7 @@
 //! sections, the outcomes events they rest on, study's paired rows), a ledger recorded
 //! without outcomes (the views say so), and the plan's refusal of a per_cell the wait
 //! ratios do not divide.
-mod common;
+use crate::common;
 
 use common::schema::validates;
 use common::{fails, fork_and_run, json, ledger, ok};

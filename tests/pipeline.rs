@@ -1,6 +1,6 @@
 //! The stage pipeline with every built-in engineer, ablation switches, and checkpoint
 //! export, through the real `ledger` binary on a tiny plan.
-mod common;
+use crate::common;
 
 use common::{ledger, ok, param_hashes};
 use mapf_ledger::engineer::EngineerContext;

@@ -2,7 +2,7 @@
 //! before it starts: the memory plan against the GPU (refused with exit 2 unless
 //! `--force`), and a device that is not there (exit 2 naming what is missing and the
 //! README section that says how to provide it).
-mod common;
+use crate::common;
 use common::schema::validates;
 use common::{fails, ledger, ledger_cmd, ok};
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! records and blobs named by `verify` and `replay`, counterfactual replays that leave
 //! no branch behind unless kept, and kill -9 at random instants followed by resumes
 //! that end on the uninterrupted run's head hash.
-mod common;
+use crate::common;
 
 use common::schema::validates;
 use common::{ledger, ledger_cmd, ok, text};

@@ -9,7 +9,7 @@
 //! stays text on the live page too.
 //!
 //! Screenshots are kept under the target directory (`report-screenshots/`).
-mod common;
+use crate::common;
 
 use common::browser::Browser;
 use common::{fails, fork_and_run, json, ledger, ok, tiny_ledger};

@@ -1,6 +1,6 @@
 //! `show` reads well by default (issue 52, item 5): a stage is a summary in the paper's
 //! layout, the projection is behind `--json`, and that JSON names its fields.
-mod common;
+use crate::common;
 
 use common::{json, ledger, ok, schema::validates, tiny_ledger};
 

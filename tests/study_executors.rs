@@ -2,7 +2,7 @@
 //! study with `--executor local:2`, and one on a real single-node Slurm
 //! (`tools/slurm.sh` starts it from Debian's packages) where one task is `scancel`ed
 //! mid-run: the study fails naming it, and running it again resubmits only that task.
-mod common;
+use crate::common;
 
 use common::{heads, ledger, ok, tiny_ledger};
 use std::path::{Path, PathBuf};

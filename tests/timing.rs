@@ -3,7 +3,7 @@
 //! wall time; the JSON validates against `schemas/show-timing.json`; nothing timed reaches
 //! a hash; TensorBoard gets the phases; and ledgers recorded before timings (the
 //! committed fixture bundle, old metadata layout) still read.
-mod common;
+use crate::common;
 
 use common::schema::validates;
 use common::{fails, json, ledger, ok};

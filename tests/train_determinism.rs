@@ -2,7 +2,7 @@
 //! same plan and seed give identical event hashes; the rayon thread count does not
 //! matter; stopping at a durable point and resuming records exactly what an
 //! uninterrupted run records (parameter hashes and trajectory hashes included).
-mod common;
+use crate::common;
 
 use common::{ledger_cmd, ok, param_hashes};
 use mapf_ledger::ledger::{Hash, Ledger};

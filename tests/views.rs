@@ -2,7 +2,7 @@
 //! tiny plan (2 stages, seconds to run): audit (text and JSON), export of metrics,
 //! decisions and branches, compare --plot, and study (files, rows, resumability). Every
 //! JSON output is validated against its checked-in schema under schemas/.
-mod common;
+use crate::common;
 
 use common::schema::{errors, validates};
 use common::{fails, fork, fork_and_run, heads, ledger, ok, tiny_ledger};

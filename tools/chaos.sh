@@ -14,6 +14,6 @@ cd "$(dirname "$0")/.."
 trials=${1:-20}
 seed=${2:-2026}
 make --no-print-directory libtorch
-CHAOS_TRIALS=$trials CHAOS_SEED=$seed cargo test --test ledger_chaos \
-  -- --nocapture damage_to_any_file a_last_refs_record 2>&1 |
+CHAOS_TRIALS=$trials CHAOS_SEED=$seed cargo test --test integration \
+  -- --nocapture ledger_chaos::damage_to_any_file ledger_chaos::a_last_refs_record 2>&1 |
   grep -E '^(class|[A-Z][a-zA-Z]+ +(Flip|Truncate|ZeroPage|ZeroTail) )|test result|panicked'

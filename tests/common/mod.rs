@@ -1,4 +1,4 @@
-//! The one home of helpers shared by integration tests (a test file adds `mod common;`):
+//! The one home of helpers shared by integration tests (a test file adds `use crate::common;`):
 //! the `ledger` binary and its outputs, the tiny ledger, a real headless Chromium
 //! ([`browser`]), and validation of outputs against the checked-in schemas ([`schema`]).
 #![allow(dead_code)]
