@@ -183,6 +183,27 @@ fn report_of_a_real_ledger_in_chromium() {
     }
     assert_eq!(decisions.len(), 4, "2 designed stages on each branch");
 
+    // What training did: a transfer row per branch and Sum row (validation, 3, 4 and 5
+    // agents), and one per engineer of the study.
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    let table = |class: &str| {
+        let at = html
+            .find(&format!("<table class=\"{class}\""))
+            .unwrap_or_else(|| panic!("no {class} table"));
+        let body = &html[at..];
+        body[..body.find("</table>").unwrap()]
+            .matches("<tr>")
+            .count()
+    };
+    assert_eq!(
+        table("transfer"),
+        1 + 2 * 4,
+        "a header and 2 branches x 4 Sum rows"
+    );
+    assert!(
+        table("study-transfer") >= 1 + 2,
+        "a header and a row per engineer"
+    );
     let p = open_in_browser(tmp.path(), &out.join("index.html"), "tiny", 1280);
     assert_eq!(
         p["sections"],

@@ -305,8 +305,82 @@ fn audit_export_and_compare_plot() {
             .sum();
         assert!(indep_baseline > 0.0);
     }
+    // Transfer: each branch's final stage against its own stage 0 on the same items,
+    // whose sides are the recorded Sum rows (validation at stage 0 and at the end; the
+    // final test table), and whose halves are the coordination rows' own.
+    for b in c.as_array().unwrap() {
+        let t = &b["transfer"];
+        let name = b["branch"].as_str().unwrap();
+        assert_eq!(t["against"], format!("{name}@stage0"));
+        assert_eq!(
+            (t["against_stage"].as_u64(), t["stage"].as_u64()),
+            (Some(0), Some(2))
+        );
+        let row = |suite: &str, k: u64, subset: Option<&str>| {
+            t["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["suite"] == suite && r["agents"] == k && r["subset"].as_str() == subset)
+                .unwrap_or_else(|| panic!("{name}: no {suite} {k} {subset:?} row: {t}"))
+                .clone()
+        };
+        let v = row("val", 2, None);
+        let curve = b["validation"].as_array().unwrap();
+        assert_eq!(v["valid"]["a"], curve[0]["valid"], "{name}: stage 0 side");
+        assert_eq!(
+            v["valid"]["b"],
+            curve.last().unwrap()["valid"],
+            "{name}: final side"
+        );
+        let d = v["valid"]["b"].as_f64().unwrap() - v["valid"]["a"].as_f64().unwrap();
+        assert!((v["valid"]["diff"].as_f64().unwrap() - d).abs() < 1e-9);
+        for k in [3u64, 4, 5] {
+            let r = row("test", k, None);
+            let (total, valid): (u64, u64) = b["test_cells"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["agents"] == k)
+                .fold((0, 0), |(t, v), c| {
+                    (
+                        t + c["total"].as_u64().unwrap(),
+                        v + c["valid"].as_u64().unwrap(),
+                    )
+                });
+            assert_eq!(r["instances"].as_u64(), Some(total));
+            // Equal items per size: the Sum row (mean over sizes) is the pooled rate.
+            let pooled = 100.0 * valid as f64 / total as f64;
+            assert!(
+                (r["valid"]["b"].as_f64().unwrap() - pooled).abs() < 1e-9,
+                "{name} {k}: {r}"
+            );
+            row("test", k, Some("coord"));
+            row("test", k, Some("indep"));
+        }
+    }
     let text = ok(&ledger(&d, &["compare", "main", "h"]));
     assert!(text.contains("Items that need coordination"), "{text}");
+    // One transfer line per branch and agent count.
+    let transfer = text
+        .split("\nTransfer: ")
+        .nth(1)
+        .expect("a transfer section")
+        .split("\n\n")
+        .next()
+        .unwrap();
+    for b in ["main", "h"] {
+        for (k, suite) in [(2, "val"), (3, "test"), (4, "test"), (5, "test")] {
+            let lines = transfer
+                .lines()
+                .filter(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    w.len() > 3 && w[0] == b && w[1] == k.to_string() && w[2] == suite
+                })
+                .count();
+            assert_eq!(lines, 1, "{b} {k} agents: {transfer}");
+        }
+    }
     let svg = tmp.path().join("curves.svg");
     let out = ok(&ledger(
         &d,
@@ -425,7 +499,47 @@ fn study_forks_runs_writes_and_resumes() {
     assert_eq!(kinds.iter().filter(|k| **k == "sum").count(), 4 * 3);
     // A mean row per study cell: 2 engineers x (Sum + sizes + coord/indep halves).
     assert_eq!(kinds.iter().filter(|k| **k == "mean").count(), 2 * 18);
+    // Per engineer, a transfer_mean row per Sum row that has one in the JSON.
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "transfer_mean").count(),
+        r["transfer"].as_array().unwrap().len()
+    );
+    // Transfer per engineer: each Sum row's change from stage 0, seed by seed, whose
+    // per-seed values are the runs' own transfer rows.
+    let tr = r["transfer"].as_array().unwrap();
+    for e in ["fixed", "learnability"] {
+        for k in [2u64, 3, 4, 5] {
+            let suite = if k == 2 { "val" } else { "test" };
+            let row = tr
+                .iter()
+                .find(|p| {
+                    p["engineer"] == e
+                        && p["suite"] == suite
+                        && p["agents"] == k
+                        && p["subset"].is_null()
+                })
+                .unwrap_or_else(|| panic!("no transfer of {e} on {suite} {k}"));
+            assert_eq!(row["baseline"], "stage 0");
+            let per_seed: Vec<f64> = runs
+                .iter()
+                .filter(|x| x["engineer"] == e)
+                .map(|x| {
+                    x["summary"]["transfer"]["rows"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|t| t["suite"] == suite && t["agents"] == k && t["subset"].is_null())
+                        .unwrap()["valid"]["diff"]
+                        .as_f64()
+                        .unwrap()
+                })
+                .collect();
+            assert_eq!(row["valid"]["per_seed"], serde_json::json!(per_seed));
+            assert!(row["valid"]["bootstrap_ci95"].is_object(), "{row}");
+        }
+    }
     let md = std::fs::read_to_string(out.join("study.md")).unwrap();
+    assert!(md.contains("Transfer: each run's final stage"), "{md}");
     assert!(
         md.contains("| Agents | Size | fixed | learnability |"),
         "{md}"

@@ -474,6 +474,7 @@ fn test(r: &Report) -> Markup {
             }
             @if agents.is_empty() { p.muted { "No branch has a test evaluation yet." } }
             div.tests { @for k in agents { (table(k)) } }
+            (transfer(r))
             (subsets(r))
             (coordination(r))
             (paired(r))
@@ -758,6 +759,62 @@ fn samples(r: &Report) -> Markup {
             }
         }
         }
+    }
+}
+
+/// What training did on each branch: per agent count, the Sum row at stage 0 and at the
+/// final stage on the same items, the change with its paired interval (valid, optimal)
+/// and the valid change on the items that need no coordination and on those that do.
+fn transfer(r: &Report) -> Markup {
+    if r.transfer.is_empty() {
+        return html! {};
+    }
+    let delta = |m: &crate::views::paired::PairedMetric| {
+        format!(
+            "{:+.2} [{:+.2}, {:+.2}]",
+            m.diff, m.diff_ci95.low, m.diff_ci95.high
+        )
+    };
+    html! {
+        h3 { "Transfer: final stage − stage 0" }
+        p.hint {
+            "Each branch's final stage against its own stage 0 on the same suite items: the Sum row (mean over sizes) "
+            "at both, the change in points with its paired 95% bootstrap interval ("
+            (crate::views::paired::RESAMPLES) " resamples), and the valid change on the items that need no "
+            "coordination (indep) and on those that do (coord). Trained on 2 agents, the 3-5-agent rows are the transfer."
+        }
+        div.scroll {
+            table.transfer {
+                thead {
+                    tr {
+                        th.l { "branch" } th.l { "suite" } th.l { "agents" } th { "items" }
+                        th { "valid % stage 0 → final" } th { "valid Δ [95%]" } th { "optimal Δ [95%]" }
+                        th { "indep valid Δ [95%]" } th { "coord valid Δ [95%]" }
+                    }
+                }
+                tbody {
+                    @for (branch, t) in &r.transfer {
+                        @for row in t.rows.iter().filter(|x| x.subset.is_none()) {
+                            @let what = format!("{branch}: {} {} agents, stage 0 → {}", row.suite, row.agents, t.stage.unwrap_or(0));
+                            @let half = |name: &str| t.rows.iter()
+                                .find(|h| h.suite == row.suite && h.agents == row.agents && h.subset.as_deref() == Some(name))
+                                .map_or_else(|| "–".to_string(), |h| delta(&h.valid));
+                            @let c = |text: String| html! { td { (cite(&text, &row.events, &what)) } };
+                            tr {
+                                td.l { (branch) } td.l { (row.suite) } td.l { (row.agents) }
+                                (c(row.instances.to_string()))
+                                (c(format!("{:.2} → {:.2}", row.valid.a, row.valid.b)))
+                                (c(delta(&row.valid)))
+                                (c(delta(&row.optimal)))
+                                (c(half(crate::views::paired::coordination_label(false))))
+                                (c(half(crate::views::paired::coordination_label(true))))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @for (branch, t) in &r.transfer { @for m in &t.missing { p.muted { (branch) ": " (m) } } }
     }
 }
 
@@ -1222,9 +1279,78 @@ fn study(s: &StudyReport) -> Result<Markup, String> {
                     }
                 }
             }
+            (study_transfer(s))
             (study_paired(s))
         }
     })
+}
+
+/// Each engineer's change from its runs' stage 0 on every Sum row (valid %), mean over
+/// seeds with its t-interval and the pooled bootstrap: a row per engineer and half.
+fn study_transfer(s: &StudyReport) -> Markup {
+    use crate::views::study::paired_cell_parts;
+    if s.transfer.is_empty() {
+        return html! {};
+    }
+    let cols: BTreeSet<(bool, String, usize)> = s
+        .transfer
+        .iter()
+        .map(|p| (p.suite != "val", p.suite.clone(), p.agents))
+        .collect();
+    let rows: Vec<(String, Option<&str>)> = s
+        .engineers
+        .iter()
+        .flat_map(|e| [None, Some("indep"), Some("coord")].map(|h| (e.clone(), h)))
+        .filter(|(e, h)| {
+            s.transfer
+                .iter()
+                .any(|p| &p.engineer == e && p.subset.as_deref() == *h)
+        })
+        .collect();
+    html! {
+        h3 { "Transfer: final stage − stage 0, valid %" }
+        p.hint {
+            "Each run's final stage against its own stage 0 on the same suite items: Δ in points, mean over seeds "
+            "[95% t-interval of the per-seed changes]; boot: paired bootstrap over items pooled over seeds; "
+            "p: McNemar's exact test. indep / coord: the items that need no coordination and those that do."
+        }
+        div.scroll {
+            table.study-transfer {
+                thead {
+                    tr {
+                        th.l { "engineer" }
+                        @for (_, suite, k) in &cols {
+                            th { @if suite == "val" { "validation (" (k) " agents)" } @else { (k) " agents" } }
+                        }
+                    }
+                }
+                tbody {
+                    @for (e, half) in &rows {
+                        tr {
+                            td.l { (e) @if let Some(h) = half { " @ " (h) } }
+                            @for (_, suite, k) in &cols {
+                                @match s.transfer.iter().find(|p| &p.engineer == e && &p.suite == suite && p.agents == *k && p.subset.as_deref() == *half) {
+                                    Some(p) => {
+                                        @let (main, detail) = paired_cell_parts(&p.valid);
+                                        @let heads: Vec<Hash> = s.runs.iter()
+                                            .filter(|x| x.engineer == p.engineer && p.replicates.contains(&x.replicate))
+                                            .map(|x| x.head)
+                                            .collect();
+                                        @let what = format!("{e}: {suite} {k} agents, valid % final − stage 0");
+                                        td {
+                                            (cite(&main, &heads, &what))
+                                            @if let Some(d) = detail { br; small.muted { (cite(&d, &heads, &what)) } }
+                                        }
+                                    }
+                                    None => { td { "–" } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// One engineer of a study: its runs, final stage and final-stage validation (mean ±

@@ -149,6 +149,9 @@ pub struct Report {
     /// Every branch after the first against the first, item by item (`compare`'s
     /// paired section): (branch, comparison).
     pub paired: Vec<(String, crate::views::compare::PairedComparison)>,
+    /// Each branch's final stage against its own stage 0, item by item (`compare`'s
+    /// transfer lines): (branch, comparison).
+    pub transfer: Vec<(String, crate::views::compare::PairedComparison)>,
     pub study: Option<StudyReport>,
 }
 
@@ -308,6 +311,11 @@ pub fn gather(
             )
         })
         .collect();
+    let transfer = summaries
+        .iter()
+        .filter_map(|b| Some((b.branch.clone(), b.transfer.clone()?)))
+        .filter(|(_, t)| !t.rows.is_empty())
+        .collect();
     let plan = match ledger.branches()?.first() {
         Some((_, head)) => ledger.state_at(head)?.plan_name,
         None => String::new(),
@@ -317,6 +325,7 @@ pub fn gather(
         plan,
         branches: views,
         paired,
+        transfer,
         study,
     })
 }

@@ -50,10 +50,21 @@ pub struct BranchSummary {
     /// the first branch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paired: Option<PairedComparison>,
+    /// What training did: the final stage against the branch's own stage 0 on the same
+    /// suite items (`against` is `BRANCH@stage0`), every Sum row with its paired
+    /// interval, whole and per subset and coordination half. Trained on 2 agents, its
+    /// 3-5-agent rows are the transfer. Absent before a second evaluated stage or
+    /// without per-instance outcomes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<PairedComparison>,
     /// The final stage's per-instance outcomes per suite, with their events (loaded by
     /// [`load_outcomes`]; empty for ledgers recorded before outcomes were).
     #[serde(skip)]
     pub outcomes: Vec<(Hash, EvaluationOutcomes)>,
+    /// Stage 0's per-instance outcomes per suite, with their events: the other side of
+    /// [`BranchSummary::transfer`].
+    #[serde(skip)]
+    pub stage0_outcomes: Vec<(Hash, EvaluationOutcomes)>,
 }
 
 /// The JSON of a summary's rows: objects with named fields (`{"stage": 2, "valid":
@@ -277,7 +288,9 @@ pub fn summarise(branch: &str, state: &BranchState) -> BranchSummary {
         coordination: Vec::new(),
         coordination_flags: Default::default(),
         paired: None,
+        transfer: None,
         outcomes: Vec::new(),
+        stage0_outcomes: Vec::new(),
     }
 }
 
@@ -327,17 +340,64 @@ pub fn load_outcomes(
             })
             .collect();
     }
-    let Some(st) = summary.final_stage.and_then(|n| state.stage(n)) else {
+    summary.stage0_outcomes.clear();
+    summary.transfer = None;
+    let Some(fs) = summary.final_stage else {
         return Ok(());
     };
-    for suite in ["val", "test"] {
-        if let Some(h) = st.outcome_events.get(suite) {
-            if let EventBody::EvaluationOutcomes(o) = ledger.event(h)?.body {
-                summary.outcomes.push((*h, o));
+    let load = |stage: u32, out: &mut Vec<(Hash, EvaluationOutcomes)>| -> Result<(), LedgerError> {
+        let Some(st) = state.stage(stage) else {
+            return Ok(());
+        };
+        for suite in ["val", "test"] {
+            if let Some(h) = st.outcome_events.get(suite) {
+                if let EventBody::EvaluationOutcomes(o) = ledger.event(h)?.body {
+                    out.push((*h, o));
+                }
             }
         }
+        Ok(())
+    };
+    load(fs, &mut summary.outcomes)?;
+    if fs > 0 {
+        load(0, &mut summary.stage0_outcomes)?;
+        summary.transfer = Some(transfer(summary, fs));
     }
     Ok(())
+}
+
+/// The final stage `fs` against stage 0 of the same branch, item by item on each suite
+/// both evaluated ([`BranchSummary::transfer`]).
+fn transfer(summary: &BranchSummary, fs: u32) -> PairedComparison {
+    let mut rows = Vec::new();
+    let mut missing = Vec::new();
+    let of = |v: &[(Hash, EvaluationOutcomes)], suite: &str| {
+        v.iter().find(|o| o.1.suite == suite).cloned()
+    };
+    for suite in ["val", "test"] {
+        match (of(&summary.stage0_outcomes, suite), of(&summary.outcomes, suite)) {
+            (Some((ha, oa)), Some((hb, ob))) => match unpairable(&oa, &ob) {
+                Some(why) => missing.push(format!("{suite}: {why}")),
+                None => rows.extend(paired_rows(
+                    &oa,
+                    &ob,
+                    [ha, hb],
+                    summary.coordination_flags.get(suite).map(Vec::as_slice),
+                )),
+            },
+            _ => missing.push(format!(
+                "{suite}: no per-instance outcomes at stage 0 or stage {fs} (evaluated before evaluation_outcomes events were recorded, or not evaluated)"
+            )),
+        }
+    }
+    PairedComparison {
+        against: format!("{}@stage0", summary.branch),
+        against_stage: Some(0),
+        stage: Some(fs),
+        resamples: super::paired::RESAMPLES,
+        rows,
+        missing,
+    }
 }
 
 /// One number pair of the paper's tables at a branch's final stage: the Sum (mean over
@@ -640,8 +700,83 @@ pub fn render(summaries: &[BranchSummary]) -> String {
         }
         let _ = writeln!(s, "{row}");
     }
+    s.push_str(&render_transfer(summaries));
     s.push_str(&render_subsets(summaries));
     s.push_str(&render_paired(summaries));
+    s
+}
+
+/// What training did on each branch: a line per agent count, its Sum row's change from
+/// stage 0 to the final stage on the same items with the paired 95% bootstrap interval,
+/// valid then optimal, and the change of valid on the items that need coordination and
+/// on the rest (empty when no branch has a transfer).
+pub fn render_transfer(summaries: &[BranchSummary]) -> String {
+    let mut s = String::new();
+    let with: Vec<(&BranchSummary, &PairedComparison)> = summaries
+        .iter()
+        .filter_map(|b| Some((b, b.transfer.as_ref()?)))
+        .filter(|(_, t)| !t.rows.is_empty())
+        .collect();
+    let Some((_, first)) = with.first() else {
+        return s;
+    };
+    let _ = writeln!(
+        s,
+        "\nTransfer: each branch's final stage against its stage 0 on the same items, Sum rows (Δ points with its paired 95% bootstrap interval, {} resamples; indep/coord: valid Δ on the items that need no coordination and on those that do):",
+        first.resamples
+    );
+    let _ = writeln!(
+        s,
+        "{:<17} {:>6} {:>5} {:>5} | {:^16} | {:^23} | {:^23} | {:^23} | {:^23}",
+        "branch",
+        "agents",
+        "suite",
+        "n",
+        "valid 0 -> final",
+        "valid Δ [95%]",
+        "optimal Δ [95%]",
+        "indep valid Δ [95%]",
+        "coord valid Δ [95%]"
+    );
+    let delta = |m: &super::paired::PairedMetric| {
+        format!(
+            "{:>6} [{:>6}, {:>6}]",
+            signed(m.diff),
+            signed(m.diff_ci95.low),
+            signed(m.diff_ci95.high)
+        )
+    };
+    for (b, t) in with {
+        for r in t.rows.iter().filter(|r| r.subset.is_none()) {
+            let half = |name: &str| {
+                t.rows
+                    .iter()
+                    .find(|h| {
+                        h.suite == r.suite
+                            && h.agents == r.agents
+                            && h.subset.as_deref() == Some(name)
+                    })
+                    .map_or_else(|| "-".to_string(), |h| delta(&h.valid))
+            };
+            let _ = writeln!(
+                s,
+                "{:<17} {:>6} {:>5} {:>5} | {:>6.2} -> {:>6.2} | {:^23} | {:^23} | {:^23} | {:^23}",
+                truncate(&b.branch, 17),
+                r.agents,
+                r.suite,
+                r.instances,
+                r.valid.a,
+                r.valid.b,
+                delta(&r.valid),
+                delta(&r.optimal),
+                half(super::paired::coordination_label(false)),
+                half(super::paired::coordination_label(true)),
+            );
+        }
+        for m in &t.missing {
+            let _ = writeln!(s, "{:<17} {m}", truncate(&b.branch, 17));
+        }
+    }
     s
 }
 

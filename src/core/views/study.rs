@@ -77,6 +77,11 @@ pub struct StudyReport {
     /// same way (empty unless the study has both).
     #[serde(default)]
     pub orderings: Vec<StudyPaired>,
+    /// What training did per engineer: each run's final stage against its stage 0 on
+    /// the same items, every Sum row, paired seed by seed (`baseline` is
+    /// [`TRANSFER_BASELINE`]). Trained on 2 agents, the 3-5-agent rows are the transfer.
+    #[serde(default)]
+    pub transfer: Vec<StudyPaired>,
     /// Seeds needed for 80% power on the study's target row (None: no target row).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power: Option<StudyPower>,
@@ -185,6 +190,126 @@ pub fn paired_vs_baseline(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyP
         .filter(|e| *e != BASELINE)
         .flat_map(|e| paired_against(e, BASELINE, runs))
         .collect()
+}
+
+/// The `baseline` of a [`StudyReport::transfer`] row: each run's own stage 0.
+pub const TRANSFER_BASELINE: &str = "stage 0";
+
+/// Each engineer's final stage against its runs' stage 0 on every Sum row, seed by seed:
+/// the per-seed changes with their t-interval, and the instance-level bootstrap pooled
+/// over the seeds' items (see [`BranchSummary::transfer`]).
+pub fn transfers(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyPaired> {
+    let mut out = Vec::new();
+    for e in engineers {
+        let rs: Vec<&StudyRun> = runs
+            .iter()
+            .filter(|r| &r.engineer == e)
+            .filter(|r| {
+                r.summary
+                    .transfer
+                    .as_ref()
+                    .is_some_and(|t| !t.rows.is_empty())
+            })
+            .collect();
+        let Some(first) = rs.first() else { continue };
+        let first = first.summary.transfer.as_ref().expect("filtered");
+        for key in &first.rows {
+            let same = |r: &StudyRun| {
+                r.summary.transfer.as_ref().and_then(|t| {
+                    t.rows
+                        .iter()
+                        .find(|x| {
+                            x.suite == key.suite && x.agents == key.agents && x.subset == key.subset
+                        })
+                        .cloned()
+                })
+            };
+            let rows: Vec<(u32, paired::PairedRow)> = rs
+                .iter()
+                .filter_map(|r| Some((r.replicate, same(r)?)))
+                .collect();
+            // The pooled bootstrap needs every seed's items at both stages.
+            let mut units = Vec::new();
+            let mut note = None;
+            for r in &rs {
+                let outcomes = |v: &[(
+                    crate::ledger::Hash,
+                    crate::record::event::EvaluationOutcomes,
+                )]| {
+                    v.iter()
+                        .find(|o| o.1.suite == key.suite)
+                        .map(|o| o.1.clone())
+                };
+                let (Some(a), Some(b)) = (
+                    outcomes(&r.summary.stage0_outcomes),
+                    outcomes(&r.summary.outcomes),
+                ) else {
+                    note = Some(format!(
+                        "no per-instance {} outcomes of replicate {} at both stages{}",
+                        key.suite,
+                        r.replicate,
+                        if r.action == REUSED {
+                            " (taken from an earlier report)"
+                        } else {
+                            ""
+                        }
+                    ));
+                    break;
+                };
+                if let Some(why) = paired::unpairable(&a, &b) {
+                    note = Some(format!("replicate {}: {why}", r.replicate));
+                    break;
+                }
+                let flags = r.summary.coordination_flags.get(&key.suite);
+                match paired::groups_with(&a, flags.map(Vec::as_slice))
+                    .into_iter()
+                    .find(|g| g.agents == key.agents && g.subset == key.subset)
+                {
+                    Some(g) => units.push(paired::unit(&g, &a, &b)),
+                    None => {
+                        note = Some(format!("replicate {}: no such group", r.replicate));
+                        break;
+                    }
+                }
+            }
+            let boot = note.is_none().then(|| {
+                let label = format!(
+                    "transfer {e} {} {} agents {}",
+                    key.suite,
+                    key.agents,
+                    key.subset.as_deref().unwrap_or("all")
+                );
+                paired::paired_metrics(&units, &label)
+            });
+            let metric = |m: usize| {
+                let per_seed: Vec<f64> = rows
+                    .iter()
+                    .map(|(_, r)| if m == 0 { r.valid.diff } else { r.optimal.diff })
+                    .collect();
+                let (mean, ci95) = mean_ci(&per_seed);
+                let b = boot.as_ref().map(|b| if m == 0 { b.0 } else { b.1 });
+                StudyPairedMetric {
+                    per_seed,
+                    mean,
+                    ci95,
+                    bootstrap_ci95: b.map(|b| b.diff_ci95),
+                    mcnemar: b.map(|b| b.mcnemar),
+                }
+            };
+            out.push(StudyPaired {
+                engineer: e.clone(),
+                baseline: TRANSFER_BASELINE.to_string(),
+                suite: key.suite.clone(),
+                agents: key.agents,
+                subset: key.subset.clone(),
+                replicates: rows.iter().map(|r| r.0).collect(),
+                valid: metric(0),
+                optimal: metric(1),
+                note,
+            });
+        }
+    }
+    out
 }
 
 /// The orderings beyond engineered > fixed, as (claim, engineer, baseline): the paper's
@@ -470,7 +595,8 @@ struct CsvRow {
 /// `fixed` one `paired` row per engineer, Sum row and replicate (`valid_rate`,
 /// `optimal_rate`: the differences in points) and one `paired_mean` row per engineer and
 /// Sum row (the mean difference, its t half-width, the pooled bootstrap interval and
-/// McNemar's test). Written with the `csv` crate: a field with a comma or quote (an
+/// McNemar's test); likewise `transfer` and `transfer_mean` rows of each engineer's
+/// change from stage 0 (`baseline` "stage 0"). Written with the `csv` crate: a field with a comma or quote (an
 /// engineer's or branch's name) is quoted.
 pub fn study_csv(r: &StudyReport) -> String {
     let mut rows: Vec<CsvRow> = Vec::new();
@@ -554,7 +680,11 @@ pub fn study_csv(r: &StudyReport) -> String {
             })
             .unwrap_or_default()
     };
-    for p in &r.paired {
+    // Each engineer against the baseline, then each engineer's transfer from stage 0
+    // (`baseline` "stage 0").
+    let compared = r.paired.iter().map(|p| (p, "paired", "paired_mean"));
+    let transfer = r.transfer.iter().map(|p| (p, "transfer", "transfer_mean"));
+    for (p, per_seed_kind, mean_kind) in compared.chain(transfer) {
         let of_pair = |kind: &'static str| CsvRow {
             kind,
             engineer: p.engineer.clone(),
@@ -573,7 +703,7 @@ pub fn study_csv(r: &StudyReport) -> String {
                 n: "1".into(),
                 valid_rate: f4(p.valid.per_seed[i]),
                 optimal_rate: f4(p.optimal.per_seed[i]),
-                ..of_pair("paired")
+                ..of_pair(per_seed_kind)
             });
         }
         let boot = |m: &StudyPairedMetric| match m.bootstrap_ci95 {
@@ -608,7 +738,7 @@ pub fn study_csv(r: &StudyReport) -> String {
             optimal_a_only,
             optimal_b_only,
             optimal_p,
-            ..of_pair("paired_mean")
+            ..of_pair(mean_kind)
         });
     }
     csv_text(&rows)
@@ -708,6 +838,7 @@ pub fn study_markdown(r: &StudyReport) -> String {
             let _ = writeln!(s, "{row}");
         }
     }
+    s.push_str(&transfer_markdown(r));
     s.push_str(&subset_markdown(r));
     s.push_str(&paired_markdown(r));
     s.push_str(&orderings_markdown(r));
@@ -920,6 +1051,90 @@ fn paired_markdown(r: &StudyReport) -> String {
     let notes: BTreeSet<String> = r.paired.iter().filter_map(|p| p.note.clone()).collect();
     for n in notes {
         let _ = writeln!(s, "\nNo instance-level statistics: {n}.");
+    }
+    s
+}
+
+/// What training did per engineer ([`StudyReport::transfer`]): a row per engineer and
+/// half (all items, then those that need no coordination and those that do), a column
+/// per Sum row, valid then optimal (empty when no run has a transfer).
+fn transfer_markdown(r: &StudyReport) -> String {
+    let mut s = String::new();
+    if r.transfer.is_empty() {
+        return s;
+    }
+    let seeds = r
+        .transfer
+        .iter()
+        .map(|p| p.replicates.len())
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "\nTransfer: each run's final stage against its own stage 0 on the same suite items. \
+         Δ = final − stage 0 in percentage points, mean over {seeds} seed{}{}; boot: 95% paired \
+         bootstrap over items pooled over seeds ({} resamples); p: McNemar's exact test. \
+         Rows `indep` and `coord`: the items that need no coordination and those that do.",
+        if seeds == 1 { "" } else { "s" },
+        if seeds > 1 {
+            " [95% t-interval of the per-seed changes]"
+        } else {
+            " (one seed: no t-interval)"
+        },
+        paired::RESAMPLES
+    );
+    let cols: BTreeSet<(bool, String, usize)> = r
+        .transfer
+        .iter()
+        .map(|p| (p.suite != "val", p.suite.clone(), p.agents))
+        .collect();
+    let halves = [None, Some("indep"), Some("coord")];
+    for (title, pick) in [("Valid %", 0usize), ("Optimal %", 1usize)] {
+        let _ = writeln!(s, "\n{title}, Δ from stage 0 [95% paired CI]:\n");
+        let mut head = String::from("| Engineer |");
+        let mut rule = String::from("|---|");
+        for (_, suite, k) in &cols {
+            head.push_str(&if suite == "val" {
+                format!(" Validation ({k} agents) |")
+            } else {
+                format!(" {k} agents |")
+            });
+            rule.push_str("---|");
+        }
+        let _ = writeln!(s, "{head}\n{rule}");
+        for e in &r.engineers {
+            for half in halves {
+                let found = |suite: &str, k: usize| {
+                    r.transfer.iter().find(|p| {
+                        &p.engineer == e
+                            && p.suite == suite
+                            && p.agents == k
+                            && p.subset.as_deref() == half
+                    })
+                };
+                if !cols.iter().any(|(_, suite, k)| found(suite, *k).is_some()) {
+                    continue;
+                }
+                let mut row = match half {
+                    Some(h) => format!("| {e} @ {h} |"),
+                    None => format!("| {e} |"),
+                };
+                for (_, suite, k) in &cols {
+                    match found(suite, *k) {
+                        Some(p) => {
+                            let m = if pick == 0 { &p.valid } else { &p.optimal };
+                            row.push_str(&format!(" {} |", paired_cell(m)));
+                        }
+                        None => row.push_str(" - |"),
+                    }
+                }
+                let _ = writeln!(s, "{row}");
+            }
+        }
+    }
+    let notes: BTreeSet<String> = r.transfer.iter().filter_map(|p| p.note.clone()).collect();
+    for n in notes {
+        let _ = writeln!(s, "\nNo instance-level statistics of the transfer: {n}.");
     }
     s
 }
@@ -1149,6 +1364,7 @@ pub fn study_report(
     let (cells, validation) = aggregate(&spec.engineers, &runs);
     let paired = paired_vs_baseline(&spec.engineers, &runs);
     let orderings = orderings(&spec.engineers, &runs);
+    let transfer = transfers(&spec.engineers, &runs);
     let power = power(&runs, &paired, &orderings, plan);
     Ok(StudyReport {
         from: spec.from.clone(),
@@ -1160,6 +1376,7 @@ pub fn study_report(
         validation,
         paired,
         orderings,
+        transfer,
         power,
         files: vec![],
     })
@@ -1269,6 +1486,7 @@ mod tests {
             validation: vec![],
             paired: vec![],
             orderings: vec![],
+            transfer: vec![],
             power: None,
             files: vec![],
         }
