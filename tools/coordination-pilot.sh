@@ -9,10 +9,13 @@
 # $PILOT_JOBS at a time (one torch thread each). Resumable: a finished arm is skipped, a
 # stopped one continues from its last durable point.
 #
-#   tools/coordination-pilot.sh NAME:WAIT:STEPS:LR:EPOCHS:SEED[:INSTANCES] ...
+#   tools/coordination-pilot.sh NAME:WAIT:STEPS:LR:EPOCHS:SEED[:INSTANCES[:SETTINGS]] ...
 #   e.g. tools/coordination-pilot.sh lo:0.0:120:0.0001:1:11 hi:0.75:120:0.0001:1:11
 #   EPOCHS is GRPO's updates per sampled batch (mu); INSTANCES the stage's training
-#   instances (default the plan's 256; STEPS x 16 uses each instance once).
+#   instances (default the plan's 256; STEPS x 16 uses each instance once). SETTINGS,
+#   the levers of issue 53's pilots: SECTION.KEY=VALUE pairs separated by commas, each
+#   replacing that key of the plan's [SECTION] or adding it there (e.g.
+#   `grpo.kl_coef=0.1,lm.lora_rank=8`).
 #
 #   PILOT_DIR   where the arms' ledgers go (default ledgers/coordination-pilot)
 #   PILOT_BASE  the base planner (default ledgers/models/mapf-base-indep)
@@ -29,9 +32,9 @@ JOBS=${PILOT_JOBS:-2}
 mkdir -p "$DIR"
 
 arm() {
-    local spec=$1 name wait steps lr epochs seed instances
-    IFS=: read -r name wait steps lr epochs seed instances <<<"$spec"
-    [[ -n $seed ]] || { echo "arm $spec: expected NAME:WAIT:STEPS:LR:EPOCHS:SEED[:INSTANCES]" >&2; return 2; }
+    local spec=$1 name wait steps lr epochs seed instances settings
+    IFS=: read -r name wait steps lr epochs seed instances settings <<<"$spec"
+    [[ -n $seed ]] || { echo "arm $spec: expected NAME:WAIT:STEPS:LR:EPOCHS:SEED[:INSTANCES[:SETTINGS]]" >&2; return 2; }
     local plan="$DIR/$name.toml" ledger="$DIR/$name"
     sed -e "s|^init = .*|init = \"hf:$BASE\"|" \
         -e "s|^wait_ratio = .*|wait_ratio = $wait|" \
@@ -41,6 +44,20 @@ arm() {
         -e "s|^\[grpo\]$|[grpo]\nepochs = $epochs|" \
         -e "s|^instances_per_stage = .*|instances_per_stage = ${instances:-256}|" \
         ledgers/cpu-study.toml >"$plan.new"
+    local kv section key value
+    for kv in ${settings//,/ }; do
+        [[ $kv =~ ^([a-z_]+)\.([a-z_]+)=(.+)$ ]] ||
+            { echo "arm $name: setting $kv: expected SECTION.KEY=VALUE" >&2; rm -f "$plan.new"; return 2; }
+        section=${BASH_REMATCH[1]} key=${BASH_REMATCH[2]} value=${BASH_REMATCH[3]}
+        grep -q "^\[$section\]$" "$plan.new" ||
+            { echo "arm $name: the plan has no [$section]" >&2; rm -f "$plan.new"; return 2; }
+        # Replace the key inside its section, else add it under the section's header.
+        awk -v s="[$section]" -v k="$key" -v v="$value" '
+            /^\[/ { if (in_s && !done) { print k " = " v; done = 1 } in_s = ($0 == s) }
+            in_s && $0 ~ "^" k " = " { print k " = " v; done = 1; next }
+            { print }
+            END { if (in_s && !done) print k " = " v }' "$plan.new" >"$plan.set" && mv "$plan.set" "$plan.new"
+    done
     if [[ -d $ledger ]]; then
         cmp -s "$plan.new" "$plan" || { echo "arm $name: $ledger exists with another plan" >&2; return 2; }
     else
@@ -58,6 +75,11 @@ arm() {
     "$BIN" --ledger "$ledger" compare main --json |
         python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[0]["coordination"], indent=1))' \
             >"$DIR/$name.coordination.json"
+    # What the stage did, Sum row by Sum row against stage 0 (the transfer lines).
+    "$BIN" --ledger "$ledger" compare main >"$DIR/$name.compare.txt"
+    "$BIN" --ledger "$ledger" compare main --json |
+        python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[0].get("transfer"), indent=1))' \
+            >"$DIR/$name.transfer.json"
 }
 
 start=$SECONDS
@@ -86,6 +108,12 @@ for sc in rows:
         cells.append(f'{r["agents"]}a {half} {r["valid"]}/{r["items"]} ({r["valid_pct"]:.1f}%)')
     print(f'{sys.argv[2]:>12} stage {sc["stage"]} {sc["suite"]:<4} ' + "  ".join(cells))
 EOF
+done
+# The transfer lines of every arm (final stage against stage 0, paired on the same items).
+for spec in "$@"; do
+    name=${spec%%:*}
+    [[ -f $DIR/$name.compare.txt ]] || continue
+    sed -n '/^Transfer: /,/^$/p' "$DIR/$name.compare.txt" | sed "s/^main /$(printf '%-4s' "$name") /" | grep -v '^Transfer: ' | grep -v '^$' | grep -v '^branch ' || true
 done
 echo "coordination-pilot: $((SECONDS - start)) s; ledgers under $DIR"
 exit $fail
