@@ -370,10 +370,10 @@ fn a_saved_index_is_used_checked_and_remade() {
     assert!(
         matches!(
             err,
-            mapf_ledger::ledger::LedgerError::Damaged {
+            mapf_ledger::ledger::LedgerError::Store(ledger_store::StoreError::Damaged {
                 repair: mapf_ledger::ledger::Repair::Rebuild,
                 ..
-            }
+            })
         ) && err.to_string().contains("packs/INDEX"),
         "{err}"
     );

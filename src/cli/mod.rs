@@ -129,27 +129,31 @@ impl<E: Damage> From<E> for CliError {
 ///
 /// [`Repair`]: mapf_ledger::ledger::Repair
 fn hint(e: &mapf_ledger::ledger::LedgerError) -> &'static str {
-    use mapf_ledger::ledger::{LedgerError as L, Repair};
-    match e {
-        L::Damaged {
+    use ledger_store::StoreError as S;
+    use mapf_ledger::ledger::Repair;
+    match e.store() {
+        Some(S::Damaged {
             repair: Repair::Recover,
             ..
-        } => "; `ledger recover` restores the newest intact snapshot and finds the branch tips after it",
-        L::Damaged {
+        }) => "; `ledger recover` restores the newest intact snapshot and finds the branch tips after it",
+        Some(S::Damaged {
             repair: Repair::Rebuild,
             ..
-        } => " (derived data: `ledger rebuild` remakes it)",
-        L::NotALedger { .. } => " (create one with `ledger init --plan FILE`)",
+        }) => " (derived data: `ledger rebuild` remakes it)",
+        Some(S::NotALedger { .. }) => " (create one with `ledger init --plan FILE`)",
         _ => "",
     }
 }
 
 impl Damage for mapf_ledger::ledger::LedgerError {
     fn damaged(&self) -> bool {
+        use ledger_store::StoreError as S;
         use mapf_ledger::ledger::LedgerError as L;
         matches!(
             self,
-            L::Corrupt { .. } | L::Damaged { .. } | L::Decode { .. } | L::MissingBlob { .. }
+            L::Corrupt { .. }
+                | L::Decode { .. }
+                | L::Store(S::Corrupt { .. } | S::Damaged { .. } | S::MissingBlob { .. })
         )
     }
     fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {

@@ -263,7 +263,7 @@ fn branch_view(
         ) {
             Ok(s) => samples.extend(s.samples),
             // Plans not kept (the plan's choice): nothing to draw.
-            Err(LedgerError::Invalid(_)) => {}
+            Err(LedgerError::Store(ledger_store::StoreError::Invalid(_))) => {}
             Err(e) => return Err(e),
         }
     }
