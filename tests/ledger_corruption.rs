@@ -380,6 +380,7 @@ fn a_saved_index_is_used_checked_and_remade() {
     drop(r);
     let log = common::ledger(&f.dir, &["log"]);
     assert_eq!(log.status.code(), Some(1));
+    common::each_cause_once(&log);
     assert!(
         common::stderr(&log).contains("packs/INDEX")
             && common::stderr(&log).contains("`ledger rebuild` remakes it"),

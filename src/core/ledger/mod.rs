@@ -30,7 +30,7 @@ pub use crate::record::{event, meta, projection};
 
 pub use event::{Event, EventBody};
 pub use hash::Hash;
-pub use ledger_store::{Location, Repair};
+pub use ledger_store::{Chain, Location, Repair};
 pub use meta::Meta;
 pub use open::Ledger;
 pub use plan::LedgerPlan;
@@ -51,7 +51,9 @@ use std::path::PathBuf;
 /// variants here are what the ledger adds on top.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
-    /// The storage engine's error, as it said it (its `source()` is the store's error).
+    /// The storage engine's error, as it said it. Shown as its own text, with the
+    /// store's error as the `source()` (not `transparent`, which would hide it from a
+    /// walk of the chain: the CLI finds the repair there).
     #[error("{0}")]
     Store(#[from] ledger_store::StoreError),
     #[error("ledger {} already exists", path.display())]
@@ -89,7 +91,9 @@ pub enum LedgerError {
     BadReference { text: String, expected: String },
     #[error("`{what}` is ambiguous: it matches {count} events")]
     Ambiguous { what: String, count: usize },
-    #[error("cannot decode {what}: {source}")]
+    /// Its text is the context only; the codec's error is the `source()`, which
+    /// whoever prints the chain ([`ledger_store::Chain`]) writes after it.
+    #[error("cannot decode {what}")]
     Decode {
         what: String,
         #[source]
@@ -123,5 +127,30 @@ impl LedgerError {
 impl From<sled::Error> for LedgerError {
     fn from(e: sled::Error) -> Self {
         LedgerError::Sled(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store's error inside the ledger's, and the codec's inside a decode error,
+    /// are each written once when the chain is printed, and stay reachable as sources.
+    #[test]
+    fn causes_are_sources_written_once() {
+        let e = LedgerError::from(ledger_store::StoreError::NotALedger { path: "x".into() });
+        assert_eq!(Chain(&e).to_string(), "x is not a ledger");
+        let source = std::error::Error::source(&e).expect("the store's error is the source");
+        assert!(source.downcast_ref::<ledger_store::StoreError>().is_some());
+
+        let e = LedgerError::Decode {
+            what: "event 0123".into(),
+            source: codec::CodecError::Empty,
+        };
+        assert_eq!(e.to_string(), "cannot decode event 0123");
+        assert_eq!(
+            Chain(&e).to_string(),
+            "cannot decode event 0123: empty record"
+        );
     }
 }

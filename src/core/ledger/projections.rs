@@ -198,7 +198,7 @@ impl Ledger {
             ) => super::Problem { what, problem },
             e => super::Problem {
                 what: format!("{} (projection cache, sled)", dir.join("db").display()),
-                problem: e.to_string(),
+                problem: ledger_store::Chain(&e).to_string(),
             },
         };
         let db = match open_sled(dir) {

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 /// Errors of `ledger report`, each naming the branch, file or figure concerned.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error(transparent)]
+    #[error("{0}")]
     Ledger(#[from] LedgerError),
     #[error("{}: {message}", path.display())]
     Study { path: PathBuf, message: String },
