@@ -605,7 +605,7 @@ fn compare(
     decisions: bool,
 ) -> CliResult {
     if let Some(p) = plot {
-        mapf_ledger::figures::format_of(p).map_err(CliError::input)?;
+        mapf_ledger::figures::format_of(p)?;
         check_output_file("--plot", p)?;
     }
     let mut ledger = mapf_ledger::ledger::Ledger::open_read_only(dir)?;
@@ -635,7 +635,7 @@ fn compare(
         }
     }
     if let Some(p) = plot {
-        mapf_ledger::views::compare::plot_compare(p, &summaries).map_err(CliError::input)?;
+        mapf_ledger::views::compare::plot_compare(p, &summaries)?;
         if !json {
             println!("wrote {}", p.display());
         }
