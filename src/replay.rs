@@ -30,7 +30,7 @@ use std::time::Instant;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ForkError {
-    #[error(transparent)]
+    #[error("{0}")]
     Ledger(#[from] LedgerError),
     #[error("branch {branch} has no completed stage {before} to fork stage{at} from (a fork keeps the stages before it; stage 0 has none); stages that can be forked: {valid}")]
     NoSuchStage {
@@ -166,11 +166,11 @@ fn fork_as(
 /// What can stop a replay (a mismatch is not an error: see [`StageReplay::mismatch`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    #[error(transparent)]
+    #[error("{0}")]
     Ledger(#[from] LedgerError),
-    #[error(transparent)]
+    #[error("{0}")]
     Stage(#[from] StageError),
-    #[error(transparent)]
+    #[error("{0}")]
     Fork(#[from] ForkError),
     #[error("branch {branch} has no completed stage {stage}; completed stages: {valid}")]
     NoSuchStage {

@@ -34,11 +34,11 @@ pub fn study_branch(at: u32, engineer: &crate::engineer::EngineerSpec, replicate
 
 #[derive(Debug, thiserror::Error)]
 pub enum StudyError {
-    #[error(transparent)]
+    #[error("{0}")]
     Ledger(#[from] LedgerError),
-    #[error(transparent)]
+    #[error("{0}")]
     Fork(#[from] crate::replay::ForkError),
-    #[error(transparent)]
+    #[error("{0}")]
     Stage(#[from] crate::stage::StageError),
     #[error("branch {branch} exists but is not this study's run ({why}); delete or rename it")]
     Clash { branch: String, why: String },

@@ -63,6 +63,9 @@ fn an_unknown_branch_suggests_the_nearest_name() {
     ] {
         let o = ledger(&d, args);
         fails(&o, 2, "no branch named `mian`; did you mean `main`?");
+        // `fork` reaches it through ForkError, whose text is its source's: once.
+        common::each_cause_once(&o);
+        assert_eq!(common::stderr(&o).matches("no branch named").count(), 1);
     }
     // Nothing close: no suggestion.
     let o = ledger(&d, &["log", "--branch", "zzzzzzzzzz"]);
@@ -196,4 +199,30 @@ fn a_closed_pipe_ends_quietly_with_status_0() {
         assert!(err.is_empty(), "{args:?}: {err}");
     }
     let _ = stdout;
+}
+
+/// A library error inside another (a fork's ledger error, the store's error inside the
+/// ledger's) is written once, with its repair hint once: the CLI walks the `source()`
+/// chain and prints each cause once.
+#[test]
+fn a_wrapped_error_is_written_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let not_a_ledger = tmp.path().join("empty");
+    std::fs::create_dir_all(&not_a_ledger).unwrap();
+    for args in [
+        &["log"][..],
+        &["verify"],
+        &["fork", "--at", "stage1", "--engineer", "fixed"],
+    ] {
+        let o = ledger(&not_a_ledger, args);
+        fails(
+            &o,
+            2,
+            "is not a ledger (create one with `ledger init --plan FILE`)",
+        );
+        common::each_cause_once(&o);
+        let err = common::stderr(&o);
+        assert_eq!(err.matches("is not a ledger").count(), 1, "{err}");
+        assert_eq!(err.matches("ledger init").count(), 1, "{err}");
+    }
 }

@@ -560,3 +560,75 @@ fn every_test_file_is_a_module_of_the_integration_binary() {
     );
     assert!(declared.contains("common") && declared.contains("layering"));
 }
+
+/// Library errors are typed (issue 52, item 3): the ledger wraps the store's error
+/// instead of copying its variants, the CLI has one path from any library error to an
+/// exit code and hint, and the files converted from `Result<_, String>` stay converted.
+#[test]
+fn errors_are_typed_and_rendered_in_one_place() {
+    let file = |p: &str| {
+        sources()
+            .into_iter()
+            .find(|(path, _)| path == p)
+            .unwrap_or_else(|| panic!("{p} is gone"))
+            .1
+    };
+    // LedgerError declares no variant the store's error already has (`Corrupt` stays:
+    // the record-level corruption ledger-core finds in bytes the store kept intact).
+    let ledger = file("src/core/ledger/mod.rs");
+    let decl = &ledger[ledger
+        .find("pub enum LedgerError")
+        .expect("LedgerError is declared in src/core/ledger/mod.rs")..];
+    let decl = &decl[..decl.find("\n}\n").expect("the enum ends")];
+    assert!(decl.contains("Store(#[from] ledger_store::StoreError)"));
+    for variant in [
+        "Io {",
+        "Locked {",
+        "Damaged {",
+        "BadBranchName {",
+        "MissingBlob {",
+        "NotALedger {",
+        "ReadOnly,",
+        "UnknownEvent {",
+        "BranchExists {",
+        "Invalid(",
+    ] {
+        assert!(
+            !decl.contains(&format!("    {variant}")),
+            "LedgerError copies the store's `{variant}`: wrap it (LedgerError::Store)"
+        );
+    }
+    assert!(
+        !ledger.contains("impl From<ledger_store::StoreError> for LedgerError"),
+        "a hand-written conversion of the store's errors (#[from] on Store does it)"
+    );
+    // One path from library errors to the contract's exit codes.
+    let impls = occurrences("for CliError {", &[]);
+    assert_eq!(
+        impls
+            .iter()
+            .filter(|l| l.contains("impl<E: std::error::Error + 'static> From<E> for CliError"))
+            .count(),
+        1,
+        "{impls:?}"
+    );
+    let damage = occurrences("impl Damage for", &[]);
+    assert!(
+        damage.is_empty(),
+        "per-type exit code mappings:\n{}",
+        damage.join("\n")
+    );
+    // No `Result<_, String>` in the files converted to typed errors.
+    for p in [
+        "src/core/figures.rs",
+        "src/core/report/html.rs",
+        "src/core/views/compare.rs",
+    ] {
+        let text = file(p);
+        let found: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(", String>") && l.contains("Result<"))
+            .collect();
+        assert!(found.is_empty(), "{p}: {found:?}");
+    }
+}

@@ -370,16 +370,17 @@ fn a_saved_index_is_used_checked_and_remade() {
     assert!(
         matches!(
             err,
-            mapf_ledger::ledger::LedgerError::Damaged {
+            mapf_ledger::ledger::LedgerError::Store(ledger_store::StoreError::Damaged {
                 repair: mapf_ledger::ledger::Repair::Rebuild,
                 ..
-            }
+            })
         ) && err.to_string().contains("packs/INDEX"),
         "{err}"
     );
     drop(r);
     let log = common::ledger(&f.dir, &["log"]);
     assert_eq!(log.status.code(), Some(1));
+    common::each_cause_once(&log);
     assert!(
         common::stderr(&log).contains("packs/INDEX")
             && common::stderr(&log).contains("`ledger rebuild` remakes it"),

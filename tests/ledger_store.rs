@@ -96,7 +96,9 @@ fn blobs_small_and_large_round_trip_once() {
     );
     assert!(matches!(
         l.blob(&Hash::of_blob(b"absent")),
-        Err(LedgerError::MissingBlob { .. })
+        Err(LedgerError::Store(
+            ledger_store::StoreError::MissingBlob { .. }
+        ))
     ));
     // An event may not reference a blob that is not stored.
     let missing = Hash::of_blob(b"nope");
@@ -107,7 +109,9 @@ fn blobs_small_and_large_round_trip_once() {
     });
     assert!(matches!(
         l.append("main", vec![(ev, 1, Meta::default())]),
-        Err(LedgerError::MissingBlob { .. })
+        Err(LedgerError::Store(
+            ledger_store::StoreError::MissingBlob { .. }
+        ))
     ));
     let ev = EventBody::CheckpointSaved(CheckpointSaved {
         step: 1,
@@ -125,15 +129,21 @@ fn fork_shares_prefix_and_branches_diverge() {
     l.fork("alt", &a[2]).unwrap();
     assert!(matches!(
         l.fork("alt", &a[1]),
-        Err(LedgerError::BranchExists { .. })
+        Err(LedgerError::Store(
+            ledger_store::StoreError::BranchExists { .. }
+        ))
     ));
     assert!(matches!(
         l.fork("bad name", &a[1]),
-        Err(LedgerError::BadBranchName { .. })
+        Err(LedgerError::Store(
+            ledger_store::StoreError::BadBranchName { .. }
+        ))
     ));
     assert!(matches!(
         l.fork("x", &Hash::of_blob(b"?")),
-        Err(LedgerError::UnknownEvent { .. })
+        Err(LedgerError::Store(
+            ledger_store::StoreError::UnknownEvent { .. }
+        ))
     ));
     let b = l.append("alt", steps(100..103, 2)).unwrap();
     assert_eq!(l.event(&b[0]).unwrap().parent, Some(a[2]));
@@ -193,7 +203,13 @@ fn second_writer_gets_a_clear_error_naming_the_ledger() {
     let e = Ledger::open(&d)
         .err()
         .expect("must be refused while a writer holds the ledger");
-    assert!(matches!(e, LedgerError::Locked { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            LedgerError::Store(ledger_store::StoreError::Locked { .. })
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains(&d.display().to_string()), "{e}");
     // Readers never wait for the writer.
     let r = Ledger::open_read_only(&d).unwrap();
@@ -314,7 +330,7 @@ fn trajectory_events_cost_at_most_64_stored_bytes_each() {
             "main",
             vec![(EventBody::Trajectories(bad), 1, Meta::default())]
         ),
-        Err(LedgerError::Invalid(_))
+        Err(LedgerError::Store(ledger_store::StoreError::Invalid(_)))
     ));
 }
 

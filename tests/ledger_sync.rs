@@ -350,7 +350,7 @@ fn fetch_refuses_another_experiment() {
     let mut l = Ledger::open(&a).unwrap();
     let e = l.fetch(&Bundle::read(&file).unwrap(), None).unwrap_err();
     assert!(
-        matches!(e, LedgerError::Invalid(ref m) if m.contains("different experiments")),
+        matches!(e, LedgerError::Store(ledger_store::StoreError::Invalid(ref m)) if m.contains("different experiments")),
         "{e}"
     );
 }

@@ -10,8 +10,7 @@ use mapf_ledger::env::{Budget, CostMetric};
 use mapf_ledger::train::eval;
 use mapf_ledger::train::lm::PromptStyle;
 use mapf_ledger::train::policy::Policy;
-use mapf_ledger::views::model::{EvalCellRow, EvalReport, EvalSuite, EvalSumRow};
-use std::collections::BTreeMap;
+use mapf_ledger::views::model::{self, EvalReport, EvalSuite, ItemScore};
 use std::path::Path;
 
 #[derive(Args, Debug)]
@@ -109,11 +108,7 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
         policy: policy.kind().to_string(),
         parameters: lm.map(|l| l.model.cfg.parameter_count()),
         prompt: lm.map(|l| l.arch.prompt.name().to_string()),
-        metric: match metric {
-            CostMetric::Makespan => "makespan",
-            CostMetric::SumOfCosts => "sum_of_costs",
-        }
-        .to_string(),
+        metric: model::metric_name(metric).to_string(),
         suites: Vec::new(),
     };
     for name in names {
@@ -144,90 +139,21 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
             bar.inc(n as u64)
         });
         bar.finish_and_clear();
-        let table = eval::table(&scored);
-        let items: Vec<(u32, &mapf_ledger::env::Solved)> = s
-            .cells
+        let scores: Vec<ItemScore> = scored
             .iter()
-            .flat_map(|c| c.items.iter().map(move |it| (c.agents as u32, it)))
+            .map(|sc| ItemScore {
+                agents: sc.agents,
+                size: sc.size,
+                valid: sc.outcome.valid,
+                optimal: sc.optimal,
+                failure: sc.outcome.failure.as_ref().map(|f| f.kind.name()),
+            })
             .collect();
-        let results: Vec<(bool, bool)> = scored
-            .iter()
-            .map(|sc| (sc.outcome.valid, sc.optimal))
-            .collect();
-        let baseline: Vec<(bool, bool)> = items
-            .iter()
-            .map(|(_, it)| mapf_ledger::env::coordination::baseline_outcome(it, metric))
-            .collect();
-        let coordination = mapf_ledger::env::coordination::split(&items, &results, &baseline);
-        let mut failures: BTreeMap<String, u32> = BTreeMap::new();
-        for sc in &scored {
-            if let Some(f) = &sc.outcome.failure {
-                *failures.entry(f.kind.name().to_string()).or_default() += 1;
-            }
-        }
-        report.suites.push(EvalSuite {
-            suite: name.as_str().to_string(),
-            hash: s.hash.clone(),
-            per_cell: args.per_cell,
-            cells: table
-                .cells
-                .iter()
-                .map(|(&(agents, size), c)| EvalCellRow {
-                    agents,
-                    size,
-                    total: c.total,
-                    valid: c.valid,
-                    optimal: c.optimal,
-                    valid_pct: c.valid_rate(),
-                    optimal_pct: c.optimal_rate(),
-                })
-                .collect(),
-            sums: table
-                .agent_counts()
-                .into_iter()
-                .map(|a| {
-                    let (v, o) = table.sum_row(a);
-                    EvalSumRow {
-                        agents: a,
-                        valid_pct: v,
-                        optimal_pct: o,
-                    }
-                })
-                .collect(),
-            failures,
-            coordination,
-        });
+        let view = EvalSuite::score(&s, args.per_cell, metric, &scores);
         if !args.json {
-            let title = format!(
-                "{} suite ({} per cell, valid % / optimal %)",
-                name.as_str(),
-                args.per_cell
-            );
-            print!("{}", table.render(&title));
-            print!(
-                "{}",
-                mapf_ledger::env::coordination::render(
-                    &report.suites.last().expect("pushed").coordination,
-                    "items that need coordination and the rest (baseline: independent shortest paths)"
-                )
-            );
-            let kinds: Vec<String> = report
-                .suites
-                .last()
-                .expect("pushed")
-                .failures
-                .iter()
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect();
-            println!(
-                "first failures: {}\n",
-                if kinds.is_empty() {
-                    "none".to_string()
-                } else {
-                    kinds.join(", ")
-                }
-            );
+            print!("{}", view.render());
         }
+        report.suites.push(view);
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("json"));

@@ -104,18 +104,17 @@ pub fn check_output_file(flag: &str, path: &std::path::Path) -> CliResult {
 /// means the ledger is damaged (a record, blob, ref file or projection cache failed its
 /// check, or a replay found recorded bytes altered) is a failed check, exit 1; anything
 /// else (unknown branch, bad name, a second writer, bad input) is exit 2.
-pub trait Damage: std::fmt::Display {
-    fn damaged(&self) -> bool;
-    /// The ledger error inside, whose typed repair the CLI renders as a hint.
-    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
-        None
-    }
-}
-
-impl<E: Damage> From<E> for CliError {
+///
+/// Every library error takes this path: the message is the error and its causes, each
+/// once ([`Chain`]), and the code and repair hint come from the ledger and store errors
+/// found in its `source()` chain (library errors keep them as sources, never as text).
+///
+/// [`Chain`]: mapf_ledger::ledger::Chain
+impl<E: std::error::Error + 'static> From<E> for CliError {
     fn from(e: E) -> CliError {
-        let message = format!("{e}{}", e.ledger_error().map_or("", hint));
-        if e.damaged() {
+        let diagnosis = Diagnosis::of(&e);
+        let message = format!("{}{}", mapf_ledger::ledger::Chain(&e), diagnosis.hint);
+        if diagnosis.damaged {
             CliError::check(message)
         } else {
             CliError::input(message)
@@ -123,120 +122,63 @@ impl<E: Damage> From<E> for CliError {
     }
 }
 
-/// The command that helps with a ledger error, for the errors whose remedy is a
-/// `ledger` command. The library names the repair as a type ([`Repair`]); saying which
+/// What the ledger and store errors in an error's `source()` chain say about it.
+pub struct Diagnosis {
+    /// The ledger is damaged (exit 1).
+    pub damaged: bool,
+    /// The `ledger` command that helps, as a suffix of the message ("" if none).
+    pub hint: &'static str,
+}
+
+impl Diagnosis {
+    pub fn of(e: &(dyn std::error::Error + 'static)) -> Diagnosis {
+        use ledger_store::StoreError as S;
+        use mapf_ledger::ledger::LedgerError as L;
+        let mut d = Diagnosis {
+            damaged: false,
+            hint: "",
+        };
+        for cause in std::iter::successors(Some(e), |e| e.source()) {
+            if let Some(s) = cause.downcast_ref::<S>() {
+                d.damaged |= matches!(
+                    s,
+                    S::Corrupt { .. } | S::Damaged { .. } | S::MissingBlob { .. }
+                );
+                if d.hint.is_empty() {
+                    d.hint = hint(s);
+                }
+            } else if let Some(l) = cause.downcast_ref::<L>() {
+                d.damaged |= matches!(l, L::Corrupt { .. } | L::Decode { .. });
+            } else {
+                #[cfg(feature = "train")]
+                if let Some(r) = cause.downcast_ref::<mapf_ledger::replay::ReplayError>() {
+                    d.damaged |= matches!(r, mapf_ledger::replay::ReplayError::Altered { .. });
+                }
+            }
+        }
+        d
+    }
+}
+
+/// The command that helps with a store error, for the errors whose remedy is a
+/// `ledger` command. The store names the repair as a type ([`Repair`]); saying which
 /// command performs it is the CLI's job.
 ///
 /// [`Repair`]: mapf_ledger::ledger::Repair
-fn hint(e: &mapf_ledger::ledger::LedgerError) -> &'static str {
-    use mapf_ledger::ledger::{LedgerError as L, Repair};
+fn hint(e: &ledger_store::StoreError) -> &'static str {
+    use ledger_store::StoreError as S;
+    use mapf_ledger::ledger::Repair;
     match e {
-        L::Damaged {
+        S::Damaged {
             repair: Repair::Recover,
             ..
         } => "; `ledger recover` restores the newest intact snapshot and finds the branch tips after it",
-        L::Damaged {
+        S::Damaged {
             repair: Repair::Rebuild,
             ..
         } => " (derived data: `ledger rebuild` remakes it)",
-        L::NotALedger { .. } => " (create one with `ledger init --plan FILE`)",
+        S::NotALedger { .. } => " (create one with `ledger init --plan FILE`)",
         _ => "",
-    }
-}
-
-impl Damage for mapf_ledger::ledger::LedgerError {
-    fn damaged(&self) -> bool {
-        use mapf_ledger::ledger::LedgerError as L;
-        matches!(
-            self,
-            L::Corrupt { .. } | L::Damaged { .. } | L::Decode { .. } | L::MissingBlob { .. }
-        )
-    }
-    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
-        Some(self)
-    }
-}
-
-#[cfg(feature = "train")]
-impl Damage for mapf_ledger::stage::StageError {
-    fn damaged(&self) -> bool {
-        matches!(self, mapf_ledger::stage::StageError::Ledger(e) if e.damaged())
-    }
-    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
-        match self {
-            mapf_ledger::stage::StageError::Ledger(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-#[cfg(feature = "train")]
-impl Damage for mapf_ledger::replay::ForkError {
-    fn damaged(&self) -> bool {
-        matches!(self, mapf_ledger::replay::ForkError::Ledger(e) if e.damaged())
-    }
-    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
-        match self {
-            mapf_ledger::replay::ForkError::Ledger(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-#[cfg(feature = "train")]
-impl Damage for mapf_ledger::replay::ReplayError {
-    fn damaged(&self) -> bool {
-        use mapf_ledger::replay::ReplayError as R;
-        match self {
-            R::Altered { .. } => true,
-            R::Ledger(e) => e.damaged(),
-            R::Stage(e) => e.damaged(),
-            R::Fork(e) => e.damaged(),
-            _ => false,
-        }
-    }
-    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
-        use mapf_ledger::replay::ReplayError as R;
-        match self {
-            R::Ledger(e) => Some(e),
-            R::Stage(e) => e.ledger_error(),
-            R::Fork(e) => e.ledger_error(),
-            _ => None,
-        }
-    }
-}
-
-#[cfg(feature = "train")]
-impl Damage for mapf_ledger::study::StudyError {
-    fn damaged(&self) -> bool {
-        use mapf_ledger::study::StudyError as S;
-        match self {
-            S::Ledger(e) => e.damaged(),
-            S::Fork(e) => e.damaged(),
-            S::Stage(e) => e.damaged(),
-            _ => false,
-        }
-    }
-    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
-        use mapf_ledger::study::StudyError as S;
-        match self {
-            S::Ledger(e) => Some(e),
-            S::Fork(e) => e.ledger_error(),
-            S::Stage(e) => e.ledger_error(),
-            _ => None,
-        }
-    }
-}
-
-impl Damage for mapf_ledger::report::ReportError {
-    fn damaged(&self) -> bool {
-        matches!(self, mapf_ledger::report::ReportError::Ledger(e) if e.damaged())
-    }
-    fn ledger_error(&self) -> Option<&mapf_ledger::ledger::LedgerError> {
-        match self {
-            mapf_ledger::report::ReportError::Ledger(e) => Some(e),
-            _ => None,
-        }
     }
 }
 
@@ -264,7 +206,7 @@ pub fn warn_set_aside(l: &mapf_ledger::ledger::Ledger) {
     }
 }
 
-/// A ledger error as a command's error (see [`Damage`]).
+/// A ledger error as a command's error (see [`Diagnosis`]).
 pub fn ledger_error(e: mapf_ledger::ledger::LedgerError) -> CliError {
     e.into()
 }
@@ -663,7 +605,7 @@ fn compare(
     decisions: bool,
 ) -> CliResult {
     if let Some(p) = plot {
-        mapf_ledger::figures::format_of(p).map_err(CliError::input)?;
+        mapf_ledger::figures::format_of(p)?;
         check_output_file("--plot", p)?;
     }
     let mut ledger = mapf_ledger::ledger::Ledger::open_read_only(dir)?;
@@ -693,7 +635,7 @@ fn compare(
         }
     }
     if let Some(p) = plot {
-        mapf_ledger::views::compare::plot_compare(p, &summaries).map_err(CliError::input)?;
+        mapf_ledger::views::compare::plot_compare(p, &summaries)?;
         if !json {
             println!("wrote {}", p.display());
         }

@@ -56,9 +56,8 @@ fn parse_stage(s: &str) -> Result<u32, CliError> {
     mapf_ledger::ledger::parse_stage(s).map_err(|e| CliError::input(format!("--stage {e}")))
 }
 
-/// A replay error with the contract's exit code (see [`super::Damage`]).
+/// A replay error with the contract's exit code (see [`super::Diagnosis`]).
 fn replay_error(e: ReplayError) -> CliError {
-    use super::Damage;
     if let ReplayError::Interrupted(n) = e {
         eprintln!(
             "interrupted: the replay of stage {n} stopped; nothing was recorded and its scratch work is removed"
@@ -68,10 +67,11 @@ fn replay_error(e: ReplayError) -> CliError {
             message: "interrupted".into(),
         };
     }
-    if e.damaged() {
-        CliError::check(format!("replay failed: {e}"))
+    let message = mapf_ledger::ledger::Chain(&e);
+    if super::Diagnosis::of(&e).damaged {
+        CliError::check(format!("replay failed: {message}"))
     } else {
-        CliError::input(e.to_string())
+        CliError::input(message.to_string())
     }
 }
 

@@ -103,10 +103,13 @@ pub fn fetch(dir: &Path, args: FetchArgs) -> CliResult {
         &mapf_ledger::record::checkpoint::referenced_blobs,
     )
     .map_err(|e| match e {
-        LedgerError::Io { .. } | LedgerError::NotALedger { .. } => CliError::input(format!(
-            "{}: not a bundle file or ledger directory ({e})",
-            args.source.display()
-        )),
+        LedgerError::Store(ledger_store::StoreError::Io { .. })
+        | LedgerError::Store(ledger_store::StoreError::NotALedger { .. }) => {
+            CliError::input(format!(
+                "{}: not a bundle file or ledger directory ({e})",
+                args.source.display()
+            ))
+        }
         e => err(e),
     })?;
     let r = l.fetch(&b, args.prefix.as_deref()).map_err(err)?;

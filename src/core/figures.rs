@@ -9,7 +9,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 /// Line colours, in series order (the matplotlib "tab10" palette).
@@ -38,15 +38,31 @@ pub enum Format {
 }
 
 /// The format a path asks for; anything but `.svg` or `.png` is refused, naming the path.
-pub fn format_of(path: &Path) -> Result<Format, String> {
+pub fn format_of(path: &Path) -> Result<Format, FigureError> {
     match path.extension().and_then(|e| e.to_str()) {
         Some(e) if e.eq_ignore_ascii_case("svg") => Ok(Format::Svg),
         Some(e) if e.eq_ignore_ascii_case("png") => Ok(Format::Png),
-        _ => Err(format!(
-            "{}: plots are written as SVG or PNG (name the file *.svg or *.png)",
-            path.display()
-        )),
+        _ => Err(FigureError::Format {
+            path: path.to_path_buf(),
+        }),
     }
+}
+
+/// Why a figure was not drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum FigureError {
+    #[error("{}: plots are written as SVG or PNG (name the file *.svg or *.png)", path.display())]
+    Format { path: PathBuf },
+    /// The plotting library's error, as it words it (and kept as the source).
+    #[error("{0}")]
+    Draw(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Drawing into the file at `path` failed; the source says why.
+    #[error("{}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: Box<FigureError>,
+    },
 }
 
 /// One named curve: (name, [(stage, percentage)]).
@@ -122,15 +138,18 @@ fn register_fonts() {
     });
 }
 
-fn err<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
+fn err<E: std::error::Error + Send + Sync + 'static>(e: E) -> FigureError {
+    FigureError::Draw(Box::new(e))
 }
 
 fn draw_curves<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     c: &Curves,
     k: u32,
-) -> Result<(), String> {
+) -> Result<(), FigureError>
+where
+    DB::ErrorType: 'static,
+{
     draw_curves_into(root, c, k)?;
     root.present().map_err(err)
 }
@@ -140,7 +159,10 @@ fn draw_panels<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     panels: &[Curves],
     k: u32,
-) -> Result<(), String> {
+) -> Result<(), FigureError>
+where
+    DB::ErrorType: 'static,
+{
     let areas = root.split_evenly((1, panels.len().max(1)));
     for (area, c) in areas.iter().zip(panels) {
         draw_curves_into(area, c, k)?;
@@ -152,7 +174,10 @@ fn draw_curves_into<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     c: &Curves,
     k: u32,
-) -> Result<(), String> {
+) -> Result<(), FigureError>
+where
+    DB::ErrorType: 'static,
+{
     let stages: Vec<u32> = c
         .series
         .iter()
@@ -286,7 +311,10 @@ fn draw_heatmap<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     h: &Heatmap,
     k: u32,
-) -> Result<(), String> {
+) -> Result<(), FigureError>
+where
+    DB::ErrorType: 'static,
+{
     use plotters::style::colors::colormaps::{ColorMap, ViridisRGB};
     let stages: Vec<u32> = h
         .values
@@ -367,8 +395,8 @@ fn whole(x: f64) -> String {
 
 fn svg_string(
     size: (u32, u32),
-    draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<(), String>,
-) -> Result<String, String> {
+    draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<(), FigureError>,
+) -> Result<String, FigureError> {
     register_fonts();
     let mut out = String::new();
     {
@@ -381,11 +409,14 @@ fn svg_string(
 fn write_file(
     path: &Path,
     size: (u32, u32),
-    draw_svg: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<(), String>,
-    draw_png: impl FnOnce(&DrawingArea<BitMapBackend, Shift>) -> Result<(), String>,
-) -> Result<(), String> {
+    draw_svg: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Result<(), FigureError>,
+    draw_png: impl FnOnce(&DrawingArea<BitMapBackend, Shift>) -> Result<(), FigureError>,
+) -> Result<(), FigureError> {
     register_fonts();
-    let named = |e: String| format!("{}: {e}", path.display());
+    let named = |e: FigureError| FigureError::File {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    };
     match format_of(path)? {
         Format::Svg => {
             let root = SVGBackend::new(path, size).into_drawing_area();
@@ -400,12 +431,12 @@ fn write_file(
 }
 
 /// Curves as an SVG document (for inlining).
-pub fn curves_svg(c: &Curves) -> Result<String, String> {
+pub fn curves_svg(c: &Curves) -> Result<String, FigureError> {
     svg_string(CURVES_SIZE, |root| draw_curves(root, c, 1))
 }
 
 /// Curves into an SVG or PNG file, by the path's extension.
-pub fn write_curves(path: &Path, c: &Curves) -> Result<(), String> {
+pub fn write_curves(path: &Path, c: &Curves) -> Result<(), FigureError> {
     write_file(
         path,
         CURVES_SIZE,
@@ -415,7 +446,7 @@ pub fn write_curves(path: &Path, c: &Curves) -> Result<(), String> {
 }
 
 /// Curves side by side (valid % beside optimal %, say) into an SVG or PNG file.
-pub fn write_panels(path: &Path, panels: &[Curves]) -> Result<(), String> {
+pub fn write_panels(path: &Path, panels: &[Curves]) -> Result<(), FigureError> {
     let size = (CURVES_SIZE.0 * panels.len().max(1) as u32, CURVES_SIZE.1);
     write_file(
         path,
@@ -426,12 +457,12 @@ pub fn write_panels(path: &Path, panels: &[Curves]) -> Result<(), String> {
 }
 
 /// A heatmap as an SVG document.
-pub fn heatmap_svg(h: &Heatmap) -> Result<String, String> {
+pub fn heatmap_svg(h: &Heatmap) -> Result<String, FigureError> {
     svg_string(heatmap_size(h), |root| draw_heatmap(root, h, 1))
 }
 
 /// A heatmap into an SVG or PNG file, by the path's extension.
-pub fn write_heatmap(path: &Path, h: &Heatmap) -> Result<(), String> {
+pub fn write_heatmap(path: &Path, h: &Heatmap) -> Result<(), FigureError> {
     write_file(
         path,
         heatmap_size(h),
@@ -446,9 +477,9 @@ mod tests {
 
     #[test]
     fn formats_by_extension() {
-        assert_eq!(format_of(Path::new("a/b.SVG")), Ok(Format::Svg));
-        assert_eq!(format_of(Path::new("b.png")), Ok(Format::Png));
-        let e = format_of(Path::new("plot.pdf")).unwrap_err();
+        assert_eq!(format_of(Path::new("a/b.SVG")).unwrap(), Format::Svg);
+        assert_eq!(format_of(Path::new("b.png")).unwrap(), Format::Png);
+        let e = format_of(Path::new("plot.pdf")).unwrap_err().to_string();
         assert!(e.contains("plot.pdf") && e.contains("*.png"), "{e}");
     }
 

@@ -31,11 +31,11 @@ pub fn load_checkpoint(dir: &Path, r: &str) -> Result<TrainState, StageError> {
 /// damaged ledger stays a ledger error (a failed check).
 pub fn load_model_checkpoint(dir: &Path, model: &str) -> Result<TrainState, StageError> {
     use crate::ledger::LedgerError as L;
+    use ledger_store::StoreError as S;
     load_checkpoint(dir, model).map_err(|e| match e {
         StageError::Ledger(
-            e @ (L::NotALedger { .. }
+            e @ (L::Store(S::NotALedger { .. } | S::UnknownBranch { .. } | S::UnknownEvent { .. })
             | L::UnknownBranch { .. }
-            | L::UnknownEvent { .. }
             | L::BadReference { .. }
             | L::Ambiguous { .. }),
         ) => {

@@ -55,7 +55,7 @@ pub use setup::{ledger_plan, ledger_suites, stage_seed, suite_spec, suites, warm
 /// What can stop a run.
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
-    #[error(transparent)]
+    #[error("{0}")]
     Ledger(#[from] LedgerError),
     #[error(transparent)]
     Train(#[from] TrainError),

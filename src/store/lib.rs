@@ -81,3 +81,62 @@ pub enum StoreError {
     #[error("invalid event: {0}")]
     Invalid(String),
 }
+
+/// An error and its causes (its `source()` chain) as one line, `error: cause: cause`,
+/// each cause once: a cause whose text the line already ends with is not repeated (a
+/// wrapper that shows its source as its own text, `#[error("{0}")]`, which keeps the
+/// source reachable where `#[error(transparent)]` would hide it, or a message that
+/// embeds its source). Errors keep their causes typed; this is where they become text.
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut line = self.0.to_string();
+        let mut cause = self.0.source();
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !text.is_empty() && !line.ends_with(&text) {
+                line.push_str(": ");
+                line.push_str(&text);
+            }
+            cause = c.source();
+        }
+        f.write_str(&line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    enum Outer {
+        /// A wrapper that adds nothing: its text is its source's.
+        #[error("{0}")]
+        Store(#[from] StoreError),
+        /// Context: its own words only; the chain adds the cause.
+        #[error("reading {what}")]
+        Reading {
+            what: String,
+            #[source]
+            source: StoreError,
+        },
+    }
+
+    #[test]
+    fn each_cause_is_written_once() {
+        let io = || StoreError::Io {
+            path: "packs/0".into(),
+            message: "disk full".into(),
+        };
+        let e = Outer::Store(io());
+        assert_eq!(Chain(&e).to_string(), "packs/0: disk full");
+        let e = Outer::Reading {
+            what: "the index".into(),
+            source: io(),
+        };
+        let line = Chain(&e).to_string();
+        assert_eq!(line, "reading the index: packs/0: disk full");
+        assert_eq!(line.matches("disk full").count(), 1);
+    }
+}

@@ -190,3 +190,19 @@ pub fn event_kinds() -> Vec<String> {
         .map(|k| k["required"][0].as_str().unwrap().to_string())
         .collect()
 }
+
+/// The error line of a failed command writes each cause once (issue 52, item 3): split
+/// at ": ", no part of it comes twice (a wrapper whose text is its source's, or a
+/// message that embeds its source, would otherwise print that text again).
+pub fn each_cause_once(o: &Output) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    for line in err.lines().filter(|l| l.starts_with("ledger: ")) {
+        let parts: Vec<&str> = line["ledger: ".len()..].split(": ").collect();
+        for (i, p) in parts.iter().enumerate() {
+            assert!(
+                p.len() < 8 || !parts[i + 1..].contains(p),
+                "`{p}` is written twice in: {line}"
+            );
+        }
+    }
+}

@@ -140,9 +140,11 @@ impl Bundle {
 
     /// Write the bundle to `path` durably (a temporary file, fsync'ed, then renamed).
     pub fn write(&self, path: &Path) -> Result<u64, LedgerError> {
-        let io = |e: std::io::Error| LedgerError::Io {
-            path: path.to_path_buf(),
-            message: e.to_string(),
+        let io = |e: std::io::Error| {
+            LedgerError::Store(ledger_store::StoreError::Io {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })
         };
         let tmp = path.with_extension("bundle-tmp");
         let file = std::fs::File::create(&tmp).map_err(io)?;
@@ -217,9 +219,11 @@ impl Bundle {
         let mut bytes = Vec::new();
         std::fs::File::open(path)
             .and_then(|mut f| f.read_to_end(&mut bytes))
-            .map_err(|e| LedgerError::Io {
-                path: path.to_path_buf(),
-                message: e.to_string(),
+            .map_err(|e| {
+                LedgerError::Store(ledger_store::StoreError::Io {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                })
             })?;
         let mut r = Reader {
             bytes: &bytes,
@@ -228,15 +232,15 @@ impl Bundle {
         };
         // Not a bundle at all (or one of another version) is bad input, not damage.
         if bytes.get(..MAGIC.len()) != Some(&MAGIC[..]) {
-            return Err(LedgerError::Invalid(format!(
+            return Err(LedgerError::Store(ledger_store::StoreError::Invalid(format!(
                 "{name} is not a mapf-ledger bundle (it does not start with the bundle header; make one with `ledger bundle`)"
-            )));
+            ))));
         }
         r.take(MAGIC.len(), "header")?;
         let version = r.u32("header")?;
         if version != VERSION {
-            return Err(LedgerError::Invalid(format!(
-                "{name}: bundle format version {version}, this build reads {VERSION}"
+            return Err(LedgerError::Store(ledger_store::StoreError::Invalid(
+                format!("{name}: bundle format version {version}, this build reads {VERSION}"),
             )));
         }
         let n = r.u64("refs")? as usize;
@@ -364,11 +368,11 @@ impl Ledger {
         if let Some((g, _)) = b.genesis() {
             let ours = self.ancestry(&self.head(super::refs::MAIN)?)?;
             if ours.last() != Some(&g) {
-                return Err(LedgerError::Invalid(format!(
+                return Err(LedgerError::Store(ledger_store::StoreError::Invalid(format!(
                     "the incoming history starts from genesis {}, this ledger from {}: they are different experiments",
                     g.short(),
                     ours.last().map(|h| h.short()).unwrap_or_default()
-                )));
+                ))));
             }
         }
         // 2. Refs: decide every move before writing anything.
@@ -382,12 +386,12 @@ impl Ledger {
             }
             let reachable = self.contains_event(head) || by_hash.contains_key(head);
             if !reachable {
-                return Err(LedgerError::UnknownEvent {
+                return Err(LedgerError::Store(ledger_store::StoreError::UnknownEvent {
                     what: format!(
                         "{} (head of incoming branch {name}, not in the bundle)",
                         head.to_hex()
                     ),
-                });
+                }));
             }
             match self.head(&name) {
                 Ok(ours) if ours == *head => report.refs_unchanged.push(name),
@@ -427,13 +431,15 @@ impl Ledger {
                 return Err(corrupt(what, "its content does not re-encode to its id"));
             }
             if matches!(ev.body, EventBody::Genesis(_)) {
-                return Err(LedgerError::Invalid(format!(
+                return Err(LedgerError::Store(ledger_store::StoreError::Invalid(format!(
                     "{what} is a genesis: start a new ledger from the bundle with `ledger init --from-bundle`"
-                )));
+                ))));
             }
             for blob in ev.body.blobs() {
                 if !b.blobs.contains_key(&blob) && !self.has_blob(&blob)? {
-                    return Err(LedgerError::MissingBlob { hash: blob });
+                    return Err(LedgerError::Store(ledger_store::StoreError::MissingBlob {
+                        hash: blob,
+                    }));
                 }
             }
             let meta = Meta::decode(&e.meta, "event metadata")
@@ -460,11 +466,13 @@ impl Ledger {
                 if self.contains_event(&h) {
                     break;
                 }
-                let (ev, _) = decoded.get(&h).ok_or_else(|| LedgerError::UnknownEvent {
-                    what: format!(
-                        "{} (an ancestor of incoming branch {name}, in neither ledger)",
-                        h.to_hex()
-                    ),
+                let (ev, _) = decoded.get(&h).ok_or_else(|| {
+                    LedgerError::Store(ledger_store::StoreError::UnknownEvent {
+                        what: format!(
+                            "{} (an ancestor of incoming branch {name}, in neither ledger)",
+                            h.to_hex()
+                        ),
+                    })
                 })?;
                 at = ev.parent;
                 chain.push(h);
@@ -537,8 +545,10 @@ impl Ledger {
                 end = Some(h);
             }
         }
-        end.ok_or_else(|| LedgerError::UnknownEvent {
-            what: format!("{branch}@stage{n} (branch {branch} has no stage {n})"),
+        end.ok_or_else(|| {
+            LedgerError::Store(ledger_store::StoreError::UnknownEvent {
+                what: format!("{branch}@stage{n} (branch {branch} has no stage {n})"),
+            })
         })
     }
 
@@ -550,9 +560,9 @@ impl Ledger {
         b: &Bundle,
     ) -> Result<(Ledger, FetchReport), LedgerError> {
         let (genesis, plan) = b.genesis().ok_or_else(|| {
-            LedgerError::Invalid(
+            LedgerError::Store(ledger_store::StoreError::Invalid(
                 "the bundle does not start at a genesis (it was made for fetching into an existing ledger)".into(),
-            )
+            ))
         })?;
         let mut l = Ledger::create(dir, &plan)?;
         let ours = l.head(super::refs::MAIN)?;

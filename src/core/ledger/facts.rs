@@ -69,12 +69,10 @@ impl Ledger {
     /// --from`, `run --branch`), so an unknown name is answered once, with the nearest
     /// branch name where one is close.
     pub fn head(&self, branch: &str) -> Result<Hash, LedgerError> {
-        self.store
-            .head(branch)
-            .map_err(|e| match LedgerError::from(e) {
-                LedgerError::UnknownBranch { name, .. } => self.unknown_branch(&name),
-                e => e,
-            })
+        self.store.head(branch).map_err(|e| match e {
+            ledger_store::StoreError::UnknownBranch { name } => self.unknown_branch(&name),
+            e => e.into(),
+        })
     }
 
     /// Every branch and its head, in name order. Scratch refs (a replay's work, see
@@ -108,9 +106,11 @@ impl Ledger {
     /// killed process left. An older one of the same name (left by a kill) is replaced.
     pub fn fork_scratch(&mut self, name: &str, at: &Hash) -> Result<(), LedgerError> {
         if !super::refs::is_scratch(name) {
-            return Err(LedgerError::Invalid(format!(
-                "scratch ref `{name}` must start with `{}`",
-                super::refs::SCRATCH_PREFIX
+            return Err(LedgerError::Store(ledger_store::StoreError::Invalid(
+                format!(
+                    "scratch ref `{name}` must start with `{}`",
+                    super::refs::SCRATCH_PREFIX
+                ),
             )));
         }
         let _busy = self.busy.enter();
@@ -141,22 +141,24 @@ impl Ledger {
         let busy = self.busy.clone();
         let _busy = busy.enter();
         if !self.store.is_writable() {
-            return Err(LedgerError::ReadOnly);
+            return Err(LedgerError::Store(ledger_store::StoreError::ReadOnly));
         }
         let head = self.head(branch)?;
         let mut checked = std::collections::BTreeSet::new();
         for (body, _, _) in &items {
             if matches!(body, EventBody::Genesis(_)) {
-                return Err(LedgerError::Invalid(
+                return Err(LedgerError::Store(ledger_store::StoreError::Invalid(
                     "a genesis event can only start a new ledger".into(),
-                ));
+                )));
             }
             if let EventBody::Trajectories(t) = body {
-                t.trajectory_hashes().map_err(LedgerError::Invalid)?;
+                t.trajectory_hashes().map_err(LedgerError::invalid)?;
             }
             for b in body.blobs() {
                 if checked.insert(b) && !self.store.blobs().contains(&b)? {
-                    return Err(LedgerError::MissingBlob { hash: b });
+                    return Err(LedgerError::Store(ledger_store::StoreError::MissingBlob {
+                        hash: b,
+                    }));
                 }
             }
         }
@@ -212,9 +214,8 @@ impl Ledger {
                 &mut ev,
             );
             if ev.len() > pack::MAX_PAYLOAD {
-                return Err(LedgerError::Invalid(format!(
-                    "event of {} bytes exceeds the record limit",
-                    ev.len()
+                return Err(LedgerError::Store(ledger_store::StoreError::Invalid(
+                    format!("event of {} bytes exceeds the record limit", ev.len()),
                 )));
             }
             let h = Hash::of_event(&ev);

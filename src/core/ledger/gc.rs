@@ -48,10 +48,10 @@ pub fn crash_point(name: &str) {
 }
 
 fn io(path: &std::path::Path, e: std::io::Error) -> LedgerError {
-    LedgerError::Io {
+    LedgerError::Store(ledger_store::StoreError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),
-    }
+    })
 }
 
 impl Ledger {
@@ -66,9 +66,9 @@ impl Ledger {
         let mut seen = vec![false; index.len()];
         for (_, head) in self.branches()? {
             let Some(pos) = index.position(&head) else {
-                return Err(LedgerError::UnknownEvent {
+                return Err(LedgerError::Store(ledger_store::StoreError::UnknownEvent {
                     what: head.to_hex(),
-                });
+                }));
             };
             for p in index.ancestry(pos) {
                 if seen[p as usize] {
@@ -101,7 +101,7 @@ impl Ledger {
     /// any instant loses nothing reachable). Writer only.
     pub fn gc(&mut self, blob_refs: &dyn Fn(&[u8]) -> Vec<Hash>) -> Result<GcReport, LedgerError> {
         if !self.is_writable() {
-            return Err(LedgerError::ReadOnly);
+            return Err(LedgerError::Store(ledger_store::StoreError::ReadOnly));
         }
         let t = Instant::now();
         let dir = self.dir().to_path_buf();

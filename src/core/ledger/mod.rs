@@ -30,7 +30,7 @@ pub use crate::record::{event, meta, projection};
 
 pub use event::{Event, EventBody};
 pub use hash::Hash;
-pub use ledger_store::{Location, Repair};
+pub use ledger_store::{Chain, Location, Repair};
 pub use meta::Meta;
 pub use open::Ledger;
 pub use plan::LedgerPlan;
@@ -43,67 +43,57 @@ use std::path::PathBuf;
 
 /// Errors at the ledger's library boundary. Messages name the path, branch, event or
 /// field concerned.
+///
+/// What the storage engine reports (I/O, the writer's lock, damaged packs and refs, a
+/// missing blob or event, branch names, read-only) stays the store's error, wrapped in
+/// [`LedgerError::Store`] rather than copied: its repair ([`Repair`]) and its message
+/// come through unchanged, and the CLI finds it in the error's `source()` chain. The
+/// variants here are what the ledger adds on top.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
-    #[error("{}: {message}", path.display())]
-    Io { path: PathBuf, message: String },
-    #[error("ledger {} is being written by another process (one writer at a time; read commands work meanwhile)", path.display())]
-    Locked { path: PathBuf },
-    #[error("{} is not a ledger", path.display())]
-    NotALedger { path: PathBuf },
+    /// The storage engine's error, as it said it. Shown as its own text, with the
+    /// store's error as the `source()` (not `transparent`, which would hide it from a
+    /// walk of the chain: the CLI finds the repair there).
+    #[error("{0}")]
+    Store(#[from] ledger_store::StoreError),
     #[error("ledger {} already exists", path.display())]
     AlreadyExists { path: PathBuf },
     #[error(transparent)]
     Plan(#[from] plan::PlanError),
     #[error("ledger storage (sled): {0}")]
     Sled(String),
+    /// A record or blob whose bytes the store kept intact but whose content is not what
+    /// the ledger wrote (an undecodable blob, a cached projection that does not fold):
+    /// damage the ledger sees, where the store's own `Corrupt` is damage to its frames.
     #[error("{what} is corrupt: {problem}")]
     Corrupt { what: String, problem: String },
-    /// Damage with a known repair; the CLI names the command that performs it.
-    #[error("{what} is corrupt: {problem}")]
-    Damaged {
-        what: String,
-        problem: String,
-        repair: Repair,
-    },
     /// `nearest`: the ledger's branch whose name is closest to it, if one is close
-    /// (a typo's "did you mean").
+    /// (a typo's "did you mean"). The store's own unknown-branch error becomes this one
+    /// where the ledger resolves a name ([`Ledger::head`]).
     #[error("no branch named `{name}`{}", reference::did_you_mean(nearest.as_deref()))]
     UnknownBranch {
         name: String,
         nearest: Option<String>,
     },
-    #[error("branch `{name}` already exists")]
-    BranchExists { name: String },
     #[error("branch `{name}` exists here with head {ours}, which the incoming head {theirs} does not continue (use --prefix NAME/ to fetch it under another name)")]
     BranchConflict {
         name: String,
         ours: String,
         theirs: String,
     },
-    #[error(
-        "invalid branch name `{name}` (use 1-100 of A-Z a-z 0-9 . _ - in /-separated parts, none empty or starting with . or -)"
-    )]
-    BadBranchName { name: String },
     #[error("`{name}`: names starting with `_` are reserved for scratch work (a replay's recomputation, which no reader sees); choose another name")]
     ReservedName { name: String },
     #[error("`{name}` is scratch work, not a branch: a replay's recomputation, running now or left by one that was killed (`ledger gc` removes it)")]
     ScratchRef { name: String },
-    #[error("no event {what}")]
-    UnknownEvent { what: String },
     #[error("{reference}: {why}")]
     NotACheckpoint { reference: String, why: String },
     #[error("`{text}`: expected {expected}")]
     BadReference { text: String, expected: String },
     #[error("`{what}` is ambiguous: it matches {count} events")]
     Ambiguous { what: String, count: usize },
-    #[error("no blob {hash}")]
-    MissingBlob { hash: Hash },
-    #[error("the ledger is open read-only")]
-    ReadOnly,
-    #[error("invalid event: {0}")]
-    Invalid(String),
-    #[error("cannot decode {what}: {source}")]
+    /// Its text is the context only; the codec's error is the `source()`, which
+    /// whoever prints the chain ([`ledger_store::Chain`]) writes after it.
+    #[error("cannot decode {what}")]
     Decode {
         what: String,
         #[source]
@@ -111,34 +101,25 @@ pub enum LedgerError {
     },
 }
 
-/// The store's errors keep their names and messages at the ledger's boundary.
-impl From<ledger_store::StoreError> for LedgerError {
-    fn from(e: ledger_store::StoreError) -> Self {
-        use ledger_store::StoreError as S;
-        match e {
-            S::Io { path, message } => LedgerError::Io { path, message },
-            S::Locked { path } => LedgerError::Locked { path },
-            S::Corrupt { what, problem } => LedgerError::Corrupt { what, problem },
-            S::Damaged {
-                what,
-                problem,
-                repair,
-            } => LedgerError::Damaged {
-                what,
-                problem,
-                repair,
-            },
-            S::BadBranchName { name } => LedgerError::BadBranchName { name },
-            S::MissingBlob { hash } => LedgerError::MissingBlob { hash },
-            S::NotALedger { path } => LedgerError::NotALedger { path },
-            S::ReadOnly => LedgerError::ReadOnly,
-            S::UnknownEvent { what } => LedgerError::UnknownEvent { what },
-            S::UnknownBranch { name } => LedgerError::UnknownBranch {
-                name,
-                nearest: None,
-            },
-            S::BranchExists { name } => LedgerError::BranchExists { name },
-            S::Invalid(m) => LedgerError::Invalid(m),
+impl LedgerError {
+    /// An I/O error at `path` (the store's error, as the store words it).
+    pub fn io(path: impl Into<PathBuf>, e: impl std::fmt::Display) -> LedgerError {
+        LedgerError::Store(ledger_store::StoreError::Io {
+            path: path.into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// An event the ledger refuses (the store's `Invalid`).
+    pub fn invalid(message: impl Into<String>) -> LedgerError {
+        LedgerError::Store(ledger_store::StoreError::Invalid(message.into()))
+    }
+
+    /// The store's error inside, if this is one.
+    pub fn store(&self) -> Option<&ledger_store::StoreError> {
+        match self {
+            LedgerError::Store(e) => Some(e),
+            _ => None,
         }
     }
 }
@@ -146,5 +127,30 @@ impl From<ledger_store::StoreError> for LedgerError {
 impl From<sled::Error> for LedgerError {
     fn from(e: sled::Error) -> Self {
         LedgerError::Sled(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store's error inside the ledger's, and the codec's inside a decode error,
+    /// are each written once when the chain is printed, and stay reachable as sources.
+    #[test]
+    fn causes_are_sources_written_once() {
+        let e = LedgerError::from(ledger_store::StoreError::NotALedger { path: "x".into() });
+        assert_eq!(Chain(&e).to_string(), "x is not a ledger");
+        let source = std::error::Error::source(&e).expect("the store's error is the source");
+        assert!(source.downcast_ref::<ledger_store::StoreError>().is_some());
+
+        let e = LedgerError::Decode {
+            what: "event 0123".into(),
+            source: codec::CodecError::Empty,
+        };
+        assert_eq!(e.to_string(), "cannot decode event 0123");
+        assert_eq!(
+            Chain(&e).to_string(),
+            "cannot decode event 0123: empty record"
+        );
     }
 }

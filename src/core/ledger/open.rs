@@ -140,7 +140,7 @@ impl Ledger {
     }
 
     /// Open an existing ledger for writing (the one writer; a second is refused with
-    /// [`LedgerError::Locked`]).
+    /// [`LedgerError::Store(ledger_store::StoreError::Locked)`]).
     pub fn open(dir: &Path) -> Result<Ledger, LedgerError> {
         Ledger::open_inner(dir, true)
     }
@@ -149,18 +149,24 @@ impl Ledger {
     /// finds corrupt is moved aside to `db.corrupt` (it is derived data) and remade.
     pub fn open_for_rebuild(dir: &Path) -> Result<Ledger, LedgerError> {
         match Ledger::open(dir) {
-            Err(LedgerError::Damaged { what, .. }) if what.contains("projection cache") => {
+            Err(LedgerError::Store(ledger_store::StoreError::Damaged { what, .. }))
+                if what.contains("projection cache") =>
+            {
                 let lock = LedgerLock::acquire(dir, true)?;
                 let aside = dir.join("db.corrupt");
                 if aside.exists() {
-                    std::fs::remove_dir_all(&aside).map_err(|e| LedgerError::Io {
-                        path: aside.clone(),
-                        message: e.to_string(),
+                    std::fs::remove_dir_all(&aside).map_err(|e| {
+                        LedgerError::Store(ledger_store::StoreError::Io {
+                            path: aside.clone(),
+                            message: e.to_string(),
+                        })
                     })?;
                 }
-                std::fs::rename(dir.join("db"), &aside).map_err(|e| LedgerError::Io {
-                    path: dir.join("db"),
-                    message: e.to_string(),
+                std::fs::rename(dir.join("db"), &aside).map_err(|e| {
+                    LedgerError::Store(ledger_store::StoreError::Io {
+                        path: dir.join("db"),
+                        message: e.to_string(),
+                    })
                 })?;
                 drop(lock);
                 Ledger::open(dir)
@@ -193,9 +199,9 @@ impl Ledger {
 
     fn open_inner(dir: &Path, writable: bool) -> Result<Ledger, LedgerError> {
         if !is_ledger(dir) {
-            return Err(LedgerError::NotALedger {
+            return Err(LedgerError::Store(ledger_store::StoreError::NotALedger {
                 path: dir.to_path_buf(),
-            });
+            }));
         }
         if !refs::path(dir).is_file() {
             // The older layout: move it over once (as the writer), then open.

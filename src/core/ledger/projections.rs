@@ -10,6 +10,7 @@ use super::lock::LedgerLock;
 use super::projection::{self, BranchState};
 use super::Ledger;
 use super::LedgerError;
+use ledger_store::StoreError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -47,9 +48,9 @@ pub(super) fn open_sled(dir: &Path) -> Result<sled::Db, LedgerError> {
                         std::thread::sleep(Duration::from_millis(10));
                         continue;
                     }
-                    return Err(LedgerError::Locked {
+                    return Err(LedgerError::Store(ledger_store::StoreError::Locked {
                         path: dir.to_path_buf(),
-                    });
+                    }));
                 }
                 return Err(sled_error(dir, e));
             }
@@ -57,19 +58,21 @@ pub(super) fn open_sled(dir: &Path) -> Result<sled::Db, LedgerError> {
     }
 }
 
-/// A sled error of ledger `dir`'s projection cache: corruption is [`LedgerError::Corrupt`]
+/// A sled error of ledger `dir`'s projection cache: corruption is the store's `Damaged`
 /// naming the directory (exit 1), anything else an I/O-like storage error.
 pub(crate) fn sled_error(dir: &Path, e: sled::Error) -> LedgerError {
     let what = format!("{} (projection cache, sled)", dir.join("db").display());
     match e {
-        sled::Error::Corruption { at, .. } => LedgerError::Damaged {
-            what,
-            problem: format!(
-                "sled read corrupted data{} (the cache is derived from the log)",
-                at.map(|p| format!(" at {p:?}")).unwrap_or_default()
-            ),
-            repair: super::Repair::Rebuild,
-        },
+        sled::Error::Corruption { at, .. } => {
+            LedgerError::Store(ledger_store::StoreError::Damaged {
+                what,
+                problem: format!(
+                    "sled read corrupted data{} (the cache is derived from the log)",
+                    at.map(|p| format!(" at {p:?}")).unwrap_or_default()
+                ),
+                repair: super::Repair::Rebuild,
+            })
+        }
         e => LedgerError::Sled(format!("{what}: {e}")),
     }
 }
@@ -189,12 +192,13 @@ impl Ledger {
             Err(e) => return Err(e.into()),
         };
         let problem = |e: LedgerError| match e {
-            LedgerError::Corrupt { what, problem } | LedgerError::Damaged { what, problem, .. } => {
-                super::Problem { what, problem }
-            }
+            LedgerError::Corrupt { what, problem }
+            | LedgerError::Store(
+                StoreError::Corrupt { what, problem } | StoreError::Damaged { what, problem, .. },
+            ) => super::Problem { what, problem },
             e => super::Problem {
                 what: format!("{} (projection cache, sled)", dir.join("db").display()),
-                problem: e.to_string(),
+                problem: ledger_store::Chain(&e).to_string(),
             },
         };
         let db = match open_sled(dir) {
@@ -250,10 +254,9 @@ impl Ledger {
         if let Some(s) = self.projections.get(h) {
             return Ok(s);
         }
-        let pos = self
-            .index()
-            .position(h)
-            .ok_or_else(|| LedgerError::UnknownEvent { what: h.to_hex() })?;
+        let pos = self.index().position(h).ok_or_else(|| {
+            LedgerError::Store(ledger_store::StoreError::UnknownEvent { what: h.to_hex() })
+        })?;
         let mut chain = Vec::new();
         let mut p = pos;
         let mut state = BranchState::default();
@@ -290,7 +293,7 @@ impl Ledger {
     /// Drop every cached projection and recompute each branch's from the log.
     pub fn rebuild(&mut self) -> Result<RebuildReport, LedgerError> {
         if !self.store.is_writable() {
-            return Err(LedgerError::ReadOnly);
+            return Err(LedgerError::Store(ledger_store::StoreError::ReadOnly));
         }
         // The saved index is derived too: a segment whose checksum fails is dropped and
         // the packs scanned afresh. Only checksums are compared here; `verify` checks the
@@ -312,12 +315,11 @@ impl Ledger {
         let mut save = vec![false; n];
         let mut plans: Vec<(Hash, Option<u32>, Vec<u32>)> = Vec::new();
         for (_, head) in &branches {
-            let pos = self
-                .index()
-                .position(head)
-                .ok_or_else(|| LedgerError::UnknownEvent {
+            let pos = self.index().position(head).ok_or_else(|| {
+                LedgerError::Store(ledger_store::StoreError::UnknownEvent {
                     what: head.to_hex(),
-                })?;
+                })
+            })?;
             let mut seg = Vec::new();
             let mut p = pos;
             let mut start = None;

@@ -129,10 +129,10 @@ struct Scanned {
 }
 
 fn io(path: &Path, e: std::io::Error) -> LedgerError {
-    LedgerError::Io {
+    LedgerError::Store(ledger_store::StoreError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),
-    }
+    })
 }
 
 /// An event found intact, in final storage order.
@@ -1079,9 +1079,9 @@ fn find_lost_blobs(
 /// all (not a ledger, another writer, I/O); damage is what it handles.
 pub fn recover(dir: &Path) -> Result<RecoverReport, LedgerError> {
     if !is_ledger(dir) {
-        return Err(LedgerError::NotALedger {
+        return Err(LedgerError::Store(ledger_store::StoreError::NotALedger {
             path: dir.to_path_buf(),
-        });
+        }));
     }
     let lock = LedgerLock::acquire(dir, true)?;
     let mut report = RecoverReport::default();

@@ -98,9 +98,9 @@ impl Ledger {
         if p.len() >= 4 && is_hex_prefix(&p) {
             let m = self.index().with_prefix(&p);
             return match m.len() {
-                0 => Err(LedgerError::UnknownEvent {
+                0 => Err(LedgerError::Store(ledger_store::StoreError::UnknownEvent {
                     what: r.to_string(),
-                }),
+                })),
                 1 => Ok(Resolved::Event(m[0])),
                 n => Err(LedgerError::Ambiguous {
                     what: r.to_string(),

@@ -382,7 +382,7 @@ impl Ledger {
             }
             Err(e) => problems.push(Problem {
                 what: self.dir().display().to_string(),
-                problem: e.to_string(),
+                problem: ledger_store::Chain(&e).to_string(),
             }),
         }
     }

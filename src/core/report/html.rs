@@ -224,13 +224,13 @@ const LIVE_SCRIPT: &str = r#"
 "#;
 
 /// Render the whole page.
-pub fn render(r: &Report) -> Result<String, String> {
+pub fn render(r: &Report) -> Result<String, crate::figures::FigureError> {
     page(r, None)
 }
 
 /// The page as `ledger serve` shows it: `version` (the ledger's refs when it was
 /// gathered) and the script that swaps in a newer page when they move.
-pub fn render_live(r: &Report, version: &str) -> Result<String, String> {
+pub fn render_live(r: &Report, version: &str) -> Result<String, crate::figures::FigureError> {
     page(r, Some(version))
 }
 
@@ -258,7 +258,7 @@ pub fn render_waiting(ledger: &str, message: &str, version: &str) -> String {
     page.into_string() + "\n"
 }
 
-fn page(r: &Report, live: Option<&str>) -> Result<String, String> {
+fn page(r: &Report, live: Option<&str>) -> Result<String, crate::figures::FigureError> {
     let decisions: usize = r.branches.iter().map(|b| b.audit.decisions.len()).sum();
     let nb = r.branches.len();
     let study_lead = r.study.as_ref().map(|s| {
@@ -326,7 +326,7 @@ fn page(r: &Report, live: Option<&str>) -> Result<String, String> {
     Ok(page.into_string() + "\n")
 }
 
-fn validation(r: &Report) -> Result<Markup, String> {
+fn validation(r: &Report) -> Result<Markup, crate::figures::FigureError> {
     let stages: BTreeSet<u32> = r
         .branches
         .iter()
@@ -585,7 +585,7 @@ fn coordination(r: &Report) -> Markup {
 /// GRPO step by step: the sampled validity on training instances that need coordination
 /// (one line per branch, a moving mean), and per branch and stage the means of what the
 /// steps recorded.
-fn training(r: &Report) -> Result<Markup, String> {
+fn training(r: &Report) -> Result<Markup, crate::figures::FigureError> {
     if r.branches.iter().all(|b| b.training.is_empty()) {
         return Ok(html! {});
     }
@@ -1150,7 +1150,7 @@ fn pm(m: f64, ci: Option<f64>) -> String {
     }
 }
 
-fn study(s: &StudyReport) -> Result<Markup, String> {
+fn study(s: &StudyReport) -> Result<Markup, crate::figures::FigureError> {
     let curves = inline_svg(curves_svg(&Curves {
         x_label: "stage",
         title: "Study: mean validation valid % per stage",

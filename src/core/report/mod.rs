@@ -22,14 +22,18 @@ use std::path::{Path, PathBuf};
 /// Errors of `ledger report`, each naming the branch, file or figure concerned.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error(transparent)]
+    #[error("{0}")]
     Ledger(#[from] LedgerError),
     #[error("{}: {message}", path.display())]
     Study { path: PathBuf, message: String },
     #[error("{}: {message}", path.display())]
     Output { path: PathBuf, message: String },
-    #[error("figure {name}: {message}")]
-    Figure { name: String, message: String },
+    #[error("figure {name}")]
+    Figure {
+        name: String,
+        #[source]
+        source: crate::figures::FigureError,
+    },
     #[error(
         "nothing to report: the ledger has no branch outside studies (name branches with --branch)"
     )]
@@ -266,7 +270,7 @@ fn branch_view(
         ) {
             Ok(s) => samples.extend(s.samples),
             // Plans not kept (the plan's choice): nothing to draw.
-            Err(LedgerError::Invalid(_)) => {}
+            Err(LedgerError::Store(ledger_store::StoreError::Invalid(_))) => {}
             Err(e) => return Err(e),
         }
     }
@@ -410,9 +414,9 @@ pub fn heatmap_values(b: &BranchView) -> BTreeMap<(usize, u32), f64> {
 /// The figure files written beside the page (stem, title) — curves first, then one
 /// heatmap per branch, then the study's curves.
 fn figure_files(r: &Report, figures: &Path) -> Result<Vec<PathBuf>, ReportError> {
-    let fig_err = |name: &str, message: String| ReportError::Figure {
+    let fig_err = |name: &str, source| ReportError::Figure {
         name: name.to_string(),
-        message,
+        source,
     };
     let mut written = Vec::new();
     let [valid, optimal] = validation_series(r);
@@ -506,9 +510,9 @@ pub fn write(r: &Report, out: &Path) -> Result<Vec<PathBuf>, ReportError> {
     };
     let figures = out.join("figures");
     std::fs::create_dir_all(&figures).map_err(|e| io(&figures, e))?;
-    let page = html::render(r).map_err(|m| ReportError::Figure {
+    let page = html::render(r).map_err(|source| ReportError::Figure {
         name: "inline".into(),
-        message: m,
+        source,
     })?;
     let index = out.join("index.html");
     std::fs::write(&index, page).map_err(|e| io(&index, e))?;

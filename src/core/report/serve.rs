@@ -71,15 +71,15 @@ fn render(dir: &Path, opts: &ServeOptions) -> (String, String) {
             opts.branches.clone()
         };
         let report = gather(&ledger, &opts.ledger_arg, &branches, study)?;
-        html::render_live(&report, &v).map_err(|m| ReportError::Figure {
+        html::render_live(&report, &v).map_err(|source| ReportError::Figure {
             name: "inline".into(),
-            message: m,
+            source,
         })
     })();
     match page {
         Ok(p) => (p, v),
         Err(e) => {
-            let msg = format!("nothing to show yet: {e}");
+            let msg = format!("nothing to show yet: {}", crate::ledger::Chain(&e));
             (html::render_waiting(&opts.ledger_arg, &msg, &v), v)
         }
     }

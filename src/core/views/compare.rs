@@ -924,7 +924,10 @@ fn truncate(s: &str, n: usize) -> String {
 // ---- plots ----
 
 /// `compare --plot`: every branch's validation curves, valid % beside optimal %.
-pub fn plot_compare(path: &std::path::Path, summaries: &[BranchSummary]) -> Result<(), String> {
+pub fn plot_compare(
+    path: &std::path::Path,
+    summaries: &[BranchSummary],
+) -> Result<(), crate::figures::FigureError> {
     let series = |optimal: bool| -> Vec<crate::figures::Series> {
         summaries
             .iter()

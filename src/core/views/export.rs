@@ -54,10 +54,10 @@ fn csv_writer(out: &mut dyn Write) -> csv::Writer<&mut dyn Write> {
 
 /// A failed CSV write, as the ledger's output error.
 fn csv_error(e: csv::Error) -> LedgerError {
-    LedgerError::Io {
+    LedgerError::Store(ledger_store::StoreError::Io {
         path: "<output>".into(),
         message: e.to_string(),
-    }
+    })
 }
 
 /// Write events (a branch's history oldest first, or every stored event in storage
@@ -79,9 +79,11 @@ pub fn export(
             .map(|r| r.map(|(h, _)| h))
             .collect::<Result<_, _>>()?,
     };
-    let io = |e: std::io::Error| LedgerError::Io {
-        path: "<output>".into(),
-        message: e.to_string(),
+    let io = |e: std::io::Error| {
+        LedgerError::Store(ledger_store::StoreError::Io {
+            path: "<output>".into(),
+            message: e.to_string(),
+        })
     };
     match format {
         Format::Jsonl => {
@@ -344,9 +346,11 @@ pub fn export_table(
     format: Format,
     out: &mut dyn Write,
 ) -> Result<u64, LedgerError> {
-    let io = |e: std::io::Error| LedgerError::Io {
-        path: "<output>".into(),
-        message: e.to_string(),
+    let io = |e: std::io::Error| {
+        LedgerError::Store(ledger_store::StoreError::Io {
+            path: "<output>".into(),
+            message: e.to_string(),
+        })
     };
     let branches: Vec<(String, Hash)> = match branch {
         Some(b) => vec![(b.to_string(), ledger.head_of(b)?)],

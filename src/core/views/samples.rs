@@ -359,13 +359,15 @@ pub fn samples(
                 }
             }
             let Some((event, p)) = plans else {
-                return Err(LedgerError::Invalid(format!(
-                    "{branch}@stage{stage} kept no {name} plans: {}",
-                    if outcomes.is_some() {
-                        "its plan does not set suites.keep_plans = true (evaluations record outcomes only)"
-                    } else {
-                        "the stage has no evaluation on that suite"
-                    }
+                return Err(LedgerError::Store(ledger_store::StoreError::Invalid(
+                    format!(
+                        "{branch}@stage{stage} kept no {name} plans: {}",
+                        if outcomes.is_some() {
+                            "its plan does not set suites.keep_plans = true (evaluations record outcomes only)"
+                        } else {
+                            "the stage has no evaluation on that suite"
+                        }
+                    ),
                 )));
             };
             let o = outcomes.ok_or_else(|| {

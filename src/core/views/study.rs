@@ -1454,9 +1454,10 @@ pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), Str
         bands: &[],
         percent: true,
     };
-    crate::figures::write_curves(&svg, &curves)?;
+    let figure = |e: crate::figures::FigureError| crate::ledger::Chain(&e).to_string();
+    crate::figures::write_curves(&svg, &curves).map_err(figure)?;
     let png = dir.join("study.png");
-    crate::figures::write_curves(&png, &curves)?;
+    crate::figures::write_curves(&png, &curves).map_err(figure)?;
     let json = dir.join("study.json");
     r.files = [&csv, &md, &svg, &png, &json]
         .iter()

@@ -447,9 +447,11 @@ pub fn export(
     branch: Option<&str>,
     dir: &Path,
 ) -> Result<Vec<RunWritten>, LedgerError> {
-    let io = |p: &Path, e: std::io::Error| LedgerError::Io {
-        path: p.to_path_buf(),
-        message: e.to_string(),
+    let io = |p: &Path, e: std::io::Error| {
+        LedgerError::Store(ledger_store::StoreError::Io {
+            path: p.to_path_buf(),
+            message: e.to_string(),
+        })
     };
     let branches: Vec<(String, Hash)> = match branch {
         Some(b) => vec![(b.to_string(), ledger.head_of(b)?)],

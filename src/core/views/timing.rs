@@ -62,7 +62,7 @@ pub struct PhaseRow {
 /// Why a stage has no timing to show.
 #[derive(Debug, thiserror::Error)]
 pub enum TimingError {
-    #[error(transparent)]
+    #[error("{0}")]
     Ledger(#[from] LedgerError),
     #[error("branch `{branch}` has no stage {stage} (it has stages {have})")]
     NoStage {
