@@ -6,6 +6,7 @@
 //! time and never stored), the tokenizer.json (as a blob) and the context window.
 use super::{CliError, CliResult};
 use clap::Subcommand;
+use mapf_ledger::engineer::text::{TextRevision, UnknownRevision};
 use mapf_ledger::ledger::{Ledger, Meta};
 use mapf_ledger::record::event::{EngineerKind, EngineerRegistered, EventBody};
 use mapf_ledger::views::show::EngineerRow;
@@ -324,17 +325,25 @@ type Decider = Box<
 
 /// The plan whose [lm] and [engineer] settings the model and LLM engineers use
 /// (`--plan`, else the defaults).
-fn eval_plan(args: &EvalArgs) -> Result<(mapf_ledger::train::lm::LmSpec, u32), CliError> {
-    match &args.plan {
-        Some(p) => {
-            let bytes =
-                std::fs::read(p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-            let plan = mapf_ledger::plan::LedgerPlan::parse(&bytes)
-                .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-            Ok((plan.lm, plan.engineer.revision))
-        }
-        None => Ok((Default::default(), 1)),
-    }
+fn eval_plan(args: &EvalArgs) -> Result<(mapf_ledger::train::lm::LmSpec, TextRevision), CliError> {
+    let Some(p) = &args.plan else {
+        // The defaults: a plan's [lm] and [engineer] when it sets none (revision 1).
+        let revision = mapf_ledger::plan::EngineerPlan::default().revision;
+        let text = TextRevision::of(revision).map_err(|e| CliError::input(e.to_string()))?;
+        return Ok((Default::default(), text));
+    };
+    let bytes = std::fs::read(p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+    let plan = mapf_ledger::plan::LedgerPlan::parse(&bytes)
+        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+    let text = TextRevision::of_plan(&plan)
+        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+    Ok((plan.lm, text))
+}
+
+/// `teacher-vN`: the teacher at text revision N (None: not a teacher's name).
+fn teacher_text(name: &str) -> Option<Result<TextRevision, UnknownRevision>> {
+    let n: u32 = name.strip_prefix("teacher-v")?.parse().ok()?;
+    Some(TextRevision::of(n))
 }
 
 fn decider(
@@ -374,19 +383,20 @@ fn decider(
             let mut e = builtin::Heuristic;
             Ok(Box::new(move |_, ctx| e.decide(ctx)))
         }
-        // The pretraining teacher of scratch base models, at text revision 1 (what the
-        // shipped bases learned from), 2 (it reads the evidence) or 3 (evidence first):
-        // the ceiling a base can learn to reach.
-        "teacher-v1" | "teacher-v2" | "teacher-v3" => {
-            let revision: u32 = name["teacher-v".len()..].parse().expect("matched above");
+        // The pretraining teacher of scratch base models at text revision N (1: what the
+        // shipped bases learned from; 2: it reads the evidence; 3: evidence first; ...),
+        // its replies read at that revision: the ceiling a base can learn to reach.
+        teacher if teacher_text(teacher).is_some() => {
+            let text = teacher_text(teacher)
+                .expect("matched above")
+                .map_err(|e| CliError::input(format!("--engineer {teacher}: {e}")))?;
             Ok(Box::new(move |i, ctx| {
-                let reply =
-                    mapf_ledger::engineer::teacher::answer_revision(ctx, seed_of(i), revision);
+                let reply = mapf_ledger::engineer::teacher::answer(ctx, seed_of(i), text);
                 let mut d = mapf_ledger::engineer::Decision {
                     reply: Some(reply.clone()),
                     ..Default::default()
                 };
-                mapf_ledger::engineer::reply::read_reply(&mut d, &reply, vec![]);
+                mapf_ledger::engineer::reply::read_reply(&mut d, &reply, vec![], text);
                 d
             }))
         }
@@ -411,7 +421,7 @@ fn decider(
         "base" | "current" => {
             let m = model_arg()?;
             let policy = super::lm::load(dir, &m, device)?;
-            let (spec_lm, revision) = eval_plan(args)?;
+            let (spec_lm, text) = eval_plan(args)?;
             let mut e = model::ModelEngineer {
                 name: name.to_string(),
                 policy,
@@ -419,7 +429,7 @@ fn decider(
                 sampling: spec_lm.engineer_sampling(),
                 max_prompt_tokens: spec_lm.engineer_prompt_tokens,
                 attempts: spec_lm.engineer_attempts,
-                revision,
+                text,
             };
             Ok(Box::new(move |i, ctx| {
                 e.seed = seed_of(i);
@@ -450,8 +460,7 @@ fn decider(
             };
             mapf_ledger::engineer::prompt::TokenCounter::for_registration(&reg)
                 .map_err(|e| CliError::input(e.to_string()))?;
-            let mut e = llm::LlmEngineer::new(reg);
-            e.revision = eval_plan(args)?.1;
+            let mut e = llm::LlmEngineer::new(reg, eval_plan(args)?.1);
             Ok(Box::new(move |_, ctx| e.decide(ctx)))
         }
         other => {
@@ -464,8 +473,7 @@ fn decider(
             let state = ledger.projection("main").map_err(err)?;
             let reg = llm::registered(&ledger, &state, other)
                 .map_err(|e| CliError::input(format!("--engineer {other}: {e}")))?;
-            let mut e = llm::LlmEngineer::new(reg);
-            e.revision = eval_plan(args)?.1;
+            let mut e = llm::LlmEngineer::new(reg, eval_plan(args)?.1);
             Ok(Box::new(move |_, ctx| e.decide(ctx)))
         }
     }
@@ -576,7 +584,8 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
 /// (`engineer::BUILTINS`), then what only an evaluation can name.
 fn eval_engineer_help() -> String {
     format!(
-        "Engineers, comma-separated, the first the baseline of the paired rows: {} (the learnability probe and the policy-written ones read --model, or their own after `=`, as in `current=main@stage3`), http (the endpoint of --url), teacher-v1 / teacher-v2 / teacher-v3 (the base models' pretraining teacher), or an LLM engineer registered on --ledger's main branch",
-        mapf_ledger::engineer::builtin_names()
+        "Engineers, comma-separated, the first the baseline of the paired rows: {} (the learnability probe and the policy-written ones read --model, or their own after `=`, as in `current=main@stage3`), http (the endpoint of --url), teacher-v1 to teacher-v{} (the base models' pretraining teacher at that text revision), or an LLM engineer registered on --ledger's main branch",
+        mapf_ledger::engineer::builtin_names(),
+        TextRevision::LATEST
     )
 }

@@ -480,7 +480,7 @@ pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision) -> ContextSco
     let truth = truth(ctx);
     let parsed = decision.proposal.is_some() && decision.error.is_none();
     let (applied, legal) = applied(ctx, decision);
-    let changed = |a: f64, b: f64| super::context::ratio(a) != super::context::ratio(b);
+    let changed = |a: f64, b: f64| super::text::ratio(a) != super::text::ratio(b);
     let sizes: BTreeSet<usize> = ctx
         .current
         .sizes
@@ -944,7 +944,13 @@ mod tests {
                 );
             }
             // The context renders and its evidence is self-consistent.
-            assert!(c.context.render().contains("Failure breakdown"));
+            for text in crate::engineer::text::TextRevision::all() {
+                let t = crate::engineer::text::render(&c.context, &Default::default(), text);
+                assert!(
+                    t.contains("Failure breakdown") || text.breakdown_last,
+                    "{t}"
+                );
+            }
         }
         assert!(
             weak > working && working > 0,

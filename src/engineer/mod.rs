@@ -10,10 +10,12 @@ pub mod eval;
 pub mod llm;
 pub mod model;
 pub mod probe;
-pub mod prompt;
 pub mod reply;
 pub mod rl;
 pub mod teacher;
+pub mod text;
+/// The prompt builder (in [`text`], with the rest of the engineer text).
+pub use text::prompt;
 
 pub use context::{EngineerContext, HistoryEntry};
 
@@ -46,6 +48,8 @@ pub enum BuildError {
     Train(#[from] TrainError),
     #[error("engineer {name}: stage {stage} has no checkpoint")]
     NoCheckpoint { name: String, stage: u32 },
+    #[error(transparent)]
+    Text(#[from] text::UnknownRevision),
     /// A registered LLM engineer's record could not be read.
     #[error("{0}")]
     Registry(String),
@@ -394,6 +398,7 @@ pub fn build_replaying(
     recorded: Option<&llm::RecordedReplies>,
 ) -> Result<Box<dyn Engineer>, BuildError> {
     check_spec(spec, inputs.plan, state)?;
+    let text = text::TextRevision::of_plan(inputs.plan)?;
     let next = inputs.stage;
     let seed = inputs.stage_seed.child("engineer", 0);
     match spec.name.as_str() {
@@ -431,15 +436,14 @@ pub fn build_replaying(
                 sampling: lm.engineer_sampling(),
                 max_prompt_tokens: lm.engineer_prompt_tokens,
                 attempts: lm.engineer_attempts,
-                revision: inputs.plan.engineer.revision,
+                text,
             }))
         }
         // A registered LLM engineer on this branch (check_spec found it).
         other => match llm::registered(inputs.ledger, state, other) {
             Ok(reg) => {
-                let mut engineer = llm::LlmEngineer::new(reg);
+                let mut engineer = llm::LlmEngineer::new(reg, text);
                 engineer.recorded = recorded.cloned();
-                engineer.revision = inputs.plan.engineer.revision;
                 Ok(Box::new(engineer))
             }
             Err(llm::LlmError::Ledger(e)) => Err(BuildError::Ledger(e)),

@@ -46,7 +46,8 @@ pub struct Settings {
     /// How the `current` engineer samples its reply.
     pub sampling: Sampling,
     pub max_prompt_tokens: u32,
-    pub revision: u32,
+    /// The plan's engineer text revision.
+    pub text: super::text::TextRevision,
 }
 
 /// One scored reply.
@@ -122,8 +123,7 @@ pub fn step(
     let prompts: Vec<Vec<u32>> = contexts
         .iter()
         .map(|(_, ctx)| {
-            let p =
-                prompt::build_revision(ctx, &[], Some(s.max_prompt_tokens), &counter, s.revision);
+            let p = prompt::build(ctx, &[], Some(s.max_prompt_tokens), &counter, s.text);
             model::prompt_ids(lm, &p)
         })
         .collect();
@@ -156,7 +156,7 @@ pub fn step(
         let (id, ctx) = &contexts[i];
         let text = lm.decode(&g.tokens);
         let mut d = Decision::default();
-        reply::read_reply_revision(&mut d, &text, vec![], s.revision);
+        reply::read_reply(&mut d, &text, vec![], s.text);
         let score = eval::score(id, ctx, &d);
         let grounded = !score.claims.is_empty() && score.grounded;
         let probed = if score.parsed {

@@ -19,7 +19,8 @@
 //! counts, else validation rates, else at random), applies a randomly drawn legal edit
 //! to each (more data, fewer holes, more or less coordination; adding a missing size;
 //! dropping a solved one) with random magnitudes. Everything is drawn from the seed tree.
-use super::context::{ratio, EngineerContext, HistoryEntry, TrainingDetails};
+use super::context::{EngineerContext, HistoryEntry, TrainingDetails};
+use super::text::{ratio, TextRevision};
 use crate::env::config::max_hole_ratio;
 use crate::env::table::{CellCounts, ResultTable};
 use crate::env::text::render_plan;
@@ -44,12 +45,12 @@ pub struct TeacherSpec {
     pub max_size: usize,
     /// Example failing plans kept per size (as the evaluation keeps).
     pub examples_per_size: usize,
-    /// The plan's engineer text revision (`[engineer] revision`): 1 is the teacher
-    /// every shipped base was made with; 2 reads the evidence (see [`answer_revision`]);
-    /// 3 writes the evidence first and only the changed values; 4 answers as 3 on
-    /// contexts with no shortcut to the answer (see [`context`]); 5 as 4 (only the
-    /// prompt's layout differs).
-    pub revision: u32,
+    /// The plan's engineer text revision (`[engineer] revision`): at revision 1 the
+    /// teacher every shipped base was made with; [`TextRevision::teacher_reads_evidence`]
+    /// reads the evidence (see [`answer`]); [`TextRevision::evidence_first`] writes the
+    /// evidence first and only the changed values; [`TextRevision::unranked_sizes`]
+    /// answers on contexts with no shortcut to the answer (see [`context`]).
+    pub text: TextRevision,
 }
 
 /// Revision 2: the chance that an edit ignores the evidence (a base LLM reads it
@@ -207,7 +208,7 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
     // Revision 4: the validated sizes end at a random size from 5 up, as plans' suites
     // and engineer eval's contexts do (before, always at `max_size`). Drawn only from
     // revision 4, so earlier revisions' contexts are bit for bit what they were.
-    let max = if spec.revision >= 4 {
+    let max = if spec.text.unranked_sizes {
         rng.random_range(5.min(max)..=max)
     } else {
         max
@@ -222,12 +223,12 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
     let skill = rng.random_range(0.15..1.0f64);
     // Revision 2: suites of the sizes real plans use, so counts are copied from the
     // context rather than remembered (the first base wrote "/20" into 48-item stages).
-    let per_cell = if spec.revision >= 2 {
+    let per_cell = if spec.text.teacher_reads_evidence {
         [spec.per_cell, 20, 24, 48, 150][rng.random_range(0..5usize)]
     } else {
         spec.per_cell
     };
-    let validation = random_validation(&mut rng, skill, per_cell, max, spec.revision < 4);
+    let validation = random_validation(&mut rng, skill, per_cell, max, !spec.text.unranked_sizes);
     let kinds = [
         FailureKind::VertexConflict,
         FailureKind::EdgeConflict,
@@ -241,8 +242,8 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
         let mut counts: BTreeMap<FailureKind, u32> = BTreeMap::new();
         // Revision 2: one kind dominates each size's failures (as in real breakdowns),
         // so the answer has something to read.
-        let dominant = (spec.revision >= 2).then(|| {
-            if spec.revision >= 4 {
+        let dominant = spec.text.teacher_reads_evidence.then(|| {
+            if spec.text.unranked_sizes {
                 // Revision 4: any kind may dominate any size (before, larger maps were
                 // mostly goal_not_reached: a prior the model could answer from).
                 if rng.random_range(0..=kinds.len()) == kinds.len() {
@@ -373,19 +374,21 @@ fn weakest(ctx: &EngineerContext, rng: &mut impl Rng) -> Vec<(usize, String)> {
         .collect()
 }
 
-/// The teacher's reply at an engineer text revision. Revision 1 is [`answer`]. Revision
-/// 2 reads the evidence, imperfectly: it edits only sizes below 80% valid (when the
+/// The teacher's reply to a context at the plan's text revision `text`: revision 1's
+/// ([`answer_v1`]); with [`TextRevision::evidence_first`] the evidence first
+/// ([`answer_evidence_first`]); else, with [`TextRevision::teacher_reads_evidence`], it
+/// reads the evidence, imperfectly: it edits only sizes below 80% valid (when the
 /// summary says), weakest first, and the edit answers the size's dominant failure by
 /// the rule table `ledger engineer eval` scores (conflicts → more coordination, holes
 /// → fewer holes, the rest → more data), except with probability [`EVIDENCE_NOISE`]
 /// when it draws an edit as revision 1 does; with every size working it keeps the
 /// configuration and says why. Its rationale cites exact counts from the context.
-pub fn answer_revision(ctx: &EngineerContext, seed: Seed, revision: u32) -> String {
-    if revision < 2 {
-        return answer(ctx, seed);
-    }
-    if revision >= 3 {
+pub fn answer(ctx: &EngineerContext, seed: Seed, text: TextRevision) -> String {
+    if text.evidence_first {
         return answer_evidence_first(ctx, seed);
+    }
+    if !text.teacher_reads_evidence {
+        return answer_v1(ctx, seed);
     }
     let mut rng = seed.rng();
     let weak: Vec<(usize, String)> = weakest(ctx, &mut rng)
@@ -448,7 +451,7 @@ pub const STEP_WAIT: f64 = 0.20;
 /// 0.10 -> 0.05`); then the JSON names only the changed values. Without a breakdown it
 /// reads the summary (weakest first), without either it edits sizes at random.
 fn answer_evidence_first(ctx: &EngineerContext, seed: Seed) -> String {
-    use super::context::{kinds_by_count, weakest_first};
+    use super::text::{kinds_by_count, weakest_first};
     let mut rng = seed.rng();
     // (size, evidence as cited, main failure)
     let ranked: Vec<(usize, String, Option<FailureKind>)> = if !ctx.failures.sizes.is_empty() {
@@ -621,9 +624,9 @@ fn proposal_json(edits: &BTreeMap<usize, SizeConfig>) -> String {
     json
 }
 
-/// The teacher's reply to a context: a fenced JSON proposal in the prompt's shape and a
+/// The teacher's reply at revision 1: a fenced JSON proposal in the prompt's shape and a
 /// rationale that cites the evidence of each edit.
-pub fn answer(ctx: &EngineerContext, seed: Seed) -> String {
+fn answer_v1(ctx: &EngineerContext, seed: Seed) -> String {
     let mut rng = seed.rng();
     let weak = weakest(ctx, &mut rng);
     let picks = rng.random_range(1..=2usize).min(weak.len());
@@ -670,6 +673,10 @@ pub fn answer(ctx: &EngineerContext, seed: Seed) -> String {
 mod tests {
     use super::*;
 
+    fn rev(n: u32) -> TextRevision {
+        TextRevision::of(n).unwrap()
+    }
+
     fn spec() -> TeacherSpec {
         TeacherSpec {
             modules: ContextModules::default(),
@@ -677,7 +684,7 @@ mod tests {
             per_cell: 20,
             max_size: 10,
             examples_per_size: 2,
-            revision: 1,
+            text: rev(1),
         }
     }
 
@@ -688,7 +695,7 @@ mod tests {
         for i in 0..60 {
             let ctx = context(Seed::root(i), &spec(), 1 + (i % 3) as u32);
             with_examples += ctx.failures.sizes.iter().any(|s| !s.examples.is_empty()) as u32;
-            let a = answer(&ctx, Seed::root(100 + i));
+            let a = answer(&ctx, Seed::root(100 + i), rev(1));
             let e = crate::engineer::reply::extract(&a).unwrap_or_else(|e| panic!("{a}: {e}"));
             assert!(!e.proposal.sizes.is_empty(), "{a}");
             for s in e.proposal.sizes.values() {
@@ -715,8 +722,8 @@ mod tests {
             "few contexts carry example failing plans"
         );
         assert_eq!(
-            answer(&context(Seed::root(1), &spec(), 1), Seed::root(2)),
-            answer(&context(Seed::root(1), &spec(), 1), Seed::root(2))
+            answer(&context(Seed::root(1), &spec(), 1), Seed::root(2), rev(1)),
+            answer(&context(Seed::root(1), &spec(), 1), Seed::root(2), rev(1))
         );
     }
 
@@ -744,13 +751,13 @@ mod tests {
     fn revision_2_answers_the_evidence() {
         use crate::engineer::eval::{score, summarise};
         let mut rows = [Vec::new(), Vec::new()];
-        for (r, revision) in [1u32, 2].into_iter().enumerate() {
-            let spec = TeacherSpec { revision, ..spec() };
+        for (r, text) in [rev(1), rev(2)].into_iter().enumerate() {
+            let spec = TeacherSpec { text, ..spec() };
             for i in 0..120u64 {
                 let ctx = context(Seed::root(21).child("c", i), &spec, 1 + (i % 3) as u32);
-                let reply = answer_revision(&ctx, Seed::root(22).child("a", i), revision);
+                let reply = answer(&ctx, Seed::root(22).child("a", i), text);
                 let mut d = crate::engineer::Decision::default();
-                crate::engineer::reply::read_reply(&mut d, &reply, vec![]);
+                crate::engineer::reply::read_reply(&mut d, &reply, vec![], text);
                 assert!(d.proposal.is_some(), "{reply}");
                 rows[r].push(score(&format!("{i}"), &ctx, &d));
             }
@@ -770,7 +777,7 @@ mod tests {
                 let c = context(
                     Seed::root(23).child("c", i),
                     &TeacherSpec {
-                        revision: 2,
+                        text: rev(2),
                         ..spec()
                     },
                     1,
@@ -790,12 +797,12 @@ mod tests {
     /// always the largest (the prior mapf-base-indep-v4 learned instead of reading).
     #[test]
     fn revision_4_contexts_do_not_rank_sizes_by_map_size() {
-        let first_sizes = |revision: u32| {
-            let spec = TeacherSpec { revision, ..spec() };
+        let first_sizes = |text: TextRevision| {
+            let spec = TeacherSpec { text, ..spec() };
             let mut counts: BTreeMap<u32, u32> = BTreeMap::new();
             for i in 0..200u64 {
                 let ctx = context(Seed::root(31).child("c", i), &spec, 1 + (i % 3) as u32);
-                let reply = answer_revision(&ctx, Seed::root(32).child("a", i), revision);
+                let reply = answer(&ctx, Seed::root(32).child("a", i), text);
                 if let Some(n) = reply
                     .lines()
                     .next()
@@ -811,7 +818,7 @@ mod tests {
             let total: u32 = c.values().sum();
             *c.values().max().unwrap() as f64 / total as f64
         };
-        let (r3, r4) = (first_sizes(3), first_sizes(4));
+        let (r3, r4) = (first_sizes(rev(3)), first_sizes(rev(4)));
         assert!(share_of_top(&r3) > 0.5, "revision 3: {r3:?}");
         assert!(r4.len() >= 7, "revision 4: {r4:?}");
         assert!(share_of_top(&r4) < 0.3, "revision 4: {r4:?}");
@@ -823,20 +830,20 @@ mod tests {
     /// revision gets a new pin.
     #[test]
     fn teacher_examples_are_pinned_per_revision() {
-        use crate::engineer::prompt::{build_revision, TokenCounter};
-        let digest = |revision: u32| {
-            let spec = TeacherSpec { revision, ..spec() };
+        use crate::engineer::text::{build, TokenCounter};
+        let digest = |text: TextRevision| {
+            let spec = TeacherSpec { text, ..spec() };
             let mut h = blake3::Hasher::new();
             for i in 0..40u64 {
                 let ctx = context(Seed::root(51).child("c", i), &spec, 1 + (i % 3) as u32);
-                let p = build_revision(&ctx, &[], Some(1024), &TokenCounter::Approximate, revision);
+                let p = build(&ctx, &[], Some(1024), &TokenCounter::Approximate, text);
                 h.update(&crate::record::codec::encode(&ctx));
                 h.update(p.user.as_bytes());
-                h.update(answer_revision(&ctx, Seed::root(52).child("a", i), revision).as_bytes());
+                h.update(answer(&ctx, Seed::root(52).child("a", i), text).as_bytes());
             }
             h.finalize().to_hex()[..16].to_string()
         };
-        let got: Vec<String> = (1..=5).map(digest).collect();
+        let got: Vec<String> = TextRevision::all().map(digest).collect();
         assert_eq!(
             got,
             [
@@ -854,15 +861,15 @@ mod tests {
     /// other module follows the breakdown.
     #[test]
     fn revision_5_ends_the_prompt_with_the_line_the_reply_copies_first() {
-        use crate::engineer::prompt::{build_revision, TokenCounter};
+        use crate::engineer::text::{build, TokenCounter};
         let spec = TeacherSpec {
-            revision: 5,
+            text: rev(5),
             ..spec()
         };
         let mut copied = 0;
         for i in 0..80u64 {
             let ctx = context(Seed::root(41).child("c", i), &spec, 1 + (i % 3) as u32);
-            let p = build_revision(&ctx, &[], Some(4096), &TokenCounter::Approximate, 5);
+            let p = build(&ctx, &[], Some(4096), &TokenCounter::Approximate, rev(5));
             if !ctx.modules.failure_breakdown || ctx.failures.sizes.is_empty() {
                 assert!(!p.user.contains("weakest last"), "{}", p.user);
                 continue;
@@ -877,7 +884,7 @@ mod tests {
                 "a module after the breakdown: {tail}"
             );
             let last = p.user.trim_end().lines().last().unwrap();
-            let reply = answer_revision(&ctx, Seed::root(42).child("a", i), 5);
+            let reply = answer(&ctx, Seed::root(42).child("a", i), rev(5));
             let first = reply.lines().next().unwrap();
             if first.starts_with("Every") || last.ends_with("not trained on") {
                 continue;
@@ -901,19 +908,19 @@ mod tests {
     /// targeted and directed as revision 2.
     #[test]
     fn revision_3_copies_the_weakest_lines_first() {
-        use crate::engineer::context::Trimmed;
         use crate::engineer::eval::{score, summarise};
+        use crate::engineer::text::Trimmed;
         let spec = TeacherSpec {
-            revision: 3,
+            text: rev(3),
             ..spec()
         };
         let mut rows = Vec::new();
         let mut checked = 0;
         for i in 0..120u64 {
             let ctx = context(Seed::root(21).child("c", i), &spec, 1 + (i % 3) as u32);
-            let reply = answer_revision(&ctx, Seed::root(22).child("a", i), 3);
+            let reply = answer(&ctx, Seed::root(22).child("a", i), rev(3));
             let mut d = crate::engineer::Decision::default();
-            crate::engineer::reply::read_reply_revision(&mut d, &reply, vec![], 3);
+            crate::engineer::reply::read_reply(&mut d, &reply, vec![], rev(3));
             let p = d.proposal.as_ref().unwrap_or_else(|| panic!("{reply}"));
             for (n, v) in &p.sizes {
                 let named = [v.data_ratio, v.hole_ratio, v.wait_ratio]
@@ -927,7 +934,7 @@ mod tests {
             if ctx.failures.sizes.is_empty() || reply.starts_with("Every") {
                 continue;
             }
-            let text = ctx.render_at(&Trimmed::default(), 3);
+            let text = crate::engineer::text::render(&ctx, &Trimmed::default(), rev(3));
             let breakdown: Vec<&str> = text
                 .split("weakest first\n")
                 .nth(1)

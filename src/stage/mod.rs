@@ -65,6 +65,8 @@ pub enum StageError {
     Generate(String),
     #[error(transparent)]
     Engineer(#[from] crate::engineer::EngineerNameError),
+    #[error("the ledger's plan: {0}")]
+    Text(#[from] crate::engineer::text::UnknownRevision),
     #[error("recorded history disagrees with recomputation: {0}")]
     Diverged(String),
     /// A stage the run needs a checkpoint of has none (its own error, not a divergence:
@@ -147,6 +149,7 @@ impl From<BuildError> for StageError {
             BuildError::Train(e) => StageError::Train(e),
             e @ BuildError::NoCheckpoint { .. } => StageError::NoCheckpoint(e),
             BuildError::Registry(m) => StageError::Plan(m),
+            BuildError::Text(e) => StageError::Text(e),
         }
     }
 }
@@ -271,11 +274,15 @@ impl<'a> Pipeline<'a> {
         match self.plan.policy {
             crate::plan::PolicyKind::Lm => {
                 let spec = &self.plan.lm;
+                let text = crate::engineer::text::TextRevision::of_plan(&self.plan)?;
                 let mut lm =
                     crate::train::lm::init(spec, self.compute(), seed.child("init", 0), || {
                         phases.time(crate::record::timing::phase::EXAMPLE_BUILDING, || {
                             let mut corpus = pretraining_corpus(spec, data);
-                            corpus.extend(engineer_corpus(&engineer_examples(&self.plan, seed)));
+                            corpus.extend(engineer_corpus(
+                                &engineer_examples(&self.plan, text, seed),
+                                text,
+                            ));
                             corpus
                         })
                     })
