@@ -6,7 +6,9 @@
 //! time and never stored), the tokenizer.json (as a blob) and the context window.
 use super::{CliError, CliResult};
 use clap::Subcommand;
-use mapf_ledger::engineer::text::{TextRevision, UnknownRevision};
+use mapf_ledger::engineer::llm;
+use mapf_ledger::engineer::text::TextRevision;
+use mapf_ledger::engineer::Engineer;
 use mapf_ledger::ledger::{Ledger, Meta};
 use mapf_ledger::record::event::{EngineerKind, EngineerRegistered, EventBody};
 use mapf_ledger::views::show::EngineerRow;
@@ -318,11 +320,6 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
-/// One engineer to evaluate: its label and how it decides on context i.
-type Decider = Box<
-    dyn FnMut(usize, &mapf_ledger::engineer::EngineerContext) -> mapf_ledger::engineer::Decision,
->;
-
 /// The plan whose [lm] and [engineer] settings the model and LLM engineers use
 /// (`--plan`, else the defaults).
 fn eval_plan(args: &EvalArgs) -> Result<(mapf_ledger::train::lm::LmSpec, TextRevision), CliError> {
@@ -340,143 +337,111 @@ fn eval_plan(args: &EvalArgs) -> Result<(mapf_ledger::train::lm::LmSpec, TextRev
     Ok((plan.lm, text))
 }
 
-/// `teacher-vN`: the teacher at text revision N (None: not a teacher's name).
-fn teacher_text(name: &str) -> Option<Result<TextRevision, UnknownRevision>> {
-    let n: u32 = name.strip_prefix("teacher-v")?.parse().ok()?;
-    Some(TextRevision::of(n))
-}
-
+/// The engineer `spec` of `engineer eval` (`NAME` or `NAME=MODEL`), made by the one
+/// engineer factory from what the arguments name: the model a policy-reading built-in
+/// reads (`=MODEL`, else --model), the endpoint of `http`, or the ledger whose main
+/// branch registers an LLM engineer. Each decision is reseeded per context.
 fn decider(
     dir: &Path,
     args: &EvalArgs,
     spec: &str,
     base_seed: mapf_ledger::seed::Seed,
-) -> Result<Decider, CliError> {
-    use mapf_ledger::engineer::{builtin, llm, model, probe, Engineer, Fixed};
+) -> Result<Box<dyn Engineer>, CliError> {
+    use mapf_ledger::engineer::factory::{self, Llms, Policies, Recipe, Scope};
     let (name, own_model) = match spec.split_once('=') {
         Some((n, m)) => (n, Some(m.to_string())),
         None => (spec, None),
     };
-    let purpose = format!("engineer-eval {spec}");
-    let seed_of = move |i: usize| base_seed.child(&purpose, i as u64);
-    let device =
-        mapf_ledger::train::open_device(args.device).map_err(|e| CliError::input(e.to_string()))?;
-    let model_arg = || -> Result<String, CliError> {
-        own_model
-            .clone()
-            .or_else(|| args.model.clone())
-            .ok_or_else(|| {
+    let (lm, text) = eval_plan(args)?;
+    let builtin = mapf_ledger::engineer::builtin(name);
+    let model = match builtin.filter(|b| b.reads_policy) {
+        None => None,
+        Some(b) => {
+            let m = own_model.or_else(|| args.model.clone()).ok_or_else(|| {
                 CliError::input(format!(
                     "--engineer {name}: needs a model (--model DIR|REF, or {name}=DIR|REF)"
                 ))
-            })
-    };
-    match name {
-        "fixed" => {
-            let mut e = Fixed;
-            Ok(Box::new(move |_, ctx| e.decide(ctx)))
-        }
-        "random" => Ok(Box::new(move |i, ctx| {
-            builtin::Random { seed: seed_of(i) }.decide(ctx)
-        })),
-        "heuristic" => {
-            let mut e = builtin::Heuristic;
-            Ok(Box::new(move |_, ctx| e.decide(ctx)))
-        }
-        // The pretraining teacher of scratch base models at text revision N (1: what the
-        // shipped bases learned from; 2: it reads the evidence; 3: evidence first; ...),
-        // its replies read at that revision: the ceiling a base can learn to reach.
-        teacher if teacher_text(teacher).is_some() => {
-            let text = teacher_text(teacher)
-                .expect("matched above")
-                .map_err(|e| CliError::input(format!("--engineer {teacher}: {e}")))?;
-            Ok(Box::new(move |i, ctx| {
-                let reply = mapf_ledger::engineer::teacher::answer(ctx, seed_of(i), text);
-                let mut d = mapf_ledger::engineer::Decision {
-                    reply: Some(reply.clone()),
-                    ..Default::default()
-                };
-                mapf_ledger::engineer::reply::read_reply(&mut d, &reply, vec![], text);
-                d
-            }))
-        }
-        "learnability" => {
-            let m = model_arg()?;
-            let policy: Box<dyn mapf_ledger::train::policy::Policy> =
-                if Path::new(&m).join("config.json").exists() {
-                    Box::new(super::lm::load(dir, &m, device)?)
-                } else {
-                    super::checkpoint::load_ref(dir, &m)?.policy
-                };
-            let mut e = probe::Probe {
-                name: "learnability".into(),
-                policy,
-                seed: seed_of(0),
-            };
-            Ok(Box::new(move |i, ctx| {
-                e.seed = seed_of(i);
-                e.decide(ctx)
-            }))
-        }
-        "base" | "current" => {
-            let m = model_arg()?;
-            let policy = super::lm::load(dir, &m, device)?;
-            let (spec_lm, text) = eval_plan(args)?;
-            let mut e = model::ModelEngineer {
-                name: name.to_string(),
-                policy,
-                seed: seed_of(0),
-                sampling: spec_lm.engineer_sampling(),
-                max_prompt_tokens: spec_lm.engineer_prompt_tokens,
-                attempts: spec_lm.engineer_attempts,
-                text,
-            };
-            Ok(Box::new(move |i, ctx| {
-                e.seed = seed_of(i);
-                e.decide(ctx)
-            }))
-        }
-        "http" => {
-            let (Some(url), Some(served)) = (&args.url, &args.served_model) else {
-                return Err(CliError::input(
-                    "--engineer http: needs --url URL and --served-model NAME".to_string(),
-                ));
-            };
-            let tokenizer = match &args.tokenizer {
-                Some(p) => Some(
-                    std::fs::read(p)
-                        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?,
-                ),
-                None => None,
-            };
-            let reg = llm::LlmRegistration {
-                name: "http".into(),
-                url: url.clone(),
-                model: served.clone(),
-                api_key_env: args.api_key_env.clone(),
-                tokenizer,
-                max_context: args.max_context,
-                context_modules: vec![],
-            };
-            mapf_ledger::engineer::prompt::TokenCounter::for_registration(&reg)
-                .map_err(|e| CliError::input(e.to_string()))?;
-            let mut e = llm::LlmEngineer::new(reg, eval_plan(args)?.1);
-            Ok(Box::new(move |_, ctx| e.decide(ctx)))
-        }
-        other => {
-            let mut ledger = Ledger::open_read_only(dir).map_err(|e| {
-                CliError::input(format!(
-                    "--engineer {other}: not a built-in engineer ({}, http), and no ledger to find it registered in: {e}",
-                    mapf_ledger::engineer::builtin_names()
-                ))
             })?;
-            let state = ledger.projection("main").map_err(err)?;
-            let reg = llm::registered(&ledger, &state, other)
-                .map_err(|e| CliError::input(format!("--engineer {other}: {e}")))?;
-            let mut e = llm::LlmEngineer::new(reg, eval_plan(args)?.1);
-            Ok(Box::new(move |_, ctx| e.decide(ctx)))
+            let device = mapf_ledger::train::open_device(args.device)
+                .map_err(|e| CliError::input(e.to_string()))?;
+            Some(load_policy(dir, &m, device, b.lm_only)?)
         }
+    };
+    let teacher = mapf_ledger::engineer::teacher::Teacher::named(name, base_seed).is_some();
+    let registry;
+    let llms = if name == "http" {
+        Llms::Given(http_registration(args)?)
+    } else if builtin.is_some() || teacher {
+        Llms::None
+    } else {
+        let mut ledger = Ledger::open_read_only(dir).map_err(|e| {
+            CliError::input(format!(
+                "--engineer {name}: not a built-in engineer ({}, http), and no ledger to find it registered in: {e}",
+                mapf_ledger::engineer::builtin_names()
+            ))
+        })?;
+        let state = ledger.projection("main").map_err(err)?;
+        registry = (ledger, state);
+        Llms::Branch {
+            ledger: &registry.0,
+            state: &registry.1,
+        }
+    };
+    factory::make(
+        name,
+        Recipe {
+            text,
+            lm: &lm,
+            stage_seed: base_seed,
+            policies: Policies::Model(model),
+            llms,
+            recorded: None,
+            scope: Scope::Benchmark,
+        },
+    )
+    .map_err(|e| CliError::input(format!("--engineer {name}: {e}")))
+}
+
+/// The model of `--model` (or `NAME=MODEL`): an `lm` model for the engineers only an
+/// `lm` policy can be, else an HF directory or any checkpoint reference.
+fn load_policy(
+    dir: &Path,
+    model: &str,
+    device: tch::Device,
+    lm_only: bool,
+) -> Result<Box<dyn mapf_ledger::train::policy::Policy>, CliError> {
+    if lm_only || Path::new(model).join("config.json").exists() {
+        Ok(Box::new(super::lm::load(dir, model, device)?))
+    } else {
+        Ok(super::checkpoint::load_ref(dir, model)?.policy)
     }
+}
+
+/// The `http` engineer's registration, from --url, --served-model, --api-key-env,
+/// --tokenizer and --max-context.
+fn http_registration(args: &EvalArgs) -> Result<llm::LlmRegistration, CliError> {
+    let (Some(url), Some(served)) = (&args.url, &args.served_model) else {
+        return Err(CliError::input(
+            "--engineer http: needs --url URL and --served-model NAME".to_string(),
+        ));
+    };
+    let tokenizer = match &args.tokenizer {
+        Some(p) => {
+            Some(std::fs::read(p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?)
+        }
+        None => None,
+    };
+    let reg = llm::LlmRegistration {
+        name: "http".into(),
+        url: url.clone(),
+        model: served.clone(),
+        api_key_env: args.api_key_env.clone(),
+        tokenizer,
+        max_context: args.max_context,
+        context_modules: vec![],
+    };
+    llm::TokenCounter::for_registration(&reg).map_err(|e| CliError::input(e.to_string()))?;
+    Ok(reg)
 }
 
 fn eval(dir: &Path, args: EvalArgs) -> CliResult {
@@ -527,7 +492,8 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
         })
         .collect();
     let mut evals = Vec::new();
-    for (label, mut decide) in deciders {
+    for (label, mut engineer) in deciders {
+        let purpose = format!("engineer-eval {label}");
         let bar = if args.json {
             ProgressBar::hidden()
         } else {
@@ -555,7 +521,8 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
             &label,
             &contexts,
             &mut |i, ctx| {
-                let d = decide(i, ctx);
+                engineer.reseed(seed.child(&purpose, i as u64));
+                let d = engineer.decide(ctx);
                 bar.inc(1);
                 d
             },

@@ -66,6 +66,10 @@ impl Engineer for ModelEngineer {
         &self.name
     }
 
+    fn reseed(&mut self, seed: Seed) {
+        self.seed = seed;
+    }
+
     fn decide(&mut self, ctx: &EngineerContext) -> Decision {
         let prompt = self.prompt(ctx);
         let ids = prompt_ids(&self.policy, &prompt);

@@ -148,7 +148,8 @@ impl From<BuildError> for StageError {
             BuildError::Ledger(e) => StageError::Ledger(e),
             BuildError::Train(e) => StageError::Train(e),
             e @ BuildError::NoCheckpoint { .. } => StageError::NoCheckpoint(e),
-            BuildError::Registry(m) => StageError::Plan(m),
+            BuildError::Registry(e) => StageError::Plan(e.to_string()),
+            e @ BuildError::NoModel { .. } => StageError::Model(e.to_string()),
             BuildError::Text(e) => StageError::Text(e),
         }
     }

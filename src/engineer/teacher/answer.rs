@@ -1,7 +1,8 @@
 //! The teacher's replies: what a base model's engineer half learns to write.
 use super::r2;
 use crate::context::EngineerContext;
-use crate::engineer::text::{ratio, TextRevision};
+use crate::engineer::text::{ratio, TextRevision, UnknownRevision};
+use crate::engineer::{Decision, Engineer};
 use crate::env::config::max_hole_ratio;
 use crate::env::{FailureKind, SizeConfig};
 use crate::seed::Seed;
@@ -356,4 +357,44 @@ fn answer_v1(ctx: &EngineerContext, seed: Seed) -> String {
         proposal_json(&edits),
         why.join("; ")
     )
+}
+
+/// The teacher as an engineer (`ledger engineer eval --engineer teacher-vN`): its reply
+/// at text revision N, read at N, the ceiling a base model can learn to reach.
+pub struct Teacher {
+    name: String,
+    pub text: TextRevision,
+    pub seed: Seed,
+}
+
+impl Teacher {
+    /// The teacher `teacher-vN` (None: not a teacher's name; an error: no revision N).
+    pub fn named(name: &str, seed: Seed) -> Option<Result<Teacher, UnknownRevision>> {
+        let n: u32 = name.strip_prefix("teacher-v")?.parse().ok()?;
+        Some(TextRevision::of(n).map(|text| Teacher {
+            name: name.to_string(),
+            text,
+            seed,
+        }))
+    }
+}
+
+impl Engineer for Teacher {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn decide(&mut self, ctx: &EngineerContext) -> Decision {
+        let reply = answer(ctx, self.seed, self.text);
+        let mut d = Decision {
+            reply: Some(reply.clone()),
+            ..Decision::default()
+        };
+        crate::engineer::reply::read_reply(&mut d, &reply, vec![], self.text);
+        d
+    }
+
+    fn reseed(&mut self, seed: Seed) {
+        self.seed = seed;
+    }
 }

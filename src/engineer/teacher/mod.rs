@@ -25,7 +25,9 @@
 mod answer;
 mod context;
 
-pub use answer::{answer, EVIDENCE_NOISE, EVIDENCE_NOISE_V3, STEP_DATA, STEP_HOLES, STEP_WAIT};
+pub use answer::{
+    answer, Teacher, EVIDENCE_NOISE, EVIDENCE_NOISE_V3, STEP_DATA, STEP_HOLES, STEP_WAIT,
+};
 pub use context::context;
 
 use super::text::TextRevision;
