@@ -81,25 +81,34 @@ pub fn run(cmd: EngineerCommand, ledger: &Path) -> CliResult {
     }
 }
 
+/// Why a registration's name or key variable is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationError {
+    #[error("engineer name {0:?}: use lowercase letters, digits, '_' and '-'")]
+    BadName(String),
+    #[error("engineer name {0:?} is a built-in engineer")]
+    Reserved(String),
+    #[error("--api-key-env: give the NAME of the environment variable holding the key (letters, digits, '_'), not the key itself")]
+    KeyVariable,
+}
+
 /// Check an engineer name: `[a-z0-9_-]+` and not a built-in name.
-pub fn validate_name(name: &str) -> Result<(), String> {
+pub fn validate_name(name: &str) -> Result<(), RegistrationError> {
     if name.is_empty()
         || !name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
     {
-        return Err(format!(
-            "engineer name {name:?}: use lowercase letters, digits, '_' and '-'"
-        ));
+        return Err(RegistrationError::BadName(name.to_string()));
     }
     if mapf_ledger::engineer::reserved(name) {
-        return Err(format!("engineer name {name:?} is a built-in engineer"));
+        return Err(RegistrationError::Reserved(name.to_string()));
     }
     Ok(())
 }
 
 /// Check an environment variable name (so a key pasted in its place is refused, not stored).
-fn validate_var(var: &str) -> Result<(), String> {
+fn validate_var(var: &str) -> Result<(), RegistrationError> {
     let mut bytes = var.bytes();
     let first_ok = bytes
         .next()
@@ -107,11 +116,7 @@ fn validate_var(var: &str) -> Result<(), String> {
     if first_ok && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_') && var.len() <= 64 {
         Ok(())
     } else {
-        Err(
-            "--api-key-env: give the NAME of the environment variable holding the key \
-             (letters, digits, '_'), not the key itself"
-                .to_string(),
-        )
+        Err(RegistrationError::KeyVariable)
     }
 }
 
@@ -126,7 +131,7 @@ fn add(
     tokenizer: Option<&Path>,
     max_context: Option<u32>,
 ) -> CliResult {
-    validate_name(name).map_err(CliError::input)?;
+    validate_name(name).map_err(|e| CliError::input(e.to_string()))?;
     if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
         return Err(CliError::input(format!(
             "--url {url:?}: expected an http:// or https:// URL"
@@ -136,7 +141,7 @@ fn add(
         return Err(CliError::input("--model: must not be empty"));
     }
     if let Some(v) = &api_key_env {
-        validate_var(v).map_err(CliError::input)?;
+        validate_var(v).map_err(|e| CliError::input(e.to_string()))?;
     }
     if max_context == Some(0) {
         return Err(CliError::input("--max-context: must be positive"));

@@ -289,7 +289,7 @@ pub fn call(
                 log.push(format!("attempt {k}: ok"));
                 let (reply, protocol_error) = match content_of(&raw) {
                     Ok(c) => (Some(c), None),
-                    Err(e) => (Some(raw), Some(e)),
+                    Err(e) => (Some(raw), Some(e.to_string())),
                 };
                 return CallOutcome {
                     reply,
@@ -324,14 +324,23 @@ pub fn call(
     }
 }
 
+/// Why a 2xx response is not a chat completion (its text is recorded in the
+/// decision's rationale: `reply rejected: ...`).
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("the response is not JSON ({0})")]
+    NotJson(#[source] serde_json::Error),
+    #[error("the response has no choices[0].message.content")]
+    NoContent,
+}
+
 /// `choices[0].message.content` of a chat-completions response.
-pub fn content_of(raw: &str) -> Result<String, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(raw).map_err(|e| format!("the response is not JSON ({e})"))?;
+pub fn content_of(raw: &str) -> Result<String, ProtocolError> {
+    let v: serde_json::Value = serde_json::from_str(raw).map_err(ProtocolError::NotJson)?;
     v.pointer("/choices/0/message/content")
         .and_then(|c| c.as_str())
         .map(str::to_string)
-        .ok_or_else(|| "the response has no choices[0].message.content".to_string())
+        .ok_or(ProtocolError::NoContent)
 }
 
 /// An LLM engineer: a registration, its token counter and its call policy.
@@ -377,6 +386,7 @@ impl RecordedCall {
             .reply
             .as_deref()
             .and_then(|r| content_of(r).err())
+            .map(|e| e.to_string())
             .filter(|e| self.rationale.starts_with(&format!("reply rejected: {e}")));
         CallOutcome {
             reply: self.reply.clone(),

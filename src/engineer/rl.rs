@@ -104,6 +104,13 @@ pub fn reward(cfg: &EngineerTrain, parsed_legal: bool, grounded: bool, learnabil
         + cfg.grounding_weight * grounded as u8 as f64
 }
 
+/// Why an engineer-RL step cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RlError {
+    #[error("engineer RL needs an `lm` policy (it trains the model on engineer prompts)")]
+    NotLm,
+}
+
 /// One engineer-RL step on `contexts` (see the module doc). `seed` is this step's node.
 /// Errors when the policy is not a language model.
 pub fn step(
@@ -111,12 +118,9 @@ pub fn step(
     s: &Settings,
     contexts: &[(String, EngineerContext)],
     seed: Seed,
-) -> Result<StepOutcome, String> {
+) -> Result<StepOutcome, RlError> {
     let group = s.train.group_size as usize;
-    let lm = state
-        .policy
-        .as_lm()
-        .ok_or("engineer RL needs an `lm` policy (it trains the model on engineer prompts)")?;
+    let lm = state.policy.as_lm().ok_or(RlError::NotLm)?;
 
     // 1-2. The prompts as the `current` engineer reads them, and the sampled replies.
     let counter = model::counter(lm);
