@@ -632,3 +632,94 @@ fn errors_are_typed_and_rendered_in_one_place() {
         assert!(found.is_empty(), "{p}: {found:?}");
     }
 }
+
+/// Engineer text revision numbers are known in one room, `src/engineer/text/`
+/// (`TextRevision::of`): everything else asks a `TextRevision` for a named feature.
+/// Outside it (and the plan, which reads the number from its file and bounds it) no
+/// code compares a revision with a number, matches on one, carries one as a `u32`, or
+/// keeps a second `X_revision` function beside `X`.
+#[test]
+fn revision_numbers_are_known_only_to_the_engineer_text() {
+    const ROOM: &str = "src/engineer/text/";
+    const PLAN: &str = "src/core/plan/";
+    let mut found = Vec::new();
+    for (path, text) in sources() {
+        if path.starts_with(ROOM) || path.starts_with(PLAN) {
+            continue;
+        }
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap();
+            if revision_number_use(code) {
+                found.push(format!("{path}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "revision numbers used outside {ROOM} (ask a TextRevision for its feature):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Whether a line of code uses a revision number: an identifier ending in `revision`
+/// compared with a number or matched on, a `revision: u32`, or a call or definition
+/// of a function named `…_revision`.
+fn revision_number_use(code: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut from = 0;
+    while let Some(i) = code[from..].find("revision") {
+        let at = from + i;
+        let end = at + "revision".len();
+        from = end;
+        if code[end..].starts_with(|c: char| ident(c)) {
+            continue; // `revisions`, `revision_2_...`
+        }
+        let start = code[..at]
+            .rfind(|c: char| !(ident(c) || c == '.'))
+            .map_or(0, |s| s + 1);
+        let rest = code[end..].trim_start();
+        let before = code[..start].trim_end();
+        let compared = ["==", "!=", ">=", "<=", ">", "<"].iter().any(|op| {
+            rest.strip_prefix(op)
+                .is_some_and(|r| r.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        }) || ["==", "!=", ">=", "<=", ">", "<"].iter().any(|op| {
+            before.strip_suffix(op).is_some_and(|b| {
+                b.trim_end()
+                    .ends_with(|c: char| c.is_ascii_digit() || c == ')')
+            })
+        });
+        let matched = before.ends_with("match");
+        let typed = rest.starts_with(": u32") || rest.starts_with(": Option<u32>");
+        let function =
+            code[start..at].ends_with('_') && rest.starts_with('(') && !rest.starts_with("()");
+        if compared || matched || typed || function {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn the_revision_check_sees_numbers_and_not_features() {
+    for bad in [
+        "if revision >= 5 {",
+        "let x = spec.revision < 4;",
+        "match self.revision {",
+        "pub revision: u32,",
+        "fn answer_revision(ctx: &C) {",
+        "build_revision(ctx, &[], None, c, 1)",
+        "if 2 <= revision {",
+    ] {
+        assert!(revision_number_use(bad), "{bad}");
+    }
+    for fine in [
+        "if text.weakest_first {",
+        "let revision = plan.engineer.revision;",
+        "TextRevision::of(revision)",
+        "fn revision_2_answers_the_evidence() {",
+        "fn teacher_examples_are_pinned_per_revision() {",
+        "\"engineer.revision\",",
+    ] {
+        assert!(!revision_number_use(fine), "{fine}");
+    }
+}

@@ -11,6 +11,7 @@ use common::schema::validates;
 use common::{files_under, ok};
 use mapf_ledger::engineer::context::TrainingDetails;
 use mapf_ledger::engineer::llm::{self, CallPolicy, LlmEngineer, LlmRegistration};
+use mapf_ledger::engineer::text::TextRevision;
 use mapf_ledger::engineer::{Engineer, EngineerContext, HistoryEntry};
 use mapf_ledger::env::{GeneratorConfig, ResultTable};
 use mapf_ledger::ledger::event::{
@@ -175,8 +176,13 @@ fn registration(url: &str) -> LlmRegistration {
     }
 }
 
+/// The text revision of the recorded ledgers these tests mirror (the demo's first).
+fn first() -> TextRevision {
+    TextRevision::of(1).unwrap()
+}
+
 fn engineer(url: &str) -> LlmEngineer {
-    let mut e = LlmEngineer::new(registration(url));
+    let mut e = LlmEngineer::new(registration(url), first());
     e.policy = CallPolicy {
         timeout: Duration::from_millis(400),
         attempts: 3,
@@ -232,7 +238,7 @@ fn good_reply_is_accepted_and_recorded_verbatim() {
     let prompt = prompt.unwrap();
     assert_eq!(
         prompt,
-        llm::prompt_for(&context(), &registration(&server.url))
+        llm::prompt_for(&context(), &registration(&server.url), first())
     );
     assert_eq!(Some(prompt.clone()), d.prompt);
     assert!(
@@ -516,12 +522,12 @@ fn long_context() -> EngineerContext {
 fn the_context_is_trimmed_to_the_window_in_order_and_noted() {
     let ctx = long_context();
     let mut reg = registration("http://127.0.0.1:9/v1");
-    let full = llm::prompt_for(&ctx, &reg);
+    let full = llm::prompt_for(&ctx, &reg, first());
     let counter = llm::TokenCounter::Approximate;
     let full_tokens = counter.count(&full);
     // Room for everything but a few example plans: only examples are cut.
     reg.max_context = Some((full_tokens - 300) as u32);
-    let p = llm::build_prompt(&ctx, &reg, &counter);
+    let p = llm::build_prompt(&ctx, &reg, &counter, first());
     assert!(p.tokens.unwrap() <= full_tokens - 300);
     assert_eq!(p.cut.len(), 1, "{:?}", p.cut);
     assert!(p.cut[0].ends_with("example failing plan(s)"), "{:?}", p.cut);
@@ -535,7 +541,7 @@ fn the_context_is_trimmed_to_the_window_in_order_and_noted() {
     );
     // A tiny window: every example, then all history (oldest first), then training details.
     reg.max_context = Some(200);
-    let p = llm::build_prompt(&ctx, &reg, &counter);
+    let p = llm::build_prompt(&ctx, &reg, &counter, first());
     assert_eq!(p.cut[0], "12 example failing plan(s)");
     assert_eq!(p.cut[1], "3 history entries (stage 1, 2, 3)");
     assert_eq!(p.cut[2], "training details");
@@ -552,7 +558,10 @@ fn the_context_is_trimmed_to_the_window_in_order_and_noted() {
         "{}",
         d.rationale
     );
-    assert_eq!(d.prompt.unwrap(), llm::prompt_for(&ctx, &eng.registration));
+    assert_eq!(
+        d.prompt.unwrap(),
+        llm::prompt_for(&ctx, &eng.registration, first())
+    );
 }
 
 /// A word-level tokenizer.json: every whitespace-separated word is one token.
@@ -565,14 +574,14 @@ fn tokens_are_counted_with_the_registered_tokenizer() {
     let counter = llm::TokenCounter::for_registration(&reg).unwrap();
     assert_eq!(counter.count("three words here"), 3);
     let ctx = long_context();
-    let full = llm::build_prompt(&ctx, &reg, &counter);
+    let full = llm::build_prompt(&ctx, &reg, &counter, first());
     assert!(full.cut.is_empty());
     let words = counter.count(&full.system) + counter.count(&full.user);
     reg.max_context = Some((words - 50) as u32);
-    let p = llm::build_prompt(&ctx, &reg, &counter);
+    let p = llm::build_prompt(&ctx, &reg, &counter, first());
     assert!(p.tokens.unwrap() <= words - 50);
     assert_eq!(p.cut, vec!["1 example failing plan(s)".to_string()]);
-    assert_eq!(llm::prompt_for(&ctx, &reg), p.text());
+    assert_eq!(llm::prompt_for(&ctx, &reg, first()), p.text());
 }
 
 // ---- the command line ----
@@ -981,17 +990,18 @@ fn engineer_eval_scores_an_http_engineer_in_one_command() {
 /// a reply naming a size twice is a recorded repair, not a silent last-wins.
 #[test]
 fn revision_2_prompts_say_what_was_cut_and_duplicate_keys_are_repairs() {
-    use mapf_ledger::engineer::prompt::build_revision;
-    use mapf_ledger::engineer::reply::{duplicate_keys, read_reply, read_reply_revision};
+    use mapf_ledger::engineer::reply::{duplicate_keys, read_reply};
+    use mapf_ledger::engineer::text::build;
+    let rev = |n| TextRevision::of(n).unwrap();
     let ctx = long_context();
     let counter = llm::TokenCounter::Approximate;
-    let old = build_revision(&ctx, &[], Some(200), &counter, 1);
+    let old = build(&ctx, &[], Some(200), &counter, rev(1));
     assert!(
         old.text()
             .contains("none: this is the first designed stage"),
         "revision 1 is as recorded"
     );
-    let new = build_revision(&ctx, &[], Some(200), &counter, 2);
+    let new = build(&ctx, &[], Some(200), &counter, rev(2));
     let text = new.text();
     assert!(
         !text.contains("none: this is the first designed stage"),
@@ -1020,18 +1030,18 @@ fn revision_2_prompts_say_what_was_cut_and_duplicate_keys_are_repairs() {
         counter.count(&new.system) + counter.count(&new.user)
     );
     // Within the budget, when it can be: a roomier window cuts only what it must.
-    let roomy = build_revision(
+    let roomy = build(
         &ctx,
         &[],
         Some(counter.count(&old.text()) as u32 + 400),
         &counter,
-        2,
+        rev(2),
     );
     assert!(roomy.tokens.unwrap() <= counter.count(&old.text()) + 400);
     // Untrimmed, both revisions are the same text.
     assert_eq!(
-        build_revision(&ctx, &[], None, &counter, 1).text(),
-        build_revision(&ctx, &[], None, &counter, 2).text()
+        build(&ctx, &[], None, &counter, rev(1)).text(),
+        build(&ctx, &[], None, &counter, rev(2)).text()
     );
 
     let reply = "```json\n{\"sizes\": {\"10\": {\"wait_ratio\": 0.3}, \"5\": {\"hole_ratio\": 0.1, \"hole_ratio\": 0.2}, \" 10\": {\"wait_ratio\": 0.04}}}\n```\nMore waiting on 10.";
@@ -1042,9 +1052,9 @@ fn revision_2_prompts_say_what_was_cut_and_duplicate_keys_are_repairs() {
         vec!["sizes.5.hole_ratio", "sizes.10"]
     );
     let mut d1 = mapf_ledger::engineer::Decision::default();
-    read_reply(&mut d1, reply, vec![]);
+    read_reply(&mut d1, reply, vec![], rev(1));
     let mut d2 = mapf_ledger::engineer::Decision::default();
-    read_reply_revision(&mut d2, reply, vec![], 2);
+    read_reply(&mut d2, reply, vec![], rev(2));
     assert_eq!(
         d1.proposal, d2.proposal,
         "the applied values are the same (last wins)"
@@ -1064,4 +1074,75 @@ fn revision_2_prompts_say_what_was_cut_and_duplicate_keys_are_repairs() {
         "{}",
         d2.rationale
     );
+}
+
+/// An HTTP engineer registered without `--max-context` reads the prompt of the plan's
+/// text revision, as its reply is read at it (until issue 51 it was sent revision 1's
+/// prompt whatever the plan said). Captured behind `engineer eval` on
+/// ledgers/engineer-copy-pilot.toml (revision 5, whose breakdown closes the prompt,
+/// weakest last), for an engineer registered on a ledger and for `http`.
+#[test]
+fn an_http_engineer_without_a_window_reads_the_plans_revision() {
+    const PILOT: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/ledgers/engineer-copy-pilot.toml"
+    );
+    let plan = mapf_ledger::plan::LedgerPlan::parse(&std::fs::read(PILOT).unwrap()).unwrap();
+    let text = TextRevision::of_plan(&plan).unwrap();
+    assert!(
+        text.breakdown_last,
+        "the pilot is at a revision that puts the breakdown last"
+    );
+    let demo_at_pilot = String::from_utf8(DEMO.to_vec()).unwrap().replace(
+        "\nrevision = 2\n",
+        &format!("\nrevision = {}\n", plan.engineer.revision),
+    );
+    let (_tmp, dir) = init(demo_at_pilot.as_bytes());
+    let server = FakeServer::start(vec![Script::Chat(GOOD.into()); 2]);
+    ok(&ledger_cmd(
+        &dir,
+        &[
+            "engineer",
+            "add",
+            "myllm",
+            "--url",
+            &server.url,
+            "--model",
+            "fake",
+        ],
+    ));
+    ok(&ledger_cmd(
+        &dir,
+        &[
+            "engineer",
+            "eval",
+            "--engineer",
+            "myllm,http",
+            "--url",
+            &server.url,
+            "--served-model",
+            "fake",
+            "--plan",
+            PILOT,
+            "--contexts",
+            "1",
+            "--json",
+        ],
+    ));
+    let seen = server.requests();
+    assert_eq!(seen.len(), 2, "one request per engineer");
+    for s in &seen {
+        let user = s.body["messages"][1]["content"].as_str().unwrap();
+        // What only a breakdown-last revision renders: its answer format, then the
+        // breakdown's lines weakest last, closing the prompt.
+        assert!(
+            user.contains("taken from its line of the failure breakdown below"),
+            "{user}"
+        );
+        let tail = user.split("## Failure breakdown").last().unwrap();
+        assert!(
+            tail.starts_with(" (validation, val), weakest last\n"),
+            "{user}"
+        );
+    }
 }

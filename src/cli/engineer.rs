@@ -6,6 +6,9 @@
 //! time and never stored), the tokenizer.json (as a blob) and the context window.
 use super::{CliError, CliResult};
 use clap::Subcommand;
+use mapf_ledger::engineer::llm;
+use mapf_ledger::engineer::text::TextRevision;
+use mapf_ledger::engineer::Engineer;
 use mapf_ledger::ledger::{Ledger, Meta};
 use mapf_ledger::record::event::{EngineerKind, EngineerRegistered, EventBody};
 use mapf_ledger::views::show::EngineerRow;
@@ -78,25 +81,34 @@ pub fn run(cmd: EngineerCommand, ledger: &Path) -> CliResult {
     }
 }
 
+/// Why a registration's name or key variable is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationError {
+    #[error("engineer name {0:?}: use lowercase letters, digits, '_' and '-'")]
+    BadName(String),
+    #[error("engineer name {0:?} is a built-in engineer")]
+    Reserved(String),
+    #[error("--api-key-env: give the NAME of the environment variable holding the key (letters, digits, '_'), not the key itself")]
+    KeyVariable,
+}
+
 /// Check an engineer name: `[a-z0-9_-]+` and not a built-in name.
-pub fn validate_name(name: &str) -> Result<(), String> {
+pub fn validate_name(name: &str) -> Result<(), RegistrationError> {
     if name.is_empty()
         || !name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
     {
-        return Err(format!(
-            "engineer name {name:?}: use lowercase letters, digits, '_' and '-'"
-        ));
+        return Err(RegistrationError::BadName(name.to_string()));
     }
     if mapf_ledger::engineer::reserved(name) {
-        return Err(format!("engineer name {name:?} is a built-in engineer"));
+        return Err(RegistrationError::Reserved(name.to_string()));
     }
     Ok(())
 }
 
 /// Check an environment variable name (so a key pasted in its place is refused, not stored).
-fn validate_var(var: &str) -> Result<(), String> {
+fn validate_var(var: &str) -> Result<(), RegistrationError> {
     let mut bytes = var.bytes();
     let first_ok = bytes
         .next()
@@ -104,11 +116,7 @@ fn validate_var(var: &str) -> Result<(), String> {
     if first_ok && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_') && var.len() <= 64 {
         Ok(())
     } else {
-        Err(
-            "--api-key-env: give the NAME of the environment variable holding the key \
-             (letters, digits, '_'), not the key itself"
-                .to_string(),
-        )
+        Err(RegistrationError::KeyVariable)
     }
 }
 
@@ -123,7 +131,7 @@ fn add(
     tokenizer: Option<&Path>,
     max_context: Option<u32>,
 ) -> CliResult {
-    validate_name(name).map_err(CliError::input)?;
+    validate_name(name).map_err(|e| CliError::input(e.to_string()))?;
     if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
         return Err(CliError::input(format!(
             "--url {url:?}: expected an http:// or https:// URL"
@@ -133,7 +141,7 @@ fn add(
         return Err(CliError::input("--model: must not be empty"));
     }
     if let Some(v) = &api_key_env {
-        validate_var(v).map_err(CliError::input)?;
+        validate_var(v).map_err(|e| CliError::input(e.to_string()))?;
     }
     if max_context == Some(0) {
         return Err(CliError::input("--max-context: must be positive"));
@@ -317,158 +325,128 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
-/// One engineer to evaluate: its label and how it decides on context i.
-type Decider = Box<
-    dyn FnMut(usize, &mapf_ledger::engineer::EngineerContext) -> mapf_ledger::engineer::Decision,
->;
-
 /// The plan whose [lm] and [engineer] settings the model and LLM engineers use
 /// (`--plan`, else the defaults).
-fn eval_plan(args: &EvalArgs) -> Result<(mapf_ledger::train::lm::LmSpec, u32), CliError> {
-    match &args.plan {
-        Some(p) => {
-            let bytes =
-                std::fs::read(p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-            let plan = mapf_ledger::plan::LedgerPlan::parse(&bytes)
-                .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-            Ok((plan.lm, plan.engineer.revision))
-        }
-        None => Ok((Default::default(), 1)),
-    }
+fn eval_plan(args: &EvalArgs) -> Result<(mapf_ledger::train::lm::LmSpec, TextRevision), CliError> {
+    let Some(p) = &args.plan else {
+        // The defaults: a plan's [lm] and [engineer] when it sets none (revision 1).
+        let revision = mapf_ledger::plan::EngineerPlan::default().revision;
+        let text = TextRevision::of(revision).map_err(|e| CliError::input(e.to_string()))?;
+        return Ok((Default::default(), text));
+    };
+    let bytes = std::fs::read(p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+    let plan = mapf_ledger::plan::LedgerPlan::parse(&bytes)
+        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+    let text = TextRevision::of_plan(&plan)
+        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+    Ok((plan.lm, text))
 }
 
+/// The engineer `spec` of `engineer eval` (`NAME` or `NAME=MODEL`), made by the one
+/// engineer factory from what the arguments name: the model a policy-reading built-in
+/// reads (`=MODEL`, else --model), the endpoint of `http`, or the ledger whose main
+/// branch registers an LLM engineer. Each decision is reseeded per context.
 fn decider(
     dir: &Path,
     args: &EvalArgs,
     spec: &str,
     base_seed: mapf_ledger::seed::Seed,
-) -> Result<Decider, CliError> {
-    use mapf_ledger::engineer::{builtin, llm, model, probe, Engineer, Fixed};
+) -> Result<Box<dyn Engineer>, CliError> {
+    use mapf_ledger::engineer::factory::{self, Llms, Policies, Recipe, Scope};
     let (name, own_model) = match spec.split_once('=') {
         Some((n, m)) => (n, Some(m.to_string())),
         None => (spec, None),
     };
-    let purpose = format!("engineer-eval {spec}");
-    let seed_of = move |i: usize| base_seed.child(&purpose, i as u64);
-    let device =
-        mapf_ledger::train::open_device(args.device).map_err(|e| CliError::input(e.to_string()))?;
-    let model_arg = || -> Result<String, CliError> {
-        own_model
-            .clone()
-            .or_else(|| args.model.clone())
-            .ok_or_else(|| {
+    let (lm, text) = eval_plan(args)?;
+    let builtin = mapf_ledger::engineer::builtin(name);
+    let model = match builtin.filter(|b| b.reads_policy) {
+        None => None,
+        Some(b) => {
+            let m = own_model.or_else(|| args.model.clone()).ok_or_else(|| {
                 CliError::input(format!(
                     "--engineer {name}: needs a model (--model DIR|REF, or {name}=DIR|REF)"
                 ))
-            })
-    };
-    match name {
-        "fixed" => {
-            let mut e = Fixed;
-            Ok(Box::new(move |_, ctx| e.decide(ctx)))
-        }
-        "random" => Ok(Box::new(move |i, ctx| {
-            builtin::Random { seed: seed_of(i) }.decide(ctx)
-        })),
-        "heuristic" => {
-            let mut e = builtin::Heuristic;
-            Ok(Box::new(move |_, ctx| e.decide(ctx)))
-        }
-        // The pretraining teacher of scratch base models, at text revision 1 (what the
-        // shipped bases learned from), 2 (it reads the evidence) or 3 (evidence first):
-        // the ceiling a base can learn to reach.
-        "teacher-v1" | "teacher-v2" | "teacher-v3" => {
-            let revision: u32 = name["teacher-v".len()..].parse().expect("matched above");
-            Ok(Box::new(move |i, ctx| {
-                let reply =
-                    mapf_ledger::engineer::teacher::answer_revision(ctx, seed_of(i), revision);
-                let mut d = mapf_ledger::engineer::Decision {
-                    reply: Some(reply.clone()),
-                    ..Default::default()
-                };
-                mapf_ledger::engineer::reply::read_reply(&mut d, &reply, vec![]);
-                d
-            }))
-        }
-        "learnability" => {
-            let m = model_arg()?;
-            let policy: Box<dyn mapf_ledger::train::policy::Policy> =
-                if Path::new(&m).join("config.json").exists() {
-                    Box::new(super::lm::load(dir, &m, device)?)
-                } else {
-                    super::checkpoint::load_ref(dir, &m)?.policy
-                };
-            let mut e = probe::Probe {
-                name: "learnability".into(),
-                policy,
-                seed: seed_of(0),
-            };
-            Ok(Box::new(move |i, ctx| {
-                e.seed = seed_of(i);
-                e.decide(ctx)
-            }))
-        }
-        "base" | "current" => {
-            let m = model_arg()?;
-            let policy = super::lm::load(dir, &m, device)?;
-            let (spec_lm, revision) = eval_plan(args)?;
-            let mut e = model::ModelEngineer {
-                name: name.to_string(),
-                policy,
-                seed: seed_of(0),
-                sampling: spec_lm.engineer_sampling(),
-                max_prompt_tokens: spec_lm.engineer_prompt_tokens,
-                attempts: spec_lm.engineer_attempts,
-                revision,
-            };
-            Ok(Box::new(move |i, ctx| {
-                e.seed = seed_of(i);
-                e.decide(ctx)
-            }))
-        }
-        "http" => {
-            let (Some(url), Some(served)) = (&args.url, &args.served_model) else {
-                return Err(CliError::input(
-                    "--engineer http: needs --url URL and --served-model NAME".to_string(),
-                ));
-            };
-            let tokenizer = match &args.tokenizer {
-                Some(p) => Some(
-                    std::fs::read(p)
-                        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?,
-                ),
-                None => None,
-            };
-            let reg = llm::LlmRegistration {
-                name: "http".into(),
-                url: url.clone(),
-                model: served.clone(),
-                api_key_env: args.api_key_env.clone(),
-                tokenizer,
-                max_context: args.max_context,
-                context_modules: vec![],
-            };
-            mapf_ledger::engineer::prompt::TokenCounter::for_registration(&reg)
-                .map_err(|e| CliError::input(e.to_string()))?;
-            let mut e = llm::LlmEngineer::new(reg);
-            e.revision = eval_plan(args)?.1;
-            Ok(Box::new(move |_, ctx| e.decide(ctx)))
-        }
-        other => {
-            let mut ledger = Ledger::open_read_only(dir).map_err(|e| {
-                CliError::input(format!(
-                    "--engineer {other}: not a built-in engineer ({}, http), and no ledger to find it registered in: {e}",
-                    mapf_ledger::engineer::builtin_names()
-                ))
             })?;
-            let state = ledger.projection("main").map_err(err)?;
-            let reg = llm::registered(&ledger, &state, other)
-                .map_err(|e| CliError::input(format!("--engineer {other}: {e}")))?;
-            let mut e = llm::LlmEngineer::new(reg);
-            e.revision = eval_plan(args)?.1;
-            Ok(Box::new(move |_, ctx| e.decide(ctx)))
+            let device = mapf_ledger::train::open_device(args.device)
+                .map_err(|e| CliError::input(e.to_string()))?;
+            Some(load_policy(dir, &m, device, b.lm_only)?)
         }
+    };
+    let teacher = mapf_ledger::engineer::teacher::Teacher::named(name, base_seed).is_some();
+    let registry;
+    let llms = if name == "http" {
+        Llms::Given(http_registration(args)?)
+    } else if builtin.is_some() || teacher {
+        Llms::None
+    } else {
+        let mut ledger = Ledger::open_read_only(dir).map_err(|e| {
+            CliError::input(format!(
+                "--engineer {name}: not a built-in engineer ({}, http), and no ledger to find it registered in: {e}",
+                mapf_ledger::engineer::builtin_names()
+            ))
+        })?;
+        let state = ledger.projection("main").map_err(err)?;
+        registry = (ledger, state);
+        Llms::Branch {
+            ledger: &registry.0,
+            state: &registry.1,
+        }
+    };
+    factory::make(
+        name,
+        Recipe {
+            text,
+            lm: &lm,
+            stage_seed: base_seed,
+            policies: Policies::Model(model),
+            llms,
+            recorded: None,
+            scope: Scope::Benchmark,
+        },
+    )
+    .map_err(|e| CliError::input(format!("--engineer {name}: {e}")))
+}
+
+/// The model of `--model` (or `NAME=MODEL`): an `lm` model for the engineers only an
+/// `lm` policy can be, else an HF directory or any checkpoint reference.
+fn load_policy(
+    dir: &Path,
+    model: &str,
+    device: tch::Device,
+    lm_only: bool,
+) -> Result<Box<dyn mapf_ledger::train::policy::Policy>, CliError> {
+    if lm_only || Path::new(model).join("config.json").exists() {
+        Ok(Box::new(super::lm::load(dir, model, device)?))
+    } else {
+        Ok(super::checkpoint::load_ref(dir, model)?.policy)
     }
+}
+
+/// The `http` engineer's registration, from --url, --served-model, --api-key-env,
+/// --tokenizer and --max-context.
+fn http_registration(args: &EvalArgs) -> Result<llm::LlmRegistration, CliError> {
+    let (Some(url), Some(served)) = (&args.url, &args.served_model) else {
+        return Err(CliError::input(
+            "--engineer http: needs --url URL and --served-model NAME".to_string(),
+        ));
+    };
+    let tokenizer = match &args.tokenizer {
+        Some(p) => {
+            Some(std::fs::read(p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?)
+        }
+        None => None,
+    };
+    let reg = llm::LlmRegistration {
+        name: "http".into(),
+        url: url.clone(),
+        model: served.clone(),
+        api_key_env: args.api_key_env.clone(),
+        tokenizer,
+        max_context: args.max_context,
+        context_modules: vec![],
+    };
+    llm::TokenCounter::for_registration(&reg).map_err(|e| CliError::input(e.to_string()))?;
+    Ok(reg)
 }
 
 fn eval(dir: &Path, args: EvalArgs) -> CliResult {
@@ -519,7 +497,8 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
         })
         .collect();
     let mut evals = Vec::new();
-    for (label, mut decide) in deciders {
+    for (label, mut engineer) in deciders {
+        let purpose = format!("engineer-eval {label}");
         let bar = if args.json {
             ProgressBar::hidden()
         } else {
@@ -547,7 +526,8 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
             &label,
             &contexts,
             &mut |i, ctx| {
-                let d = decide(i, ctx);
+                engineer.reseed(seed.child(&purpose, i as u64));
+                let d = engineer.decide(ctx);
                 bar.inc(1);
                 d
             },
@@ -576,7 +556,8 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
 /// (`engineer::BUILTINS`), then what only an evaluation can name.
 fn eval_engineer_help() -> String {
     format!(
-        "Engineers, comma-separated, the first the baseline of the paired rows: {} (the learnability probe and the policy-written ones read --model, or their own after `=`, as in `current=main@stage3`), http (the endpoint of --url), teacher-v1 / teacher-v2 / teacher-v3 (the base models' pretraining teacher), or an LLM engineer registered on --ledger's main branch",
-        mapf_ledger::engineer::builtin_names()
+        "Engineers, comma-separated, the first the baseline of the paired rows: {} (the learnability probe and the policy-written ones read --model, or their own after `=`, as in `current=main@stage3`), http (the endpoint of --url), teacher-v1 to teacher-v{} (the base models' pretraining teacher at that text revision), or an LLM engineer registered on --ledger's main branch",
+        mapf_ledger::engineer::builtin_names(),
+        TextRevision::LATEST
     )
 }

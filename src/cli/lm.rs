@@ -407,18 +407,15 @@ fn warmup_bench(
         .warmup
         .engineer_examples
         .clamp(batch as u32, 4 * batch as u32);
-    let examples = corpus::engineer_examples(&plan, Seed::root(plan.seed));
+    let text = mapf_ledger::engineer::text::TextRevision::of_plan(&plan)
+        .map_err(|e| CliError::input(format!("--warmup-plan: {e}")))?;
+    let examples = corpus::engineer_examples(&plan, text, Seed::root(plan.seed));
     if examples.is_empty() {
         return Err(CliError::input(
             "--warmup-plan: the plan's warm-up has no engineer examples (an lm plan with warmup.engineer_examples > 0)",
         ));
     }
-    let pairs = corpus::engineer_pairs(
-        &lm,
-        &examples,
-        plan.lm.engineer_prompt_tokens,
-        plan.engineer.revision,
-    );
+    let pairs = corpus::engineer_pairs(&lm, &examples, plan.lm.engineer_prompt_tokens, text);
     Ok(mapf_ledger::train::bench::warmup_steps(
         lm,
         &pairs,

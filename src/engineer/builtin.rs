@@ -16,6 +16,11 @@ impl Engineer for Random {
     fn name(&self) -> &str {
         "random"
     }
+
+    fn reseed(&mut self, seed: Seed) {
+        self.seed = seed;
+    }
+
     fn decide(&mut self, ctx: &EngineerContext) -> Decision {
         let mut rng = self.seed.child("random-engineer", ctx.stage as u64).rng();
         let mut p = ConfigProposal::default();

@@ -2,8 +2,9 @@
 //! (vLLM, llama.cpp server, Ollama, hosted APIs) designs the next stage's configuration.
 //!
 //! * The prompt ([`prompt_for`]) is a pure function of the engineer context and the
-//!   registration, built by [`super::prompt`] (the one prompt every engineer reads) with
-//!   the registration's module choice and context window, counting tokens with the
+//!   registration at the plan's text revision, built by [`super::text`] (the one prompt
+//!   every engineer reads) with the registration's module choice and context window
+//!   (without one, the whole context at that revision), counting tokens with the
 //!   registered `tokenizer.json` (else about 4 characters per token).
 //! * The call ([`LlmEngineer::decide`]) is bounded: a per-attempt timeout
 //!   (`MAPF_LEDGER_LLM_TIMEOUT_MS`, default 120 s) and at most
@@ -21,7 +22,8 @@
 //! ([`RecordedReplies`], keyed by the prompt's blob hash): a prompt that matches gets
 //! the recorded reply instead of an HTTP call; one that does not is answered with an
 //! error naming the prompt hash, which the replay reports as a mismatch.
-pub use super::prompt::{Prompt, TokenCounter};
+use super::text::TextRevision;
+pub use super::text::{Prompt, TokenCounter};
 use super::{Decision, Engineer, EngineerContext};
 use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
 use crate::record::event::{EngineerKind, EngineerRegistered, EventBody};
@@ -146,22 +148,23 @@ impl TokenCounter {
     }
 }
 
-/// The prompt of a registered engineer: its module choice and context window (see
-/// [`super::prompt::build`]).
+/// The prompt of a registered engineer at the plan's text revision: its module choice
+/// and context window (see [`super::text::build`]).
 pub fn build_prompt(
     ctx: &EngineerContext,
     reg: &LlmRegistration,
     counter: &TokenCounter,
+    text: TextRevision,
 ) -> Prompt {
-    super::prompt::build(ctx, &reg.context_modules, reg.max_context, counter)
+    super::text::build(ctx, &reg.context_modules, reg.max_context, counter, text)
 }
 
-/// The exact prompt text for `ctx` and `reg` (a pure function of both; replays match
-/// recorded replies by its hash). An unloadable tokenizer falls back to the
-/// 4-characters-per-token approximation.
-pub fn prompt_for(ctx: &EngineerContext, reg: &LlmRegistration) -> String {
+/// The exact prompt text for `ctx` and `reg` at `text` (a pure function of the three;
+/// replays match recorded replies by its hash). An unloadable tokenizer falls back to
+/// the 4-characters-per-token approximation.
+pub fn prompt_for(ctx: &EngineerContext, reg: &LlmRegistration, text: TextRevision) -> String {
     let counter = TokenCounter::for_registration(reg).unwrap_or(TokenCounter::Approximate);
-    build_prompt(ctx, reg, &counter).text()
+    build_prompt(ctx, reg, &counter, text).text()
 }
 
 /// Transport settings: per-attempt timeout and attempt count.
@@ -286,7 +289,7 @@ pub fn call(
                 log.push(format!("attempt {k}: ok"));
                 let (reply, protocol_error) = match content_of(&raw) {
                     Ok(c) => (Some(c), None),
-                    Err(e) => (Some(raw), Some(e)),
+                    Err(e) => (Some(raw), Some(e.to_string())),
                 };
                 return CallOutcome {
                     reply,
@@ -321,14 +324,23 @@ pub fn call(
     }
 }
 
+/// Why a 2xx response is not a chat completion (its text is recorded in the
+/// decision's rationale: `reply rejected: ...`).
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("the response is not JSON ({0})")]
+    NotJson(#[source] serde_json::Error),
+    #[error("the response has no choices[0].message.content")]
+    NoContent,
+}
+
 /// `choices[0].message.content` of a chat-completions response.
-pub fn content_of(raw: &str) -> Result<String, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(raw).map_err(|e| format!("the response is not JSON ({e})"))?;
+pub fn content_of(raw: &str) -> Result<String, ProtocolError> {
+    let v: serde_json::Value = serde_json::from_str(raw).map_err(ProtocolError::NotJson)?;
     v.pointer("/choices/0/message/content")
         .and_then(|c| c.as_str())
         .map(str::to_string)
-        .ok_or_else(|| "the response has no choices[0].message.content".to_string())
+        .ok_or(ProtocolError::NoContent)
 }
 
 /// An LLM engineer: a registration, its token counter and its call policy.
@@ -340,8 +352,9 @@ pub struct LlmEngineer {
     pub policy: CallPolicy,
     /// Replay mode: the recorded calls, used instead of the endpoint.
     pub recorded: Option<RecordedReplies>,
-    /// The plan's engineer text revision (`[engineer] revision`; 1 from [`Self::new`]).
-    pub revision: u32,
+    /// The plan's engineer text revision (`[engineer] revision`): what the prompt is
+    /// rendered at and the reply read at.
+    pub text: TextRevision,
 }
 
 /// Recorded LLM calls of a branch, keyed by the blob hash of the exact prompt text.
@@ -373,6 +386,7 @@ impl RecordedCall {
             .reply
             .as_deref()
             .and_then(|r| content_of(r).err())
+            .map(|e| e.to_string())
             .filter(|e| self.rationale.starts_with(&format!("reply rejected: {e}")));
         CallOutcome {
             reply: self.reply.clone(),
@@ -384,11 +398,12 @@ impl RecordedCall {
 }
 
 impl LlmEngineer {
-    /// An engineer for `registration` with the call policy from the environment. A
+    /// An engineer for `registration` at the plan's text revision `text`, with the call
+    /// policy from the environment. A
     /// tokenizer that does not load (registration validates it, so only a damaged
     /// blob) falls back to counting 4 characters per token, as [`prompt_for`] does,
     /// and the decision notes it.
-    pub fn new(registration: LlmRegistration) -> LlmEngineer {
+    pub fn new(registration: LlmRegistration, text: TextRevision) -> LlmEngineer {
         let (counter, counter_note) = match TokenCounter::for_registration(&registration) {
             Ok(c) => (c, None),
             Err(e) => (
@@ -402,19 +417,13 @@ impl LlmEngineer {
             counter_note,
             policy: CallPolicy::from_env(),
             recorded: None,
-            revision: 1,
+            text,
         }
     }
 
     /// The prompt this engineer sends for `ctx`.
     pub fn prompt(&self, ctx: &EngineerContext) -> Prompt {
-        super::prompt::build_revision(
-            ctx,
-            &self.registration.context_modules,
-            self.registration.max_context,
-            &self.counter,
-            self.revision,
-        )
+        build_prompt(ctx, &self.registration, &self.counter, self.text)
     }
 }
 
@@ -449,7 +458,7 @@ impl Engineer for LlmEngineer {
                 d.rationale = r.rationale.clone();
                 return d;
             }
-            return conclude(d, notes, r.outcome(), self.revision);
+            return conclude(d, notes, r.outcome(), self.text);
         }
         let key = match &reg.api_key_env {
             None => None,
@@ -465,13 +474,18 @@ impl Engineer for LlmEngineer {
             },
         };
         let out = call(reg, &prompt, key.as_deref(), &self.policy);
-        conclude(d, notes, out, self.revision)
+        conclude(d, notes, out, self.text)
     }
 }
 
 /// The decision from a call's outcome: the reply, the attempt log in the rationale,
 /// and the extracted proposal or why there is none.
-fn conclude(mut d: Decision, mut notes: Vec<String>, out: CallOutcome, revision: u32) -> Decision {
+fn conclude(
+    mut d: Decision,
+    mut notes: Vec<String>,
+    out: CallOutcome,
+    text: TextRevision,
+) -> Decision {
     let log = format!("llm calls: {}", out.attempts.join("; "));
     d.reply = out.reply.clone();
     if let Some(err) = out.transport_error {
@@ -489,7 +503,7 @@ fn conclude(mut d: Decision, mut notes: Vec<String>, out: CallOutcome, revision:
         return d;
     }
     let reply = out.reply.unwrap_or_default();
-    super::reply::read_reply_revision(&mut d, &reply, notes, revision);
+    super::reply::read_reply(&mut d, &reply, notes, text);
     d
 }
 

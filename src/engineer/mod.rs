@@ -7,20 +7,23 @@
 pub mod builtin;
 pub use crate::context;
 pub mod eval;
+pub mod factory;
 pub mod llm;
 pub mod model;
 pub mod probe;
-pub mod prompt;
 pub mod reply;
 pub mod rl;
 pub mod teacher;
+pub mod text;
+/// The prompt builder (in [`text`], with the rest of the engineer text).
+pub use text::prompt;
 
 pub use context::{EngineerContext, HistoryEntry};
 
 use crate::env::ConfigProposal;
-use crate::ledger::{BranchState, Hash, Ledger, LedgerError, LedgerPlan};
+use crate::ledger::{BranchState, Ledger, LedgerError, LedgerPlan};
 use crate::seed::Seed;
-use crate::train::{TrainError, TrainState};
+use crate::train::TrainError;
 
 /// What building an engineer reads: the ledger (checkpoints, registered LLM engineers),
 /// the plan, the device, and the stage it designs with that stage's seed. The stage
@@ -46,9 +49,14 @@ pub enum BuildError {
     Train(#[from] TrainError),
     #[error("engineer {name}: stage {stage} has no checkpoint")]
     NoCheckpoint { name: String, stage: u32 },
+    #[error(transparent)]
+    Text(#[from] text::UnknownRevision),
     /// A registered LLM engineer's record could not be read.
-    #[error("{0}")]
-    Registry(String),
+    #[error(transparent)]
+    Registry(llm::LlmError),
+    /// An engineer that reads a policy was given none (`engineer eval` without --model).
+    #[error("engineer {name}: needs a model")]
+    NoModel { name: String },
 }
 
 /// What an engineer answers.
@@ -76,6 +84,10 @@ pub struct Decision {
 pub trait Engineer {
     fn name(&self) -> &str;
     fn decide(&mut self, ctx: &EngineerContext) -> Decision;
+    /// The seed of the next decision, for engineers that draw (a benchmark gives each
+    /// context its own, so a decision does not depend on the contexts before it; a
+    /// stage builds one engineer per decision, seeded by the factory). Others ignore it.
+    fn reseed(&mut self, _seed: Seed) {}
 }
 
 /// `fixed`: keeps the configuration (the fixed-environment baseline).
@@ -105,6 +117,8 @@ pub struct Builtin {
     pub about: &'static str,
     /// Only for `lm` policies: the policy model itself writes the proposal.
     pub lm_only: bool,
+    /// Reads a policy: a branch's checkpoint, or `engineer eval`'s --model.
+    pub reads_policy: bool,
 }
 
 /// The built-in engineers: every list of names (help, errors, reserved names) reads
@@ -114,31 +128,37 @@ pub const BUILTINS: [Builtin; 6] = [
         name: "fixed",
         about: "keeps the configuration (the fixed-environment baseline)",
         lm_only: false,
+        reads_policy: false,
     },
     Builtin {
         name: "random",
         about: "a random legal configuration (domain randomisation)",
         lm_only: false,
+        reads_policy: false,
     },
     Builtin {
         name: "heuristic",
         about: "a practitioner's rule-based curriculum",
         lm_only: false,
+        reads_policy: false,
     },
     Builtin {
         name: "learnability",
         about: "probes edits with the policy's own sampled pass rates, picks the highest p(1-p)",
         lm_only: false,
+        reads_policy: true,
     },
     Builtin {
         name: "current",
         about: "the current checkpoint writes the proposal (lm policies)",
         lm_only: true,
+        reads_policy: true,
     },
     Builtin {
         name: "base",
         about: "the stage-0 base model writes the proposal (lm policies)",
         lm_only: true,
+        reads_policy: true,
     },
 ];
 
@@ -362,29 +382,6 @@ pub fn build(
     build_replaying(spec, inputs, state, None)
 }
 
-/// The training state of stage `stage`'s checkpoint on a branch.
-fn checkpoint_state(
-    inputs: &BuildInputs<'_>,
-    state: &BranchState,
-    name: &str,
-    stage: u32,
-) -> Result<TrainState, BuildError> {
-    let blob = state
-        .stage(stage)
-        .and_then(|s| s.checkpoint)
-        .map(|c| c.0)
-        .ok_or_else(|| BuildError::NoCheckpoint {
-            name: name.into(),
-            stage,
-        })?;
-    let bytes = inputs.ledger.blob(&blob)?;
-    let fetch = |h: &Hash| inputs.ledger.blob(h).map_err(|e| e.to_string());
-    let compute = crate::train::compute::Compute::new(inputs.device, inputs.plan.train.dtype);
-    let mut state = TrainState::load(&bytes, compute, &fetch)?;
-    state.policy.set_memory(inputs.plan.memory());
-    Ok(state)
-}
-
 /// [`build`] for a replay: an LLM engineer answers from `recorded` (the branch's
 /// recorded replies, by prompt hash) instead of calling its endpoint.
 pub fn build_replaying(
@@ -394,58 +391,21 @@ pub fn build_replaying(
     recorded: Option<&llm::RecordedReplies>,
 ) -> Result<Box<dyn Engineer>, BuildError> {
     check_spec(spec, inputs.plan, state)?;
-    let next = inputs.stage;
-    let seed = inputs.stage_seed.child("engineer", 0);
-    match spec.name.as_str() {
-        "fixed" => Ok(Box::new(Fixed)),
-        "random" => Ok(Box::new(builtin::Random {
-            seed: inputs.stage_seed,
-        })),
-        "heuristic" => Ok(Box::new(builtin::Heuristic)),
-        "learnability" => {
-            let ts = checkpoint_state(inputs, state, "learnability", next.saturating_sub(1))?;
-            Ok(Box::new(probe::Probe {
-                name: "learnability".into(),
-                policy: ts.policy,
-                seed,
-            }))
-        }
-        name @ ("current" | "base") => {
-            let stage = if name == "base" {
-                0
-            } else {
-                next.saturating_sub(1)
-            };
-            let ts = checkpoint_state(inputs, state, name, stage)?;
-            let policy = crate::train::lm::downcast(ts.policy).ok_or_else(|| {
-                BuildError::Name(EngineerNameError::NeedsLm {
-                    name: name.into(),
-                    policy: inputs.plan.policy.name().into(),
-                })
-            })?;
-            let lm = &inputs.plan.lm;
-            Ok(Box::new(model::ModelEngineer {
-                name: name.to_string(),
-                policy,
-                seed,
-                sampling: lm.engineer_sampling(),
-                max_prompt_tokens: lm.engineer_prompt_tokens,
-                attempts: lm.engineer_attempts,
-                revision: inputs.plan.engineer.revision,
-            }))
-        }
-        // A registered LLM engineer on this branch (check_spec found it).
-        other => match llm::registered(inputs.ledger, state, other) {
-            Ok(reg) => {
-                let mut engineer = llm::LlmEngineer::new(reg);
-                engineer.recorded = recorded.cloned();
-                engineer.revision = inputs.plan.engineer.revision;
-                Ok(Box::new(engineer))
-            }
-            Err(llm::LlmError::Ledger(e)) => Err(BuildError::Ledger(e)),
-            Err(e) => Err(BuildError::Registry(e.to_string())),
+    factory::make(
+        &spec.name,
+        factory::Recipe {
+            text: text::TextRevision::of_plan(inputs.plan)?,
+            lm: &inputs.plan.lm,
+            stage_seed: inputs.stage_seed,
+            policies: factory::Policies::Checkpoints { inputs, state },
+            llms: factory::Llms::Branch {
+                ledger: inputs.ledger,
+                state,
+            },
+            recorded,
+            scope: factory::Scope::Stage,
         },
-    }
+    )
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `current` and `base` for `lm` policies: the checkpoint itself is the engineer. It
 //! reads the very prompt an HTTP LLM engineer gets (the five context modules and the
-//! answer format; [`super::prompt::build`], trimmed to the model's prompt budget with its
+//! answer format; [`super::text::build`], trimmed to the model's prompt budget with its
 //! own tokenizer), *generates* the reply in-process, seeded from the seed tree (a
 //! replay regenerates it bit for bit), and the reply goes through the same parse ->
 //! project -> clip -> record path as any LLM reply. An unparseable reply is a recorded
@@ -12,6 +12,7 @@
 //! scratch base model learns to answer these prompts in stage 0 from [`prompt_ids`] of
 //! teacher contexts, so what it is trained on and what it reads here are one function.
 use super::prompt::{self, Prompt, TokenCounter};
+use super::text::TextRevision;
 use super::{Decision, Engineer, EngineerContext};
 use crate::seed::Seed;
 use crate::train::lm::{LmPolicy, Sampling};
@@ -28,13 +29,7 @@ pub struct ModelEngineer {
     /// Replies sampled at most (>= 1) until one holds a usable proposal.
     pub attempts: u32,
     /// The plan's engineer text revision (`[engineer] revision`).
-    pub revision: u32,
-}
-
-/// The prompt a model engineer reads for `ctx`, trimmed to `max_tokens` as counted by
-/// the model's own tokenizer (`counter`).
-pub fn prompt(ctx: &EngineerContext, counter: &TokenCounter, max_tokens: u32) -> Prompt {
-    prompt::build(ctx, &[], Some(max_tokens), counter)
+    pub text: TextRevision,
 }
 
 /// The token ids the model reads for `prompt`: the chat template around its system and
@@ -56,12 +51,12 @@ pub fn counter(policy: &LmPolicy) -> TokenCounter {
 impl ModelEngineer {
     /// The prompt this engineer reads for `ctx` (system and user messages).
     pub fn prompt(&self, ctx: &EngineerContext) -> Prompt {
-        prompt::build_revision(
+        prompt::build(
             ctx,
             &[],
             Some(self.max_prompt_tokens),
             &counter(&self.policy),
-            self.revision,
+            self.text,
         )
     }
 }
@@ -69,6 +64,10 @@ impl ModelEngineer {
 impl Engineer for ModelEngineer {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn reseed(&mut self, seed: Seed) {
+        self.seed = seed;
     }
 
     fn decide(&mut self, ctx: &EngineerContext) -> Decision {
@@ -131,7 +130,7 @@ impl Engineer for ModelEngineer {
                 work: Some(work),
                 ..Decision::default()
             };
-            super::reply::read_reply_revision(&mut d, &reply, notes, self.revision);
+            super::reply::read_reply(&mut d, &reply, notes, self.text);
             if d.proposal.is_some() || attempt + 1 == attempts {
                 return d;
             }

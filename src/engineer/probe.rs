@@ -334,6 +334,10 @@ impl Engineer for Probe {
         &self.name
     }
 
+    fn reseed(&mut self, seed: Seed) {
+        self.seed = seed;
+    }
+
     fn decide(&mut self, ctx: &EngineerContext) -> Decision {
         let focus = implicated(ctx);
         let mut evidence: Vec<String> = focus.iter().map(|f| f.evidence.clone()).collect();

@@ -4,6 +4,7 @@
 //! refused with their values; the prose around the JSON is the rationale. An unparseable
 //! reply yields no proposal (the stage records a rejection and keeps the previous
 //! configuration).
+use super::text::TextRevision;
 use super::Decision;
 use crate::env::{ConfigProposal, RefusedField};
 
@@ -354,17 +355,12 @@ pub fn duplicate_keys(json: &str) -> Vec<String> {
 
 /// Fill a decision from a reply: the extracted proposal and its rationale followed by
 /// `notes`, or a rejection naming why nothing usable was found. Every engineer that
-/// writes text (HTTP or in-process) goes through here. Engineer text revision 1 (see
-/// [`read_reply_revision`]).
-pub fn read_reply(d: &mut Decision, reply: &str, notes: Vec<String>) {
-    read_reply_revision(d, reply, notes, 1)
-}
-
-/// [`read_reply`] at an engineer text revision: from revision 2 a key the reply names
-/// twice is a recorded repair (the last value is used, as JSON readers do, and the
-/// rationale says so), never a silent last-wins.
-pub fn read_reply_revision(d: &mut Decision, reply: &str, mut notes: Vec<String>, revision: u32) {
-    if revision >= 2 {
+/// writes text (HTTP or in-process) goes through here, at the plan's text revision:
+/// with [`TextRevision::repairs_duplicate_keys`] a key the reply names twice is a
+/// recorded repair (the last value is used, as JSON readers do, and the rationale says
+/// so), never a silent last-wins.
+pub fn read_reply(d: &mut Decision, reply: &str, mut notes: Vec<String>, text: TextRevision) {
+    if text.repairs_duplicate_keys {
         if let Ok(e) = extract(reply) {
             for path in duplicate_keys(&e.json) {
                 notes.push(format!(

@@ -46,7 +46,8 @@ pub struct Settings {
     /// How the `current` engineer samples its reply.
     pub sampling: Sampling,
     pub max_prompt_tokens: u32,
-    pub revision: u32,
+    /// The plan's engineer text revision.
+    pub text: super::text::TextRevision,
 }
 
 /// One scored reply.
@@ -103,6 +104,13 @@ pub fn reward(cfg: &EngineerTrain, parsed_legal: bool, grounded: bool, learnabil
         + cfg.grounding_weight * grounded as u8 as f64
 }
 
+/// Why an engineer-RL step cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RlError {
+    #[error("engineer RL needs an `lm` policy (it trains the model on engineer prompts)")]
+    NotLm,
+}
+
 /// One engineer-RL step on `contexts` (see the module doc). `seed` is this step's node.
 /// Errors when the policy is not a language model.
 pub fn step(
@@ -110,20 +118,16 @@ pub fn step(
     s: &Settings,
     contexts: &[(String, EngineerContext)],
     seed: Seed,
-) -> Result<StepOutcome, String> {
+) -> Result<StepOutcome, RlError> {
     let group = s.train.group_size as usize;
-    let lm = state
-        .policy
-        .as_lm()
-        .ok_or("engineer RL needs an `lm` policy (it trains the model on engineer prompts)")?;
+    let lm = state.policy.as_lm().ok_or(RlError::NotLm)?;
 
     // 1-2. The prompts as the `current` engineer reads them, and the sampled replies.
     let counter = model::counter(lm);
     let prompts: Vec<Vec<u32>> = contexts
         .iter()
         .map(|(_, ctx)| {
-            let p =
-                prompt::build_revision(ctx, &[], Some(s.max_prompt_tokens), &counter, s.revision);
+            let p = prompt::build(ctx, &[], Some(s.max_prompt_tokens), &counter, s.text);
             model::prompt_ids(lm, &p)
         })
         .collect();
@@ -156,7 +160,7 @@ pub fn step(
         let (id, ctx) = &contexts[i];
         let text = lm.decode(&g.tokens);
         let mut d = Decision::default();
-        reply::read_reply_revision(&mut d, &text, vec![], s.revision);
+        reply::read_reply(&mut d, &text, vec![], s.text);
         let score = eval::score(id, ctx, &d);
         let grounded = !score.claims.is_empty() && score.grounded;
         let probed = if score.parsed {

@@ -127,13 +127,14 @@ impl Pipeline<'_> {
         let every = self.plan.grpo.checkpoint_every;
         // Engineer examples as token pairs (lm plans that ask for them), each prompt as
         // the model engineer will read it.
+        let text = crate::engineer::text::TextRevision::of_plan(&self.plan)?;
         let pairs: Vec<(Vec<u32>, Vec<u32>)> = match ts.policy.as_lm() {
             Some(lm) => phases.time(phase::EXAMPLE_BUILDING, || {
                 engineer_pairs(
                     lm,
-                    &engineer_examples(&self.plan, seed),
+                    &engineer_examples(&self.plan, text, seed),
                     self.plan.lm.engineer_prompt_tokens,
-                    self.plan.engineer.revision,
+                    text,
                 )
             }),
             None => Vec::new(),

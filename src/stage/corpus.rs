@@ -1,6 +1,7 @@
 //! What a scratch model pretrains on: solver plans in its prompt format, and engineer
 //! prompts answered by the teacher (and the tokenizer corpus built from both).
 use super::*;
+use crate::engineer::text::TextRevision;
 
 // The solver-plan half of the corpus is the trainer's own (`train::lm`, which its
 // tests use too).
@@ -11,8 +12,13 @@ pub use crate::train::lm::pretraining_corpus;
 /// size and size limit) and the teacher's replies. A scratch model pretrains on them; a
 /// model loaded from an HF directory continues its training on them (until 2026-11-25
 /// such a plan's examples were silently dropped, and its warm-up trained plans only).
-/// Empty for other policies.
-pub fn engineer_examples(plan: &LedgerPlan, seed: Seed) -> Vec<(EngineerContext, String)> {
+/// Empty for other policies. `text` is the plan's engineer text revision
+/// (`TextRevision::of_plan`).
+pub fn engineer_examples(
+    plan: &LedgerPlan,
+    text: TextRevision,
+    seed: Seed,
+) -> Vec<(EngineerContext, String)> {
     use crate::engineer::teacher;
     let n = plan.warmup.engineer_examples;
     if plan.policy != crate::plan::PolicyKind::Lm || n == 0 {
@@ -24,7 +30,7 @@ pub fn engineer_examples(plan: &LedgerPlan, seed: Seed) -> Vec<(EngineerContext,
         per_cell: plan.suites.validation_per_cell,
         max_size: plan.engineer.max_size as usize,
         examples_per_size: eval::EXAMPLES_PER_SIZE,
-        revision: plan.engineer.revision,
+        text,
     };
     (0..n as u64)
         .map(|i| {
@@ -33,24 +39,20 @@ pub fn engineer_examples(plan: &LedgerPlan, seed: Seed) -> Vec<(EngineerContext,
                 &spec,
                 1 + (i % spec.stages as u64) as u32,
             );
-            let reply =
-                teacher::answer_revision(&ctx, seed.child("teacher-answer", i), spec.revision);
+            let reply = teacher::answer(&ctx, seed.child("teacher-answer", i), spec.text);
             (ctx, reply)
         })
         .collect()
 }
 
-/// The engineer examples as chat texts for the tokenizer's corpus (untrimmed prompts).
-pub fn engineer_corpus(examples: &[(EngineerContext, String)]) -> Vec<String> {
+/// The engineer examples as chat texts for the tokenizer's corpus: untrimmed prompts at
+/// the corpus text of the plan's revision `text` (`text::corpus_prompt`).
+pub fn engineer_corpus(examples: &[(EngineerContext, String)], text: TextRevision) -> Vec<String> {
     let chat = crate::train::lm::ChatFormat::ChatMl;
     examples
         .iter()
         .map(|(ctx, reply)| {
-            let p = crate::engineer::model::prompt(
-                ctx,
-                &crate::engineer::prompt::TokenCounter::Approximate,
-                u32::MAX,
-            );
+            let p = crate::engineer::text::corpus_prompt(ctx, text);
             format!(
                 "{}{reply}<|im_end|>",
                 chat.wrap_with_system(&p.system, &p.user)
@@ -66,7 +68,7 @@ pub fn engineer_pairs(
     lm: &crate::train::lm::LmPolicy,
     examples: &[(EngineerContext, String)],
     max_tokens: u32,
-    revision: u32,
+    text: TextRevision,
 ) -> Vec<(Vec<u32>, Vec<u32>)> {
     use crate::engineer::model;
     let counter = model::counter(lm);
@@ -75,13 +77,7 @@ pub fn engineer_pairs(
         .map(|(ctx, reply)| {
             let p = model::prompt_ids(
                 lm,
-                &crate::engineer::prompt::build_revision(
-                    ctx,
-                    &[],
-                    Some(max_tokens),
-                    &counter,
-                    revision,
-                ),
+                &crate::engineer::text::build(ctx, &[], Some(max_tokens), &counter, text),
             );
             let mut r = lm.encode(reply);
             r.extend(lm.tokenizer.token_to_id(lm.arch.chat.end_token()));
@@ -106,12 +102,13 @@ mod tests {
         let mut plan = LedgerPlan::parse(text.as_bytes()).unwrap();
         assert!(plan.lm.hf_dir().is_some());
         plan.warmup.engineer_examples = 3;
-        let examples = engineer_examples(&plan, Seed::root(1));
+        let text = TextRevision::of_plan(&plan).unwrap();
+        let examples = engineer_examples(&plan, text, Seed::root(1));
         assert_eq!(examples.len(), 3);
         for (_, reply) in &examples {
             assert!(reply.starts_with("```json\n{\"sizes\": {"), "{reply}");
         }
         plan.warmup.engineer_examples = 0;
-        assert!(engineer_examples(&plan, Seed::root(1)).is_empty());
+        assert!(engineer_examples(&plan, text, Seed::root(1)).is_empty());
     }
 }

@@ -61,12 +61,13 @@ impl Pipeline<'_> {
         let train = self.plan.engineer.train.clone();
         let on = spec.engineer_rl || train.as_ref().is_some_and(|t| t.enabled);
         let lm = &self.plan.lm;
+        let text = crate::engineer::text::TextRevision::of_plan(&self.plan)?;
         Ok(on.then(|| crate::engineer::rl::Settings {
             train: train.unwrap_or_default(),
             grpo: self.plan.grpo.clone(),
             sampling: lm.engineer_sampling(),
             max_prompt_tokens: lm.engineer_prompt_tokens,
-            revision: self.plan.engineer.revision,
+            text,
         }))
     }
 

@@ -65,6 +65,8 @@ pub enum StageError {
     Generate(String),
     #[error(transparent)]
     Engineer(#[from] crate::engineer::EngineerNameError),
+    #[error("the ledger's plan: {0}")]
+    Text(#[from] crate::engineer::text::UnknownRevision),
     #[error("recorded history disagrees with recomputation: {0}")]
     Diverged(String),
     /// A stage the run needs a checkpoint of has none (its own error, not a divergence:
@@ -146,7 +148,9 @@ impl From<BuildError> for StageError {
             BuildError::Ledger(e) => StageError::Ledger(e),
             BuildError::Train(e) => StageError::Train(e),
             e @ BuildError::NoCheckpoint { .. } => StageError::NoCheckpoint(e),
-            BuildError::Registry(m) => StageError::Plan(m),
+            BuildError::Registry(e) => StageError::Plan(e.to_string()),
+            e @ BuildError::NoModel { .. } => StageError::Model(e.to_string()),
+            BuildError::Text(e) => StageError::Text(e),
         }
     }
 }
@@ -271,11 +275,15 @@ impl<'a> Pipeline<'a> {
         match self.plan.policy {
             crate::plan::PolicyKind::Lm => {
                 let spec = &self.plan.lm;
+                let text = crate::engineer::text::TextRevision::of_plan(&self.plan)?;
                 let mut lm =
                     crate::train::lm::init(spec, self.compute(), seed.child("init", 0), || {
                         phases.time(crate::record::timing::phase::EXAMPLE_BUILDING, || {
                             let mut corpus = pretraining_corpus(spec, data);
-                            corpus.extend(engineer_corpus(&engineer_examples(&self.plan, seed)));
+                            corpus.extend(engineer_corpus(
+                                &engineer_examples(&self.plan, text, seed),
+                                text,
+                            ));
                             corpus
                         })
                     })

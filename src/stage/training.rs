@@ -218,8 +218,8 @@ fn train_engineer(
     }
     for k in 0..steps {
         let contexts = rl::contexts(own, &settings.train, seed, k);
-        let out =
-            rl::step(ts, settings, &contexts, seed.child("step", k)).map_err(StageError::Plan)?;
+        let out = rl::step(ts, settings, &contexts, seed.child("step", k))
+            .map_err(|e| StageError::Plan(e.to_string()))?;
         let blobs = contexts
             .iter()
             .map(|(_, c)| rec.blob(&codec::encode(c)))

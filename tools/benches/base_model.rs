@@ -9,6 +9,7 @@
 //!   them, sampled as the engineer samples) that parse into a proposal, and how many
 //!   distinct proposals they make.
 use mapf_ledger::engineer::model::ModelEngineer;
+use mapf_ledger::engineer::text::TextRevision;
 use mapf_ledger::engineer::{teacher, Engineer};
 use mapf_ledger::ledger::Ledger;
 use mapf_ledger::seed::Seed;
@@ -48,6 +49,7 @@ fn main() {
         100.0 * valid as f64 / scored.len() as f64
     );
     let policy = lm::downcast(ts.policy).expect("an lm checkpoint");
+    let text = TextRevision::of_plan(&plan).expect("a plan's text revision");
     let spec = &plan.lm;
     let mut engineer = ModelEngineer {
         name: "base".into(),
@@ -57,7 +59,7 @@ fn main() {
         max_prompt_tokens: spec.engineer_prompt_tokens,
         // One reply per prompt: the benchmark measures how often the first one parses.
         attempts: 1,
-        revision: plan.engineer.revision,
+        text,
     };
     let held_out = Seed::root(plan.seed).child("held-out engineer prompts", 0);
     let spec = teacher::TeacherSpec {
@@ -66,7 +68,7 @@ fn main() {
         per_cell: plan.suites.validation_per_cell,
         max_size: plan.engineer.max_size as usize,
         examples_per_size: mapf_ledger::train::eval::EXAMPLES_PER_SIZE,
-        revision: plan.engineer.revision,
+        text,
     };
     let (mut ok, mut distinct) = (0, std::collections::BTreeSet::new());
     let n = 100;

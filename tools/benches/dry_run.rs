@@ -18,6 +18,7 @@
 //! What is shortened: the prompts are tokenised by a byte-level BPE trained here (1,024
 //! tokens; no Qwen tokenizer is available offline), and new tokens are capped by
 //! `--new-tokens` (default 32; the paper plan allows 512), `--engineer-new-tokens` (16).
+use mapf_ledger::engineer::text::TextRevision;
 use mapf_ledger::engineer::{model as engineer_model, teacher};
 use mapf_ledger::env::{generate, Budget, CostMetric, GeneratorConfig};
 use mapf_ledger::ledger::plan::ContextModules;
@@ -158,16 +159,13 @@ fn main() {
         per_cell: 150,
         max_size: 10,
         examples_per_size: 2,
-        revision: 1,
+        text: TextRevision::of(1).expect("revision 1"),
     };
     let engineer_prompt = (0..8)
         .map(|i| {
             let ctx = teacher::context(Seed::root(12).child("ctx", i), &tspec, 3);
-            engineer_model::prompt(
-                &ctx,
-                &mapf_ledger::engineer::prompt::TokenCounter::Approximate,
-                u32::MAX,
-            )
+            // Untrimmed, as a scratch tokenizer's corpus holds it.
+            mapf_ledger::engineer::text::corpus_prompt(&ctx, tspec.text)
         })
         .max_by_key(|p| p.system.len() + p.user.len())
         .expect("a prompt");

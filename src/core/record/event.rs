@@ -227,7 +227,7 @@ pub enum DecisionStatus {
 pub struct EngineerDecision {
     pub engineer: String,
     /// Blob holding the structured context the engineer read (`EngineerContext`, codec-encoded;
-    /// `ctx.render()` is the text of its modules).
+    /// the application's `engineer::text::render` is the text of its modules).
     pub context: Hash,
     /// Exact prompt and raw reply blobs (LLM engineers).
     pub prompt: Option<Hash>,

@@ -27,8 +27,8 @@ pub mod timing;
 /// A ratio or setting as read commands and the report print it, with the digits it
 /// has: whole numbers whole, others to at most 4 decimals without trailing zeros
 /// (0.125, not 0.12; 0.2, not 0.20). The one formatter of the views. (The engineer's
-/// prompt keeps [`crate::context::ratio`]'s two decimals: prompts are hashed into
-/// recorded events.)
+/// prompt keeps two decimals, `engineer::text::ratio` in the application: prompts are
+/// hashed into recorded events.)
 pub fn number(x: f64) -> String {
     if x.fract() == 0.0 && x.abs() < 1e15 {
         return format!("{x:.0}");

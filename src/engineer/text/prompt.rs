@@ -1,12 +1,25 @@
 //! The engineer prompt, one function for every engineer that reads text: HTTP LLM
-//! engineers (`super::llm`, with their registration's window and module choice) and the
-//! in-process `current`/`base` checkpoints (`super::model`, with the model's prompt
-//! budget and tokenizer). A system message (the role), then the rendered context modules
-//! and the answer format; trimmed to a token window when one is given: first the example
-//! failing plans, then history entries (oldest first), then the training details. What
-//! was cut is noted in the decision's rationale.
-use super::EngineerContext;
+//! engineers (`engineer::llm`, with their registration's window and module choice) and
+//! the in-process `current`/`base` checkpoints (`engineer::model`, with the model's
+//! prompt budget and tokenizer). A system message (the role), then the rendered context
+//! modules and the answer format, at the plan's [`TextRevision`]; trimmed to a token
+//! window when one is given: first the example failing plans, then history entries
+//! (oldest first), then the training details. What was cut is noted in the decision's
+//! rationale.
+use super::{answer, render, TextRevision};
+use crate::context::EngineerContext;
 use tokenizers::Tokenizer;
+
+/// What a prompt budget cut from a context (see [`build`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Trimmed {
+    /// Example failing plans dropped.
+    pub examples: usize,
+    /// Stages whose history entries were dropped.
+    pub history: Vec<u32>,
+    /// The training-details module was dropped.
+    pub training_details: bool,
+}
 
 /// Characters per token when no tokenizer is registered.
 pub const CHARS_PER_TOKEN: usize = 4;
@@ -67,68 +80,17 @@ policy and write the next stage's training-instance generator configuration."
         .to_string()
 }
 
-/// The answer format every engineer prompt ends with (whatever modules are on). One
-/// regular shape: each size changed with its three values, in a fenced block. Partial
-/// sizes, prose around the JSON and wrapper keys are still read by [`super::reply::extract`]; the
-/// JSON Schema of a proposal is in `schemas/config-proposal.json`, not in the prompt (a
-/// small in-process model pays for every token of it and large models need no schema
-/// for three numbers).
-pub fn answer_format() -> &'static str {
-    "## Answer\nA ```json block {\"sizes\": {\"N\": {\"data_ratio\": x, \"hole_ratio\": y, \"wait_ratio\": z}}} \
-with each size you change and its three values, then one short paragraph of rationale.\n"
-}
-
-fn user_message(ctx: &EngineerContext) -> String {
-    let mut s = ctx.render();
-    s.push_str(answer_format());
+/// The user message of a (trimmed) context: the rendered modules, saying what `cut`
+/// took out of them (from [`TextRevision::says_cuts`]; before, the trimmed context is
+/// rendered as it is, as ledgers before revision 2 recorded it), then the answer
+/// format, then (with [`TextRevision::breakdown_last`]) the breakdown, weakest last.
+pub fn user_message(ctx: &EngineerContext, cut: &Trimmed, text: TextRevision) -> String {
+    let mut s = render::render(ctx, cut, text);
+    s.push_str(answer::format(text, ctx.modules.failure_breakdown));
+    if text.breakdown_last {
+        s.push_str(&render::breakdown_last(ctx));
+    }
     s
-}
-
-/// The newest engineer text revision (a plan's `[engineer] revision`).
-pub const LATEST_REVISION: u32 = crate::plan::LATEST_ENGINEER_REVISION;
-
-/// The user message of a trimmed context: revision 1 renders the trimmed struct as it
-/// is (as ledgers before revision 2 recorded it), revision 2 says what was cut,
-/// revision 3 also orders the evidence weakest first and asks for it before the JSON,
-/// revision 5 puts the breakdown last, weakest last, after the answer format.
-fn user_message_rev(ctx: &EngineerContext, cut: &super::context::Trimmed, revision: u32) -> String {
-    if revision < 2 {
-        return user_message(ctx);
-    }
-    let mut s = ctx.render_at(cut, revision);
-    if revision >= 5 {
-        s.push_str(answer_format_evidence_last(ctx.modules.failure_breakdown));
-        s.push_str(&ctx.render_breakdown_last());
-        return s;
-    }
-    s.push_str(if revision >= 3 {
-        answer_format_evidence_first()
-    } else {
-        answer_format()
-    });
-    s
-}
-
-/// Revision 5's answer format, followed by the breakdown (weakest last): revision 3's
-/// answer, its lines taken from the breakdown below it.
-pub fn answer_format_evidence_last(breakdown: bool) -> &'static str {
-    if breakdown {
-        "## Answer\nFor each size you change, one line: `N: failed/total failed, mostly KIND: the change, FIELD old -> new`, \
-taken from its line of the failure breakdown below (the weakest size is its last line). Then a ```json block {\"sizes\": {\"N\": {\"FIELD\": new}}} with only the values you change.\n\n"
-    } else {
-        answer_format_evidence_first()
-    }
-}
-
-/// Revision 3's answer format: the evidence first, then the proposal. Each changed size
-/// gets one line copied from its breakdown line (size, failed count, main failure) with
-/// the change, and the JSON names only the values that change (a size not named, and a
-/// value not named, keeps its setting). Reasoning before the answer is how LLMs are
-/// asked to work, and for a small in-process model every decision it writes is then a
-/// copy of text it has just read.
-pub fn answer_format_evidence_first() -> &'static str {
-    "## Answer\nFor each size you change, one line: `N: failed/total failed, mostly KIND: the change, FIELD old -> new`, \
-taken from its breakdown line. Then a ```json block {\"sizes\": {\"N\": {\"FIELD\": new}}} with only the values you change.\n"
 }
 
 /// The context with a module choice applied (an empty list keeps the context's own).
@@ -145,43 +107,34 @@ fn with_modules(ctx: &EngineerContext, modules: &[String]) -> EngineerContext {
     c
 }
 
-/// Build the prompt from `ctx` with the `modules` choice applied (empty: the context's
-/// own), trimming the context to `max_context` tokens as counted by `counter`: example failing plans first (last example first), then history entries
-/// (oldest first), then the training details. If it still does not fit, it is sent as
-/// it is and the cut list says so.
+/// Build the prompt from `ctx` at `text` with the `modules` choice applied (empty: the
+/// context's own), trimming the context to `max_context` tokens as counted by `counter`:
+/// example failing plans first (last example first), then history entries (oldest
+/// first), then the training details (from [`TextRevision::says_cuts`] the notes a
+/// trimmed module gets are counted in the budget). If it still does not fit, it is sent
+/// as it is and the cut list says so. Without a window the whole context is rendered,
+/// at `text` as with one.
 pub fn build(
     ctx: &EngineerContext,
     modules: &[String],
     max_context: Option<u32>,
     counter: &TokenCounter,
-) -> Prompt {
-    build_revision(ctx, modules, max_context, counter, 1)
-}
-
-/// [`build`] at an engineer text revision (see [`LATEST_REVISION`]): from revision 2 a
-/// trimmed module says what was cut ("2 earlier designed stage(s) omitted"), and the
-/// notes it adds are counted in the budget.
-pub fn build_revision(
-    ctx: &EngineerContext,
-    modules: &[String],
-    max_context: Option<u32>,
-    counter: &TokenCounter,
-    revision: u32,
+    text: TextRevision,
 ) -> Prompt {
     let system = system_message();
     let mut c = with_modules(ctx, modules);
     let Some(max) = max_context else {
         return Prompt {
             system,
-            user: user_message(&c),
+            user: user_message(&c, &Trimmed::default(), text),
             cut: vec![],
             tokens: None,
         };
     };
     let max = max as usize;
-    let mut trimmed = super::context::Trimmed::default();
-    let size = |c: &EngineerContext, t: &super::context::Trimmed| {
-        counter.count(&system) + counter.count(&user_message_rev(c, t, revision))
+    let mut trimmed = Trimmed::default();
+    let size = |c: &EngineerContext, t: &Trimmed| {
+        counter.count(&system) + counter.count(&user_message(c, t, text))
     };
     let mut tokens = size(&c, &trimmed);
     let (mut examples, mut history, mut training) = (0usize, Vec::<u32>::new(), false);
@@ -254,8 +207,21 @@ pub fn build_revision(
     }
     Prompt {
         system,
-        user: user_message_rev(&c, &trimmed, revision),
+        user: user_message(&c, &trimmed, text),
         cut,
         tokens: Some(tokens),
     }
+}
+
+/// The prompt of a teacher example as a scratch model's tokenizer corpus holds it:
+/// untrimmed, at [`TextRevision::corpus_text`] (for every revision so far revision
+/// 1's text: what the tokenizers of recorded scratch models were trained on).
+pub fn corpus_prompt(ctx: &EngineerContext, text: TextRevision) -> Prompt {
+    build(
+        ctx,
+        &[],
+        Some(u32::MAX),
+        &TokenCounter::Approximate,
+        text.corpus_text(),
+    )
 }
