@@ -637,10 +637,7 @@ fn show_samples(
     suite: Option<&str>,
 ) -> CliResult {
     use mapf_ledger::views::samples::{render_drawing, samples, KindFilter};
-    let kind = kind
-        .map(KindFilter::parse)
-        .transpose()
-        .map_err(CliError::input)?;
+    let kind = kind.map(KindFilter::parse).transpose()?;
     let l = Ledger::open_read_only(ledger).map_err(err)?;
     let Resolved::Stage { branch, stage } = l.resolve(reference).map_err(err)? else {
         return Err(CliError::input(format!(
