@@ -29,8 +29,8 @@ pub enum Executor {
 }
 
 impl std::str::FromStr for Executor {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Executor, String> {
+    type Err = ExecutorError;
+    fn from_str(s: &str) -> Result<Executor, ExecutorError> {
         match s {
             "local" => Ok(Executor::Local(1)),
             "slurm" => Ok(Executor::Slurm {
@@ -38,9 +38,7 @@ impl std::str::FromStr for Executor {
             }),
             _ => match s.strip_prefix("local:").map(str::parse::<usize>) {
                 Some(Ok(n)) if n >= 1 => Ok(Executor::Local(n)),
-                _ => Err(format!(
-                    "executor `{s}`: use local, local:N (N >= 1 processes at once) or slurm"
-                )),
+                _ => Err(ExecutorError::Unknown { text: s.into() }),
             },
         }
     }
@@ -49,6 +47,9 @@ impl std::str::FromStr for Executor {
 /// Errors of out-of-process execution, each naming the task, file or command.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecutorError {
+    /// An `--executor` that names no executor.
+    #[error("executor `{text}`: use local, local:N (N >= 1 processes at once) or slurm")]
+    Unknown { text: String },
     #[error("{}: {message}", path.display())]
     Io { path: PathBuf, message: String },
     #[error("`{command}` failed: {message}")]

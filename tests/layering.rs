@@ -618,11 +618,25 @@ fn errors_are_typed_and_rendered_in_one_place() {
         "per-type exit code mappings:\n{}",
         damage.join("\n")
     );
-    // No `Result<_, String>` in the files converted to typed errors.
+    // No `Result<_, String>` in the files converted to typed errors. (src/train/lm/mod.rs
+    // is converted but for `BlobSource`, whose closures live in src/engineer and src/stage.)
     for p in [
         "src/core/figures.rs",
+        "src/core/plan/size.rs",
+        "src/core/plan/trainer.rs",
         "src/core/report/html.rs",
         "src/core/views/compare.rs",
+        "src/core/views/samples.rs",
+        "src/core/views/study.rs",
+        "src/core/views/tensorboard.rs",
+        "src/executor.rs",
+        "src/store/hash.rs",
+        "src/store/index.rs",
+        "src/testbed/config.rs",
+        "src/testbed/instance.rs",
+        "src/testbed/suite.rs",
+        "src/train/lm/chat.rs",
+        "src/train/mod.rs",
     ] {
         let text = file(p);
         let found: Vec<&str> = text

@@ -6,6 +6,7 @@
 //! tokens/s at a shape, one GRPO step of a plan, warm-up steps of a model directory.
 use super::{CliError, CliResult};
 use clap::Subcommand;
+use mapf_ledger::ledger::Chain;
 use mapf_ledger::seed::Seed;
 use mapf_ledger::train::lm::{LmPolicy, Sampling};
 use mapf_ledger::views::model::GenerateOutput;
@@ -174,7 +175,7 @@ fn generate(
     } else {
         lm.try_encode(&lm.arch.chat.wrap(&text))
     }
-    .map_err(|e| CliError::input(format!("{}: {e}", prompt_file.display())))?;
+    .map_err(|e| CliError::input(format!("{}: {}", prompt_file.display(), Chain(&e))))?;
     if prompt.is_empty() {
         return Err(CliError::input(format!(
             "{}: the prompt encodes to no tokens",
@@ -212,7 +213,7 @@ fn generate(
     let out = GenerateOutput {
         text: lm
             .try_decode(&g.tokens)
-            .map_err(|e| CliError::input(format!("{model}: {e}")))?,
+            .map_err(|e| CliError::input(format!("{model}: {}", Chain(&e))))?,
         prompt_tokens: prompt,
         tokens: g.tokens,
         logprobs: g.logprobs,

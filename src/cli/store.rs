@@ -2,7 +2,7 @@
 //! `mapf_ledger::ledger`; every read command takes `--json`.
 use super::{CliError, CliResult};
 use clap::{Subcommand, ValueEnum};
-use mapf_ledger::ledger::{Hash, Ledger, LedgerError, Meta, RebuildReport, Resolved};
+use mapf_ledger::ledger::{Chain, Hash, Ledger, LedgerError, Meta, RebuildReport, Resolved};
 use mapf_ledger::record::event::{EventBody, GradientStep, InstancesGenerated};
 use mapf_ledger::views::export::{self, EventRecord, Format};
 use std::io::Write;
@@ -362,7 +362,7 @@ fn init(plan: &Path, ledger: &Path) -> CliResult {
     // A model directory `run` could not find is refused now, not at the first stage.
     if let Ok(p) = mapf_ledger::plan::LedgerPlan::parse(&bytes) {
         p.lm.check_hf_dir()
-            .map_err(|m| CliError::input(format!("{}: {m}", plan.display())))?;
+            .map_err(|e| CliError::input(format!("{}: {}", plan.display(), Chain(&e))))?;
     }
     let l = Ledger::create(ledger, &bytes).map_err(|e| match e {
         LedgerError::Plan(p) => CliError::input(format!("{}: {p}", plan.display())),
@@ -637,10 +637,7 @@ fn show_samples(
     suite: Option<&str>,
 ) -> CliResult {
     use mapf_ledger::views::samples::{render_drawing, samples, KindFilter};
-    let kind = kind
-        .map(KindFilter::parse)
-        .transpose()
-        .map_err(CliError::input)?;
+    let kind = kind.map(KindFilter::parse).transpose()?;
     let l = Ledger::open_read_only(ledger).map_err(err)?;
     let Resolved::Stage { branch, stage } = l.resolve(reference).map_err(err)? else {
         return Err(CliError::input(format!(

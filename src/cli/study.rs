@@ -289,7 +289,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
     };
     let mut report =
         mapf_ledger::views::study::study_report(&mut ledger, &spec.design(), runs, reused, power)?;
-    mapf_ledger::views::study::write_study(&mut report, &dir).map_err(CliError::input)?;
+    mapf_ledger::views::study::write_study(&mut report, &dir)?;
     if json {
         println!(
             "{}",

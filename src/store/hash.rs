@@ -138,10 +138,17 @@ impl fmt::Debug for Hash {
     }
 }
 
+/// Text that is not a hash (64 hex characters).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}` is not a 64-character hex hash")]
+pub struct NotAHash {
+    pub text: String,
+}
+
 impl FromStr for Hash {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Hash, String> {
-        Hash::from_hex(s).ok_or_else(|| format!("`{s}` is not a 64-character hex hash"))
+    type Err = NotAHash;
+    fn from_str(s: &str) -> Result<Hash, NotAHash> {
+        Hash::from_hex(s).ok_or_else(|| NotAHash { text: s.into() })
     }
 }
 

@@ -246,9 +246,9 @@ impl Saved {
     /// sorted and the fan-out right, sorted positions and ranks inverse of each other,
     /// parents before children. Returns the digest of the (position, id) pairs it holds
     /// (see [`pair_mix`]), for `verify` to compare with the frames it walks.
-    fn check(&self) -> Result<u64, String> {
+    fn check(&self) -> Result<u64, IndexFault> {
         if crc32fast::hash(&self.map[..self.map.len() - 4]) != self.sum() {
-            return Err("checksum mismatch".into());
+            return Err(IndexFault::Checksum);
         }
         // In parallel chunks: the ids sorted, each sorted position's rank pointing back,
         // and per chunk the counts behind the fan-out table.
@@ -261,19 +261,19 @@ impl Saved {
                 for i in c * CH..self.n.min((c + 1) * CH) {
                     let id = self.sorted_id(i);
                     if i > 0 && self.sorted_id(i - 1) >= id {
-                        return Err(format!("ids out of order at {i}"));
+                        return Err(IndexFault::Order(i));
                     }
                     counts[((id[0] as usize) << 8) | id[1] as usize] += 1;
                     let abs = u32_at(&self.map, self.sorted_pos + i * 4);
                     let pos = (abs as usize).wrapping_sub(self.start);
                     if pos >= self.n || u32_at(&self.map, self.ranks + pos * 4) as usize != i {
-                        return Err(format!("position table inconsistent at {i}"));
+                        return Err(IndexFault::Position(i));
                     }
                     digest = digest.wrapping_add(pair_mix(abs, id));
                 }
                 Ok((counts, digest))
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, IndexFault>>()?;
         let mut counts = vec![0u32; FANOUT];
         let mut digest = 0u64;
         for (c, d) in &per_chunk {
@@ -286,20 +286,35 @@ impl Saved {
         for (k, c) in counts.iter().enumerate() {
             acc += c;
             if u32_at(&self.map, self.fanout + k * 4) != acc {
-                return Err(format!("fan-out entry {k} is wrong"));
+                return Err(IndexFault::Fanout(k));
             }
         }
         for i in 0..self.n {
             let p = self.entry(i).parent;
             if p != NO_PARENT && p != MISSING_PARENT && p as usize >= self.start + i {
-                return Err(format!(
-                    "parent of position {} does not precede it",
-                    self.start + i
-                ));
+                return Err(IndexFault::Parent(self.start + i));
             }
         }
         Ok(digest)
     }
+}
+
+/// What a saved segment's own check found wrong (see `Saved::check`); the file is named
+/// beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum IndexFault {
+    #[error("checksum mismatch")]
+    Checksum,
+    /// The sorted ids are not strictly increasing at this sorted position.
+    #[error("ids out of order at {0}")]
+    Order(usize),
+    /// Sorted position and rank tables are not inverse at this sorted position.
+    #[error("position table inconsistent at {0}")]
+    Position(usize),
+    #[error("fan-out entry {0} is wrong")]
+    Fanout(usize),
+    #[error("parent of position {0} does not precede it")]
+    Parent(usize),
 }
 
 /// One (position, id) pair's term in a pair digest: the pair mixed into 64 bits
@@ -540,7 +555,7 @@ impl Index {
 
     /// Check each saved segment on its own (see `Saved::check`): the first problem,
     /// naming the file.
-    pub fn check_saved(&self) -> Result<u64, (PathBuf, String)> {
+    pub fn check_saved(&self) -> Result<u64, (PathBuf, IndexFault)> {
         let mut digest = 0u64;
         for s in &self.segs {
             digest = digest.wrapping_add(s.check().map_err(|e| (s.path.clone(), e))?);
@@ -808,6 +823,6 @@ mod tests {
         bad[at] ^= 1;
         std::fs::write(&p, &bad).unwrap();
         let (ix, _) = Index::load(dir.path(), |_| true);
-        assert!(ix.check_saved().unwrap_err().1.contains("checksum"));
+        assert_eq!(ix.check_saved().unwrap_err().1, IndexFault::Checksum);
     }
 }

@@ -84,6 +84,23 @@ pub enum ConfigError {
     NoData,
     #[error("the configuration lists no map sizes")]
     NoSizes,
+    #[error("agents: {0} is outside {MIN_AGENTS}..={MAX_AGENTS}")]
+    Agents(usize),
+    #[error("sizes: {0} is outside {MIN_SIZE}..={MAX_SIZE}")]
+    Size(usize),
+    #[error("sizes: none given")]
+    NoSizesGiven,
+    /// A stratification rule broken (see `suite::check_wait_ratios`); the caller names
+    /// the field.
+    #[error("wait ratio {0} is outside [0, 1]")]
+    WaitRatioRange(f64),
+    #[error("wait ratio {0} is listed twice")]
+    WaitRatioTwice(f64),
+    #[error("{per_cell} instances per cell do not split into {subsets} equal wait-ratio subsets")]
+    WaitRatioSubsets { per_cell: usize, subsets: usize },
+    /// Fields out of range: what projecting the configuration would change.
+    #[error("{}", .0.iter().map(|c| format!("{}: {} ({})", c.field, c.proposed, c.reason)).collect::<Vec<_>>().join("; "))]
+    OutOfRange(Vec<Clip>),
 }
 
 /// The most holes an N x N map may have with k agents: at least 2k frozen cells remain,
@@ -129,31 +146,24 @@ impl GeneratorConfig {
     }
 
     /// Check that every field is in range (what `project` guarantees).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if !(MIN_AGENTS..=MAX_AGENTS).contains(&self.agents) {
-            return Err(format!(
-                "agents: {} is outside {MIN_AGENTS}..={MAX_AGENTS}",
-                self.agents
-            ));
+            return Err(ConfigError::Agents(self.agents));
         }
         if let Some(n) = self
             .sizes
             .keys()
             .find(|n| !(MIN_SIZE..=MAX_SIZE).contains(*n))
         {
-            return Err(format!("sizes: {n} is outside {MIN_SIZE}..={MAX_SIZE}"));
+            return Err(ConfigError::Size(*n));
         }
         if self.sizes.is_empty() {
-            return Err("sizes: none given".into());
+            return Err(ConfigError::NoSizesGiven);
         }
         let (applied, clips) = project(self, &ConfigProposal::default());
         match applied {
-            Err(e) => Err(e.to_string()),
-            Ok(_) if !clips.is_empty() => Err(clips
-                .iter()
-                .map(|c| format!("{}: {} ({})", c.field, c.proposed, c.reason))
-                .collect::<Vec<_>>()
-                .join("; ")),
+            Err(e) => Err(e),
+            Ok(_) if !clips.is_empty() => Err(ConfigError::OutOfRange(clips)),
             Ok(_) => Ok(()),
         }
     }

@@ -75,7 +75,7 @@ pub enum GenerateError {
         rounds: u64,
     },
     #[error("invalid generator configuration: {0}")]
-    Config(String),
+    Config(#[from] super::config::ConfigError),
 }
 
 /// Generate `count` training instances from `config`, deterministically from `seed`.
@@ -86,7 +86,7 @@ pub fn generate(
     seed: Seed,
     budget: Budget,
 ) -> Result<Vec<Solved>, GenerateError> {
-    config.validate().map_err(GenerateError::Config)?;
+    config.validate()?;
     let mut specs = Vec::with_capacity(count);
     for (size, n) in config.allocate(count) {
         let c = config.sizes[&size];

@@ -54,6 +54,14 @@ pub enum InstanceError {
         row: usize,
         col: usize,
     },
+    /// A plan's move string holds a letter that is no move (`moves[index]`, 1-based
+    /// `character` after spaces are dropped).
+    #[error("moves[{index}] (agent {}): character {character} is {ch:?}, not one of U D L R W", .index + 1)]
+    Move {
+        index: usize,
+        character: usize,
+        ch: char,
+    },
 }
 
 /// One agent's task.
@@ -419,18 +427,16 @@ impl JsonSchema for Plan {
 }
 
 impl TryFrom<PlanJson> for Plan {
-    type Error = String;
-    fn try_from(j: PlanJson) -> Result<Self, String> {
+    type Error = InstanceError;
+    fn try_from(j: PlanJson) -> Result<Self, InstanceError> {
         let mut moves = Vec::with_capacity(j.moves.len());
         for (a, s) in j.moves.iter().enumerate() {
             let mut seq = Vec::with_capacity(s.len());
             for (i, ch) in s.chars().filter(|c| !c.is_whitespace()).enumerate() {
-                seq.push(Move::from_letter(ch).ok_or_else(|| {
-                    format!(
-                        "moves[{a}] (agent {}): character {} is {ch:?}, not one of U D L R W",
-                        a + 1,
-                        i + 1
-                    )
+                seq.push(Move::from_letter(ch).ok_or(InstanceError::Move {
+                    index: a,
+                    character: i + 1,
+                    ch,
                 })?);
             }
             moves.push(seq);

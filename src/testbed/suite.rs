@@ -11,7 +11,7 @@
 //! subsets, one per wait ratio in the order listed, and item j of the subset for ratio w
 //! needs coordination with probability w (drawn from that item's own seed node). Without
 //! wait ratios a suite is exactly what it always was (same items, same hash).
-use super::config::max_hole_ratio;
+use super::config::{max_hole_ratio, ConfigError};
 use super::generator::{generate_one, GenerateError, InstanceSpec, Solved};
 use super::solver::Budget;
 use crate::seed::Seed;
@@ -91,7 +91,7 @@ impl SuiteSpec {
 
     /// Why this spec cannot be built, if it cannot: a `per_cell` that the wait ratios do
     /// not divide, a ratio outside [0, 1], or a ratio listed twice.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         check_wait_ratios(&self.wait_ratios, Some(self.per_cell))
     }
 }
@@ -99,23 +99,24 @@ impl SuiteSpec {
 /// The stratification rules (see [`SuiteSpec::wait_ratios`]): ratios in [0, 1], none
 /// listed twice, and (`per_cell` given) a `per_cell` they divide into equal subsets.
 /// The message says what is wrong; the caller names the field.
-pub fn check_wait_ratios(wait_ratios: &[f64], per_cell: Option<usize>) -> Result<(), String> {
+pub fn check_wait_ratios(wait_ratios: &[f64], per_cell: Option<usize>) -> Result<(), ConfigError> {
     for (i, &w) in wait_ratios.iter().enumerate() {
         if !(0.0..=1.0).contains(&w) {
-            return Err(format!("wait ratio {w} is outside [0, 1]"));
+            return Err(ConfigError::WaitRatioRange(w));
         }
         if wait_ratios[..i]
             .iter()
             .any(|&v| subset_label(v) == subset_label(w))
         {
-            return Err(format!("wait ratio {w} is listed twice"));
+            return Err(ConfigError::WaitRatioTwice(w));
         }
     }
     let n = wait_ratios.len();
     match per_cell {
-        Some(per_cell) if n > 0 && per_cell % n != 0 => Err(format!(
-            "{per_cell} instances per cell do not split into {n} equal wait-ratio subsets"
-        )),
+        Some(per_cell) if n > 0 && per_cell % n != 0 => Err(ConfigError::WaitRatioSubsets {
+            per_cell,
+            subsets: n,
+        }),
         _ => Ok(()),
     }
 }
@@ -161,7 +162,7 @@ pub struct Suite {
 /// 0.5, fewer where the agents need room); coordination is left to chance, as in the
 /// paper's test sets, unless the spec stratifies by wait ratio.
 pub fn build(spec: &SuiteSpec, budget: Budget) -> Result<Suite, GenerateError> {
-    spec.check().map_err(GenerateError::Config)?;
+    spec.check()?;
     let root = Seed::named(spec.name.as_str(), spec.seed);
     let cells: Vec<(usize, usize)> = spec.name.cells(spec.max_size);
     let jobs: Vec<(usize, usize, usize)> = cells

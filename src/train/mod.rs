@@ -49,7 +49,7 @@ pub enum TrainError {
     #[error(transparent)]
     Lm(#[from] lm::LmError),
     #[error("device {0:?} is not available: {1}")]
-    Device(String, String),
+    Device(String, #[source] CudaError),
     #[error(transparent)]
     Checkpoint(#[from] checkpoint::CheckpointError),
     #[error("checkpoint architecture: {0}")]
@@ -67,16 +67,14 @@ const CUDA_HELP: &str = "see README.md, \"Using a GPU\"";
 /// opened with global symbol visibility. The PyPI `torch==2.11.0` wheel is the very
 /// build whose CPU half `tools/libtorch.sh` assembles, so its `torch/lib` works:
 /// `LIBTORCH_CUDA_LIB=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__) + "/lib")')`.
-fn load_cuda_runtime() -> Result<(), String> {
+fn load_cuda_runtime() -> Result<(), CudaError> {
     let path = match std::env::var_os("LIBTORCH_CUDA_LIB") {
         Some(dir) => std::path::Path::new(&dir).join("libtorch_cuda.so"),
         None => std::path::PathBuf::from("libtorch_cuda.so"), // the loader's search path
     };
-    dlopen_global(&path.to_string_lossy()).map_err(|msg| {
-        format!(
-            "libtorch_cuda is missing: this libtorch has no CUDA and {} could not be loaded ({msg}); set LIBTORCH_CUDA_LIB to the lib directory of a CUDA libtorch 2.11.0 (e.g. pip's torch/lib), or build with LIBTORCH_USE_PYTORCH=1; {CUDA_HELP}",
-            path.display()
-        )
+    dlopen_global(&path.to_string_lossy()).map_err(|load| CudaError::NoRuntime {
+        path,
+        load: Box::new(load),
     })
 }
 
@@ -110,32 +108,61 @@ fn cuda_runtime_loaded() -> bool {
 }
 
 /// `dlopen(name, RTLD_NOW | RTLD_GLOBAL)`; the handle is never closed. Err: dlerror().
-fn dlopen_global(name: &str) -> Result<(), String> {
-    let c = std::ffi::CString::new(name.as_bytes()).map_err(|e| e.to_string())?;
+fn dlopen_global(name: &str) -> Result<(), CudaError> {
+    let c = std::ffi::CString::new(name.as_bytes()).map_err(|e| CudaError::Load(e.to_string()))?;
     // SAFETY: dlopen with a valid C string; the handle is deliberately never closed
     // (the CUDA backend must stay registered for the life of the process).
     let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
     if handle.is_null() {
         // SAFETY: dlerror returns a thread-local C string or null.
         let err = unsafe { libc::dlerror() };
-        return Err(if err.is_null() {
+        return Err(CudaError::Load(if err.is_null() {
             "unknown error".to_string()
         } else {
             unsafe { std::ffi::CStr::from_ptr(err) }
                 .to_string_lossy()
                 .into_owned()
-        });
+        }));
     }
     Ok(())
+}
+
+/// Why a `cuda:N` request cannot be met: the first missing piece, each refusal naming
+/// the README section that says how to provide it. A separate type from [`TrainError`]
+/// (which wraps it as `Device`'s source) because [`CudaFacts`] holds these as data, so
+/// they are `Clone` and comparable. The loader's own message (`dlerror`) is a string:
+/// it is all the C loader gives, and the refusals quote it mid-sentence.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CudaError {
+    /// `dlopen` failed: the loader's message.
+    #[error("{0}")]
+    Load(String),
+    #[error("libtorch_cuda is missing: this libtorch has no CUDA and {} could not be loaded ({load}); set LIBTORCH_CUDA_LIB to the lib directory of a CUDA libtorch 2.11.0 (e.g. pip's torch/lib), or build with LIBTORCH_USE_PYTORCH=1; {help}", path.display(), help = CUDA_HELP)]
+    NoRuntime {
+        path: std::path::PathBuf,
+        load: Box<CudaError>,
+    },
+    #[error("no NVIDIA driver: libtorch_cuda loaded but libcuda.so.1 could not ({load}); install the NVIDIA driver; {help}", help = CUDA_HELP)]
+    NoDriver { load: Box<CudaError> },
+    #[error("no CUDA device: the driver is there but libtorch sees no GPU (CUDA_VISIBLE_DEVICES={visible}); {help}", help = CUDA_HELP)]
+    NoDevice {
+        /// `CUDA_VISIBLE_DEVICES`, or `unset`.
+        visible: String,
+    },
+    #[error("no device cuda:{index}: this machine has {count} CUDA device{} (cuda:0{}); {help}",
+        if *.count == 1 { "" } else { "s" },
+        if *.count > 1 { format!("..cuda:{}", .count - 1) } else { String::new() },
+        help = CUDA_HELP)]
+    NoSuchDevice { index: usize, count: usize },
 }
 
 /// What a CUDA request found on this machine, in the order it is checked.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CudaFacts {
     /// Err: why libtorch_cuda could not be loaded.
-    pub runtime: Result<(), String>,
+    pub runtime: Result<(), CudaError>,
     /// Err: why the NVIDIA driver library (libcuda.so.1) could not be loaded.
-    pub driver: Result<(), String>,
+    pub driver: Result<(), CudaError>,
     /// CUDA devices libtorch sees.
     pub devices: usize,
 }
@@ -143,23 +170,18 @@ pub struct CudaFacts {
 /// Decide a `cuda:N` request from what the machine has: the first missing piece
 /// (libtorch_cuda, the driver, a device, device N) is named, with the README section
 /// that says how to provide it.
-pub fn check_cuda(index: usize, facts: &CudaFacts) -> Result<(), String> {
+pub fn check_cuda(index: usize, facts: &CudaFacts) -> Result<(), CudaError> {
     facts.runtime.clone()?;
     if let Err(e) = &facts.driver {
-        return Err(format!(
-            "no NVIDIA driver: libtorch_cuda loaded but libcuda.so.1 could not ({e}); install the NVIDIA driver; {CUDA_HELP}"
-        ));
+        return Err(CudaError::NoDriver {
+            load: Box::new(e.clone()),
+        });
     }
     match facts.devices {
-        0 => Err(format!(
-            "no CUDA device: the driver is there but libtorch sees no GPU (CUDA_VISIBLE_DEVICES={}); {CUDA_HELP}",
-            std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into())
-        )),
-        n if index >= n => Err(format!(
-            "no device cuda:{index}: this machine has {n} CUDA device{} (cuda:0{}); {CUDA_HELP}",
-            if n == 1 { "" } else { "s" },
-            if n > 1 { format!("..cuda:{}", n - 1) } else { String::new() }
-        )),
+        0 => Err(CudaError::NoDevice {
+            visible: std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into()),
+        }),
+        count if index >= count => Err(CudaError::NoSuchDevice { index, count }),
         _ => Ok(()),
     }
 }
@@ -194,7 +216,7 @@ pub fn open_device(spec: DeviceSpec) -> Result<Device, TrainError> {
                 runtime,
                 driver,
             };
-            check_cuda(idx, &facts).map_err(|m| TrainError::Device(s.clone(), m))?;
+            check_cuda(idx, &facts).map_err(|e| TrainError::Device(s.clone(), e))?;
             Ok(Device::Cuda(idx))
         }
     }
@@ -326,7 +348,7 @@ mod tests {
             devices: 2,
         };
         assert_eq!(check_cuda(1, &ok), Ok(()));
-        let e = check_cuda(2, &ok).unwrap_err();
+        let e = check_cuda(2, &ok).unwrap_err().to_string();
         assert!(
             e.contains("no device cuda:2") && e.contains("2 CUDA devices (cuda:0..cuda:1)"),
             "{e}"
@@ -335,26 +357,36 @@ mod tests {
             devices: 0,
             ..ok.clone()
         };
-        assert!(check_cuda(0, &none).unwrap_err().contains("no CUDA device"));
+        assert!(check_cuda(0, &none)
+            .unwrap_err()
+            .to_string()
+            .contains("no CUDA device"));
         let no_driver = CudaFacts {
-            driver: Err("libcuda.so.1: cannot open shared object file".into()),
+            driver: Err(CudaError::Load(
+                "libcuda.so.1: cannot open shared object file".into(),
+            )),
             devices: 0,
             ..ok.clone()
         };
-        let e = check_cuda(0, &no_driver).unwrap_err();
+        let e = check_cuda(0, &no_driver).unwrap_err().to_string();
         assert!(
             e.contains("no NVIDIA driver") && e.contains("libcuda.so.1"),
             "{e}"
         );
         let no_runtime = CudaFacts {
-            runtime: Err("libtorch_cuda is missing: ...".into()),
+            runtime: Err(CudaError::NoRuntime {
+                path: "libtorch_cuda.so".into(),
+                load: Box::new(CudaError::Load("not found".into())),
+            }),
             ..no_driver
         };
         assert!(check_cuda(0, &no_runtime)
             .unwrap_err()
-            .contains("libtorch_cuda"));
+            .to_string()
+            .contains("libtorch_cuda is missing"));
         for facts in [&ok, &none] {
             if let Err(e) = check_cuda(5, facts) {
+                let e = e.to_string();
                 assert!(e.contains("README.md"), "{e}");
             }
         }

@@ -383,6 +383,43 @@ pub enum PlanError {
     Syntax(String),
     #[error("plan field `{field}`: {message}")]
     Range { field: String, message: String },
+    #[error("plan field `initial_config`: {0}")]
+    InitialConfig(#[source] crate::env::config::ConfigError),
+    #[error("plan field `suites.wait_ratios`: {0}")]
+    WaitRatios(#[source] crate::env::config::ConfigError),
+    /// A device that is not `cpu`, `cuda` or `cuda:N` (the plan's, a flag's or a
+    /// recorded one).
+    #[error("{text:?}: expected cpu, cuda or cuda:N")]
+    Device { text: String },
+    /// `lm.init = "hf:DIR"` names no model directory from here; a relative `dir` was
+    /// resolved against `against` (the directory `ledger` runs in).
+    #[error("lm.init = {init:?}: {dir} {}{}", hf_dir_what(.is_dir), hf_dir_against(.against))]
+    HfDir {
+        init: String,
+        dir: String,
+        is_dir: bool,
+        against: Option<String>,
+    },
+}
+
+fn hf_dir_what(is_dir: &bool) -> &'static str {
+    if *is_dir {
+        "has no config.json (an HF model directory holds config.json, safetensors and tokenizer.json)"
+    } else {
+        "does not exist"
+    }
+}
+
+fn hf_dir_against(against: &Option<String>) -> String {
+    against
+        .as_deref()
+        .map(|here| {
+            format!(
+                " (resolved against {here}, the directory `ledger` runs in: a plan's \
+                 paths are relative to it, and the committed plans to the repository root)"
+            )
+        })
+        .unwrap_or_default()
 }
 
 fn range(field: &str, message: impl Into<String>) -> PlanError {
@@ -434,7 +471,7 @@ impl LedgerPlan {
         self.lm.validate().map_err(|(f, m)| range(&f, m))?;
         self.initial_config
             .validate()
-            .map_err(|m| range("initial_config", m))?;
+            .map_err(PlanError::InitialConfig)?;
         let s = &self.suites;
         check_u(
             "suites.validation_per_cell",
@@ -445,7 +482,7 @@ impl LedgerPlan {
         check_u("suites.test_per_cell", s.test_per_cell as u64, 1, 100_000)?;
         check_u("suites.wait_ratios", s.wait_ratios.len() as u64, 0, 16)?;
         crate::env::suite::check_wait_ratios(&s.wait_ratios, None)
-            .map_err(|m| range("suites.wait_ratios", m))?;
+            .map_err(PlanError::WaitRatios)?;
         for (field, per_cell) in [
             ("suites.validation_per_cell", s.validation_per_cell),
             ("suites.test_per_cell", s.test_per_cell),

@@ -11,9 +11,26 @@ const UNITS: [(&str, u64); 5] = [
     ("B", 1),
 ];
 
+/// A size that does not parse; the message quotes it as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("{text:?}: expected a size such as 80GiB, 40GB or 512MiB")]
+    NotASize { text: String },
+    #[error("{text:?}: give a unit, such as {number}GiB (or {number}MiB, or {number}B for bytes)")]
+    NoUnit { text: String, number: String },
+    #[error("{text:?}: unknown unit {unit:?} (use KiB, MiB, GiB or TiB)")]
+    UnknownUnit { text: String, unit: String },
+    #[error("{text:?}: must be positive")]
+    NotPositive { text: String },
+    #[error("{text:?}: out of range (the largest size is 16777215TiB, 2^64 bytes less one)")]
+    OutOfRange { text: String },
+    #[error("{text:?}: less than one byte")]
+    BelowOneByte { text: String },
+}
+
 /// Parse `80GiB`, `40GB`, `24g`, `512MiB`, `1073741824B` (binary units; `GB` = GiB,
 /// as GPU memory is quoted). A number needs its unit.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -21,14 +38,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let (num, unit) = t.split_at(split);
     let x: f64 = num
         .parse()
-        .map_err(|_| format!("{s:?}: expected a size such as 80GiB, 40GB or 512MiB"))?;
+        .map_err(|_| SizeError::NotASize { text: s.into() })?;
     let scale = match unit.trim().to_ascii_lowercase().as_str() {
         // A bare number is almost always meant in GiB (`--gpu-memory 80`); reading it as
         // bytes would make every plan "not fit". The unit is asked for instead.
         "" => {
-            return Err(format!(
-                "{s:?}: give a unit, such as {num}GiB (or {num}MiB, or {num}B for bytes)"
-            ))
+            return Err(SizeError::NoUnit {
+                text: s.into(),
+                number: num.into(),
+            })
         }
         "b" => 1u64,
         "k" | "kb" | "kib" => 1 << 10,
@@ -36,24 +54,23 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
         u => {
-            return Err(format!(
-                "{s:?}: unknown unit {u:?} (use KiB, MiB, GiB or TiB)"
-            ))
+            return Err(SizeError::UnknownUnit {
+                text: s.into(),
+                unit: u.into(),
+            })
         }
     };
     if !(x.is_finite() && x > 0.0) {
-        return Err(format!("{s:?}: must be positive"));
+        return Err(SizeError::NotPositive { text: s.into() });
     }
     // `as u64` saturates: 99999999999999999999GiB would silently become 16 EiB and
     // "fit" every plan. A size past what 64 bits count is refused, naming the value.
     let bytes = x * scale as f64;
     if bytes >= u64::MAX as f64 {
-        return Err(format!(
-            "{s:?}: out of range (the largest size is 16777215TiB, 2^64 bytes less one)"
-        ));
+        return Err(SizeError::OutOfRange { text: s.into() });
     }
     if bytes < 1.0 {
-        return Err(format!("{s:?}: less than one byte"));
+        return Err(SizeError::BelowOneByte { text: s.into() });
     }
     Ok(bytes as u64)
 }
@@ -110,21 +127,30 @@ mod tests {
     #[test]
     fn sizes_parse_in_binary_units_and_bad_ones_are_named() {
         assert_eq!(parse_size("80GiB").unwrap(), 80 << 30);
-        let e = parse_size("80").unwrap_err();
+        let e = parse_size("80").unwrap_err().to_string();
         assert!(e.contains("80GiB"), "{e}");
         assert_eq!(parse_size("4096B").unwrap(), 4096);
         assert_eq!(parse_size("40GB").unwrap(), 40 << 30);
         assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
         assert_eq!(parse_size("1.5g").unwrap(), 3 << 29);
-        assert!(parse_size("80XB").unwrap_err().contains("unknown unit"));
-        assert!(parse_size("lots").unwrap_err().contains("expected a size"));
-        let e = parse_size("99999999999999999999GiB").unwrap_err();
+        assert!(parse_size("80XB")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown unit"));
+        assert!(parse_size("lots")
+            .unwrap_err()
+            .to_string()
+            .contains("expected a size"));
+        let e = parse_size("99999999999999999999GiB")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("99999999999999999999GiB") && e.contains("out of range"),
             "{e}"
         );
         assert!(parse_size("16777216TiB")
             .unwrap_err()
+            .to_string()
             .contains("out of range"));
         assert_eq!(parse_size("16777215TiB").unwrap(), 16777215 << 40);
     }

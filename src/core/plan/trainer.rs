@@ -6,6 +6,7 @@
 //! that reads one) needs no libtorch; the trainer (`mapf_ledger::train`) implements
 //! them. One type from the plan's text through its hash to the loop.
 use super::lm_config::{Family, LmConfig};
+use super::PlanError;
 use crate::env::text::{
     render_cells_plan, render_cells_prompt, render_compact_prompt, render_plan, render_prompt,
 };
@@ -277,9 +278,9 @@ impl DeviceSpec {
 }
 
 impl std::str::FromStr for DeviceSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<DeviceSpec, String> {
-        let bad = || format!("{s:?}: expected cpu, cuda or cuda:N");
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<DeviceSpec, PlanError> {
+        let bad = || PlanError::Device { text: s.into() };
         match s {
             "cpu" => Ok(DeviceSpec::Cpu),
             "cuda" => Ok(DeviceSpec::Cuda(None)),
@@ -307,8 +308,8 @@ impl std::fmt::Display for DeviceSpec {
 }
 
 impl TryFrom<String> for DeviceSpec {
-    type Error = String;
-    fn try_from(s: String) -> Result<DeviceSpec, String> {
+    type Error = PlanError;
+    fn try_from(s: String) -> Result<DeviceSpec, PlanError> {
         s.parse()
     }
 }
@@ -480,7 +481,7 @@ impl LmSpec {
     /// repository root), not from the plan file's: plans are hashed as written, so
     /// their paths keep meaning what they meant. The message names `lm.init`, the path
     /// as written, and the directory it was resolved against.
-    pub fn check_hf_dir(&self) -> Result<(), String> {
+    pub fn check_hf_dir(&self) -> Result<(), PlanError> {
         let Some(dir) = self.hf_dir() else {
             return Ok(());
         };
@@ -488,23 +489,17 @@ impl LmSpec {
         if p.join("config.json").is_file() {
             return Ok(());
         }
-        let what = if p.is_dir() {
-            "has no config.json (an HF model directory holds config.json, safetensors and tokenizer.json)"
-        } else {
-            "does not exist"
-        };
-        let against = if p.is_absolute() {
-            String::new()
-        } else {
-            let here = std::env::current_dir()
+        let against = (!p.is_absolute()).then(|| {
+            std::env::current_dir()
                 .map(|d| d.display().to_string())
-                .unwrap_or_else(|_| "the current directory".into());
-            format!(
-                " (resolved against {here}, the directory `ledger` runs in: a plan's \
-                 paths are relative to it, and the committed plans to the repository root)"
-            )
-        };
-        Err(format!("lm.init = {:?}: {dir} {what}{against}", self.init))
+                .unwrap_or_else(|_| "the current directory".into())
+        });
+        Err(PlanError::HfDir {
+            init: self.init.clone(),
+            dir: dir.into(),
+            is_dir: p.is_dir(),
+            against,
+        })
     }
 
     /// Range checks; the message names the field.

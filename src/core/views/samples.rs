@@ -25,6 +25,13 @@ pub enum KindFilter {
     Optimal,
 }
 
+/// A `--kind` that names no kind of sample; the message lists the kinds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--kind {name:?}: not a kind of sample (one of {})", KindFilter::names().join(", "))]
+pub struct NotAKind {
+    pub name: String,
+}
+
 impl KindFilter {
     /// Every name `--kind` accepts, for messages.
     pub fn names() -> Vec<&'static str> {
@@ -33,7 +40,7 @@ impl KindFilter {
         v
     }
 
-    pub fn parse(name: &str) -> Result<KindFilter, String> {
+    pub fn parse(name: &str) -> Result<KindFilter, NotAKind> {
         Ok(match name {
             "conflict" => KindFilter::Conflict,
             "invalid" => KindFilter::Invalid,
@@ -43,12 +50,7 @@ impl KindFilter {
                 FailureKind::ALL
                     .into_iter()
                     .find(|k| k.name() == other)
-                    .ok_or_else(|| {
-                        format!(
-                            "--kind {other:?}: not a kind of sample (one of {})",
-                            KindFilter::names().join(", ")
-                        )
-                    })?,
+                    .ok_or_else(|| NotAKind { name: other.into() })?,
             ),
         })
     }
@@ -523,7 +525,7 @@ mod tests {
             KindFilter::parse("hole").unwrap(),
             KindFilter::Failure(FailureKind::Hole)
         );
-        let e = KindFilter::parse("holes").unwrap_err();
+        let e = KindFilter::parse("holes").unwrap_err().to_string();
         assert!(e.contains("vertex_conflict"), "{e}");
     }
 }

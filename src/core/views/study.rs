@@ -1431,10 +1431,30 @@ fn power(
     })
 }
 
+/// Why the study's files could not be written (rendered with its causes, [`Chain`],
+/// as `path: cause`).
+///
+/// [`Chain`]: crate::ledger::Chain
+#[derive(Debug, thiserror::Error)]
+pub enum StudyWriteError {
+    /// Creating `dir` or writing the file at `path` failed.
+    #[error("{}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Figure(#[from] crate::figures::FigureError),
+}
+
 /// Write study.csv, study.md, study.svg, study.png and study.json into `dir` (listed in
 /// `r.files`).
-pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), String> {
-    let io = |p: &std::path::Path, e: std::io::Error| format!("{}: {e}", p.display());
+pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), StudyWriteError> {
+    let io = |p: &std::path::Path, source: std::io::Error| StudyWriteError::Io {
+        path: p.to_path_buf(),
+        source,
+    };
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let csv = dir.join("study.csv");
     std::fs::write(&csv, study_csv(r)).map_err(|e| io(&csv, e))?;
@@ -1454,10 +1474,9 @@ pub fn write_study(r: &mut StudyReport, dir: &std::path::Path) -> Result<(), Str
         bands: &[],
         percent: true,
     };
-    let figure = |e: crate::figures::FigureError| crate::ledger::Chain(&e).to_string();
-    crate::figures::write_curves(&svg, &curves).map_err(figure)?;
+    crate::figures::write_curves(&svg, &curves)?;
     let png = dir.join("study.png");
-    crate::figures::write_curves(&png, &curves).map_err(figure)?;
+    crate::figures::write_curves(&png, &curves)?;
     let json = dir.join("study.json");
     r.files = [&csv, &md, &svg, &png, &json]
         .iter()

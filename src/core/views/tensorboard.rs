@@ -313,33 +313,73 @@ pub fn event_file(scalars: &[Scalar]) -> Vec<u8> {
 
 // ---- reading back ----
 
-fn read_varint(b: &[u8], at: &mut usize) -> Result<u64, String> {
+/// What is wrong in an event file read back ([`read_scalars`]), naming the record and
+/// its offset, or the protobuf field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventFileError {
+    #[error("varint runs past the end")]
+    VarintPastEnd,
+    #[error("varint longer than 10 bytes")]
+    VarintTooLong,
+    #[error("field {0} runs past the end")]
+    FieldPastEnd(u32),
+    #[error("field {field}: unsupported wire type {wire}")]
+    WireType { field: u32, wire: u8 },
+    #[error("record {record} at byte {at}: truncated header")]
+    TruncatedHeader { record: usize, at: usize },
+    #[error("record {record} at byte {at}: length CRC mismatch")]
+    LengthCrc { record: usize, at: usize },
+    #[error("record {record} at byte {at}: truncated payload")]
+    TruncatedPayload { record: usize, at: usize },
+    #[error("record {record} at byte {at}: truncated payload CRC")]
+    TruncatedPayloadCrc { record: usize, at: usize },
+    #[error("record {record} at byte {at}: payload CRC mismatch")]
+    PayloadCrc { record: usize, at: usize },
+    /// A record's event message does not parse.
+    #[error("record {record}: {source}")]
+    Record {
+        record: usize,
+        #[source]
+        source: Box<EventFileError>,
+    },
+    /// The event's wall time is not 8 bytes.
+    #[error("wall_time")]
+    WallTime,
+    /// A summary value's `simple_value` is not 4 bytes.
+    #[error("simple_value")]
+    SimpleValue,
+    /// A summary value's tag is not UTF-8.
+    #[error("{0}")]
+    Tag(#[from] std::string::FromUtf8Error),
+}
+
+fn read_varint(b: &[u8], at: &mut usize) -> Result<u64, EventFileError> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
-        let byte = *b.get(*at).ok_or("varint runs past the end")?;
+        let byte = *b.get(*at).ok_or(EventFileError::VarintPastEnd)?;
         *at += 1;
         v |= ((byte & 0x7f) as u64) << shift;
         if byte & 0x80 == 0 {
             return Ok(v);
         }
     }
-    Err("varint longer than 10 bytes".into())
+    Err(EventFileError::VarintTooLong)
 }
 
 /// One protobuf field: (field number, wire type, varint value, bytes of a length-delimited one).
 type Field<'a> = (u32, u8, u64, &'a [u8]);
 
 /// The fields of one protobuf message.
-fn fields(b: &[u8]) -> Result<Vec<Field<'_>>, String> {
+fn fields(b: &[u8]) -> Result<Vec<Field<'_>>, EventFileError> {
     let mut at = 0;
     let mut out = Vec::new();
     while at < b.len() {
         let key = read_varint(b, &mut at)?;
         let (field, wire) = ((key >> 3) as u32, (key & 7) as u8);
-        let take = |at: &mut usize, n: usize| -> Result<&[u8], String> {
+        let take = |at: &mut usize, n: usize| -> Result<&[u8], EventFileError> {
             let s = b
                 .get(*at..*at + n)
-                .ok_or(format!("field {field} runs past the end"))?;
+                .ok_or(EventFileError::FieldPastEnd(field))?;
             *at += n;
             Ok(s)
         };
@@ -351,7 +391,7 @@ fn fields(b: &[u8]) -> Result<Vec<Field<'_>>, String> {
                 let n = read_varint(b, &mut at)? as usize;
                 out.push((field, wire, 0, take(&mut at, n)?));
             }
-            w => return Err(format!("field {field}: unsupported wire type {w}")),
+            wire => return Err(EventFileError::WireType { field, wire }),
         }
     }
     Ok(out)
@@ -359,34 +399,40 @@ fn fields(b: &[u8]) -> Result<Vec<Field<'_>>, String> {
 
 /// The scalars of an event file, checking every record's framing and both CRCs (the
 /// file-version record is checked and skipped). Errors name the record and offset.
-pub fn read_scalars(file: &[u8]) -> Result<Vec<Scalar>, String> {
+pub fn read_scalars(file: &[u8]) -> Result<Vec<Scalar>, EventFileError> {
     let mut at = 0usize;
     let mut out = Vec::new();
-    let mut n = 0;
+    let mut n = 0usize;
     while at < file.len() {
         let head = file
             .get(at..at + 12)
-            .ok_or(format!("record {n} at byte {at}: truncated header"))?;
+            .ok_or(EventFileError::TruncatedHeader { record: n, at })?;
         let len_bytes = &head[..8];
         let len = u64::from_le_bytes(len_bytes.try_into().expect("8 bytes")) as usize;
         if u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")) != masked_crc(len_bytes) {
-            return Err(format!("record {n} at byte {at}: length CRC mismatch"));
+            return Err(EventFileError::LengthCrc { record: n, at });
         }
         let payload = file
             .get(at + 12..at + 12 + len)
-            .ok_or(format!("record {n} at byte {at}: truncated payload"))?;
+            .ok_or(EventFileError::TruncatedPayload { record: n, at })?;
         let crc = file
             .get(at + 12 + len..at + 16 + len)
-            .ok_or(format!("record {n} at byte {at}: truncated payload CRC"))?;
+            .ok_or(EventFileError::TruncatedPayloadCrc { record: n, at })?;
         if u32::from_le_bytes(crc.try_into().expect("4 bytes")) != masked_crc(payload) {
-            return Err(format!("record {n} at byte {at}: payload CRC mismatch"));
+            return Err(EventFileError::PayloadCrc { record: n, at });
         }
         let mut wall_time = 0.0;
         let mut step = 0i64;
         let mut value = None;
-        for (field, _, v, bytes) in fields(payload).map_err(|e| format!("record {n}: {e}"))? {
+        for (field, _, v, bytes) in fields(payload).map_err(|e| EventFileError::Record {
+            record: n,
+            source: Box::new(e),
+        })? {
             match field {
-                1 => wall_time = f64::from_le_bytes(bytes.try_into().map_err(|_| "wall_time")?),
+                1 => {
+                    wall_time =
+                        f64::from_le_bytes(bytes.try_into().map_err(|_| EventFileError::WallTime)?)
+                }
                 2 => step = v as i64,
                 5 => {
                     for (f, _, _, val) in fields(bytes)? {
@@ -396,15 +442,10 @@ pub fn read_scalars(file: &[u8]) -> Result<Vec<Scalar>, String> {
                         let (mut tag, mut x) = (None, None);
                         for (vf, _, _, vb) in fields(val)? {
                             match vf {
-                                1 => {
-                                    tag = Some(
-                                        String::from_utf8(vb.to_vec())
-                                            .map_err(|e| e.to_string())?,
-                                    )
-                                }
+                                1 => tag = Some(String::from_utf8(vb.to_vec())?),
                                 2 => {
                                     x = Some(f32::from_le_bytes(
-                                        vb.try_into().map_err(|_| "simple_value")?,
+                                        vb.try_into().map_err(|_| EventFileError::SimpleValue)?,
                                     ))
                                 }
                                 _ => {}
@@ -508,9 +549,11 @@ mod tests {
         bad[last] ^= 1;
         assert!(read_scalars(&bad)
             .unwrap_err()
+            .to_string()
             .contains("payload CRC mismatch"));
         assert!(read_scalars(&bytes[..bytes.len() - 2])
             .unwrap_err()
+            .to_string()
             .contains("truncated"));
     }
 

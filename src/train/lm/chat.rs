@@ -24,15 +24,15 @@ pub use crate::record::checkpoint::ChatFormat;
 pub const SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
 
 /// A tokenizer from `tokenizer.json` bytes.
-pub fn tokenizer_from_bytes(bytes: &[u8]) -> Result<Tokenizer, String> {
-    Tokenizer::from_bytes(bytes).map_err(|e| e.to_string())
+pub fn tokenizer_from_bytes(bytes: &[u8]) -> tokenizers::Result<Tokenizer> {
+    Tokenizer::from_bytes(bytes)
 }
 
 /// Train a byte-level BPE tokenizer in Qwen's style (NFC, a split regex (`split`: Qwen's or [`CELLS_SPLIT`]), byte
 /// level, the ChatML specials as ids 0..3) on `corpus`, with `vocab_size` entries in
 /// all. Deterministic: the same corpus gives the same bytes (the trainer breaks count
 /// ties by pair ids, which come from the sorted byte alphabet). Returns `tokenizer.json`.
-pub fn train_bpe(corpus: &[String], vocab_size: usize, split: &str) -> Result<Vec<u8>, String> {
+pub fn train_bpe(corpus: &[String], vocab_size: usize, split: &str) -> tokenizers::Result<Vec<u8>> {
     let mut trainer = BpeTrainerBuilder::new()
         .vocab_size(vocab_size)
         .min_frequency(2)
@@ -49,8 +49,7 @@ pub fn train_bpe(corpus: &[String], vocab_size: usize, split: &str) -> Result<Ve
         SplitPattern::Regex(split.into()),
         SplitDelimiterBehavior::Isolated,
         false,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let mut tok = TokenizerBuilder::<BPE, NFC, Sequence, ByteLevel, ByteLevel>::new()
         .with_model(BPE::default())
         .with_normalizer(Some(NFC))
@@ -60,13 +59,10 @@ pub fn train_bpe(corpus: &[String], vocab_size: usize, split: &str) -> Result<Ve
         ])))
         .with_post_processor(Some(ByteLevel::new(false, false, false)))
         .with_decoder(Some(ByteLevel::default()))
-        .build()
-        .map_err(|e| e.to_string())?;
-    tok.train(&mut trainer, corpus.iter())
-        .map_err(|e| e.to_string())?;
-    tok.add_special_tokens(SPECIALS.iter().map(|s| AddedToken::from(*s, true)))
-        .map_err(|e| e.to_string())?;
-    let json = tok.to_string(false).map_err(|e| e.to_string())?;
+        .build()?;
+    tok.train(&mut trainer, corpus.iter())?;
+    tok.add_special_tokens(SPECIALS.iter().map(|s| AddedToken::from(*s, true)))?;
+    let json = tok.to_string(false)?;
     Ok(json.into_bytes())
 }
 

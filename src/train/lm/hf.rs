@@ -145,7 +145,7 @@ pub fn read_dir(dir: &Path) -> Result<HfDir, LmError> {
     let tokenizer_json = std::fs::read(&tpath).map_err(|e| io(&tpath, e))?;
     super::chat::tokenizer_from_bytes(&tokenizer_json).map_err(|m| LmError::Tokenizer {
         path: tpath.display().to_string(),
-        message: m,
+        source: m,
     })?;
     let chat = chat_format_of(chat_template(dir).as_deref(), config.family);
     let (index, shards) = weight_files(dir)?;
@@ -280,7 +280,7 @@ pub fn export(
     let tok =
         super::chat::tokenizer_from_bytes(tokenizer_json).map_err(|m| LmError::Tokenizer {
             path: "tokenizer.json".into(),
-            message: m,
+            source: m,
         })?;
     let eos = chat.end_token();
     let pad = ["<|endoftext|>", "<|end_of_text|>"]

@@ -60,8 +60,15 @@ pub enum LmError {
     },
     #[error("{path}: not a usable safetensors file: {message}")]
     Safetensors { path: String, message: String },
-    #[error("{path}: tokenizer: {message}")]
-    Tokenizer { path: String, message: String },
+    #[error("{path}: tokenizer: {source}")]
+    Tokenizer {
+        path: String,
+        #[source]
+        source: tokenizers::Error,
+    },
+    /// The tokenizer failed on text or ids.
+    #[error("tokenizer: {0}")]
+    Codec(#[source] tokenizers::Error),
     #[error("model directory {dir}: {file} has changed since the ledger recorded it (blake3 {found}, recorded {expected})")]
     Changed {
         dir: String,
@@ -73,6 +80,8 @@ pub enum LmError {
     Blob(String, String),
     #[error("lm settings: {0}")]
     Spec(String),
+    #[error("lm settings: {0}")]
+    Plan(#[from] crate::plan::PlanError),
 }
 
 pub use crate::plan::trainer::{LmSpec, PromptStyle};
@@ -103,7 +112,7 @@ impl LmPolicy {
         let tokenizer =
             chat::tokenizer_from_bytes(&tokenizer_json).map_err(|m| LmError::Tokenizer {
                 path: "tokenizer.json".into(),
-                message: m,
+                source: m,
             })?;
         let mut stop: Vec<u32> = arch
             .config
@@ -253,11 +262,11 @@ impl LmPolicy {
     }
 
     /// Token ids of text, or the tokenizer's error.
-    pub fn try_encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    pub fn try_encode(&self, text: &str) -> Result<Vec<u32>, LmError> {
         self.tokenizer
             .encode(text, false)
             .map(|e| e.get_ids().to_vec())
-            .map_err(|e| format!("tokenizer: {e}"))
+            .map_err(LmError::Codec)
     }
 
     /// Text of generated ids (special tokens skipped); empty when the tokenizer fails
@@ -267,10 +276,8 @@ impl LmPolicy {
     }
 
     /// Text of generated ids, or the tokenizer's error.
-    pub fn try_decode(&self, ids: &[u32]) -> Result<String, String> {
-        self.tokenizer
-            .decode(ids, true)
-            .map_err(|e| format!("tokenizer: {e}"))
+    pub fn try_decode(&self, ids: &[u32]) -> Result<String, LmError> {
+        self.tokenizer.decode(ids, true).map_err(LmError::Codec)
     }
 
     /// The chat-formatted prompt ids for a user message.
@@ -648,7 +655,7 @@ pub fn init(
 ) -> Result<LmPolicy, LmError> {
     let compute = compute.into();
     if let Some(dir) = spec.hf_dir() {
-        spec.check_hf_dir().map_err(LmError::Spec)?;
+        spec.check_hf_dir()?;
         let mut p = LmPolicy::from_hf_dir(
             std::path::Path::new(dir),
             compute,
@@ -678,11 +685,11 @@ pub fn init(
     )
     .map_err(|m| LmError::Tokenizer {
         path: "(scratch corpus)".into(),
-        message: m,
+        source: m,
     })?;
     let tok = chat::tokenizer_from_bytes(&tokenizer_json).map_err(|m| LmError::Tokenizer {
         path: "(scratch corpus)".into(),
-        message: m,
+        source: m,
     })?;
     let end = tok
         .token_to_id(ChatFormat::ChatMl.end_token())
