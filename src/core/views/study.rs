@@ -179,6 +179,21 @@ pub struct StudyPairedMetric {
     pub mcnemar: Option<McNemar>,
 }
 
+impl StudyPairedMetric {
+    /// The per-seed differences with their mean and t-interval, and the instance-level
+    /// statistics of `pooled` (the bootstrap pooled over seeds) when there are any.
+    fn of(per_seed: Vec<f64>, pooled: Option<paired::PairedMetric>) -> StudyPairedMetric {
+        let (mean, ci95) = mean_ci(&per_seed);
+        StudyPairedMetric {
+            per_seed,
+            mean,
+            ci95,
+            bootstrap_ci95: pooled.map(|b| b.diff_ci95),
+            mcnemar: pooled.map(|b| b.mcnemar),
+        }
+    }
+}
+
 /// Each engineer against [`BASELINE`] on every Sum row of the final stage, replicate
 /// by replicate (empty when the study has no baseline).
 pub fn paired_vs_baseline(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyPaired> {
@@ -286,15 +301,8 @@ pub fn transfers(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyPaired> {
                     .iter()
                     .map(|(_, r)| if m == 0 { r.valid.diff } else { r.optimal.diff })
                     .collect();
-                let (mean, ci95) = mean_ci(&per_seed);
                 let b = boot.as_ref().map(|b| if m == 0 { b.0 } else { b.1 });
-                StudyPairedMetric {
-                    per_seed,
-                    mean,
-                    ci95,
-                    bootstrap_ci95: b.map(|b| b.diff_ci95),
-                    mcnemar: b.map(|b| b.mcnemar),
-                }
+                StudyPairedMetric::of(per_seed, b)
             };
             out.push(StudyPaired {
                 engineer: e.clone(),
@@ -370,15 +378,8 @@ fn paired_against(e: &str, baseline: &str, runs: &[StudyRun]) -> Vec<StudyPaired
                 .iter()
                 .map(|r| if m == 0 { r.1 } else { r.2 })
                 .collect();
-            let (mean, ci95) = mean_ci(&per_seed);
             let b = boot.as_ref().map(|b| if m == 0 { b.0 } else { b.1 });
-            StudyPairedMetric {
-                per_seed,
-                mean,
-                ci95,
-                bootstrap_ci95: b.map(|b| b.diff_ci95),
-                mcnemar: b.map(|b| b.mcnemar),
-            }
+            StudyPairedMetric::of(per_seed, b)
         };
         out.push(StudyPaired {
             engineer: e.to_string(),
