@@ -20,8 +20,33 @@ pub struct Extracted {
     pub rationale: String,
 }
 
+/// Why a reply yields no proposal. Its text is recorded in the stage's rejection (a hashed
+/// rationale), so the wording below is part of every recorded ledger: change it only with
+/// a new text revision.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{why}; reply began {began:?}{ellipsis}")]
+pub struct UnreadableReply {
+    pub why: Unreadable,
+    /// The reply's first 120 characters, trimmed.
+    pub began: String,
+    /// `…` when the reply is longer than `began`.
+    ellipsis: &'static str,
+}
+
+/// What was missing from an unreadable reply.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Unreadable {
+    #[error("the reply has nothing outside <think> blocks")]
+    OnlyThinking,
+    #[error("no JSON object in the reply")]
+    NoJson,
+    /// Objects were found; the first three reasons each was refused.
+    #[error("no usable JSON object in the reply ({})", .0.join("; "))]
+    NoUsableJson(Vec<String>),
+}
+
 /// Parse a reply into a proposal (see [`extract`]).
-pub fn extract_proposal(reply: &str) -> Result<ConfigProposal, String> {
+pub fn extract_proposal(reply: &str) -> Result<ConfigProposal, UnreadableReply> {
     extract(reply).map(|e| e.proposal)
 }
 
@@ -198,7 +223,7 @@ fn prose(text: &str, cut: std::ops::Range<usize>) -> String {
 /// block (```json first, then unlabelled fences), else the first balanced `{...}` that
 /// reads as a proposal. The rationale is the remaining prose. The error says why
 /// nothing usable was found, quoting the start of the reply.
-pub fn extract(reply: &str) -> Result<Extracted, String> {
+pub fn extract(reply: &str) -> Result<Extracted, UnreadableReply> {
     let text = strip_think(reply);
     let mut reasons: Vec<String> = Vec::new();
     let fenced = fences(&text);
@@ -249,24 +274,25 @@ pub fn extract(reply: &str) -> Result<Extracted, String> {
             }
         }
     }
-    let excerpt: String = reply.trim().chars().take(120).collect();
+    let began: String = reply.trim().chars().take(120).collect();
     let ellipsis = if reply.trim().chars().count() > 120 {
         "…"
     } else {
         ""
     };
     let why = if text.trim().is_empty() && !reply.trim().is_empty() {
-        "the reply has nothing outside <think> blocks".to_string()
+        Unreadable::OnlyThinking
     } else if reasons.is_empty() {
-        "no JSON object in the reply".to_string()
+        Unreadable::NoJson
     } else {
         reasons.truncate(3);
-        format!(
-            "no usable JSON object in the reply ({})",
-            reasons.join("; ")
-        )
+        Unreadable::NoUsableJson(reasons)
     };
-    Err(format!("{why}; reply began {excerpt:?}{ellipsis}"))
+    Err(UnreadableReply {
+        why,
+        began,
+        ellipsis,
+    })
 }
 
 /// Keys a JSON object names twice, as dotted paths (`sizes.10`): a map's keys compared
@@ -422,7 +448,8 @@ mod tests {
         assert_eq!(extract_proposal(r).unwrap().agents, Some(2.0));
         let r = "<think>I think {\"agents\": 3} but I ran out of tokens";
         let err = extract(r).unwrap_err();
-        assert!(err.contains("outside <think>"), "{err}");
+        assert_eq!(err.why, Unreadable::OnlyThinking);
+        assert!(err.to_string().contains("outside <think>"), "{err}");
     }
 
     #[test]
@@ -505,10 +532,14 @@ mod tests {
             "[1, 2, 3]",
             "{\"sizes\": {",
         ] {
-            let err = extract_proposal(r).unwrap_err();
+            let err = extract_proposal(r).unwrap_err().to_string();
             assert!(err.contains("reply began"), "{r:?}: {err}");
         }
         let err = extract_proposal("The weather is nice").unwrap_err();
-        assert!(err.contains("The weather is nice"), "{err}");
+        assert_eq!(err.why, Unreadable::NoJson);
+        assert_eq!(
+            err.to_string(),
+            "no JSON object in the reply; reply began \"The weather is nice\""
+        );
     }
 }
