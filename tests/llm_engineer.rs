@@ -949,15 +949,63 @@ fn engineer_eval_scores_an_http_engineer_in_one_command() {
         ],
     ));
     assert!(
-        text.contains("engineer-eval rules v3")
+        text.contains("engineer-eval rules v4")
             && text.contains("heuristic")
             && text.contains("direction"),
         "{text}"
     );
+    // Earlier reports' rules stay runnable, by name.
+    let v3 = ok(&common::ledger(
+        &l,
+        &[
+            "engineer",
+            "eval",
+            "--engineer",
+            "fixed",
+            "--contexts",
+            "3",
+            "--rules",
+            "v3",
+        ],
+    ));
+    assert!(v3.contains("engineer-eval rules v3"), "{v3}");
+    // Rules v4's controls: every engineer is paired against blind and random too.
+    let both: serde_json::Value = serde_json::from_str(&ok(&common::ledger(
+        &l,
+        &[
+            "engineer",
+            "eval",
+            "--engineer",
+            "teacher-v3,blind,random,heuristic",
+            "--contexts",
+            "40",
+            "--json",
+        ],
+    )))
+    .unwrap();
+    validates("engineer-eval", &both);
+    assert_eq!(both["rules"], "engineer-eval rules v4");
+    let against = |base: &str, eng: &str| {
+        both["paired"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["against"] == base && p["engineer"] == eng && p["metric"] == "direction")
+    };
+    for (base, eng) in [
+        ("teacher-v3", "blind"),
+        ("blind", "teacher-v3"),
+        ("blind", "random"),
+        ("random", "blind"),
+        ("random", "heuristic"),
+    ] {
+        assert!(against(base, eng), "no {eng} against {base}");
+    }
     // Bad input is named, exit 2.
     for (args, needle) in [
         (vec!["--engineer", "nope"], "not a built-in engineer"),
         (vec!["--engineer", "base"], "needs a model"),
+        (vec!["--engineer", "fixed", "--rules", "v9"], "v9"),
         (
             vec!["--engineer", "http"],
             "--url URL and --served-model NAME",

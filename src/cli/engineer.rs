@@ -41,7 +41,8 @@ pub enum EngineerCommand {
     },
     /// Score engineers on held-out contexts without a training run: parse and legal
     /// rates, grounded rationales, edits on the weak sizes, working sizes left alone,
-    /// edits that answer the dominant failure (rules: `engineer-eval rules v3`).
+    /// acting at all, and moves their sizes' failures call for (rules: `engineer-eval
+    /// rules v4`; `--rules v3` scores as earlier reports did).
     Eval(EvalArgs),
     /// The LLM engineers registered on a branch.
     List {
@@ -295,6 +296,10 @@ pub struct EvalArgs {
     /// Seed of the synthetic contexts and of sampling.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The scoring rules (`v4`, the default; `v3` scores and draws contexts as the
+    /// reports before rules v4 did: see `engineer::eval::rubric`).
+    #[arg(long, default_value = "v4", value_name = "VERSION")]
+    pub rules: mapf_ledger::engineer::eval::Rules,
     /// Read the model engineer's prompt budget, sampling and attempts from this plan's
     /// [lm], and the engineers' text revision from its [engineer] (default: the
     /// defaults; the shipped base planner was trained with ledgers/demo.toml's 640-token
@@ -453,7 +458,11 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
     use indicatif::{ProgressBar, ProgressStyle};
     use mapf_ledger::engineer::eval as ev;
     let seed = mapf_ledger::seed::Seed::root(args.seed);
-    let mut contexts = ev::synthetic(seed.child("contexts", 0), args.contexts as usize);
+    let mut contexts = ev::synthetic_for(
+        args.rules,
+        seed.child("contexts", 0),
+        args.contexts as usize,
+    );
     let mut sources = vec![format!("{} synthetic (seed {})", args.contexts, args.seed)];
     for l in &args.from_ledger {
         let ledger = Ledger::open_read_only(l).map_err(err)?;
@@ -525,6 +534,7 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
         evals.push(ev::evaluate(
             &label,
             &contexts,
+            args.rules,
             &mut |i, ctx| {
                 engineer.reseed(seed.child(&purpose, i as u64));
                 let d = engineer.decide(ctx);
@@ -536,7 +546,7 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
         bar.finish_and_clear();
     }
     let report = ev::EvalReport {
-        rules: ev::RULES_VERSION.to_string(),
+        rules: args.rules.name().to_string(),
         seed: args.seed,
         sources,
         paired: ev::paired(&evals, seed.child("paired", 0)),
@@ -556,7 +566,7 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
 /// (`engineer::BUILTINS`), then what only an evaluation can name.
 fn eval_engineer_help() -> String {
     format!(
-        "Engineers, comma-separated, the first the baseline of the paired rows: {} (the learnability probe and the policy-written ones read --model, or their own after `=`, as in `current=main@stage3`), http (the endpoint of --url), teacher-v1 to teacher-v{} (the base models' pretraining teacher at that text revision), or an LLM engineer registered on --ledger's main branch",
+        "Engineers, comma-separated, the first the baseline of the paired rows (blind and random, when named, are baselines too): {} (the learnability probe and the policy-written ones read --model, or their own after `=`, as in `current=main@stage3`), http (the endpoint of --url), teacher-v1 to teacher-v{} (the base models' pretraining teacher at that text revision), or an LLM engineer registered on --ledger's main branch",
         mapf_ledger::engineer::builtin_names(),
         TextRevision::LATEST
     )

@@ -1,5 +1,6 @@
-//! Rule-based built-in engineers: `random` (domain randomisation) and `heuristic` (a
-//! practitioner's curriculum driven by the validation results and failure breakdown).
+//! Rule-based built-in engineers: `random` (domain randomisation), `heuristic` (a
+//! practitioner's curriculum driven by the validation results and failure breakdown)
+//! and `blind` (the benchmark's control that reads no failure kind).
 use super::{Decision, Engineer, EngineerContext};
 use crate::env::config::max_hole_ratio;
 use crate::env::config::SizeProposal;
@@ -137,6 +138,47 @@ impl Engineer for Heuristic {
             proposed_text: Some(serde_json::to_string(&p).expect("serialises")),
             proposal: Some(p),
             rationale: why.join("; "),
+            ..Decision::default()
+        }
+    }
+}
+
+/// `blind`: the rule that passes engineer-eval rules v3 without reading a failure kind,
+/// written down as a control. On the two sizes with the most failures (ties: the larger
+/// size) it raises data (x1.25), lowers holes (-0.05) and raises waits (+0.1) at once,
+/// within the legal ranges, and cites nothing. It reads only the failed counts.
+pub struct Blind;
+
+impl Engineer for Blind {
+    fn name(&self) -> &str {
+        "blind"
+    }
+    fn decide(&mut self, ctx: &EngineerContext) -> Decision {
+        let mut failed: Vec<(u32, usize)> = ctx
+            .failures
+            .sizes
+            .iter()
+            .map(|s| (s.counts.iter().map(|c| c.1).sum::<u32>(), s.size as usize))
+            .filter(|(f, n)| *f > 0 && ctx.current.sizes.contains_key(n))
+            .collect();
+        failed.sort_by(|a, b| b.cmp(a));
+        let mut p = ConfigProposal::default();
+        for &(_, n) in failed.iter().take(2) {
+            let c = &ctx.current.sizes[&n];
+            p.sizes.insert(
+                n.to_string(),
+                SizeProposal {
+                    data_ratio: Some(round3((c.data_ratio * 1.25).min(1.0))),
+                    hole_ratio: Some(round3((c.hole_ratio - 0.05).max(0.0))),
+                    wait_ratio: Some(round3((c.wait_ratio + 0.1).min(1.0))),
+                },
+            );
+        }
+        Decision {
+            proposed_text: Some(serde_json::to_string(&p).expect("serialises")),
+            proposal: Some(p),
+            rationale: "the sizes with the most failures: more data, fewer holes, more waits"
+                .into(),
             ..Decision::default()
         }
     }

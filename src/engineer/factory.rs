@@ -173,6 +173,7 @@ pub fn make(name: &str, mut r: Recipe<'_>) -> Result<Box<dyn Engineer>, BuildErr
     match name {
         "random" => Ok(Box::new(builtin::Random { seed: r.stage_seed })),
         "heuristic" => Ok(Box::new(builtin::Heuristic)),
+        "blind" => Ok(Box::new(builtin::Blind)),
         "learnability" => Ok(Box::new(probe::Probe {
             name: name.into(),
             policy: r.policies.take(name, Which::Current)?,

@@ -123,7 +123,7 @@ pub struct Builtin {
 
 /// The built-in engineers: every list of names (help, errors, reserved names) reads
 /// this one.
-pub const BUILTINS: [Builtin; 6] = [
+pub const BUILTINS: [Builtin; 7] = [
     Builtin {
         name: "fixed",
         about: "keeps the configuration (the fixed-environment baseline)",
@@ -139,6 +139,12 @@ pub const BUILTINS: [Builtin; 6] = [
     Builtin {
         name: "heuristic",
         about: "a practitioner's rule-based curriculum",
+        lm_only: false,
+        reads_policy: false,
+    },
+    Builtin {
+        name: "blind",
+        about: "more data, fewer holes and more waits on the two sizes with the most failures, reading no failure kind (the benchmark's control)",
         lm_only: false,
         reads_policy: false,
     },
@@ -466,7 +472,7 @@ mod tests {
             .unwrap_err();
         assert!(e
             .to_string()
-            .contains("fixed, random, heuristic, learnability, current, base"));
+            .contains("fixed, random, heuristic, blind, learnability, current, base"));
         assert!(EngineerSpec::parse("gpt")
             .unwrap()
             .check("lm", &["gpt".into()])

@@ -161,7 +161,8 @@ pub fn step(
         let text = lm.decode(&g.tokens);
         let mut d = Decision::default();
         reply::read_reply(&mut d, &text, vec![], s.text);
-        let score = eval::score(id, ctx, &d);
+        // Rules v3, as every engineer-RL ledger so far was recorded under.
+        let score = eval::score(id, ctx, &d, eval::Rules::V3);
         let grounded = !score.claims.is_empty() && score.grounded;
         let probed = if score.parsed {
             probes[i].probe(state.policy.as_ref(), &eval::applied(ctx, &d).0)

@@ -7,20 +7,23 @@
 //! its size.
 //!
 //! Contexts: [`synthetic`] draws them from a seed with known ground truth (each size
-//! either working or weak with one dominant failure kind), and [`ledger_contexts`]
-//! reads every decision's recorded context from a ledger (its truth derived by the same
-//! rules from its evidence).
+//! either working or weak with one dominant failure kind), [`with_history`] makes each
+//! consistent with its stage (rules v4: stage N shows the N−1 designed stages before
+//! it, the last ending in the evidence shown), and [`ledger_contexts`] reads every
+//! decision's recorded context from a ledger (its truth derived by the same rules from
+//! its evidence).
 //!
 //! Two parts: the benchmark runner here (contexts, running engineers on them, paired
 //! differences, the report) and its [`rubric`] (the rules a decision is scored by).
 pub mod rubric;
 
 pub use rubric::{
-    answer, applied, claims, score, summarise, truth, Claim, ContextScore, Field, Summary, Truth,
-    RULES_VERSION, WEAK_BELOW,
+    answer, applied, claims, score, summarise, truth, Claim, ContextScore, Field, FieldMove, Rules,
+    Summary, Truth, UnknownRules, RULES_VERSION, WEAK_BELOW,
 };
 
 use super::{Decision, EngineerContext};
+use crate::context::HistoryEntry;
 use crate::env::config::{max_hole_ratio, SizeConfig};
 use crate::env::table::{CellCounts, ResultTable};
 use crate::env::{FailureKind, GeneratorConfig};
@@ -150,6 +153,74 @@ pub fn synthetic(seed: Seed, n: usize) -> Vec<EvalContext> {
         .collect()
 }
 
+/// The benchmark's synthetic contexts under `rules`: v3's as drawn ([`synthetic`], whose
+/// "Designing stage N" stands above "History: none"), v4's with their history
+/// ([`with_history`]).
+pub fn synthetic_for(rules: Rules, seed: Seed, n: usize) -> Vec<EvalContext> {
+    let contexts = synthetic(seed, n);
+    match rules {
+        Rules::V3 => contexts,
+        Rules::V4 => with_history(contexts, seed),
+    }
+}
+
+/// Each context with the history its stage implies: stage N gets entries for the
+/// designed stages 1..N−1, oldest first, each a small edit of the configuration before
+/// it, the last one's configuration the current one and its validation the context's
+/// own (the evidence shown is that stage's outcome); earlier stages validate a little
+/// worse. Drawn from `seed`'s `history` subtree, so the contexts' own draws (and their
+/// truth) are those of [`synthetic`].
+pub fn with_history(contexts: Vec<EvalContext>, seed: Seed) -> Vec<EvalContext> {
+    contexts
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut c)| {
+            let mut rng = seed.child("engineer-eval history", i as u64).rng();
+            let ctx = &mut c.context;
+            let stages = ctx.stage.saturating_sub(1) as usize;
+            // Configurations and validations from the newest stage back.
+            let mut configs = vec![ctx.current.clone()];
+            let mut tables = vec![ctx.validation.clone()];
+            for _ in 0..stages {
+                let next = configs.last().expect("one at least");
+                let mut before = next.clone();
+                let sizes: Vec<usize> = before.sizes.keys().copied().collect();
+                let n = sizes[rng.random_range(0..sizes.len())];
+                let sc = before.sizes.get_mut(&n).expect("a listed size");
+                match rng.random_range(0..3u32) {
+                    0 => sc.data_ratio = round2((sc.data_ratio * 0.8).max(0.01)),
+                    1 => {
+                        sc.hole_ratio =
+                            round2((sc.hole_ratio + 0.05).min(max_hole_ratio(n, before.agents)))
+                    }
+                    _ => sc.wait_ratio = round2((sc.wait_ratio - 0.1).max(0.0)),
+                }
+                let mut worse = tables.last().expect("one at least").clone();
+                for cell in worse.cells.values_mut() {
+                    let drop = rng.random_range(0..=cell.total / 10);
+                    cell.valid = cell.valid.saturating_sub(drop);
+                    cell.optimal = cell.optimal.min(cell.valid);
+                }
+                configs.push(before);
+                tables.push(worse);
+            }
+            // configs[k] is in force after stage stages - k + 1 ... reversed to oldest first.
+            configs.reverse();
+            tables.reverse();
+            ctx.history = (0..stages)
+                .map(|k| HistoryEntry {
+                    stage: k as u32 + 1,
+                    engineer: "heuristic".into(),
+                    previous: configs[k].clone(),
+                    config: configs[k + 1].clone(),
+                    validation: tables[k + 1].clone(),
+                })
+                .collect();
+            c
+        })
+        .collect()
+}
+
 /// Every engineer decision's recorded context in a ledger (each context once, however
 /// many branches share it), named `LABEL branch@stageN`, in branch-name order.
 pub fn ledger_contexts(
@@ -205,6 +276,7 @@ pub struct PairedScore {
 /// `ledger engineer eval --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 pub struct EvalReport {
+    /// The rules it was scored under (`engineer-eval rules v4`).
     pub rules: String,
     pub seed: u64,
     /// Where the contexts came from: `synthetic (N)` and each ledger read.
@@ -224,6 +296,7 @@ pub type ReferenceProbe<'a> = &'a mut dyn FnMut(usize, &GeneratorConfig) -> Opti
 pub fn evaluate(
     label: &str,
     contexts: &[EvalContext],
+    rules: Rules,
     decide: &mut dyn FnMut(usize, &EngineerContext) -> Decision,
     mut reference: Option<ReferenceProbe<'_>>,
 ) -> EngineerEval {
@@ -233,7 +306,7 @@ pub fn evaluate(
         .map(|(i, c)| {
             let ctx = c.context.clone().without_switched_off_modules();
             let d = decide(i, &ctx);
-            let mut row = score(&c.id, &ctx, &d);
+            let mut row = score(&c.id, &ctx, &d, rules);
             if let Some(probe) = reference.as_mut() {
                 if let Some((l, p)) = probe(i, &applied(&ctx, &d).0) {
                     row.learnability = Some(4.0 * l);
@@ -250,53 +323,73 @@ pub fn evaluate(
     }
 }
 
-/// Every engineer after the first against the first, per metric.
+/// The engineers every other one is paired against: the first named, then the
+/// baselines no reading is needed for (`blind`, `random`) when they were run.
+pub const BASELINES: [&str; 2] = ["blind", "random"];
+
+/// Every engineer against the first one, and against each of [`BASELINES`] that was
+/// run, per metric.
 pub fn paired(evals: &[EngineerEval], seed: Seed) -> Vec<PairedScore> {
     type Get = fn(&ContextScore) -> Option<f64>;
-    let metrics: [(&str, Get); 7] = [
+    let metrics: [(&str, Get); 8] = [
         ("parse", |r| Some(r.parsed as u8 as f64)),
         ("legal", |r| Some(r.legal as u8 as f64)),
         ("grounded", |r| {
-            (!r.claims.is_empty()).then_some(r.grounded as u8 as f64)
+            r.grounding_judged.then_some(r.grounded as u8 as f64)
         }),
         ("targeting", |r| r.targeting),
         ("preserve", |r| r.preserve),
+        ("acts", |r| r.acts.map(|a| a as u8 as f64)),
         ("direction", |r| r.direction),
         ("learnability", |r| r.learnability),
     ];
     let Some(first) = evals.first() else {
         return vec![];
     };
-    let mut out = Vec::new();
-    for e in &evals[1..] {
-        for (name, get) in metrics {
-            let d: Vec<f64> = first
-                .rows
-                .iter()
-                .zip(&e.rows)
-                .filter_map(|(a, b)| Some(100.0 * (get(b)? - get(a)?)))
-                .collect();
-            if d.is_empty() {
-                continue;
+    let mut against: Vec<&EngineerEval> = vec![first];
+    for b in BASELINES {
+        if let Some(e) = evals.iter().find(|e| e.engineer == b) {
+            if !against.iter().any(|a| a.engineer == e.engineer) {
+                against.push(e);
             }
-            let n = d.len();
-            let m = d.iter().sum::<f64>() / n as f64;
-            let mut rng = seed
-                .child(&format!("paired {} {name}", e.engineer), 0)
-                .rng();
-            let mut means: Vec<f64> = (0..10_000)
-                .map(|_| (0..n).map(|_| d[rng.random_range(0..n)]).sum::<f64>() / n as f64)
-                .collect();
-            means.sort_by(f64::total_cmp);
-            out.push(PairedScore {
-                engineer: e.engineer.clone(),
-                against: first.engineer.clone(),
-                metric: name.to_string(),
-                pairs: n,
-                diff: m,
-                low: means[249],
-                high: means[9_749],
-            });
+        }
+    }
+    let mut out = Vec::new();
+    for (j, base) in against.iter().enumerate() {
+        for e in evals.iter().filter(|e| e.engineer != base.engineer) {
+            for (name, get) in metrics {
+                let d: Vec<f64> = base
+                    .rows
+                    .iter()
+                    .zip(&e.rows)
+                    .filter_map(|(a, b)| Some(100.0 * (get(b)? - get(a)?)))
+                    .collect();
+                if d.is_empty() {
+                    continue;
+                }
+                let n = d.len();
+                let m = d.iter().sum::<f64>() / n as f64;
+                // Against the first engineer, the stream every earlier report used.
+                let purpose = if j == 0 {
+                    format!("paired {} {name}", e.engineer)
+                } else {
+                    format!("paired {} {name} against {}", e.engineer, base.engineer)
+                };
+                let mut rng = seed.child(&purpose, 0).rng();
+                let mut means: Vec<f64> = (0..10_000)
+                    .map(|_| (0..n).map(|_| d[rng.random_range(0..n)]).sum::<f64>() / n as f64)
+                    .collect();
+                means.sort_by(f64::total_cmp);
+                out.push(PairedScore {
+                    engineer: e.engineer.clone(),
+                    against: base.engineer.clone(),
+                    metric: name.to_string(),
+                    pairs: n,
+                    diff: m,
+                    low: means[249],
+                    high: means[9_749],
+                });
+            }
         }
     }
     out
@@ -309,13 +402,13 @@ pub fn render(r: &EvalReport) -> String {
     let _ = writeln!(
         s,
         "Engineer evaluation ({}; contexts: {}), % of contexts where each is defined \
-         (grounded: of the n rationales that claim something; –: never defined):",
+         (grounded: of the n decisions judged; –: never defined):",
         r.rules,
         r.sources.join(", ")
     );
     let _ = writeln!(
         s,
-        "{:<28} {:>8} {:>6} {:>6} {:>13} {:>10} {:>9} {:>10} {:>13}",
+        "{:<28} {:>8} {:>6} {:>6} {:>13} {:>10} {:>9} {:>6} {:>10} {:>13}",
         "engineer",
         "contexts",
         "parse",
@@ -323,6 +416,7 @@ pub fn render(r: &EvalReport) -> String {
         "grounded (n)",
         "targeting",
         "preserve",
+        "acts",
         "direction",
         "learnability"
     );
@@ -331,28 +425,34 @@ pub fn render(r: &EvalReport) -> String {
         let m = &e.summary;
         let _ = writeln!(
             s,
-            "{:<28} {:>8} {:>6.1} {:>6.1} {:>13} {:>10} {:>9} {:>10} {:>13}",
+            "{:<28} {:>8} {:>6.1} {:>6.1} {:>13} {:>10} {:>9} {:>6} {:>10} {:>13}",
             e.engineer,
             m.contexts,
             m.parse_pct,
             m.legal_pct,
-            format!("{} ({})", opt(m.grounded_pct), m.claiming_contexts),
+            format!("{} ({})", opt(m.grounded_pct), m.grounding_contexts),
             opt(m.targeting_pct),
             opt(m.preserve_pct),
+            opt(m.acts_pct),
             opt(m.direction_pct),
             opt(m.learnability_pct)
         );
     }
-    if !r.paired.is_empty() {
+    let mut bases: Vec<&str> = Vec::new();
+    for p in &r.paired {
+        if !bases.contains(&p.against.as_str()) {
+            bases.push(&p.against);
+        }
+    }
+    for base in bases {
         let _ = writeln!(
             s,
-            "\nPaired over contexts, points against {} [95% bootstrap]:",
-            r.paired[0].against
+            "\nPaired over contexts, points against {base} [95% bootstrap]:"
         );
-        for p in &r.paired {
+        for p in r.paired.iter().filter(|p| p.against == base) {
             let _ = writeln!(
                 s,
-                "  {:<26} {:<10} {:+7.1} [{:+.1}, {:+.1}] over {} contexts",
+                "  {:<26} {:<12} {:+7.1} [{:+.1}, {:+.1}] over {} contexts",
                 p.engineer, p.metric, p.diff, p.low, p.high, p.pairs
             );
         }
@@ -411,5 +511,93 @@ mod tests {
             weak > working && working > 0,
             "{weak} weak, {working} working"
         );
+    }
+
+    /// Rules v4's contexts are consistent with their stage: stage N shows N−1 designed
+    /// stages, chained configuration to configuration, the last one ending in the
+    /// configuration and evidence shown; only stage 1 reads "this is the first designed
+    /// stage". Their own draws (and so their truth) are v3's.
+    #[test]
+    fn v4_contexts_show_the_history_their_stage_implies() {
+        let v3 = synthetic(Seed::root(5), 60);
+        let v4 = synthetic_for(Rules::V4, Seed::root(5), 60);
+        let mut stages = BTreeSet::new();
+        for (a, b) in v3.iter().zip(&v4) {
+            let c = &b.context;
+            assert_eq!(truth(&a.context), truth(c));
+            assert_eq!((a.context.stage, &a.context.current), (c.stage, &c.current));
+            assert!(a.context.history.is_empty());
+            stages.insert(c.stage);
+            assert_eq!(c.history.len(), c.stage as usize - 1, "{}", b.id);
+            for (k, h) in c.history.iter().enumerate() {
+                assert_eq!(h.stage, k as u32 + 1);
+                if k > 0 {
+                    assert_eq!(h.previous, c.history[k - 1].config);
+                }
+            }
+            if let Some(last) = c.history.last() {
+                assert_eq!(last.config, c.current);
+                assert_eq!(last.validation, c.validation);
+            }
+            let text = crate::engineer::text::render(
+                c,
+                &Default::default(),
+                crate::engineer::text::TextRevision::all().last().unwrap(),
+            );
+            assert_eq!(
+                text.contains("none: this is the first designed stage"),
+                c.stage == 1,
+                "{text}"
+            );
+        }
+        assert_eq!(stages, BTreeSet::from([1, 2, 3, 4]));
+    }
+
+    /// The benchmark no blind rule passes (issue 51's target): under rules v4, `blind`
+    /// (more data, fewer holes, more waits on the sizes with the most failures) scores
+    /// at least 30 points of direction below answering each weak size's dominant failure
+    /// by the rule table, over 200 contexts; under v3 it scored as well as the table.
+    #[test]
+    fn blind_loses_direction_to_the_rule_table_under_v4() {
+        use crate::engineer::Engineer as _;
+        use crate::env::config::SizeProposal;
+        use crate::env::ConfigProposal;
+        let table = |ctx: &EngineerContext| {
+            let mut p = ConfigProposal::default();
+            for (&n, k) in &truth(ctx).weak {
+                let (Some(k), Some(c)) = (k, ctx.current.sizes.get(&n)) else {
+                    continue;
+                };
+                let mut sp = SizeProposal::default();
+                match answer(*k) {
+                    (Field::DataRatio, _) => sp.data_ratio = Some((c.data_ratio + 0.1).min(1.0)),
+                    (Field::HoleRatio, _) => sp.hole_ratio = Some((c.hole_ratio - 0.05).max(0.0)),
+                    (Field::WaitRatio, _) => sp.wait_ratio = Some((c.wait_ratio + 0.2).min(1.0)),
+                }
+                p.sizes.insert(n.to_string(), sp);
+            }
+            Decision {
+                proposal: Some(p),
+                ..Decision::default()
+            }
+        };
+        let direction = |rules: Rules, decide: &mut dyn FnMut(&EngineerContext) -> Decision| {
+            let contexts = synthetic_for(rules, Seed::root(0).child("contexts", 0), 200);
+            evaluate("x", &contexts, rules, &mut |_, c| decide(c), None)
+                .summary
+                .direction_pct
+                .unwrap()
+        };
+        let mut blind = crate::engineer::builtin::Blind;
+        let (b4, t4) = (
+            direction(Rules::V4, &mut |c| blind.decide(c)),
+            direction(Rules::V4, &mut |c| table(c)),
+        );
+        assert!(t4 - b4 >= 30.0, "v4: blind {b4:.1}%, rule table {t4:.1}%");
+        let (b3, t3) = (
+            direction(Rules::V3, &mut |c| blind.decide(c)),
+            direction(Rules::V3, &mut |c| table(c)),
+        );
+        assert!(b3 >= t3 - 5.0, "v3: blind {b3:.1}%, rule table {t3:.1}%");
     }
 }

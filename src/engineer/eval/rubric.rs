@@ -1,9 +1,9 @@
 //! The rubric of `ledger engineer eval`: what a decision is scored on, by rules
-//! written down and versioned.
+//! written down and versioned ([`Rules`]; change them only with a new version; results
+//! name the version they were scored under, and every version stays runnable with
+//! `engineer eval --rules`).
 //!
-//! The rules, written down and versioned ([`RULES_VERSION`]; change them only with a
-//! new version; v2 reads a failure-kind count only from a whole token, so an edit such
-//! as `holes -0.05` is no claim; v3 estimates learnability size by size):
+//! Common to every version:
 //! - a size is **weak** when its validation valid rate is below [`WEAK_BELOW`] %, and
 //!   **working** otherwise (the `heuristic` and `learnability` engineers use the same
 //!   80% line); its **dominant failure** is the kind with the most failures (ties: the
@@ -12,30 +12,52 @@
 //!   working sizes left unchanged (the paper's "preserve configurations that already
 //!   work"); a size is edited when one of its ratios changes at two decimals, or it is
 //!   added or dropped;
-//! - **direction**: per weak size with a dominant failure *that the decision edits*,
-//!   whether the field that answers the failure moved the way [`answer`] says (how
-//!   many weak sizes are edited at all is not direction's business: an engineer may
-//!   rightly change one size a stage): conflicts (vertex, edge) → more
-//!   coordination (`wait_ratio` up); holes → fewer holes (`hole_ratio` down); goals
-//!   not reached, plans too long, parse errors, illegal moves, wrong agent counts →
-//!   more practice at that size (`data_ratio` up);
-//! - **grounding**: the rationale is split into clauses (at `;` and line ends); a clause
-//!   that names a size (`10:`, `10x10`, `size 10`) and makes a claim about it (a
-//!   fraction `a/b`, a failure kind by its name, `valid P%`) is checked against that
-//!   size's evidence: the fraction must be its failed count or one kind's count over
-//!   its total, the kind must have failures there, the valid rate must match the
-//!   summary; a claim in a clause that names no size must hold for some size. A
-//!   rationale is grounded when every claim holds (rates count only rationales that
-//!   claim something);
+//! - the **rule table** ([`answer`]): conflicts (vertex, edge) → more coordination
+//!   (`wait_ratio` up); holes → fewer holes (`hole_ratio` down); goals not reached,
+//!   plans too long, parse errors, illegal moves, wrong agent counts → more practice at
+//!   that size (`data_ratio` up);
+//! - **claims**: the rationale is split into clauses (at `;` and line ends); a clause
+//!   that makes a claim (a fraction `a/b`, a failure kind by its name, `valid P%`) about
+//!   a size it names (`10:`, `10x10`, `size 10`) is checked against that size's
+//!   evidence: the fraction must be its failed count or one kind's count over its
+//!   total, the kind must have failures there, the valid rate must match the summary.
+//!   A kind's count is read only from a whole token (`holes -0.05` describes an edit);
 //! - **learnability** (with a reference policy): the policy's pass rate p on instances
 //!   drawn from the configuration the decision leads to, per probe instance, scored
 //!   4·mean p(1-p): highest when the stage would be neither solved nor hopeless
 //!   (GenEnv's α-curriculum, the `learnability` engineer's own criterion). Estimated
-//!   size by size ([`crate::engineer::probe::SizeProbe`]): [`super::PROBE_PER_SIZE`] instances of each
-//!   size drawn from its own settings with the context's seed for that size, common to
-//!   every engineer, [`super::PROBE_SAMPLES`] plans each, weighted by data ratio; so sizes two
-//!   engineers leave alike score the same for both and paired differences measure the
-//!   edits (v2 drew 24 instances from the whole configuration anew for each engineer).
+//!   size by size ([`crate::engineer::probe::SizeProbe`]): [`super::PROBE_PER_SIZE`]
+//!   instances of each size drawn from its own settings with the context's seed for
+//!   that size, common to every engineer, [`super::PROBE_SAMPLES`] plans each, weighted
+//!   by data ratio.
+//!
+//! **Rules v3** (`engineer-eval rules v3`):
+//! - **direction**: per weak size with a dominant failure *that the decision edits*,
+//!   whether the field that answers the failure moved the rule table's way (how many
+//!   weak sizes are edited is not direction's business);
+//! - **grounding**: a claim in a clause that names no size must hold for some size; a
+//!   rationale is grounded when every claim holds, and rates count only rationales
+//!   that claim something.
+//!
+//! v3 can be passed without reading: an engineer that raises data, lowers holes and
+//! raises waits on the sizes with the most failures (`blind`) moves every weak size's
+//! answering field the right way whatever its failure, and cites nothing.
+//!
+//! **Rules v4** (`engineer-eval rules v4`, the default):
+//! - **direction** is judged field by field: every ratio a decision moves on a size
+//!   that stays in the configuration is one move ([`FieldMove`]), *justified* when the
+//!   size's own breakdown holds failures that this field answers, in the direction the
+//!   rule table says, making at least [`MATERIAL_SHARE`] (a tenth) of the size's
+//!   failures. Direction is the share of moves that are justified,
+//!   so a move no failure of its size calls for counts against the decision. (Adding or
+//!   dropping a size moves no field; targeting judges it.)
+//! - **grounding**: a claim that names no size is not evidence (it does not hold). A
+//!   decision is judged when it claims something or edits a size, and grounded when
+//!   every claim holds *and* every edited size that has a breakdown line is cited: a
+//!   clause about it gives its failed/total and, when it has failures, a kind its line
+//!   holds ([`ContextScore::uncited`] lists the sizes that were not).
+//! - **acts**: on a context with a weak size, whether the decision edits anything; it
+//!   stands beside preserve, so doing nothing does not win.
 use crate::context::EngineerContext;
 use crate::engineer::Decision;
 use crate::env::config::SizeConfig;
@@ -45,8 +67,48 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The version of the scoring rules above (in every report).
-pub const RULES_VERSION: &str = "engineer-eval rules v3";
+/// A version of the scoring rules above.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Rules {
+    V3,
+    #[default]
+    V4,
+}
+
+impl Rules {
+    /// Every version, oldest first.
+    pub const ALL: [Rules; 2] = [Rules::V3, Rules::V4];
+
+    /// The name every report carries (`engineer-eval rules v4`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Rules::V3 => "engineer-eval rules v3",
+            Rules::V4 => "engineer-eval rules v4",
+        }
+    }
+}
+
+/// A rules version no one wrote.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("no engineer-eval rules {0:?} (known: v3, v4)")]
+pub struct UnknownRules(pub String);
+
+impl std::str::FromStr for Rules {
+    type Err = UnknownRules;
+    /// `v3`, `3`, `v4`, `4`, or the full name.
+    fn from_str(s: &str) -> Result<Rules, UnknownRules> {
+        let t = s.trim();
+        let t = t.strip_prefix("engineer-eval rules ").unwrap_or(t);
+        match t.strip_prefix('v').unwrap_or(t) {
+            "3" => Ok(Rules::V3),
+            "4" => Ok(Rules::V4),
+            _ => Err(UnknownRules(s.to_string())),
+        }
+    }
+}
+
+/// The name of the default rules (what `engineer eval` scores by).
+pub const RULES_VERSION: &str = "engineer-eval rules v4";
 
 /// Validation valid % below which a size is weak.
 pub const WEAK_BELOW: f64 = 80.0;
@@ -215,8 +277,8 @@ fn valid_rates_in(clause: &str) -> Vec<f64> {
         .collect()
 }
 
-/// Whether each claim of `rationale` holds in `ctx` (see the module's rules).
-pub fn claims(ctx: &EngineerContext, rationale: &str) -> Vec<Claim> {
+/// Whether each claim of `rationale` holds in `ctx` under `rules` (see the module doc).
+pub fn claims(ctx: &EngineerContext, rationale: &str, rules: Rules) -> Vec<Claim> {
     let size_holds =
         |n: u32, fractions: &[(u32, u32)], kinds: &[FailureKind], rates: &[f64]| -> bool {
             let f = failures_of(ctx, n as usize);
@@ -253,6 +315,8 @@ pub fn claims(ctx: &EngineerContext, rationale: &str) -> Vec<Claim> {
         let size = sizes_in(clause).first().copied();
         let holds = match size {
             Some(n) => sizes_known.contains(&n) && size_holds(n, &fractions, &kinds, &rates),
+            // v4: a claim about no size is not evidence.
+            None if rules >= Rules::V4 => false,
             None => sizes_known
                 .iter()
                 .any(|&n| size_holds(n, &fractions, &kinds, &rates)),
@@ -266,6 +330,27 @@ pub fn claims(ctx: &EngineerContext, rationale: &str) -> Vec<Claim> {
     out
 }
 
+/// Whether `rationale` cites size `n` as rules v4 asks: a clause naming `n` gives its
+/// failed/total and, when it has failures, a kind its breakdown line holds (in one
+/// clause or across clauses about `n`). A size without a breakdown line needs no
+/// citation (None).
+fn cited(ctx: &EngineerContext, rationale: &str, n: usize) -> Option<bool> {
+    let f = failures_of(ctx, n)?;
+    let failed: u32 = f.counts.iter().map(|c| c.1).sum();
+    let (mut fraction, mut kind) = (false, failed == 0);
+    for clause in rationale
+        .split([';', '\n'])
+        .map(str::trim)
+        .filter(|c| sizes_in(c).first() == Some(&(n as u32)))
+    {
+        fraction |= fractions_in(clause).contains(&(failed, f.total));
+        kind |= kinds_in(clause)
+            .iter()
+            .any(|k| f.counts.iter().any(|c| c.0 == *k && c.1 > 0));
+    }
+    Some(fraction && kind)
+}
+
 // ---- scoring ----
 
 /// One decision, scored.
@@ -276,17 +361,31 @@ pub struct ContextScore {
     pub parsed: bool,
     /// It projects onto the legal ranges with nothing clipped and no key refused.
     pub legal: bool,
-    /// Every claim of the rationale holds ([`claims`]).
+    /// Whether grounding judges this decision: v3, when the rationale claims
+    /// something; v4, also when the decision edits a size.
+    pub grounding_judged: bool,
+    /// Every claim of the rationale holds ([`claims`]), and (v4) every edited size is
+    /// cited.
     pub grounded: bool,
     pub claims: Vec<Claim>,
+    /// v4: edited sizes with a breakdown line that the rationale does not cite with
+    /// their failed/total and a kind their line holds.
+    pub uncited: Vec<usize>,
     /// Sizes the applied configuration changes.
     pub edited: Vec<usize>,
     /// Share of edited sizes that are weak (None: nothing edited).
     pub targeting: Option<f64>,
     /// Share of working sizes left alone (None: no working size).
     pub preserve: Option<f64>,
-    /// Share of the edited weak sizes (with a recorded failure) whose answering field
-    /// moved the rule's way (None: no such size edited).
+    /// On a context with a weak size, whether the decision edits anything (None: every
+    /// size works, so doing nothing may be right).
+    pub acts: Option<bool>,
+    /// Every ratio the decision moves on a size it keeps, and whether the size's
+    /// failures justify it (rules v4's direction).
+    pub moves: Vec<FieldMove>,
+    /// v3: the share of edited weak sizes (with a recorded failure) whose answering
+    /// field moved the rule's way. v4: the share of moves that are justified. None:
+    /// nothing to judge.
     pub direction: Option<f64>,
     /// The reference policy's learnability on instances drawn from the configuration
     /// the decision leads to: 4·mean p(1-p) over probe instances (1 when every instance
@@ -296,6 +395,34 @@ pub struct ContextScore {
     pub pass_rate: Option<f64>,
     pub truth: Truth,
     pub rationale: String,
+}
+
+/// Rules v4: the share of a size's failures the failures a field answers must make for
+/// a move of that field to be justified (a stray failure among many of another kind
+/// calls for no edit; with any failure at all, `blind` kept 70.5% direction against the
+/// rule table's 100% on the default 200 contexts).
+pub const MATERIAL_SHARE: f64 = 0.1;
+
+/// How many of a size's failures `field` moved `up` (or down) answers by the rule table.
+fn answered(f: Option<&SizeFailures>, field: Field, up: bool) -> u32 {
+    f.map_or(0, |f| {
+        f.counts
+            .iter()
+            .filter(|c| answer(c.0) == (field, up))
+            .map(|c| c.1)
+            .sum()
+    })
+}
+
+/// One ratio a decision moved on a size it kept.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct FieldMove {
+    pub size: usize,
+    pub field: Field,
+    pub up: bool,
+    /// The size's failures that this field answers in this direction are at least
+    /// [`MATERIAL_SHARE`] of its failures.
+    pub justified: bool,
 }
 
 /// The configuration a decision leads to (the current one when nothing usable was
@@ -315,8 +442,8 @@ pub fn applied(ctx: &EngineerContext, decision: &Decision) -> (GeneratorConfig, 
     }
 }
 
-/// Score `decision`, made for `ctx`.
-pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision) -> ContextScore {
+/// Score `decision`, made for `ctx`, under `rules`.
+pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision, rules: Rules) -> ContextScore {
     let truth = truth(ctx);
     let parsed = decision.proposal.is_some() && decision.error.is_none();
     let (applied, legal) = applied(ctx, decision);
@@ -347,38 +474,81 @@ pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision) -> ContextSco
         truth.working.iter().filter(|n| !edited.contains(n)).count() as f64
             / truth.working.len() as f64
     });
-    let answerable: Vec<(usize, FailureKind)> = truth
-        .weak
-        .iter()
-        .filter(|(n, _)| edited.contains(n))
-        .filter_map(|(&n, k)| Some((n, (*k)?)))
-        .collect();
-    let direction = (!answerable.is_empty()).then(|| {
-        let right = answerable
-            .iter()
-            .filter(|(n, k)| {
-                let (field, up) = answer(*k);
-                match (ctx.current.sizes.get(n), applied.sizes.get(n)) {
-                    (Some(a), Some(b)) => {
-                        let (x, y) = (field.of(a), field.of(b));
-                        changed(x, y) && ((y > x) == up)
-                    }
-                    _ => false,
-                }
+    let mut moves = Vec::new();
+    for &n in &edited {
+        let (Some(a), Some(b)) = (ctx.current.sizes.get(&n), applied.sizes.get(&n)) else {
+            continue;
+        };
+        let f = failures_of(ctx, n);
+        let failed: u32 = f.map_or(0, |f| f.counts.iter().map(|c| c.1).sum());
+        for field in [Field::DataRatio, Field::HoleRatio, Field::WaitRatio] {
+            let (x, y) = (field.of(a), field.of(b));
+            if changed(x, y) {
+                let up = y > x;
+                moves.push(FieldMove {
+                    size: n,
+                    field,
+                    up,
+                    justified: answered(f, field, up) as f64 >= MATERIAL_SHARE * failed as f64
+                        && answered(f, field, up) > 0,
+                });
+            }
+        }
+    }
+    let direction = match rules {
+        Rules::V3 => {
+            let answerable: Vec<(usize, FailureKind)> = truth
+                .weak
+                .iter()
+                .filter(|(n, _)| edited.contains(n))
+                .filter_map(|(&n, k)| Some((n, (*k)?)))
+                .collect();
+            (!answerable.is_empty()).then(|| {
+                let right = answerable
+                    .iter()
+                    .filter(|(n, k)| {
+                        let (field, up) = answer(*k);
+                        match (ctx.current.sizes.get(n), applied.sizes.get(n)) {
+                            (Some(a), Some(b)) => {
+                                let (x, y) = (field.of(a), field.of(b));
+                                changed(x, y) && ((y > x) == up)
+                            }
+                            _ => false,
+                        }
+                    })
+                    .count();
+                right as f64 / answerable.len() as f64
             })
-            .count();
-        right as f64 / answerable.len() as f64
-    });
-    let claims = claims(ctx, &decision.rationale);
+        }
+        Rules::V4 => (!moves.is_empty())
+            .then(|| moves.iter().filter(|m| m.justified).count() as f64 / moves.len() as f64),
+    };
+    let claims = claims(ctx, &decision.rationale, rules);
+    let (grounding_judged, uncited) = match rules {
+        Rules::V3 => (!claims.is_empty(), vec![]),
+        Rules::V4 => (
+            !claims.is_empty() || !edited.is_empty(),
+            edited
+                .iter()
+                .copied()
+                .filter(|&n| cited(ctx, &decision.rationale, n) == Some(false))
+                .collect(),
+        ),
+    };
+    let acts = (!truth.weak.is_empty()).then_some(!edited.is_empty());
     ContextScore {
         context: id.to_string(),
         parsed,
         legal,
-        grounded: claims.iter().all(|c| c.holds),
+        grounding_judged,
+        grounded: grounding_judged && claims.iter().all(|c| c.holds) && uncited.is_empty(),
         claims,
+        uncited,
         edited,
         targeting,
         preserve,
+        acts,
+        moves,
         direction,
         learnability: None,
         pass_rate: None,
@@ -393,12 +563,17 @@ pub struct Summary {
     pub contexts: usize,
     pub parse_pct: f64,
     pub legal_pct: f64,
-    /// Contexts whose rationale made at least one checkable claim, and the share of
-    /// those whose every claim holds (None: no rationale claimed anything).
+    /// Contexts whose rationale made at least one checkable claim.
     pub claiming_contexts: usize,
+    /// Contexts grounding judges ([`ContextScore::grounding_judged`]: v3, the claiming
+    /// ones; v4, also those that edit a size), and the share of them that are grounded
+    /// (None: none judged).
+    pub grounding_contexts: usize,
     pub grounded_pct: Option<f64>,
     pub targeting_pct: Option<f64>,
     pub preserve_pct: Option<f64>,
+    /// Of the contexts with a weak size, the share where the decision edits anything.
+    pub acts_pct: Option<f64>,
     pub direction_pct: Option<f64>,
     /// Mean learnability score (%), with `--reference`.
     pub learnability_pct: Option<f64>,
@@ -418,19 +593,19 @@ pub fn summarise(rows: &[ContextScore]) -> Summary {
         parse_pct: pct(&|r| r.parsed),
         legal_pct: pct(&|r| r.legal),
         claiming_contexts: rows.iter().filter(|r| !r.claims.is_empty()).count(),
+        grounding_contexts: rows.iter().filter(|r| r.grounding_judged).count(),
         grounded_pct: mean(
             rows.iter()
-                .filter(|r| !r.claims.is_empty())
+                .filter(|r| r.grounding_judged)
                 .map(|r| r.grounded as u8 as f64),
         ),
         targeting_pct: mean(rows.iter().filter_map(|r| r.targeting)),
         preserve_pct: mean(rows.iter().filter_map(|r| r.preserve)),
+        acts_pct: mean(rows.iter().filter_map(|r| r.acts.map(|a| a as u8 as f64))),
         direction_pct: mean(rows.iter().filter_map(|r| r.direction)),
         learnability_pct: mean(rows.iter().filter_map(|r| r.learnability)),
     }
 }
-
-/// One engineer over every context.
 
 #[cfg(test)]
 mod tests {
@@ -502,36 +677,48 @@ mod tests {
         }
     }
 
+    fn score3(id: &str, c: &EngineerContext, d: &Decision) -> ContextScore {
+        score(id, c, d, Rules::V3)
+    }
+
+    fn score4(c: &EngineerContext, json: &str, rationale: &str) -> ContextScore {
+        score("v4", c, &decision(json, rationale), Rules::V4)
+    }
+
     #[test]
     fn the_demo_rationale_is_not_grounded_and_a_true_one_is() {
         let c = ctx();
         let lie = claims(
             &c,
             "10: 17/20 failed, mostly goal_not_reached; 9: 16/20 failed, mostly goal_not_reached",
+            Rules::V3,
         );
         assert_eq!(lie.len(), 2);
         assert!(lie.iter().all(|x| !x.holds), "{lie:?}");
-        let truth = claims(&c, "10: 6/20 failed, mostly hole; 9x9: vertex_conflict 3 of its 5 failures; size 8 valid 95%");
+        let truth = claims(&c, "10: 6/20 failed, mostly hole; 9x9: vertex_conflict 3 of its 5 failures; size 8 valid 95%", Rules::V3);
         assert!(truth.iter().all(|x| x.holds), "{truth:?}");
         assert_eq!(truth.len(), 3);
         // A size the context does not have cannot be the subject of evidence.
-        assert!(!claims(&c, "7: 3/20 failed")[0].holds);
+        assert!(!claims(&c, "7: 3/20 failed", Rules::V3)[0].holds);
         // Describing an edit is not a claim.
-        assert!(claims(&c, "10x10: more holes and coordination").is_empty());
-        assert!(claims(&c, "8x8: holes -0.05 (pass 0.46)").is_empty());
-        assert!(claims(&c, "9: hole 2, vertex_conflict 3")[0].holds);
-        assert!(!claims(&c, "8: vertex_conflict 2")[0].holds, "8 has none");
+        assert!(claims(&c, "10x10: more holes and coordination", Rules::V3).is_empty());
+        assert!(claims(&c, "8x8: holes -0.05 (pass 0.46)", Rules::V3).is_empty());
+        assert!(claims(&c, "9: hole 2, vertex_conflict 3", Rules::V3)[0].holds);
+        assert!(
+            !claims(&c, "8: vertex_conflict 2", Rules::V3)[0].holds,
+            "8 has none"
+        );
     }
 
     #[test]
-    fn targeting_preserve_and_direction_follow_the_rules() {
+    fn targeting_preserve_and_direction_follow_the_v3_rules() {
         let c = ctx();
         let t = truth(&c);
         assert_eq!(t.working, BTreeSet::from([8]));
         assert_eq!(t.weak[&9], Some(FailureKind::VertexConflict));
         assert_eq!(t.weak[&10], Some(FailureKind::Hole));
         // Answers both: wait up on 9, holes down on 10, 8 untouched.
-        let good = score(
+        let good = score3(
             "g",
             &c,
             &decision(
@@ -545,7 +732,7 @@ mod tests {
             (Some(1.0), Some(1.0), Some(1.0))
         );
         // The demo's decision: size 10's wait ratio cut from 0.44 to 0.04, and 8 edited.
-        let bad = score(
+        let bad = score3(
             "b",
             &c,
             &decision(
@@ -558,13 +745,13 @@ mod tests {
             (Some(0.5), Some(0.0), Some(0.0))
         );
         // Clipped values are not legal; no proposal parses to nothing.
-        let clipped = score(
+        let clipped = score3(
             "c",
             &c,
             &decision(r#"{"sizes": {"9": {"wait_ratio": 1.7}}}"#, ""),
         );
         assert!(clipped.parsed && !clipped.legal);
-        let none = score(
+        let none = score3(
             "n",
             &c,
             &Decision {
@@ -573,5 +760,100 @@ mod tests {
             },
         );
         assert!(!none.parsed && !none.legal && none.targeting.is_none());
+    }
+
+    /// Rules v4 judge each moved field by its own size's failures, so the rule that
+    /// reads no failure kind (`blind`: more data, fewer holes, more waits on the sizes
+    /// with the most failures) loses direction that the rule table's answer keeps.
+    #[test]
+    fn v4_direction_credits_only_moves_a_failure_of_that_size_calls_for() {
+        let c = ctx();
+        // The rule table's answer to each weak size's dominant failure.
+        let table = score4(
+            &c,
+            r#"{"sizes": {"9": {"wait_ratio": 0.6}, "10": {"hole_ratio": 0.05}}}"#,
+            "",
+        );
+        assert_eq!(table.direction, Some(1.0));
+        assert_eq!(table.moves.len(), 2);
+        // Blind: all three fields on 9 and 10. 9 holds holes and vertex conflicts (no
+        // data failure); 10 holds parse errors, holes and a vertex conflict: 5 of 6.
+        let blind = score4(
+            &c,
+            r#"{"sizes": {"9": {"data_ratio": 0.5, "hole_ratio": 0.05, "wait_ratio": 0.6},
+                          "10": {"data_ratio": 0.5, "hole_ratio": 0.05, "wait_ratio": 0.6}}}"#,
+            "",
+        );
+        assert_eq!(blind.moves.len(), 6);
+        let unjustified: Vec<(usize, Field)> = blind
+            .moves
+            .iter()
+            .filter(|m| !m.justified)
+            .map(|m| (m.size, m.field))
+            .collect();
+        assert_eq!(unjustified, vec![(9, Field::DataRatio)]);
+        assert_eq!(blind.direction, Some(5.0 / 6.0));
+        // A move against the table (waits down on conflicts) is not justified; v3 did
+        // not look at fields other than the dominant failure's.
+        let wrong = score4(&c, r#"{"sizes": {"9": {"wait_ratio": 0.1}}}"#, "");
+        assert_eq!(wrong.direction, Some(0.0));
+        // Nothing moved: direction undefined, and with a weak size, no act.
+        let idle = score4(&c, r#"{}"#, "");
+        assert_eq!((idle.direction, idle.acts), (None, Some(false)));
+        assert_eq!(table.acts, Some(true));
+    }
+
+    /// Rules v4 ground a decision only when every edited size is cited with its
+    /// failed/total and a kind its breakdown line holds; a claim naming no size is not
+    /// evidence, and an edit without a rationale is judged (not grounded).
+    #[test]
+    fn v4_grounding_requires_every_edited_size_cited() {
+        let c = ctx();
+        let edit = r#"{"sizes": {"9": {"wait_ratio": 0.6}, "10": {"hole_ratio": 0.05}}}"#;
+        let full = score4(
+            &c,
+            edit,
+            "9: 5/20 failed, mostly vertex_conflict; 10: 6/20 failed, mostly hole",
+        );
+        assert!(full.grounding_judged && full.grounded, "{full:?}");
+        assert!(full.uncited.is_empty());
+        // Size 10 edited but not cited.
+        let half = score4(&c, edit, "9: 5/20 failed, mostly vertex_conflict");
+        assert!(half.grounding_judged && !half.grounded);
+        assert_eq!(half.uncited, vec![10]);
+        // The fraction without a kind is not a citation of a size that failed.
+        let no_kind = score4(&c, edit, "9: 5/20 failed; 10: 6/20 failed");
+        assert_eq!(no_kind.uncited, vec![9, 10]);
+        // A true claim naming no size: not evidence under v4, evidence under v3.
+        let sizeless = "mostly vertex_conflict";
+        assert!(!claims(&c, sizeless, Rules::V4)[0].holds);
+        assert!(claims(&c, sizeless, Rules::V3)[0].holds);
+        // Edits with no rationale: v4 judges them (not grounded), v3 does not.
+        let silent = score4(&c, edit, "");
+        assert!(silent.grounding_judged && !silent.grounded);
+        let silent3 = score3("s", &c, &decision(edit, ""));
+        assert!(!silent3.grounding_judged);
+        // Doing nothing and saying nothing is not judged.
+        assert!(!score4(&c, "{}", "").grounding_judged);
+        let rows = [full, half, silent];
+        let m = summarise(&rows);
+        assert_eq!(m.grounding_contexts, 3);
+        assert!((m.grounded_pct.unwrap() - 100.0 / 3.0).abs() < 1e-9);
+        assert_eq!(m.acts_pct, Some(100.0));
+    }
+
+    #[test]
+    fn rules_versions_parse_by_number_or_name() {
+        for r in Rules::ALL {
+            assert_eq!(r.name().parse::<Rules>().unwrap(), r);
+        }
+        assert_eq!("4".parse::<Rules>().unwrap(), Rules::V4);
+        assert_eq!("v3".parse::<Rules>().unwrap(), Rules::V3);
+        assert!("v9"
+            .parse::<Rules>()
+            .unwrap_err()
+            .to_string()
+            .contains("\"v9\""));
+        assert_eq!(Rules::default().name(), RULES_VERSION);
     }
 }

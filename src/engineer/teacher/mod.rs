@@ -141,7 +141,7 @@ mod tests {
     /// sizes alone.
     #[test]
     fn revision_2_answers_the_evidence() {
-        use crate::engineer::eval::{score, summarise};
+        use crate::engineer::eval::{score, summarise, Rules};
         let mut rows = [Vec::new(), Vec::new()];
         for (r, text) in [rev(1), rev(2)].into_iter().enumerate() {
             let spec = TeacherSpec { text, ..spec() };
@@ -151,7 +151,7 @@ mod tests {
                 let mut d = crate::engineer::Decision::default();
                 crate::engineer::reply::read_reply(&mut d, &reply, vec![], text);
                 assert!(d.proposal.is_some(), "{reply}");
-                rows[r].push(score(&format!("{i}"), &ctx, &d));
+                rows[r].push(score(&format!("{i}"), &ctx, &d, Rules::V3));
             }
         }
         let (old, new) = (summarise(&rows[0]), summarise(&rows[1]));
@@ -300,7 +300,7 @@ mod tests {
     /// targeted and directed as revision 2.
     #[test]
     fn revision_3_copies_the_weakest_lines_first() {
-        use crate::engineer::eval::{score, summarise};
+        use crate::engineer::eval::{score, summarise, Rules};
         use crate::engineer::text::Trimmed;
         let spec = TeacherSpec {
             text: rev(3),
@@ -322,7 +322,7 @@ mod tests {
                 let added = !ctx.current.sizes.contains_key(&n.parse::<usize>().unwrap());
                 assert!(named == 1 || (added && named == 3), "{reply}");
             }
-            rows.push(score(&format!("{i}"), &ctx, &d));
+            rows.push(score(&format!("{i}"), &ctx, &d, Rules::V3));
             if ctx.failures.sizes.is_empty() || reply.starts_with("Every") {
                 continue;
             }
