@@ -134,3 +134,108 @@ fn engineer_rl_needs_a_language_model() {
     fails(&o, 2, "engineer.train");
     assert!(!t.path().join("l").exists(), "nothing created");
 }
+
+/// Issue 51, item 4: with `after_evaluation = true` the engineer steps cannot perturb
+/// the planner the stage is judged by. The stage's evaluations are event for event
+/// those of the same plan without engineer RL (same checkpoint, cells and outcomes),
+/// the engineer steps start from that checkpoint, and the stage's final checkpoint,
+/// which the next stage takes up, is the model after them. (In the default order the
+/// evaluated checkpoint is the one after the engineer steps: `engineer_rl_is_recorded_
+/// replayed_and_audited`.)
+#[test]
+fn engineer_steps_after_evaluation_leave_the_stage_evaluation_alone() {
+    let t = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(PLAN).unwrap();
+    assert!(text.contains("enabled = true\n"));
+    let run = |name: &str, train: &str| {
+        let plan = t.path().join(format!("{name}.toml"));
+        std::fs::write(&plan, text.replace("enabled = true\n", train)).unwrap();
+        let dir = t.path().join(name);
+        ok(&ledger(&dir, &["init", "--plan", plan.to_str().unwrap()]));
+        ok(&ledger(&dir, &["run", "--quiet"]));
+        dir
+    };
+    let isolated = run(
+        "isolated",
+        "enabled = true\nafter_evaluation = true\nrules = 4\n",
+    );
+    let plain = run("plain", "enabled = false\n");
+    let stage1 = |dir: &std::path::Path| {
+        let l = Ledger::open_read_only(dir).unwrap();
+        l.history("main")
+            .unwrap()
+            .into_iter()
+            .filter(|(_, e)| e.stage == 1)
+            .map(|(_, e)| e.body)
+            .collect::<Vec<_>>()
+    };
+    let evaluations = |events: &[EventBody]| {
+        events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    EventBody::Evaluation(_)
+                        | EventBody::EvaluationOutcomes(_)
+                        | EventBody::FailureBreakdown(_)
+                )
+            })
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (stage1(&isolated), stage1(&plain));
+    assert!(!evaluations(&a).is_empty());
+    assert_eq!(
+        evaluations(&a),
+        evaluations(&b),
+        "the stage is judged on its plan steps alone"
+    );
+    // Order: checkpoint, evaluation, engineer steps, final checkpoint, completion.
+    let kinds: Vec<&str> = a
+        .iter()
+        .map(|e| match e {
+            EventBody::CheckpointSaved(_) => "checkpoint",
+            EventBody::Evaluation(_) => "evaluation",
+            EventBody::EngineerTraining(_) => "engineer",
+            EventBody::StageCompleted(_) => "completed",
+            _ => "",
+        })
+        .filter(|k| !k.is_empty())
+        .collect();
+    let first_engineer = kinds.iter().position(|k| *k == "engineer").unwrap();
+    let last_evaluation = kinds.iter().rposition(|k| *k == "evaluation").unwrap();
+    assert!(last_evaluation < first_engineer, "{kinds:?}");
+    assert_eq!(
+        &kinds[kinds.len() - 2..],
+        ["checkpoint", "completed"],
+        "{kinds:?}"
+    );
+    // The engineer steps start from the evaluated checkpoint's parameters, and the
+    // stage's checkpoint (what stage 2 and its `current` engineer start from) is the
+    // model after them.
+    let saved: Vec<Hash> = a
+        .iter()
+        .filter_map(|e| match e {
+            EventBody::CheckpointSaved(c) => Some(c.params),
+            _ => None,
+        })
+        .collect();
+    let engineer: Vec<Hash> = a
+        .iter()
+        .filter_map(|e| match e {
+            EventBody::EngineerTraining(t) => Some(t.params),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(engineer.len(), 2);
+    assert_eq!(saved.last(), engineer.last());
+    let l = Ledger::open_read_only(&isolated).unwrap();
+    let state = l.state_at(&l.head("main").unwrap()).unwrap();
+    assert_eq!(
+        Some(state.stage(1).unwrap().checkpoint.unwrap().1),
+        engineer.last().copied()
+    );
+    drop(l);
+    let replay = ok(&ledger(&isolated, &["replay", "--verify", "--stage", "1"]));
+    assert!(replay.contains("every hash matches"), "{replay}");
+}

@@ -1,6 +1,8 @@
 //! Engineer RL, the trained trainer (`[engineer.train]`, or an engineer spec ending in
 //! `+engineer-rl`): after a stage's plan steps, GRPO steps on engineer prompts, so the
-//! policy that will design the next stage (`current`) learns to design.
+//! policy that will design the next stage (`current`) learns to design. With
+//! `after_evaluation = true` they run after the stage's evaluation, so they cannot move
+//! the planner the stage is judged by; the next stage takes them up.
 //!
 //! One step, top to bottom ([`step`]):
 //! 1. the contexts ([`contexts`]): the stage's own (what its engineer read), then
@@ -16,7 +18,8 @@
 //!      their edits, not probe noise; 0 when nothing usable was proposed),
 //!    - `format_weight` if the proposal parses and is legal as written,
 //!    - `grounding_weight` if the rationale makes a checkable claim and every claim
-//!      holds (`ledger engineer eval`'s rules);
+//!      holds (`ledger engineer eval`'s rules, the version `[engineer.train] rules`
+//!      names: under v4 every edited size must be cited too);
 //! 4. group-normalised advantages and the plan steps' clipped objective
 //!    ([`grpo::clipped_loss`]: the plan's clip, entropy and KL settings; the KL
 //!    reference is the frozen base under LoRA and none otherwise), a token mean over
@@ -48,6 +51,9 @@ pub struct Settings {
     pub max_prompt_tokens: u32,
     /// The plan's engineer text revision.
     pub text: super::text::TextRevision,
+    /// The rules the grounding term and the synthetic contexts follow (the plan's
+    /// `[engineer.train] rules`).
+    pub rules: eval::Rules,
 }
 
 /// One scored reply.
@@ -78,17 +84,18 @@ pub struct StepOutcome {
 }
 
 /// The contexts of step `step`: the stage's own (`own`, labelled `stageN`), then
-/// `prompts - 1` synthetic ones drawn from `seed` for this step, shown with the same
-/// context modules as the stage's own.
+/// `prompts - 1` synthetic ones drawn from `seed` for this step as `rules` draw them,
+/// shown with the same context modules as the stage's own.
 pub fn contexts(
     own: &EngineerContext,
     cfg: &EngineerTrain,
+    rules: eval::Rules,
     seed: Seed,
     step: u64,
 ) -> Vec<(String, EngineerContext)> {
     let mut out = vec![(format!("stage{}", own.stage), own.clone())];
     let extra = cfg.prompts.saturating_sub(1) as usize;
-    for c in eval::synthetic(seed.child("contexts", step), extra) {
+    for c in eval::synthetic_for(rules, seed.child("contexts", step), extra) {
         let mut ctx = c.context;
         ctx.modules = own.modules.clone();
         ctx.max_size = own.max_size;
@@ -161,8 +168,7 @@ pub fn step(
         let text = lm.decode(&g.tokens);
         let mut d = Decision::default();
         reply::read_reply(&mut d, &text, vec![], s.text);
-        // Rules v3, as every engineer-RL ledger so far was recorded under.
-        let score = eval::score(id, ctx, &d, eval::Rules::V3);
+        let score = eval::score(id, ctx, &d, s.rules);
         let grounded = !score.claims.is_empty() && score.grounded;
         let probed = if score.parsed {
             probes[i].probe(state.policy.as_ref(), &eval::applied(ctx, &d).0)
@@ -281,8 +287,8 @@ mod tests {
             ..EngineerTrain::default()
         };
         let seed = Seed::root(9).child("engineer-rl", 0);
-        let a = contexts(&own, &cfg, seed, 0);
-        let b = contexts(&own, &cfg, seed, 1);
+        let a = contexts(&own, &cfg, eval::Rules::V3, seed, 0);
+        let b = contexts(&own, &cfg, eval::Rules::V3, seed, 1);
         assert_eq!(a.len(), 3);
         assert_eq!(a[0].1, own);
         assert_ne!(a[1].1, b[1].1);

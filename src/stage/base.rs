@@ -184,7 +184,7 @@ impl Pipeline<'_> {
         let validation = finish_stage(
             &mut rec,
             0,
-            &ts,
+            &mut ts,
             (&self.val, &self.test),
             (
                 self.plan.train.metric,
@@ -193,6 +193,7 @@ impl Pipeline<'_> {
             ),
             cfg.steps,
             &mut phases,
+            None,
         )?;
         progress.stage_end(0, &validation);
         Ok(true)

@@ -62,12 +62,18 @@ impl Pipeline<'_> {
         let on = spec.engineer_rl || train.as_ref().is_some_and(|t| t.enabled);
         let lm = &self.plan.lm;
         let text = crate::engineer::text::TextRevision::of_plan(&self.plan)?;
-        Ok(on.then(|| crate::engineer::rl::Settings {
-            train: train.unwrap_or_default(),
+        if !on {
+            return Ok(None);
+        }
+        let train = train.unwrap_or_default();
+        let rules = crate::engineer::eval::Rules::of(train.rules)?;
+        Ok(Some(crate::engineer::rl::Settings {
+            train,
             grpo: self.plan.grpo.clone(),
             sampling: lm.engineer_sampling(),
             max_prompt_tokens: lm.engineer_prompt_tokens,
             text,
+            rules,
         }))
     }
 

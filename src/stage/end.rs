@@ -43,19 +43,27 @@ pub(super) fn durable_checkpoint(
     Ok(stop.load(Ordering::SeqCst))
 }
 
-/// The end of every stage, as one durable batch: the final checkpoint, evaluation on
-/// both suites, the failure breakdown and the completion event, whose metadata holds
-/// `phases` as the stage's timing (its wall time ends there; the batch's commit after
-/// it is not counted). Returns the validation table.
+/// Work a stage does after its evaluation and before it completes (engineer RL with
+/// `after_evaluation`): it may change the training state, which is then saved as the
+/// stage's final checkpoint.
+pub(super) type AfterEvaluation<'a> =
+    &'a mut dyn FnMut(&mut Recorder<'_>, &mut TrainState, &mut Phases) -> Result<(), StageError>;
+
+/// The end of every stage, as one durable batch: the checkpoint, evaluation of it on
+/// both suites, the failure breakdown, then `after` (if any) and a final checkpoint of
+/// what it trained, and the completion event naming the last checkpoint, whose
+/// metadata holds `phases` as the stage's timing (its wall time ends there; the batch's
+/// commit after it is not counted). Returns the validation table.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn finish_stage(
     rec: &mut Recorder<'_>,
     stage: u32,
-    ts: &TrainState,
+    ts: &mut TrainState,
     (val, test): (&Suite, &Suite),
     (metric, eval_batch, keep_plans): (crate::env::CostMetric, usize, bool),
     steps: u64,
     phases: &mut Phases,
+    after: Option<AfterEvaluation<'_>>,
 ) -> Result<ResultTable, StageError> {
     let ckpt = phases.time(phase::CHECKPOINTING, || checkpoint(rec, ts, stage))?;
     phases.begin(phase::EVALUATION);
@@ -71,6 +79,13 @@ pub(super) fn finish_stage(
     );
     phases.end();
     let validation = validation?;
+    let ckpt = match after {
+        Some(work) => {
+            work(rec, ts, phases)?;
+            phases.time(phase::CHECKPOINTING, || checkpoint(rec, ts, stage))?
+        }
+        None => ckpt,
+    };
     let timing = phases.timing();
     rec.push_with(
         stage,

@@ -67,6 +67,8 @@ pub enum StageError {
     Engineer(#[from] crate::engineer::EngineerNameError),
     #[error("the ledger's plan: {0}")]
     Text(#[from] crate::engineer::text::UnknownRevision),
+    #[error("the ledger's plan: [engineer.train] rules: {0}")]
+    Rules(#[from] crate::engineer::eval::UnknownRules),
     #[error("recorded history disagrees with recomputation: {0}")]
     Diverged(String),
     /// A stage the run needs a checkpoint of has none (its own error, not a divergence:

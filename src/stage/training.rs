@@ -165,26 +165,51 @@ impl Pipeline<'_> {
 
         // 4. Engineer RL, when this branch trains its engineer: steps on engineer prompts
         //    after the plan steps, durable with the stage's end (a crash before it
-        //    recomputes them from the last durable checkpoint, bit for bit).
-        if let Some((settings, own)) = &engineer_rl {
-            phases.time(phase::ENGINEER_RL, || {
-                train_engineer(
-                    &mut rec,
-                    &mut ts,
-                    settings,
-                    own,
-                    seed.child("engineer-rl", 0),
-                    n,
-                    host.progress,
-                )
-            })?;
+        //    recomputes them from the last durable checkpoint, bit for bit). Before the
+        //    evaluation, or (`after_evaluation`) after it, so that the stage is judged on
+        //    its plan steps alone and the next stage takes the engineer steps up.
+        let (before, after) = match &engineer_rl {
+            Some(rl) if rl.0.train.after_evaluation => (None, Some(rl)),
+            rl => (rl.as_ref(), None),
+        };
+        let engineer_steps =
+            |rec: &mut Recorder<'_>,
+             ts: &mut TrainState,
+             phases: &mut Phases,
+             progress: &mut dyn Progress,
+             (settings, own): &(crate::engineer::rl::Settings, EngineerContext)| {
+                phases.time(phase::ENGINEER_RL, || {
+                    train_engineer(
+                        rec,
+                        ts,
+                        settings,
+                        own,
+                        seed.child("engineer-rl", 0),
+                        n,
+                        progress,
+                    )
+                })
+            };
+        if let Some(rl) = before {
+            engineer_steps(&mut rec, &mut ts, &mut phases, host.progress, rl)?;
         }
 
         // 5. Evaluate, summarise, complete.
+        let progress = host.progress;
+        let mut hook;
+        let after: Option<super::end::AfterEvaluation<'_>> = match after {
+            Some(rl) => {
+                hook = |rec: &mut Recorder<'_>, ts: &mut TrainState, phases: &mut Phases| {
+                    engineer_steps(rec, ts, phases, &mut *progress, rl)
+                };
+                Some(&mut hook)
+            }
+            None => None,
+        };
         let validation = finish_stage(
             &mut rec,
             n,
-            &ts,
+            &mut ts,
             (&self.val, &self.test),
             (
                 self.plan.train.metric,
@@ -193,6 +218,7 @@ impl Pipeline<'_> {
             ),
             cfg.steps,
             &mut phases,
+            after,
         )?;
         progress.stage_end(n, &validation);
         Ok(true)
@@ -217,7 +243,7 @@ fn train_engineer(
         ts.set_lr(lr);
     }
     for k in 0..steps {
-        let contexts = rl::contexts(own, &settings.train, seed, k);
+        let contexts = rl::contexts(own, &settings.train, settings.rules, seed, k);
         let out = rl::step(ts, settings, &contexts, seed.child("step", k))
             .map_err(|e| StageError::Plan(e.to_string()))?;
         let blobs = contexts

@@ -312,6 +312,27 @@ pub struct EngineerTrain {
     /// `[grpo] lr`); the plan steps of the next stage return to theirs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lr: Option<f64>,
+    /// When the engineer steps run. `true`: after the stage's evaluation, so the stage
+    /// is judged on its plan steps alone (its evaluations name the checkpoint before
+    /// the engineer steps) and the steps are taken up by the next stage (its `current`
+    /// engineer and plan steps start from the stage's final checkpoint, after them).
+    /// `false` (absent, as every ledger recorded before the option): before the
+    /// evaluation, so the engineer steps move the planner the stage is judged by.
+    #[serde(skip_serializing_if = "is_false")]
+    pub after_evaluation: bool,
+    /// The `ledger engineer eval` rules the grounding term and the synthetic contexts
+    /// follow: 3 (absent, as every ledger recorded before the option) or 4 (a claim
+    /// names a size, every edited size is cited; contexts show their history).
+    #[serde(skip_serializing_if = "is_rules_v3")]
+    pub rules: u32,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_rules_v3(r: &u32) -> bool {
+    *r == 3
 }
 
 impl Default for EngineerTrain {
@@ -327,6 +348,8 @@ impl Default for EngineerTrain {
             format_weight: 0.25,
             grounding_weight: 0.25,
             lr: None,
+            after_evaluation: false,
+            rules: 3,
         }
     }
 }
@@ -632,6 +655,7 @@ impl LedgerPlan {
             if let Some(lr) = t.lr {
                 check_f("engineer.train.lr", lr, 0.0, 1.0, true)?;
             }
+            check_u("engineer.train.rules", t.rules as u64, 3, 4)?;
             if t.enabled && self.policy != PolicyKind::Lm {
                 return Err(range(
                     "engineer.train",

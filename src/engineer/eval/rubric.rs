@@ -93,6 +93,17 @@ impl Rules {
 #[error("no engineer-eval rules {0:?} (known: v3, v4)")]
 pub struct UnknownRules(pub String);
 
+impl Rules {
+    /// The rules numbered `n` (a plan's `[engineer.train] rules`).
+    pub fn of(n: u32) -> Result<Rules, UnknownRules> {
+        match n {
+            3 => Ok(Rules::V3),
+            4 => Ok(Rules::V4),
+            _ => Err(UnknownRules(n.to_string())),
+        }
+    }
+}
+
 impl std::str::FromStr for Rules {
     type Err = UnknownRules;
     /// `v3`, `3`, `v4`, `4`, or the full name.
