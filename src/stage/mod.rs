@@ -399,7 +399,7 @@ pub fn load_state(
     compute: impl Into<crate::train::compute::Compute>,
 ) -> Result<TrainState, StageError> {
     let bytes = ledger.blob(blob)?;
-    let fetch = |h: &Hash| ledger.blob(h).map_err(|e| e.to_string());
+    let fetch = |h: &Hash| ledger.blob(h);
     Ok(TrainState::load(&bytes, compute, &fetch)?)
 }
 
