@@ -563,7 +563,8 @@ fn every_test_file_is_a_module_of_the_integration_binary() {
 
 /// Library errors are typed (issue 52, item 3): the ledger wraps the store's error
 /// instead of copying its variants, the CLI has one path from any library error to an
-/// exit code and hint, and the files converted from `Result<_, String>` stay converted.
+/// exit code and hint, and no error is a `String` (`Result<_, String>`, or a stage error
+/// made of another error's text).
 #[test]
 fn errors_are_typed_and_rendered_in_one_place() {
     let file = |p: &str| {
@@ -618,33 +619,28 @@ fn errors_are_typed_and_rendered_in_one_place() {
         "per-type exit code mappings:\n{}",
         damage.join("\n")
     );
-    // No `Result<_, String>` in the files converted to typed errors. (src/train/lm/mod.rs
-    // is converted but for `BlobSource`, whose closures live in src/engineer and src/stage.)
-    for p in [
-        "src/core/figures.rs",
-        "src/core/plan/size.rs",
-        "src/core/plan/trainer.rs",
-        "src/core/report/html.rs",
-        "src/core/views/compare.rs",
-        "src/core/views/samples.rs",
-        "src/core/views/study.rs",
-        "src/core/views/tensorboard.rs",
-        "src/executor.rs",
-        "src/store/hash.rs",
-        "src/store/index.rs",
-        "src/testbed/config.rs",
-        "src/testbed/instance.rs",
-        "src/testbed/suite.rs",
-        "src/train/lm/chat.rs",
-        "src/train/mod.rs",
-    ] {
-        let text = file(p);
-        let found: Vec<&str> = text
-            .lines()
-            .filter(|l| l.contains(", String>") && l.contains("Result<"))
-            .collect();
-        assert!(found.is_empty(), "{p}: {found:?}");
-    }
+    // No `Result<_, String>` anywhere in the library or the binary: an error is a type
+    // that keeps its cause as a `source()`, not a message.
+    let stringly = occurrences(", String>", &[])
+        .into_iter()
+        .filter(|l| l.contains("Result<"))
+        .collect::<Vec<_>>();
+    assert!(
+        stringly.is_empty(),
+        "errors as strings:\n{}",
+        stringly.join("\n")
+    );
+    // No stage error built from another error's text (`StageError::X(e.to_string())`):
+    // the stage keeps what failed as a source, where the CLI finds the ledger's errors.
+    let stage = occurrences("StageError::", &[])
+        .into_iter()
+        .filter(|l| l.contains(".to_string()"))
+        .collect::<Vec<_>>();
+    assert!(
+        stage.is_empty(),
+        "stage errors built from text:\n{}",
+        stage.join("\n")
+    );
 }
 
 /// Engineer text revision numbers are known in one room, `src/engineer/text/`

@@ -112,7 +112,7 @@ fn checkpoint_state(
             stage,
         })?;
     let bytes = inputs.ledger.blob(&blob)?;
-    let fetch = |h: &Hash| inputs.ledger.blob(h).map_err(|e| e.to_string());
+    let fetch = |h: &Hash| inputs.ledger.blob(h);
     let compute = crate::train::compute::Compute::new(inputs.device, inputs.plan.train.dtype);
     let mut state = TrainState::load(&bytes, compute, &fetch)?;
     state.policy.set_memory(inputs.plan.memory());

@@ -136,15 +136,44 @@ fn balanced(text: &str, start: usize) -> Option<std::ops::Range<usize>> {
     None
 }
 
+/// Why one JSON text is not a proposal. Pushed into [`Unreadable::NoUsableJson`]'s
+/// reasons as its text, which is recorded in the stage's rejection (a hashed rationale):
+/// each wording is part of every recorded ledger, byte for byte. The JSON reader's
+/// error is kept typed but is not a `source()`: the text quotes it inside parentheses,
+/// where a printed chain would write it a second time.
+#[derive(Debug, thiserror::Error)]
+pub enum NotAProposal {
+    #[error("not JSON ({0})")]
+    NotJson(serde_json::Error),
+    #[error("not a JSON object ({0})")]
+    NotAnObject(serde_json::Value),
+    /// An object with neither proposal key; `found`: its keys, in its order.
+    #[error("no \"sizes\" or \"agents\" key (found {})", found_keys(.found))]
+    NoProposalKey { found: Vec<String> },
+    #[error("not a configuration proposal ({0})")]
+    NotAConfiguration(serde_json::Error),
+}
+
+/// The keys of [`NotAProposal::NoProposalKey`] as its text lists them.
+fn found_keys(keys: &[String]) -> String {
+    if keys.is_empty() {
+        "an empty object".to_string()
+    } else {
+        keys.iter()
+            .map(|k| format!("{k:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// Read a JSON text as a proposal: `{"agents"?, "sizes"?}`, that object wrapped as
 /// `{"config": {...}}` or `{"proposal": {...}}`, or a bare map of sizes
 /// (`{"5": {...}}`). Other keys make it not a proposal.
-pub fn parse_proposal(json: &str) -> Result<(ConfigProposal, Vec<RefusedField>), String> {
-    let v: serde_json::Value =
-        serde_json::from_str(json.trim()).map_err(|e| format!("not JSON ({e})"))?;
+pub fn parse_proposal(json: &str) -> Result<(ConfigProposal, Vec<RefusedField>), NotAProposal> {
+    let v: serde_json::Value = serde_json::from_str(json.trim()).map_err(NotAProposal::NotJson)?;
     let mut obj = match v {
         serde_json::Value::Object(o) => o,
-        other => return Err(format!("not a JSON object ({other})")),
+        other => return Err(NotAProposal::NotAnObject(other)),
     };
     for wrapper in ["config", "proposal"] {
         if obj.len() == 1 && obj.get(wrapper).is_some_and(|x| x.is_object()) {
@@ -164,15 +193,9 @@ pub fn parse_proposal(json: &str) -> Result<(ConfigProposal, Vec<RefusedField>),
     // applied and never silently dropped. An object with no proposal key at all is not
     // a proposal (prose may quote other JSON).
     if !obj.is_empty() && !obj.contains_key("agents") && !obj.contains_key("sizes") {
-        let keys: Vec<String> = obj.keys().map(|k| format!("{k:?}")).collect();
-        return Err(format!(
-            "no \"sizes\" or \"agents\" key (found {})",
-            if keys.is_empty() {
-                "an empty object".to_string()
-            } else {
-                keys.join(", ")
-            }
-        ));
+        return Err(NotAProposal::NoProposalKey {
+            found: obj.keys().cloned().collect(),
+        });
     }
     let mut refused = Vec::new();
     let unknown: Vec<String> = obj
@@ -206,7 +229,7 @@ pub fn parse_proposal(json: &str) -> Result<(ConfigProposal, Vec<RefusedField>),
         }
     }
     let proposal = serde_json::from_value(serde_json::Value::Object(obj))
-        .map_err(|e| format!("not a configuration proposal ({e})"))?;
+        .map_err(NotAProposal::NotAConfiguration)?;
     Ok((proposal, refused))
 }
 
@@ -265,7 +288,7 @@ pub fn extract(reply: &str) -> Result<Extracted, UnreadableReply> {
                         rationale: prose(&text, r),
                     })
                 }
-                Err(e) => reasons.push(e),
+                Err(e) => reasons.push(e.to_string()),
             },
             None => {
                 if !reasons.iter().any(|r| r == "an unclosed '{'") {
@@ -424,6 +447,26 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.clone(), v.hole_ratio))
             .collect()
+    }
+
+    /// Why an object is not a proposal is recorded (in the rejection's hashed rationale):
+    /// each wording stays byte for byte what it was when the reasons were strings.
+    #[test]
+    fn reasons_keep_their_recorded_wording() {
+        let why = |reply: &str| extract(reply).unwrap_err().to_string();
+        assert_eq!(
+            why("```json\n[1]\n```\n```\nnope\n```\n{\"reward\": 1, \"b\": 2}"),
+            "no usable JSON object in the reply (fenced block: not a JSON object ([1]); \
+             fenced block: not JSON (expected ident at line 1 column 2); \
+             no \"sizes\" or \"agents\" key (found \"b\", \"reward\")); \
+             reply began \"```json\\n[1]\\n```\\n```\\nnope\\n```\\n{\\\"reward\\\": 1, \\\"b\\\": 2}\""
+        );
+        assert_eq!(
+            why("x {\"sizes\": 5}"),
+            "no usable JSON object in the reply (not a configuration proposal (invalid type: \
+             integer `5`, expected a map)); reply began \"x {\\\"sizes\\\": 5}\""
+        );
+        assert_eq!(found_keys(&[]), "an empty object");
     }
 
     #[test]

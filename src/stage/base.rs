@@ -238,7 +238,7 @@ pub fn warmup_data(
             Budget::default(),
             excluded,
         )
-        .map_err(|e| StageError::Generate(e.to_string()))?;
+        .map_err(StageError::Generate)?;
         return Ok((data, codec::encode(&easy)));
     }
     let holes = if w.hole_ratios.is_empty() {
@@ -254,7 +254,8 @@ pub fn warmup_data(
     let root = seed.child("instances", 0);
     let draw = |i: usize| -> Result<Solved, StageError> {
         let node = root.child("item", i as u64);
-        for retry in 0..64u64 {
+        const DRAWS: u64 = 64;
+        for retry in 0..DRAWS {
             let mut rng = node.child("retry", retry).rng();
             let a = w.agents[rng.random_range(0..w.agents.len())] as usize;
             let sizes: Vec<usize> = w
@@ -283,12 +284,13 @@ pub fn warmup_data(
                 Ok(it) if redraw && it.needs_coordination => continue,
                 Ok(it) if !excluded.contains(&instance_key(&it.instance)) => return Ok(it),
                 Ok(_) => continue,
-                Err(e) => return Err(StageError::Generate(format!("warm-up item {i}: {e}"))),
+                Err(e) => return Err(StageError::WarmupItem { item: i, source: e }),
             }
         }
-        Err(StageError::Generate(format!(
-            "warm-up item {i}: 64 draws all coincided with suite instances or needed coordination"
-        )))
+        Err(StageError::WarmupDraws {
+            item: i,
+            draws: DRAWS,
+        })
     };
     let data = (0..instances)
         .into_par_iter()

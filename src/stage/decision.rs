@@ -90,7 +90,7 @@ impl Pipeline<'_> {
         let modules = spec.modules(&self.plan.engineer.context);
         let prev = state
             .stage(n - 1)
-            .ok_or_else(|| StageError::Diverged(format!("no stage {}", n - 1)))?;
+            .ok_or(StageError::Diverged(Divergence::NoStage { stage: n - 1 }))?;
         let table = |s: &crate::ledger::StageState| {
             s.evaluations
                 .get("val")

@@ -21,7 +21,10 @@ pub fn load_checkpoint(dir: &Path, r: &str) -> Result<TrainState, StageError> {
         &blob,
         Compute::new(tch::Device::Cpu, plan.train.dtype),
     )
-    .map_err(|e| StageError::Model(format!("{r}: {e}")))
+    .map_err(|e| StageError::Checkpoint {
+        reference: r.to_string(),
+        source: Box::new(e),
+    })
 }
 
 /// What a command's `--model` names when it is not a model directory: a checkpoint
@@ -38,19 +41,12 @@ pub fn load_model_checkpoint(dir: &Path, model: &str) -> Result<TrainState, Stag
             | L::UnknownBranch { .. }
             | L::BadReference { .. }
             | L::Ambiguous { .. }),
-        ) => {
-            let p = Path::new(model);
-            let dir_part = if p.exists() {
-                format!("{model} is not a directory")
-            } else {
-                format!("no such file or directory {model}")
-            };
-            StageError::Model(format!(
-                "model {model}: not a model directory ({dir_part}; an HF model directory \
-                 holds config.json), nor a checkpoint of ledger {} ({e})",
-                dir.display()
-            ))
-        }
+        ) => StageError::NotAModel {
+            model: model.to_string(),
+            exists: Path::new(model).exists(),
+            ledger: dir.to_path_buf(),
+            as_checkpoint: Box::new(e),
+        },
         e => e,
     })
 }
@@ -66,21 +62,30 @@ pub fn load_language_model(
     let p = Path::new(model);
     if p.join("config.json").exists() {
         let prompt = crate::train::lm::hf::read_prompt_style(p)
-            .map_err(|e| StageError::Model(e.to_string()))?
+            .map_err(StageError::HfModel)?
             .unwrap_or(PromptStyle::Paper);
         return LmPolicy::from_hf_dir(p, device, None, prompt, Sampling::default(), Seed::root(0))
-            .map_err(|e| StageError::Model(e.to_string()));
+            .map_err(StageError::HfModel);
     }
     if p.is_dir() {
-        return Err(StageError::Model(format!(
-            "{model}: a directory without config.json (expected an HF model directory)"
-        )));
+        return Err(StageError::NoConfigJson {
+            model: model.to_string(),
+        });
     }
     let state = load_model_checkpoint(dir, model)?;
     let kind = state.policy.kind();
-    crate::train::lm::downcast(state.policy).ok_or_else(|| {
-        StageError::Model(format!(
-            "{model}: a {kind} checkpoint, not a language model"
-        ))
+    crate::train::lm::downcast(state.policy).ok_or_else(|| StageError::NotLm {
+        model: model.to_string(),
+        kind,
     })
+}
+
+/// How a model name that is not a directory reads as a path (in
+/// [`StageError::NotAModel`]): a file of that name, or nothing at all.
+pub(super) fn not_a_directory(model: &str, exists: bool) -> String {
+    if exists {
+        format!("{model} is not a directory")
+    } else {
+        format!("no such file or directory {model}")
+    }
 }

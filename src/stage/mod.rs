@@ -18,6 +18,7 @@ use crate::engineer::context::TrainingDetails;
 use crate::engineer::{
     BuildError, BuildInputs, Decision, Engineer, EngineerContext, EngineerSpec, HistoryEntry,
 };
+use crate::env::generator::GenerateError;
 use crate::env::suite::{self, Suite, SuiteName, SuiteSpec};
 use crate::env::table::ResultTable;
 use crate::env::{project, Budget, GeneratorConfig, Solved};
@@ -52,32 +53,111 @@ use end::{durable_checkpoint, finish_stage};
 pub use load::{load_checkpoint, load_language_model, load_model_checkpoint};
 pub use setup::{ledger_plan, ledger_suites, stage_seed, suite_spec, suites, warmup_config};
 
-/// What can stop a run.
+/// What can stop a run. An error another module raised stays this one's `source()` (the
+/// CLI finds the ledger's and store's errors there, for the exit code and the repair
+/// hint), never its text; a variant that shows its source ends with it, so a printed
+/// chain ([`crate::ledger::Chain`]) writes it once.
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
     #[error("{0}")]
     Ledger(#[from] LedgerError),
     #[error(transparent)]
     Train(#[from] TrainError),
+    /// The plan recorded in the ledger's genesis does not read.
     #[error("the ledger's plan file: {0}")]
-    Plan(String),
+    Plan(#[source] crate::plan::PlanError),
+    /// The ledger's history has no genesis, so no plan.
+    #[error("the ledger's plan file: the ledger has no genesis")]
+    NoGenesis,
+    /// The ledger's first event is not the genesis that records the plan.
+    #[error("the ledger's plan file: the first event is not a genesis")]
+    NotGenesis,
+    /// A registered LLM engineer's record could not be read.
+    #[error("the ledger's plan file: {0}")]
+    Registry(#[source] crate::engineer::llm::LlmError),
+    /// The plan's engineer RL could not take a step.
+    #[error("the ledger's plan file: {0}")]
+    EngineerRl(#[source] crate::engineer::rl::RlError),
+    /// The evaluation suites or a stage's training instances could not be generated.
     #[error("generating instances: {0}")]
-    Generate(String),
+    Generate(#[source] GenerateError),
+    /// Item `item` of the warm-up's mixed draw could not be generated.
+    #[error("generating instances: warm-up item {item}: {source}")]
+    WarmupItem {
+        item: usize,
+        #[source]
+        source: GenerateError,
+    },
+    /// Every one of `draws` draws of warm-up item `item` was a suite instance or
+    /// disagreed with the coordination it was drawn for.
+    #[error("generating instances: warm-up item {item}: {draws} draws all coincided with suite instances or needed coordination")]
+    WarmupDraws { item: usize, draws: u64 },
     #[error(transparent)]
     Engineer(#[from] crate::engineer::EngineerNameError),
     #[error("the ledger's plan: {0}")]
     Text(#[from] crate::engineer::text::UnknownRevision),
     #[error("the ledger's plan: [engineer.train] rules: {0}")]
     Rules(#[from] crate::engineer::eval::UnknownRules),
+    /// What the recorded history lacks that recomputing it needs.
     #[error("recorded history disagrees with recomputation: {0}")]
-    Diverged(String),
+    Diverged(Divergence),
     /// A stage the run needs a checkpoint of has none (its own error, not a divergence:
     /// the engineer that asked for it is named in the source).
     #[error(transparent)]
     NoCheckpoint(BuildError),
-    /// A model a command named could not be loaded (the message names it).
+    /// An engineer that reads a policy was given none.
+    #[error(transparent)]
+    NoModel(BuildError),
+    /// Checkpoint reference `reference` names a checkpoint that does not load.
+    #[error("{reference}: {source}")]
+    Checkpoint {
+        reference: String,
+        #[source]
+        source: Box<StageError>,
+    },
+    /// A model a command named is neither a model directory nor a checkpoint reference
+    /// of the ledger at `ledger`. Both readings are in the text; the ledger's error is
+    /// not a source: it is one reading of a mistyped name, not damage or a missing
+    /// ledger (the CLI would add `ledger init`'s hint), and the sentence quotes it in
+    /// its middle, where a printed chain would write it a second time.
+    #[error(
+        "model {model}: not a model directory ({}; an HF model directory holds config.json), nor a checkpoint of ledger {} ({as_checkpoint})",
+        load::not_a_directory(.model, *.exists),
+        .ledger.display()
+    )]
+    NotAModel {
+        model: String,
+        /// Whether a file of that name exists (then it is not a directory).
+        exists: bool,
+        ledger: std::path::PathBuf,
+        as_checkpoint: Box<LedgerError>,
+    },
+    /// An HF model directory that does not load (the error names the file).
     #[error("{0}")]
-    Model(String),
+    HfModel(#[source] crate::train::lm::LmError),
+    /// A directory named as a model that has no `config.json`.
+    #[error("{model}: a directory without config.json (expected an HF model directory)")]
+    NoConfigJson { model: String },
+    /// A checkpoint named as a language model that holds another kind of policy.
+    #[error("{model}: a {kind} checkpoint, not a language model")]
+    NotLm { model: String, kind: &'static str },
+}
+
+/// How a branch's recorded history disagrees with what recomputing a stage needs from it.
+#[derive(Debug, thiserror::Error)]
+pub enum Divergence {
+    /// The engineer's context reads stage `stage`, which the branch lacks.
+    #[error("no stage {stage}")]
+    NoStage { stage: u32 },
+    /// Stage `stage` is run, but the branch has no stage before it.
+    #[error("stage {stage} has no stage {} before it", .stage - 1)]
+    NoStageBefore { stage: u32 },
+    /// Stage `stage`, which the next one starts from, recorded no checkpoint.
+    #[error("stage {stage} has no checkpoint")]
+    NoCheckpoint { stage: u32 },
+    /// Stage `stage` recorded its start but no configuration.
+    #[error("stage {stage} started without a configuration")]
+    NoConfiguration { stage: u32 },
 }
 
 /// Where the run reports progress (the CLI draws bars; tests stay quiet).
@@ -150,8 +230,8 @@ impl From<BuildError> for StageError {
             BuildError::Ledger(e) => StageError::Ledger(e),
             BuildError::Train(e) => StageError::Train(e),
             e @ BuildError::NoCheckpoint { .. } => StageError::NoCheckpoint(e),
-            BuildError::Registry(e) => StageError::Plan(e.to_string()),
-            e @ BuildError::NoModel { .. } => StageError::Model(e.to_string()),
+            BuildError::Registry(e) => StageError::Registry(e),
+            e @ BuildError::NoModel { .. } => StageError::NoModel(e),
             BuildError::Text(e) => StageError::Text(e),
         }
     }
@@ -401,13 +481,184 @@ pub fn load_state(
     compute: impl Into<crate::train::compute::Compute>,
 ) -> Result<TrainState, StageError> {
     let bytes = ledger.blob(blob)?;
-    let fetch = |h: &Hash| ledger.blob(h).map_err(|e| e.to_string());
+    let fetch = |h: &Hash| ledger.blob(h);
     Ok(TrainState::load(&bytes, compute, &fetch)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each error another module raised is kept as a source, and the text is what it
+    /// was when these were strings (`Variant(e.to_string())` under the same words); a
+    /// printed chain writes each cause once, so it reads as the text does.
+    #[test]
+    fn causes_are_sources_and_the_text_is_unchanged() {
+        use crate::engineer::{llm::LlmError, rl::RlError};
+        use crate::ledger::Chain;
+        use ledger_store::StoreError;
+        let hash = crate::ledger::Hash::of_blob(b"tokenizer");
+        let missing = || LedgerError::Store(StoreError::MissingBlob { hash });
+        let plan = || LedgerPlan::parse(b"seed = [").unwrap_err();
+        let exhausted = || GenerateError::Exhausted {
+            size: 5,
+            agents: 3,
+            hole_ratio: 0.4,
+            coordination: Some(true),
+            attempts: 100,
+        };
+        let config = || {
+            GenerateError::Config(
+                GeneratorConfig::uniform(2, [1usize], 0.2, 0.5)
+                    .validate()
+                    .unwrap_err(),
+            )
+        };
+        let registry = || LlmError::NotRegistered("gpt".into());
+        let lm_blob = || crate::train::lm::LmError::Blob {
+            hash,
+            source: missing(),
+        };
+        let cases: Vec<(StageError, String)> = vec![
+            (
+                StageError::Plan(plan()),
+                format!("the ledger's plan file: {}", plan()),
+            ),
+            (
+                StageError::NoGenesis,
+                "the ledger's plan file: the ledger has no genesis".into(),
+            ),
+            (
+                StageError::NotGenesis,
+                "the ledger's plan file: the first event is not a genesis".into(),
+            ),
+            (
+                StageError::from(BuildError::Registry(registry())),
+                format!("the ledger's plan file: {}", registry()),
+            ),
+            (
+                StageError::EngineerRl(RlError::NotLm),
+                format!("the ledger's plan file: {}", RlError::NotLm),
+            ),
+            (
+                StageError::Generate(exhausted()),
+                format!("generating instances: {}", exhausted()),
+            ),
+            (
+                StageError::Generate(config()),
+                format!("generating instances: {}", config()),
+            ),
+            (
+                StageError::WarmupItem {
+                    item: 7,
+                    source: exhausted(),
+                },
+                format!("generating instances: warm-up item 7: {}", exhausted()),
+            ),
+            (
+                StageError::WarmupDraws { item: 7, draws: 64 },
+                "generating instances: warm-up item 7: 64 draws all coincided with suite \
+                 instances or needed coordination"
+                    .into(),
+            ),
+            (
+                StageError::Diverged(Divergence::NoStage { stage: 2 }),
+                "recorded history disagrees with recomputation: no stage 2".into(),
+            ),
+            (
+                StageError::Diverged(Divergence::NoStageBefore { stage: 3 }),
+                "recorded history disagrees with recomputation: stage 3 has no stage 2 \
+                 before it"
+                    .into(),
+            ),
+            (
+                StageError::Diverged(Divergence::NoCheckpoint { stage: 2 }),
+                "recorded history disagrees with recomputation: stage 2 has no checkpoint".into(),
+            ),
+            (
+                StageError::Diverged(Divergence::NoConfiguration { stage: 3 }),
+                "recorded history disagrees with recomputation: stage 3 started without a \
+                 configuration"
+                    .into(),
+            ),
+            (
+                StageError::from(BuildError::NoModel {
+                    name: "base".into(),
+                }),
+                "engineer base: needs a model".into(),
+            ),
+            (
+                StageError::Checkpoint {
+                    reference: "main@stage1".into(),
+                    source: Box::new(StageError::Ledger(missing())),
+                },
+                format!("main@stage1: {}", missing()),
+            ),
+            (
+                StageError::Checkpoint {
+                    reference: "main@stage1".into(),
+                    source: Box::new(StageError::Train(TrainError::Lm(lm_blob()))),
+                },
+                format!(
+                    "main@stage1: checkpoint blob {} is not in the ledger: {}",
+                    hash.short(),
+                    missing()
+                ),
+            ),
+            (
+                StageError::NotAModel {
+                    model: "models/x".into(),
+                    exists: false,
+                    ledger: "ledgers/l".into(),
+                    as_checkpoint: Box::new(LedgerError::Store(StoreError::NotALedger {
+                        path: "ledgers/l".into(),
+                    })),
+                },
+                "model models/x: not a model directory (no such file or directory models/x; \
+                 an HF model directory holds config.json), nor a checkpoint of ledger \
+                 ledgers/l (ledgers/l is not a ledger)"
+                    .into(),
+            ),
+            (
+                StageError::NotAModel {
+                    model: "w.bin".into(),
+                    exists: true,
+                    ledger: "l".into(),
+                    as_checkpoint: Box::new(LedgerError::UnknownBranch {
+                        name: "w.bin".into(),
+                        nearest: None,
+                    }),
+                },
+                "model w.bin: not a model directory (w.bin is not a directory; an HF model \
+                 directory holds config.json), nor a checkpoint of ledger l (no branch named \
+                 `w.bin`)"
+                    .into(),
+            ),
+            (
+                StageError::NoConfigJson { model: "d".into() },
+                "d: a directory without config.json (expected an HF model directory)".into(),
+            ),
+            (
+                StageError::NotLm {
+                    model: "main@stage0".into(),
+                    kind: "grid",
+                },
+                "main@stage0: a grid checkpoint, not a language model".into(),
+            ),
+        ];
+        for (e, text) in cases {
+            assert_eq!(e.to_string(), text, "{e:?}");
+            assert_eq!(Chain(&e).to_string(), text, "{e:?}");
+        }
+        // The ledger's error under a model's checkpoint stays where the CLI finds it.
+        let e = StageError::Checkpoint {
+            reference: "main@stage1".into(),
+            source: Box::new(StageError::Train(TrainError::Lm(lm_blob()))),
+        };
+        let found = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+            .any(|c| matches!(c.downcast_ref(), Some(StoreError::MissingBlob { .. })));
+        assert!(found, "{e:?}");
+    }
 
     /// An engineer that needs a checkpoint a stage lacks is its own error, naming the
     /// engineer and the stage, not a "divergence" of the record.

@@ -5,14 +5,12 @@ use super::*;
 /// The plan recorded in a ledger's genesis.
 pub fn ledger_plan(ledger: &Ledger) -> Result<LedgerPlan, StageError> {
     let history = ledger.history(crate::ledger::refs::MAIN)?;
-    let genesis = history
-        .first()
-        .ok_or_else(|| StageError::Plan("the ledger has no genesis".into()))?;
+    let genesis = history.first().ok_or(StageError::NoGenesis)?;
     let EventBody::Genesis(g) = &genesis.1.body else {
-        return Err(StageError::Plan("the first event is not a genesis".into()));
+        return Err(StageError::NotGenesis);
     };
     let bytes = ledger.blob(&g.plan_blob)?;
-    LedgerPlan::parse(&bytes).map_err(|e| StageError::Plan(e.to_string()))
+    LedgerPlan::parse(&bytes).map_err(StageError::Plan)
 }
 
 pub fn warmup_config(plan: &LedgerPlan) -> WarmupConfig {
@@ -79,8 +77,7 @@ pub fn suite_spec(plan: &LedgerPlan, name: SuiteName) -> SuiteSpec {
 /// The evaluation suites of a plan (deterministic from the plan's suite seed).
 pub fn suites(plan: &LedgerPlan) -> Result<(Suite, Suite), StageError> {
     let build = |name| {
-        suite::build(&suite_spec(plan, name), Budget::default())
-            .map_err(|e| StageError::Generate(e.to_string()))
+        suite::build(&suite_spec(plan, name), Budget::default()).map_err(StageError::Generate)
     };
     Ok((build(SuiteName::Val)?, build(SuiteName::Test)?))
 }

@@ -23,13 +23,15 @@ impl Pipeline<'_> {
         let mut phases = Phases::new(self.device);
         let cfg = self.plan.grpo.clone();
         let seed = stage_seed(&self.plan, n, state.replicate);
-        let prev = state.stage(n - 1).ok_or_else(|| {
-            StageError::Diverged(format!("stage {n} has no stage {} before it", n - 1))
-        })?;
-        let from = prev
-            .checkpoint
-            .map(|c| c.0)
-            .ok_or_else(|| StageError::Diverged(format!("stage {} has no checkpoint", n - 1)))?;
+        let prev = state
+            .stage(n - 1)
+            .ok_or(StageError::Diverged(Divergence::NoStageBefore { stage: n }))?;
+        let from =
+            prev.checkpoint
+                .map(|c| c.0)
+                .ok_or(StageError::Diverged(Divergence::NoCheckpoint {
+                    stage: n - 1,
+                }))?;
         let this = state.stage(n);
         let started = this.is_some_and(|s| s.started.is_some());
         if this.is_some() {
@@ -44,9 +46,10 @@ impl Pipeline<'_> {
 
         // 1. Decide (or recover the recorded decision when resuming).
         let applied: GeneratorConfig = if started {
-            this.and_then(|s| s.config.clone()).ok_or_else(|| {
-                StageError::Diverged(format!("stage {n} started without a configuration"))
-            })?
+            this.and_then(|s| s.config.clone())
+                .ok_or(StageError::Diverged(Divergence::NoConfiguration {
+                    stage: n,
+                }))?
         } else {
             phases.begin(phase::ENGINEER);
             let ctx = self.context(state, n, current.clone(), spec)?;
@@ -100,7 +103,7 @@ impl Pipeline<'_> {
             Budget::default(),
             &self.suite_keys,
         )
-        .map_err(|e| StageError::Generate(e.to_string()))?;
+        .map_err(StageError::Generate)?;
         let blobs = {
             let mut rec = self.recorder(branch);
             let blobs = Self::instance_blobs(&mut rec, &data)?;
@@ -245,7 +248,7 @@ fn train_engineer(
     for k in 0..steps {
         let contexts = rl::contexts(own, &settings.train, settings.rules, seed, k);
         let out = rl::step(ts, settings, &contexts, seed.child("step", k))
-            .map_err(|e| StageError::Plan(e.to_string()))?;
+            .map_err(StageError::EngineerRl)?;
         let blobs = contexts
             .iter()
             .map(|(_, c)| rec.blob(&codec::encode(c)))

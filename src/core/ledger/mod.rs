@@ -111,8 +111,8 @@ impl LedgerError {
     }
 
     /// An event the ledger refuses (the store's `Invalid`).
-    pub fn invalid(message: impl Into<String>) -> LedgerError {
-        LedgerError::Store(ledger_store::StoreError::Invalid(message.into()))
+    pub fn invalid(message: impl std::fmt::Display) -> LedgerError {
+        LedgerError::Store(ledger_store::StoreError::Invalid(message.to_string()))
     }
 
     /// The store's error inside, if this is one.

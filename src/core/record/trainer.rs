@@ -57,24 +57,37 @@ pub struct Trajectory {
 impl TrajectoryBatch {
     /// The content hash of each trajectory (trajectory context over the instance hash
     /// and the trajectory's encoding), in batch order. Errors name a bad instance index.
-    pub fn trajectory_hashes(&self) -> Result<Vec<Hash>, String> {
+    pub fn trajectory_hashes(&self) -> Result<Vec<Hash>, NoSuchInstance> {
         self.trajectories
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let inst = self.instances.get(t.instance as usize).ok_or_else(|| {
-                    format!(
-                        "trajectory {i} names instance {} of {}",
-                        t.instance,
-                        self.instances.len()
-                    )
-                })?;
+                let inst = self
+                    .instances
+                    .get(t.instance as usize)
+                    .ok_or(NoSuchInstance {
+                        trajectory: i,
+                        instance: t.instance,
+                        instances: self.instances.len(),
+                    })?;
                 let mut buf = inst.0.to_vec();
                 codec::encode_into(t, &mut buf);
                 Ok(Hash::derive(TRAJECTORY_CONTEXT, &buf))
             })
             .collect()
     }
+}
+
+/// A trajectory of a batch that names an instance index the batch does not have.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("trajectory {trajectory} names instance {instance} of {instances}")]
+pub struct NoSuchInstance {
+    /// The trajectory's index in the batch.
+    pub trajectory: usize,
+    /// The instance index it names.
+    pub instance: u32,
+    /// How many instances the batch has.
+    pub instances: usize,
 }
 
 /// One optimiser step. Loss terms are f64 bit patterns (JSON: numbers).

@@ -76,8 +76,23 @@ pub enum LmError {
         expected: String,
         found: String,
     },
-    #[error("checkpoint blob {0} is not in the ledger: {1}")]
-    Blob(String, String),
+    /// A blob a checkpoint references could not be read from the ledger.
+    #[error("checkpoint blob {} is not in the ledger: {source}", .hash.short())]
+    Blob {
+        hash: Hash,
+        #[source]
+        source: crate::ledger::LedgerError,
+    },
+    /// The base checkpoint a LoRA checkpoint was trained on does not load.
+    #[error("checkpoint blob {} is not in the ledger: {source}", .hash.short())]
+    Base {
+        hash: Hash,
+        #[source]
+        source: Box<super::TrainError>,
+    },
+    /// The base checkpoint a LoRA checkpoint names holds another kind of policy.
+    #[error("checkpoint blob {} is not in the ledger: not an lm checkpoint", .hash.short())]
+    BaseNotLm { hash: Hash },
     #[error("lm settings: {0}")]
     Spec(String),
     #[error("lm settings: {0}")]
@@ -90,7 +105,7 @@ pub use crate::record::checkpoint::{Frozen, LmArch, Origin};
 
 /// Fetches ledger blobs by hash (checkpoints reference the tokenizer and, under LoRA,
 /// a base checkpoint).
-pub type BlobSource<'a> = &'a dyn Fn(&Hash) -> Result<Vec<u8>, String>;
+pub type BlobSource<'a> = &'a dyn Fn(&Hash) -> Result<Vec<u8>, crate::ledger::LedgerError>;
 
 /// The language-model policy.
 pub struct LmPolicy {
@@ -178,8 +193,10 @@ impl LmPolicy {
         compute: impl Into<Compute>,
         blobs: BlobSource<'_>,
     ) -> Result<LmPolicy, LmError> {
-        let tokenizer_json =
-            blobs(&arch.tokenizer).map_err(|m| LmError::Blob(arch.tokenizer.short(), m))?;
+        let tokenizer_json = blobs(&arch.tokenizer).map_err(|e| LmError::Blob {
+            hash: arch.tokenizer,
+            source: e,
+        })?;
         let weights = match (&arch.frozen, &arch.origin) {
             (None, _) => model::Model::random_weights(&arch.config, Seed::root(0)),
             (Some(Frozen::Origin), Origin::Hf { dir, files }) => {
@@ -193,12 +210,19 @@ impl LmPolicy {
                 ))
             }
             (Some(Frozen::Checkpoint(h)), _) => {
-                let bytes = blobs(h).map_err(|m| LmError::Blob(h.short(), m))?;
-                let base = super::TrainState::load(&bytes, Device::Cpu, blobs)
-                    .map_err(|e| LmError::Blob(h.short(), e.to_string()))?;
+                let bytes = blobs(h).map_err(|e| LmError::Blob {
+                    hash: *h,
+                    source: e,
+                })?;
+                let base = super::TrainState::load(&bytes, Device::Cpu, blobs).map_err(|e| {
+                    LmError::Base {
+                        hash: *h,
+                        source: Box::new(e),
+                    }
+                })?;
                 match base.policy.as_lm() {
                     Some(p) => p.model.merged_weights(),
-                    None => return Err(LmError::Blob(h.short(), "not an lm checkpoint".into())),
+                    None => return Err(LmError::BaseNotLm { hash: *h }),
                 }
             }
         };
