@@ -6,6 +6,7 @@
 # replicates, and the tables ($DIR/study-at2) are rewritten after each.
 # Resumable: run it again after a stop, it continues from the last durable point
 # (`ledger study` skips finished runs and resumes a stopped one from its checkpoint).
+#   CPU_STUDY_PLAN       the plan (default ledgers/cpu-study.toml; v3: ledgers/cpu-study-v3.toml)
 #   CPU_STUDY_LEDGER     ledger directory (default ledgers/cpu-study)
 #   CPU_STUDY_SEEDS      seed replicates (default 7: 80% power to see 5 points on 3-agent
 #                        coordination items, from the coordination pilot's per-seed
@@ -25,6 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LEDGER_BIN:-target/release/ledger}
 DIR=${CPU_STUDY_LEDGER:-ledgers/cpu-study}
+PLAN=${CPU_STUDY_PLAN:-ledgers/cpu-study.toml}
 SEEDS=${CPU_STUDY_SEEDS:-7}
 # The pilot's SD of per-seed paired differences on test 3-agent coordination items
 # (ledgers/results/coordination-pilot: wait 0.75 - wait 0 was 10.17 and 15.25 points).
@@ -39,7 +41,7 @@ if [[ -n ${CPU_STUDY_REUSE:-} ]]; then
     FIRST=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seeds"] + 1)' "$CPU_STUDY_REUSE")
 fi
 start=$SECONDS
-[[ -d $DIR ]] || "$BIN" --ledger "$DIR" init --plan ledgers/cpu-study.toml
+[[ -d $DIR ]] || "$BIN" --ledger "$DIR" init --plan "$PLAN"
 # Stage 0 and stage 1 on main (a resumed run finishes what is missing).
 done_stages=$("$BIN" --ledger "$DIR" export --what branches --branch main | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["completed_stages"])')
 if (( done_stages < 2 )); then
