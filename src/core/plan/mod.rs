@@ -355,7 +355,7 @@ impl Default for EngineerTrain {
 }
 
 /// The newest engineer text revision a plan may ask for.
-pub const LATEST_ENGINEER_REVISION: u32 = 5;
+pub const LATEST_ENGINEER_REVISION: u32 = 6;
 
 fn is_first_revision(r: &u32) -> bool {
     *r == 1

@@ -143,7 +143,8 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
     if rng.random_bool(0.25) {
         // An ablated prompt now and then: one module flipped.
         match rng.random_range(0..5) {
-            0 => modules.failure_breakdown ^= true,
+            // (A compact prompt is the breakdown: it stays.)
+            0 => modules.failure_breakdown ^= !spec.text.compact,
             1 => modules.guideline ^= true,
             2 => modules.history ^= true,
             3 => modules.summary ^= true,
@@ -270,5 +271,26 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
         modules,
         max_size: max,
     };
+    let mut ctx = ctx;
+    if spec.text.compact {
+        // A short reading task: the breakdown and summary of 2 to 4 consecutive sizes
+        // the configuration trains on.
+        let sizes: Vec<usize> = ctx
+            .validation
+            .cells
+            .keys()
+            .map(|k| k.1)
+            .filter(|n| ctx.current.sizes.contains_key(n))
+            .collect();
+        let k = rng.random_range(2..=4usize).min(sizes.len());
+        let from = rng.random_range(0..=sizes.len().saturating_sub(k));
+        let window = &sizes[from..from + k];
+        ctx.validation
+            .cells
+            .retain(|key, _| window.contains(&key.1));
+        ctx.failures
+            .sizes
+            .retain(|f| window.contains(&(f.size as usize)));
+    }
     ctx.without_switched_off_modules()
 }

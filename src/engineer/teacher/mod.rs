@@ -243,7 +243,8 @@ mod tests {
                 "fbed2d287c4892f7",
                 "7257b1998bb420b6",
                 "4832c967fd5615fb",
-                "5084f8758325199a"
+                "5084f8758325199a",
+                "905980c5d7fccf81"
             ]
         );
     }
@@ -371,5 +372,46 @@ mod tests {
         assert!(m.direction_pct.unwrap() >= 80.0, "{m:?}");
         assert!(m.preserve_pct.unwrap() >= 95.0, "{m:?}");
         assert!(m.targeting_pct.unwrap() >= 95.0, "{m:?}");
+    }
+
+    /// Revision 6 is the compact prompt for small models: no module but the breakdown
+    /// (whose lines carry the settings), weakest last, so the teacher's first evidence
+    /// line copies the prompt's last line; its teacher contexts are short reading tasks
+    /// of 2 to 4 sizes.
+    #[test]
+    fn revision_6_prompts_are_short_reading_tasks() {
+        use crate::engineer::text::{build, TokenCounter};
+        let spec = TeacherSpec {
+            text: rev(6),
+            ..spec()
+        };
+        let mut copied_lines = 0;
+        for i in 0..100u64 {
+            let ctx = context(Seed::root(61).child("c", i), &spec, 1 + (i % 3) as u32);
+            assert!((1..=4).contains(&ctx.failures.sizes.len()), "{ctx:?}");
+            let p = build(&ctx, &[], Some(512), &TokenCounter::Approximate, rev(6));
+            assert!(p.cut.is_empty(), "{:?}", p.cut);
+            for module in [
+                "## Current configuration",
+                "## History",
+                "## Summary",
+                "Example",
+            ] {
+                assert!(!p.user.contains(module), "{module}: {}", p.user);
+            }
+            assert!(!p.user.contains("not trained on"), "{}", p.user);
+            let reply = answer(&ctx, Seed::root(62).child("a", i), rev(6));
+            if reply.starts_with("Every") {
+                continue;
+            }
+            let last = p.user.trim_end().lines().last().unwrap();
+            let head = |l: &str| l.split(" failed").next().unwrap().to_string();
+            copied_lines += (head(reply.lines().next().unwrap()) == head(last)) as u32;
+        }
+        // The teacher edits at random one time in ten (revision 3's noise).
+        assert!(
+            copied_lines >= 70,
+            "{copied_lines} of 100 open with the last line"
+        );
     }
 }

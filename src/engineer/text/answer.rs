@@ -5,7 +5,9 @@ use super::TextRevision;
 /// The answer format of `text` for a context whose failure breakdown is shown or not
 /// (`breakdown`).
 pub fn format(text: TextRevision, breakdown: bool) -> &'static str {
-    if text.breakdown_last {
+    if text.compact && breakdown {
+        compact()
+    } else if text.breakdown_last {
         evidence_last(breakdown)
     } else if text.evidence_first {
         evidence_first()
@@ -46,4 +48,10 @@ taken from its line of the failure breakdown below (the weakest size is its last
 fn evidence_first() -> &'static str {
     "## Answer\nFor each size you change, one line: `N: failed/total failed, mostly KIND: the change, FIELD old -> new`, \
 taken from its breakdown line. Then a ```json block {\"sizes\": {\"N\": {\"FIELD\": new}}} with only the values you change.\n"
+}
+
+/// [`TextRevision::compact`]'s answer format: the evidence-first answer in one line.
+fn compact() -> &'static str {
+    "Answer: copy the line of each size you change as `N: failed/total failed, mostly KIND: change, FIELD old -> new`, \
+then ```json {\"sizes\": {\"N\": {\"FIELD\": new}}}.\n"
 }

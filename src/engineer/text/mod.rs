@@ -56,6 +56,12 @@ pub struct TextRevision {
     /// Revision 5: the failure breakdown's lines close the prompt, weakest last, after
     /// the answer format; only its example plans stay in the module's place.
     pub breakdown_last: bool,
+    /// Revision 6: a compact prompt for small models: a one-line role, a one-line
+    /// answer format, and the failure breakdown's lines weakest last, each ending with
+    /// its size's settings (so the configuration is there too); no other module and no
+    /// example plans. The teacher's contexts hold 2 to 4 sizes (short reading tasks:
+    /// find the weakest line, copy it, name the edit).
+    pub compact: bool,
     /// The tokenizer corpus of a scratch model holds revision 1's untrimmed prompts
     /// (every revision so far: the tokenizers of the shipped and recorded scratch
     /// models were trained on them; a revision that renders its own prompts there
@@ -91,6 +97,7 @@ impl TextRevision {
             evidence_first: n >= 3,
             unranked_sizes: n >= 4,
             breakdown_last: n >= 5,
+            compact: n >= 6,
             corpus_of_first_revision: true,
         })
     }

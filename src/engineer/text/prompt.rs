@@ -72,8 +72,12 @@ impl Prompt {
     }
 }
 
-/// The system message: the engineer's role.
-pub fn system_message() -> String {
+/// The system message: the engineer's role (with [`TextRevision::compact`], one short
+/// line).
+pub fn system_message(text: TextRevision) -> String {
+    if text.compact {
+        return "You design the next training stage of a MAPF curriculum.".to_string();
+    }
     "You are the environment engineer of a training curriculum for a multi-agent path-finding \
 policy on MAPF-FrozenLake maps. Between training stages you read the evidence about the current \
 policy and write the next stage's training-instance generator configuration."
@@ -85,6 +89,13 @@ policy and write the next stage's training-instance generator configuration."
 /// rendered as it is, as ledgers before revision 2 recorded it), then the answer
 /// format, then (with [`TextRevision::breakdown_last`]) the breakdown, weakest last.
 pub fn user_message(ctx: &EngineerContext, cut: &Trimmed, text: TextRevision) -> String {
+    if text.compact {
+        // The answer format, then the breakdown weakest last: the line a reply copies
+        // first is the prompt's last.
+        let mut s = answer::format(text, ctx.modules.failure_breakdown).to_string();
+        s.push_str(&render::breakdown_last(ctx));
+        return s;
+    }
     let mut s = render::render(ctx, cut, text);
     s.push_str(answer::format(text, ctx.modules.failure_breakdown));
     if text.breakdown_last {
@@ -121,8 +132,16 @@ pub fn build(
     counter: &TokenCounter,
     text: TextRevision,
 ) -> Prompt {
-    let system = system_message();
+    let system = system_message(text);
     let mut c = with_modules(ctx, modules);
+    if text.compact {
+        // Not shown in a compact prompt, so nothing to trim and nothing cut.
+        for s in &mut c.failures.sizes {
+            s.examples.clear();
+        }
+        c.history.clear();
+        c.modules.training_details = false;
+    }
     let Some(max) = max_context else {
         return Prompt {
             system,
