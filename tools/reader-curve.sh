@@ -46,14 +46,18 @@ for f in glob.glob(os.path.join(sys.argv[2], "step-*.json")):
     r = json.load(open(f))
     m = r["engineers"][0]["summary"]
     seen = max(0, (step - after) // every) * batch
+    claims = [c for row in r["engineers"][0]["rows"] for c in row["claims"]]
+    m["claims"] = (sum(c["holds"] for c in claims), len(claims))
     rows.append((step, seen, m))
 fmt = lambda v: "–" if v is None else f"{v:.1f}"
 with open(os.path.join(sys.argv[2], "curve.md"), "w") as out:
     out.write(f"Rules: {r['rules']}; {r['sources'][0]}; the base engineer at each checkpoint.\n\n")
-    out.write("| step | examples seen | parse | grounded (n judged) | targeting | preserve | acts | direction |\n")
-    out.write("|---|---|---|---|---|---|---|---|\n")
+    out.write("| step | examples seen | parse | grounded (n judged) | claims that hold | targeting | preserve | acts | direction |\n")
+    out.write("|---|---|---|---|---|---|---|---|---|\n")
     for step, seen, m in sorted(rows, key=lambda x: x[0]):
+        held, n = m["claims"]
         out.write(f"| {step} | {seen:,} | {fmt(m['parse_pct'])} | {fmt(m['grounded_pct'])} ({m['grounding_contexts']}) "
-                  f"| {fmt(m['targeting_pct'])} | {fmt(m['preserve_pct'])} | {fmt(m['acts_pct'])} | {fmt(m['direction_pct'])} |\n")
+                  f"| {held}/{n} |"
+                  f" {fmt(m['targeting_pct'])} | {fmt(m['preserve_pct'])} | {fmt(m['acts_pct'])} | {fmt(m['direction_pct'])} |\n")
 print(open(os.path.join(sys.argv[2], "curve.md")).read())
 PY
