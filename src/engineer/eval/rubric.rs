@@ -110,11 +110,12 @@ impl std::str::FromStr for Rules {
     fn from_str(s: &str) -> Result<Rules, UnknownRules> {
         let t = s.trim();
         let t = t.strip_prefix("engineer-eval rules ").unwrap_or(t);
-        match t.strip_prefix('v').unwrap_or(t) {
-            "3" => Ok(Rules::V3),
-            "4" => Ok(Rules::V4),
-            _ => Err(UnknownRules(s.to_string())),
-        }
+        t.strip_prefix('v')
+            .unwrap_or(t)
+            .parse()
+            .ok()
+            .and_then(|n| Rules::of(n).ok())
+            .ok_or_else(|| UnknownRules(s.to_string()))
     }
 }
 
