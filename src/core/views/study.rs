@@ -296,25 +296,18 @@ pub fn transfers(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyPaired> {
                 );
                 paired::paired_metrics(&units, &label)
             });
-            let metric = |m: usize| {
-                let per_seed: Vec<f64> = rows
-                    .iter()
-                    .map(|(_, r)| if m == 0 { r.valid.diff } else { r.optimal.diff })
-                    .collect();
-                let b = boot.as_ref().map(|b| if m == 0 { b.0 } else { b.1 });
-                StudyPairedMetric::of(per_seed, b)
-            };
-            out.push(StudyPaired {
-                engineer: e.clone(),
-                baseline: TRANSFER_BASELINE.to_string(),
-                suite: key.suite.clone(),
-                agents: key.agents,
-                subset: key.subset.clone(),
-                replicates: rows.iter().map(|r| r.0).collect(),
-                valid: metric(0),
-                optimal: metric(1),
+            let diffs: Vec<(u32, f64, f64)> = rows
+                .iter()
+                .map(|(n, r)| (*n, r.valid.diff, r.optimal.diff))
+                .collect();
+            out.push(study_paired(
+                e,
+                TRANSFER_BASELINE,
+                (&key.suite, key.agents, &key.subset),
+                &diffs,
+                boot,
                 note,
-            });
+            ));
         }
     }
     out
@@ -373,27 +366,43 @@ fn paired_against(e: &str, baseline: &str, runs: &[StudyRun]) -> Vec<StudyPaired
             continue;
         }
         let (boot, note) = pooled_bootstrap(&pairs, &key);
-        let metric = |m: usize| {
-            let per_seed: Vec<f64> = rows
-                .iter()
-                .map(|r| if m == 0 { r.1 } else { r.2 })
-                .collect();
-            let b = boot.as_ref().map(|b| if m == 0 { b.0 } else { b.1 });
-            StudyPairedMetric::of(per_seed, b)
-        };
-        out.push(StudyPaired {
-            engineer: e.to_string(),
-            baseline: baseline.to_string(),
-            suite: key.suite.clone(),
-            agents: key.agents,
-            subset: key.subset.clone(),
-            replicates: rows.iter().map(|r| r.0).collect(),
-            valid: metric(0),
-            optimal: metric(1),
+        out.push(study_paired(
+            e,
+            baseline,
+            (&key.suite, key.agents, &key.subset),
+            &rows,
+            boot,
             note,
-        });
+        ));
     }
     out
+}
+
+/// One paired row of a study: `rows` are (replicate, valid Δ, optimal Δ) per seed, with
+/// the pooled item bootstrap of both metrics or the note saying why there is none.
+fn study_paired(
+    engineer: &str,
+    baseline: &str,
+    (suite, agents, subset): (&str, usize, &Option<String>),
+    rows: &[(u32, f64, f64)],
+    boot: Option<(paired::PairedMetric, paired::PairedMetric)>,
+    note: Option<String>,
+) -> StudyPaired {
+    let (valid, optimal) = match boot {
+        Some((v, o)) => (Some(v), Some(o)),
+        None => (None, None),
+    };
+    StudyPaired {
+        engineer: engineer.to_string(),
+        baseline: baseline.to_string(),
+        suite: suite.to_string(),
+        agents,
+        subset: subset.clone(),
+        replicates: rows.iter().map(|r| r.0).collect(),
+        valid: StudyPairedMetric::of(rows.iter().map(|r| r.1).collect(), valid),
+        optimal: StudyPairedMetric::of(rows.iter().map(|r| r.2).collect(), optimal),
+        note,
+    }
 }
 
 /// The instance-level paired bootstrap of one Sum row pooled over the replicate pairs,
