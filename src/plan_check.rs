@@ -144,6 +144,9 @@ struct Knobs {
     /// `[grpo] recompute` and `log_prob_chunk`.
     recompute: bool,
     chunk: u64,
+    /// `[grpo] micro_batch_tokens` is set: the batch trains in micro-batches (of `micro`
+    /// rows at the plan's longest row) even when one holds it all.
+    by_tokens: bool,
 }
 
 /// The model's shape: `--model-config`, the `hf:` directory's config.json, or the
@@ -290,7 +293,7 @@ fn sizing<'a>(
     let train_inst = instance(train_agents, plan.engineer.max_size as usize)?;
     let eval_inst = instance(5, plan.suites.max_size as usize)?;
     let spec = &plan.lm;
-    let knobs = Knobs {
+    let mut knobs = Knobs {
         batch: plan.grpo.batch_size as u64,
         group: plan.grpo.group_size as u64,
         micro: plan.grpo.micro_batch as u64,
@@ -299,6 +302,7 @@ fn sizing<'a>(
         eval: plan.suites.eval_batch as u64,
         recompute: plan.grpo.recompute,
         chunk: plan.grpo.log_prob_chunk as u64,
+        by_tokens: false,
     };
     let tokens = TokenFacts {
         counted_by,
@@ -319,6 +323,20 @@ fn sizing<'a>(
         engineer_prompt: spec.engineer_prompt_tokens as u64,
         engineer_new: spec.engineer_max_new_tokens as u64,
     };
+    // A token budget is rows at the plan's longest training row, within any row cap.
+    if plan.grpo.micro_batch_tokens > 0 {
+        let row = (tokens.train_prompt + tokens.train_new)
+            .saturating_sub(1)
+            .max(1);
+        let rows = (plan.grpo.micro_batch_tokens as u64 / row).max(1);
+        let lanes = knobs.batch * knobs.group;
+        knobs.micro = match knobs.micro {
+            0 => rows,
+            cap => cap.min(rows),
+        }
+        .min(lanes);
+        knobs.by_tokens = true;
+    }
     // The policy writes the engineer's proposals (an `lm_only` built-in of the registry).
     let model_engineer = plan
         .engineer
@@ -409,8 +427,8 @@ impl Sizing<'_> {
         let lanes = k.batch * k.group;
         // GRPO splits the batch only when the micro-batch is smaller than it; then the
         // plan's recompute and log-prob chunks apply to its backward.
-        let split = k.micro > 0 && k.micro < lanes;
-        let rows = if split { k.micro } else { lanes };
+        let split = k.by_tokens || (k.micro > 0 && k.micro < lanes);
+        let rows = if split { k.micro.min(lanes) } else { lanes };
         let attention = AttentionKernel::on(self.cuda);
         let layout = TrainingLayout {
             recompute: split && k.recompute,
@@ -717,7 +735,7 @@ pub fn check(
     let lanes = knobs.batch * knobs.group;
     let bounded_training = match (fits, gpu_memory) {
         (Some(false), Some(mem)) if !knobs.recompute || knobs.chunk == 0 => {
-            let micro = if knobs.micro > 0 && knobs.micro < lanes {
+            let micro = if knobs.micro > 0 && (knobs.micro < lanes || knobs.by_tokens) {
                 knobs.micro
             } else {
                 SUGGESTED_MICRO_BATCH.min(lanes.saturating_sub(1)).max(1)

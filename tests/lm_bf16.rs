@@ -197,7 +197,7 @@ fn a_bf16_lora_grpo_step_trains_the_f32_adapters_whole_or_in_micro_batches() {
 fn micro_batches_give_the_whole_batch_loss_in_f32() {
     let d = data();
     let blobs = vec![Hash([0; 32]); d.len()];
-    let run = |micro: u32| {
+    let run = |cfg: GrpoConfig| {
         let p = lm::init(&spec(), Device::Cpu, Seed::root(6), || {
             mapf_ledger::stage::pretraining_corpus(&spec(), &d)
         })
@@ -207,7 +207,7 @@ fn micro_batches_give_the_whole_batch_loss_in_f32() {
         let (_, stats) = grpo::step(
             &mut ts,
             None,
-            &grpo_cfg(micro),
+            &cfg,
             CostMetric::Makespan,
             &d,
             &blobs,
@@ -216,19 +216,34 @@ fn micro_batches_give_the_whole_batch_loss_in_f32() {
         );
         stats
     };
-    let (whole, micro) = (run(0), run(5));
-    assert!(
-        (whole.loss - micro.loss).abs() <= 1e-5 * whole.loss.abs().max(1e-3),
-        "whole {} vs micro-batched {}",
-        whole.loss,
-        micro.loss
-    );
-    assert!(
-        (whole.grad_norm - micro.grad_norm).abs() <= 1e-4 * whole.grad_norm.max(1e-6),
-        "grad norm whole {} vs micro-batched {}",
-        whole.grad_norm,
-        micro.grad_norm
-    );
+    let whole = run(grpo_cfg(0));
+    let by_tokens = |micro_batch_tokens| GrpoConfig {
+        micro_batch_tokens,
+        ..grpo_cfg(0)
+    };
+    // Rows; a token budget (uneven micro-batches of consecutive rows); a budget under
+    // every row (each row alone); one that holds the batch (one micro-batch).
+    for (what, cfg) in [
+        ("5 rows", grpo_cfg(5)),
+        ("120 tokens", by_tokens(120)),
+        ("1 token", by_tokens(1)),
+        ("1M tokens", by_tokens(1 << 20)),
+    ] {
+        let micro = run(cfg);
+        assert_eq!(whole.reward_mean, micro.reward_mean, "{what}");
+        assert!(
+            (whole.loss - micro.loss).abs() <= 1e-5 * whole.loss.abs().max(1e-3),
+            "{what}: whole {} vs micro-batched {}",
+            whole.loss,
+            micro.loss
+        );
+        assert!(
+            (whole.grad_norm - micro.grad_norm).abs() <= 1e-4 * whole.grad_norm.max(1e-6),
+            "{what}: grad norm whole {} vs micro-batched {}",
+            whole.grad_norm,
+            micro.grad_norm
+        );
+    }
 }
 
 /// A bf16-trained LoRA model exports as transformers writes a Qwen3 directory: the

@@ -102,7 +102,7 @@ fn the_paper_plan_fits_80_gib_because_it_trains_in_micro_batches() {
         validates("plan-check", &v);
         (o.status.code(), v)
     };
-    // Micro-batches of 8 rows: fits, exit 0.
+    // Micro-batches within 65,536 tokens: fits, exit 0.
     let (code, v) = json(&short, "80GiB");
     assert_eq!(
         (code, &v["fits"]),
@@ -119,7 +119,7 @@ fn the_paper_plan_fits_80_gib_because_it_trains_in_micro_batches() {
         &short,
         t.path(),
         "whole.toml",
-        &[("micro_batch = 8", "micro_batch = 0".into())],
+        &[("micro_batch_tokens = 65536", "micro_batch = 0".into())],
     );
     let (code, w) = json(&whole, "80GiB");
     assert_eq!(
@@ -141,7 +141,7 @@ fn the_paper_plan_fits_80_gib_because_it_trains_in_micro_batches() {
         &short,
         t.path(),
         "fixed.toml",
-        &[("micro_batch = 8", format!("micro_batch = {to}"))],
+        &[("micro_batch_tokens = 65536", format!("micro_batch = {to}"))],
     );
     let out = ok(&check(
         t.path(),
@@ -282,7 +282,8 @@ fn the_paper_plan_fits_80_gib_at_its_thinking_length() {
     assert_eq!(code, Some(1), "{k}");
     assert!(k["peak_bytes"].as_u64().unwrap() > 500 << 30, "{k}");
     let bounded = &k["bounded_training"];
-    assert_eq!(bounded["micro_batch"], 8);
+    // 65,536 tokens are 7 rows of the thinking budget's 8,417.
+    assert_eq!(bounded["micro_batch"], 7);
     assert_eq!(bounded["log_prob_chunk"], 1024);
     assert_eq!(bounded["fits"], true);
     assert_eq!(bounded["peak_bytes"], v["peak_bytes"]);

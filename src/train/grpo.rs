@@ -291,8 +291,13 @@ pub fn step_timed(
     if !recorded {
         phases.count(phase::OLD_LOG_PROBS, scored);
     }
-    let micro = (cfg.micro_batch > 0 && (cfg.micro_batch as usize) < rollouts.len())
-        .then_some(cfg.micro_batch as usize);
+    let micro = micro_batches(
+        cfg,
+        rollouts.len(),
+        (cfg.micro_batch_tokens > 0)
+            .then(|| state.policy.row_tokens(&instances, &rollouts))
+            .as_deref(),
+    );
     let base_lp = if cfg.kl_coef > 0.0 {
         phases.begin(phase::KL_REFERENCE);
         let lp = tch::no_grad(|| {
@@ -303,12 +308,12 @@ pub fn step_timed(
                     .or_else(|| base.map(|b| b.log_probs(&instances, part)))
                     .map(|lp| lp.per_action.detach())
             };
-            match micro {
+            match &micro {
                 None => reference(&rollouts),
                 // Per micro-batch, concatenated: the same actions in the same order.
-                Some(m) => rollouts
-                    .chunks(m)
-                    .map(reference)
+                Some(parts) => parts
+                    .iter()
+                    .map(|r| reference(&rollouts[r.clone()]))
                     .collect::<Option<Vec<Tensor>>>()
                     .map(|parts| Tensor::cat(&parts, 0)),
             }
@@ -365,13 +370,13 @@ pub fn step_timed(
     };
     phases.end();
     for _epoch in 0..cfg.epochs {
-        if let Some(m) = micro {
+        if let Some(parts) = &micro {
             phases.begin(phase::TRAINING);
             let terms = accumulate_micro_batches(
                 state,
                 &instances,
                 &rollouts,
-                m,
+                parts,
                 &old,
                 base_lp.as_ref(),
                 &adv_t,
@@ -525,7 +530,43 @@ struct Terms {
     clip_fraction: f64,
 }
 
-/// One update's gradients accumulated over micro-batches of `micro` rollouts: each
+/// The micro-batches of one update over `n` rollouts, as consecutive ranges in order,
+/// or None when the batch trains whole. `micro_batch` rows each (None when that is 0 or
+/// the whole batch); with `micro_batch_tokens` (and `row_tokens`, each rollout's row
+/// length), as many consecutive rows as keep rows x the longest row within the budget,
+/// at least one, and at most `micro_batch` rows where that is set.
+pub fn micro_batches(
+    cfg: &GrpoConfig,
+    n: usize,
+    row_tokens: Option<&[usize]>,
+) -> Option<Vec<std::ops::Range<usize>>> {
+    let rows = cfg.micro_batch as usize;
+    let budget = cfg.micro_batch_tokens as usize;
+    let Some(lens) = row_tokens.filter(|_| budget > 0) else {
+        return (rows > 0 && rows < n)
+            .then(|| (0..n).step_by(rows).map(|s| s..(s + rows).min(n)).collect());
+    };
+    assert_eq!(lens.len(), n, "one row length per rollout");
+    let cap = if rows > 0 { rows } else { n.max(1) };
+    let mut parts = Vec::new();
+    let (mut start, mut longest) = (0, 0);
+    for (i, &len) in lens.iter().enumerate() {
+        let wider = longest.max(len);
+        if i > start && ((i - start + 1) * wider > budget || i - start == cap) {
+            parts.push(start..i);
+            (start, longest) = (i, len);
+        } else {
+            longest = wider;
+        }
+    }
+    if start < n {
+        parts.push(start..n);
+    }
+    Some(parts)
+}
+
+/// One update's gradients accumulated over the micro-batches `parts` (ranges of
+/// `rollouts`, see [`micro_batches`]): each
 /// micro-batch's token sums are divided by the *whole batch's* token count (or signal
 /// weight under `skip`), so the summed loss is the batch's token mean, as without
 /// micro-batches (up to float summation order). Leaves the gradients in the variables.
@@ -534,7 +575,7 @@ fn accumulate_micro_batches(
     state: &TrainState,
     instances: &[Instance],
     rollouts: &[Rollout],
-    micro: usize,
+    parts: &[std::ops::Range<usize>],
     old: &Tensor,
     base_lp: Option<&Tensor>,
     adv_t: &Tensor,
@@ -564,9 +605,10 @@ fn accumulate_micro_batches(
         clip_fraction: 0.0,
     };
     let mut action = 0i64;
-    for (c, part) in rollouts.chunks(micro).enumerate() {
-        let first = (c * micro) as i64;
-        let actions: i64 = lens[c * micro..c * micro + part.len()].iter().sum();
+    for range in parts {
+        let part = &rollouts[range.clone()];
+        let first = range.start as i64;
+        let actions: i64 = lens[range.clone()].iter().sum();
         if actions == 0 {
             continue;
         }
@@ -745,6 +787,39 @@ mod tests {
         let a = advantages(&[1.0, 0.0, 1.0, 0.0, 2.0, 2.0, 2.0, 2.0], &groups_of(4));
         assert!((a[0] - 1.0).abs() < 1e-4 && (a[1] + 1.0).abs() < 1e-4);
         assert_eq!(&a[4..], &[0.0; 4]);
+    }
+
+    #[test]
+    fn micro_batches_by_rows_or_by_tokens() {
+        let cfg = |micro_batch, micro_batch_tokens| GrpoConfig {
+            micro_batch,
+            micro_batch_tokens,
+            ..GrpoConfig::default()
+        };
+        // Rows alone: as before the token budget, whole when it covers the batch.
+        assert_eq!(micro_batches(&cfg(0, 0), 10, None), None);
+        assert_eq!(micro_batches(&cfg(10, 0), 10, None), None);
+        assert_eq!(
+            micro_batches(&cfg(4, 0), 10, None),
+            Some(vec![0..4, 4..8, 8..10])
+        );
+        // Tokens: consecutive rows while rows x the longest stay within the budget; a
+        // row over the budget alone.
+        let lens = [100, 100, 100, 300, 50, 50, 500, 10];
+        assert_eq!(
+            micro_batches(&cfg(0, 300), 8, Some(&lens)),
+            Some(vec![0..3, 3..4, 4..6, 6..7, 7..8])
+        );
+        // Both: the row cap too.
+        assert_eq!(
+            micro_batches(&cfg(2, 300), 8, Some(&lens)),
+            Some(vec![0..2, 2..3, 3..4, 4..6, 6..7, 7..8])
+        );
+        // A budget that holds the batch: one micro-batch (so recompute and chunks apply).
+        assert_eq!(
+            micro_batches(&cfg(0, 10_000), 8, Some(&lens)),
+            Some(vec![0..8])
+        );
     }
 
     #[test]

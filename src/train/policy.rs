@@ -88,6 +88,11 @@ pub trait Policy {
             l.backward();
         }
     }
+    /// The tokens a training forward holds for each rollout (its row's length), which
+    /// `[grpo] micro_batch_tokens` budgets. The default is the rollout's actions.
+    fn row_tokens(&self, _instances: &[Instance], rollouts: &[Rollout]) -> Vec<usize> {
+        rollouts.iter().map(|r| r.actions.len()).collect()
+    }
     /// How a run bounds device memory (the plan's settings, see [`MemorySettings`]);
     /// a policy without such paths (the `grid` network) ignores it.
     fn set_memory(&mut self, _memory: MemorySettings) {}

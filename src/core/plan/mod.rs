@@ -599,6 +599,12 @@ impl LedgerPlan {
         check_u("grpo.checkpoint_every", g.checkpoint_every, 1, u64::MAX)?;
         check_u("grpo.micro_batch", g.micro_batch as u64, 0, 1 << 20)?;
         check_u("grpo.log_prob_chunk", g.log_prob_chunk as u64, 0, 1 << 24)?;
+        check_u(
+            "grpo.micro_batch_tokens",
+            g.micro_batch_tokens as u64,
+            0,
+            1 << 30,
+        )?;
         for (field, v) in [("grpo.beta1", g.beta1), ("grpo.beta2", g.beta2)] {
             if !(0.0..1.0).contains(&v) {
                 return Err(range(field, format!("must be in [0, 1), got {v}")));

@@ -93,7 +93,8 @@ pub struct GrpoConfig {
     /// micro-batch instead of keeping them (activation checkpointing per layer): the
     /// forward keeps each layer's input only, so a micro-batch holds its layer
     /// boundaries and one layer's activations at a time, for about one more forward of
-    /// compute. Applies where `micro_batch` splits the batch. Off by default.
+    /// compute. Applies where `micro_batch` or `micro_batch_tokens` splits the batch.
+    /// Off by default.
     #[serde(skip_serializing_if = "is_false")]
     pub recompute: bool,
     /// Target tokens whose log-softmax over the vocabulary is computed at once: scoring
@@ -102,6 +103,15 @@ pub struct GrpoConfig {
     /// before the next. 0, the default: every target of a forward at once.
     #[serde(skip_serializing_if = "is_zero")]
     pub log_prob_chunk: u32,
+    /// Tokens per training micro-batch: a micro-batch takes consecutive sampled replies
+    /// while its rows times its longest row (prompt and reply) stay within this many
+    /// tokens, at least one row, and at most `micro_batch` rows where that is set too.
+    /// A memory bound in the unit memory grows with, so short replies train many rows
+    /// at once (one GPU forward of many tokens instead of many of few, which kernel
+    /// launches bound) and long ones few. The KL reference is cut the same way. 0, the
+    /// default: micro-batches are `micro_batch` rows alone.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub micro_batch_tokens: u32,
 }
 
 // Defaults of the fields left out of the canonical encoding at their default (see
@@ -164,6 +174,7 @@ impl Default for GrpoConfig {
             signal_eps: SIGNAL_EPS,
             recompute: false,
             log_prob_chunk: 0,
+            micro_batch_tokens: 0,
         }
     }
 }

@@ -581,6 +581,15 @@ impl Policy for LmPolicy {
         recompute::backward_loss(self, &p, &t, self.scoring_temperature(), loss);
     }
 
+    /// The prompt and the reply but its last token, as [`RowBatch`] lays a row out.
+    fn row_tokens(&self, instances: &[Instance], rollouts: &[Rollout]) -> Vec<usize> {
+        let prompts = self.prompts_of(instances, rollouts);
+        rollouts
+            .iter()
+            .map(|r| (prompts[&r.instance].len() + r.actions.len()).saturating_sub(1))
+            .collect()
+    }
+
     fn set_memory(&mut self, memory: MemorySettings) {
         self.memory = memory;
         self.model.generation_memory = memory.generation_memory;
