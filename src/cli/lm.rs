@@ -328,6 +328,13 @@ fn bench(a: BenchArgs) -> CliResult {
             "warm-up: {:.3} s a step ({} rows of {:.0} tokens)",
             figure.seconds_per_step, figure.batch, figure.mean_tokens
         );
+        for p in &figure.timing.phases {
+            eprintln!(
+                "  {:<16} {:>8.3} s a step",
+                p.name,
+                p.seconds / figure.steps.max(1) as f64
+            );
+        }
         out.insert(
             "warmup".into(),
             serde_json::to_value(&figure).expect("serialises"),
@@ -371,8 +378,11 @@ fn grpo_bench(
             .map(|_| mapf_ledger::train::lm::Frozen::Origin),
         lora,
     };
-    let policy = LmPolicy::new(model, tokenizer_json, arch)
+    let mut policy = LmPolicy::new(model, tokenizer_json, arch)
         .map_err(|e| CliError::input(format!("--tokenizer {}: {e}", a.tokenizer.display())))?;
+    // The plan's memory settings, as a run applies them (recomputed layers, log-probs
+    // in chunks, a generation budget).
+    mapf_ledger::train::policy::Policy::set_memory(&mut policy, plan.memory());
     let data = mapf_ledger::env::generate(
         &plan.initial_config,
         plan.grpo.batch_size as usize,

@@ -60,10 +60,14 @@ impl Adam {
                 }
             })
             .collect();
-        let mut sq = 0.0f64;
-        for g in &grads {
-            sq += g.pow_tensor_scalar(2).sum(Kind::Double).double_value(&[]);
-        }
+        // The squared norms summed in f64 in name order on the device, then read once:
+        // the same IEEE additions, in the same order, as reading each and adding on the
+        // host, without waiting on a GPU once per parameter.
+        let sq = grads
+            .iter()
+            .map(|g| g.pow_tensor_scalar(2).sum(Kind::Double))
+            .reduce(|acc, s| acc + s)
+            .map_or(0.0, |t| t.double_value(&[]));
         let norm = sq.sqrt();
         let c = self.config;
         let scale = if c.max_grad_norm > 0.0 && norm > c.max_grad_norm {

@@ -272,6 +272,9 @@ pub struct WarmupFigure {
     /// When the timed steps began and ended (ms since the Unix epoch), so a sampler of
     /// the GPU's utilisation can average over the steps alone.
     pub window_unix_ms: (u64, u64),
+    /// The timed steps' phases (example building, training, optimiser, parameter
+    /// hash), the device synchronised at each boundary.
+    pub timing: StageTiming,
 }
 
 /// `steps + 1` warm-up steps of `batch` pairs; the first is not timed.
@@ -291,10 +294,11 @@ pub fn warmup_steps(
         / pairs.len().max(1) as f64;
     let _ = super::warmup::text_step(&mut state, pairs, batch, seed, 0);
     sync(device);
+    let mut phases = Phases::new(device);
     let t = Instant::now();
     let begun = unix_ms();
     for s in 1..=steps {
-        let _ = super::warmup::text_step(&mut state, pairs, batch, seed, s);
+        let _ = super::warmup::text_step_timed(&mut state, pairs, batch, seed, s, &mut phases);
     }
     sync(device);
     let dt = t.elapsed().as_secs_f64() / steps.max(1) as f64;
@@ -305,6 +309,7 @@ pub fn warmup_steps(
         seconds_per_step: dt,
         tokens_per_s: batch as f64 * mean_tokens / dt,
         window_unix_ms: (begun, unix_ms()),
+        timing: phases.timing(),
     }
 }
 
