@@ -9,13 +9,15 @@
 #      transformers' generate() (sdpa) on the same prompts and lengths
 #      (tools/bench_decode_hf.py), with the share of the memory roofline;
 #   2. one 4B LoRA GRPO step of ledgers/paper.toml's shape (32 prompts x 8 samples,
-#      micro-batches of 8, KL to the base) at 512 new tokens, thinking off: its phase
-#      split and MFU, GPU utilisation sampled every 200 ms;
+#      its micro-batches of at most 65,536 tokens, recomputed layers, KL to the base) at
+#      512 new tokens, thinking off: its phase split and MFU, GPU utilisation sampled
+#      every 200 ms;
 #   3. the base planner's warm-up steps of 64 rows (ledgers/models/mapf-base-indep-v4 on the
-#      engineer examples of ledgers/base-indep-v4.toml) with the GPU's utilisation;
+#      engineer examples of ledgers/base-indep-v4.toml) with the GPU's utilisation and
+#      their phase split;
 #   4. tests/plans/lm-tiny.toml run for 2 stages on the GPU and replayed there
 #      (`replay --verify`), bundled as the CUDA fixture's candidate; and the committed
-#      fixture (recorded on an H200 before the windowed decode loop) replayed too.
+#      fixture (tests/fixtures/lm-tiny-cuda.bundle) replayed too.
 # Environment: LEDGER_BIN (default target/release/ledger), CUDA_BENCH_OUT (default
 # target/cuda-bench), CUDA_BENCH_PARTS (default "1 2 3 4"), CUDA_BENCH_COMMIT (the
 # commit the binary was built from; the device copy has no .git).
