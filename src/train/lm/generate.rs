@@ -613,35 +613,6 @@ mod tests {
         }
     }
 
-    /// The GPU's fused kernels (RMSNorm with its weight in one call, a decode step's
-    /// plain attention softmaxed in the compute dtype), forced on the CPU in bf16 where
-    /// the batched plain attention runs: the tokens eager kernels choose greedily, their
-    /// log-probs to bf16 rounding.
-    #[test]
-    fn fused_kernels_decode_what_eager_kernels_decode_in_bf16() {
-        let cfg = LmConfig::from_hf_json(
-            r#"{"model_type":"qwen3","vocab_size":64,"hidden_size":48,"intermediate_size":80,
-            "num_hidden_layers":2,"num_attention_heads":6,"num_key_value_heads":2,"head_dim":8}"#,
-        )
-        .unwrap();
-        let w = Model::random_weights(&cfg, Seed::root(3));
-        let compute = crate::train::compute::Compute {
-            device: Device::Cpu,
-            dtype: Kind::BFloat16,
-        };
-        let m = Model::from_weights(cfg, w, compute, None, Seed::root(4)).unwrap();
-        let eager = Decoding::for_model(&m, false, 0, 0);
-        assert!(!eager.layout.fused_kernels);
-        let fused = Decoding {
-            layout: GenerationLayout::gpu(false),
-            ..eager
-        };
-        let want = run(&m, eager, true, &[], false);
-        let got = run(&m, fused, true, &[], false);
-        assert!(want.iter().map(|g| g.tokens.len()).sum::<usize>() > 100);
-        assert_same(&want, &got, 0.05, "fused kernels, greedy");
-    }
-
     /// A GPU lays generation out with adapters merged into fused weights; on the CPU
     /// (where the same call keeps them apart) that layout gives the same tokens and,
     /// in f32, the same log-probs to rounding.
