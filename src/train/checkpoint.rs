@@ -26,28 +26,9 @@ fn tensor_bytes(t: &Tensor, out: &mut Vec<u8>) {
 
 /// blake3 over the parameters in name order (name, shape, raw f32 LE bytes).
 pub fn param_hash(vs: &nn::VarStore) -> Hash {
-    // Off the CPU, every parameter comes over in one copy (one wait on the device
-    // instead of one per parameter), then is hashed slice by slice: the same bytes.
-    hash_params(vs, vs.device() != Device::Cpu)
-}
-
-/// [`param_hash`], reading the parameters in one copy or one by one.
-fn hash_params(vs: &nn::VarStore, one_copy: bool) -> Hash {
     let mut h = blake3::Hasher::new_derive_key(PARAMS_CONTEXT);
-    let params = named_params(vs);
-    let host = (one_copy && !params.is_empty()).then(|| {
-        let flat: Vec<Tensor> = params
-            .iter()
-            .map(|(_, p)| p.detach().to_kind(Kind::Float).reshape([-1]))
-            .collect();
-        let all = Tensor::cat(&flat, 0).to_device(Device::Cpu);
-        let mut bytes = Vec::new();
-        tensor_bytes(&all, &mut bytes);
-        bytes
-    });
     let mut buf = Vec::new();
-    let mut at = 0;
-    for (name, p) in params {
+    for (name, p) in named_params(vs) {
         h.update(&(name.len() as u64).to_le_bytes());
         h.update(name.as_bytes());
         let shape = p.size();
@@ -55,18 +36,9 @@ fn hash_params(vs: &nn::VarStore, one_copy: bool) -> Hash {
         for d in shape {
             h.update(&d.to_le_bytes());
         }
-        match &host {
-            Some(bytes) => {
-                let n = 4 * p.numel();
-                h.update(&bytes[at..at + n]);
-                at += n;
-            }
-            None => {
-                buf.clear();
-                tensor_bytes(&p, &mut buf);
-                h.update(&buf);
-            }
-        }
+        buf.clear();
+        tensor_bytes(&p, &mut buf);
+        h.update(&buf);
     }
     Hash(*h.finalize().as_bytes())
 }
@@ -169,25 +141,4 @@ pub fn export_safetensors(vs: &nn::VarStore, path: &std::path::Path) -> Result<(
         .map(|(n, p)| (n.as_str(), p.to_device(Device::Cpu)))
         .collect();
     Tensor::write_safetensors(&named, path)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The one-copy read a GPU uses hashes the bytes the per-parameter read hashes, in
-    /// the same order (shapes of several ranks, names out of insertion order).
-    #[test]
-    fn one_copy_and_per_parameter_reads_hash_the_same() {
-        let vs = nn::VarStore::new(Device::Cpu);
-        let root = vs.root();
-        tch::manual_seed(3);
-        let _ = (&root / "z").randn("weight", &[3, 5], 0.0, 1.0);
-        let _ = (&root / "a").randn("bias", &[7], 0.0, 1.0);
-        let _ = (&root / "m").randn("lora_A", &[2, 3, 4], 0.0, 1.0);
-        assert_eq!(hash_params(&vs, true), hash_params(&vs, false));
-        assert_eq!(param_hash(&vs), hash_params(&vs, false));
-        let empty = nn::VarStore::new(Device::Cpu);
-        assert_eq!(hash_params(&empty, true), hash_params(&empty, false));
-    }
 }
