@@ -31,6 +31,10 @@ pub fn engineer_examples(
         max_size: plan.engineer.max_size as usize,
         examples_per_size: eval::EXAMPLES_PER_SIZE,
         text,
+        context_sizes: plan
+            .warmup
+            .engineer_context_sizes
+            .map_or(teacher::CONTEXT_SIZES, |[a, b]| [a as usize, b as usize]),
     };
     (0..n as u64)
         .map(|i| {

@@ -194,6 +194,11 @@ pub struct Warmup {
     /// field keep their canonical hash.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub wait_all_agents: bool,
+    /// How many trained sizes a compact teacher context holds (engineer text revision
+    /// 6 on), drawn uniformly from `[least, most]`: the length of its reading tasks.
+    /// Absent: 2 to 4, and plans without the field keep their canonical hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engineer_context_sizes: Option<[u32; 2]>,
 }
 
 /// A warm-up learning-rate schedule (a function of the step alone, so a resumed run
@@ -229,6 +234,7 @@ impl Default for Warmup {
             engineer_after: 0,
             engineer_batch_size: 8,
             lr_schedule: LrSchedule::Constant,
+            engineer_context_sizes: None,
             steps: 200,
             lr: 1e-3,
             batch_size: 64,
@@ -575,6 +581,14 @@ impl LedgerPlan {
             1,
             1 << 20,
         )?;
+        if let Some([least, most]) = w.engineer_context_sizes {
+            if least < 1 || least > most || most > 32 {
+                return Err(range(
+                    "warmup.engineer_context_sizes",
+                    format!("must be [least, most] with 1 <= least <= most <= 32, got [{least}, {most}]"),
+                ));
+            }
+        }
         check_u("suites.max_size", s.max_size as u64, 5, 32)?;
         let g = &self.grpo;
         check_u("grpo.steps", g.steps, 1, 100_000_000)?;
@@ -827,6 +841,27 @@ mod tests {
         let bad = DEMO.replace("torch_threads = 2", "torch_threads = 2\ndtype = \"f16\"");
         let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("f16") && e.contains("bf16"), "{e}");
+    }
+
+    #[test]
+    fn engineer_context_sizes_is_a_range_that_leaves_old_hashes_alone() {
+        let demo = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        assert_eq!(demo.warmup.engineer_context_sizes, None);
+        let with = |v: &str| {
+            DEMO.replace(
+                "[warmup]",
+                &format!("[warmup]\nengineer_context_sizes = {v}"),
+            )
+        };
+        let set = LedgerPlan::parse(with("[3, 8]").as_bytes()).unwrap();
+        assert_eq!(set.warmup.engineer_context_sizes, Some([3, 8]));
+        assert_ne!(set.hash(), demo.hash());
+        for bad in ["[5, 3]", "[0, 4]", "[2, 40]"] {
+            let e = LedgerPlan::parse(with(bad).as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("warmup.engineer_context_sizes"), "{bad}: {e}");
+        }
     }
 
     #[test]

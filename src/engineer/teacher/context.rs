@@ -273,8 +273,8 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
     };
     let mut ctx = ctx;
     if spec.text.compact {
-        // A short reading task: the breakdown and summary of 2 to 4 consecutive sizes
-        // the configuration trains on.
+        // A short reading task: the breakdown and summary of a few consecutive sizes
+        // the configuration trains on (2 to 4 unless the plan says).
         let sizes: Vec<usize> = ctx
             .validation
             .cells
@@ -282,7 +282,8 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
             .map(|k| k.1)
             .filter(|n| ctx.current.sizes.contains_key(n))
             .collect();
-        let k = rng.random_range(2..=4usize).min(sizes.len());
+        let [least, most] = spec.context_sizes;
+        let k = rng.random_range(least..=most).min(sizes.len());
         let from = rng.random_range(0..=sizes.len().saturating_sub(k));
         let window = &sizes[from..from + k];
         ctx.validation

@@ -52,7 +52,14 @@ pub struct TeacherSpec {
     /// evidence first and only the changed values; [`TextRevision::unranked_sizes`]
     /// answers on contexts with no shortcut to the answer (see [`context`]).
     pub text: TextRevision,
+    /// How many trained sizes a compact context holds, least and most (the plan's
+    /// `warmup.engineer_context_sizes`; [`CONTEXT_SIZES`] by default).
+    pub context_sizes: [usize; 2],
 }
+
+/// The sizes of a compact teacher context when the plan does not say: short reading
+/// tasks of 2 to 4 sizes.
+pub const CONTEXT_SIZES: [usize; 2] = [2, 4];
 
 /// Two decimals, as a value is written.
 fn r2(x: f64) -> f64 {
@@ -77,6 +84,7 @@ mod tests {
             max_size: 10,
             examples_per_size: 2,
             text: rev(1),
+            context_sizes: CONTEXT_SIZES,
         }
     }
 
@@ -412,6 +420,36 @@ mod tests {
         assert!(
             copied_lines >= 70,
             "{copied_lines} of 100 open with the last line"
+        );
+    }
+
+    /// A plan can lengthen the reading tasks (`warmup.engineer_context_sizes`): the
+    /// breakdowns then cover up to that many sizes, the longest the benchmark's 8.
+    #[test]
+    fn compact_contexts_hold_the_sizes_the_plan_asks() {
+        let lines = |context_sizes| {
+            let spec = TeacherSpec {
+                text: rev(6),
+                context_sizes,
+                ..spec()
+            };
+            (0..200u64)
+                .map(|i| {
+                    let ctx = context(Seed::root(63).child("c", i), &spec, 1 + (i % 3) as u32);
+                    ctx.failures.sizes.len()
+                })
+                .collect::<Vec<_>>()
+        };
+        let (short, long) = (lines(CONTEXT_SIZES), lines([3, 8]));
+        assert!(short.iter().all(|&n| n <= 4), "{short:?}");
+        assert!(long.iter().all(|&n| n <= 8), "{long:?}");
+        assert!(long.iter().max() >= Some(&7), "{long:?}");
+        let mean = |v: &[usize]| v.iter().sum::<usize>() as f64 / v.len() as f64;
+        assert!(
+            mean(&long) > mean(&short) + 0.8,
+            "{} vs {}",
+            mean(&long),
+            mean(&short)
         );
     }
 }
