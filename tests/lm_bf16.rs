@@ -193,6 +193,68 @@ fn a_bf16_lora_grpo_step_trains_the_f32_adapters_whole_or_in_micro_batches() {
     );
 }
 
+/// `[lm] lora_in_compute_dtype`: the adapters' products in bf16 give the f32 path's
+/// loss to bf16 rounding, and the adapters still train as f32 masters.
+#[test]
+fn lora_products_in_bf16_train_the_f32_adapters_to_the_f32_paths_loss() {
+    let d = data();
+    let blobs = vec![Hash([0; 32]); d.len()];
+    let step = |in_bf16: bool| {
+        let mut p = lora_policy(3);
+        mapf_ledger::train::policy::Policy::set_memory(
+            &mut p,
+            mapf_ledger::plan::trainer::MemorySettings {
+                lora_in_compute_dtype: in_bf16,
+                ..Default::default()
+            },
+        );
+        let mut ts = TrainState::new(
+            Box::new(p),
+            AdamConfig {
+                lr: 1e-2,
+                ..AdamConfig::default()
+            },
+        );
+        let before = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
+        let (_, stats) = grpo::step(
+            &mut ts,
+            None,
+            &grpo_cfg(3),
+            CostMetric::Makespan,
+            &d,
+            &blobs,
+            Seed::root(4),
+            0,
+        );
+        let after = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
+        assert_ne!(before, after, "the step changed no adapter");
+        assert!(ts
+            .policy
+            .vars()
+            .variables()
+            .values()
+            .all(|v| v.kind() == Kind::Float));
+        (stats, after)
+    };
+    let (f32_path, f32_params) = step(false);
+    let (bf16_path, bf16_params) = step(true);
+    assert_eq!(f32_path.reward_mean, bf16_path.reward_mean);
+    assert!(
+        (f32_path.loss - bf16_path.loss).abs() <= 1e-2 * f32_path.loss.abs().max(0.1),
+        "f32 {} vs bf16 {}",
+        f32_path.loss,
+        bf16_path.loss
+    );
+    assert!(
+        (f32_path.grad_norm - bf16_path.grad_norm).abs() <= 5e-2 * f32_path.grad_norm,
+        "grad norm f32 {} vs bf16 {}",
+        f32_path.grad_norm,
+        bf16_path.grad_norm
+    );
+    // A different computation, by a rounding: the parameters after the step differ.
+    assert_ne!(f32_params, bf16_params);
+}
+
 #[test]
 fn micro_batches_give_the_whole_batch_loss_in_f32() {
     let d = data();

@@ -703,6 +703,7 @@ impl LedgerPlan {
             generation_memory: self.lm.generation_memory.map(|s| s.0),
             log_prob_chunk: self.grpo.log_prob_chunk,
             recompute: self.grpo.recompute,
+            lora_in_compute_dtype: self.lm.lora_in_compute_dtype,
         }
     }
 
@@ -886,9 +887,19 @@ mod tests {
                 generation_memory: Some(24 << 30),
                 log_prob_chunk: 512,
                 recompute: true,
+                lora_in_compute_dtype: false,
             }
         );
         assert_ne!(set.hash(), demo.hash());
+        let explicit = DEMO.replace("[lm]", "[lm]\nlora_in_compute_dtype = false");
+        assert_eq!(
+            LedgerPlan::parse(explicit.as_bytes()).unwrap().hash(),
+            demo.hash()
+        );
+        let on = DEMO.replace("[lm]", "[lm]\nlora_in_compute_dtype = true");
+        let on = LedgerPlan::parse(on.as_bytes()).unwrap();
+        assert!(on.memory().lora_in_compute_dtype);
+        assert_ne!(on.hash(), demo.hash());
         // The same size in another unit is the same plan.
         let gib = DEMO.replace("[lm]", "[lm]\ngeneration_memory = \"24GiB\"");
         let mib = DEMO.replace("[lm]", "[lm]\ngeneration_memory = \"24576MiB\"");

@@ -593,6 +593,7 @@ impl Policy for LmPolicy {
     fn set_memory(&mut self, memory: MemorySettings) {
         self.memory = memory;
         self.model.generation_memory = memory.generation_memory;
+        self.model.lora_in_compute_dtype = memory.lora_in_compute_dtype;
     }
 
     fn reference_log_probs(

@@ -206,6 +206,9 @@ pub struct Model {
     /// run in waves that fit (see [`super::generate::Decoding`]). None: one wave.
     /// A resource setting of the machine, like the device: never hashed.
     pub generation_memory: Option<u64>,
+    /// LoRA adapters' products in the compute dtype rather than f32 (the plan's
+    /// `[lm] lora_in_compute_dtype`, set with the policy's memory settings).
+    pub lora_in_compute_dtype: bool,
     /// RMSNorm as one fused `rms_norm` call (a GPU's generation copy,
     /// [`GenerationLayout::fused_norms`]) rather than transformers' eager eight ops.
     fused_norms: bool,
@@ -438,6 +441,7 @@ impl Model {
         };
         Ok(Model {
             generation_memory: None,
+            lora_in_compute_dtype: false,
             fused_norms: false,
             inv_freq: inv_freq(&cfg, device),
             norm: take("model.norm.weight"),
@@ -585,6 +589,7 @@ impl Model {
             head: c(&self.head),
             inv_freq: self.inv_freq.shallow_clone(),
             generation_memory: self.generation_memory,
+            lora_in_compute_dtype: self.lora_in_compute_dtype,
             fused_norms: layout.fused_norms,
         })
     }
@@ -602,6 +607,15 @@ impl Model {
         let b = lin.b.as_ref().map(|b| self.w(b));
         let y = x.linear(&self.w(&lin.w), b.as_ref());
         match (&lin.lora, &self.lora, use_lora) {
+            (Some((a, bm)), Some(spec), true) if self.lora_in_compute_dtype => {
+                // As mixed precision runs it: the products in the compute dtype, the
+                // gradients reaching the f32 masters through the casts.
+                let z = x
+                    .linear::<Tensor>(&a.to_kind(self.dtype), None)
+                    .linear::<Tensor>(&bm.to_kind(self.dtype), None)
+                    * spec.scale();
+                y + z
+            }
             (Some((a, bm)), Some(spec), true) => {
                 // The adapter path runs in f32: its updates are small.
                 let z = x
