@@ -160,6 +160,7 @@ fn main() {
         max_size: 10,
         examples_per_size: 2,
         text: TextRevision::of(1).expect("revision 1"),
+        context_sizes: teacher::CONTEXT_SIZES,
     };
     let engineer_prompt = (0..8)
         .map(|i| {
