@@ -24,18 +24,7 @@ pub fn engineer_examples(
     if plan.policy != crate::plan::PolicyKind::Lm || n == 0 {
         return Vec::new();
     }
-    let spec = teacher::TeacherSpec {
-        modules: plan.engineer.context.clone(),
-        stages: plan.engineer.stages.max(1),
-        per_cell: plan.suites.validation_per_cell,
-        max_size: plan.engineer.max_size as usize,
-        examples_per_size: eval::EXAMPLES_PER_SIZE,
-        text,
-        context_sizes: plan
-            .warmup
-            .engineer_context_sizes
-            .map_or(teacher::CONTEXT_SIZES, |[a, b]| [a as usize, b as usize]),
-    };
+    let spec = teacher_spec(plan, text);
     (0..n as u64)
         .map(|i| {
             let ctx = teacher::context(
@@ -47,6 +36,28 @@ pub fn engineer_examples(
             (ctx, reply)
         })
         .collect()
+}
+
+/// The teacher's contexts shaped like `plan`'s own (its context modules, stages,
+/// validation cell size, size limit and reading-task length) at text revision `text`.
+pub fn teacher_spec(
+    plan: &LedgerPlan,
+    text: TextRevision,
+) -> crate::engineer::teacher::TeacherSpec {
+    crate::engineer::teacher::TeacherSpec {
+        modules: plan.engineer.context.clone(),
+        stages: plan.engineer.stages.max(1),
+        per_cell: plan.suites.validation_per_cell,
+        max_size: plan.engineer.max_size as usize,
+        examples_per_size: eval::EXAMPLES_PER_SIZE,
+        text,
+        context_sizes: plan
+            .warmup
+            .engineer_context_sizes
+            .map_or(crate::engineer::teacher::CONTEXT_SIZES, |[a, b]| {
+                [a as usize, b as usize]
+            }),
+    }
 }
 
 /// The engineer examples as chat texts for the tokenizer's corpus: untrimmed prompts at

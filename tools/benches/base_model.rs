@@ -62,14 +62,7 @@ fn main() {
         text,
     };
     let held_out = Seed::root(plan.seed).child("held-out engineer prompts", 0);
-    let spec = teacher::TeacherSpec {
-        modules: plan.engineer.context.clone(),
-        stages: plan.engineer.stages.max(1),
-        per_cell: plan.suites.validation_per_cell,
-        max_size: plan.engineer.max_size as usize,
-        examples_per_size: mapf_ledger::train::eval::EXAMPLES_PER_SIZE,
-        text,
-    };
+    let spec = mapf_ledger::stage::corpus::teacher_spec(&plan, text);
     let (mut ok, mut distinct) = (0, std::collections::BTreeSet::new());
     let n = 100;
     let t0 = std::time::Instant::now();
