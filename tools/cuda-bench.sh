@@ -14,7 +14,7 @@
 #      every 200 ms;
 #   3. the base planner's warm-up steps of 64 rows (ledgers/models/mapf-base-indep-v4 on the
 #      engineer examples of ledgers/base-indep-v4.toml) with the GPU's utilisation and
-#      their phase split;
+#      their phase split, then again with the allocator's expandable segments;
 #   4. tests/plans/lm-tiny.toml run for 2 stages on the GPU and replayed there
 #      (`replay --verify`), bundled as the CUDA fixture's candidate; and the committed
 #      fixture (tests/fixtures/lm-tiny-cuda.bundle) replayed too.
@@ -103,6 +103,14 @@ sample "$OUT/util-warmup.txt"
 timeout 90 "$L" lm bench --device cuda --batch --warmup-model ledgers/models/mapf-base-indep-v4 \
     --warmup-plan ledgers/base-indep-v4.toml --warmup-steps 20 --warmup-batch 64 > "$OUT/warmup.json" 2> "$OUT/warmup.log"
 echo "rc=$?"; cat "$OUT/warmup.log"; unsample "$OUT/util-warmup.txt" "$OUT/warmup.json" warmup | tee -a "$OUT/warmup.log"
+# The same steps with the caching allocator's expandable segments: the warm-up pads each
+# step to another length, and a trace (run 8) saw steps stall 1-2 s issuing their forward.
+sample "$OUT/util-warmup-expandable.txt"
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 90 "$L" lm bench --device cuda --batch \
+    --warmup-model ledgers/models/mapf-base-indep-v4 --warmup-plan ledgers/base-indep-v4.toml \
+    --warmup-steps 20 --warmup-batch 64 > "$OUT/warmup-expandable.json" 2> "$OUT/warmup-expandable.log"
+echo "expandable segments rc=$?"; cat "$OUT/warmup-expandable.log"
+unsample "$OUT/util-warmup-expandable.txt" "$OUT/warmup-expandable.json" warmup | tee -a "$OUT/warmup-expandable.log"
 fi
 
 if part 4 "a CUDA record and its replay"; then
