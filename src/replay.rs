@@ -44,7 +44,7 @@ pub enum ForkError {
     #[error(transparent)]
     Engineer(#[from] crate::engineer::EngineerNameError),
     #[error("the ledger's plan: {0}")]
-    Plan(String),
+    Plan(#[source] Box<crate::stage::StageError>),
     #[error("`--at {0}`: expected stageN with N >= 1 (stage 0 is the warm-up)")]
     BadStage(String),
 }
@@ -82,7 +82,7 @@ fn fork_as(
     scratch: bool,
 ) -> Result<(String, Hash), ForkError> {
     let state = ledger.projection(from)?;
-    let plan = crate::stage::ledger_plan(ledger).map_err(|e| ForkError::Plan(e.to_string()))?;
+    let plan = crate::stage::ledger_plan(ledger).map_err(|e| ForkError::Plan(Box::new(e)))?;
     crate::engineer::check_spec(engineer, &plan, &state)?;
     let completed: Vec<u32> = state
         .stages
