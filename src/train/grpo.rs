@@ -790,6 +790,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one micro-batch of rows 0..8 is meant
     fn micro_batches_by_rows_or_by_tokens() {
         let cfg = |micro_batch, micro_batch_tokens| GrpoConfig {
             micro_batch,
