@@ -11,7 +11,7 @@
 #   2. one 4B LoRA GRPO step of ledgers/paper.toml's shape (32 prompts x 8 samples,
 #      its micro-batches of at most 65,536 tokens, recomputed layers, KL to the base) at
 #      512 new tokens, thinking off: its phase split and MFU, GPU utilisation sampled
-#      every 200 ms;
+#      every 200 ms; then with the adapters' products in f32 and as is again;
 #   3. the base planner's warm-up steps of 64 rows (ledgers/models/mapf-base-indep-v4 on the
 #      engineer examples of ledgers/base-indep-v4.toml) with the GPU's utilisation and
 #      their phase split, then again with the allocator's expandable segments;
@@ -101,6 +101,14 @@ sample "$OUT/util-grpo.txt"
 timeout 200 "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan ledgers/paper.toml \
     --grpo-new-tokens 512 "${FLAGS[@]}" > "$OUT/grpo-4b.json" 2> "$OUT/grpo-4b.log"
 echo "rc=$?"; cat "$OUT/grpo-4b.log"; unsample "$OUT/util-grpo.txt" "$OUT/grpo-4b.json" grpo | tee -a "$OUT/grpo-4b.log"
+# The same step with the adapters' products in f32, then paper.toml again: a same-machine
+# comparison (the first call on a machine is slower in every phase; run 8).
+sed 's/^lora_in_compute_dtype = true$/lora_in_compute_dtype = false/' ledgers/paper.toml > "$TMP/paper-f32-lora.toml"
+for v in f32-lora:"$TMP/paper-f32-lora.toml" again:ledgers/paper.toml; do
+    timeout 120 "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan "${v#*:}" \
+        --grpo-new-tokens 512 "${FLAGS[@]}" > "$OUT/grpo-4b-${v%%:*}.json" 2> "$OUT/grpo-4b-${v%%:*}.log"
+    echo "${v%%:*} rc=$?"; cat "$OUT/grpo-4b-${v%%:*}.log"
+done
 fi
 
 if part 3 the base planner\'s warm-up steps; then
