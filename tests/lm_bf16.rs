@@ -146,38 +146,49 @@ fn bf16_lora_base_is_frozen_in_bf16_and_generation_matches_training_log_probs() 
     assert_eq!(sample(), gens);
 }
 
-#[test]
-fn a_bf16_lora_grpo_step_trains_the_f32_adapters_whole_or_in_micro_batches() {
+/// One GRPO step of `policy` (LoRA, bf16) at micro-batches of `micro` rows on the test
+/// data: every adapter moved and stayed an f32 master; the step's records, stats and
+/// parameter hash after it.
+fn lora_step(
+    policy: LmPolicy,
+    micro: u32,
+) -> (Vec<StepRecord>, grpo::StepStats, mapf_ledger::ledger::Hash) {
     let d = data();
     let blobs = vec![Hash([0; 32]); d.len()];
+    let mut ts = TrainState::new(
+        Box::new(policy),
+        AdamConfig {
+            lr: 1e-2,
+            ..AdamConfig::default()
+        },
+    );
+    let before = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
+    let (records, stats) = grpo::step(
+        &mut ts,
+        None,
+        &grpo_cfg(micro),
+        CostMetric::Makespan,
+        &d,
+        &blobs,
+        Seed::root(4),
+        0,
+    );
+    let after = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
+    assert!(stats.loss.is_finite() && stats.grad_norm > 0.0, "{stats:?}");
+    assert_ne!(before, after, "the step changed no adapter");
+    assert!(ts
+        .policy
+        .vars()
+        .variables()
+        .values()
+        .all(|v| v.kind() == Kind::Float));
+    (records, stats, after)
+}
+
+#[test]
+fn a_bf16_lora_grpo_step_trains_the_f32_adapters_whole_or_in_micro_batches() {
     let step = |micro: u32| {
-        let mut ts = TrainState::new(
-            Box::new(lora_policy(3)),
-            AdamConfig {
-                lr: 1e-2,
-                ..AdamConfig::default()
-            },
-        );
-        let before = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
-        let (records, stats) = grpo::step(
-            &mut ts,
-            None,
-            &grpo_cfg(micro),
-            CostMetric::Makespan,
-            &d,
-            &blobs,
-            Seed::root(4),
-            0,
-        );
-        let after = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
-        assert!(stats.loss.is_finite() && stats.grad_norm > 0.0, "{stats:?}");
-        assert_ne!(before, after, "the step changed no adapter");
-        assert!(ts
-            .policy
-            .vars()
-            .variables()
-            .values()
-            .all(|v| v.kind() == Kind::Float));
+        let (records, stats, _) = lora_step(lora_policy(3), micro);
         assert!(matches!(records.last(), Some(StepRecord::GrpoStats(_))));
         stats
     };
@@ -197,8 +208,6 @@ fn a_bf16_lora_grpo_step_trains_the_f32_adapters_whole_or_in_micro_batches() {
 /// loss to bf16 rounding, and the adapters still train as f32 masters.
 #[test]
 fn lora_products_in_bf16_train_the_f32_adapters_to_the_f32_paths_loss() {
-    let d = data();
-    let blobs = vec![Hash([0; 32]); d.len()];
     let step = |in_bf16: bool| {
         let mut p = lora_policy(3);
         mapf_ledger::train::policy::Policy::set_memory(
@@ -208,33 +217,8 @@ fn lora_products_in_bf16_train_the_f32_adapters_to_the_f32_paths_loss() {
                 ..Default::default()
             },
         );
-        let mut ts = TrainState::new(
-            Box::new(p),
-            AdamConfig {
-                lr: 1e-2,
-                ..AdamConfig::default()
-            },
-        );
-        let before = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
-        let (_, stats) = grpo::step(
-            &mut ts,
-            None,
-            &grpo_cfg(3),
-            CostMetric::Makespan,
-            &d,
-            &blobs,
-            Seed::root(4),
-            0,
-        );
-        let after = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
-        assert_ne!(before, after, "the step changed no adapter");
-        assert!(ts
-            .policy
-            .vars()
-            .variables()
-            .values()
-            .all(|v| v.kind() == Kind::Float));
-        (stats, after)
+        let (_, stats, params) = lora_step(p, 3);
+        (stats, params)
     };
     let (f32_path, f32_params) = step(false);
     let (bf16_path, bf16_params) = step(true);
