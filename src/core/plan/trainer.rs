@@ -107,9 +107,8 @@ pub struct GrpoConfig {
     /// while its rows times its longest row (prompt and reply) stay within this many
     /// tokens, at least one row, and at most `micro_batch` rows where that is set too.
     /// A memory bound in the unit memory grows with, so short replies train many rows
-    /// at once (one GPU forward of many tokens instead of many of few, which kernel
-    /// launches bound) and long ones few. The KL reference is cut the same way. 0, the
-    /// default: micro-batches are `micro_batch` rows alone.
+    /// at once and thinking-length ones few. The KL reference is cut the same way. 0,
+    /// the default: micro-batches are `micro_batch` rows alone.
     #[serde(skip_serializing_if = "is_zero")]
     pub micro_batch_tokens: u32,
 }

@@ -607,23 +607,27 @@ impl Model {
         let b = lin.b.as_ref().map(|b| self.w(b));
         let y = x.linear(&self.w(&lin.w), b.as_ref());
         match (&lin.lora, &self.lora, use_lora) {
-            (Some((a, bm)), Some(spec), true) if self.lora_in_compute_dtype => {
-                // As mixed precision runs it: the products in the compute dtype, the
-                // gradients reaching the f32 masters through the casts.
-                let z = x
-                    .linear::<Tensor>(&a.to_kind(self.dtype), None)
-                    .linear::<Tensor>(&bm.to_kind(self.dtype), None)
-                    * spec.scale();
-                y + z
-            }
             (Some((a, bm)), Some(spec), true) => {
-                // The adapter path runs in f32: its updates are small.
-                let z = x
-                    .to_kind(Kind::Float)
-                    .linear::<Tensor>(a, None)
-                    .linear::<Tensor>(bm, None)
+                // The adapter's products in f32 (its updates are small), or with
+                // `lora_in_compute_dtype` in the compute dtype, as mixed precision runs
+                // them; the gradients reach the f32 masters through the casts.
+                let kind = if self.lora_in_compute_dtype {
+                    self.dtype
+                } else {
+                    Kind::Float
+                };
+                let cast = |t: &Tensor| {
+                    if t.kind() == kind {
+                        t.shallow_clone()
+                    } else {
+                        t.to_kind(kind)
+                    }
+                };
+                let z = cast(x)
+                    .linear::<Tensor>(&cast(a), None)
+                    .linear::<Tensor>(&cast(bm), None)
                     * spec.scale();
-                y + z.to_kind(self.dtype)
+                y + self.w(&z)
             }
             _ => y,
         }
