@@ -48,16 +48,30 @@ for f in glob.glob(os.path.join(sys.argv[2], "step-*.json")):
     seen = max(0, (step - after) // every) * batch
     claims = [c for row in r["engineers"][0]["rows"] for c in row["claims"]]
     m["claims"] = (sum(c["holds"] for c in claims), len(claims))
+    # Claims by the suite size they cite (20, 48 or 150 items a size): a copied count of
+    # three digits is where a reader slips.
+    by_total = {}
+    for c in claims:
+        t = re.match(r"\d+: \d+/(\d+) failed", c["text"])
+        if t:
+            h = by_total.setdefault(int(t.group(1)), [0, 0])
+            h[0] += c["holds"]
+            h[1] += 1
+    m["by_total"] = by_total
     rows.append((step, seen, m))
 fmt = lambda v: "–" if v is None else f"{v:.1f}"
 with open(os.path.join(sys.argv[2], "curve.md"), "w") as out:
     out.write(f"Rules: {r['rules']}; {r['sources'][0]}; the base engineer at each checkpoint.\n\n")
-    out.write("| step | examples seen | parse | grounded (n judged) | claims that hold | targeting | preserve | acts | direction |\n")
-    out.write("|---|---|---|---|---|---|---|---|---|\n")
+    totals = sorted({t for _, _, m in rows for t in m["by_total"]})
+    out.write("| step | examples seen | parse | grounded (n judged) | claims that hold | "
+              + "".join(f"of /{t} | " for t in totals)
+              + "targeting | preserve | acts | direction |\n")
+    out.write("|---|---|---|---|---|" + "---|" * len(totals) + "---|---|---|---|\n")
     for step, seen, m in sorted(rows, key=lambda x: x[0]):
         held, n = m["claims"]
         out.write(f"| {step} | {seen:,} | {fmt(m['parse_pct'])} | {fmt(m['grounded_pct'])} ({m['grounding_contexts']}) "
-                  f"| {held}/{n} |"
-                  f" {fmt(m['targeting_pct'])} | {fmt(m['preserve_pct'])} | {fmt(m['acts_pct'])} | {fmt(m['direction_pct'])} |\n")
+                  f"| {held}/{n} | "
+                  + "".join("{}/{} | ".format(*m["by_total"].get(t, (0, 0))) for t in totals)
+                  + f"{fmt(m['targeting_pct'])} | {fmt(m['preserve_pct'])} | {fmt(m['acts_pct'])} | {fmt(m['direction_pct'])} |\n")
 print(open(os.path.join(sys.argv[2], "curve.md")).read())
 PY
