@@ -48,13 +48,15 @@ for f in glob.glob(os.path.join(sys.argv[2], "step-*.json")):
     seen = max(0, (step - after) // every) * batch
     claims = [c for row in r["engineers"][0]["rows"] for c in row["claims"]]
     m["claims"] = (sum(c["holds"] for c in claims), len(claims))
-    # Claims by the suite size they cite (20, 48 or 150 items a size): a copied count of
-    # three digits is where a reader slips.
+    # Claims by the suite size they cite (the benchmark's 20, 48 or 150 items a size, or
+    # another total, which never holds): a copied count of three digits is where a
+    # reader slips.
     by_total = {}
     for c in claims:
         t = re.match(r"\d+: \d+/(\d+) failed", c["text"])
         if t:
-            h = by_total.setdefault(int(t.group(1)), [0, 0])
+            t = t.group(1) if t.group(1) in ("20", "48", "150") else "other"
+            h = by_total.setdefault(t, [0, 0])
             h[0] += c["holds"]
             h[1] += 1
     m["by_total"] = by_total
@@ -62,7 +64,7 @@ for f in glob.glob(os.path.join(sys.argv[2], "step-*.json")):
 fmt = lambda v: "–" if v is None else f"{v:.1f}"
 with open(os.path.join(sys.argv[2], "curve.md"), "w") as out:
     out.write(f"Rules: {r['rules']}; {r['sources'][0]}; the base engineer at each checkpoint.\n\n")
-    totals = sorted({t for _, _, m in rows for t in m["by_total"]})
+    totals = ["20", "48", "150", "other"]
     out.write("| step | examples seen | parse | grounded (n judged) | claims that hold | "
               + "".join(f"of /{t} | " for t in totals)
               + "targeting | preserve | acts | direction |\n")

@@ -57,6 +57,7 @@ pub fn teacher_spec(
             .map_or(crate::engineer::teacher::CONTEXT_SIZES, |[a, b]| {
                 [a as usize, b as usize]
             }),
+        suite_items: plan.warmup.engineer_suite_items.clone(),
     }
 }
 

@@ -161,6 +161,7 @@ fn main() {
         examples_per_size: 2,
         text: TextRevision::of(1).expect("revision 1"),
         context_sizes: teacher::CONTEXT_SIZES,
+        suite_items: None,
     };
     let engineer_prompt = (0..8)
         .map(|i| {

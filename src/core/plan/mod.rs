@@ -199,6 +199,12 @@ pub struct Warmup {
     /// Absent: 2 to 4, and plans without the field keep their canonical hash.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engineer_context_sizes: Option<[u32; 2]>,
+    /// The suite sizes (items a size) a teacher context's breakdown counts out of, one
+    /// drawn uniformly per context (engineer text revision 2 on): how often its counts
+    /// have one, two or three digits. Absent: the plan's `suites.validation_per_cell`,
+    /// 20, 24, 48 and 150, and plans without the field keep their canonical hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engineer_suite_items: Option<Vec<u32>>,
 }
 
 /// A warm-up learning-rate schedule (a function of the step alone, so a resumed run
@@ -235,6 +241,7 @@ impl Default for Warmup {
             engineer_batch_size: 8,
             lr_schedule: LrSchedule::Constant,
             engineer_context_sizes: None,
+            engineer_suite_items: None,
             steps: 200,
             lr: 1e-3,
             batch_size: 64,
@@ -589,6 +596,17 @@ impl LedgerPlan {
                 ));
             }
         }
+        if let Some(items) = &w.engineer_suite_items {
+            if items.is_empty()
+                || items.len() > 64
+                || items.iter().any(|&n| !(1..=10_000).contains(&n))
+            {
+                return Err(range(
+                    "warmup.engineer_suite_items",
+                    format!("must be 1 to 64 suite sizes, each 1 to 10000 items, got {items:?}"),
+                ));
+            }
+        }
         check_u("suites.max_size", s.max_size as u64, 5, 32)?;
         let g = &self.grpo;
         check_u("grpo.steps", g.steps, 1, 100_000_000)?;
@@ -862,6 +880,23 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("warmup.engineer_context_sizes"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn engineer_suite_items_are_a_list_that_leaves_old_hashes_alone() {
+        let demo = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        assert_eq!(demo.warmup.engineer_suite_items, None);
+        let with =
+            |v: &str| DEMO.replace("[warmup]", &format!("[warmup]\nengineer_suite_items = {v}"));
+        let set = LedgerPlan::parse(with("[20, 48, 150]").as_bytes()).unwrap();
+        assert_eq!(set.warmup.engineer_suite_items, Some(vec![20, 48, 150]));
+        assert_ne!(set.hash(), demo.hash());
+        for bad in ["[]", "[0, 20]", "[20, 100000]"] {
+            let e = LedgerPlan::parse(with(bad).as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("warmup.engineer_suite_items"), "{bad}: {e}");
         }
     }
 

@@ -55,7 +55,14 @@ pub struct TeacherSpec {
     /// How many trained sizes a compact context holds, least and most (the plan's
     /// `warmup.engineer_context_sizes`; [`CONTEXT_SIZES`] by default).
     pub context_sizes: [usize; 2],
+    /// The suite sizes a context's counts are out of, one drawn per context (the plan's
+    /// `warmup.engineer_suite_items`); None: [`SUITE_ITEMS`] with `per_cell` first.
+    pub suite_items: Option<Vec<u32>>,
 }
+
+/// The suite sizes of a teacher context when the plan does not say (after the plan's
+/// own `per_cell`): those real plans use, so counts are copied rather than remembered.
+pub const SUITE_ITEMS: [u32; 4] = [20, 24, 48, 150];
 
 /// The sizes of a compact teacher context when the plan does not say: short reading
 /// tasks of 2 to 4 sizes.
@@ -85,6 +92,7 @@ mod tests {
             examples_per_size: 2,
             text: rev(1),
             context_sizes: CONTEXT_SIZES,
+            suite_items: None,
         }
     }
 
@@ -450,6 +458,37 @@ mod tests {
             "{} vs {}",
             mean(&long),
             mean(&short)
+        );
+    }
+
+    /// A plan can say which suite sizes the reading tasks count out of
+    /// (`warmup.engineer_suite_items`): every breakdown line is then out of one of them,
+    /// each drawn; without it the default draw (the plan's own size first) holds.
+    #[test]
+    fn contexts_count_out_of_the_suite_sizes_the_plan_asks() {
+        let totals = |suite_items: Option<Vec<u32>>| {
+            let spec = TeacherSpec {
+                text: rev(6),
+                suite_items,
+                ..spec()
+            };
+            (0..300u64)
+                .flat_map(|i| {
+                    let ctx = context(Seed::root(64).child("c", i), &spec, 1 + (i % 3) as u32);
+                    ctx.failures
+                        .sizes
+                        .iter()
+                        .map(|s| s.total)
+                        .collect::<Vec<_>>()
+                })
+                .collect::<std::collections::BTreeSet<u32>>()
+        };
+        let asked = totals(Some(vec![48, 150]));
+        assert_eq!(asked.into_iter().collect::<Vec<_>>(), vec![48, 150]);
+        let default = totals(None);
+        assert_eq!(
+            default.into_iter().collect::<Vec<_>>(),
+            vec![20, 24, 48, 150]
         );
     }
 }
