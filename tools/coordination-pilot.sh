@@ -15,7 +15,8 @@
 #   instances (default the plan's 256; STEPS x 16 uses each instance once). SETTINGS,
 #   the levers of issue 53's pilots: SECTION.KEY=VALUE pairs separated by commas, each
 #   replacing that key of the plan's [SECTION] or adding it there (e.g.
-#   `grpo.kl_coef=0.1,lm.lora_rank=8`).
+#   `grpo.kl_coef=0.1,lm.lora_rank=8`); `sizes.KEY=VALUE` sets KEY of every trained size
+#   (e.g. `sizes.hole_ratio=0.25`).
 #
 #   PILOT_DIR   where the arms' ledgers go (default ledgers/coordination-pilot)
 #   PILOT_BASE  the base planner (default ledgers/models/mapf-base-indep)
@@ -49,6 +50,13 @@ arm() {
         [[ $kv =~ ^([a-z_]+)\.([a-z_]+)=(.+)$ ]] ||
             { echo "arm $name: setting $kv: expected SECTION.KEY=VALUE" >&2; rm -f "$plan.new"; return 2; }
         section=${BASH_REMATCH[1]} key=${BASH_REMATCH[2]} value=${BASH_REMATCH[3]}
+        if [[ $section == sizes ]]; then
+            # Every trained size's KEY (data_ratio, hole_ratio or wait_ratio).
+            grep -q "^$key = " "$plan.new" ||
+                { echo "arm $name: the plan's sizes have no $key" >&2; rm -f "$plan.new"; return 2; }
+            sed -i "s|^$key = .*|$key = $value|" "$plan.new"
+            continue
+        fi
         grep -q "^\[$section\]$" "$plan.new" ||
             { echo "arm $name: the plan has no [$section]" >&2; rm -f "$plan.new"; return 2; }
         # Replace the key inside its section, else add it under the section's header.
