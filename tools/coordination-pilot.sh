@@ -51,9 +51,10 @@ arm() {
             { echo "arm $name: setting $kv: expected SECTION.KEY=VALUE" >&2; rm -f "$plan.new"; return 2; }
         section=${BASH_REMATCH[1]} key=${BASH_REMATCH[2]} value=${BASH_REMATCH[3]}
         if [[ $section == sizes ]]; then
-            # Every trained size's KEY (data_ratio, hole_ratio or wait_ratio).
-            grep -q "^$key = " "$plan.new" ||
-                { echo "arm $name: the plan's sizes have no $key" >&2; rm -f "$plan.new"; return 2; }
+            # Every trained size's KEY: only the three fields a size has, so the global
+            # replacement below cannot reach another section's key of the same name.
+            [[ $key =~ ^(data_ratio|hole_ratio|wait_ratio)$ ]] ||
+                { echo "arm $name: setting $kv: a size has data_ratio, hole_ratio and wait_ratio" >&2; rm -f "$plan.new"; return 2; }
             sed -i "s|^$key = .*|$key = $value|" "$plan.new"
             continue
         fi

@@ -170,13 +170,8 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
     // Revision 2: suites of the sizes real plans use, so counts are copied from the
     // context rather than remembered (the first base wrote "/20" into 48-item stages).
     let per_cell = if spec.text.teacher_reads_evidence {
-        match &spec.suite_items {
-            Some(items) => items[rng.random_range(0..items.len())],
-            None => {
-                let [a, b, c, d] = super::SUITE_ITEMS;
-                [spec.per_cell, a, b, c, d][rng.random_range(0..5usize)]
-            }
-        }
+        let items = spec.suite_items();
+        items[rng.random_range(0..items.len())]
     } else {
         spec.per_cell
     };

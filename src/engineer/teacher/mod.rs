@@ -60,6 +60,16 @@ pub struct TeacherSpec {
     pub suite_items: Option<Vec<u32>>,
 }
 
+impl TeacherSpec {
+    /// The suite sizes a context's counts are drawn out of, uniformly: the plan's, else
+    /// its own `per_cell` and [`SUITE_ITEMS`].
+    pub fn suite_items(&self) -> Vec<u32> {
+        self.suite_items
+            .clone()
+            .unwrap_or_else(|| std::iter::once(self.per_cell).chain(SUITE_ITEMS).collect())
+    }
+}
+
 /// The suite sizes of a teacher context when the plan does not say (after the plan's
 /// own `per_cell`): those real plans use, so counts are copied rather than remembered.
 pub const SUITE_ITEMS: [u32; 4] = [20, 24, 48, 150];

@@ -616,16 +616,11 @@ impl Model {
                 } else {
                     Kind::Float
                 };
-                let cast = |t: &Tensor| {
-                    if t.kind() == kind {
-                        t.shallow_clone()
-                    } else {
-                        t.to_kind(kind)
-                    }
-                };
-                let z = cast(x)
-                    .linear::<Tensor>(&cast(a), None)
-                    .linear::<Tensor>(&cast(bm), None)
+                // (A cast to the kind a tensor has is an alias, no copy.)
+                let z = x
+                    .to_kind(kind)
+                    .linear::<Tensor>(&a.to_kind(kind), None)
+                    .linear::<Tensor>(&bm.to_kind(kind), None)
                     * spec.scale();
                 y + self.w(&z)
             }
