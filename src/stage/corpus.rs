@@ -32,7 +32,12 @@ pub fn engineer_examples(
                 &spec,
                 1 + (i % spec.stages as u64) as u32,
             );
-            let reply = teacher::answer(&ctx, seed.child("teacher-answer", i), spec.text);
+            let reply = teacher::answer(
+                &ctx,
+                seed.child("teacher-answer", i),
+                spec.text,
+                spec.edits.as_deref(),
+            );
             (ctx, reply)
         })
         .collect()
@@ -58,6 +63,7 @@ pub fn teacher_spec(
                 [a as usize, b as usize]
             }),
         suite_items: plan.warmup.engineer_suite_items.clone(),
+        edits: plan.warmup.engineer_edits.clone(),
     }
 }
 

@@ -162,6 +162,7 @@ fn main() {
         text: TextRevision::of(1).expect("revision 1"),
         context_sizes: teacher::CONTEXT_SIZES,
         suite_items: None,
+        edits: None,
     };
     let engineer_prompt = (0..8)
         .map(|i| {

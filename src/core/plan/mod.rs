@@ -205,6 +205,11 @@ pub struct Warmup {
     /// 20, 24, 48 and 150, and plans without the field keep their canonical hash.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engineer_suite_items: Option<Vec<u32>>,
+    /// How many weak sizes a teacher reply edits, one drawn uniformly per reply: how
+    /// often a reply cites a second (third...) breakdown line. Absent: one or two, and
+    /// plans without the field keep their canonical hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engineer_edits: Option<Vec<u32>>,
 }
 
 /// A warm-up learning-rate schedule (a function of the step alone, so a resumed run
@@ -242,6 +247,7 @@ impl Default for Warmup {
             lr_schedule: LrSchedule::Constant,
             engineer_context_sizes: None,
             engineer_suite_items: None,
+            engineer_edits: None,
             steps: 200,
             lr: 1e-3,
             batch_size: 64,
@@ -607,6 +613,15 @@ impl LedgerPlan {
                 ));
             }
         }
+        if let Some(edits) = &w.engineer_edits {
+            if edits.is_empty() || edits.len() > 64 || edits.iter().any(|&n| !(1..=8).contains(&n))
+            {
+                return Err(range(
+                    "warmup.engineer_edits",
+                    format!("must be 1 to 64 counts, each 1 to 8 sizes, got {edits:?}"),
+                ));
+            }
+        }
         check_u("suites.max_size", s.max_size as u64, 5, 32)?;
         let g = &self.grpo;
         check_u("grpo.steps", g.steps, 1, 100_000_000)?;
@@ -897,6 +912,22 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("warmup.engineer_suite_items"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn engineer_edits_are_a_list_that_leaves_old_hashes_alone() {
+        let demo = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        assert_eq!(demo.warmup.engineer_edits, None);
+        let with = |v: &str| DEMO.replace("[warmup]", &format!("[warmup]\nengineer_edits = {v}"));
+        let set = LedgerPlan::parse(with("[1, 2, 2]").as_bytes()).unwrap();
+        assert_eq!(set.warmup.engineer_edits, Some(vec![1, 2, 2]));
+        assert_ne!(set.hash(), demo.hash());
+        for bad in ["[]", "[0, 1]", "[2, 9]"] {
+            let e = LedgerPlan::parse(with(bad).as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("warmup.engineer_edits"), "{bad}: {e}");
         }
     }
 

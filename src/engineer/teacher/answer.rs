@@ -73,12 +73,20 @@ fn weakest(ctx: &EngineerContext, rng: &mut impl Rng) -> Vec<(usize, String)> {
 /// → fewer holes, the rest → more data), except with probability [`EVIDENCE_NOISE`]
 /// when it draws an edit as revision 1 does; with every size working it keeps the
 /// configuration and says why. Its rationale cites exact counts from the context.
-pub fn answer(ctx: &EngineerContext, seed: Seed, text: TextRevision) -> String {
+///
+/// `edits` is how many weak sizes it edits, one drawn uniformly per reply (the plan's
+/// `warmup.engineer_edits`); None: one or two, as every teacher before the knob drew.
+pub fn answer(
+    ctx: &EngineerContext,
+    seed: Seed,
+    text: TextRevision,
+    edits: Option<&[u32]>,
+) -> String {
     if text.evidence_first {
-        return answer_evidence_first(ctx, seed);
+        return answer_evidence_first(ctx, seed, edits);
     }
     if !text.teacher_reads_evidence {
-        return answer_v1(ctx, seed);
+        return answer_v1(ctx, seed, edits);
     }
     let mut rng = seed.rng();
     let weak: Vec<(usize, String)> = weakest(ctx, &mut rng)
@@ -88,7 +96,7 @@ pub fn answer(ctx: &EngineerContext, seed: Seed, text: TextRevision) -> String {
     if weak.is_empty() {
         return "```json\n{\"sizes\": {}}\n```\nEvery size is at or above 80% valid: keep the configuration.".to_string();
     }
-    let picks = rng.random_range(1..=2usize).min(weak.len());
+    let picks = edit_count(&mut rng, edits).min(weak.len());
     let mut edits: BTreeMap<usize, SizeConfig> = BTreeMap::new();
     let mut why = Vec::new();
     for (n, evidence) in weak.iter().take(picks) {
@@ -140,7 +148,7 @@ pub const STEP_WAIT: f64 = 0.20;
 /// failure and states the change (`5: 7/20 failed, mostly hole: fewer holes, hole_ratio
 /// 0.10 -> 0.05`); then the JSON names only the changed values. Without a breakdown it
 /// reads the summary (weakest first), without either it edits sizes at random.
-fn answer_evidence_first(ctx: &EngineerContext, seed: Seed) -> String {
+fn answer_evidence_first(ctx: &EngineerContext, seed: Seed, edits: Option<&[u32]>) -> String {
     use crate::engineer::text::{kinds_by_count, weakest_first};
     let mut rng = seed.rng();
     // (size, evidence as cited, main failure)
@@ -183,7 +191,7 @@ fn answer_evidence_first(ctx: &EngineerContext, seed: Seed) -> String {
         return "Every size is at or above 80% valid: keep the configuration.\n```json\n{\"sizes\": {}}\n```"
             .to_string();
     }
-    let picks = rng.random_range(1..=2usize).min(weak.len());
+    let picks = edit_count(&mut rng, edits).min(weak.len());
     let mut json: Vec<String> = Vec::new();
     let mut lines = Vec::new();
     for (n, evidence, main) in weak.iter().take(picks) {
@@ -297,6 +305,16 @@ fn edit_size(c: SizeConfig, which: u32, rng: &mut impl Rng) -> (SizeConfig, &'st
     (e, what)
 }
 
+/// How many weak sizes a reply edits: one of `edits` drawn uniformly, else one or two
+/// (the draw every teacher made before `warmup.engineer_edits`, kept as it was so that
+/// plans without the field teach the same bytes).
+fn edit_count(rng: &mut impl rand::Rng, edits: Option<&[u32]>) -> usize {
+    match edits {
+        None => rng.random_range(1..=2usize),
+        Some(list) => list[rng.random_range(0..list.len())] as usize,
+    }
+}
+
 /// A proposal's JSON in the prompt's shape, two decimals a value.
 fn proposal_json(edits: &BTreeMap<usize, SizeConfig>) -> String {
     let mut json = String::from("{\"sizes\": {");
@@ -316,10 +334,10 @@ fn proposal_json(edits: &BTreeMap<usize, SizeConfig>) -> String {
 
 /// The teacher's reply at revision 1: a fenced JSON proposal in the prompt's shape and a
 /// rationale that cites the evidence of each edit.
-fn answer_v1(ctx: &EngineerContext, seed: Seed) -> String {
+fn answer_v1(ctx: &EngineerContext, seed: Seed, edits: Option<&[u32]>) -> String {
     let mut rng = seed.rng();
     let weak = weakest(ctx, &mut rng);
-    let picks = rng.random_range(1..=2usize).min(weak.len());
+    let picks = edit_count(&mut rng, edits).min(weak.len());
     let mut edits: BTreeMap<usize, SizeConfig> = BTreeMap::new();
     let mut why = Vec::new();
     for (n, evidence) in weak.iter().take(picks) {
@@ -385,7 +403,7 @@ impl Engineer for Teacher {
     }
 
     fn decide(&mut self, ctx: &EngineerContext) -> Decision {
-        let reply = answer(ctx, self.seed, self.text);
+        let reply = answer(ctx, self.seed, self.text, None);
         let mut d = Decision {
             reply: Some(reply.clone()),
             ..Decision::default()

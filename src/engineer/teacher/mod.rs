@@ -58,6 +58,9 @@ pub struct TeacherSpec {
     /// The suite sizes a context's counts are out of, one drawn per context (the plan's
     /// `warmup.engineer_suite_items`); None: [`SUITE_ITEMS`] with `per_cell` first.
     pub suite_items: Option<Vec<u32>>,
+    /// How many weak sizes a reply edits, one drawn uniformly per reply (the plan's
+    /// `warmup.engineer_edits`); None: one or two.
+    pub edits: Option<Vec<u32>>,
 }
 
 impl TeacherSpec {
@@ -103,6 +106,7 @@ mod tests {
             text: rev(1),
             context_sizes: CONTEXT_SIZES,
             suite_items: None,
+            edits: None,
         }
     }
 
@@ -113,7 +117,7 @@ mod tests {
         for i in 0..60 {
             let ctx = context(Seed::root(i), &spec(), 1 + (i % 3) as u32);
             with_examples += ctx.failures.sizes.iter().any(|s| !s.examples.is_empty()) as u32;
-            let a = answer(&ctx, Seed::root(100 + i), rev(1));
+            let a = answer(&ctx, Seed::root(100 + i), rev(1), None);
             let e = crate::engineer::reply::extract(&a).unwrap_or_else(|e| panic!("{a}: {e}"));
             assert!(!e.proposal.sizes.is_empty(), "{a}");
             for s in e.proposal.sizes.values() {
@@ -140,8 +144,18 @@ mod tests {
             "few contexts carry example failing plans"
         );
         assert_eq!(
-            answer(&context(Seed::root(1), &spec(), 1), Seed::root(2), rev(1)),
-            answer(&context(Seed::root(1), &spec(), 1), Seed::root(2), rev(1))
+            answer(
+                &context(Seed::root(1), &spec(), 1),
+                Seed::root(2),
+                rev(1),
+                None
+            ),
+            answer(
+                &context(Seed::root(1), &spec(), 1),
+                Seed::root(2),
+                rev(1),
+                None
+            )
         );
     }
 
@@ -173,7 +187,7 @@ mod tests {
             let spec = TeacherSpec { text, ..spec() };
             for i in 0..120u64 {
                 let ctx = context(Seed::root(21).child("c", i), &spec, 1 + (i % 3) as u32);
-                let reply = answer(&ctx, Seed::root(22).child("a", i), text);
+                let reply = answer(&ctx, Seed::root(22).child("a", i), text, None);
                 let mut d = crate::engineer::Decision::default();
                 crate::engineer::reply::read_reply(&mut d, &reply, vec![], text);
                 assert!(d.proposal.is_some(), "{reply}");
@@ -220,7 +234,7 @@ mod tests {
             let mut counts: BTreeMap<u32, u32> = BTreeMap::new();
             for i in 0..200u64 {
                 let ctx = context(Seed::root(31).child("c", i), &spec, 1 + (i % 3) as u32);
-                let reply = answer(&ctx, Seed::root(32).child("a", i), text);
+                let reply = answer(&ctx, Seed::root(32).child("a", i), text, None);
                 if let Some(n) = reply
                     .lines()
                     .next()
@@ -257,7 +271,7 @@ mod tests {
                 let p = build(&ctx, &[], Some(1024), &TokenCounter::Approximate, text);
                 h.update(&crate::record::codec::encode(&ctx));
                 h.update(p.user.as_bytes());
-                h.update(answer(&ctx, Seed::root(52).child("a", i), text).as_bytes());
+                h.update(answer(&ctx, Seed::root(52).child("a", i), text, None).as_bytes());
             }
             h.finalize().to_hex()[..16].to_string()
         };
@@ -303,7 +317,7 @@ mod tests {
                 "a module after the breakdown: {tail}"
             );
             let last = p.user.trim_end().lines().last().unwrap();
-            let reply = answer(&ctx, Seed::root(42).child("a", i), rev(5));
+            let reply = answer(&ctx, Seed::root(42).child("a", i), rev(5), None);
             let first = reply.lines().next().unwrap();
             if first.starts_with("Every") || last.ends_with("not trained on") {
                 continue;
@@ -337,7 +351,7 @@ mod tests {
         let mut checked = 0;
         for i in 0..120u64 {
             let ctx = context(Seed::root(21).child("c", i), &spec, 1 + (i % 3) as u32);
-            let reply = answer(&ctx, Seed::root(22).child("a", i), rev(3));
+            let reply = answer(&ctx, Seed::root(22).child("a", i), rev(3), None);
             let mut d = crate::engineer::Decision::default();
             crate::engineer::reply::read_reply(&mut d, &reply, vec![], rev(3));
             let p = d.proposal.as_ref().unwrap_or_else(|| panic!("{reply}"));
@@ -426,7 +440,7 @@ mod tests {
                 assert!(!p.user.contains(module), "{module}: {}", p.user);
             }
             assert!(!p.user.contains("not trained on"), "{}", p.user);
-            let reply = answer(&ctx, Seed::root(62).child("a", i), rev(6));
+            let reply = answer(&ctx, Seed::root(62).child("a", i), rev(6), None);
             if reply.starts_with("Every") {
                 continue;
             }
@@ -438,6 +452,40 @@ mod tests {
         assert!(
             copied_lines >= 70,
             "{copied_lines} of 100 open with the last line"
+        );
+    }
+
+    /// A plan can ask for replies that cite more lines (`warmup.engineer_edits`): with
+    /// [1] no reply edits two sizes; with [2] every reply whose context has two weak sizes
+    /// edits both, where the default edits one or two.
+    #[test]
+    fn replies_edit_as_many_sizes_as_the_plan_asks() {
+        let spec = TeacherSpec {
+            text: rev(6),
+            context_sizes: [3, 8],
+            ..spec()
+        };
+        let edited = |edits: Option<&[u32]>| {
+            (0..150u64)
+                .map(|i| {
+                    let ctx = context(Seed::root(64).child("c", i), &spec, 1 + (i % 3) as u32);
+                    let reply = answer(&ctx, Seed::root(65).child("a", i), rev(6), edits);
+                    let e = crate::engineer::reply::extract(&reply)
+                        .unwrap_or_else(|e| panic!("{reply}: {e}"));
+                    e.proposal.sizes.len()
+                })
+                .collect::<Vec<_>>()
+        };
+        let count = |v: &[usize], n: usize| v.iter().filter(|&&k| k == n).count();
+        let (one, two, default) = (edited(Some(&[1])), edited(Some(&[2])), edited(None));
+        assert!(one.iter().all(|&n| n <= 1), "{one:?}");
+        assert!(two.iter().all(|&n| n <= 2), "{two:?}");
+        assert!(count(&two, 2) > 100, "{} of 150 edit two", count(&two, 2));
+        assert!(
+            count(&default, 2) + 30 < count(&two, 2),
+            "default {} against {}",
+            count(&default, 2),
+            count(&two, 2)
         );
     }
 
