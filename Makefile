@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all libtorch chromium build build-core test demo base-model base-model-indep base-model-indep-v2 base-model-indep-v3 base-model-indep-v4 coordination-pilot engineer-rl-pilot engineer-rl-v3 engineer-rl-v4 bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
+.PHONY: all libtorch chromium build build-core test demo base-model base-model-indep base-model-indep-v2 base-model-indep-v3 base-model-indep-v4 reader-model coordination-pilot engineer-rl-pilot engineer-rl-v3 engineer-rl-v4 bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
 
 all: build
 
@@ -86,6 +86,12 @@ base-model-indep-v4: build
 	BASE_MODEL_OUT=ledgers/models/mapf-base-indep-v4 BASE_CARD=tools/base-model-indep-v4-card.md \
 	BASE_EVAL_VAL="--per-cell 48 --wait-ratios 0.25,0.5,0.75" \
 	BASE_EVAL_TEST="--per-cell 15 --wait-ratios 0.25,0.5,0.75" tools/base-model.sh
+
+# The reader (ledgers/models/mapf-reader, the demo's base): mapf-base-indep-v4 taught to
+# read its failure evidence by the reading pilot's rounds 1-4 and 6, each from the last.
+# About 6 hours on one core, resumable (tools/reader-model.sh).
+reader-model: build
+	tools/reader-model.sh
 
 # Engineer RL on its own: 40 engineer steps after one plan step, against a control fork
 # without them, scored by `ledger engineer eval` (tools/engineer-rl-pilot.sh).

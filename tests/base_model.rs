@@ -55,9 +55,9 @@ fn assert_files_match_readme(dir: &Path) {
 }
 
 /// The coordination miniature's base planners (`ledgers/models/mapf-base-indep`, its
-/// revision-2 re-pretraining `mapf-base-indep-v2` and its continued pretrainings
-/// `mapf-base-indep-v3` and `-v4`): their files are what their model cards state, and they read
-/// the cells prompt.
+/// revision-2 re-pretraining `mapf-base-indep-v2`, its continued pretrainings
+/// `mapf-base-indep-v3` and `-v4`, and the reader `mapf-reader`, the demo's base): their
+/// files are what their model cards state, and they read the cells prompt.
 #[test]
 fn shipped_coordination_base_matches_its_readme() {
     for dir in [
@@ -77,6 +77,7 @@ fn shipped_coordination_base_matches_its_readme() {
             env!("CARGO_MANIFEST_DIR"),
             "/ledgers/models/mapf-base-indep-v4"
         ),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/models/mapf-reader"),
     ] {
         let dir = Path::new(dir);
         assert_files_match_readme(dir);

@@ -1141,8 +1141,10 @@ fn an_http_engineer_without_a_window_reads_the_plans_revision() {
         text.breakdown_last,
         "the pilot is at a revision that puts the breakdown last"
     );
+    let demo = mapf_ledger::plan::LedgerPlan::parse(DEMO).unwrap();
+    assert_ne!(demo.engineer.revision, plan.engineer.revision);
     let demo_at_pilot = String::from_utf8(DEMO.to_vec()).unwrap().replace(
-        "\nrevision = 2\n",
+        &format!("\nrevision = {}\n", demo.engineer.revision),
         &format!("\nrevision = {}\n", plan.engineer.revision),
     );
     let (_tmp, dir) = init(demo_at_pilot.as_bytes());

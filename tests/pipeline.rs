@@ -202,10 +202,12 @@ fn shipped_plans_parse_with_the_protocols_they_promise() {
         (3..=10).collect::<Vec<_>>(),
         "the demo trains on the paper's sizes"
     );
-    // The demo starts from the shipped base planner that leaves coordination to RL, as
-    // the paper starts from Qwen3-4B; ledgers/base-indep.toml makes it from scratch
-    // (plans for 1..5 agents that need no coordination but a trace, engineer answers).
-    assert_eq!(demo.lm.hf_dir(), Some("ledgers/models/mapf-base-indep"));
+    // The demo starts from the shipped reader, the base planner that leaves
+    // coordination to RL (as the paper starts from Qwen3-4B) and reads its failure
+    // evidence at the text revision it was taught (its card names the plans that made
+    // it from ledgers/base-indep.toml's planner).
+    assert_eq!(demo.lm.hf_dir(), Some("ledgers/models/mapf-reader"));
+    assert_eq!(demo.engineer.revision, 6);
     assert_eq!(demo.lm.prompt, mapf_ledger::train::lm::PromptStyle::Cells);
     assert_eq!(demo.warmup.steps, 0);
     // Its suites mark coordination: about half their items need it.
@@ -218,10 +220,14 @@ fn shipped_plans_parse_with_the_protocols_they_promise() {
     counts.dedup();
     assert_eq!(counts, vec![1, 2, 3, 4, 5]);
     assert_eq!(base.suites.seed, demo.suites.seed);
+    // The demo's engineer reads the text the reader was taught: round 6's revision and
+    // prompt budget (the reader's last round, `make reader-model`).
+    let reader = LedgerPlan::parse(include_bytes!("../ledgers/reader-pilot-6.toml")).unwrap();
     assert_eq!(
-        base.lm.engineer_prompt_tokens,
-        demo.lm.engineer_prompt_tokens
+        (reader.engineer.revision, reader.lm.engineer_prompt_tokens),
+        (demo.engineer.revision, demo.lm.engineer_prompt_tokens)
     );
+    assert_eq!(reader.suites.seed, demo.suites.seed);
     let grid = LedgerPlan::parse(include_bytes!("../ledgers/grid-demo.toml")).unwrap();
     assert_eq!(
         (grid.policy, grid.engineer.name.as_str()),
