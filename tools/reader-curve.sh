@@ -60,6 +60,13 @@ for f in glob.glob(os.path.join(sys.argv[2], "step-*.json")):
             h[0] += c["holds"]
             h[1] += 1
     m["by_total"] = by_total
+    # Grounded decisions by how many sizes the reply edits (a second cited line is where
+    # round 6's reader slipped), and claims by their place in the reply.
+    judged = [row for row in r["engineers"][0]["rows"] if row["grounding_judged"]]
+    m["by_edits"] = {k: (sum(row["grounded"] for row in judged if len(row["edited"]) == k),
+                         sum(1 for row in judged if len(row["edited"]) == k)) for k in (1, 2)}
+    m["by_place"] = {i: (sum(row["claims"][i]["holds"] for row in r["engineers"][0]["rows"] if len(row["claims"]) > i),
+                         sum(1 for row in r["engineers"][0]["rows"] if len(row["claims"]) > i)) for i in (0, 1)}
     rows.append((step, seen, m))
 fmt = lambda v: "–" if v is None else f"{v:.1f}"
 with open(os.path.join(sys.argv[2], "curve.md"), "w") as out:
@@ -67,13 +74,15 @@ with open(os.path.join(sys.argv[2], "curve.md"), "w") as out:
     totals = ["20", "48", "150", "other"]
     out.write("| step | examples seen | parse | grounded (n judged) | claims that hold | "
               + "".join(f"of /{t} | " for t in totals)
-              + "targeting | preserve | acts | direction |\n")
-    out.write("|---|---|---|---|---|" + "---|" * len(totals) + "---|---|---|---|\n")
+              + "targeting | preserve | acts | direction | one-edit grounded | two-edit grounded | 1st line holds | 2nd line holds |\n")
+    out.write("|---|---|---|---|---|" + "---|" * len(totals) + "---|---|---|---|---|---|---|---|\n")
     for step, seen, m in sorted(rows, key=lambda x: x[0]):
         held, n = m["claims"]
         out.write(f"| {step} | {seen:,} | {fmt(m['parse_pct'])} | {fmt(m['grounded_pct'])} ({m['grounding_contexts']}) "
                   f"| {held}/{n} | "
                   + "".join("{}/{} | ".format(*m["by_total"].get(t, (0, 0))) for t in totals)
-                  + f"{fmt(m['targeting_pct'])} | {fmt(m['preserve_pct'])} | {fmt(m['acts_pct'])} | {fmt(m['direction_pct'])} |\n")
+                  + f"{fmt(m['targeting_pct'])} | {fmt(m['preserve_pct'])} | {fmt(m['acts_pct'])} | {fmt(m['direction_pct'])} | "
+                  + "".join("{}/{} | ".format(*m["by_edits"][k]) for k in (1, 2))
+                  + "".join("{}/{} | ".format(*m["by_place"][i]) for i in (0, 1)) + "\n")
 print(open(os.path.join(sys.argv[2], "curve.md")).read())
 PY
