@@ -489,6 +489,17 @@ fn check_u(field: &str, v: u64, lo: u64, hi: u64) -> Result<(), PlanError> {
     }
 }
 
+/// A list a value is drawn from uniformly (absent: the field's default): 1 to 64
+/// values, each in 1..=hi; `what` names them in the error.
+fn check_draw(field: &str, list: Option<&[u32]>, hi: u32, what: &str) -> Result<(), PlanError> {
+    match list {
+        Some(l) if l.is_empty() || l.len() > 64 || l.iter().any(|&n| !(1..=hi).contains(&n)) => {
+            Err(range(field, format!("must be 1 to 64 {what}, got {l:?}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 impl LedgerPlan {
     /// Parse and validate a plan file's bytes.
     pub fn parse(bytes: &[u8]) -> Result<LedgerPlan, PlanError> {
@@ -602,26 +613,18 @@ impl LedgerPlan {
                 ));
             }
         }
-        if let Some(items) = &w.engineer_suite_items {
-            if items.is_empty()
-                || items.len() > 64
-                || items.iter().any(|&n| !(1..=10_000).contains(&n))
-            {
-                return Err(range(
-                    "warmup.engineer_suite_items",
-                    format!("must be 1 to 64 suite sizes, each 1 to 10000 items, got {items:?}"),
-                ));
-            }
-        }
-        if let Some(edits) = &w.engineer_edits {
-            if edits.is_empty() || edits.len() > 64 || edits.iter().any(|&n| !(1..=8).contains(&n))
-            {
-                return Err(range(
-                    "warmup.engineer_edits",
-                    format!("must be 1 to 64 counts, each 1 to 8 sizes, got {edits:?}"),
-                ));
-            }
-        }
+        check_draw(
+            "warmup.engineer_suite_items",
+            w.engineer_suite_items.as_deref(),
+            10_000,
+            "suite sizes, each 1 to 10000 items",
+        )?;
+        check_draw(
+            "warmup.engineer_edits",
+            w.engineer_edits.as_deref(),
+            8,
+            "counts, each 1 to 8 sizes",
+        )?;
         check_u("suites.max_size", s.max_size as u64, 5, 32)?;
         let g = &self.grpo;
         check_u("grpo.steps", g.steps, 1, 100_000_000)?;
