@@ -87,9 +87,10 @@ base-model-indep-v4: build
 	BASE_EVAL_VAL="--per-cell 48 --wait-ratios 0.25,0.5,0.75" \
 	BASE_EVAL_TEST="--per-cell 15 --wait-ratios 0.25,0.5,0.75" tools/base-model.sh
 
-# The reader (ledgers/models/mapf-reader, the demo's base): mapf-base-indep-v4 taught to
-# read its failure evidence by the reading pilot's rounds 1-4 and 6, each from the last.
-# About 6 hours on one core, resumable (tools/reader-model.sh).
+# The readers (ledgers/models/mapf-reader and mapf-reader-v2, the demo's base):
+# mapf-base-indep-v4 taught to read its failure evidence by the reading pilot's rounds
+# 1-4 and 6 (mapf-reader), then 8 (v2), each from the last. About 7 hours on one core,
+# resumable (tools/reader-model.sh).
 reader-model: build
 	tools/reader-model.sh
 

@@ -56,8 +56,9 @@ fn assert_files_match_readme(dir: &Path) {
 
 /// The coordination miniature's base planners (`ledgers/models/mapf-base-indep`, its
 /// revision-2 re-pretraining `mapf-base-indep-v2`, its continued pretrainings
-/// `mapf-base-indep-v3` and `-v4`, and the reader `mapf-reader`, the demo's base): their
-/// files are what their model cards state, and they read the cells prompt.
+/// `mapf-base-indep-v3` and `-v4`, the reader `mapf-reader` and its one-edit successor
+/// `mapf-reader-v2`, the demo's base): their files are what their model cards state,
+/// and they read the cells prompt.
 #[test]
 fn shipped_coordination_base_matches_its_readme() {
     for dir in [
@@ -78,6 +79,7 @@ fn shipped_coordination_base_matches_its_readme() {
             "/ledgers/models/mapf-base-indep-v4"
         ),
         concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/models/mapf-reader"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/models/mapf-reader-v2"),
     ] {
         let dir = Path::new(dir);
         assert_files_match_readme(dir);

@@ -206,7 +206,7 @@ fn shipped_plans_parse_with_the_protocols_they_promise() {
     // coordination to RL (as the paper starts from Qwen3-4B) and reads its failure
     // evidence at the text revision it was taught (its card names the plans that made
     // it from ledgers/base-indep.toml's planner).
-    assert_eq!(demo.lm.hf_dir(), Some("ledgers/models/mapf-reader"));
+    assert_eq!(demo.lm.hf_dir(), Some("ledgers/models/mapf-reader-v2"));
     assert_eq!(demo.engineer.revision, 6);
     assert_eq!(demo.lm.prompt, mapf_ledger::train::lm::PromptStyle::Cells);
     assert_eq!(demo.warmup.steps, 0);

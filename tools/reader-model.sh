@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make reader-model`: re-make the shipped reader, ledgers/models/mapf-reader, from
+# `make reader-model`: re-make the shipped readers, ledgers/models/mapf-reader and
+# ledgers/models/mapf-reader-v2 (the demo's base), from
 # ledgers/models/mapf-base-indep-v4 by the reading pilot's rounds in order (issue 51;
 # ledgers/results/reader-pilot/README.md). Each round's plan starts from the HF
 # directory the round before exports, under the name that plan's `lm.init` reads:
@@ -7,11 +8,13 @@
 #   round 2  ledgers/reader-pilot-2.toml  -> ledgers/reader-pilot-2-final
 #   round 3  ledgers/reader-pilot-3.toml  -> ledgers/reader-pilot-3-final
 #   round 4  ledgers/reader-pilot-4.toml  -> ledgers/reader-pilot-4-final
-#   round 6  ledgers/reader-pilot-6.toml  -> ledgers/models/mapf-reader (tools/base-model.sh,
-#            with the card tools/reader-card.md)
+#   round 6  ledgers/reader-pilot-6.toml  -> ledgers/reader-pilot-6-final, and
+#            ledgers/models/mapf-reader (tools/base-model.sh, card tools/reader-card.md)
+#   round 8  ledgers/reader-pilot-8.toml  -> ledgers/models/mapf-reader-v2 (tools/base-model.sh,
+#            card tools/reader-v2-card.md)
 # Resumable at every level: a round whose ledger exists is resumed (`run --stages 1`
 # finishes an interrupted stage 0 from its last checkpoint), and a round whose export
-# exists is skipped. About 6 hours on one core in all (rounds of 60-95 minutes).
+# exists is skipped. About 7 hours on one core in all (rounds of 35-95 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LEDGER_BIN:-target/release/ledger}
@@ -32,6 +35,10 @@ round ledgers/reader-pilot.toml ledgers/reader-pilot ledgers/reader-pilot-2400
 round ledgers/reader-pilot-2.toml ledgers/reader-pilot-2 ledgers/reader-pilot-2-final
 round ledgers/reader-pilot-3.toml ledgers/reader-pilot-3 ledgers/reader-pilot-3-final
 round ledgers/reader-pilot-4.toml ledgers/reader-pilot-4 ledgers/reader-pilot-4-final
+round ledgers/reader-pilot-6.toml ledgers/reader-pilot-6 ledgers/reader-pilot-6-final
 BASE_LEDGER=ledgers/reader-pilot-6 BASE_PLAN=ledgers/reader-pilot-6.toml \
     BASE_MODEL_OUT=ledgers/models/mapf-reader BASE_CARD=tools/reader-card.md \
+    tools/base-model.sh
+BASE_LEDGER=ledgers/reader-pilot-8 BASE_PLAN=ledgers/reader-pilot-8.toml \
+    BASE_MODEL_OUT=ledgers/models/mapf-reader-v2 BASE_CARD=tools/reader-v2-card.md \
     tools/base-model.sh
