@@ -1,8 +1,9 @@
 //! The audit view: every engineer decision of a branch with the evidence it read, the
 //! configuration change it made (proposed vs applied, per field, against the previous
 //! stage's configuration), what the projection onto legal ranges clipped, its
-//! rationale and status, and the outcome: the decided stage's validation per size
-//! against the previous stage's, with a verdict on the sizes the decision changed.
+//! rationale and status, whether the applied configuration makes the edits the rationale
+//! states, and the outcome: the decided stage's validation per size against the previous
+//! stage's, with a verdict on the sizes the decision changed.
 use crate::context::EngineerContext;
 use crate::env::config::{ConfigProposal, GeneratorConfig};
 use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
@@ -50,6 +51,11 @@ pub struct DecisionAudit {
     /// Keys the engineer may not set, with their values (never applied).
     pub refused: Vec<crate::env::RefusedField>,
     pub rationale: String,
+    /// The edits the rationale states (`N: ..., FIELD old -> new`, the evidence-first
+    /// answer formats), each set beside the configuration before and after: a rationale
+    /// can name an edit its proposal never makes.
+    #[serde(default)]
+    pub stated_edits: Vec<StatedEdit>,
     /// How GRPO went on the stage this decision designed (None before any step).
     pub training: Option<TrainingSummary>,
     /// Engineer RL on the stage this decision designed (None: the branch does not
@@ -117,6 +123,77 @@ pub struct FieldChange {
     pub applied: Option<f64>,
     /// Whether the applied value differs from the previous one.
     pub changed: bool,
+}
+
+/// An edit a rationale states, `FIELD old -> new` on a line that starts with its size
+/// (`N:` or `NxN:`), against the configurations before and after the decision.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StatedEdit {
+    /// Dotted path, e.g. `sizes.10.wait_ratio`.
+    pub field: String,
+    /// The old and new values as the rationale writes them.
+    pub stated_from: f64,
+    pub stated_to: f64,
+    /// The field in the configuration before the decision and in the applied one (None:
+    /// the size is not in it).
+    pub previous: Option<f64>,
+    pub applied: Option<f64>,
+    /// Whether the applied value is the stated new value, to the two decimals the
+    /// answer formats write.
+    pub backed: bool,
+}
+
+/// The three per-size fields a rationale may name.
+const SIZE_FIELDS: [&str; 3] = ["data_ratio", "hole_ratio", "wait_ratio"];
+
+/// The edits `rationale` states, in the order written: on each line that starts with a
+/// size (`10:` or `10x10:`), every `FIELD a -> b` whose FIELD is a size field and whose a
+/// and b are numbers. A line without a leading size cannot say which size it edits and
+/// is skipped, as is an arrow with anything but a number on either side.
+pub fn stated_edits(
+    rationale: &str,
+    previous: Option<&GeneratorConfig>,
+    applied: &GeneratorConfig,
+) -> Vec<StatedEdit> {
+    let prev = previous.map(flatten).unwrap_or_default();
+    let app = flatten(applied);
+    let number = |t: &str| -> Option<f64> {
+        let t = t.trim_end_matches([',', ';', '.', ')']);
+        t.parse::<f64>().ok().filter(|x| x.is_finite())
+    };
+    let mut out = Vec::new();
+    for line in rationale.lines() {
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        let Some(size) = tokens.first().and_then(|t| {
+            let t = t.strip_suffix(':')?;
+            let n = t
+                .split_once('x')
+                .map_or(t, |(a, b)| if a == b { a } else { "" });
+            n.parse::<usize>().ok()
+        }) else {
+            continue;
+        };
+        for w in tokens.windows(4) {
+            let field = w[0].trim_start_matches(['(', ',']);
+            if !SIZE_FIELDS.contains(&field) || w[2] != "->" {
+                continue;
+            }
+            let (Some(from), Some(to)) = (number(w[1]), number(w[3])) else {
+                continue;
+            };
+            let path = format!("sizes.{size}.{field}");
+            let applied = app.get(&path).copied();
+            out.push(StatedEdit {
+                previous: prev.get(&path).copied(),
+                backed: applied.is_some_and(|a| (a - to).abs() <= 0.005),
+                applied,
+                field: path,
+                stated_from: from,
+                stated_to: to,
+            });
+        }
+    }
+    out
 }
 
 /// A field the projection onto legal ranges changed.
@@ -417,6 +494,7 @@ pub fn audit(
             .and_then(|p| p.config.clone())
             .or_else(|| state.initial_config.clone());
         let changes = diff(previous_config.as_ref(), proposal.as_ref(), &d.applied);
+        let stated = stated_edits(&d.rationale, previous_config.as_ref(), &d.applied);
         let (status, status_reason) = match &d.status {
             DecisionStatus::Accepted => ("accepted", None),
             DecisionStatus::Clipped => ("clipped", None),
@@ -450,6 +528,7 @@ pub fn audit(
                 .collect(),
             refused: d.refused.clone(),
             rationale: d.rationale.clone(),
+            stated_edits: stated,
             training: TrainingSummary::of(&st.grpo),
             engineer_rl: EngineerRlSummary::of(&st.engineer_rl),
             outcome,
@@ -469,13 +548,23 @@ fn num(x: Option<f64>) -> String {
 /// Compact terminal rendering.
 pub fn render(r: &AuditReport) -> String {
     let mut s = String::new();
+    let unbacked = r
+        .decisions
+        .iter()
+        .filter(|d| d.stated_edits.iter().any(|e| !e.backed))
+        .count();
     let _ = writeln!(
         s,
-        "audit of branch {} (head {}): {} decision{}",
+        "audit of branch {} (head {}): {} decision{}{}",
         r.branch,
         r.head.short(),
         r.decisions.len(),
-        if r.decisions.len() == 1 { "" } else { "s" }
+        if r.decisions.len() == 1 { "" } else { "s" },
+        if unbacked == 0 {
+            String::new()
+        } else {
+            format!(", {unbacked} stating an edit the stage did not make")
+        }
     );
     for d in &r.decisions {
         let _ = writeln!(
@@ -540,6 +629,17 @@ pub fn render(r: &AuditReport) -> String {
             );
         }
         let _ = writeln!(s, "  rationale: {}", d.rationale.trim());
+        for e in d.stated_edits.iter().filter(|e| !e.backed) {
+            let _ = writeln!(
+                s,
+                "  not made: the rationale states {} {} -> {}; previous {}, applied {}",
+                e.field,
+                super::number(e.stated_from),
+                super::number(e.stated_to),
+                num(e.previous),
+                num(e.applied)
+            );
+        }
         if let Some(t) = &d.training {
             let _ = writeln!(s, "  training: {}", t.line());
         }
@@ -611,6 +711,52 @@ mod tests {
             agents: 2,
             sizes: [(3, size(hole3)), (10, size(0.1))].into_iter().collect(),
         }
+    }
+
+    #[test]
+    fn a_stated_edit_the_configuration_does_not_make_is_flagged() {
+        // Study v3's stage-1 decision: the rationale raises size 10's wait ratio, the
+        // JSON keeps it, so the stage trains on the old value.
+        let prev = config(0.1);
+        let stated = stated_edits(
+            "10: 36/48 failed, mostly vertex_conflict: more coordination, wait_ratio 0.20 -> 0.40",
+            Some(&prev),
+            &prev,
+        );
+        assert_eq!(
+            stated,
+            vec![StatedEdit {
+                field: "sizes.10.wait_ratio".into(),
+                stated_from: 0.2,
+                stated_to: 0.4,
+                previous: Some(0.2),
+                applied: Some(0.2),
+                backed: false,
+            }]
+        );
+    }
+
+    #[test]
+    fn stated_edits_are_read_per_sized_line_and_backed_when_applied() {
+        let prev = config(0.1);
+        let applied = config(0.3);
+        let rationale = "3x3: 9/20 failed, mostly hole: fewer holes, hole_ratio 0.10 -> 0.30.\n\
+            Overall the maps need wait_ratio 0.2 -> 0.9 (no size: not read)\n\
+            10: 5/20 failed, mostly hole: data_ratio 0.5 -> more, hole_ratio 0.1 -> 0.05\n\
+            7: 1/20 failed: wait_ratio 0.2 -> 0.3";
+        let got = stated_edits(rationale, Some(&prev), &applied);
+        let fields: Vec<(&str, bool)> = got.iter().map(|e| (e.field.as_str(), e.backed)).collect();
+        // Size 3's edit was made; size 10's was not (0.1 stays); size 7 is in neither
+        // configuration; the unsized line and the non-number are skipped.
+        assert_eq!(
+            fields,
+            vec![
+                ("sizes.3.hole_ratio", true),
+                ("sizes.10.hole_ratio", false),
+                ("sizes.7.wait_ratio", false),
+            ]
+        );
+        assert_eq!((got[2].previous, got[2].applied), (None, None));
     }
 
     #[test]
