@@ -3,7 +3,7 @@
 # evaluation) and stage 1 (120 GRPO steps), then every engineer x seed fork runs stages
 # 2-3 from main's stage-1 checkpoint. Seed replicate by seed replicate: every arm's
 # replicate 0 before any replicate 1, so a study stopped part-way leaves whole paired
-# replicates, and the tables ($DIR/study-at2) are rewritten after each.
+# replicates, and the tables ($DIR/study-at$AT) are rewritten after each.
 # Resumable: run it again after a stop, it continues from the last durable point
 # (`ledger study` skips finished runs and resumes a stopped one from its checkpoint).
 #   CPU_STUDY_PLAN       the plan (default ledgers/cpu-study.toml; v3: ledgers/cpu-study-v3.toml)
@@ -17,6 +17,17 @@
 #                        (default current+engineer-rl: the trained trainer, issue 36;
 #                        empty: none). Its forks train their engineer after each stage's
 #                        plan steps with the plan's defaults ([engineer.train]: 4 steps).
+#   CPU_STUDY_AT         the stage the arms fork at (default 2: main trains stage 1 and every
+#                        arm forks from its checkpoint). 1: main only evaluates the base
+#                        (stage 0) and every arm designs and trains stages 1-3 itself, half
+#                        again the training per replicate. Only 1 composes across machines:
+#                        stage 0 is greedy decoding in the project's own fixed-order Rust
+#                        step (the same events on both machines it has run on), while GRPO runs
+#                        libtorch's kernels, which round per processor (study v3's main
+#                        trained stage 1 to other bits on a second AVX-512 machine, so
+#                        `--reuse` of its replicates was refused there). With 1, replicates
+#                        from different sessions' machines can be pooled by --reuse, each
+#                        replicate's arms paired on the one machine that ran them all.
 #   CPU_STUDY_REUSE      an earlier report of this study (study.json): its finished runs
 #                        count instead of running again (`ledger study --reuse`), e.g.
 #                        ledgers/results/cpu-study-v2-at2/study.json after the worker
@@ -34,6 +45,7 @@ PILOT_SD=3.59
 ENGINEERS=${CPU_STUDY_ENGINEERS:-fixed,heuristic,learnability,base,current}
 EXECUTOR=${CPU_STUDY_EXECUTOR:-local:2}
 EXTRA=${CPU_STUDY_EXTRA-current+engineer-rl}
+AT=${CPU_STUDY_AT:-2}
 REUSE=()
 FIRST=1
 if [[ -n ${CPU_STUDY_REUSE:-} ]]; then
@@ -42,20 +54,21 @@ if [[ -n ${CPU_STUDY_REUSE:-} ]]; then
 fi
 start=$SECONDS
 [[ -d $DIR ]] || "$BIN" --ledger "$DIR" init --plan "$PLAN"
-# Stage 0 and stage 1 on main (a resumed run finishes what is missing).
+# Main's stages before the fork point: stage 0, and stage 1 when AT is 2 (a resumed run
+# finishes what is missing).
 done_stages=$("$BIN" --ledger "$DIR" export --what branches --branch main | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["completed_stages"])')
-if (( done_stages < 2 )); then
-    "$BIN" --ledger "$DIR" run --stages $((2 - done_stages))
+if (( done_stages < AT )); then
+    "$BIN" --ledger "$DIR" run --stages $((AT - done_stages))
 fi
 for ((s = FIRST; s <= SEEDS; s++)); do
     echo "== cpu-study: seed replicates 0..$((s - 1)) =="
-    "$BIN" --ledger "$DIR" study --at stage2 --engineers "$ENGINEERS" --seeds "$s" \
+    "$BIN" --ledger "$DIR" study --at stage$AT --engineers "$ENGINEERS" --seeds "$s" \
         --executor "$EXECUTOR" --power-sd "$PILOT_SD" "${REUSE[@]}"
 done
 if [[ -n $EXTRA ]]; then
     echo "== cpu-study: the extra arms ($EXTRA) on seed replicates 0..$((SEEDS - 1)) =="
-    "$BIN" --ledger "$DIR" study --at stage2 --engineers "$ENGINEERS,$EXTRA" --seeds "$SEEDS" \
+    "$BIN" --ledger "$DIR" study --at stage$AT --engineers "$ENGINEERS,$EXTRA" --seeds "$SEEDS" \
         --executor "$EXECUTOR" --power-sd "$PILOT_SD" "${REUSE[@]}"
 fi
 "$BIN" --ledger "$DIR" verify
-echo "cpu-study: $((SECONDS - start)) s; ledger $DIR, tables in $DIR/study-at2"
+echo "cpu-study: $((SECONDS - start)) s; ledger $DIR, tables in $DIR/study-at$AT"

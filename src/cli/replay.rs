@@ -157,6 +157,8 @@ struct RecordedSetup {
     capability: Option<String>,
     /// `cpu`, `cuda`, `cuda:N`.
     device: Option<String>,
+    /// The processor (absent in stages recorded before it was).
+    cpu: Option<String>,
 }
 
 /// The recorded setup of each stage to replay.
@@ -179,6 +181,7 @@ fn recorded_setups(
                 stage: s.stage,
                 capability: m.versions.get(kernels::CAPABILITY_KEY).cloned(),
                 device: m.device,
+                cpu: m.versions.get(kernels::CPU_KEY).cloned(),
             });
         }
     }
@@ -208,8 +211,8 @@ fn pin_capability(recorded: &[RecordedSetup]) {
 
 /// A note when stage `n` was recorded on another device than this replay runs on, or
 /// with another ATen CPU capability than this process runs (the CPU lacks it, or
-/// `ATEN_CPU_CAPABILITY` says otherwise): hashes may then differ with no fault in the
-/// record.
+/// `ATEN_CPU_CAPABILITY` says otherwise), or on another processor: hashes may then
+/// differ with no fault in the record.
 fn setup_note(recorded: &[RecordedSetup], n: u32, device: &str) -> Option<String> {
     let r = recorded.iter().find(|r| r.stage == n)?;
     if let Some(was) = r.device.as_deref().filter(|was| *was != device) {
@@ -217,17 +220,23 @@ fn setup_note(recorded: &[RecordedSetup], n: u32, device: &str) -> Option<String
             "stage {n} was recorded on {was} and this replay runs on {device}: other kernels and dtypes round differently, so hashes may differ without any fault in the record"
         ));
     }
-    let was = r.capability.as_ref()?;
     let now = kernels::cpu_capability();
-    (*was != now).then(|| {
-        format!(
-            "stage {n} was recorded with ATen CPU capability {was}, this process runs {now}{}: kernels may round differently, so hashes may differ without any fault in the record",
-            match std::env::var(kernels::CAPABILITY_ENV) {
-                Ok(v) => format!(" ({}={v})", kernels::CAPABILITY_ENV),
-                Err(_) => String::new(),
-            }
-        )
-    })
+    let Some(was) = r.capability.as_ref().filter(|was| **was != now) else {
+        let was = r.cpu.as_ref()?;
+        let here = kernels::cpu_model();
+        return (*was != here).then(|| {
+            format!(
+                "stage {n} was recorded on processor {was}, this replay runs on {here}: libtorch's BLAS picks its kernels per processor, so hashes may differ without any fault in the record"
+            )
+        });
+    };
+    Some(format!(
+        "stage {n} was recorded with ATen CPU capability {was}, this process runs {now}{}: kernels may round differently, so hashes may differ without any fault in the record",
+        match std::env::var(kernels::CAPABILITY_ENV) {
+            Ok(v) => format!(" ({}={v})", kernels::CAPABILITY_ENV),
+            Err(_) => String::new(),
+        }
+    ))
 }
 
 fn verify(

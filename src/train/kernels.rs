@@ -3,6 +3,9 @@
 //! CPU the ATen CPU capability (the vectorised kernel set ATen dispatches to: DEFAULT,
 //! AVX2, AVX512, ... chosen from the CPU's features or pinned by `ATEN_CPU_CAPABILITY`).
 //! Different capabilities may round differently, so bit-exact replay needs the same one.
+//! The processor is recorded too: libtorch's BLAS (MKL, linked into libtorch_cpu) picks
+//! its code path per processor, so two machines with the same capability can still train
+//! to different bits (study v3's stage 1 did, on two AVX-512 machines).
 use std::collections::BTreeMap;
 
 /// The libtorch version `tch` is built against (tools/libtorch.sh provisions it).
@@ -54,12 +57,43 @@ pub fn cpu_capability() -> String {
     }
 }
 
+/// Metadata key of the processor.
+pub const CPU_KEY: &str = "cpu";
+
+/// The processor as the OS names it: `model name`, `cpu family` and `model` of the
+/// first processor in `/proc/cpuinfo` ("AMD EPYC (family 25, model 17)"); "unknown"
+/// where that file is not there or says nothing of it.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| processor(&t))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The first processor of a `/proc/cpuinfo` text.
+fn processor(cpuinfo: &str) -> Option<String> {
+    let first = cpuinfo.split("\n\n").next()?;
+    let field = |key: &str| {
+        first.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == key).then(|| v.trim().to_string())
+        })
+    };
+    let name = field("model name")?;
+    Some(match (field("cpu family"), field("model")) {
+        (Some(f), Some(m)) => format!("{name} (family {f}, model {m})"),
+        _ => name,
+    })
+}
+
 /// The metadata entries that say which kernels ran on `device`: the libtorch build,
-/// and the ATen CPU capability (CPU kernels also run for a CUDA device's host side).
+/// the ATen CPU capability (CPU kernels also run for a CUDA device's host side) and
+/// the processor.
 pub fn facts(device: tch::Device) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
     m.insert("libtorch".into(), LIBTORCH.into());
     m.insert(CAPABILITY_KEY.into(), cpu_capability());
+    m.insert(CPU_KEY.into(), cpu_model());
     if let tch::Device::Cuda(i) = device {
         m.insert("cuda_device".into(), format!("cuda:{i}"));
     }
@@ -68,6 +102,20 @@ pub fn facts(device: tch::Device) -> BTreeMap<String, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_processor_is_read_from_the_first_cpuinfo_entry() {
+        let info = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\nmodel name\t: other\n";
+        assert_eq!(
+            super::processor(info).as_deref(),
+            Some("AMD EPYC (family 25, model 17)")
+        );
+        assert_eq!(
+            super::processor("processor\t: 0\nmodel name\t: ARM thing\n").as_deref(),
+            Some("ARM thing")
+        );
+        assert_eq!(super::processor("processor\t: 0\n"), None);
+    }
+
     #[test]
     fn capability_is_a_name_aten_knows() {
         let c = super::cpu_capability();
