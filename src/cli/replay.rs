@@ -221,22 +221,22 @@ fn setup_note(recorded: &[RecordedSetup], n: u32, device: &str) -> Option<String
         ));
     }
     let now = kernels::cpu_capability();
-    let Some(was) = r.capability.as_ref().filter(|was| **was != now) else {
-        let was = r.cpu.as_ref()?;
-        let here = kernels::cpu_model();
-        return (*was != here).then(|| {
-            format!(
-                "stage {n} was recorded on processor {was}, this replay runs on {here}: libtorch's BLAS picks its kernels per processor, so hashes may differ without any fault in the record"
-            )
-        });
-    };
-    Some(format!(
-        "stage {n} was recorded with ATen CPU capability {was}, this process runs {now}{}: kernels may round differently, so hashes may differ without any fault in the record",
-        match std::env::var(kernels::CAPABILITY_ENV) {
-            Ok(v) => format!(" ({}={v})", kernels::CAPABILITY_ENV),
-            Err(_) => String::new(),
-        }
-    ))
+    if let Some(was) = r.capability.as_ref().filter(|was| **was != now) {
+        return Some(format!(
+            "stage {n} was recorded with ATen CPU capability {was}, this process runs {now}{}: kernels may round differently, so hashes may differ without any fault in the record",
+            match std::env::var(kernels::CAPABILITY_ENV) {
+                Ok(v) => format!(" ({}={v})", kernels::CAPABILITY_ENV),
+                Err(_) => String::new(),
+            }
+        ));
+    }
+    let was = r.cpu.as_ref()?;
+    let here = kernels::cpu_model();
+    (*was != here).then(|| {
+        format!(
+            "stage {n} was recorded on processor {was}, this replay runs on {here}: libtorch's BLAS picks its kernels per processor, so hashes may differ without any fault in the record"
+        )
+    })
 }
 
 fn verify(
