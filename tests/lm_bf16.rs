@@ -170,6 +170,7 @@ fn lora_step(
         CostMetric::Makespan,
         &d,
         &blobs,
+        &[],
         Seed::root(4),
         0,
     );
@@ -257,6 +258,7 @@ fn micro_batches_give_the_whole_batch_loss_in_f32() {
             CostMetric::Makespan,
             &d,
             &blobs,
+            &[],
             Seed::root(4),
             0,
         );
@@ -316,6 +318,7 @@ fn a_bf16_trained_lora_export_is_a_transformers_qwen3_directory() {
         CostMetric::Makespan,
         &d,
         &blobs,
+        &[],
         Seed::root(4),
         0,
     );

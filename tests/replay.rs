@@ -529,3 +529,42 @@ fn a_cuda_recorded_ledger_replays_where_it_ran() {
     );
     assert_eq!(head(&d, "main"), before);
 }
+
+/// A stage with rehearsal (`grpo.rehearsal_coef`) records the solver plans it rehearsed
+/// (split `rehearsal`, beside its training instances) and replays bit for bit: the plans
+/// and their batches are a pure function of the plan and the stage's seed.
+#[test]
+fn a_rehearsing_stage_records_its_plans_and_replays() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(plan("lm-tiny")).unwrap().replace(
+        "[grpo]\n",
+        "[grpo]\nrehearsal_coef = 0.5\nrehearsal_batch = 8\nrehearsal_instances = 24\n",
+    );
+    let p = tmp.path().join("rehearse.toml");
+    std::fs::write(&p, text).unwrap();
+    let d = tmp.path().join("l");
+    ok(&ledger(&d, &["init", "--plan", p.to_str().unwrap()]));
+    ok(&ledger(&d, &["run", "--quiet", "--stages", "2"]));
+    let l = Ledger::open_read_only(&d).unwrap();
+    let splits: Vec<(u32, String, usize)> = l
+        .history("main")
+        .unwrap()
+        .into_iter()
+        .filter_map(|(_, e)| match e.body {
+            EventBody::InstancesGenerated(g) if e.stage == 1 => {
+                Some((e.stage, g.split, g.instances.len()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        splits,
+        [
+            (1, "train".to_string(), 32),
+            (1, "rehearsal".to_string(), 24)
+        ]
+    );
+    drop(l);
+    let o = ok(&ledger(&d, &["replay", "--verify", "--stage", "1"]));
+    assert!(o.contains("every hash matches"), "{o}");
+}

@@ -16,7 +16,8 @@
 #   the levers of issue 53's pilots: SECTION.KEY=VALUE pairs separated by commas, each
 #   replacing that key of the plan's [SECTION] or adding it there (e.g.
 #   `grpo.kl_coef=0.1,lm.lora_rank=8`); `sizes.KEY=VALUE` sets KEY of every trained size
-#   (e.g. `sizes.hole_ratio=0.25`).
+#   (e.g. `sizes.hole_ratio=0.25`). A list value is written without spaces
+#   (`warmup.agents=[1,2,2,3,3,4,4,5,5]`).
 #
 #   PILOT_DIR   where the arms' ledgers go (default ledgers/coordination-pilot)
 #   PILOT_BASE  the base planner (default ledgers/models/mapf-base-indep)
@@ -46,7 +47,13 @@ arm() {
         -e "s|^instances_per_stage = .*|instances_per_stage = ${instances:-256}|" \
         ledgers/cpu-study.toml >"$plan.new"
     local kv section key value
-    for kv in ${settings//,/ }; do
+    # Split at the commas that begin the next SECTION.KEY=, so a list value keeps its own
+    # (`warmup.agents=[1,2,2,3]`).
+    local kvs=()
+    [[ -n $settings ]] && mapfile -t kvs < <(python3 -c 'import re, sys
+for kv in re.split(r",(?=[a-z_]+\.[a-z_]+=)", sys.argv[1]):
+    print(kv)' "$settings")
+    for kv in "${kvs[@]}"; do
         [[ $kv =~ ^([a-z_]+)\.([a-z_]+)=(.+)$ ]] ||
             { echo "arm $name: setting $kv: expected SECTION.KEY=VALUE" >&2; rm -f "$plan.new"; return 2; }
         section=${BASH_REMATCH[1]} key=${BASH_REMATCH[2]} value=${BASH_REMATCH[3]}

@@ -104,9 +104,23 @@ impl Pipeline<'_> {
             &self.suite_keys,
         )
         .map_err(StageError::Generate)?;
+        // The rehearsal term's solver plans: fresh draws from the plan's warm-up mix (the
+        // pretraining distribution), from this stage's seed.
+        let rehearsal = if cfg.rehearsal_coef > 0.0 {
+            Some(super::base::warmup_data(
+                &self.plan.warmup,
+                cfg.rehearsal_instances as usize,
+                seed.child("rehearsal", 0),
+                &self.suite_keys,
+            )?)
+        } else {
+            None
+        };
         let blobs = {
             let mut rec = self.recorder(branch);
             let blobs = Self::instance_blobs(&mut rec, &data)?;
+            // Recorded once, with the rehearsal set in the same flush (a resumed stage
+            // that has one has both).
             if this.is_none_or(|s| s.instances == 0) {
                 let config = rec.blob(&codec::encode(&applied))?;
                 rec.push(
@@ -117,10 +131,23 @@ impl Pipeline<'_> {
                         instances: blobs.clone(),
                     }),
                 );
+                if let Some((items, mix)) = &rehearsal {
+                    let instances = Self::instance_blobs(&mut rec, items)?;
+                    let config = rec.blob(mix)?;
+                    rec.push(
+                        n,
+                        EventBody::InstancesGenerated(InstancesGenerated {
+                            split: "rehearsal".into(),
+                            config,
+                            instances,
+                        }),
+                    );
+                }
                 rec.flush()?;
             }
             blobs
         };
+        let rehearsal = rehearsal.map(|(items, _)| items).unwrap_or_default();
         phases.end();
 
         // The context engineer RL starts from: the one this stage's engineer read.
@@ -157,6 +184,7 @@ impl Pipeline<'_> {
             &start,
             &data,
             &blobs,
+            &rehearsal,
             seed,
             &mut host,
             &mut phases,

@@ -228,6 +228,7 @@ pub fn grpo_step(
         CostMetric::Makespan,
         data,
         &blobs,
+        &[],
         seed,
         0,
         &mut phases,

@@ -7,7 +7,9 @@
 //! each with the fixed, shaped, verifiable reward ([`reward`]: format, per-agent credit,
 //! validity, cost relative to the solver's optimum); normalise rewards within each
 //! instance's group; optimise the clipped-ratio objective per action, with an optional
-//! KL penalty to the base model and an entropy bonus. Groups whose rewards are all equal
+//! KL penalty to the base model and an entropy bonus; with `rehearsal_coef`, each update
+//! also takes that weight times the imitation loss of a batch of solver plans from the
+//! pretraining mix ([`super::warmup::rehearse`], PPO-ptx). Groups whose rewards are all equal
 //! carry no gradient: they are counted, and with `zero_variance = skip` left out of the
 //! loss. Each step ends with a [`GrpoStats`] record (reward spread, groups with signal,
 //! KL, clip fraction, tokens).
@@ -156,6 +158,7 @@ pub fn step(
     metric: CostMetric,
     data: &[Solved],
     data_blobs: &[Hash],
+    rehearsal: &[Solved],
     stage_seed: Seed,
     step: u64,
 ) -> (Vec<StepRecord>, StepStats) {
@@ -166,6 +169,7 @@ pub fn step(
         metric,
         data,
         data_blobs,
+        rehearsal,
         stage_seed,
         step,
         &mut Phases::off(),
@@ -176,6 +180,8 @@ pub fn step(
 /// rollouts, with their tokens), `reward`, `old_log_probs` (when the policy did not
 /// record them), `kl_reference`, `training` (forward and backward), `optimiser` and
 /// `parameter_hash`. The records and statistics are the same bits as [`step`]'s.
+/// `rehearsal`: the solver plans of the rehearsal term (`cfg.rehearsal_coef`; empty or
+/// a weight of 0: none), timed with training.
 #[allow(clippy::too_many_arguments)]
 pub fn step_timed(
     state: &mut TrainState,
@@ -184,6 +190,7 @@ pub fn step_timed(
     metric: CostMetric,
     data: &[Solved],
     data_blobs: &[Hash],
+    rehearsal: &[Solved],
     stage_seed: Seed,
     step: u64,
     phases: &mut Phases,
@@ -369,10 +376,27 @@ pub fn step_timed(
         ..Default::default()
     };
     phases.end();
-    for _epoch in 0..cfg.epochs {
+    // The rehearsal term of update `epoch`: its weighted loss, added to the gradients
+    // already accumulated (0 without rehearsal).
+    let rehearse = |state: &TrainState, epoch: u32| -> f64 {
+        if cfg.rehearsal_coef == 0.0 || rehearsal.is_empty() {
+            return 0.0;
+        }
+        let update = step * cfg.epochs as u64 + epoch as u64;
+        let nll = super::warmup::rehearse(
+            state,
+            rehearsal,
+            cfg.rehearsal_batch as usize,
+            cfg.rehearsal_coef,
+            stage_seed.child("rehearsal", 1),
+            update,
+        );
+        cfg.rehearsal_coef * nll
+    };
+    for epoch in 0..cfg.epochs {
         if let Some(parts) = &micro {
             phases.begin(phase::TRAINING);
-            let terms = accumulate_micro_batches(
+            let mut terms = accumulate_micro_batches(
                 state,
                 &instances,
                 &rollouts,
@@ -383,6 +407,7 @@ pub fn step_timed(
                 keep.as_ref(),
                 cfg,
             );
+            terms.loss += rehearse(state, epoch);
             phases.end();
             phases.count(phase::TRAINING, scored);
             let grad_norm =
@@ -427,6 +452,7 @@ pub fn step_timed(
         if lp.per_action.numel() > 0 {
             loss.backward();
         }
+        let rehearsed = rehearse(state, epoch);
         phases.end();
         let grad_norm = phases.time(phase::OPTIMISER, || state.adam.update(state.policy.vars()));
         state.global_step += 1;
@@ -440,7 +466,7 @@ pub fn step_timed(
             }
         };
         let (l, pl, k, h) = (
-            scalar(&loss),
+            scalar(&loss) + rehearsed,
             scalar(&policy_loss),
             scalar(&kl),
             scalar(&entropy),
@@ -685,6 +711,7 @@ pub fn train_stage<H: StageHost>(
     start: &StageStart,
     data: &[Solved],
     data_blobs: &[Hash],
+    rehearsal: &[Solved],
     stage_seed: Seed,
     host: &mut H,
     phases: &mut Phases,
@@ -732,6 +759,7 @@ pub fn train_stage<H: StageHost>(
             metric,
             data,
             data_blobs,
+            rehearsal,
             stage_seed,
             s,
             phases,

@@ -10,7 +10,7 @@
 //! use mapf_ledger::train::{grpo, timing::Phases};
 //! let mut phases = Phases::new(state.policy.device());
 //! let (records, stats) =
-//!     grpo::step_timed(&mut state, None, &cfg, metric, &data, &blobs, seed, 0, &mut phases);
+//!     grpo::step_timed(&mut state, None, &cfg, metric, &data, &blobs, &[], seed, 0, &mut phases);
 //! let timing = phases.timing(); // wall time, and per phase seconds, calls and tokens
 //! for p in &timing.phases {
 //!     println!("{:<16} {:>8.3} s  {:?} tokens", p.name, p.seconds, p.sampled_tokens);

@@ -3,7 +3,11 @@
 //! each step maximises the log-likelihood of a batch of reference plans. The `_timed`
 //! steps add their phases to a [`Phases`]: `example_building` (tokenising the batch),
 //! `training` (forward and backward), `optimiser` and `parameter_hash`.
+//!
+//! The same imitation loss, scaled, is GRPO's rehearsal term ([`rehearse`]: InstructGPT's
+//! PPO-ptx), so the loss that makes the base and the one that keeps it are one function.
 use super::grpo::batch_indices;
+use super::lm::LmPolicy;
 use super::policy::Rollout;
 use super::timing::{Phases, Work};
 use super::TrainState;
@@ -60,33 +64,73 @@ pub fn step_timed(
         return text_update(state, &pairs, phases);
     }
     phases.begin(phase::TRAINING);
-    let instances: Vec<_> = idx.iter().map(|&i| data[i].instance.clone()).collect();
-    let rollouts: Vec<Rollout> = idx
+    let batch: Vec<&Solved> = idx.iter().map(|&i| &data[i]).collect();
+    super::adam::Adam::zero_grad(state.policy.vars());
+    let (l, h, work) = action_backward(state, &batch, 1.0);
+    phases.end();
+    phases.count(phase::TRAINING, work);
+    finish_update(state, l, h, phases)
+}
+
+/// Add `scale` times the mean negative log-likelihood of the solver plans `batch` to
+/// the gradients (a non-`lm` policy: each plan's actions); returns that mean (unscaled),
+/// the mean entropy and the work.
+fn action_backward(state: &TrainState, batch: &[&Solved], scale: f64) -> (f64, f64, Work) {
+    let instances: Vec<_> = batch.iter().map(|d| d.instance.clone()).collect();
+    let rollouts: Vec<Rollout> = batch
         .iter()
         .enumerate()
-        .map(|(j, &i)| Rollout {
+        .map(|(j, d)| Rollout {
             instance: j,
-            actions: state.policy.encode_plan(&data[i].instance, &data[i].plan),
-            plan: Ok(data[i].plan.clone()),
+            actions: state.policy.encode_plan(&d.instance, &d.plan),
+            plan: Ok(d.plan.clone()),
             plan_bytes: Vec::new(),
             logprobs: Vec::new(),
         })
         .collect();
     let lp = state.policy.log_probs(&instances, &rollouts);
     let loss = -lp.per_action.mean(Kind::Float);
-    super::adam::Adam::zero_grad(state.policy.vars());
-    loss.backward();
+    if scale == 1.0 {
+        loss.backward();
+    } else {
+        (&loss * scale).backward();
+    }
     let h = lp.entropy.mean(Kind::Float).double_value(&[]);
-    let l = loss.double_value(&[]);
-    phases.end();
-    phases.count(
-        phase::TRAINING,
-        Work {
-            sampled_tokens: Some(rollouts.iter().map(|r| r.actions.len() as u64).sum()),
-            ..Work::default()
-        },
-    );
-    finish_update(state, l, h, phases)
+    let work = Work {
+        sampled_tokens: Some(rollouts.iter().map(|r| r.actions.len() as u64).sum()),
+        ..Work::default()
+    };
+    (loss.double_value(&[]), h, work)
+}
+
+/// GRPO's rehearsal term: add `coef` times the mean negative log-likelihood of the
+/// batch `update` of the solver plans `data` (a seeded permutation, a pure function of
+/// `seed` and `update`) to the gradients already accumulated, before the optimiser
+/// update that takes both. Returns that mean log-likelihood's negative (unscaled).
+pub fn rehearse(
+    state: &TrainState,
+    data: &[Solved],
+    batch_size: usize,
+    coef: f64,
+    seed: Seed,
+    update: u64,
+) -> f64 {
+    let idx = batch_indices(data.len(), batch_size, seed, update);
+    if let Some(lm) = state.policy.as_lm() {
+        let pairs: Vec<(Vec<u32>, Vec<u32>)> = idx
+            .iter()
+            .map(|&i| {
+                let inst = &data[i].instance;
+                (
+                    lm.chat_ids(&lm.task_text(inst)),
+                    state.policy.encode_plan(inst, &data[i].plan),
+                )
+            })
+            .collect();
+        return text_backward(lm, &pairs, coef).0;
+    }
+    let batch: Vec<&Solved> = idx.iter().map(|&i| &data[i]).collect();
+    action_backward(state, &batch, coef).0
 }
 
 /// One imitation step on text pairs (an `lm` policy): maximise the log-likelihood of
@@ -140,6 +184,24 @@ fn text_update(
         .policy
         .as_lm()
         .expect("text pairs train a language model");
+    super::adam::Adam::zero_grad(state.policy.vars());
+    let (loss_sum, entropy) = text_backward(lm, pairs, 1.0);
+    phases.end();
+    phases.count(
+        phase::TRAINING,
+        Work {
+            sampled_tokens: Some(pairs.iter().map(|p| p.1.len() as u64).sum()),
+            prefilled_tokens: Some(pairs.iter().map(|p| p.0.len() as u64).sum()),
+            ..Work::default()
+        },
+    );
+    finish_update(state, loss_sum, entropy, phases)
+}
+
+/// Add `scale` times the mean negative log-likelihood of every target token of `pairs`
+/// to the gradients, in micro-batches of similar lengths (see [`text_update`]); returns
+/// that mean (unscaled) and the mean entropy per target token.
+fn text_backward(lm: &LmPolicy, pairs: &[(Vec<u32>, Vec<u32>)], scale: f64) -> (f64, f64) {
     let mut order: Vec<usize> = (0..pairs.len()).collect();
     order.sort_by_key(|&i| pairs[i].0.len() + pairs[i].1.len());
     let tokens: usize = pairs.iter().map(|p| p.1.len()).sum::<usize>().max(1);
@@ -152,27 +214,21 @@ fn text_update(
         1
     };
     let chunk = pairs.len().div_ceil(parts).max(MICRO_ROWS);
-    super::adam::Adam::zero_grad(state.policy.vars());
     let (mut loss_sum, mut entropy_sum) = (0.0f64, 0.0f64);
     for part in order.chunks(chunk) {
         let prompts: Vec<&[u32]> = part.iter().map(|&i| pairs[i].0.as_slice()).collect();
         let targets: Vec<&[u32]> = part.iter().map(|&i| pairs[i].1.as_slice()).collect();
         let lp = lm.token_log_probs(&prompts, &targets, lm.arch.sampling.temperature, true);
         let loss = -lp.per_action.sum(Kind::Float) / tokens as f64;
-        loss.backward();
+        if scale == 1.0 {
+            loss.backward();
+        } else {
+            (&loss * scale).backward();
+        }
         loss_sum += loss.double_value(&[]);
         entropy_sum += lp.entropy.sum(Kind::Float).double_value(&[]);
     }
-    phases.end();
-    phases.count(
-        phase::TRAINING,
-        Work {
-            sampled_tokens: Some(pairs.iter().map(|p| p.1.len() as u64).sum()),
-            prefilled_tokens: Some(pairs.iter().map(|p| p.0.len() as u64).sum()),
-            ..Work::default()
-        },
-    );
-    finish_update(state, loss_sum, entropy_sum / tokens as f64, phases)
+    (loss_sum, entropy_sum / tokens as f64)
 }
 
 /// The optimiser update from the accumulated gradients, and its gradient-step record

@@ -665,6 +665,25 @@ impl LedgerPlan {
         check_f("grpo.max_grad_norm", g.max_grad_norm, 0.0, 1e6, false)?;
         check_f("grpo.advantage_eps", g.advantage_eps, 0.0, 1.0, false)?;
         check_f("grpo.signal_eps", g.signal_eps, 0.0, 1.0, false)?;
+        check_f("grpo.rehearsal_coef", g.rehearsal_coef, 0.0, 100.0, false)?;
+        if g.rehearsal_coef > 0.0 {
+            for (field, v, hi) in [
+                ("grpo.rehearsal_batch", g.rehearsal_batch, 1 << 20),
+                (
+                    "grpo.rehearsal_instances",
+                    g.rehearsal_instances,
+                    10_000_000,
+                ),
+            ] {
+                if v == 0 {
+                    return Err(range(
+                        field,
+                        "must be set (1 or more) when grpo.rehearsal_coef is above 0",
+                    ));
+                }
+                check_u(field, v as u64, 1, hi)?;
+            }
+        }
         check_u(
             "suites.eval_batch",
             self.suites.eval_batch as u64,
@@ -878,6 +897,39 @@ mod tests {
         let bad = DEMO.replace("torch_threads = 2", "torch_threads = 2\ndtype = \"f16\"");
         let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("f16") && e.contains("bf16"), "{e}");
+    }
+
+    #[test]
+    fn rehearsal_needs_its_batch_and_leaves_old_hashes_alone() {
+        let demo = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        assert_eq!(demo.grpo.rehearsal_coef, 0.0);
+        let with = |v: &str| DEMO.replace("[grpo]", &format!("[grpo]\n{v}"));
+        // Written out at their defaults, the fields leave the hash as it was.
+        let zero = "rehearsal_coef = 0.0\nrehearsal_batch = 0\nrehearsal_instances = 0";
+        assert_eq!(
+            LedgerPlan::parse(with(zero).as_bytes()).unwrap().hash(),
+            demo.hash()
+        );
+        let on = "rehearsal_coef = 0.5\nrehearsal_batch = 16\nrehearsal_instances = 2048";
+        let set = LedgerPlan::parse(with(on).as_bytes()).unwrap();
+        assert_eq!(
+            (set.grpo.rehearsal_batch, set.grpo.rehearsal_instances),
+            (16, 2048)
+        );
+        assert_ne!(set.hash(), demo.hash());
+        for (bad, field) in [
+            ("rehearsal_coef = 0.5", "grpo.rehearsal_batch"),
+            (
+                "rehearsal_coef = 0.5\nrehearsal_batch = 16",
+                "grpo.rehearsal_instances",
+            ),
+            ("rehearsal_coef = -1.0", "grpo.rehearsal_coef"),
+        ] {
+            let e = LedgerPlan::parse(with(bad).as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -111,6 +111,20 @@ pub struct GrpoConfig {
     /// the default: micro-batches are `micro_batch` rows alone.
     #[serde(skip_serializing_if = "is_zero")]
     pub micro_batch_tokens: u32,
+    /// Rehearsal (InstructGPT's PPO-ptx): every update also minimises this weight times
+    /// the mean negative log-likelihood of `rehearsal_batch` solver plans drawn from the
+    /// plan's `[warmup]` mix (the pretraining distribution), so that RL on the trained
+    /// sizes keeps what the base knows elsewhere (3-5 agents, plans that need no
+    /// coordination). Each stage draws `rehearsal_instances` fresh ones from its own seed
+    /// and records them (split `rehearsal`). 0, the default: no rehearsal.
+    #[serde(skip_serializing_if = "is_zero_f")]
+    pub rehearsal_coef: f64,
+    /// Solver plans per rehearsal batch (one batch an update).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub rehearsal_batch: u32,
+    /// Solver plans a stage draws to rehearse from.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub rehearsal_instances: u32,
 }
 
 // Defaults of the fields left out of the canonical encoding at their default (see
@@ -174,6 +188,9 @@ impl Default for GrpoConfig {
             recompute: false,
             log_prob_chunk: 0,
             micro_batch_tokens: 0,
+            rehearsal_coef: 0.0,
+            rehearsal_batch: 0,
+            rehearsal_instances: 0,
         }
     }
 }
