@@ -108,6 +108,12 @@ pub struct TokenFacts {
     pub eval_new: u64,
     pub engineer_prompt: u64,
     pub engineer_new: u64,
+    /// With `[grpo] rehearsal_coef`: the longest rehearsed plan's prompt and answer (the
+    /// warm-up mix's most agents on its largest map).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rehearsal_prompt: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rehearsal_new: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -147,6 +153,8 @@ struct Knobs {
     /// `[grpo] micro_batch_tokens` is set: the batch trains in micro-batches (of `micro`
     /// rows at the plan's longest row) even when one holds it all.
     by_tokens: bool,
+    /// `[grpo] rehearsal_batch` (0: no rehearsal).
+    rehearsal: u64,
 }
 
 /// The model's shape: `--model-config`, the `hf:` directory's config.json, or the
@@ -293,6 +301,17 @@ fn sizing<'a>(
     let train_inst = instance(train_agents, plan.engineer.max_size as usize)?;
     let eval_inst = instance(5, plan.suites.max_size as usize)?;
     let spec = &plan.lm;
+    // Rehearsal imitates the warm-up mix: its most agents on its largest map.
+    let rehearsal = if plan.grpo.rehearsal_coef > 0.0 {
+        let most = |v: &[u32]| v.iter().copied().max().unwrap_or(2) as usize;
+        let inst = instance(most(&plan.warmup.agents), most(&plan.warmup.sizes))?;
+        Some((
+            count(&spec.prompt.task_text(&inst)),
+            plan_budget(&inst, spec.prompt, u64::MAX),
+        ))
+    } else {
+        None
+    };
     let mut knobs = Knobs {
         batch: plan.grpo.batch_size as u64,
         group: plan.grpo.group_size as u64,
@@ -303,6 +322,11 @@ fn sizing<'a>(
         recompute: plan.grpo.recompute,
         chunk: plan.grpo.log_prob_chunk as u64,
         by_tokens: false,
+        rehearsal: if rehearsal.is_some() {
+            plan.grpo.rehearsal_batch as u64
+        } else {
+            0
+        },
     };
     let tokens = TokenFacts {
         counted_by,
@@ -322,6 +346,8 @@ fn sizing<'a>(
         },
         engineer_prompt: spec.engineer_prompt_tokens as u64,
         engineer_new: spec.engineer_max_new_tokens as u64,
+        rehearsal_prompt: rehearsal.map(|r| r.0),
+        rehearsal_new: rehearsal.map(|r| r.1),
     };
     // A token budget is rows at the plan's longest training row, within any row cap.
     if plan.grpo.micro_batch_tokens > 0 {
@@ -482,6 +508,34 @@ impl Sizing<'_> {
                 bytes: resident + est.scoring_with(&train, scoring),
             });
         }
+        if let (Some(prompt), Some(new)) = (self.tokens.rehearsal_prompt, self.tokens.rehearsal_new)
+        {
+            // `train::warmup`'s text backward: one forward on a GPU, eight micro-batches
+            // of at least four rows on the CPU.
+            let batch = k.rehearsal;
+            let rows = if self.cuda {
+                batch
+            } else {
+                batch.div_ceil(8).max(4).min(batch)
+            };
+            let whole = TrainingLayout {
+                attention,
+                ..TrainingLayout::WHOLE
+            };
+            let tokens = prompt + new - 1;
+            phases.push(Part {
+                name: format!("rehearsal ({rows} rows x {tokens} tokens)"),
+                bytes: resident
+                    + est.training_with(
+                        &Training {
+                            rows,
+                            tokens,
+                            targets: rows * new,
+                        },
+                        whole,
+                    ),
+            });
+        }
         phases.push(self.generation_phase(
             &est,
             format!("evaluation ({} greedy plans, 5 agents", k.eval),
@@ -612,6 +666,12 @@ fn candidates(knobs: Knobs) -> Vec<Candidate> {
         eval: v,
         ..k
     }));
+    if knobs.rehearsal > 0 {
+        candidates.push(("grpo.rehearsal_batch", knobs.rehearsal, 1, |k, v| Knobs {
+            rehearsal: v,
+            ..k
+        }));
+    }
     if knobs.rank > 0 {
         candidates.push(("lm.lora_rank", knobs.rank as u64, 1, |k, v| Knobs {
             rank: v as u32,

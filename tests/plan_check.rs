@@ -449,3 +449,77 @@ fn the_readme_quotes_what_plan_check_prints() {
         }
     }
 }
+
+/// Rehearsal (`grpo.rehearsal_coef`) is one more training forward and backward, on plans
+/// of the warm-up mix: the memory plan shows it sized by the mix's longest plan and its
+/// batch (the whole batch at once on a GPU), and leaves it out of a plan without it.
+#[test]
+fn rehearsal_is_a_phase_of_the_memory_plan() {
+    let t = tempfile::tempdir().unwrap();
+    let json = |plan: &str| -> serde_json::Value {
+        let o = check(
+            t.path(),
+            &[
+                plan,
+                "--model-config",
+                &shape_4b(),
+                "--device",
+                "cuda",
+                "--gpu-memory",
+                "80GiB",
+                "--json",
+            ],
+        );
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let phase = |v: &serde_json::Value| -> Option<(String, u64)> {
+        v["phases"].as_array().unwrap().iter().find_map(|p| {
+            let name = p["name"].as_str().unwrap();
+            name.starts_with("rehearsal")
+                .then(|| (name.to_string(), p["bytes"].as_u64().unwrap()))
+        })
+    };
+    let short = short_answers(t.path());
+    let plain = json(&short);
+    assert_eq!(phase(&plain), None, "{plain}");
+    assert!(plain["tokens"].get("rehearsal_prompt").is_none(), "{plain}");
+    let with = |name: &str, batch: u32, agents: &str| {
+        let p = paper_variant_of(
+            &short,
+            t.path(),
+            name,
+            &[
+                (
+                    "micro_batch_tokens = 65536",
+                    format!("micro_batch_tokens = 65536\nrehearsal_coef = 0.5\nrehearsal_batch = {batch}\nrehearsal_instances = 64"),
+                ),
+                ("sizes = [3, 4, 5, 6]", format!("sizes = [3, 4, 5, 6]\nagents = {agents}")),
+            ],
+        );
+        json(&p)
+    };
+    let small = with("r8.toml", 8, "[2]");
+    let (name, bytes) = phase(&small).expect("a rehearsal phase");
+    assert!(name.starts_with("rehearsal (8 rows x "), "{name}");
+    let big = with("r32.toml", 32, "[2]");
+    assert!(phase(&big).unwrap().1 > bytes, "{big}");
+    // Five agents on the mix's largest map: a longer prompt and plan than two.
+    let five = with("r5.toml", 8, "[2, 5]");
+    assert!(
+        five["tokens"]["rehearsal_prompt"].as_u64() > small["tokens"]["rehearsal_prompt"].as_u64()
+            && phase(&five).unwrap().1 > bytes,
+        "{five}"
+    );
+    validates("plan-check", &five);
+    // Where rehearsal sets the peak past the GPU, its batch is the fix named.
+    let over = with("r16.toml", 16, "[2, 5]");
+    assert_eq!(over["fits"], false, "{over}");
+    assert!(
+        over["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["setting"] == "grpo.rehearsal_batch"),
+        "{over}"
+    );
+}
