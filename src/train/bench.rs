@@ -9,6 +9,7 @@
 //! prompts are the same token ids, and decode time is the time of a call minus the time
 //! of the same call with one new token (the prefill, the weights' generation layout and
 //! the first pick), so both sides are timed over the same `new_tokens - 1` steps.
+use super::batches;
 use super::grpo::{self, GrpoConfig};
 use super::lm::generate::{self, Sampling};
 use super::lm::model::{param_shapes, LoraSpec, Model};
@@ -208,7 +209,7 @@ pub fn grpo_step(
     let lora = policy.model.lora.is_some();
     let p = matmul_parameters(&policy.model.cfg) as f64;
     let prompt_of = |s: &Solved| policy.chat_ids(&policy.task_text(&s.instance)).len() as u64;
-    let idx = grpo::batch_indices(
+    let idx = batches::batch_indices(
         data.len(),
         cfg.batch_size as usize,
         seed.child("order", 0),

@@ -20,6 +20,7 @@
 //! the policy records them (the `lm` policy), else one no-grad forward. Every
 //! sampled plan is recorded as a trajectory, every optimiser update as a gradient step
 //! (parameter hash, loss terms as exact bits, gradient norm).
+use super::batches::batch_indices;
 use super::eval::outcome_of;
 use super::lm::model::LoraSpec;
 use super::policy::{Policy, Rollout};
@@ -31,7 +32,6 @@ use crate::record::timing::phase;
 use crate::record::trainer::{GradientStep, GrpoStats, StepRecord, Trajectory, TrajectoryBatch};
 use crate::record::Hash;
 use crate::seed::Seed;
-use rand::seq::SliceRandom;
 use tch::{Kind, Tensor};
 
 pub use crate::plan::trainer::{GrpoConfig, ZeroVariance};
@@ -81,24 +81,6 @@ pub fn reward(
         }
     }
     r
-}
-
-/// The instance indices of step `step`'s batch: consecutive slices of per-epoch seeded
-/// permutations of `0..n`, so any step's batch is known without replaying earlier ones.
-pub fn batch_indices(n: usize, batch: usize, seed: Seed, step: u64) -> Vec<usize> {
-    let mut out = Vec::with_capacity(batch);
-    let mut cached: Option<(u64, Vec<usize>)> = None;
-    for j in 0..batch as u64 {
-        let flat = step * batch as u64 + j;
-        let (epoch, pos) = (flat / n as u64, (flat % n as u64) as usize);
-        if cached.as_ref().is_none_or(|(e, _)| *e != epoch) {
-            let mut perm: Vec<usize> = (0..n).collect();
-            perm.shuffle(&mut seed.child("epoch", epoch).rng());
-            cached = Some((epoch, perm));
-        }
-        out.push(cached.as_ref().expect("set above").1[pos]);
-    }
-    out
 }
 
 /// Group-normalised advantages: (r - mean) / (std + `advantage_eps`) within each
@@ -849,15 +831,6 @@ mod tests {
             micro_batches(&cfg(0, 10_000), 8, Some(&lens)),
             Some(vec![0..8])
         );
-    }
-
-    #[test]
-    fn batches_cover_each_epoch_once() {
-        let seed = Seed::root(3);
-        let mut seen: Vec<usize> = (0..5).flat_map(|s| batch_indices(20, 4, seed, s)).collect();
-        seen.sort_unstable();
-        assert_eq!(seen, (0..20).collect::<Vec<_>>());
-        assert_eq!(batch_indices(20, 4, seed, 7), batch_indices(20, 4, seed, 7));
     }
 
     fn groups_of(group_size: u32) -> GrpoConfig {

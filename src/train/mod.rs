@@ -6,6 +6,7 @@
 //! the plan and recorded in event metadata), sampling draws from the seed tree, and
 //! every reduction the trainer does itself runs in a fixed order.
 pub mod adam;
+pub mod batches;
 pub mod bench;
 pub mod checkpoint;
 pub mod compute;

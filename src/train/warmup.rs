@@ -6,7 +6,7 @@
 //!
 //! The same imitation loss, scaled, is GRPO's rehearsal term ([`rehearse`]: InstructGPT's
 //! PPO-ptx), so the loss that makes the base and the one that keeps it are one function.
-use super::grpo::batch_indices;
+use super::batches::batch_indices;
 use super::lm::LmPolicy;
 use super::policy::Rollout;
 use super::timing::{Phases, Work};

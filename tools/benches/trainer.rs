@@ -41,6 +41,7 @@ use mapf_ledger::ledger::Hash;
 use mapf_ledger::record::trainer::StepRecord;
 use mapf_ledger::seed::Seed;
 use mapf_ledger::train::adam::AdamConfig;
+use mapf_ledger::train::batches;
 use mapf_ledger::train::grpo::{self, GrpoConfig};
 use mapf_ledger::train::lm::{self, LmConfig, LmSpec, Sampling};
 use mapf_ledger::train::policy::Policy;
@@ -121,7 +122,7 @@ fn grpo_rate(
             continue;
         }
         // The step's batch, as `grpo::step` draws it.
-        let idx = grpo::batch_indices(
+        let idx = batches::batch_indices(
             data.len(),
             g.batch_size as usize,
             seed.child("order", 0),
@@ -561,7 +562,7 @@ fn base_section(
     let prompts_file: PathBuf = out.join("base-grpo-prompts.jsonl");
     let lines: Vec<String> = (0..=GRPO_TIMED)
         .flat_map(|step| {
-            grpo::batch_indices(
+            batches::batch_indices(
                 data.len(),
                 g.batch_size as usize,
                 grpo_seed().child("order", 0),
