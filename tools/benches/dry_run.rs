@@ -320,6 +320,7 @@ fn main() {
             CostMetric::Makespan,
             &data[..1],
             &blobs,
+            &[],
             Seed::root(3),
             0,
         )

@@ -115,6 +115,7 @@ fn grpo_rate(
             CostMetric::Makespan,
             data,
             &blobs,
+            &[],
             seed,
             step,
         );
