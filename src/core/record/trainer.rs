@@ -96,6 +96,9 @@ pub struct GradientStep {
     pub step: u64,
     /// Parameter hash after the step (blake3 over raw parameters in name order).
     pub params: Hash,
+    /// The objective minimised: the policy loss, plus `kl_coef` x KL, less
+    /// `entropy_coef` x entropy, plus `rehearsal_coef` x the rehearsal batch's imitation
+    /// loss where the plan rehearses (the warm-up's: its imitation loss alone).
     #[serde(with = "crate::record::readable::f64_bits")]
     #[schemars(with = "crate::record::readable::JsonFloat")]
     pub loss: u64,
