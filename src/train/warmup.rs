@@ -50,17 +50,7 @@ pub fn step_timed(
 ) -> (GradientStep, f64) {
     let idx = batch_indices(data.len(), cfg.batch_size, seed.child("order", 0), step);
     if let Some(lm) = state.policy.as_lm() {
-        let pairs: Vec<(Vec<u32>, Vec<u32>)> = phases.time(phase::EXAMPLE_BUILDING, || {
-            idx.iter()
-                .map(|&i| {
-                    let inst = &data[i].instance;
-                    (
-                        lm.chat_ids(&lm.task_text(inst)),
-                        state.policy.encode_plan(inst, &data[i].plan),
-                    )
-                })
-                .collect()
-        });
+        let pairs = phases.time(phase::EXAMPLE_BUILDING, || plan_pairs(lm, data, &idx));
         return text_update(state, &pairs, phases);
     }
     phases.begin(phase::TRAINING);
@@ -117,20 +107,25 @@ pub fn rehearse(
 ) -> f64 {
     let idx = batch_indices(data.len(), batch_size, seed, update);
     if let Some(lm) = state.policy.as_lm() {
-        let pairs: Vec<(Vec<u32>, Vec<u32>)> = idx
-            .iter()
-            .map(|&i| {
-                let inst = &data[i].instance;
-                (
-                    lm.chat_ids(&lm.task_text(inst)),
-                    state.policy.encode_plan(inst, &data[i].plan),
-                )
-            })
-            .collect();
-        return text_backward(lm, &pairs, coef).0;
+        return text_backward(lm, &plan_pairs(lm, data, &idx), coef).0;
     }
     let batch: Vec<&Solved> = idx.iter().map(|&i| &data[i]).collect();
     action_backward(state, &batch, coef).0
+}
+
+/// The (prompt ids, target ids) of the solver plans `data[idx]`: each instance's task in
+/// the chat template, and its plan as the policy writes it.
+fn plan_pairs(lm: &LmPolicy, data: &[Solved], idx: &[usize]) -> Vec<(Vec<u32>, Vec<u32>)> {
+    use super::policy::Policy as _;
+    idx.iter()
+        .map(|&i| {
+            let inst = &data[i].instance;
+            (
+                lm.chat_ids(&lm.task_text(inst)),
+                lm.encode_plan(inst, &data[i].plan),
+            )
+        })
+        .collect()
 }
 
 /// One imitation step on text pairs (an `lm` policy): maximise the log-likelihood of
