@@ -2,6 +2,8 @@
 # Every target provisions libtorch first (idempotent; cached under ~/.cache/mapf-ledger).
 SHELL := /bin/bash
 CARGO ?= cargo
+# Where cargo puts what it builds ($CARGO_TARGET_DIR when set, as cargo itself reads it).
+TARGET := $(or $(CARGO_TARGET_DIR),target)
 
 .PHONY: all libtorch chromium build build-core test demo base-model base-model-indep base-model-indep-v2 base-model-indep-v3 base-model-indep-v4 reader-model coordination-pilot engineer-rl-pilot engineer-rl-v3 engineer-rl-v4 bench bench-peers bench-trainer-peers schemas fmt clean-ledgers
 
@@ -29,8 +31,8 @@ chromium:
 # breaks a bench fails CI too.
 test: libtorch chromium
 	$(CARGO) build --no-default-features --bin ledger
-	mkdir -p target/core && cp target/debug/ledger target/core/ledger.tmp && mv target/core/ledger.tmp target/core/ledger
-	LEDGER_CORE_BIN=$(CURDIR)/target/core/ledger $(CARGO) test --workspace
+	mkdir -p $(TARGET)/core && cp $(TARGET)/debug/ledger $(TARGET)/core/ledger.tmp && mv $(TARGET)/core/ledger.tmp $(TARGET)/core/ledger
+	LEDGER_CORE_BIN=$(abspath $(TARGET))/core/ledger $(CARGO) test --workspace
 	$(CARGO) test --workspace --bench '*' --no-run
 
 # `ledger` without libtorch: reads, verifies, audits, compares, reports, bundles and
@@ -122,7 +124,7 @@ bench-trainer-peers: libtorch
 
 # Regenerate the checked-in JSON Schemas after changing a schema'd type.
 schemas: build
-	./target/release/ledger schemas --out schemas
+	$(TARGET)/release/ledger schemas --out schemas
 
 fmt:
 	$(CARGO) fmt --all

@@ -10,7 +10,7 @@
 #   nohup make base-model > base-model.log 2>&1 &
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${LEDGER_BIN:-target/release/ledger}
+BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
 DIR=${BASE_LEDGER:-ledgers/base-run}
 PLAN=${BASE_PLAN:-ledgers/base.toml}
 OUT=${BASE_MODEL_OUT:-ledgers/models/mapf-base}

@@ -7,7 +7,7 @@
 #   tools/check-model-card.sh [MODEL_DIR ...]   (default: every ledgers/models/*/README.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${LEDGER_BIN:-target/release/ledger}
+BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
 [[ -x $BIN ]] || { echo "build the release binary first (make build)" >&2; exit 2; }
 models=("$@")
 if ((${#models[@]} == 0)); then

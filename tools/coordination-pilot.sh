@@ -26,7 +26,7 @@
 # $PILOT_DIR/ARM.coordination.json (`ledger compare --json`'s `coordination`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${LEDGER_BIN:-target/release/ledger}
+BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
 DIR=${PILOT_DIR:-ledgers/coordination-pilot}
 BASE=${PILOT_BASE:-ledgers/models/mapf-base-indep}
 JOBS=${PILOT_JOBS:-2}

@@ -35,7 +35,7 @@
 #                        the report lacks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${LEDGER_BIN:-target/release/ledger}
+BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
 DIR=${CPU_STUDY_LEDGER:-ledgers/cpu-study}
 PLAN=${CPU_STUDY_PLAN:-ledgers/cpu-study.toml}
 SEEDS=${CPU_STUDY_SEEDS:-7}

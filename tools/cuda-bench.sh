@@ -23,12 +23,12 @@
 # (`git rm -r --cached ledgers/models/{mapf-base,mapf-base-indep,mapf-base-indep-v2,
 # mapf-base-indep-v3}`, `git reset -q HEAD -- ledgers/models/mapf-base/tokenizer.json`, the
 # four folders in .git/info/exclude), then `git reset -q HEAD -- ledgers/models` after.
-# Environment: LEDGER_BIN (default target/release/ledger), CUDA_BENCH_OUT (default
+# Environment: LEDGER_BIN (default target/release/ledger, under $CARGO_TARGET_DIR when set), CUDA_BENCH_OUT (default
 # target/cuda-bench), CUDA_BENCH_PARTS (default "1 2 3 4"), CUDA_BENCH_COMMIT (the
 # commit the binary was built from; the device copy has no .git).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-L=$(realpath "${LEDGER_BIN:-target/release/ledger}")
+L=$(realpath "${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}")
 OUT=$(mkdir -p "${CUDA_BENCH_OUT:-target/cuda-bench}" && realpath "${CUDA_BENCH_OUT:-target/cuda-bench}")
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"; [[ -n "${SAMPLER:-}" ]] && kill "$SAMPLER" 2>/dev/null' EXIT

@@ -11,11 +11,11 @@
 #      ledgers/paper.toml cut to a smoke size (no thinking, 512 new tokens, 3 items a
 #      cell, one stage of 4 GRPO steps, every group kept and an entropy bonus so the
 #      LoRA backward pass runs), its `plan check` beside the GPU memory nvidia-smi saw.
-# Environment: LEDGER_BIN (default target/release/ledger), CUDA_CHECK_OUT (default
+# Environment: LEDGER_BIN (default target/release/ledger, under $CARGO_TARGET_DIR when set), CUDA_CHECK_OUT (default
 # target/cuda-check), CUDA_CHECK_STEPS (default "1 2 3 4": which of the above to run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-L=$(realpath "${LEDGER_BIN:-target/release/ledger}")
+L=$(realpath "${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}")
 OUT=$(mkdir -p "${CUDA_CHECK_OUT:-target/cuda-check}" && realpath "${CUDA_CHECK_OUT:-target/cuda-check}")
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

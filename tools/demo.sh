@@ -12,7 +12,7 @@
 #      made, verify the ledger, and write the HTML report (LEDGER/report/index.html).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${LEDGER_BIN:-target/release/ledger}
+BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
 DIR=${DEMO_LEDGER:-ledgers/demo-run}
 PLAN=${DEMO_PLAN:-ledgers/demo.toml}
 start=$SECONDS

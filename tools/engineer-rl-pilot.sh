@@ -7,7 +7,7 @@
 #   PILOT_CONTEXTS (default 120)                   PILOT_OUT    (default ledgers/results/engineer-rl-pilot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${LEDGER_BIN:-target/release/ledger}
+BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
 DIR=${PILOT_LEDGER:-ledgers/engineer-rl-pilot}
 OUT=${PILOT_OUT:-ledgers/results/engineer-rl-pilot}
 CONTEXTS=${PILOT_CONTEXTS:-120}

@@ -12,7 +12,7 @@
 #   ERL_CONTEXTS (default 100)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${LEDGER_BIN:-target/release/ledger}
+BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
 PLAN=${ERL_PLAN:-ledgers/engineer-rl-v3.toml}
 NAME=$(basename "$PLAN" .toml)
 DIR=${ERL_LEDGER:-ledgers/$NAME}

@@ -11,7 +11,7 @@
 # Writes OUT/step-N.json (the eval report) and OUT/curve.md (one row per checkpoint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${LEDGER_BIN:-target/release/ledger}
+BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
 [[ $# -ge 3 ]] || { echo "usage: $0 LEDGER PLAN OUT [CONTEXTS]" >&2; exit 2; }
 LEDGER=$1 PLAN=$2 OUT=$3 CONTEXTS=${4:-200}
 mkdir -p "$OUT"

@@ -17,7 +17,7 @@
 # exists is skipped. About 7 hours on one core in all (rounds of 35-95 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${LEDGER_BIN:-target/release/ledger}
+BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
 round() { # PLAN LEDGER OUT
     local plan=$1 dir=$2 out=$3
     if [[ -e $out/model.safetensors ]]; then

@@ -31,7 +31,7 @@ GGUF_PY=0.19.0
 dtype="${SMOLLM2_DTYPE:-f32}"
 out="${SMOLLM2_DIR:-$root/target/smollm2/SmolLM2-135M-Instruct}"
 [[ $dtype == f32 ]] || out="${SMOLLM2_DIR:-$root/target/smollm2/SmolLM2-135M-Instruct-$dtype}"
-ledger="${LEDGER_BIN:-$root/target/release/ledger}"
+ledger="${LEDGER_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/ledger}"
 results="$root/ledgers/results/smollm2"
 
 say() { echo "smollm2: $*" >&2; }
