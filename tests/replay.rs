@@ -565,6 +565,20 @@ fn a_rehearsing_stage_records_its_plans_and_replays() {
         ]
     );
     drop(l);
+    // `show` counts the stage's instances per split, so the rehearsal plans do not pass
+    // for training instances.
+    let s: serde_json::Value =
+        serde_json::from_str(&ok(&ledger(&d, &["show", "main@stage1", "--json"]))).unwrap();
+    assert_eq!(s["stage"]["instances"], 56, "{s}");
+    assert_eq!(
+        s["stage"]["instances_by_split"],
+        serde_json::json!({"rehearsal": 24, "train": 32})
+    );
+    let text = ok(&ledger(&d, &["show", "main@stage1"]));
+    assert!(
+        text.contains("instances  56 (24 rehearsal, 32 train)"),
+        "{text}"
+    );
     let o = ok(&ledger(&d, &["replay", "--verify", "--stage", "1"]));
     assert!(o.contains("every hash matches"), "{o}");
 }

@@ -43,7 +43,11 @@ pub struct StageState {
     pub decision: Option<Hash>,
     pub decision_status: Option<String>,
     pub clipped_fields: Vec<String>,
+    /// Instances generated in the stage, every split together (stage 0's suites, a
+    /// stage's `train` set and, with rehearsal, its `rehearsal` plans).
     pub instances: u64,
+    /// The same count per split (`train`, `val`, `test`, `rehearsal`, ...).
+    pub instances_by_split: BTreeMap<String, u64>,
     pub trajectories: u64,
     pub valid: u64,
     pub optimal: u64,
@@ -229,7 +233,11 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
             }
             audit(s);
         }
-        EventBody::InstancesGenerated(i) => s.stage_mut(n).instances += i.instances.len() as u64,
+        EventBody::InstancesGenerated(i) => {
+            let st = s.stage_mut(n);
+            st.instances += i.instances.len() as u64;
+            *st.instances_by_split.entry(i.split.clone()).or_default() += i.instances.len() as u64;
+        }
         EventBody::Trajectories(t) => {
             let x = s.stage_mut(n);
             x.trajectories += t.trajectories.len() as u64;

@@ -98,7 +98,10 @@ pub struct StageView {
     pub decision: Option<Hash>,
     pub decision_status: Option<String>,
     pub clipped_fields: Vec<String>,
+    /// Instances generated in the stage, every split together.
     pub instances: u64,
+    /// The same count per split (`train`, `val`, `test`, `rehearsal`, ...).
+    pub instances_by_split: BTreeMap<String, u64>,
     pub trajectories: u64,
     pub valid: u64,
     pub optimal: u64,
@@ -203,6 +206,7 @@ impl From<&StageState> for StageView {
             decision_status: s.decision_status.clone(),
             clipped_fields: s.clipped_fields.clone(),
             instances: s.instances,
+            instances_by_split: s.instances_by_split.clone(),
             trajectories: s.trajectories,
             valid: s.valid,
             optimal: s.optimal,
@@ -280,6 +284,20 @@ pub fn render_stage(branch: &str, s: &StageState) -> String {
         let _ = write!(t, ", last loss {}", super::number(l));
     }
     let _ = writeln!(o, "{:<11}{t}", "training");
+    if s.instances > 0 {
+        let splits: Vec<String> = s
+            .instances_by_split
+            .iter()
+            .map(|(split, n)| format!("{n} {split}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "{:<11}{} ({})",
+            "instances",
+            s.instances,
+            splits.join(", ")
+        );
+    }
     if let Some((blob, params, step)) = &s.checkpoint {
         let _ = writeln!(
             o,
