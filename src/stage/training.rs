@@ -121,7 +121,7 @@ impl Pipeline<'_> {
             let blobs = Self::instance_blobs(&mut rec, &data)?;
             // Recorded once, with the rehearsal set in the same flush (a resumed stage
             // that has one has both).
-            if this.is_none_or(|s| s.instances == 0) {
+            if this.is_none_or(|s| s.instances() == 0) {
                 let config = rec.blob(&codec::encode(&applied))?;
                 rec.push(
                     n,

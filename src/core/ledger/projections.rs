@@ -31,8 +31,8 @@ pub struct RebuildReport {
 /// refolded from the log (2: stage states cite their evaluation events; 3: the branch's
 /// chosen engineer; 4: per-stage GRPO statistics; 5: per-instance outcome events;
 /// 6: engineer-RL sums; 7: those without an unused reward sum; 8: instance counts per
-/// split).
-const PROJ_VERSION: u8 = 8;
+/// split beside the total; 9: per split only).
+const PROJ_VERSION: u8 = 9;
 
 pub(super) fn open_sled(dir: &Path) -> Result<sled::Db, LedgerError> {
     // We hold the ledger's LOCK, so no other ledger process uses sled; a sled lock still

@@ -43,10 +43,8 @@ pub struct StageState {
     pub decision: Option<Hash>,
     pub decision_status: Option<String>,
     pub clipped_fields: Vec<String>,
-    /// Instances generated in the stage, every split together (stage 0's suites, a
-    /// stage's `train` set and, with rehearsal, its `rehearsal` plans).
-    pub instances: u64,
-    /// The same count per split (`train`, `val`, `test`, `rehearsal`, ...).
+    /// Instances generated in the stage per split: stage 0's suites (`val`, `test`), a
+    /// stage's `train` set and, with rehearsal, its `rehearsal` plans.
     pub instances_by_split: BTreeMap<String, u64>,
     pub trajectories: u64,
     pub valid: u64,
@@ -79,6 +77,13 @@ pub struct StageState {
     pub grpo: GrpoTotals,
     /// Sums of the stage's engineer-RL steps (`engineer_training` events).
     pub engineer_rl: EngineerRlTotals,
+}
+
+impl StageState {
+    /// Instances generated in the stage, every split together.
+    pub fn instances(&self) -> u64 {
+        self.instances_by_split.values().sum()
+    }
 }
 
 /// Running sums of a stage's `engineer_training` events.
@@ -234,9 +239,10 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
             audit(s);
         }
         EventBody::InstancesGenerated(i) => {
-            let st = s.stage_mut(n);
-            st.instances += i.instances.len() as u64;
-            *st.instances_by_split.entry(i.split.clone()).or_default() += i.instances.len() as u64;
+            *s.stage_mut(n)
+                .instances_by_split
+                .entry(i.split.clone())
+                .or_default() += i.instances.len() as u64;
         }
         EventBody::Trajectories(t) => {
             let x = s.stage_mut(n);

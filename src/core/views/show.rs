@@ -205,7 +205,7 @@ impl From<&StageState> for StageView {
             decision: s.decision,
             decision_status: s.decision_status.clone(),
             clipped_fields: s.clipped_fields.clone(),
-            instances: s.instances,
+            instances: s.instances(),
             instances_by_split: s.instances_by_split.clone(),
             trajectories: s.trajectories,
             valid: s.valid,
@@ -284,7 +284,7 @@ pub fn render_stage(branch: &str, s: &StageState) -> String {
         let _ = write!(t, ", last loss {}", super::number(l));
     }
     let _ = writeln!(o, "{:<11}{t}", "training");
-    if s.instances > 0 {
+    if s.instances() > 0 {
         let splits: Vec<String> = s
             .instances_by_split
             .iter()
@@ -294,7 +294,7 @@ pub fn render_stage(branch: &str, s: &StageState) -> String {
             o,
             "{:<11}{} ({})",
             "instances",
-            s.instances,
+            s.instances(),
             splits.join(", ")
         );
     }
