@@ -68,6 +68,10 @@ pub fn all() -> Vec<(&'static str, String)> {
         ),
         ("eval", pretty(schema_for!(crate::views::model::EvalReport))),
         (
+            "eval-item",
+            pretty(schema_for!(crate::views::model::EvalItem)),
+        ),
+        (
             "lm-generate",
             pretty(schema_for!(crate::views::model::GenerateOutput)),
         ),

@@ -502,3 +502,131 @@ fn every_shipped_model_scores_what_its_card_states() {
     });
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// `eval --items FILE`: one line per suite item, in suite order, each with its instance,
+/// the plan the model wrote and the first failure with the agents involved; the plan
+/// simulates to the recorded outcome, and the lines add up to the printed report.
+#[test]
+fn eval_items_writes_every_item_with_its_plan_and_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = common::tiny_ledger(tmp.path());
+    let items = tmp.path().join("items.jsonl");
+    std::fs::write(&items, "an older file\n").unwrap();
+    let out = ok(&ledger(
+        &d,
+        &[
+            "eval",
+            "--model",
+            "main@stage0",
+            "--suite",
+            "all",
+            "--per-cell",
+            "4",
+            "--max-size",
+            "5",
+            "--wait-ratios",
+            "0,1",
+            "--items",
+            items.to_str().unwrap(),
+            "--json",
+        ],
+    ));
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&items)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // val: 3 cells, test: 6 cells, 4 items each; the older file is replaced whole.
+    assert_eq!(lines.len(), 36);
+    let mut failed_with_agents = 0;
+    for line in &lines {
+        validates("eval-item", line);
+        let inst: mapf_ledger::env::Instance =
+            serde_json::from_value(line["instance"].clone()).unwrap();
+        assert_eq!(inst.agents(), line["agents"].as_u64().unwrap() as usize);
+        assert_eq!(
+            inst.content_hash().to_hex().as_str(),
+            line["instance_hash"].as_str().unwrap()
+        );
+        let plan = line["plan"].as_str().unwrap();
+        let outcome = match mapf_ledger::env::text::parse_plan(plan, inst.agents()) {
+            Ok(p) => simulate(&inst, &p),
+            Err(e) => mapf_ledger::env::Outcome::failed(e.to_failure()),
+        };
+        assert_eq!(line["valid"], outcome.valid, "{line}");
+        assert_eq!(
+            line["failure"],
+            serde_json::to_value(&outcome.failure).unwrap(),
+            "{line}"
+        );
+        if outcome
+            .failure
+            .as_ref()
+            .is_some_and(|f| !f.agents.is_empty())
+        {
+            failed_with_agents += 1;
+        }
+    }
+    assert!(failed_with_agents > 0, "some failure names its agents");
+    // Item indices run within each cell; both halves of every stratified cell are there.
+    let first = &lines[..4];
+    let idx: Vec<u64> = first.iter().map(|l| l["item"].as_u64().unwrap()).collect();
+    assert_eq!(idx, [0, 1, 2, 3]);
+    let coordination = lines
+        .iter()
+        .filter(|l| l["needs_coordination"] == true)
+        .count();
+    assert_eq!(coordination, 18);
+    // The lines add up to the report: valid items per suite.
+    for (i, suite) in ["val", "test"].iter().enumerate() {
+        let from_lines = lines
+            .iter()
+            .filter(|l| l["suite"] == *suite && l["valid"] == true)
+            .count() as u64;
+        let from_report: u64 = report["suites"][i]["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["valid"].as_u64().unwrap())
+            .sum();
+        assert_eq!(from_lines, from_report, "{suite}");
+    }
+    // A FILE that cannot be written is refused before any decoding, naming --items, and
+    // nothing is left behind.
+    let missing = tmp.path().join("no-such-dir").join("items.jsonl");
+    fails(
+        &ledger(
+            &d,
+            &[
+                "eval",
+                "--model",
+                "main@stage0",
+                "--items",
+                missing.to_str().unwrap(),
+            ],
+        ),
+        2,
+        "--items",
+    );
+    fails(
+        &ledger(
+            &d,
+            &[
+                "eval",
+                "--model",
+                "main@stage0",
+                "--items",
+                tmp.path().to_str().unwrap(),
+            ],
+        ),
+        2,
+        "--items",
+    );
+    let stray: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+}

@@ -10,7 +10,7 @@ use mapf_ledger::env::{Budget, CostMetric};
 use mapf_ledger::train::eval;
 use mapf_ledger::train::lm::PromptStyle;
 use mapf_ledger::train::policy::Policy;
-use mapf_ledger::views::model::{self, EvalReport, EvalSuite, ItemScore};
+use mapf_ledger::views::model::{self, EvalItem, EvalReport, EvalSuite, ItemScore};
 use std::path::Path;
 
 #[derive(Args, Debug)]
@@ -55,6 +55,11 @@ pub struct EvalArgs {
     /// Print JSON (schemas/eval.json) instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Also write every item, its decoded plan and its first failure (with the agents
+    /// involved) to FILE, one JSON object a line (schemas/eval-item.json). FILE is
+    /// written whole when the evaluation ends; an interrupted one leaves it as it was.
+    #[arg(long, value_name = "FILE")]
+    pub items: Option<std::path::PathBuf>,
 }
 
 fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
@@ -101,6 +106,16 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
     suite::check_wait_ratios(&args.wait_ratios, Some(args.per_cell))
         .map_err(|m| CliError::input(format!("--wait-ratios: {m}")))?;
     let metric = CostMetric::from(args.metric);
+    if let Some(path) = &args.items {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if parent.is_some_and(|p| !p.is_dir()) || path.is_dir() {
+            return Err(CliError::input(format!(
+                "--items {}: expected a file in an existing directory",
+                path.display()
+            )));
+        }
+    }
+    let mut items = String::new();
     let policy = load(dir, &args)?;
     let lm = policy.as_lm();
     let mut report = EvalReport {
@@ -149,14 +164,58 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
                 failure: sc.outcome.failure.as_ref().map(|f| f.kind.name()),
             })
             .collect();
+        if args.items.is_some() {
+            item_lines(&s, &scored, &mut items);
+        }
         let view = EvalSuite::score(&s, args.per_cell, metric, &scores);
         if !args.json {
             print!("{}", view.render());
         }
         report.suites.push(view);
     }
+    if let Some(path) = &args.items {
+        write_whole(path, &items)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+    }
+    Ok(())
+}
+
+/// The `--items` lines of one scored suite, in suite order.
+fn item_lines(suite: &mapf_ledger::env::Suite, scored: &[eval::Scored], out: &mut String) {
+    let solved = suite.cells.iter().flat_map(|c| c.items.iter().enumerate());
+    for ((item, it), sc) in solved.zip(scored) {
+        let line = EvalItem {
+            suite: suite.name.as_str().to_string(),
+            agents: sc.agents,
+            size: sc.size,
+            item,
+            instance_hash: it.instance.content_hash().to_hex().to_string(),
+            instance: it.instance.clone(),
+            reference: it.reference,
+            needs_coordination: it.needs_coordination,
+            valid: sc.outcome.valid,
+            optimal: sc.optimal,
+            failure: sc.outcome.failure.clone(),
+            plan: sc.plan_text.clone(),
+        };
+        out.push_str(&serde_json::to_string(&line).expect("json"));
+        out.push('\n');
+    }
+}
+
+/// Write `text` to `path` whole or not at all: a hidden file beside it, renamed onto it.
+fn write_whole(path: &Path, text: &str) -> CliResult {
+    let err = |e: std::io::Error| CliError::input(format!("--items {}: {e}", path.display()));
+    let name = path
+        .file_name()
+        .ok_or_else(|| CliError::input(format!("--items {}: not a file name", path.display())))?;
+    let tmp = path.with_file_name(format!(".{}.tmp", name.to_string_lossy()));
+    let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err(e));
     }
     Ok(())
 }

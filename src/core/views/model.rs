@@ -46,6 +46,34 @@ pub struct EvalSuite {
     pub coordination: Vec<crate::env::coordination::CoordinationRow>,
 }
 
+/// One line of `ledger eval --items FILE`: a suite item, the plan the model wrote for it
+/// and what the simulator found, so a failure can be read item by item (which agents
+/// collided, at which step) rather than only counted.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct EvalItem {
+    /// `val` or `test`.
+    pub suite: String,
+    pub agents: usize,
+    pub size: usize,
+    /// The item's index within its (agents, size) cell, in suite order.
+    pub item: usize,
+    /// The instance's content hash (blake3, hex).
+    pub instance_hash: String,
+    /// The instance itself (schemas/instance.json), so the line can be read alone.
+    pub instance: crate::env::Instance,
+    /// Its optima, from the reference solver.
+    pub reference: crate::env::Reference,
+    /// The optimal sum-of-costs exceeds the sum of independent shortest paths.
+    pub needs_coordination: bool,
+    pub valid: bool,
+    pub optimal: bool,
+    /// The first failure (kind, timestep, the agents involved, a readable line).
+    pub failure: Option<crate::env::Failure>,
+    /// The model's plan: in the plain `agent N: MOVES` form when it parsed (whatever the
+    /// prompt format), as the raw decoded text when it did not (the failure says where).
+    pub plan: String,
+}
+
 /// What `ledger eval --json` prints.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct EvalReport {
