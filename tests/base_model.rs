@@ -595,34 +595,16 @@ fn eval_items_writes_every_item_with_its_plan_and_failure() {
     // A FILE that cannot be written is refused before any decoding, naming --items, and
     // nothing is left behind.
     let missing = tmp.path().join("no-such-dir").join("items.jsonl");
-    fails(
-        &ledger(
-            &d,
-            &[
-                "eval",
-                "--model",
-                "main@stage0",
-                "--items",
-                missing.to_str().unwrap(),
-            ],
-        ),
-        2,
-        "--items",
-    );
-    fails(
-        &ledger(
-            &d,
-            &[
-                "eval",
-                "--model",
-                "main@stage0",
-                "--items",
-                tmp.path().to_str().unwrap(),
-            ],
-        ),
-        2,
-        "--items",
-    );
+    for bad in [missing.as_path(), tmp.path()] {
+        let args = [
+            "eval",
+            "--model",
+            "main@stage0",
+            "--items",
+            bad.to_str().unwrap(),
+        ];
+        fails(&ledger(&d, &args), 2, "--items");
+    }
     let stray: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
