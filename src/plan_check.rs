@@ -232,9 +232,8 @@ fn instance(agents: usize, size: usize) -> Result<Instance, CheckError> {
 
 /// New tokens a plan for `inst` may take (the policy's plan budget).
 fn plan_budget(inst: &Instance, prompt: PromptStyle, max_new: u64) -> u64 {
-    let per_move = if prompt == PromptStyle::Cells { 4 } else { 2 };
     let steps = crate::train::policy::max_steps(inst);
-    ((inst.agents() * (8 + per_move * steps) + 2) as u64).min(max_new)
+    (prompt.plan_tokens(inst.agents(), steps) as u64).min(max_new)
 }
 
 /// What a memory plan is computed from: the plan's model, dtype and token counts.

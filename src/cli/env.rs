@@ -125,8 +125,8 @@ pub enum EnvCommand {
         /// Which instance of a file that holds several (from 0).
         #[arg(long)]
         index: Option<usize>,
-        /// `paper` (the natural-language prompt), `compact` or `cells` (the shipped
-        /// base planner's format).
+        /// `paper` (the natural-language prompt), `compact`, `cells` (the shipped
+        /// base planner's format) or `steps` (its prompt; the plan is written time first).
         #[arg(long, default_value = "paper")]
         format: String,
     },
@@ -445,12 +445,11 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             format,
         } => {
             let inst = read_instance(&instance, index)?;
-            let style: mapf_ledger::plan::trainer::PromptStyle = serde_json::from_value(
-                serde_json::Value::String(format.clone()),
-            )
-            .map_err(|_| {
+            use mapf_ledger::plan::trainer::PromptStyle;
+            let style = PromptStyle::parse(&format).ok_or_else(|| {
                 CliError::input(format!(
-                    "--format {format:?}: expected paper, compact or cells"
+                    "--format {format:?}: expected {}",
+                    PromptStyle::expected()
                 ))
             })?;
             print!("{}", style.task_text(&inst));

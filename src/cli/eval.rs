@@ -37,7 +37,7 @@ pub struct EvalArgs {
     /// probabilities. `--per-cell` must be a multiple of their count.
     #[arg(long, value_delimiter = ',')]
     pub wait_ratios: Vec<f64>,
-    /// The MAPF prompt an HF directory reads: paper, compact or cells (default: what
+    /// The MAPF prompt an HF directory reads: paper, compact, cells or steps (default: what
     /// its mapf-ledger.json says, else paper). A checkpoint uses its recorded format.
     #[arg(long)]
     pub prompt: Option<String>,
@@ -71,7 +71,8 @@ fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
         if let Some(style) = &args.prompt {
             lm.arch.prompt = PromptStyle::parse(style).ok_or_else(|| {
                 CliError::input(format!(
-                    "--prompt {style:?}: expected paper, compact or cells"
+                    "--prompt {style:?}: expected {}",
+                    PromptStyle::expected()
                 ))
             })?;
         }

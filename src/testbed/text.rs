@@ -10,6 +10,20 @@
 //! instead of leaving them implicit: the prompt lists holes, starts and goals as
 //! `(row,col)` cells, and each plan line writes the cell every move reaches,
 //! `agent 1: (0,0) R (0,1) D (1,1)`; [`parse_plan_in`] checks those cells.
+//!
+//! The steps format (`prompt = "steps"`) reads the cells prompt and writes the plan time
+//! first: one line per time step, every agent on it in order, each named by its tag
+//! (`a`, `b`, ...) with the cell it is on and its move; a last line states the cells
+//! they end on:
+//!
+//! ```text
+//! a (0,0) R b (2,2) U
+//! a (0,1) R b (1,2) W
+//! a (0,2) b (1,2)
+//! ```
+//!
+//! Whether an agent must make way then depends on the cells written earlier on its own
+//! line, not on its number (issue 53). Both parsers read either layout.
 use super::instance::{Instance, Move, Plan};
 use super::simulate::{Failure, FailureKind};
 
@@ -155,6 +169,39 @@ pub fn render_cells_plan(inst: &Instance, plan: &Plan) -> String {
     s
 }
 
+/// The tag that names agent `a` (0-based) on a line of the steps format.
+pub fn step_tag(a: usize) -> char {
+    debug_assert!(a < 26, "agents are at most MAX_AGENTS");
+    (b'a' + a as u8) as char
+}
+
+/// A plan in the steps format: one line per time step up to the longest agent's moves,
+/// each agent's tag, the cell it is on and its move (an agent whose moves have ended
+/// writes `W`), then a line of the cells every agent ends on: `a (0,0) R b (2,2) W`,
+/// ..., `a (0,2) b (2,2)`. The cell comes before the move, as in the cells format, so
+/// the move is chosen next to the cell it leaves.
+pub fn render_steps_plan(inst: &Instance, plan: &Plan) -> String {
+    let mut at: Vec<_> = inst.starts().to_vec();
+    let line = |f: &mut dyn FnMut(usize) -> String| -> String {
+        let slots: Vec<String> = (0..plan.moves.len()).map(f).collect();
+        slots.join(" ") + "\n"
+    };
+    let mut s = String::new();
+    let steps = plan.moves.iter().map(Vec::len).max().unwrap_or(0);
+    for t in 0..steps {
+        s.push_str(&line(&mut |a| {
+            let m = plan.moves[a].get(t).copied().unwrap_or(Move::W);
+            let here = cell_text(inst, at[a]);
+            at[a] = inst.step(at[a], m).unwrap_or(at[a]);
+            format!("{} {here} {}", step_tag(a), m.letter())
+        }));
+    }
+    s.push_str(&line(&mut |a| {
+        format!("{} {}", step_tag(a), cell_text(inst, at[a]))
+    }));
+    s
+}
+
 /// A plan text that does not parse: where and why (line and column are 1-based).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}, column {column}: {message}")]
@@ -235,6 +282,9 @@ pub fn parse_plan_in(text: &str, inst: &Instance) -> Result<Plan, ParseError> {
 /// Moves and stated cells of each agent's line.
 #[allow(clippy::type_complexity)]
 fn parse_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCell>>), ParseError> {
+    if is_steps_text(text) {
+        return parse_step_lines(text, agents);
+    }
     let mut moves: Vec<Option<Vec<Move>>> = vec![None; agents];
     let mut stated: Vec<Vec<StatedCell>> = vec![Vec::new(); agents];
     let mut last_line = 0;
@@ -295,20 +345,16 @@ fn parse_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCell>>)
                     return Err(err(column, "a cell `(row,col)` is missing its ')'".into()));
                 };
                 let inner = &body[off + 1..off + close];
-                let parts: Vec<&str> = inner.split(',').map(str::trim).collect();
-                let coords: Option<Vec<usize>> = (parts.len() == 2)
-                    .then(|| parts.iter().map(|p| p.parse().ok()).collect())
-                    .flatten();
-                let Some(rc) = coords else {
-                    return Err(err(
+                let (row, col) = cell_coords(inner).ok_or_else(|| {
+                    err(
                         column,
                         format!("({inner}) is not a cell (write `(row,col)`)"),
-                    ));
-                };
+                    )
+                })?;
                 stated[agent - 1].push(StatedCell {
                     after: seq.len(),
-                    row: rc[0],
-                    col: rc[1],
+                    row,
+                    col,
                     line,
                     column,
                 });
@@ -345,8 +391,145 @@ fn parse_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCell>>)
     Ok((Plan { moves: out }, stated))
 }
 
+/// The row and column inside a cell's parentheses, `0,1` (spaces allowed).
+fn cell_coords(inner: &str) -> Option<(usize, usize)> {
+    let (r, c) = inner.split_once(',')?;
+    Some((r.trim().parse().ok()?, c.trim().parse().ok()?))
+}
+
+/// Whether plan text is in the steps layout: its first line opens with a one-letter tag
+/// and a cell (`a (0,0) ...`), where the agent layout opens with `agent`.
+fn is_steps_text(text: &str) -> bool {
+    let Some(first) = text.lines().map(str::trim).find(|l| !l.is_empty()) else {
+        return false;
+    };
+    let mut chars = first.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.next().is_some_and(char::is_whitespace)
+        && chars.as_str().trim_start().starts_with('(')
+}
+
+/// The words of one steps line with their 1-based columns: a cell `( ... )` is one word
+/// whatever it holds; elsewhere words are split at whitespace and commas.
+fn step_words(raw: &str, line: usize) -> Result<Vec<(usize, &str)>, ParseError> {
+    let mut words = Vec::new();
+    let mut rest = raw.char_indices().peekable();
+    while let Some((off, ch)) = rest.next() {
+        if ch.is_whitespace() || ch == ',' {
+            continue;
+        }
+        let end = if ch == '(' {
+            let close = raw[off..].find(')').ok_or_else(|| ParseError {
+                line,
+                column: off + 1,
+                message: "a cell `(row,col)` is missing its ')'".into(),
+            })?;
+            off + close + 1
+        } else {
+            raw[off..]
+                .find(|c: char| c.is_whitespace() || c == ',' || c == '(')
+                .map_or(raw.len(), |e| off + e)
+        };
+        while rest.peek().is_some_and(|&(o, _)| o < end) {
+            rest.next();
+        }
+        words.push((off + 1, &raw[off..end]));
+    }
+    Ok(words)
+}
+
+/// Moves and stated cells of a plan in the steps layout: one line per time step of each
+/// agent's tag, cell and move, every agent on every line in order, and last a line of
+/// tags and the cells the agents end on (which may be left out).
+#[allow(clippy::type_complexity)]
+fn parse_step_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCell>>), ParseError> {
+    let mut moves: Vec<Vec<Move>> = vec![Vec::new(); agents];
+    let mut stated: Vec<Vec<StatedCell>> = vec![Vec::new(); agents];
+    let mut end_line = None;
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let err = |column: usize, message: String| ParseError {
+            line,
+            column,
+            message,
+        };
+        let words = step_words(raw, line)?;
+        if let Some(end) = end_line {
+            return Err(err(
+                words[0].0,
+                format!("a line after the end cells of line {end}"),
+            ));
+        }
+        // A step line has a move after each cell; the end line has none.
+        let stepping = words.get(2).is_some_and(|&(_, w)| {
+            w.len() == 1 && w.chars().all(|c| Move::from_letter(c).is_some())
+        });
+        let end = raw.trim_end().len() + 1;
+        let mut w = words.iter();
+        for a in 0..agents {
+            let tag = step_tag(a);
+            let Some(&(column, word)) = w.next() else {
+                return Err(err(
+                    end,
+                    format!("the line names {a} of the {agents} agents (next: `{tag}`)"),
+                ));
+            };
+            if !word.eq_ignore_ascii_case(&tag.to_string()) {
+                return Err(err(
+                    column,
+                    format!("expected agent {}'s tag `{tag}`, found {word:?}", a + 1),
+                ));
+            }
+            let Some(&(column, word)) = w.next() else {
+                return Err(err(end, format!("agent {}'s cell is missing", a + 1)));
+            };
+            let (row, col) = word
+                .strip_prefix('(')
+                .and_then(|c| c.strip_suffix(')'))
+                .and_then(cell_coords)
+                .ok_or_else(|| err(column, format!("{word} is not a cell (write `(row,col)`)")))?;
+            stated[a].push(StatedCell {
+                after: moves[a].len(),
+                row,
+                col,
+                line,
+                column,
+            });
+            if stepping {
+                let Some(&(column, word)) = w.next() else {
+                    return Err(err(end, format!("agent {}'s move is missing", a + 1)));
+                };
+                let mut letters = word.chars();
+                match (letters.next().and_then(Move::from_letter), letters.next()) {
+                    (Some(m), None) => moves[a].push(m),
+                    _ => {
+                        return Err(err(
+                            column,
+                            format!("{word:?} is not a move (use U, D, L, R, W)"),
+                        ))
+                    }
+                }
+            }
+        }
+        if let Some(&(column, word)) = w.next() {
+            return Err(err(
+                column,
+                format!("{word:?} after the last agent (the instance has {agents})"),
+            ));
+        }
+        if !stepping {
+            end_line = Some(line);
+        }
+    }
+    Ok((Plan { moves }, stated))
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::simulate::simulate;
     use super::*;
 
     fn inst() -> Instance {
@@ -434,5 +617,138 @@ mod tests {
         // A move off the grid ends that line's checks: the simulator reports it.
         let off = parse_plan_in("agent 1: (0,0) U (9,9)\nagent 2: W", &inst).unwrap();
         assert_eq!(off.moves[0], vec![Move::U]);
+    }
+
+    #[test]
+    fn steps_format_writes_time_first_and_both_parsers_read_it() {
+        let inst = inst();
+        // Agent 2 is done after two moves: it writes waits on its cell to the end.
+        let plan = Plan {
+            moves: vec![
+                vec![Move::R, Move::R, Move::D, Move::D],
+                vec![Move::U, Move::U],
+            ],
+        };
+        let text = render_steps_plan(&inst, &plan);
+        assert_eq!(
+            text,
+            "a (0,0) R b (2,2) U\n\
+             a (0,1) R b (1,2) U\n\
+             a (0,2) D b (0,2) W\n\
+             a (1,2) D b (0,2) W\n\
+             a (2,2) b (0,2)\n"
+        );
+        let padded = Plan {
+            moves: vec![
+                plan.moves[0].clone(),
+                vec![Move::U, Move::U, Move::W, Move::W],
+            ],
+        };
+        assert_eq!(parse_plan_in(&text, &inst).unwrap(), padded);
+        assert_eq!(parse_plan(&text, 2).unwrap(), padded);
+        // The padding waits on the goal change neither validity nor cost.
+        let (o, p) = (simulate(&inst, &plan), simulate(&inst, &padded));
+        assert_eq!((o.failure, o.sum_of_costs), (p.failure, p.sum_of_costs));
+        // Blank lines, case and commas are tolerated as in the agent layout.
+        let loose = "\n A (0,0) r, B (2,2) u\n\na (0,1), b ( 1 , 2 )\n";
+        let p = parse_plan_in(loose, &inst).unwrap();
+        assert_eq!(p.moves, vec![vec![Move::R], vec![Move::U]]);
+        // The end line may be left out: the moves are the plan.
+        let p = parse_plan_in("a (0,0) R b (2,2) U", &inst).unwrap();
+        assert_eq!(p.moves, vec![vec![Move::R], vec![Move::U]]);
+        // No moves at all: the end line alone.
+        assert_eq!(
+            parse_plan("a (0,0) b (2,2)", 2).unwrap().moves,
+            vec![Vec::<Move>::new(), vec![]]
+        );
+    }
+
+    #[test]
+    fn steps_format_keeps_every_outcome_of_solver_and_random_plans() {
+        use super::super::config::GeneratorConfig;
+        use super::super::generator::generate;
+        use super::super::instance::MAX_AGENTS;
+        use super::super::seed::Seed;
+        use super::super::solver::Budget;
+        let moves = [Move::U, Move::D, Move::L, Move::R, Move::W];
+        for agents in 1..=MAX_AGENTS {
+            let wait = if agents > 1 { 0.5 } else { 0.0 };
+            let cfg = GeneratorConfig::uniform(agents, [5, 7, 10], 0.1, wait);
+            let seed = Seed::root(7).child("steps", agents as u64);
+            for (i, s) in generate(&cfg, 6, seed, Budget::default())
+                .unwrap()
+                .iter()
+                .enumerate()
+            {
+                let inst = &s.instance;
+                // Random plans too: collisions, holes and moves off the grid.
+                let random = Plan {
+                    moves: (0..agents)
+                        .map(|a| {
+                            (0..(a * 7 + i * 3) % 9)
+                                .map(|t| moves[(a * 31 + t * 17 + i * 5) % 5])
+                                .collect()
+                        })
+                        .collect(),
+                };
+                for plan in [&s.plan, &random] {
+                    let text = render_steps_plan(inst, plan);
+                    assert_eq!(
+                        text.lines().count(),
+                        1 + plan.moves.iter().map(Vec::len).max().unwrap()
+                    );
+                    let back = parse_plan_in(&text, inst).unwrap();
+                    let (a, b) = (simulate(inst, plan), simulate(inst, &back));
+                    assert_eq!(
+                        (a.failure.map(|f| f.kind), a.makespan, a.sum_of_costs),
+                        (b.failure.map(|f| f.kind), b.makespan, b.sum_of_costs),
+                        "{agents} agents, item {i}:\n{text}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn steps_format_errors_name_the_agent_line_and_column() {
+        let inst = inst();
+        let first = "a (0,0) R b (2,2) U\n";
+        for (body, at, what) in [
+            // A wrong cell is false about where the agent is.
+            (
+                "a (0,1) b (2,1)",
+                (2, 11),
+                "agent 2 is after 1 move at (1,2), the plan says (2,1)",
+            ),
+            ("a (0,1) R", (2, 10), "names 1 of the 2 agents (next: `b`)"),
+            (
+                "b (1,2) U a (0,1) R",
+                (2, 1),
+                "expected agent 1's tag `a`, found \"b\"",
+            ),
+            ("a (0,1) R b (1,2) X", (2, 19), "\"X\" is not a move"),
+            ("a (0,1) R b (1,2)", (2, 18), "agent 2's move is missing"),
+            ("a R b (1,2) U", (2, 3), "R is not a cell"),
+            (
+                "a (0,1) R b (1,2) U c (0,0) W",
+                (2, 21),
+                "\"c\" after the last agent",
+            ),
+            ("a (0,1) R b (1,2", (2, 13), "missing its ')'"),
+            (
+                "a (0,1) b (1,2)\na (0,1) R b (1,2) U",
+                (3, 1),
+                "a line after the end cells of line 2",
+            ),
+        ] {
+            let e = parse_plan_in(&format!("{first}{body}"), &inst).unwrap_err();
+            assert_eq!((e.line, e.column), at, "{body:?}: {e}");
+            assert!(e.message.contains(what), "{body:?}: {e}");
+        }
+        let e = parse_plan_in("a (0,1) R b (2,2) U", &inst).unwrap_err();
+        assert!(e.message.contains("agent 1 starts at (0,0)"), "{e}");
+        // A line opening with a move where the cell should be is neither layout.
+        let e = parse_plan_in("a R (0,1) b U (1,2)", &inst).unwrap_err();
+        assert_eq!((e.line, e.column), (1, 1), "{e}");
     }
 }

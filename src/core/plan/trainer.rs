@@ -9,6 +9,7 @@ use super::lm_config::{Family, LmConfig};
 use super::PlanError;
 use crate::env::text::{
     render_cells_plan, render_cells_prompt, render_compact_prompt, render_plan, render_prompt,
+    render_steps_plan,
 };
 use crate::env::{Instance, Plan};
 use schemars::JsonSchema;
@@ -361,12 +362,31 @@ pub enum PromptStyle {
     /// Positions never implicit: holes, starts and goals as `(row,col)` cells, and a
     /// plan that writes the cell each move reaches (the shipped base planner's format).
     Cells,
+    /// The cells prompt with the plan written time first: a line per time step naming
+    /// every agent's cell and move, so that making way depends on the cells already
+    /// written on the line rather than on the agent's number (issue 53).
+    Steps,
 }
 
 impl PromptStyle {
-    /// The style a plan or command line names (`paper`, `compact`, `cells`).
+    /// The style a plan or command line names (`paper`, `compact`, `cells`, `steps`).
     pub fn parse(name: &str) -> Option<PromptStyle> {
         serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
+    }
+
+    /// Every style, in the order error messages list them.
+    pub const ALL: [PromptStyle; 4] = [
+        PromptStyle::Paper,
+        PromptStyle::Compact,
+        PromptStyle::Cells,
+        PromptStyle::Steps,
+    ];
+
+    /// The styles' names for an error message: `paper, compact, cells or steps`.
+    pub fn expected() -> String {
+        let names: Vec<&str> = Self::ALL.iter().map(|s| s.name()).collect();
+        let (last, rest) = names.split_last().expect("four styles");
+        format!("{} or {last}", rest.join(", "))
     }
 
     /// The name a plan or command line uses for this style.
@@ -375,6 +395,7 @@ impl PromptStyle {
             PromptStyle::Paper => "paper",
             PromptStyle::Compact => "compact",
             PromptStyle::Cells => "cells",
+            PromptStyle::Steps => "steps",
         }
     }
 
@@ -383,7 +404,7 @@ impl PromptStyle {
         match self {
             PromptStyle::Paper => render_prompt(inst),
             PromptStyle::Compact => render_compact_prompt(inst),
-            PromptStyle::Cells => render_cells_prompt(inst),
+            PromptStyle::Cells | PromptStyle::Steps => render_cells_prompt(inst),
         }
     }
 
@@ -392,6 +413,19 @@ impl PromptStyle {
         match self {
             PromptStyle::Paper | PromptStyle::Compact => render_plan(plan),
             PromptStyle::Cells => render_cells_plan(inst, plan),
+            PromptStyle::Steps => render_steps_plan(inst, plan),
+        }
+    }
+
+    /// The most new tokens a plan of `agents` agents and `steps` moves each may take in
+    /// this style (the policy's plan budget before the plan's cap): an agent line's
+    /// `agent k: ` and two tokens a move (four where a cell follows each move), or in the
+    /// steps layout a line per step of tag, cell and move per agent and an end line.
+    pub fn plan_tokens(self, agents: usize, steps: usize) -> usize {
+        match self {
+            PromptStyle::Paper | PromptStyle::Compact => agents * (8 + 2 * steps) + 2,
+            PromptStyle::Cells => agents * (8 + 4 * steps) + 2,
+            PromptStyle::Steps => (steps + 1) * (4 * agents + 2) + 2,
         }
     }
 
@@ -401,7 +435,7 @@ impl PromptStyle {
     pub fn split_pattern(self) -> &'static str {
         match self {
             PromptStyle::Paper | PromptStyle::Compact => QWEN_SPLIT,
-            PromptStyle::Cells => CELLS_SPLIT,
+            PromptStyle::Cells | PromptStyle::Steps => CELLS_SPLIT,
         }
     }
 }

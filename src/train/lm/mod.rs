@@ -475,16 +475,11 @@ impl LmPolicy {
         (per_action, entropy)
     }
 
-    /// New-token budget for an instance's plan: each agent's line at most
-    /// `agent k: ` plus two tokens per move, with 2x the longest sensible plan.
+    /// New-token budget for an instance's plan: the prompt style's tokens for the
+    /// longest sensible plan (`max_steps` moves an agent), capped by the plan's budget.
     pub fn plan_budget(&self, inst: &Instance) -> usize {
         let steps = super::policy::max_steps(inst);
-        // The cells format writes a cell after every move: twice the tokens.
-        let per_move = match self.arch.prompt {
-            PromptStyle::Cells => 4,
-            _ => 2,
-        };
-        (inst.agents() * (8 + per_move * steps) + 2).min(self.arch.sampling.max_new_tokens)
+        (self.arch.prompt.plan_tokens(inst.agents(), steps)).min(self.arch.sampling.max_new_tokens)
     }
 
     fn rollouts_of(
