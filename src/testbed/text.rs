@@ -459,14 +459,13 @@ fn parse_step_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCe
         let words = step_words(raw, line)?;
         if let Some(end) = end_line {
             return Err(err(
-                words[0].0,
+                raw.len() - raw.trim_start().len() + 1,
                 format!("a line after the end cells of line {end}"),
             ));
         }
         // A step line has a move after each cell; the end line has none.
-        let stepping = words.get(2).is_some_and(|&(_, w)| {
-            w.len() == 1 && w.chars().all(|c| Move::from_letter(c).is_some())
-        });
+        let is_move = |w: &str| w.len() == 1 && w.chars().all(|c| Move::from_letter(c).is_some());
+        let stepping = words.get(2).is_some_and(|&(_, w)| is_move(w));
         let end = raw.trim_end().len() + 1;
         let mut w = words.iter();
         for a in 0..agents {
@@ -502,9 +501,8 @@ fn parse_step_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCe
                 let Some(&(column, word)) = w.next() else {
                     return Err(err(end, format!("agent {}'s move is missing", a + 1)));
                 };
-                let mut letters = word.chars();
-                match (letters.next().and_then(Move::from_letter), letters.next()) {
-                    (Some(m), None) => moves[a].push(m),
+                match word.chars().next().and_then(Move::from_letter) {
+                    Some(m) if is_move(word) => moves[a].push(m),
                     _ => {
                         return Err(err(
                             column,
@@ -738,6 +736,11 @@ mod tests {
             (
                 "a (0,1) b (1,2)\na (0,1) R b (1,2) U",
                 (3, 1),
+                "a line after the end cells of line 2",
+            ),
+            (
+                "a (0,1) b (1,2)\n ,",
+                (3, 2),
                 "a line after the end cells of line 2",
             ),
         ] {

@@ -479,7 +479,10 @@ impl LmPolicy {
     /// longest sensible plan (`max_steps` moves an agent), capped by the plan's budget.
     pub fn plan_budget(&self, inst: &Instance) -> usize {
         let steps = super::policy::max_steps(inst);
-        (self.arch.prompt.plan_tokens(inst.agents(), steps)).min(self.arch.sampling.max_new_tokens)
+        self.arch
+            .prompt
+            .plan_tokens(inst.agents(), steps)
+            .min(self.arch.sampling.max_new_tokens)
     }
 
     fn rollouts_of(
