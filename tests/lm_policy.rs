@@ -368,6 +368,7 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
         lr: 3e-3,
         batch_size: 32,
         instances: 256,
+        agent_names: 0,
     };
     for s in 0..w.steps {
         warmup::step(&mut ts, &w, &data, Seed::root(3), s);
@@ -490,6 +491,7 @@ fn rehearsal_keeps_the_pretraining_mix_that_grpo_does_not_train() {
             lr: 3e-3,
             batch_size: 16,
             instances: 128,
+            agent_names: 0,
         };
         for s in 0..w.steps {
             warmup::step(&mut ts, &w, &both, Seed::root(3), s);

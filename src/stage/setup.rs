@@ -20,6 +20,7 @@ pub fn warmup_config(plan: &LedgerPlan) -> WarmupConfig {
         lr: w.lr,
         batch_size: w.batch_size as usize,
         instances: w.instances as usize,
+        agent_names: w.agent_names,
     }
 }
 

@@ -54,6 +54,8 @@ pub enum InstanceError {
         row: usize,
         col: usize,
     },
+    #[error("agent names {names:?} for {agents} agents: expected one per agent, strictly increasing, from 1 up")]
+    Names { names: Vec<u8>, agents: usize },
     /// A plan's move string holds a letter that is no move (`moves[index]`, 1-based
     /// `character` after spaces are dropped).
     #[error("moves[{index}] (agent {}): character {character} is {ch:?}, not one of U D L R W", .index + 1)]
@@ -94,6 +96,10 @@ pub struct Instance {
     holes: Vec<bool>,
     starts: Vec<Cell>,
     goals: Vec<Cell>,
+    /// The numbers the agents go by in text (`agent 3: ...`), strictly increasing; None:
+    /// `1..=k`. A presentation of the same problem ([`Instance::named`]): not in the JSON
+    /// form, the canonical bytes or the content hash.
+    names: Option<Box<[u8]>>,
 }
 
 impl JsonSchema for Instance {
@@ -158,7 +164,37 @@ impl Instance {
             holes,
             starts,
             goals,
+            names: None,
         })
+    }
+
+    /// The same problem with its agents called by `names` in text instead of `1..=k`
+    /// (GRPO's named training agents, issue 53): one name per agent, strictly increasing,
+    /// from 1 up. Simulation, solving and the content hash are unchanged; the prompt and
+    /// plan texts ([`crate::text`]) use the names.
+    pub fn named(mut self, names: &[u8]) -> Result<Instance, InstanceError> {
+        let ok = names.len() == self.agents()
+            && names.first().is_some_and(|&n| n >= 1)
+            && names.windows(2).all(|w| w[0] < w[1]);
+        if !ok {
+            return Err(InstanceError::Names {
+                names: names.to_vec(),
+                agents: self.agents(),
+            });
+        }
+        let plain = names.iter().enumerate().all(|(a, &n)| n as usize == a + 1);
+        self.names = (!plain).then(|| names.into());
+        Ok(self)
+    }
+
+    /// The number agent `a` (0-based) goes by in text: `a + 1` unless [`Instance::named`].
+    pub fn name(&self, a: usize) -> usize {
+        self.names.as_ref().map_or(a + 1, |n| n[a] as usize)
+    }
+
+    /// Whether the agents go by names other than `1..=k`.
+    pub fn is_named(&self) -> bool {
+        self.names.is_some()
     }
 
     pub fn size(&self) -> usize {

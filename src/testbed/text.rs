@@ -24,6 +24,11 @@
 //!
 //! Whether an agent must make way then depends on the cells written earlier on its own
 //! line, not on its number (issue 53). Both parsers read either layout.
+//!
+//! An instance's agents are `agent 1` to `agent k` unless it is named
+//! ([`Instance::named`], GRPO's `agent_names`): then every prompt, the agent-line plans
+//! and [`parse_plan_in`] call them by their names (`agent 3`, `agent 5`). The steps
+//! layout tags agents by position whatever their names.
 use super::instance::{Instance, Move, Plan};
 use super::simulate::{Failure, FailureKind};
 
@@ -48,7 +53,7 @@ pub fn render_prompt(inst: &Instance) -> String {
         let (gr, gc) = inst.row_col(inst.goals()[a]);
         s.push_str(&format!(
             "agent {}: start ({sr}, {sc}) goal ({gr}, {gc})\n",
-            a + 1
+            inst.name(a)
         ));
     }
     s.push_str(
@@ -59,7 +64,7 @@ pub fn render_prompt(inst: &Instance) -> String {
          Answer with one line per agent:\n",
     );
     for a in 0..inst.agents() {
-        s.push_str(&format!("agent {}: <moves>\n", a + 1));
+        s.push_str(&format!("agent {}: <moves>\n", inst.name(a)));
     }
     s
 }
@@ -90,7 +95,7 @@ pub fn render_compact_prompt(inst: &Instance) -> String {
         let (gr, gc) = inst.row_col(inst.goals()[a]);
         s.push_str(&format!(
             "agent {}: start {sr} {sc} goal {gr} {gc}\n",
-            a + 1
+            inst.name(a)
         ));
     }
     s.push_str("Answer:\n");
@@ -99,9 +104,18 @@ pub fn render_compact_prompt(inst: &Instance) -> String {
 
 /// Render a plan as text (the format `parse_plan` reads).
 pub fn render_plan(plan: &Plan) -> String {
+    agent_lines(plan, |a| a + 1)
+}
+
+/// [`render_plan`] with the agents called by `inst`'s names ([`Instance::named`]).
+pub fn render_plan_in(inst: &Instance, plan: &Plan) -> String {
+    agent_lines(plan, |a| inst.name(a))
+}
+
+fn agent_lines(plan: &Plan, name: impl Fn(usize) -> usize) -> String {
     let mut s = String::new();
     for (a, seq) in plan.moves.iter().enumerate() {
-        s.push_str(&format!("agent {}: ", a + 1));
+        s.push_str(&format!("agent {}: ", name(a)));
         let letters: Vec<String> = seq.iter().map(|m| m.letter().to_string()).collect();
         s.push_str(&letters.join(" "));
         s.push('\n');
@@ -143,7 +157,7 @@ pub fn render_cells_prompt(inst: &Instance) -> String {
     for a in 0..inst.agents() {
         s.push_str(&format!(
             "agent {}: start {} goal {}\n",
-            a + 1,
+            inst.name(a),
             cell_text(inst, inst.starts()[a]),
             cell_text(inst, inst.goals()[a])
         ));
@@ -159,7 +173,7 @@ pub fn render_cells_plan(inst: &Instance, plan: &Plan) -> String {
     let mut s = String::new();
     for (a, seq) in plan.moves.iter().enumerate() {
         let mut at = inst.starts()[a];
-        s.push_str(&format!("agent {}: {}", a + 1, cell_text(inst, at)));
+        s.push_str(&format!("agent {}: {}", inst.name(a), cell_text(inst, at)));
         for &m in seq {
             at = inst.step(at, m).unwrap_or(at);
             s.push_str(&format!(" {} {}", m.letter(), cell_text(inst, at)));
@@ -238,7 +252,7 @@ struct StatedCell {
 /// between them (`(row,col)`, the cells format) must be well formed but are not checked
 /// against a map: [`parse_plan_in`] does that.
 pub fn parse_plan(text: &str, agents: usize) -> Result<Plan, ParseError> {
-    parse_lines(text, agents).map(|(plan, _)| plan)
+    parse_lines(text, &Names::Plain(agents)).map(|(plan, _)| plan)
 }
 
 /// Parse plan text for `inst`: as [`parse_plan`], and every stated cell must be the cell
@@ -246,7 +260,7 @@ pub fn parse_plan(text: &str, agents: usize) -> Result<Plan, ParseError> {
 /// parse error naming it: the plan says something false about where the agent is. A
 /// move that leaves the grid ends the checks of that line (the simulator reports it).
 pub fn parse_plan_in(text: &str, inst: &Instance) -> Result<Plan, ParseError> {
-    let (plan, stated) = parse_lines(text, inst.agents())?;
+    let (plan, stated) = parse_lines(text, &Names::Of(inst))?;
     for (a, cells) in stated.iter().enumerate() {
         let mut at = Some(inst.starts()[a]);
         let mut done = 0;
@@ -268,7 +282,7 @@ pub fn parse_plan_in(text: &str, inst: &Instance) -> Result<Plan, ParseError> {
                     column: sc.column,
                     message: format!(
                         "agent {} {when} at ({r},{c}), the plan says ({},{})",
-                        a + 1,
+                        inst.name(a),
                         sc.row,
                         sc.col
                     ),
@@ -279,9 +293,80 @@ pub fn parse_plan_in(text: &str, inst: &Instance) -> Result<Plan, ParseError> {
     Ok(plan)
 }
 
+/// What the agents of a plan text are called: `1..=k`, or an instance's names.
+enum Names<'a> {
+    Plain(usize),
+    Of(&'a Instance),
+}
+
+impl Names<'_> {
+    fn agents(&self) -> usize {
+        match self {
+            Names::Plain(k) => *k,
+            Names::Of(inst) => inst.agents(),
+        }
+    }
+
+    fn name(&self, a: usize) -> usize {
+        match self {
+            Names::Plain(_) => a + 1,
+            Names::Of(inst) => inst.name(a),
+        }
+    }
+
+    /// The agent (0-based) called `name`.
+    fn index(&self, name: usize) -> Option<usize> {
+        (0..self.agents()).find(|&a| self.name(a) == name)
+    }
+
+    /// The agents a plan may name, for an error message: `3` (plain) or `2 and 5`.
+    fn describe(&self) -> String {
+        match self {
+            Names::Of(inst) if inst.is_named() => {
+                let names: Vec<String> = (0..self.agents())
+                    .map(|a| self.name(a).to_string())
+                    .collect();
+                let (last, rest) = names.split_last().expect("at least one agent");
+                if rest.is_empty() {
+                    format!("one, agent {last}")
+                } else {
+                    format!("agents {} and {last}", rest.join(", "))
+                }
+            }
+            _ => self.agents().to_string(),
+        }
+    }
+}
+
+/// Parse a recorded plan of `inst` whose agents may have been named in training
+/// ([`Instance::named`]; the recorded instance does not keep the names): as
+/// [`parse_plan_in`], and where that fails, again with the agents called by the
+/// numbers the text's lines give them in order, when those are one per agent,
+/// increasing and not `1..=k` (otherwise the first error stands).
+pub fn parse_recorded_plan(text: &str, inst: &Instance) -> Result<Plan, ParseError> {
+    let first = parse_plan_in(text, inst);
+    if first.is_ok() || inst.is_named() {
+        return first;
+    }
+    let names: Option<Vec<u8>> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let rest = l.get(..5)?.eq_ignore_ascii_case("agent").then(|| &l[5..])?;
+            rest.split_once(':')?.0.trim().parse().ok()
+        })
+        .collect();
+    match names.and_then(|n| inst.clone().named(&n).ok()) {
+        Some(named) if named.is_named() => parse_plan_in(text, &named),
+        _ => first,
+    }
+}
+
 /// Moves and stated cells of each agent's line.
 #[allow(clippy::type_complexity)]
-fn parse_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCell>>), ParseError> {
+fn parse_lines(text: &str, names: &Names) -> Result<(Plan, Vec<Vec<StatedCell>>), ParseError> {
+    let agents = names.agents();
     if is_steps_text(text) {
         return parse_step_lines(text, agents);
     }
@@ -322,13 +407,16 @@ fn parse_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCell>>)
                 format!("agent number {num_text:?} is not a positive integer"),
             )
         })?;
-        if agent == 0 || agent > agents {
+        let Some(index) = names.index(agent) else {
             return Err(err(
                 indent + 6,
-                format!("agent {agent} does not exist (the instance has {agents})"),
+                format!(
+                    "agent {agent} does not exist (the instance has {})",
+                    names.describe()
+                ),
             ));
-        }
-        if moves[agent - 1].is_some() {
+        };
+        if moves[index].is_some() {
             return Err(err(indent + 1, format!("agent {agent} has a second line")));
         }
         let body_start = indent + "agent".len() + colon + 1;
@@ -351,7 +439,7 @@ fn parse_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCell>>)
                         format!("({inner}) is not a cell (write `(row,col)`)"),
                     )
                 })?;
-                stated[agent - 1].push(StatedCell {
+                stated[index].push(StatedCell {
                     after: seq.len(),
                     row,
                     col,
@@ -373,7 +461,7 @@ fn parse_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCell>>)
                 }
             }
         }
-        moves[agent - 1] = Some(seq);
+        moves[index] = Some(seq);
     }
     let mut out = Vec::with_capacity(agents);
     for (a, m) in moves.into_iter().enumerate() {
@@ -383,7 +471,7 @@ fn parse_lines(text: &str, agents: usize) -> Result<(Plan, Vec<Vec<StatedCell>>)
                 return Err(ParseError {
                     line: last_line + 1,
                     column: 1,
-                    message: format!("no line for agent {}", a + 1),
+                    message: format!("no line for agent {}", names.name(a)),
                 })
             }
         }
@@ -571,6 +659,73 @@ mod tests {
         assert_eq!((e.line, e.column), (1, 1));
         let e = parse_plan("agent 1: R\nagent 1: D", 2).unwrap_err();
         assert!(e.message.contains("second line"));
+    }
+
+    #[test]
+    fn named_agents_are_called_by_their_names_in_every_agent_line_format() {
+        let plain = inst();
+        let named = inst().named(&[3, 5]).unwrap();
+        let plan = Plan {
+            moves: vec![
+                vec![Move::R, Move::R, Move::D, Move::D],
+                vec![Move::U, Move::U, Move::L, Move::L],
+            ],
+        };
+        assert_eq!(
+            render_cells_prompt(&named),
+            "3x3 2 agents\nholes: (1,1)\nagent 3: start (0,0) goal (2,2)\n\
+             agent 5: start (2,2) goal (0,0)\nAnswer:\n"
+        );
+        let text = render_cells_plan(&named, &plan);
+        assert_eq!(
+            text,
+            "agent 3: (0,0) R (0,1) R (0,2) D (1,2) D (2,2)\n\
+             agent 5: (2,2) U (1,2) U (0,2) L (0,1) L (0,0)\n"
+        );
+        assert_eq!(parse_plan_in(&text, &named).unwrap(), plan);
+        let lines = render_plan_in(&named, &plan);
+        assert!(lines.starts_with("agent 3: R R D D\nagent 5: "), "{lines}");
+        assert_eq!(parse_plan_in(&lines, &named).unwrap(), plan);
+        for render in [render_prompt, render_compact_prompt] {
+            let p = render(&named);
+            assert!(
+                p.contains("agent 3: start") && p.contains("agent 5: start"),
+                "{p}"
+            );
+            assert!(!p.contains("agent 1:") && !p.contains("agent 2:"), "{p}");
+        }
+        // The plain names do not read a named instance's plan, nor the reverse.
+        let e = parse_plan_in(&text, &plain).unwrap_err();
+        assert_eq!(e.message, "agent 3 does not exist (the instance has 2)");
+        let e = parse_plan_in(&render_cells_plan(&plain, &plan), &named).unwrap_err();
+        assert_eq!(
+            e.message,
+            "agent 1 does not exist (the instance has agents 3 and 5)"
+        );
+        let e = parse_plan_in("agent 3: (0,0) R (0,1)", &named).unwrap_err();
+        assert_eq!(e.message, "no line for agent 5");
+        let e =
+            parse_plan_in("agent 3: (0,0) R (0,1)\nagent 5: (0,0) U (1,2)", &named).unwrap_err();
+        assert_eq!(e.message, "agent 5 starts at (2,2), the plan says (0,0)");
+        // A recorded plan is read with the names its lines give.
+        assert_eq!(parse_recorded_plan(&text, &plain).unwrap(), plan);
+        assert_eq!(parse_recorded_plan(&lines, &plain).unwrap(), plan);
+        let e = parse_recorded_plan("agent 5: (0,0)\nagent 3: (2,2)", &plain).unwrap_err();
+        assert_eq!(e.message, "agent 5 does not exist (the instance has 2)");
+        // The names 1..=k are the plain instance; names out of order, repeated, zero or
+        // of the wrong count are refused.
+        assert_eq!(inst().named(&[1, 2]).unwrap(), plain);
+        assert!(!inst().named(&[1, 2]).unwrap().is_named());
+        for bad in [&[5, 3][..], &[3, 3], &[0, 2], &[1, 2, 3], &[4]] {
+            let e = inst().named(bad).unwrap_err();
+            assert!(
+                e.to_string().contains("strictly increasing"),
+                "{bad:?}: {e}"
+            );
+        }
+        // A named instance is the same problem: same content hash, same simulation.
+        assert_eq!(named.content_hash(), plain.content_hash());
+        assert_eq!(simulate(&named, &plan), simulate(&plain, &plan));
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! the policy records them (the `lm` policy), else one no-grad forward. Every
 //! sampled plan is recorded as a trajectory, every optimiser update as a gradient step
 //! (parameter hash, loss terms as exact bits, gradient norm).
-use super::batches::batch_indices;
+use super::batches::{batch_indices, named};
 use super::eval::outcome_of;
 use super::lm::model::LoraSpec;
 use super::policy::{Policy, Rollout};
@@ -186,7 +186,12 @@ pub fn step_timed(
         stage_seed.child("order", 0),
         step,
     );
-    let instances: Vec<_> = idx.iter().map(|&i| data[i].instance.clone()).collect();
+    let instances = named(
+        data,
+        &idx,
+        cfg.agent_names,
+        stage_seed.child("agent_names", step),
+    );
     let rollouts: Vec<Rollout> =
         state
             .policy

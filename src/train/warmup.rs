@@ -6,12 +6,12 @@
 //!
 //! The same imitation loss, scaled, is GRPO's rehearsal term ([`rehearse`]: InstructGPT's
 //! PPO-ptx), so the loss that makes the base and the one that keeps it are one function.
-use super::batches::batch_indices;
+use super::batches::{batch_indices, named};
 use super::lm::LmPolicy;
 use super::policy::Rollout;
 use super::timing::{Phases, Work};
 use super::TrainState;
-use crate::env::Solved;
+use crate::env::{Instance, Plan, Solved};
 use crate::record::timing::phase;
 use crate::record::trainer::GradientStep;
 use crate::seed::Seed;
@@ -25,6 +25,9 @@ pub struct WarmupConfig {
     pub batch_size: usize,
     /// Solved instances generated for imitation.
     pub instances: usize,
+    /// The agents of each imitated plan go by names drawn from `1..=agent_names`
+    /// ([`super::batches::named`]); 0: `1..=k`.
+    pub agent_names: u32,
 }
 
 /// One imitation step on the batch `step` of `data`; returns its gradient-step record
@@ -50,7 +53,11 @@ pub fn step_timed(
 ) -> (GradientStep, f64) {
     let idx = batch_indices(data.len(), cfg.batch_size, seed.child("order", 0), step);
     if let Some(lm) = state.policy.as_lm() {
-        let pairs = phases.time(phase::EXAMPLE_BUILDING, || plan_pairs(lm, data, &idx));
+        let names = seed.child("agent_names", step);
+        let instances = named(data, &idx, cfg.agent_names, names);
+        let pairs = phases.time(phase::EXAMPLE_BUILDING, || {
+            plan_pairs(lm, &instances, idx.iter().map(|&i| &data[i].plan))
+        });
         return text_update(state, &pairs, phases);
     }
     phases.begin(phase::TRAINING);
@@ -107,24 +114,26 @@ pub fn rehearse(
 ) -> f64 {
     let idx = batch_indices(data.len(), batch_size, seed, update);
     if let Some(lm) = state.policy.as_lm() {
-        return text_backward(lm, &plan_pairs(lm, data, &idx), coef).0;
+        let instances: Vec<_> = idx.iter().map(|&i| data[i].instance.clone()).collect();
+        let plans = idx.iter().map(|&i| &data[i].plan);
+        return text_backward(lm, &plan_pairs(lm, &instances, plans), coef).0;
     }
     let batch: Vec<&Solved> = idx.iter().map(|&i| &data[i]).collect();
     action_backward(state, &batch, coef).0
 }
 
-/// The (prompt ids, target ids) of the solver plans `data[idx]`: each instance's task in
-/// the chat template, and its plan as the policy writes it.
-fn plan_pairs(lm: &LmPolicy, data: &[Solved], idx: &[usize]) -> Vec<(Vec<u32>, Vec<u32>)> {
+/// The (prompt ids, target ids) of solver plans: each instance's task in the chat
+/// template, and its plan as the policy writes it.
+fn plan_pairs<'a>(
+    lm: &LmPolicy,
+    instances: &[Instance],
+    plans: impl Iterator<Item = &'a Plan>,
+) -> Vec<(Vec<u32>, Vec<u32>)> {
     use super::policy::Policy as _;
-    idx.iter()
-        .map(|&i| {
-            let inst = &data[i].instance;
-            (
-                lm.chat_ids(&lm.task_text(inst)),
-                lm.encode_plan(inst, &data[i].plan),
-            )
-        })
+    instances
+        .iter()
+        .zip(plans)
+        .map(|(inst, plan)| (lm.chat_ids(&lm.task_text(inst)), lm.encode_plan(inst, plan)))
         .collect()
 }
 

@@ -210,6 +210,13 @@ pub struct Warmup {
     /// plans without the field keep their canonical hash.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engineer_edits: Option<Vec<u32>>,
+    /// Named agents in the imitated plans, as `[grpo] agent_names`: each plan's k
+    /// agents go by k distinct numbers drawn from `1..=agent_names` in increasing
+    /// order, so that a base reads the names it is given (a plan of `agent 3` and
+    /// `agent 5`) before RL names its training agents. 0 (skipped, so plans without
+    /// the field keep their canonical hash): `1..=k`.
+    #[serde(skip_serializing_if = "trainer::is_zero")]
+    pub agent_names: u32,
 }
 
 /// A warm-up learning-rate schedule (a function of the step alone, so a resumed run
@@ -248,6 +255,7 @@ impl Default for Warmup {
             engineer_context_sizes: None,
             engineer_suite_items: None,
             engineer_edits: None,
+            agent_names: 0,
             steps: 200,
             lr: 1e-3,
             batch_size: 64,
@@ -684,6 +692,26 @@ impl LedgerPlan {
                 check_u(field, v as u64, 1, hi)?;
             }
         }
+        let most_warmed = self.warmup.agents.iter().copied().max().unwrap_or(2) as u64;
+        for (field, names, k) in [
+            (
+                "grpo.agent_names",
+                g.agent_names,
+                self.initial_config.agents as u64,
+            ),
+            ("warmup.agent_names", self.warmup.agent_names, most_warmed),
+        ] {
+            if names == 0 {
+                continue;
+            }
+            check_u(field, names as u64, k.max(2), 99)?;
+            if self.lm.prompt == trainer::PromptStyle::Steps {
+                return Err(range(
+                    field,
+                    "applies to the agent-line styles; the steps style tags agents by position",
+                ));
+            }
+        }
         check_u(
             "suites.eval_batch",
             self.suites.eval_batch as u64,
@@ -930,6 +958,47 @@ mod tests {
                 .to_string();
             assert!(e.contains(field), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn agent_names_leave_old_hashes_alone_and_are_checked() {
+        let demo = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
+        assert_eq!(demo.grpo.agent_names, 0);
+        let with = |v: &str| DEMO.replace("[grpo]", &format!("[grpo]\n{v}"));
+        let zero = LedgerPlan::parse(with("agent_names = 0").as_bytes()).unwrap();
+        assert_eq!(zero.hash(), demo.hash());
+        let set = LedgerPlan::parse(with("agent_names = 5").as_bytes()).unwrap();
+        assert_eq!(set.grpo.agent_names, 5);
+        assert_ne!(set.hash(), demo.hash());
+        // Fewer names than the trained agents, or more than two digits, are refused;
+        // so is the steps style, which tags agents by position.
+        for bad in ["agent_names = 1", "agent_names = 100"] {
+            let e = LedgerPlan::parse(with(bad).as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("grpo.agent_names") && e.contains("2..=99"),
+                "{bad}: {e}"
+            );
+        }
+        // The warm-up's names: skipped at 0, checked against the most warmed agents.
+        let warm = |v: &str| DEMO.replace("[warmup]", &format!("[warmup]\n{v}"));
+        let zero = LedgerPlan::parse(warm("agent_names = 0").as_bytes()).unwrap();
+        assert_eq!(zero.hash(), demo.hash());
+        let set = LedgerPlan::parse(warm("agent_names = 5").as_bytes()).unwrap();
+        assert_eq!(set.warmup.agent_names, 5);
+        assert_ne!(set.hash(), demo.hash());
+        let e = LedgerPlan::parse(warm("agent_names = 3\nagents = [2, 4]").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("warmup.agent_names") && e.contains("4..=99"),
+            "{e}"
+        );
+        let steps = with("agent_names = 5").replace("prompt = \"cells\"", "prompt = \"steps\"");
+        assert!(steps.contains("prompt = \"steps\""));
+        let e = LedgerPlan::parse(steps.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("grpo.agent_names") && e.contains("steps"), "{e}");
     }
 
     #[test]

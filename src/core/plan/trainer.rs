@@ -8,7 +8,7 @@
 use super::lm_config::{Family, LmConfig};
 use super::PlanError;
 use crate::env::text::{
-    render_cells_plan, render_cells_prompt, render_compact_prompt, render_plan, render_prompt,
+    render_cells_plan, render_cells_prompt, render_compact_prompt, render_plan_in, render_prompt,
     render_steps_plan,
 };
 use crate::env::{Instance, Plan};
@@ -126,6 +126,15 @@ pub struct GrpoConfig {
     /// Solver plans a stage draws to rehearse from.
     #[serde(skip_serializing_if = "is_zero")]
     pub rehearsal_instances: u32,
+    /// Named training agents: in GRPO's prompts and plans the k agents of a training
+    /// instance go by k distinct numbers drawn from `1..=agent_names`, in increasing
+    /// order (2 agents up to 5: `agent 3` and `agent 5`), drawn per instance and step
+    /// from the stage's seed. RL on 2 agents otherwise teaches `agent 2` to make way and
+    /// no other agent (issue 53, `ledgers/results/transfer-diagnosis`); named, the
+    /// later of any two agents learns it. Evaluation keeps `1..=k`. The paper's layout
+    /// only (the `steps` style tags agents by position). 0, the default: `1..=k`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub agent_names: u32,
 }
 
 // Defaults of the fields left out of the canonical encoding at their default (see
@@ -133,7 +142,7 @@ pub struct GrpoConfig {
 const ADVANTAGE_EPS: f64 = 1e-6;
 const SIGNAL_EPS: f64 = 1e-8;
 
-fn is_zero(v: &u32) -> bool {
+pub(super) fn is_zero(v: &u32) -> bool {
     *v == 0
 }
 fn is_zero_f(v: &f64) -> bool {
@@ -192,6 +201,7 @@ impl Default for GrpoConfig {
             rehearsal_coef: 0.0,
             rehearsal_batch: 0,
             rehearsal_instances: 0,
+            agent_names: 0,
         }
     }
 }
@@ -411,7 +421,7 @@ impl PromptStyle {
     /// A plan's text in this style (what the model is taught to write).
     pub fn plan_text(self, inst: &Instance, plan: &Plan) -> String {
         match self {
-            PromptStyle::Paper | PromptStyle::Compact => render_plan(plan),
+            PromptStyle::Paper | PromptStyle::Compact => render_plan_in(inst, plan),
             PromptStyle::Cells => render_cells_plan(inst, plan),
             PromptStyle::Steps => render_steps_plan(inst, plan),
         }

@@ -7,7 +7,7 @@
 //! simulator is deterministic, so the drawing says what the recorded outcome says).
 //! Nothing here is recorded.
 use crate::env::simulate::FailureKind;
-use crate::env::text::parse_plan_in;
+use crate::env::text::parse_recorded_plan;
 use crate::env::{simulate, Instance, Move, Plan, Solved};
 use crate::ledger::{EventBody, Hash, Ledger, LedgerError};
 use schemars::JsonSchema;
@@ -141,7 +141,7 @@ fn parse_recorded(text: &str, inst: &Instance) -> Option<Plan> {
             .collect();
         return moves.map(|moves| Plan { moves });
     }
-    parse_plan_in(text, inst).ok()
+    parse_recorded_plan(text, inst).ok()
 }
 
 fn rc(inst: &Instance, cell: crate::env::Cell) -> (u32, u32) {
