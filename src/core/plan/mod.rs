@@ -963,13 +963,22 @@ mod tests {
     #[test]
     fn agent_names_leave_old_hashes_alone_and_are_checked() {
         let demo = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
-        assert_eq!(demo.grpo.agent_names, 0);
         let with = |v: &str| DEMO.replace("[grpo]", &format!("[grpo]\n{v}"));
-        let zero = LedgerPlan::parse(with("agent_names = 0").as_bytes()).unwrap();
-        assert_eq!(zero.hash(), demo.hash());
-        let set = LedgerPlan::parse(with("agent_names = 5").as_bytes()).unwrap();
-        assert_eq!(set.grpo.agent_names, 5);
-        assert_ne!(set.hash(), demo.hash());
+        let warm = |v: &str| DEMO.replace("[warmup]", &format!("[warmup]\n{v}"));
+        // Both sections' names: skipped at 0 (the hash as it was), recorded when set.
+        let sections: [(&str, fn(&LedgerPlan) -> u32); 2] = [
+            ("[grpo]", |p| p.grpo.agent_names),
+            ("[warmup]", |p| p.warmup.agent_names),
+        ];
+        for (section, names) in sections {
+            let plan = |v: &str| DEMO.replace(section, &format!("{section}\n{v}"));
+            assert_eq!(names(&demo), 0);
+            let zero = LedgerPlan::parse(plan("agent_names = 0").as_bytes()).unwrap();
+            assert_eq!(zero.hash(), demo.hash());
+            let set = LedgerPlan::parse(plan("agent_names = 5").as_bytes()).unwrap();
+            assert_eq!(names(&set), 5);
+            assert_ne!(set.hash(), demo.hash());
+        }
         // Fewer names than the trained agents, or more than two digits, are refused;
         // so is the steps style, which tags agents by position.
         for bad in ["agent_names = 1", "agent_names = 100"] {
@@ -981,13 +990,7 @@ mod tests {
                 "{bad}: {e}"
             );
         }
-        // The warm-up's names: skipped at 0, checked against the most warmed agents.
-        let warm = |v: &str| DEMO.replace("[warmup]", &format!("[warmup]\n{v}"));
-        let zero = LedgerPlan::parse(warm("agent_names = 0").as_bytes()).unwrap();
-        assert_eq!(zero.hash(), demo.hash());
-        let set = LedgerPlan::parse(warm("agent_names = 5").as_bytes()).unwrap();
-        assert_eq!(set.warmup.agent_names, 5);
-        assert_ne!(set.hash(), demo.hash());
+        // The warm-up's are checked against the most warmed agents.
         let e = LedgerPlan::parse(warm("agent_names = 3\nagents = [2, 4]").as_bytes())
             .unwrap_err()
             .to_string();
