@@ -129,9 +129,10 @@ pub struct GrpoConfig {
     /// Named training agents: in GRPO's prompts and plans the k agents of a training
     /// instance go by k distinct numbers drawn from `1..=agent_names`, in increasing
     /// order (2 agents up to 5: `agent 3` and `agent 5`), drawn per instance and step
-    /// from the stage's seed. RL on 2 agents otherwise teaches `agent 2` to make way and
-    /// no other agent (issue 53, `ledgers/results/transfer-diagnosis`); named, the
-    /// later of any two agents learns it. Evaluation keeps `1..=k`. The paper's layout
+    /// from the stage's seed. RL on 2 agents teaches `agent 2` to make way and no other
+    /// agent (issue 53, `ledgers/results/transfer-diagnosis`); naming was meant to move
+    /// that onto the later of any two agents, and did not (`ledgers/results/names-pilot`:
+    /// the second line still makes way). Evaluation keeps `1..=k`. The agent-line styles
     /// only (the `steps` style tags agents by position). 0, the default: `1..=k`.
     #[serde(skip_serializing_if = "is_zero")]
     pub agent_names: u32,
