@@ -284,7 +284,7 @@ fn eval_scores_an_hf_directory_and_a_checkpoint_in_the_paper_layout() {
     fails(
         &ledger(&d, &["eval", "--model", TINY, "--suite", "train"]),
         2,
-        "--suite \"train\"",
+        "'train' for '--suite",
     );
     fails(
         &ledger(&d, &["eval", "--model", TINY, "--per-cell", "0"]),
@@ -294,7 +294,7 @@ fn eval_scores_an_hf_directory_and_a_checkpoint_in_the_paper_layout() {
     fails(
         &ledger(&d, &["eval", "--model", TINY, "--prompt", "poem"]),
         2,
-        "--prompt \"poem\"",
+        "'poem' for '--prompt",
     );
     fails(
         &ledger(&d, &["eval", "--model", "main@stage0", "--prompt", "cells"]),

@@ -110,7 +110,7 @@ fn suite_and_movingai_import() {
     assert_eq!(v["hash"].as_str().unwrap().len(), 64);
     let o = cli(&["env", "suite", "--name", "train"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("--name \"train\""));
+    assert!(stderr(&o).contains("'train' for '--name"));
 
     let d = tempfile::tempdir().unwrap();
     let map = write(
@@ -173,6 +173,16 @@ fn solve_check_and_prompt_read_what_generate_json_wrote() {
     assert!(o.status.success(), "{}", stderr(&o));
     let o = cli(&["env", "prompt", &items, "--index", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // An unknown prompt format is refused before the instance is read, naming the
+    // option and every format there is.
+    let o = cli(&["env", "prompt", &items, "--format", "poem"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("'poem' for '--format")
+            && stderr(&o).contains("expected paper, compact, cells or steps"),
+        "{}",
+        stderr(&o)
+    );
     // One generated item alone (an object with its instance inside) reads too.
     let one = write(d.path(), "one.json", &generated[0].to_string());
     assert!(cli(&["env", "solve", &one]).status.success());

@@ -19,6 +19,18 @@ const MAX_COUNT: usize = 1_000_000;
 /// Most instances per suite cell (`env suite`, as `eval --per-cell`).
 pub const MAX_PER_CELL: usize = 100_000;
 
+/// `--per-cell`: instances per (agents, size) cell, 1..=MAX_PER_CELL.
+pub fn per_cell_arg() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..=MAX_PER_CELL as u64)
+}
+
+/// `--max-size`: the largest map side of a suite, 5 (the 5-agent cells' smallest) up to
+/// the generator's largest.
+pub fn max_size_arg() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new()
+        .range(5..=mapf_ledger::env::instance::MAX_SIZE as u64)
+}
+
 #[derive(Subcommand, Debug)]
 pub enum EnvCommand {
     /// Generate solved instances from a generator config (or one size given by flags).
@@ -85,12 +97,12 @@ pub enum EnvCommand {
     Suite {
         /// `val` (2 agents, sizes 3..max) or `test` (3, 4, 5 agents).
         #[arg(long)]
-        name: String,
+        name: suite::SuiteName,
         /// Instances per (agents, size) cell.
-        #[arg(long, default_value_t = 150)]
+        #[arg(long, default_value_t = 150, value_parser = per_cell_arg())]
         per_cell: usize,
         /// Largest map size of the suite.
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 10, value_parser = max_size_arg())]
         max_size: usize,
         /// Seed of the generator (the same seed gives the same instances).
         #[arg(long, default_value_t = 2026)]
@@ -128,7 +140,7 @@ pub enum EnvCommand {
         /// `paper` (the natural-language prompt), `compact`, `cells` (the shipped
         /// base planner's format) or `steps` (its prompt; the plan is written time first).
         #[arg(long, default_value = "paper")]
-        format: String,
+        format: mapf_ledger::plan::trainer::PromptStyle,
     },
     /// Measure the batched step API: random actions on generated instances, observation
     /// planes updated every step, finished instances auto-reset.
@@ -335,26 +347,11 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             baseline,
             json,
         } => {
-            let Some(suite_name) = suite::SuiteName::parse(&name) else {
-                return Err(CliError::input(format!(
-                    "--name {name:?}: expected `val` or `test`"
-                )));
-            };
-            if !(5..=mapf_ledger::env::instance::MAX_SIZE).contains(&max_size) {
-                return Err(CliError::input(format!(
-                    "--max-size {max_size}: expected 5..=32"
-                )));
-            }
             if let Some(o) = &out {
                 super::check_output_file("--out", o)?;
             }
-            if !(1..=MAX_PER_CELL).contains(&per_cell) {
-                return Err(CliError::input(format!(
-                    "--per-cell {per_cell}: must be in 1..={MAX_PER_CELL}"
-                )));
-            }
             let spec = suite::SuiteSpec {
-                name: suite_name,
+                name,
                 per_cell,
                 max_size,
                 seed,
@@ -370,7 +367,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             let scores = baseline.then(|| baseline_table(&s));
             if json {
                 print_json(&SuiteReport {
-                    name: suite_name,
+                    name,
                     hash: s.hash.clone(),
                     instances: s.len(),
                     cells: table::suite_stats(&s),
@@ -445,14 +442,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             format,
         } => {
             let inst = read_instance(&instance, index)?;
-            use mapf_ledger::plan::trainer::PromptStyle;
-            let style = PromptStyle::parse(&format).ok_or_else(|| {
-                CliError::input(format!(
-                    "--format {format:?}: expected {}",
-                    PromptStyle::expected()
-                ))
-            })?;
-            print!("{}", style.task_text(&inst));
+            print!("{}", format.task_text(&inst));
             Ok(())
         }
     }

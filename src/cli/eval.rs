@@ -3,7 +3,7 @@
 //! checkpoint reference of the ledger; the output is the paper's layout (valid and
 //! optimal % per size, the Sum row per agent count) plus each suite's failure kinds.
 use super::{CliError, CliResult};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use mapf_ledger::env::suite::{self, SuiteName, SuiteSpec};
 use mapf_ledger::env::{Budget, CostMetric};
@@ -13,6 +13,17 @@ use mapf_ledger::train::policy::Policy;
 use mapf_ledger::views::model::{self, EvalItem, EvalReport, EvalSuite, ItemScore};
 use std::path::Path;
 
+/// Which of the paper's suites `ledger eval` scores.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum SuiteChoice {
+    /// 2 agents, sizes 3..10.
+    Val,
+    /// 3, 4 and 5 agents.
+    Test,
+    /// Both.
+    All,
+}
+
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// An HF model directory (config.json, safetensors, tokenizer.json) or a checkpoint
@@ -20,16 +31,16 @@ pub struct EvalArgs {
     #[arg(long)]
     pub model: String,
     /// `val` (2 agents, sizes 3..10), `test` (3, 4 and 5 agents) or `all`.
-    #[arg(long, default_value = "all")]
-    pub suite: String,
+    #[arg(long, value_enum, default_value = "all")]
+    pub suite: SuiteChoice,
     /// Instances per (agents, size) cell (150 in the paper).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = super::env::per_cell_arg())]
     pub per_cell: usize,
     /// The suites' seed (a ledger's suites use its plan's, 2026 by default).
     #[arg(long, default_value_t = 2026)]
     pub suite_seed: u64,
     /// Largest map size.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = super::env::max_size_arg())]
     pub max_size: usize,
     /// Stratify each cell by wait ratio, as a plan's `suites.wait_ratios` does (e.g.
     /// `0.25,0.5,0.75`, the paper's test subsets and the CPU study's suites): the cell's
@@ -40,7 +51,7 @@ pub struct EvalArgs {
     /// The MAPF prompt an HF directory reads: paper, compact, cells or steps (default: what
     /// its mapf-ledger.json says, else paper). A checkpoint uses its recorded format.
     #[arg(long)]
-    pub prompt: Option<String>,
+    pub prompt: Option<PromptStyle>,
     /// Cost the optimal rate compares: makespan (the paper's) or sum-of-costs.
     #[arg(long, value_enum, default_value = "makespan")]
     pub metric: super::env::Metric,
@@ -68,13 +79,8 @@ fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
     let p = Path::new(&args.model);
     if p.join("config.json").exists() || p.is_dir() {
         let mut lm = super::lm::load(dir, &args.model, device)?;
-        if let Some(style) = &args.prompt {
-            lm.arch.prompt = PromptStyle::parse(style).ok_or_else(|| {
-                CliError::input(format!(
-                    "--prompt {style:?}: expected {}",
-                    PromptStyle::expected()
-                ))
-            })?;
+        if let Some(style) = args.prompt {
+            lm.arch.prompt = style;
         }
         return Ok(Box::new(lm));
     }
@@ -87,23 +93,11 @@ fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
 }
 
 pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
-    let names: Vec<SuiteName> = match args.suite.as_str() {
-        "all" => vec![SuiteName::Val, SuiteName::Test],
-        s => vec![SuiteName::parse(s)
-            .ok_or_else(|| CliError::input(format!("--suite {s:?}: expected val, test or all")))?],
+    let names: Vec<SuiteName> = match args.suite {
+        SuiteChoice::Val => vec![SuiteName::Val],
+        SuiteChoice::Test => vec![SuiteName::Test],
+        SuiteChoice::All => vec![SuiteName::Val, SuiteName::Test],
     };
-    if !(1..=super::env::MAX_PER_CELL).contains(&args.per_cell) {
-        return Err(CliError::input(format!(
-            "--per-cell must be in 1..=100000, got {}",
-            args.per_cell
-        )));
-    }
-    if !(5..=32).contains(&args.max_size) {
-        return Err(CliError::input(format!(
-            "--max-size must be in 5..=32, got {}",
-            args.max_size
-        )));
-    }
     suite::check_wait_ratios(&args.wait_ratios, Some(args.per_cell))
         .map_err(|m| CliError::input(format!("--wait-ratios: {m}")))?;
     let metric = CostMetric::from(args.metric);

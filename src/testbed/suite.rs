@@ -32,14 +32,20 @@ pub enum SuiteName {
     Test,
 }
 
-impl SuiteName {
-    pub fn parse(s: &str) -> Option<SuiteName> {
+/// The suite a command line names: `val` (or `validation`) or `test`.
+impl std::str::FromStr for SuiteName {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<SuiteName, String> {
         match s {
-            "val" | "validation" => Some(SuiteName::Val),
-            "test" => Some(SuiteName::Test),
-            _ => None,
+            "val" | "validation" => Ok(SuiteName::Val),
+            "test" => Ok(SuiteName::Test),
+            _ => Err("expected val or test".into()),
         }
     }
+}
+
+impl SuiteName {
     pub fn as_str(self) -> &'static str {
         match self {
             SuiteName::Val => "val",

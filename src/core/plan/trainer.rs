@@ -379,12 +379,20 @@ pub enum PromptStyle {
     Steps,
 }
 
-impl PromptStyle {
-    /// The style a plan or command line names (`paper`, `compact`, `cells`, `steps`).
-    pub fn parse(name: &str) -> Option<PromptStyle> {
-        serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
-    }
+/// The style a command line names (`paper`, `compact`, `cells`, `steps`); a plan names it
+/// through serde, with the same names.
+impl std::str::FromStr for PromptStyle {
+    type Err = String;
 
+    fn from_str(name: &str) -> Result<PromptStyle, String> {
+        PromptStyle::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| format!("expected {}", PromptStyle::expected()))
+    }
+}
+
+impl PromptStyle {
     /// Every style, in the order error messages list them.
     pub const ALL: [PromptStyle; 4] = [
         PromptStyle::Paper,
