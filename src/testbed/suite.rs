@@ -32,15 +32,20 @@ pub enum SuiteName {
     Test,
 }
 
+/// A name that is no suite.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected val or test")]
+pub struct UnknownSuite;
+
 /// The suite a command line names: `val` (or `validation`) or `test`.
 impl std::str::FromStr for SuiteName {
-    type Err = String;
+    type Err = UnknownSuite;
 
-    fn from_str(s: &str) -> Result<SuiteName, String> {
+    fn from_str(s: &str) -> Result<SuiteName, UnknownSuite> {
         match s {
             "val" | "validation" => Ok(SuiteName::Val),
             "test" => Ok(SuiteName::Test),
-            _ => Err("expected val or test".into()),
+            _ => Err(UnknownSuite),
         }
     }
 }

@@ -379,16 +379,21 @@ pub enum PromptStyle {
     Steps,
 }
 
+/// A name that is no prompt style; its message lists the styles there are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected {}", PromptStyle::expected())]
+pub struct UnknownPromptStyle;
+
 /// The style a command line names (`paper`, `compact`, `cells`, `steps`); a plan names it
 /// through serde, with the same names.
 impl std::str::FromStr for PromptStyle {
-    type Err = String;
+    type Err = UnknownPromptStyle;
 
-    fn from_str(name: &str) -> Result<PromptStyle, String> {
+    fn from_str(name: &str) -> Result<PromptStyle, UnknownPromptStyle> {
         PromptStyle::ALL
             .into_iter()
             .find(|s| s.name() == name)
-            .ok_or_else(|| format!("expected {}", PromptStyle::expected()))
+            .ok_or(UnknownPromptStyle)
     }
 }
 
