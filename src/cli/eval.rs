@@ -17,6 +17,7 @@ use std::path::Path;
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum SuiteChoice {
     /// 2 agents, sizes 3..10.
+    #[value(alias = "validation")]
     Val,
     /// 3, 4 and 5 agents.
     Test,
