@@ -66,7 +66,7 @@ pub enum StoreCommand {
         /// With --samples: only plans of this kind (a failure kind such as
         /// vertex_conflict or hole, or conflict, invalid, valid, optimal).
         #[arg(long, value_name = "KIND", requires = "samples")]
-        kind: Option<String>,
+        kind: Option<mapf_ledger::views::samples::KindFilter>,
         /// With --samples: the greedy plans of the stage's evaluation on this suite
         /// (val or test; kept when the plan sets suites.keep_plans) instead of GRPO's.
         #[arg(long, value_name = "SUITE", requires = "samples", value_parser = ["val", "test"])]
@@ -232,14 +232,7 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             kind,
             suite,
             ..
-        } => show_samples(
-            ledger,
-            &reference,
-            json,
-            n as usize,
-            kind.as_deref(),
-            suite.as_deref(),
-        ),
+        } => show_samples(ledger, &reference, json, n as usize, kind, suite.as_deref()),
         StoreCommand::Show {
             reference,
             json,
@@ -633,11 +626,10 @@ fn show_samples(
     reference: &str,
     json: bool,
     n: usize,
-    kind: Option<&str>,
+    kind: Option<mapf_ledger::views::samples::KindFilter>,
     suite: Option<&str>,
 ) -> CliResult {
-    use mapf_ledger::views::samples::{render_drawing, samples, KindFilter};
-    let kind = kind.map(KindFilter::parse).transpose()?;
+    use mapf_ledger::views::samples::{render_drawing, samples};
     let l = Ledger::open_read_only(ledger).map_err(err)?;
     let Resolved::Stage { branch, stage } = l.resolve(reference).map_err(err)? else {
         return Err(CliError::input(format!(

@@ -265,14 +265,14 @@ impl Lane<'_> {
         }
         let plane = self.side * self.side;
         let mut all_home = true;
-        for a in 0..k {
-            if next[a] != self.pos[a] {
-                let (old, new) = (self.pad(self.pos[a]), self.pad(next[a]));
+        for (a, &to) in next[..k].iter().enumerate() {
+            if to != self.pos[a] {
+                let (old, new) = (self.pad(self.pos[a]), self.pad(to));
                 self.shared[plane + old] -= 1.0;
                 self.shared[plane + new] += 1.0;
                 self.own[a * plane + old] = 0.0;
                 self.own[a * plane + new] = 1.0;
-                self.pos[a] = next[a];
+                self.pos[a] = to;
             }
             all_home &= self.pos[a] == self.goals[a];
         }

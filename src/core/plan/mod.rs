@@ -966,7 +966,8 @@ mod tests {
         let with = |v: &str| DEMO.replace("[grpo]", &format!("[grpo]\n{v}"));
         let warm = |v: &str| DEMO.replace("[warmup]", &format!("[warmup]\n{v}"));
         // Both sections' names: skipped at 0 (the hash as it was), recorded when set.
-        let sections: [(&str, fn(&LedgerPlan) -> u32); 2] = [
+        type Names = fn(&LedgerPlan) -> u32;
+        let sections: [(&str, Names); 2] = [
             ("[grpo]", |p| p.grpo.agent_names),
             ("[warmup]", |p| p.warmup.agent_names),
         ];

@@ -51,6 +51,15 @@ pub fn config_changes(
     crate::context::changes_with(before, after, number)
 }
 
+/// `x` as % of `n` (0 when `n` is 0).
+pub(crate) fn pct(x: u32, n: u32) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        100.0 * x as f64 / n as f64
+    }
+}
+
 #[cfg(test)]
 mod number_tests {
     #[test]
@@ -63,14 +72,5 @@ mod number_tests {
         assert_eq!(number(0.123456), "0.1235");
         assert_eq!(number(-0.00001), "0");
         assert_eq!(number(2.5e-5), "0");
-    }
-}
-
-/// `x` as % of `n` (0 when `n` is 0).
-pub(crate) fn pct(x: u32, n: u32) -> f64 {
-    if n == 0 {
-        0.0
-    } else {
-        100.0 * x as f64 / n as f64
     }
 }

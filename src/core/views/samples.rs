@@ -25,22 +25,20 @@ pub enum KindFilter {
     Optimal,
 }
 
-/// A `--kind` that names no kind of sample; the message lists the kinds.
+/// A `--kind` that names no kind of sample; the message lists the kinds (the command
+/// line's parser names the option and the value beside it).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("--kind {name:?}: not a kind of sample (one of {})", KindFilter::names().join(", "))]
+#[error("not a kind of sample (one of {})", KindFilter::names().join(", "))]
 pub struct NotAKind {
     pub name: String,
 }
 
-impl KindFilter {
-    /// Every name `--kind` accepts, for messages.
-    pub fn names() -> Vec<&'static str> {
-        let mut v = vec!["conflict", "invalid", "valid", "optimal"];
-        v.extend(FailureKind::ALL.iter().map(|k| k.name()));
-        v
-    }
+/// The kind a command line names (`--kind`): a failure kind, or `conflict`, `invalid`,
+/// `valid`, `optimal`.
+impl std::str::FromStr for KindFilter {
+    type Err = NotAKind;
 
-    pub fn parse(name: &str) -> Result<KindFilter, NotAKind> {
+    fn from_str(name: &str) -> Result<KindFilter, NotAKind> {
         Ok(match name {
             "conflict" => KindFilter::Conflict,
             "invalid" => KindFilter::Invalid,
@@ -53,6 +51,15 @@ impl KindFilter {
                     .ok_or_else(|| NotAKind { name: other.into() })?,
             ),
         })
+    }
+}
+
+impl KindFilter {
+    /// Every name `--kind` accepts, for messages.
+    pub fn names() -> Vec<&'static str> {
+        let mut v = vec!["conflict", "invalid", "valid", "optimal"];
+        v.extend(FailureKind::ALL.iter().map(|k| k.name()));
+        v
     }
 
     fn keeps(self, valid: bool, optimal: bool, failure: Option<FailureKind>) -> bool {
@@ -520,12 +527,15 @@ mod tests {
 
     #[test]
     fn kinds_parse_by_name() {
-        assert_eq!(KindFilter::parse("conflict").unwrap(), KindFilter::Conflict);
         assert_eq!(
-            KindFilter::parse("hole").unwrap(),
+            "conflict".parse::<KindFilter>().unwrap(),
+            KindFilter::Conflict
+        );
+        assert_eq!(
+            "hole".parse::<KindFilter>().unwrap(),
             KindFilter::Failure(FailureKind::Hole)
         );
-        let e = KindFilter::parse("holes").unwrap_err().to_string();
+        let e = "holes".parse::<KindFilter>().unwrap_err().to_string();
         assert!(e.contains("vertex_conflict"), "{e}");
     }
 }

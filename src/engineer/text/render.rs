@@ -241,7 +241,7 @@ pub fn weakest_first(f: &FailureBreakdown) -> Vec<&SizeFailures> {
 /// the recorded counts keep), zero counts left out.
 pub fn kinds_by_count(size: &SizeFailures) -> Vec<(crate::env::FailureKind, u32)> {
     let mut v: Vec<_> = size.counts.iter().copied().filter(|c| c.1 > 0).collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|c| std::cmp::Reverse(c.1));
     v
 }
 
