@@ -45,7 +45,7 @@ pub enum ForkError {
     Engineer(#[from] crate::engineer::EngineerNameError),
     #[error("the ledger's plan: {0}")]
     Plan(#[source] Box<crate::stage::StageError>),
-    #[error("`--at {0}`: expected stageN with N >= 1 (stage 0 is the warm-up)")]
+    #[error("`{0}`: expected stageN with N >= 1 (stage 0 is the warm-up)")]
     BadStage(String),
 }
 

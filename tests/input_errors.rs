@@ -142,6 +142,55 @@ fn a_fork_past_the_plan_is_refused_and_a_finished_run_says_so() {
     assert!(!out.contains("stages run: []"), "{out}");
 }
 
+/// Stages and engineer lists are parsed by the command line (clap) into their types: a
+/// bad one is refused naming the option and the value, before any ledger is opened (the
+/// ledger named here does not exist, so an error about it would mean the parse came late).
+#[test]
+fn stages_and_engineer_lists_are_refused_at_the_command_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("no-ledger");
+    for (args, needle) in [
+        (
+            &["fork", "--at", "stage0", "--engineer", "fixed"][..],
+            "invalid value 'stage0' for '--at <AT>': `stage0`: expected stageN with N >= 1",
+        ),
+        (
+            &[
+                "study",
+                "--at",
+                "1",
+                "--engineers",
+                "fixed, heuristic,fixed",
+            ][..],
+            "for '--engineers <ENGINEERS>': fixed is listed twice",
+        ),
+        (
+            &["study", "--at", "1", "--engineers", " , "][..],
+            "for '--engineers <ENGINEERS>': name at least one engineer",
+        ),
+        (
+            &["study", "--at", "1", "--engineers", "fixed", "--seeds", "0"][..],
+            "invalid value '0' for '--seeds <SEEDS>'",
+        ),
+        (
+            &["audit", "--stage", "two"][..],
+            "invalid value 'two' for '--stage <STAGE>': `two`: expected stageN or N",
+        ),
+        (
+            &["replay", "--stage", "stage-1"][..],
+            "invalid value 'stage-1' for '--stage <STAGE>'",
+        ),
+        (
+            &["serve", "--bind", "localhost"][..],
+            "invalid value 'localhost' for '--bind <ADDR:PORT>'",
+        ),
+    ] {
+        let o = ledger(&d, args);
+        fails(&o, 2, needle);
+        assert!(!d.exists(), "{args:?} touched the ledger directory");
+    }
+}
+
 /// (f) A size past 64 bits is refused naming the value, not capped into "fits".
 #[test]
 fn an_out_of_range_gpu_memory_is_refused() {

@@ -8,15 +8,10 @@ use std::path::Path;
 pub fn run(
     ledger: &Path,
     branch: &str,
-    stage: Option<&str>,
+    stage: Option<u32>,
     texts: (bool, bool),
     json: bool,
 ) -> CliResult {
-    let stage = stage
-        .map(|s| {
-            mapf_ledger::ledger::parse_stage(s).map_err(|e| CliError::input(format!("--stage {e}")))
-        })
-        .transpose()?;
     let l = Ledger::open_read_only(ledger).map_err(err)?;
     let report = mapf_ledger::views::audit::audit(&l, branch, stage).map_err(err)?;
     if let Some(n) = stage {

@@ -294,8 +294,8 @@ pub enum Command {
     /// engineer design stage N onward (`ledger run --branch NEW` continues it).
     Fork {
         /// stageN (N >= 1).
-        #[arg(long)]
-        at: String,
+        #[arg(long, value_parser = mapf_ledger::replay::parse_stage)]
+        at: u32,
         /// The branch to fork from.
         #[arg(long, default_value = "main")]
         from: String,
@@ -363,8 +363,8 @@ pub enum Command {
         #[arg(long, default_value = "main", value_name = "REFERENCE")]
         branch: String,
         /// Only the decision of this stage (stageN or N).
-        #[arg(long)]
-        stage: Option<String>,
+        #[arg(long, value_parser = mapf_ledger::ledger::parse_stage)]
+        stage: Option<u32>,
         /// Also print the exact prompt each engineer read (LLM and model engineers;
         /// with --json, as `prompt_text`).
         #[arg(long)]
@@ -511,7 +511,7 @@ pub fn main() {
             from,
             engineer,
             name,
-        } => fork(&ledger_dir, &at, &from, &engineer, name.as_deref()),
+        } => fork(&ledger_dir, at, &from, &engineer, name.as_deref()),
         #[cfg(feature = "train")]
         Command::ExportCheckpoint { reference, out, hf } => {
             checkpoint::export(&ledger_dir, &reference, out.as_deref(), hf.as_deref())
@@ -536,13 +536,7 @@ pub fn main() {
             prompt,
             reply,
             json,
-        } => audit::run(
-            &ledger_dir,
-            &branch,
-            stage.as_deref(),
-            (prompt, reply),
-            json,
-        ),
+        } => audit::run(&ledger_dir, &branch, stage, (prompt, reply), json),
         #[cfg(feature = "train")]
         Command::Study(args) => study::run(&ledger_dir, args),
         #[cfg(feature = "train")]
@@ -582,12 +576,11 @@ fn empty_ledger_variable(e: &clap::Error) -> Option<String> {
 #[cfg(feature = "train")]
 fn fork(
     dir: &std::path::Path,
-    at: &str,
+    at: u32,
     from: &str,
     engineer: &mapf_ledger::engineer::EngineerSpec,
     name: Option<&str>,
 ) -> CliResult {
-    let at = mapf_ledger::replay::parse_stage(at)?;
     let mut ledger = open_writer(dir)?;
     let (name, head) = mapf_ledger::replay::fork(&mut ledger, from, at, engineer, name, 0)?;
     println!(

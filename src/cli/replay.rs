@@ -25,8 +25,8 @@ pub struct ReplayArgs {
     #[arg(long, default_value = "main")]
     pub branch: String,
     /// The stage to replay (N or stageN; 0 is the warm-up). Default: every completed stage.
-    #[arg(long)]
-    pub stage: Option<String>,
+    #[arg(long, value_parser = mapf_ledger::ledger::parse_stage)]
+    pub stage: Option<u32>,
     /// Recompute and compare every event hash (the default without --engineer).
     #[arg(long)]
     pub verify: bool,
@@ -52,10 +52,6 @@ pub struct ReplayArgs {
     pub json: bool,
 }
 
-fn parse_stage(s: &str) -> Result<u32, CliError> {
-    mapf_ledger::ledger::parse_stage(s).map_err(|e| CliError::input(format!("--stage {e}")))
-}
-
 /// A replay error with the contract's exit code (see [`super::Diagnosis`]).
 fn replay_error(e: ReplayError) -> CliError {
     if let ReplayError::Interrupted(n) = e {
@@ -78,7 +74,7 @@ fn replay_error(e: ReplayError) -> CliError {
 use super::ledger_error;
 
 pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
-    let stage = args.stage.as_deref().map(parse_stage).transpose()?;
+    let stage = args.stage;
     if args.keep.is_some() && args.engineer.is_none() {
         return Err(CliError::input("`--keep` needs `--engineer`"));
     }

@@ -65,7 +65,7 @@ pub struct ServeArgs {
     /// Address to listen on (port 0: any free port, printed). Another host than
     /// 127.0.0.1 / ::1 shows the ledger to the network.
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8473")]
-    pub bind: String,
+    pub bind: std::net::SocketAddr,
     /// Branches to show, in this order (repeatable; default: every branch except study
     /// runs, including branches created while serving).
     #[arg(long = "branch", value_name = "BRANCH")]
@@ -76,12 +76,7 @@ pub struct ServeArgs {
 }
 
 pub fn serve(dir: &Path, args: ServeArgs) -> CliResult {
-    let addr: std::net::SocketAddr = args.bind.parse().map_err(|e| {
-        CliError::input(format!(
-            "--bind {:?}: not an address and port such as 127.0.0.1:8473 ({e})",
-            args.bind
-        ))
-    })?;
+    let addr = args.bind;
     if let Some(s) = &args.study {
         mapf_ledger::report::read_study(s).map_err(err)?;
     }

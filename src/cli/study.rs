@@ -53,15 +53,15 @@ impl Progress for Lines {
 #[derive(clap::Args, Debug)]
 pub struct StudyArgs {
     /// stageN (N >= 1): the forks keep stages before N.
-    #[arg(long)]
-    pub at: String,
+    #[arg(long, value_parser = mapf_ledger::replay::parse_stage)]
+    pub at: u32,
     #[arg(
         long,
         help = super::engineer_help("Comma-separated engineers (`NAME:-module+module` is an ablation, e.g. `current,current:-failure_breakdown,current:+training_details`)")
     )]
-    pub engineers: String,
+    pub engineers: mapf_ledger::engineer::EngineerList,
     /// Seed replicates per engineer (0..K; replicate 0 uses the plan's seeds).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_SEEDS as i64))]
     pub seeds: u32,
     /// The branch every run forks from.
     #[arg(long, default_value = "main")]
@@ -217,38 +217,13 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         }
         other => other,
     };
-    let (at, engineers, from) = (at.as_str(), engineers.as_str(), from.as_str());
-    let at = mapf_ledger::replay::parse_stage(at)?;
-    let engineers: Vec<&str> = engineers
-        .split(',')
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-        .collect();
-    if engineers.is_empty() {
-        return Err(CliError::input("`--engineers`: name at least one engineer"));
-    }
-    if seeds == 0 || seeds > MAX_SEEDS {
-        return Err(CliError::input(format!(
-            "`--seeds {seeds}`: must be in 1..={MAX_SEEDS} (each seed is one run per engineer)"
-        )));
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    if let Some(d) = engineers.iter().find(|e| !seen.insert(**e)) {
-        return Err(CliError::input(format!(
-            "`--engineers`: {d} is listed twice"
-        )));
-    }
-    let engineers = engineers
-        .iter()
-        .map(|e| e.parse())
-        .collect::<Result<Vec<mapf_ledger::engineer::EngineerSpec>, _>>()
-        .map_err(|e| CliError::input(format!("`--engineers`: {e}")))?;
+    let engineers = engineers.0;
     let mut ledger = super::open_writer(ledger_dir)?;
     let stop = super::run::stop_on_ctrl_c();
     let dir = out.unwrap_or_else(|| ledger_dir.join(format!("study-at{at}")));
     let mut spec = StudySpec {
         at,
-        from: from.to_string(),
+        from,
         engineers,
         seeds,
         device,

@@ -369,6 +369,43 @@ impl std::str::FromStr for EngineerSpec {
     }
 }
 
+/// A study's engineers as a command line names them (`--engineers`): specs separated by
+/// commas (spaces around them ignored), at least one, each once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineerList(pub Vec<EngineerSpec>);
+
+/// Why an engineer list is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BadEngineerList {
+    #[error("name at least one engineer")]
+    Empty,
+    #[error("{0} is listed twice")]
+    Twice(String),
+    #[error(transparent)]
+    Spec(#[from] EngineerNameError),
+}
+
+impl std::str::FromStr for EngineerList {
+    type Err = BadEngineerList;
+    fn from_str(s: &str) -> Result<EngineerList, BadEngineerList> {
+        let names: Vec<&str> = s
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .collect();
+        if names.is_empty() {
+            return Err(BadEngineerList::Empty);
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(d) = names.iter().find(|e| !seen.insert(**e)) {
+            return Err(BadEngineerList::Twice(d.to_string()));
+        }
+        Ok(EngineerList(
+            names.iter().map(|e| e.parse()).collect::<Result<_, _>>()?,
+        ))
+    }
+}
+
 /// Check an engineer spec (parsed at the edge) for a ledger (the plan's policy) and
 /// branch (its registered LLM engineers).
 pub fn check_spec(
