@@ -151,6 +151,19 @@ fn parse_recorded(text: &str, inst: &Instance) -> Option<Plan> {
     parse_recorded_plan(text, inst).ok()
 }
 
+/// The plan a sample draws: none when the run could not read it (its recorded failure is
+/// a parse error or a wrong agent count), even where [`parse_recorded`] can. A plan of
+/// a named instance whose lines use other names (`agent 1`, `agent 2`) failed to parse
+/// in training, but the recorded instance does not keep the names, so this view would
+/// read it under plain ones and draw paths the run never took. The recorded outcome
+/// wins: the drawing says what it says.
+fn drawn_plan(text: &str, inst: &Instance, recorded: Option<FailureKind>) -> Option<Plan> {
+    match recorded {
+        Some(FailureKind::ParseError | FailureKind::WrongAgentCount) => None,
+        _ => parse_recorded(text, inst),
+    }
+}
+
 fn rc(inst: &Instance, cell: crate::env::Cell) -> (u32, u32) {
     let (r, c) = inst.row_col(cell);
     (r as u32, c as u32)
@@ -444,7 +457,7 @@ pub fn samples(
         };
         let inst = &solved.instance;
         let text = String::from_utf8_lossy(&c.plan).into_owned();
-        let plan = parse_recorded(&text, inst);
+        let plan = drawn_plan(&text, inst, c.failure);
         let (drawing, detail) = draw(inst, plan.as_ref());
         // A plan that does not parse has no path; the recorded failure says why.
         let detail =
@@ -512,6 +525,24 @@ mod tests {
         assert_eq!(d.failure_cells, vec![(0, 1)]);
         assert!(detail.unwrap().contains("agent"));
         assert_eq!(render_drawing(&d), vec!["1 X 2", ". H .", ". . ."]);
+    }
+
+    #[test]
+    fn a_plan_the_run_could_not_read_is_not_drawn() {
+        let i = inst();
+        let text = "agent 1: R R\nagent 2: L L";
+        // Readable under plain names, so drawn when the run read it too...
+        assert!(drawn_plan(text, &i, Some(FailureKind::VertexConflict)).is_some());
+        assert!(drawn_plan(text, &i, None).is_some());
+        // ...but not when the run recorded that it could not (a named instance's
+        // plan written with plain names): no paths, only the starts.
+        for kind in [FailureKind::ParseError, FailureKind::WrongAgentCount] {
+            let plan = drawn_plan(text, &i, Some(kind));
+            assert!(plan.is_none(), "{kind:?}");
+            let (d, detail) = draw(&i, plan.as_ref());
+            assert_eq!(d.paths, vec![vec![(0, 0)], vec![(0, 2)]]);
+            assert!(d.failure_cells.is_empty() && detail.is_none());
+        }
     }
 
     #[test]
