@@ -117,7 +117,9 @@ pub struct GrpoConfig {
     /// plan's `[warmup]` mix (the pretraining distribution), so that RL on the trained
     /// sizes keeps what the base knows elsewhere (3-5 agents, plans that need no
     /// coordination). Each stage draws `rehearsal_instances` fresh ones from its own seed
-    /// and records them (split `rehearsal`). 0, the default: no rehearsal.
+    /// and records them (split `rehearsal`). Their agents keep the plain names `1..=k`:
+    /// neither `agent_names` (GRPO's, the warm-up's) applies to them, so the ledgers
+    /// recorded with both settings replay as they are. 0, the default: no rehearsal.
     #[serde(skip_serializing_if = "is_zero_f")]
     pub rehearsal_coef: f64,
     /// Solver plans per rehearsal batch (one batch an update).
