@@ -142,7 +142,7 @@ fn a_fork_past_the_plan_is_refused_and_a_finished_run_says_so() {
     assert!(!out.contains("stages run: []"), "{out}");
 }
 
-/// Stages and engineer lists are parsed by the command line (clap) into their types: a
+/// Stages, engineer lists and ranged numbers are parsed by the command line (clap) into their types: a
 /// bad one is refused naming the option and the value, before any ledger is opened (the
 /// ledger named here does not exist, so an error about it would mean the parse came late).
 #[test]
@@ -183,6 +183,27 @@ fn stages_and_engineer_lists_are_refused_at_the_command_line() {
         (
             &["serve", "--bind", "localhost"][..],
             "invalid value 'localhost' for '--bind <ADDR:PORT>'",
+        ),
+        // Numbers with a fixed range (src/cli/values.rs).
+        (
+            &["lm", "generate", "--temperature=-1"][..],
+            "invalid value '-1' for '--temperature <TEMPERATURE>': expected a finite number of 0 or more",
+        ),
+        (
+            &["lm", "generate", "--top-p", "0"][..],
+            "invalid value '0' for '--top-p <TOP_P>': expected a number in (0, 1]",
+        ),
+        (
+            &["study", "--power-effect", "0"][..],
+            "invalid value '0' for '--power-effect <POINTS>': expected a finite number above 0",
+        ),
+        (
+            &["lm", "bench", "--peak-flops", "fast"][..],
+            "invalid value 'fast' for '--peak-flops <PEAK_FLOPS>': not a number",
+        ),
+        (
+            &["env", "generate", "--count", "0"][..],
+            "invalid value '0' for '--count <COUNT>'",
         ),
     ] {
         let o = ledger(&d, args);

@@ -51,7 +51,7 @@ pub enum EnvCommand {
         #[arg(long, default_value_t = 0.0)]
         wait: f64,
         /// Instances to generate.
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_COUNT as u64))]
         count: usize,
         /// Seed of the generator (the same seed gives the same instances).
         #[arg(long, default_value_t = 0)]
@@ -203,11 +203,6 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             if let Err(e) = cfg.validate() {
                 return Err(CliError::input(format!(
                     "generator config out of range: {e}"
-                )));
-            }
-            if !(1..=MAX_COUNT).contains(&count) {
-                return Err(CliError::input(format!(
-                    "--count {count}: must be in 1..={MAX_COUNT}"
                 )));
             }
             let items = generator::generate(&cfg, count, Seed::root(seed), Budget::default())

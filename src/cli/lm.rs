@@ -27,10 +27,10 @@ pub enum LmCommand {
         #[arg(long, default_value_t = 64)]
         max_new_tokens: usize,
         /// 0 decodes greedily.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, value_parser = super::values::non_negative)]
         temperature: f64,
         /// Nucleus sampling: sample from the smallest set of tokens whose probability reaches this (1 samples from all).
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, value_parser = super::values::unit_mass)]
         top_p: f64,
         /// Seed of the sampler (with --temperature above 0).
         #[arg(long, default_value_t = 0)]
@@ -100,11 +100,11 @@ pub struct BenchArgs {
     warmup_batch: Option<usize>,
     /// The device's memory bandwidth in bytes/s (e.g. 3.35e12 for an H100 SXM): decode
     /// figures then carry their share of the memory roofline.
-    #[arg(long)]
+    #[arg(long, value_parser = super::values::positive)]
     memory_bandwidth: Option<f64>,
     /// The device's dense bf16 peak in FLOP/s (e.g. 989e12 for an H100 SXM): the GRPO
     /// step then carries its model FLOPs utilisation.
-    #[arg(long)]
+    #[arg(long, value_parser = super::values::positive)]
     peak_flops: Option<f64>,
 }
 
@@ -155,16 +155,6 @@ fn generate(
     device: mapf_ledger::train::DeviceSpec,
     json: bool,
 ) -> CliResult {
-    if !(temperature >= 0.0 && temperature.is_finite()) {
-        return Err(CliError::input(format!(
-            "--temperature must be >= 0, got {temperature}"
-        )));
-    }
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(CliError::input(format!(
-            "--top-p must be in (0, 1], got {top_p}"
-        )));
-    }
     let device =
         mapf_ledger::train::open_device(device).map_err(|e| CliError::input(e.to_string()))?;
     let text = std::fs::read_to_string(prompt_file)

@@ -25,6 +25,8 @@ pub mod replay;
 pub mod run;
 #[cfg(feature = "train")]
 pub mod study;
+#[cfg(feature = "train")]
+pub mod values;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

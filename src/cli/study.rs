@@ -89,10 +89,10 @@ pub struct StudyArgs {
     /// (valid %, points) a pilot measured on the target row (the test suite's smallest
     /// agent count, its coordination items when marked); the line then says how many
     /// seeds 80% power asks. Without it only the study's own spread is used.
-    #[arg(long, value_name = "POINTS")]
+    #[arg(long, value_name = "POINTS", value_parser = super::values::non_negative)]
     pub power_sd: Option<f64>,
     /// The smallest difference the power line asks to see, in points.
-    #[arg(long, value_name = "POINTS", default_value_t = 5.0)]
+    #[arg(long, value_name = "POINTS", default_value_t = 5.0, value_parser = super::values::positive)]
     pub power_effect: f64,
     /// An earlier report of this same study (its `study.json`, or the directory holding
     /// it): its finished runs this ledger lacks count in the tables instead of being
@@ -191,17 +191,6 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         json,
         quiet,
     } = args;
-    // Bad power figures are refused before any run starts.
-    if !(power_effect.is_finite() && power_effect > 0.0) {
-        return Err(CliError::input(format!(
-            "--power-effect {power_effect}: expected a positive number of points"
-        )));
-    }
-    if let Some(sd) = power_sd.filter(|sd| !(sd.is_finite() && *sd >= 0.0)) {
-        return Err(CliError::input(format!(
-            "--power-sd {sd}: expected a standard deviation in points (0 or more)"
-        )));
-    }
     let power = mapf_ledger::views::study::PowerPlan {
         effect: power_effect,
         pilot_sd: power_sd,
