@@ -14,22 +14,7 @@ use mapf_ledger::seed::Seed;
 use mapf_ledger::views::testbed::{CheckReport, SolveReport, SuiteReport};
 use std::path::{Path, PathBuf};
 
-/// Most instances one `env generate` draws (each is solved optimally).
-const MAX_COUNT: usize = 1_000_000;
-/// Most instances per suite cell (`env suite`, as `eval --per-cell`).
-pub const MAX_PER_CELL: usize = 100_000;
-
-/// `--per-cell`: instances per (agents, size) cell, 1..=MAX_PER_CELL.
-pub fn per_cell_arg() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new().range(1..=MAX_PER_CELL as u64)
-}
-
-/// `--max-size`: the largest map side of a suite, 5 (the 5-agent cells' smallest) up to
-/// the generator's largest.
-pub fn max_size_arg() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new()
-        .range(5..=mapf_ledger::env::instance::MAX_SIZE as u64)
-}
+use super::values::{count_arg, max_size_arg, per_cell_arg};
 
 #[derive(Subcommand, Debug)]
 pub enum EnvCommand {
@@ -51,7 +36,7 @@ pub enum EnvCommand {
         #[arg(long, default_value_t = 0.0)]
         wait: f64,
         /// Instances to generate.
-        #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_COUNT as u64))]
+        #[arg(long, default_value_t = 10, value_parser = count_arg())]
         count: usize,
         /// Seed of the generator (the same seed gives the same instances).
         #[arg(long, default_value_t = 0)]

@@ -35,13 +35,13 @@ pub struct EvalArgs {
     #[arg(long, value_enum, default_value = "all")]
     pub suite: SuiteChoice,
     /// Instances per (agents, size) cell (150 in the paper).
-    #[arg(long, default_value_t = 20, value_parser = super::env::per_cell_arg())]
+    #[arg(long, default_value_t = 20, value_parser = super::values::per_cell_arg())]
     pub per_cell: usize,
     /// The suites' seed (a ledger's suites use its plan's, 2026 by default).
     #[arg(long, default_value_t = 2026)]
     pub suite_seed: u64,
     /// Largest map size.
-    #[arg(long, default_value_t = 10, value_parser = super::env::max_size_arg())]
+    #[arg(long, default_value_t = 10, value_parser = super::values::max_size_arg())]
     pub max_size: usize,
     /// Stratify each cell by wait ratio, as a plan's `suites.wait_ratios` does (e.g.
     /// `0.25,0.5,0.75`, the paper's test subsets and the CPU study's suites): the cell's

@@ -25,7 +25,6 @@ pub mod replay;
 pub mod run;
 #[cfg(feature = "train")]
 pub mod study;
-#[cfg(feature = "train")]
 pub mod values;
 
 use clap::{Parser, Subcommand};

@@ -1,6 +1,31 @@
 //! Value parsers for numeric options whose range is fixed: clap calls them, so a bad
 //! value is refused naming the option and the value before the command runs, and the
-//! command receives a number already in range.
+//! command receives a number already in range. (Without the `train` feature only the
+//! testbed's counts are used.)
+#![cfg_attr(not(feature = "train"), allow(dead_code))]
+
+use clap::builder::RangedU64ValueParser;
+
+/// Most instances one `env generate` draws (each is solved optimally).
+const MAX_COUNT: usize = 1_000_000;
+/// Most instances per suite cell (`env suite`, as `eval --per-cell`).
+const MAX_PER_CELL: usize = 100_000;
+
+/// `env generate --count`: instances to draw, 1..=MAX_COUNT.
+pub fn count_arg() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(1..=MAX_COUNT as u64)
+}
+
+/// `--per-cell`: instances per (agents, size) cell, 1..=MAX_PER_CELL.
+pub fn per_cell_arg() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(1..=MAX_PER_CELL as u64)
+}
+
+/// `--max-size`: the largest map side of a suite, 5 (the 5-agent cells' smallest) up to
+/// the generator's largest.
+pub fn max_size_arg() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(5..=mapf_ledger::env::instance::MAX_SIZE as u64)
+}
 
 /// Why a value is not a number in an option's range.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
