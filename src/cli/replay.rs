@@ -191,13 +191,15 @@ fn common<T: PartialEq>(mut items: impl Iterator<Item = T>) -> Option<T> {
 }
 
 /// Pin ATen to the recorded CPU capability (when every replayed stage recorded the same
-/// one and `ATEN_CPU_CAPABILITY` is not set already): kernels of another capability may
-/// round differently, which would fail a bit-exact replay for no fault of the record.
+/// one, this CPU can run it, and `ATEN_CPU_CAPABILITY` is not set already): kernels of
+/// another capability may round differently, which would fail a bit-exact replay for no
+/// fault of the record. A capability this CPU lacks (AVX512 recorded, an AVX2-only
+/// replay machine) is left to ATen's own choice, and the stage's note names both.
 fn pin_capability(recorded: &[RecordedSetup]) {
     let Some(Some(capability)) = common(recorded.iter().map(|r| r.capability.as_ref())) else {
         return;
     };
-    if std::env::var_os(kernels::CAPABILITY_ENV).is_some() {
+    if std::env::var_os(kernels::CAPABILITY_ENV).is_some() || !kernels::cpu_supports(capability) {
         return;
     }
     // ATen reads the variable once, when it first dispatches a kernel; nothing has run

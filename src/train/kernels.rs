@@ -57,6 +57,28 @@ pub fn cpu_capability() -> String {
     }
 }
 
+/// Whether this CPU can run ATen's kernels of `capability` (as ATen names it, any
+/// case): the features ATen's dispatch asks of it before choosing that set. ATen obeys
+/// `ATEN_CPU_CAPABILITY` without asking, so a capability pinned on a CPU that lacks it
+/// dies of an illegal instruction at the first vectorised kernel. Names this does not
+/// know are not runnable.
+pub fn cpu_supports(capability: &str) -> bool {
+    match capability.to_ascii_uppercase().as_str() {
+        "DEFAULT" => true,
+        #[cfg(target_arch = "x86_64")]
+        "AVX2" => std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma"),
+        #[cfg(target_arch = "x86_64")]
+        "AVX512" => {
+            std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512vl")
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512dq")
+                && std::is_x86_feature_detected!("fma")
+        }
+        _ => false,
+    }
+}
+
 /// Metadata key of the processor.
 pub const CPU_KEY: &str = "cpu";
 
@@ -114,6 +136,18 @@ mod tests {
             Some("ARM thing")
         );
         assert_eq!(super::processor("processor\t: 0\n"), None);
+    }
+
+    /// What ATen chose by itself is runnable here, and a name ATen does not have is
+    /// never pinned.
+    #[test]
+    fn the_capability_aten_chose_is_one_this_cpu_supports() {
+        let c = super::cpu_capability();
+        if c != "unknown" && std::env::var_os(super::CAPABILITY_ENV).is_none() {
+            assert!(super::cpu_supports(&c), "{c}");
+        }
+        assert!(super::cpu_supports("default"));
+        assert!(!super::cpu_supports("AVX1024"));
     }
 
     #[test]
