@@ -258,6 +258,11 @@ pub fn reusable_runs(
             )));
         }
         run.summary.restore_tables();
+        if let Some(items) = &run.items {
+            items
+                .restore(&mut run.summary)
+                .map_err(|why| fail(format!("run {}: {why}", run.branch)))?;
+        }
         run.action = crate::views::study::REUSED.into();
         out.push(run);
     }

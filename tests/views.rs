@@ -688,8 +688,9 @@ fn study_forks_runs_writes_and_resumes() {
 }
 
 /// A study whose worker ledgers are gone keeps its finished runs through its report:
-/// `--reuse study.json` counts them (each checked to fork from this ledger's `main`)
-/// and runs only the replicates the report lacks; a report of another fork point, or
+/// `--reuse study.json` counts them (each checked to fork from this ledger's `main`),
+/// pairs them item by item through the outcomes the report kept, and runs only the
+/// replicates the report lacks; a report of another fork point, or
 /// whose runs did not fork from this `main`, is refused before anything runs.
 #[test]
 fn study_reuses_the_finished_runs_of_an_earlier_report() {
@@ -766,20 +767,56 @@ fn study_reuses_the_finished_runs_of_an_earlier_report() {
             .unwrap()
             .clone()
     };
+    // The report kept each run's per-instance outcomes, so the reused replicate still
+    // pairs item by item: the pooled bootstraps (orderings and transfer) are the ones a
+    // study that ran both replicates in one ledger computes.
+    let whole: Value =
+        serde_json::from_str(&ok(&study(&a, "2", &tmp.path().join("study-a2"), &[]))).unwrap();
     for subset in [None, Some("coord")] {
         let (old, new) = (row(&first, subset), row(&r, subset));
         assert_eq!(new["replicates"], serde_json::json!([0, 1]));
         assert_eq!(new["valid"]["per_seed"][0], old["valid"]["per_seed"][0]);
         assert_eq!(new["optimal"]["per_seed"][0], old["optimal"]["per_seed"][0]);
-        assert!(new["valid"]["bootstrap_ci95"].is_null(), "{new}");
-        assert!(
-            new["note"]
-                .as_str()
-                .unwrap()
-                .contains("taken from an earlier report"),
-            "{new}"
-        );
+        assert!(new["note"].is_null(), "{new}");
+        assert_eq!(new, row(&whole, subset));
+        assert!(new["valid"]["bootstrap_ci95"].is_object(), "{new}");
     }
+    assert_eq!(r["transfer"], whole["transfer"]);
+    assert!(
+        r["transfer"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["valid"]["bootstrap_ci95"].is_object()),
+        "{}",
+        r["transfer"]
+    );
+    // A report written before reports kept outcomes still counts, with the seed-level
+    // interval alone and a note saying why.
+    let mut old_report = first.clone();
+    for run in old_report["runs"].as_array_mut().unwrap() {
+        run.as_object_mut().unwrap().remove("items");
+    }
+    let old_path = tmp.path().join("old.json");
+    std::fs::write(&old_path, serde_json::to_string(&old_report).unwrap()).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let d = tiny_ledger(d.path());
+    let from_old: Value = serde_json::from_str(&ok(&study(
+        &d,
+        "1",
+        &tmp.path().join("study-d"),
+        &["--reuse", old_path.to_str().unwrap()],
+    )))
+    .unwrap();
+    let new = row(&from_old, None);
+    assert!(new["valid"]["bootstrap_ci95"].is_null(), "{new}");
+    assert!(
+        new["note"]
+            .as_str()
+            .unwrap()
+            .contains("taken from an earlier report"),
+        "{new}"
+    );
     let md = std::fs::read_to_string(out_b.join("study.md")).unwrap();
     assert!(
         md.contains("replicate 0, head ") && md.contains(" (from an earlier report)"),
@@ -829,6 +866,29 @@ fn study_reuses_the_finished_runs_of_an_earlier_report() {
         ),
         2,
         "did not fork from this ledger's main",
+    );
+    assert_eq!(heads(&c).len(), 1, "nothing forked: {:?}", heads(&c));
+    // Outcomes that do not count to the run's own test table are not this run's.
+    let mut bad = first.clone();
+    let items = &mut bad["runs"][0]["items"]["final_stage"];
+    let test = items
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|o| o["outcomes"]["suite"] == "test")
+        .unwrap();
+    let bytes = test["outcomes"]["outcomes"].as_array_mut().unwrap();
+    bytes[0] = Value::from(if bytes[0] == 0 { 2 } else { 0 });
+    std::fs::write(&bad_path, serde_json::to_string(&bad).unwrap()).unwrap();
+    fails(
+        &study(
+            &c,
+            "1",
+            &tmp.path().join("study-c"),
+            &["--reuse", bad_path.to_str().unwrap()],
+        ),
+        2,
+        "do not count to its test table",
     );
     assert_eq!(heads(&c).len(), 1, "nothing forked: {:?}", heads(&c));
     fails(

@@ -415,7 +415,8 @@ impl BranchSummary {
     /// Rebuild the tables a JSON copy of this summary leaves out (`test` from
     /// `test_cells`, each subset's from its `cells`), so a summary read back from a
     /// `study.json` gives the same Sum rows as the one that was written. Per-instance
-    /// outcomes are not in JSON and stay empty.
+    /// outcomes are not in the summary's JSON; a report keeps them beside it
+    /// (`views::study::StudyItems::restore` puts them back).
     pub fn restore_tables(&mut self) {
         let table = |cells: &[(usize, usize, u32, u32, u32)]| ResultTable {
             cells: cells

@@ -28,6 +28,121 @@ pub struct StudyRun {
     pub action: String,
     pub head: crate::ledger::Hash,
     pub summary: BranchSummary,
+    /// The run's per-instance outcomes, so that a later study reusing this report
+    /// (`ledger study --reuse`) still pairs it item by item. Absent from reports written
+    /// before they were kept, and for runs that recorded none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<StudyItems>,
+}
+
+/// What the pooled item bootstraps pair, per run: the outcomes of every suite at the
+/// final stage and at stage 0, and which items need coordination. A report keeps them
+/// beside the summary (whose JSON has the tables, not the items).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct StudyItems {
+    /// The final stage's outcomes, one per suite.
+    pub final_stage: Vec<RecordedOutcomes>,
+    /// Stage 0's outcomes, one per suite: the other side of the transfer rows.
+    pub stage0: Vec<RecordedOutcomes>,
+    /// Per suite, whether each item (in suite order) needs coordination.
+    pub needs_coordination: std::collections::BTreeMap<String, Vec<bool>>,
+}
+
+/// Why a report's [`StudyItems`] cannot be the run's they are stored with.
+#[derive(Debug, thiserror::Error)]
+pub enum ItemsMismatch {
+    #[error("its {suite} outcomes do not match their layout")]
+    Layout { suite: String },
+    #[error("{flags} coordination flags for {items} {suite} outcomes")]
+    Flags {
+        suite: String,
+        flags: usize,
+        items: usize,
+    },
+    #[error("its test outcomes do not count to its test table")]
+    TestTable,
+}
+
+/// One suite's per-instance outcomes with the event that recorded them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct RecordedOutcomes {
+    pub event: crate::ledger::Hash,
+    pub outcomes: crate::record::event::EvaluationOutcomes,
+}
+
+impl StudyItems {
+    /// The items of a summary whose outcomes were loaded (`compare::load_outcomes`);
+    /// None when it has none.
+    pub fn of(summary: &BranchSummary) -> Option<StudyItems> {
+        let recorded = |v: &[(
+            crate::ledger::Hash,
+            crate::record::event::EvaluationOutcomes,
+        )]| {
+            v.iter()
+                .map(|(event, outcomes)| RecordedOutcomes {
+                    event: *event,
+                    outcomes: outcomes.clone(),
+                })
+                .collect::<Vec<_>>()
+        };
+        let items = StudyItems {
+            final_stage: recorded(&summary.outcomes),
+            stage0: recorded(&summary.stage0_outcomes),
+            needs_coordination: summary.coordination_flags.clone(),
+        };
+        (!items.final_stage.is_empty()).then_some(items)
+    }
+
+    /// Put the items back into a summary read from a report, where the pairing
+    /// functions look for them. Refused (the summary untouched) when they cannot be
+    /// this run's: a layout that does not account for its bytes, coordination flags of
+    /// another length than their suite's outcomes, or final test outcomes whose counts
+    /// per cell are not the summary's test table.
+    pub fn restore(&self, summary: &mut BranchSummary) -> Result<(), ItemsMismatch> {
+        use crate::record::event::{OUTCOME_OPTIMAL, OUTCOME_VALID};
+        for r in self.final_stage.iter().chain(&self.stage0) {
+            let o = &r.outcomes;
+            if !o.is_well_formed() {
+                return Err(ItemsMismatch::Layout {
+                    suite: o.suite.clone(),
+                });
+            }
+            if let Some(f) = self.needs_coordination.get(&o.suite) {
+                if f.len() != o.outcomes.len() {
+                    return Err(ItemsMismatch::Flags {
+                        suite: o.suite.clone(),
+                        flags: f.len(),
+                        items: o.outcomes.len(),
+                    });
+                }
+            }
+        }
+        if let Some(t) = self.final_stage.iter().find(|r| r.outcomes.suite == "test") {
+            let mut counted = Vec::new();
+            let mut items = t.outcomes.outcomes.iter();
+            for &(agents, size, n) in &t.outcomes.cells {
+                let cell: Vec<u8> = items.by_ref().take(n as usize).copied().collect();
+                let valid = cell.iter().filter(|&&b| b >= OUTCOME_VALID).count() as u32;
+                let optimal = cell.iter().filter(|&&b| b == OUTCOME_OPTIMAL).count() as u32;
+                counted.push((agents as usize, size as usize, n, valid, optimal));
+            }
+            let mut table = summary.test_cells.clone();
+            table.sort();
+            counted.sort();
+            if counted != table {
+                return Err(ItemsMismatch::TestTable);
+            }
+        }
+        let pairs = |v: &[RecordedOutcomes]| {
+            v.iter()
+                .map(|r| (r.event, r.outcomes.clone()))
+                .collect::<Vec<_>>()
+        };
+        summary.outcomes = pairs(&self.final_stage);
+        summary.stage0_outcomes = pairs(&self.stage0);
+        summary.coordination_flags = self.needs_coordination.clone();
+        Ok(())
+    }
 }
 
 /// Mean and 95% interval over seeds of one test cell (or Sum row) for one engineer.
@@ -417,7 +532,10 @@ fn pooled_bootstrap(
 ) {
     let mut units = Vec::new();
     for (a, b) in pairs {
-        if let Some(r) = [a, b].into_iter().find(|r| r.action == REUSED) {
+        if let Some(r) = [a, b]
+            .into_iter()
+            .find(|r| r.action == REUSED && r.summary.outcomes_of(&key.suite).is_none())
+        {
             return (
                 None,
                 Some(format!(
@@ -1344,9 +1462,10 @@ pub struct StudyRunRecord {
 /// against the first engineer.
 ///
 /// `reused` are finished runs taken from an earlier report of the same study (see the
-/// application's `reusable_runs`): they count like the others, but carry no per-instance
-/// outcomes, so the pooled bootstrap of a row that pairs one of them is left out with a
-/// note and the seed-level t-interval stands alone.
+/// application's `reusable_runs`): they count like the others, and pair item by item
+/// through the outcomes the report kept ([`StudyItems`]). A report written before it
+/// kept them has none, so the pooled bootstrap of a row that pairs such a run is left
+/// out with a note and the seed-level t-interval stands alone.
 pub fn study_report(
     ledger: &mut crate::ledger::Ledger,
     spec: &StudyDesign,
@@ -1363,6 +1482,7 @@ pub fn study_report(
             engineer: rec.engineer,
             replicate: rec.replicate,
             head: ledger.head(&rec.branch)?,
+            items: StudyItems::of(&summary),
             summary,
             branch: rec.branch,
             action: rec.action.into(),
