@@ -857,17 +857,19 @@ fn study_reuses_the_finished_runs_of_an_earlier_report() {
     std::fs::write(&bad_path, serde_json::to_string(&bad).unwrap()).unwrap();
     let c = tempfile::tempdir().unwrap();
     let c = tiny_ledger(c.path());
-    fails(
-        &study(
-            &c,
-            "1",
-            &tmp.path().join("study-c"),
-            &["--reuse", bad_path.to_str().unwrap()],
-        ),
-        2,
+    // A refused reuse exits 2 naming why, and forks nothing.
+    let refused = |report: &str, why: &str| {
+        fails(
+            &study(&c, "1", &tmp.path().join("study-c"), &["--reuse", report]),
+            2,
+            why,
+        );
+        assert_eq!(heads(&c).len(), 1, "nothing forked: {:?}", heads(&c));
+    };
+    refused(
+        bad_path.to_str().unwrap(),
         "did not fork from this ledger's main",
     );
-    assert_eq!(heads(&c).len(), 1, "nothing forked: {:?}", heads(&c));
     // Outcomes that do not count to the run's own test table are not this run's.
     let mut bad = first.clone();
     let items = &mut bad["runs"][0]["items"]["final_stage"];
@@ -880,27 +882,8 @@ fn study_reuses_the_finished_runs_of_an_earlier_report() {
     let bytes = test["outcomes"]["outcomes"].as_array_mut().unwrap();
     bytes[0] = Value::from(if bytes[0] == 0 { 2 } else { 0 });
     std::fs::write(&bad_path, serde_json::to_string(&bad).unwrap()).unwrap();
-    fails(
-        &study(
-            &c,
-            "1",
-            &tmp.path().join("study-c"),
-            &["--reuse", bad_path.to_str().unwrap()],
-        ),
-        2,
-        "do not count to its test table",
-    );
-    assert_eq!(heads(&c).len(), 1, "nothing forked: {:?}", heads(&c));
-    fails(
-        &study(
-            &c,
-            "1",
-            &tmp.path().join("study-c"),
-            &["--reuse", "/nonexistent/study.json"],
-        ),
-        2,
-        "--reuse /nonexistent/study.json",
-    );
+    refused(bad_path.to_str().unwrap(), "do not count to its test table");
+    refused("/nonexistent/study.json", "--reuse /nonexistent/study.json");
     assert_eq!(heads(&b), before_bad);
 }
 
