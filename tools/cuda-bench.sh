@@ -18,11 +18,13 @@
 #   4. tests/plans/lm-tiny.toml run for 2 stages on the GPU and replayed there
 #      (`replay --verify`), bundled as the CUDA fixture's candidate; and the committed
 #      fixture (tests/fixtures/lm-tiny-cuda.bundle) replayed too.
-# The tracked tree (72 MiB) is over the device tool's 64 MiB transfer: for the call, take
-# the shipped models the bench does not read out of the index and ignore them
-# (`git rm -r --cached ledgers/models/{mapf-base,mapf-base-indep,mapf-base-indep-v2,
-# mapf-base-indep-v3}`, `git reset -q HEAD -- ledgers/models/mapf-base/tokenizer.json`, the
-# four folders in .git/info/exclude), then `git reset -q HEAD -- ledgers/models` after.
+# The tracked tree (145 MiB at d720e91: 72 MiB of ledgers/results, 69 MiB of seven shipped
+# models) is over the device tool's 64 MiB transfer. For the call, take what the bench
+# does not read out of the index and ignore it: `git rm -r -q --cached ledgers/results
+# ledgers/models/{mapf-base,mapf-base-indep,mapf-base-indep-v2,mapf-base-indep-v3,
+# mapf-reader,mapf-reader-v2}`, `git reset -q HEAD -- ledgers/models/mapf-base/tokenizer.json`,
+# those paths in .git/info/exclude (16 MiB travels, plus what `carry` names); afterwards remove them from
+# .git/info/exclude and `git reset -q HEAD -- ledgers`.
 # Environment: LEDGER_BIN (default target/release/ledger, under $CARGO_TARGET_DIR when set), CUDA_BENCH_OUT (default
 # target/cuda-bench), CUDA_BENCH_PARTS (default "1 2 3 4"), CUDA_BENCH_COMMIT (the
 # commit the binary was built from; the device copy has no .git).
