@@ -23,8 +23,8 @@
 # does not read out of the index and ignore it: `git rm -r -q --cached ledgers/results
 # ledgers/models/{mapf-base,mapf-base-indep,mapf-base-indep-v2,mapf-base-indep-v3,
 # mapf-reader,mapf-reader-v2}`, `git reset -q HEAD -- ledgers/models/mapf-base/tokenizer.json`,
-# those paths in .git/info/exclude (16 MiB travels, plus what `carry` names); afterwards remove them from
-# .git/info/exclude and `git reset -q HEAD -- ledgers`.
+# those paths in .git/info/exclude (16 MiB travels, plus what `carry` names); afterwards
+# remove them from .git/info/exclude and `git reset -q HEAD -- ledgers`.
 # Environment: LEDGER_BIN (default target/release/ledger, under $CARGO_TARGET_DIR when set), CUDA_BENCH_OUT (default
 # target/cuda-bench), CUDA_BENCH_PARTS (default "1 2 3 4"), CUDA_BENCH_COMMIT (the
 # commit the binary was built from; the device copy has no .git).
