@@ -43,6 +43,11 @@ build-core:
 demo: build
 	tools/demo.sh
 
+# Models: three ship under ledgers/models/ (mapf-base, mapf-base-indep, mapf-reader-v2);
+# the others are retired from the tree and keep their card (ledgers/cards/NAME.md, with
+# the file hashes and scores they had), their recipe (ledgers/*.toml) and the target
+# below that re-makes them.
+#
 # Re-make the shipped base planner (ledgers/models/mapf-base) from ledgers/base.toml:
 # about 75 minutes on 2 cores, resumable (run it again after a stop).
 base-model: build
@@ -53,7 +58,7 @@ base-model: build
 # CPU study's stratified suites. About 70 minutes on 2 cores, resumable.
 base-model-indep: build
 	BASE_PLAN=ledgers/base-indep.toml BASE_LEDGER=ledgers/base-indep-run \
-	BASE_MODEL_OUT=ledgers/models/mapf-base-indep BASE_CARD=tools/base-model-indep-card.md \
+	BASE_MODEL_OUT=ledgers/models/mapf-base-indep BASE_CARD=ledgers/cards/mapf-base-indep.md \
 	BASE_EVAL_VAL="--per-cell 48 --wait-ratios 0.25,0.5,0.75" \
 	BASE_EVAL_TEST="--per-cell 15 --wait-ratios 0.25,0.5,0.75" tools/base-model.sh
 
@@ -62,21 +67,21 @@ base-model-indep: build
 # ledgers/models/mapf-base-indep-v2. About 80 minutes on 2 cores, resumable.
 base-model-indep-v2: build
 	BASE_PLAN=ledgers/base-indep-v2.toml BASE_LEDGER=ledgers/base-indep-v2-run \
-	BASE_MODEL_OUT=ledgers/models/mapf-base-indep-v2 BASE_CARD=tools/base-model-indep-v2-card.md \
+	BASE_MODEL_OUT=ledgers/models/mapf-base-indep-v2 BASE_CARD=ledgers/cards/mapf-base-indep-v2.md \
 	BASE_EVAL_VAL="--per-cell 48 --wait-ratios 0.25,0.5,0.75" \
 	BASE_EVAL_TEST="--per-cell 15 --wait-ratios 0.25,0.5,0.75" tools/base-model.sh
 
 # The pilot of the curriculum lever from that base: fixed at wait 0 against fixed at
-# wait 0.75, one GRPO stage of 120 steps each (tools/coordination-pilot.sh; resumable).
+# wait 0.75, one GRPO stage of 120 steps each (tools/experiments/coordination-pilot.sh; resumable).
 coordination-pilot: build
-	tools/coordination-pilot.sh lo:0.0:120:0.0001:1:11 hi:0.75:120:0.0001:1:11
+	tools/experiments/coordination-pilot.sh lo:0.0:120:0.0001:1:11 hi:0.75:120:0.0001:1:11
 
 # The engineer half taught by continued pretraining: mapf-base-indep trained on, every
 # other step, the revision-2 teacher's engineer examples (ledgers/base-indep-v3.toml),
 # exported to ledgers/models/mapf-base-indep-v3. About 35 minutes on 2 cores, resumable.
 base-model-indep-v3: build
 	BASE_PLAN=ledgers/base-indep-v3.toml BASE_LEDGER=ledgers/base-indep-v3-run \
-	BASE_MODEL_OUT=ledgers/models/mapf-base-indep-v3 BASE_CARD=tools/base-model-indep-v3-card.md \
+	BASE_MODEL_OUT=ledgers/models/mapf-base-indep-v3 BASE_CARD=ledgers/cards/mapf-base-indep-v3.md \
 	BASE_EVAL_VAL="--per-cell 48 --wait-ratios 0.25,0.5,0.75" \
 	BASE_EVAL_TEST="--per-cell 15 --wait-ratios 0.25,0.5,0.75" tools/base-model.sh
 
@@ -85,31 +90,32 @@ base-model-indep-v3: build
 # cores, resumable.
 base-model-indep-v4: build
 	BASE_PLAN=ledgers/base-indep-v4.toml BASE_LEDGER=ledgers/base-indep-v4-run \
-	BASE_MODEL_OUT=ledgers/models/mapf-base-indep-v4 BASE_CARD=tools/base-model-indep-v4-card.md \
+	BASE_MODEL_OUT=ledgers/models/mapf-base-indep-v4 BASE_CARD=ledgers/cards/mapf-base-indep-v4.md \
 	BASE_EVAL_VAL="--per-cell 48 --wait-ratios 0.25,0.5,0.75" \
 	BASE_EVAL_TEST="--per-cell 15 --wait-ratios 0.25,0.5,0.75" tools/base-model.sh
 
-# The readers (ledgers/models/mapf-reader and mapf-reader-v2, the demo's base):
-# mapf-base-indep-v4 taught to read its failure evidence by the reading pilot's rounds
-# 1-4 and 6 (mapf-reader), then 8 (v2), each from the last. About 7 hours on one core,
-# resumable (tools/reader-model.sh).
+# The readers (ledgers/models/mapf-reader-v2, the demo's base, and the retired
+# mapf-reader): mapf-base-indep-v4 taught to read its failure evidence by the reading
+# pilot's rounds 1-4 and 6 (mapf-reader), then 8 (v2), each from the last. About 7 hours
+# on one core, resumable (tools/reader-model.sh). It starts from mapf-base-indep-v4,
+# which no longer ships: `make base-model-indep-v3 base-model-indep-v4` first.
 reader-model: build
 	tools/reader-model.sh
 
 # Engineer RL on its own: 40 engineer steps after one plan step, against a control fork
-# without them, scored by `ledger engineer eval` (tools/engineer-rl-pilot.sh).
+# without them, scored by `ledger engineer eval` (tools/experiments/engineer-rl-pilot.sh).
 engineer-rl-pilot: build
-	tools/engineer-rl-pilot.sh
+	tools/experiments/engineer-rl-pilot.sh
 
 # Engineer RL over the demo's 3 stages from mapf-base-indep-v3, against a control fork
 # without it; base, control@stage3 and main@stage3 scored as engineers beside random,
-# heuristic and learnability (tools/engineer-rl-v3.sh).
+# heuristic and learnability (tools/experiments/engineer-rl-v3.sh).
 engineer-rl-v3: build
-	tools/engineer-rl-v3.sh
+	tools/experiments/engineer-rl-v3.sh
 
-# The same from mapf-base-indep-v4 at engineer text revision 3 (ledgers/engineer-rl-v4.toml).
+# The same from mapf-base-indep-v4 at engineer text revision 3 (ledgers/pilots/engineer-rl-v4.toml).
 engineer-rl-v4: build
-	ERL_PLAN=ledgers/engineer-rl-v4.toml tools/engineer-rl-v3.sh
+	ERL_PLAN=ledgers/pilots/engineer-rl-v4.toml tools/experiments/engineer-rl-v3.sh
 
 bench: libtorch
 	$(CARGO) bench

@@ -1127,13 +1127,13 @@ fn revision_2_prompts_say_what_was_cut_and_duplicate_keys_are_repairs() {
 /// An HTTP engineer registered without `--max-context` reads the prompt of the plan's
 /// text revision, as its reply is read at it (until issue 51 it was sent revision 1's
 /// prompt whatever the plan said). Captured behind `engineer eval` on
-/// ledgers/engineer-copy-pilot.toml (revision 5, whose breakdown closes the prompt,
+/// ledgers/pilots/engineer-copy-pilot.toml (revision 5, whose breakdown closes the prompt,
 /// weakest last), for an engineer registered on a ledger and for `http`.
 #[test]
 fn an_http_engineer_without_a_window_reads_the_plans_revision() {
     const PILOT: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/ledgers/engineer-copy-pilot.toml"
+        "/ledgers/pilots/engineer-copy-pilot.toml"
     );
     let plan = mapf_ledger::plan::LedgerPlan::parse(&std::fs::read(PILOT).unwrap()).unwrap();
     let text = TextRevision::of_plan(&plan).unwrap();

@@ -14,7 +14,9 @@ BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
 DIR=${BASE_LEDGER:-ledgers/base-run}
 PLAN=${BASE_PLAN:-ledgers/base.toml}
 OUT=${BASE_MODEL_OUT:-ledgers/models/mapf-base}
-CARD=${BASE_CARD:-tools/base-model-card.md}
+# The card's own text (ledgers/cards/NAME.md); a retired model's card also holds the
+# provenance, scores and plan it was made with, which are written afresh below.
+CARD=${BASE_CARD:-ledgers/cards/mapf-base.md}
 # cpu (the default) or cuda[:N]: where stage 0 trains (recorded in the ledger's metadata;
 # the same recipe on another device gives a model of the same recipe, not the same bits).
 DEVICE=${BASE_DEVICE:-cpu}
@@ -46,7 +48,7 @@ head=$("$BIN" --ledger "$DIR" branches --json | python3 -c 'import json,sys; pri
 # shellcheck disable=SC2086
 "$BIN" eval --model "$OUT" --suite test $EVAL_TEST | tee "$tmp/test"
 {
-    cat "$CARD"
+    sed '/^## Provenance$/,$d' "$CARD"
     echo
     echo "## Provenance"
     echo

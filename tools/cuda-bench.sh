@@ -12,19 +12,14 @@
 #      its micro-batches of at most 65,536 tokens, recomputed layers, KL to the base) at
 #      512 new tokens, thinking off: its phase split and MFU, GPU utilisation sampled
 #      every 200 ms; then with the adapters' products in f32 and as is again;
-#   3. the base planner's warm-up steps of 64 rows (ledgers/models/mapf-base-indep-v4 on the
-#      engineer examples of ledgers/base-indep-v4.toml) with the GPU's utilisation and
+#   3. the base planner's warm-up steps of 64 rows (ledgers/models/mapf-base-indep, the
+#      retired mapf-base-indep-v4's shape, on the engineer examples of ledgers/base-indep-v4.toml) with the GPU's utilisation and
 #      their phase split, then again with the allocator's expandable segments;
 #   4. tests/plans/lm-tiny.toml run for 2 stages on the GPU and replayed there
 #      (`replay --verify`), bundled as the CUDA fixture's candidate; and the committed
 #      fixture (tests/fixtures/lm-tiny-cuda.bundle) replayed too.
-# The tracked tree (145 MiB at d720e91: 72 MiB of ledgers/results, 69 MiB of seven shipped
-# models) is over the device tool's 64 MiB transfer. For the call, take what the bench
-# does not read out of the index and ignore it: `git rm -r -q --cached ledgers/results
-# ledgers/models/{mapf-base,mapf-base-indep,mapf-base-indep-v2,mapf-base-indep-v3,
-# mapf-reader,mapf-reader-v2}`, `git reset -q HEAD -- ledgers/models/mapf-base/tokenizer.json`,
-# those paths in .git/info/exclude (16 MiB travels, plus what `carry` names); afterwards
-# remove them from .git/info/exclude and `git reset -q HEAD -- ledgers`.
+# The tracked tree fits the device tool's 64 MiB transfer as it is (`git ls-files -z |
+# xargs -0 du -cb`); carry only the stripped binary.
 # Environment: LEDGER_BIN (default target/release/ledger, under $CARGO_TARGET_DIR when set), CUDA_BENCH_OUT (default
 # target/cuda-bench), CUDA_BENCH_PARTS (default "1 2 3 4"), CUDA_BENCH_COMMIT (the
 # commit the binary was built from; the device copy has no .git).
@@ -115,14 +110,14 @@ fi
 
 if part 3 the base planner\'s warm-up steps; then
 sample "$OUT/util-warmup.txt"
-timeout 90 "$L" lm bench --device cuda --batch --warmup-model ledgers/models/mapf-base-indep-v4 \
+timeout 90 "$L" lm bench --device cuda --batch --warmup-model ledgers/models/mapf-base-indep \
     --warmup-plan ledgers/base-indep-v4.toml --warmup-steps 20 --warmup-batch 64 > "$OUT/warmup.json" 2> "$OUT/warmup.log"
 echo "rc=$?"; cat "$OUT/warmup.log"; unsample "$OUT/util-warmup.txt" "$OUT/warmup.json" warmup | tee -a "$OUT/warmup.log"
 # The same steps with the caching allocator's expandable segments: the warm-up pads each
 # step to another length, and a trace (run 8) saw steps stall 1-2 s issuing their forward.
 sample "$OUT/util-warmup-expandable.txt"
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 90 "$L" lm bench --device cuda --batch \
-    --warmup-model ledgers/models/mapf-base-indep-v4 --warmup-plan ledgers/base-indep-v4.toml \
+    --warmup-model ledgers/models/mapf-base-indep --warmup-plan ledgers/base-indep-v4.toml \
     --warmup-steps 20 --warmup-batch 64 > "$OUT/warmup-expandable.json" 2> "$OUT/warmup-expandable.log"
 echo "expandable segments rc=$?"; cat "$OUT/warmup-expandable.log"
 unsample "$OUT/util-warmup-expandable.txt" "$OUT/warmup-expandable.json" warmup | tee -a "$OUT/warmup-expandable.log"

@@ -9,15 +9,20 @@
 #   round 3  ledgers/reader-pilot-3.toml  -> ledgers/reader-pilot-3-final
 #   round 4  ledgers/reader-pilot-4.toml  -> ledgers/reader-pilot-4-final
 #   round 6  ledgers/reader-pilot-6.toml  -> ledgers/reader-pilot-6-final, and
-#            ledgers/models/mapf-reader (tools/base-model.sh, card tools/reader-card.md)
+#            ledgers/models/mapf-reader (tools/base-model.sh, card ledgers/cards/mapf-reader.md)
 #   round 8  ledgers/reader-pilot-8.toml  -> ledgers/models/mapf-reader-v2 (tools/base-model.sh,
-#            card tools/reader-v2-card.md)
+#            card ledgers/cards/mapf-reader-v2.md)
 # Resumable at every level: a round whose ledger exists is resumed (`run --stages 1`
 # finishes an interrupted stage 0 from its last checkpoint), and a round whose export
 # exists is skipped. About 7 hours on one core in all (rounds of 35-95 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
+if [[ ! -e ledgers/models/mapf-base-indep-v4/model.safetensors ]]; then
+    echo "reader-model: ledgers/models/mapf-base-indep-v4 is missing (it no longer ships);" \
+        "run \`make base-model-indep-v3 base-model-indep-v4\` first" >&2
+    exit 2
+fi
 round() { # PLAN LEDGER OUT
     local plan=$1 dir=$2 out=$3
     if [[ -e $out/model.safetensors ]]; then
@@ -37,8 +42,8 @@ round ledgers/reader-pilot-3.toml ledgers/reader-pilot-3 ledgers/reader-pilot-3-
 round ledgers/reader-pilot-4.toml ledgers/reader-pilot-4 ledgers/reader-pilot-4-final
 round ledgers/reader-pilot-6.toml ledgers/reader-pilot-6 ledgers/reader-pilot-6-final
 BASE_LEDGER=ledgers/reader-pilot-6 BASE_PLAN=ledgers/reader-pilot-6.toml \
-    BASE_MODEL_OUT=ledgers/models/mapf-reader BASE_CARD=tools/reader-card.md \
+    BASE_MODEL_OUT=ledgers/models/mapf-reader BASE_CARD=ledgers/cards/mapf-reader.md \
     tools/base-model.sh
 BASE_LEDGER=ledgers/reader-pilot-8 BASE_PLAN=ledgers/reader-pilot-8.toml \
-    BASE_MODEL_OUT=ledgers/models/mapf-reader-v2 BASE_CARD=tools/reader-v2-card.md \
+    BASE_MODEL_OUT=ledgers/models/mapf-reader-v2 BASE_CARD=ledgers/cards/mapf-reader-v2.md \
     tools/base-model.sh
