@@ -142,25 +142,43 @@ fn fork_as(
         };
         format!("{from}-{label}-at{at}")
     });
+    // The engineers registered on the source branch after the fork point (`engineer
+    // add` appends to the branch it names, so a registration made after stage N is not
+    // in the history a fork at stage N keeps): recorded again on the fork, so the fork
+    // can run them and a bundle of it carries them. A replay's scratch fork copies
+    // none: it recomputes recorded events, whose parents must stay as they were.
+    let kept = ledger.state_at(&point)?.engineers;
+    let registrations: Vec<EventBody> = if scratch {
+        vec![]
+    } else {
+        ledger
+            .history(from)?
+            .into_iter()
+            .filter_map(|(_, e)| match e.body {
+                EventBody::EngineerRegistered(r) if !kept.contains(&r.name) => {
+                    Some(EventBody::EngineerRegistered(r))
+                }
+                _ => None,
+            })
+            .collect()
+    };
     if scratch {
         ledger.fork_scratch(&name, &point)?;
     } else {
         ledger.fork(&name, &point)?;
     }
-    let ids = ledger.append(
-        &name,
-        vec![(
-            EventBody::BranchForked(BranchForked {
-                from_branch: from.into(),
-                at: point,
-                engineer: engineer.to_string(),
-                replicate,
-            }),
-            at - 1,
-            Meta::now(),
-        )],
-    )?;
-    Ok((name, ids[0]))
+    let forked = EventBody::BranchForked(BranchForked {
+        from_branch: from.into(),
+        at: point,
+        engineer: engineer.to_string(),
+        replicate,
+    });
+    let events = std::iter::once(forked)
+        .chain(registrations)
+        .map(|body| (body, at - 1, Meta::now()))
+        .collect();
+    let ids = ledger.append(&name, events)?;
+    Ok((name, *ids.last().expect("one event at least")))
 }
 
 /// What can stop a replay (a mismatch is not an error: see [`StageReplay::mismatch`]).

@@ -2,7 +2,7 @@
 //! with its exit code (2 bad input, 1 a failed check) and the words the message must hold.
 use crate::common;
 
-use common::{cli, fails, ledger, ledger_cmd, ok, stdout, tiny_ledger};
+use common::{cli, fails, ledger, ledger_cmd, ok, tiny_ledger};
 use std::io::Read;
 use std::process::{Command, Stdio};
 
@@ -233,7 +233,10 @@ fn an_out_of_range_gpu_memory_is_refused() {
 }
 
 /// (g) A reader that leaves early (`ledger cat BLOB | head -c 10`) ends the command
-/// quietly with status 0, for every command that streams to standard output.
+/// quietly with status 0, for every command that streams to standard output. Each
+/// command writes into a pipe whose reading end is already closed, so its first write
+/// meets the closed pipe whatever its output's size; `cat` of a checkpoint larger than
+/// any pipe's buffer also meets it mid-stream, after a reader took 10 bytes and left.
 #[test]
 fn a_closed_pipe_ends_quietly_with_status_0() {
     let tmp = tempfile::tempdir().unwrap();
@@ -248,27 +251,46 @@ fn a_closed_pipe_ends_quietly_with_status_0() {
         "checkpoint of {size} bytes: too small for this test"
     );
     let hex = blob.to_hex();
-    for args in [
+    let commands = [
         &["cat", hex.as_str()][..],
         &["export", "--what", "events"],
         &["log"],
         &["show", "main", "--json"],
-    ] {
-        let mut child = ledger_cmd(&d, args)
-            .stdout(Stdio::piped())
+    ];
+    for args in commands {
+        // Closed before the command starts: its first write fails with EPIPE.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = ledger_cmd(&d, args)
+            .stdout(writer)
             .stderr(Stdio::piped())
-            .spawn()
+            .output()
             .unwrap();
-        let mut out = child.stdout.take().unwrap();
-        let mut first = [0u8; 10];
-        out.read_exact(&mut first).unwrap();
-        drop(out);
-        let o = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
-        assert!(err.is_empty(), "{args:?}: {err}");
+        assert_eq!(o.status.code(), Some(0), "{args:?} into a closed pipe: {err}");
+        assert!(err.is_empty(), "{args:?} into a closed pipe: {err}");
+        // The same command into a terminal-less pipe that is read to the end writes
+        // something, so the closed pipe above was met by a real write.
+        let full = ledger_cmd(&d, args).output().unwrap();
+        assert!(
+            full.status.success() && !full.stdout.is_empty(),
+            "{args:?} writes nothing: the closed pipe was never met"
+        );
     }
-    let _ = stdout;
+    // A reader that takes 10 bytes of a checkpoint and leaves, mid-stream.
+    let mut child = ledger_cmd(&d, commands[0])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 10];
+    out.read_exact(&mut first).unwrap();
+    drop(out);
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "cat, reader gone: {err}");
+    assert!(err.is_empty(), "cat, reader gone: {err}");
 }
 
 /// A library error inside another (a fork's ledger error, the store's error inside the

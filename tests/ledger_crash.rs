@@ -100,3 +100,60 @@ fn kill_9_at_random_instants_leaves_a_verifying_complete_ledger() {
         "the writer was killed mid-run only {kills_mid_run} times"
     );
 }
+
+/// The bytes of every file under `dir`.
+fn bytes_under(dir: &std::path::Path) -> u64 {
+    crate::common::files_under(dir)
+        .iter()
+        .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+        .sum()
+}
+
+/// A full disk mid-run (the store's write budget, `MAPF_LEDGER_WRITE_BUDGET`, fails
+/// its writes as ENOSPC does), at a quarter, half and three quarters of what the run
+/// writes: `run` stops naming the full disk, says nothing recorded was lost and how
+/// to go on, and leaves no temporary blob; the ledger verifies; and the same `run`
+/// again, with space, resumes and reaches the head of an uninterrupted run, with
+/// nothing done by hand.
+#[test]
+fn a_full_disk_mid_run_loses_nothing_and_the_run_resumes_to_the_same_head() {
+    use crate::common::{ledger, ledger_cmd, ok, stderr};
+    let tmp = tempfile::tempdir().unwrap();
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/tiny.toml");
+    let head = |d: &std::path::Path| Ledger::open_read_only(d).unwrap().head("main").unwrap();
+    let whole = tmp.path().join("whole");
+    ok(&ledger(&whole, &["init", "--plan", plan]));
+    let initial = bytes_under(&whole.join("packs")) + bytes_under(&whole.join("blobs"));
+    ok(&ledger(&whole, &["run", "--quiet"]));
+    let written = bytes_under(&whole.join("packs")) + bytes_under(&whole.join("blobs")) - initial;
+    for quarter in 1..=3u64 {
+        let d = tmp.path().join(format!("full-{quarter}"));
+        ok(&ledger(&d, &["init", "--plan", plan]));
+        let o = ledger_cmd(&d, &["run", "--quiet"])
+            .env(
+                ledger_store::faults::BUDGET_ENV,
+                (written * quarter / 4).to_string(),
+            )
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "budget {quarter}/4: {err}");
+        for said in [
+            "the disk is full",
+            "bytes could not be written",
+            "nothing recorded was lost",
+            "run the same command again",
+        ] {
+            assert!(err.contains(said), "budget {quarter}/4, no {said:?}: {err}");
+        }
+        let tmp_blobs: Vec<_> = crate::common::files_under(&d.join("blobs"))
+            .into_iter()
+            .filter(|f| f.file_name().unwrap().to_string_lossy().starts_with("tmp-"))
+            .collect();
+        assert!(tmp_blobs.is_empty(), "{tmp_blobs:?}");
+        ok(&ledger(&d, &["verify"]));
+        ok(&ledger(&d, &["run", "--quiet"]));
+        assert_eq!(head(&d), head(&whole), "budget {quarter}/4");
+        ok(&ledger(&d, &["verify"]));
+    }
+}

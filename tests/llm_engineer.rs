@@ -222,6 +222,36 @@ fn decide_and_record(
     (event, d, p, r)
 }
 
+/// Decide with an engineer that gets no answer: the decision says so, and the stage's
+/// projection refuses to make it an event, recording nothing (the ledger's head and
+/// blobs are as before). Returns the reason.
+fn decide_unanswered(eng: &mut LlmEngineer) -> mapf_ledger::engineer::Unanswered {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l");
+    let mut ledger = Ledger::create(&path, DEMO).unwrap();
+    let head = ledger.head("main").unwrap();
+    let blobs = files_under(&path.join("blobs")).len();
+    let ctx = context();
+    let d = eng.decide(&ctx);
+    let u = d.unanswered.clone().expect("no answer, so no decision");
+    assert!(d.error.is_none() && d.proposal.is_none(), "{d:?}");
+    let err = {
+        let mut rec = Recorder::new(&mut ledger, "main", Meta::default());
+        mapf_ledger::stage::decision_event("myllm", &current(), &ctx, 10, d, &mut rec)
+            .unwrap_err()
+    };
+    assert!(
+        matches!(&err, mapf_ledger::stage::StageError::Unanswered(e) if *e == u),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("myllm") && text.contains(&eng.registration.endpoint()), "{text}");
+    assert!(text.contains("nothing of this stage was recorded"), "{text}");
+    assert_eq!(ledger.head("main").unwrap(), head);
+    assert_eq!(files_under(&path.join("blobs")).len(), blobs);
+    u
+}
+
 const GOOD: &str = "{\"sizes\": {\"4\": {\"hole_ratio\": 0.2, \"wait_ratio\": 0.3}}}";
 
 #[test]
@@ -410,48 +440,44 @@ fn http_500_then_success_is_retried() {
 }
 
 #[test]
-fn a_hang_times_out_after_bounded_attempts_and_falls_back() {
+fn a_hang_times_out_after_bounded_attempts_and_is_no_decision() {
     let hang = Script::Hang(Duration::from_secs(3));
     let server = FakeServer::start(vec![hang.clone(), hang.clone(), hang]);
     let started = std::time::Instant::now();
-    let (ev, d, prompt, reply) = decide_and_record(&mut engineer(&server.url));
+    let u = decide_unanswered(&mut engineer(&server.url));
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "bounded by the timeout"
     );
-    let DecisionStatus::Fallback { reason } = &ev.status else {
-        panic!("expected a fallback, got {:?}", ev.status);
-    };
-    assert!(reason.contains("after 3 attempt(s)"), "{reason}");
+    assert!(u.cause.contains("after 3 attempt(s)"), "{u}");
     assert!(
-        reason.contains("attempt 1: timed out; attempt 2: timed out; attempt 3: timed out"),
-        "{reason}"
-    );
-    assert!(
-        !reason.contains("ms"),
-        "no durations in hashed data: {reason}"
+        u.cause
+            .contains("attempt 1: timed out; attempt 2: timed out; attempt 3: timed out"),
+        "{u}"
     );
     assert_eq!(server.requests().len(), 3);
-    assert_eq!(ev.applied, current());
-    assert!(d.proposal.is_none());
-    assert!(reply.is_none());
-    assert!(
-        prompt.is_some(),
-        "the prompt is recorded even without a reply"
-    );
 }
 
 #[test]
-fn a_4xx_is_not_retried() {
+fn a_refused_connection_is_retried_then_is_no_decision() {
+    // A port nothing listens on: bind one, then let it go.
+    let url = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let u = decide_unanswered(&mut engineer(&url));
+    assert!(u.cause.contains("connection failed"), "{u}");
+    assert!(u.cause.contains("attempt 3:"), "retried: {u}");
+}
+
+#[test]
+fn a_4xx_is_not_retried_and_is_no_decision() {
     let server = FakeServer::start(vec![
         Script::Status(401, "{\"error\": \"bad key\"}".into()),
         Script::Chat(GOOD.into()),
     ]);
-    let (ev, _, _, _) = decide_and_record(&mut engineer(&server.url));
-    let DecisionStatus::Fallback { reason } = &ev.status else {
-        panic!("expected a fallback, got {:?}", ev.status);
-    };
-    assert!(reason.contains("HTTP 401"), "{reason}");
+    let u = decide_unanswered(&mut engineer(&server.url));
+    assert!(u.cause.contains("HTTP 401"), "{u}");
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -481,14 +507,11 @@ fn the_api_key_is_sent_as_a_bearer_token_and_never_recorded() {
     ] {
         assert!(!text.contains("sk-test-secret"));
     }
-    // A missing key means no call and a recorded fallback.
+    // A missing key means no call, and no decision.
     let mut eng = engineer(&server.url);
     eng.registration.api_key_env = Some("MAPF_LEDGER_TEST_KEY_NEVER_SET".into());
-    let (ev, _, _, _) = decide_and_record(&mut eng);
-    let DecisionStatus::Fallback { reason } = &ev.status else {
-        panic!("{:?}", ev.status)
-    };
-    assert!(reason.contains("MAPF_LEDGER_TEST_KEY_NEVER_SET is not set"));
+    let u = decide_unanswered(&mut eng);
+    assert!(u.cause.contains("MAPF_LEDGER_TEST_KEY_NEVER_SET is not set"), "{u}");
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -845,6 +868,129 @@ fn a_run_with_a_garbage_reply_continues_and_verifies() {
         .decision_status
         .as_deref()
         .is_some_and(|s| s.contains("rejected")));
+}
+
+/// A dead endpoint is not a decision, in `run` and in `engineer eval`: `run` stops
+/// with an error naming the engineer and the URL, records nothing of the stage (the
+/// head is the one before it, and the ledger verifies), and resumes it once the
+/// endpoint answers; `engineer eval` fails (exit 1) and writes no score.
+#[test]
+fn a_dead_endpoint_stops_the_run_and_fails_engineer_eval() {
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let (_tmp, dir) = init(TINY.as_bytes());
+    ok(&ledger_cmd(
+        &dir,
+        &["engineer", "add", "dead", "--url", &dead, "--model", "fake"],
+    ));
+    let o = common::ledger_cmd(
+        &dir,
+        &["run", "--engineer", "dead", "--quiet", "--device", "cpu"],
+    )
+    .env("MAPF_LEDGER_LLM_TIMEOUT_MS", "500")
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("engineer dead did not answer"), "{err}");
+    assert!(err.contains(&dead) && err.contains("connection failed"), "{err}");
+    ok(&ledger_cmd(&dir, &["verify"]));
+    // Stage 0 (the base model's evaluation, no engineer) is recorded; nothing of stage 1.
+    let export = ok(&ledger_cmd(&dir, &["export", "--format", "jsonl"]));
+    let stage_1: Vec<serde_json::Value> = export
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["stage"].as_u64() != Some(0))
+        .collect();
+    assert!(stage_1.is_empty(), "events past stage 0: {stage_1:?}");
+    assert!(export.contains("stage_completed"), "stage 0 completed");
+    // engineer eval scores nothing for silence, and says so.
+    let o = common::ledger_cmd(
+        &dir,
+        &[
+            "engineer",
+            "eval",
+            "--engineer",
+            "http",
+            "--url",
+            &dead,
+            "--served-model",
+            "fake",
+            "--contexts",
+            "4",
+        ],
+    )
+    .env("MAPF_LEDGER_LLM_TIMEOUT_MS", "500")
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("engineer http did not answer"), "{err}");
+    assert!(err.contains("no engineer eval was written"), "{err}");
+    assert!(o.stdout.is_empty(), "{}", String::from_utf8_lossy(&o.stdout));
+    // Once the endpoint answers, the same run resumes and the stage completes.
+    let served = "```json\n{\"sizes\": {}}\n```\nKeep it.";
+    let server = FakeServer::start(vec![Script::Chat(served.into())]);
+    ok(&ledger_cmd(
+        &dir,
+        &["engineer", "add", "alive", "--url", &server.url, "--model", "fake"],
+    ));
+    ok(&ledger_cmd(
+        &dir,
+        &["run", "--engineer", "alive", "--quiet", "--device", "cpu"],
+    ));
+    let export = ok(&ledger_cmd(&dir, &["export", "--format", "jsonl"]));
+    assert_eq!(export.matches("engineer_decision").count(), 1, "{export}");
+    assert!(export.contains("stage_completed"));
+}
+
+/// An engineer registered after the stage a fork starts at is the fork's to use: `fork
+/// --at stage1 --engineer myllm` records the registration on the fork, whose run then
+/// asks that endpoint, and a bundle of the fork carries it to another ledger. A name no
+/// branch registered is refused before forking, with the nearest name suggested.
+#[test]
+fn an_engineer_registered_after_the_fork_point_is_the_forks_to_use() {
+    let served = "```json\n{\"sizes\": {}}\n```\nKeep it.";
+    let server = FakeServer::start(vec![Script::Chat(served.into())]);
+    let (tmp, dir) = init(TINY.as_bytes());
+    ok(&ledger_cmd(&dir, &["run", "--quiet", "--device", "cpu"]));
+    ok(&ledger_cmd(
+        &dir,
+        &["engineer", "add", "myllm", "--url", &server.url, "--model", "fake"],
+    ));
+    // A misspelled name: refused, nothing forked, the nearest name offered.
+    let o = ledger_cmd(&dir, &["fork", "--at", "stage1", "--engineer", "mylm"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("unknown engineer \"mylm\"") && err.contains("did you mean `myllm`?"), "{err}");
+    let branches = ok(&ledger_cmd(&dir, &["branches"]));
+    assert!(!branches.contains("mylm"), "{branches}");
+    ok(&ledger_cmd(
+        &dir,
+        &["fork", "--at", "stage1", "--engineer", "myllm", "--name", "f"],
+    ));
+    let list = ok(&ledger_cmd(&dir, &["engineer", "list", "--branch", "f"]));
+    assert!(list.contains("myllm"), "{list}");
+    ok(&ledger_cmd(&dir, &["run", "--branch", "f", "--quiet", "--device", "cpu"]));
+    assert_eq!(server.requests().len(), 1, "the fork's stage asked myllm");
+    let audit = ok(&ledger_cmd(&dir, &["audit", "--branch", "f"]));
+    assert!(audit.contains("myllm"), "{audit}");
+    ok(&ledger_cmd(&dir, &["verify"]));
+    // The fork's bundle carries the registration.
+    let bundle = tmp.path().join("f.bundle");
+    ok(&ledger_cmd(
+        &dir,
+        &["bundle", "--branch", "f", "--out", bundle.to_str().unwrap()],
+    ));
+    let other = tmp.path().join("other");
+    ok(&ledger_cmd(
+        &other,
+        &["init", "--from-bundle", bundle.to_str().unwrap()],
+    ));
+    let list = ok(&ledger_cmd(&other, &["engineer", "list", "--branch", "f"]));
+    assert!(list.contains("myllm"), "{list}");
 }
 
 #[test]

@@ -146,6 +146,31 @@ fn bf16_lora_base_is_frozen_in_bf16_and_generation_matches_training_log_probs() 
     assert_eq!(sample(), gens);
 }
 
+/// What trains is kept as f32 masters, not rounded to the bf16 compute dtype: every
+/// variable is f32, and the LoRA B matrices, which start at zero and are moved by the
+/// step, hold values bf16 cannot represent (an update applied to a bf16 copy would
+/// leave only bf16 values behind).
+fn assert_f32_masters(vars: &tch::nn::VarStore) {
+    let all = vars.variables();
+    assert!(all.values().all(|v| v.kind() == Kind::Float));
+    let b: Vec<_> = all.iter().filter(|(n, _)| n.contains("lora_B")).collect();
+    assert!(!b.is_empty(), "no LoRA B matrix among {:?}", all.keys());
+    for (name, v) in b {
+        assert!(
+            v.abs().max().double_value(&[]) > 0.0,
+            "{name} did not move from zero"
+        );
+        let off_bf16 = (v - v.to_kind(Kind::BFloat16).to_kind(Kind::Float))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(
+            off_bf16 > 0.0,
+            "{name} holds only bf16 values: the update was not applied to an f32 master"
+        );
+    }
+}
+
 /// One GRPO step of `policy` (LoRA, bf16) at micro-batches of `micro` rows on the test
 /// data: every adapter moved and stayed an f32 master; the step's records, stats and
 /// parameter hash after it.
@@ -177,12 +202,7 @@ fn lora_step(
     let after = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
     assert!(stats.loss.is_finite() && stats.grad_norm > 0.0, "{stats:?}");
     assert_ne!(before, after, "the step changed no adapter");
-    assert!(ts
-        .policy
-        .vars()
-        .variables()
-        .values()
-        .all(|v| v.kind() == Kind::Float));
+    assert_f32_masters(ts.policy.vars());
     (records, stats, after)
 }
 

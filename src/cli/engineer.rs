@@ -531,7 +531,7 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
         } else {
             None
         };
-        evals.push(ev::evaluate(
+        let scored = ev::evaluate(
             &label,
             &contexts,
             args.rules,
@@ -542,8 +542,12 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
                 d
             },
             with_reference,
-        ));
+        );
         bar.finish_and_clear();
+        // Silence is not a score: an engineer that never answered fails the command.
+        evals.push(scored.map_err(|u| {
+            CliError::check(format!("{u}; no engineer eval was written"))
+        })?);
     }
     let report = ev::EvalReport {
         rules: args.rules.name().to_string(),

@@ -179,6 +179,7 @@ fn hint(e: &ledger_store::StoreError) -> &'static str {
             ..
         } => " (derived data: `ledger rebuild` remakes it)",
         S::NotALedger { .. } => " (create one with `ledger init --plan FILE`)",
+        S::Full { .. } => "; nothing recorded was lost (the ledger keeps everything up to its last durable point, and a write that did not finish is set aside or removed): free space and run the same command again, which resumes from there",
         _ => "",
     }
 }
@@ -193,8 +194,12 @@ pub fn open_writer(
     Ok(l)
 }
 
-/// The warning of a writer's open that set records aside (see [`open_writer`]).
+/// The warning of a writer's open that set records aside (see [`open_writer`]), and
+/// its note of derived data it remade.
 pub fn warn_set_aside(l: &mapf_ledger::ledger::Ledger) {
+    for note in l.healed() {
+        eprintln!("note: {note}");
+    }
     for a in l.set_aside().iter().filter(|a| a.records > 0) {
         eprintln!(
             "warning: {} held {} intact record(s) in {} bytes past its committed length {} (not history: a crash before its commit, or a damaged last REFS record); set aside as {}; `ledger recover` re-attaches them as recovered/* branches",

@@ -744,13 +744,35 @@ fn branches(ledger: &Path, json: bool) -> CliResult {
     w.flush().map_err(out_err)
 }
 
+/// Below this many free bytes, `verify` says the filesystem is (nearly) full.
+const LOW_SPACE: u64 = 64 << 20;
+
 fn verify(ledger: &Path, json: bool, strict: bool) -> CliResult {
     let l = Ledger::open_read_only(ledger).map_err(err)?;
     let mut r = l.verify(&mapf_ledger::record::checkpoint::referenced_blobs);
     drop(l);
-    // The writer's projection cache, when no writer is using it.
+    // The writer's projection cache, when no writer is using it: derived data, so a
+    // damaged one is a warning (the next writer's open remakes it), never damage.
     if let Some(ps) = Ledger::check_projection_cache(ledger).map_err(err)? {
-        r.problems.extend(ps);
+        r.warnings.extend(ps.into_iter().map(|p| mapf_ledger::ledger::Problem {
+            problem: format!(
+                "{} (derived data: the next writer's open sets it aside and remakes it)",
+                p.problem
+            ),
+            what: p.what,
+        }));
+    }
+    // A full disk is not damage: a write that ran out of space leaves its uncommitted
+    // tail or nothing, which the checks above tell from damaged history.
+    if let Some(free) = mapf_ledger::ledger::free_space(ledger) {
+        if free < LOW_SPACE {
+            r.warnings.push(mapf_ledger::ledger::Problem {
+                what: format!("the filesystem holding {}", ledger.display()),
+                problem: format!(
+                    "{free} bytes free: a write that ran out of space there recorded nothing it could not finish (free space, then run the command again); only BAD lines, if any, are damage"
+                ),
+            });
+        }
     }
     if json {
         print_json(&r)?;

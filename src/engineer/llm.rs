@@ -13,7 +13,10 @@
 //!   key) is recorded with the decision.
 //! * The reply is read by [`super::reply`], as every engineer's is. An unparseable reply
 //!   yields no proposal (the stage records a rejection and keeps the previous
-//!   configuration); a transport failure yields an error (a fallback).
+//!   configuration). No reply at all (a refused connection, a timeout or a 5xx on every
+//!   attempt, a 4xx, an unset API key variable) is no decision: the decision says
+//!   [`Unanswered`], and the stage stops without recording one. Ledgers recorded
+//!   before this recorded such calls as fallbacks; their replays replay them verbatim.
 //!
 //! The API key is read from the registered environment variable at call time and is
 //! never stored anywhere.
@@ -24,7 +27,7 @@
 //! error naming the prompt hash, which the replay reports as a mismatch.
 use super::text::TextRevision;
 pub use super::text::{Prompt, TokenCounter};
-use super::{Decision, Engineer, EngineerContext};
+use super::{Decision, Engineer, EngineerContext, Unanswered};
 use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
 use crate::record::event::{EngineerKind, EngineerRegistered, EventBody};
 use std::collections::BTreeMap;
@@ -465,21 +468,35 @@ impl Engineer for LlmEngineer {
             Some(var) => match std::env::var(var) {
                 Ok(k) if !k.is_empty() => Some(k),
                 _ => {
-                    d.error = Some(format!(
-                        "the API key variable {var} is not set; the model was not called"
-                    ));
+                    d.unanswered = Some(Unanswered {
+                        engineer: reg.name.clone(),
+                        url: reg.endpoint(),
+                        cause: format!(
+                            "the API key variable {var} is not set; the model was not called"
+                        ),
+                    });
                     d.rationale = notes.join("\n");
                     return d;
                 }
             },
         };
         let out = call(reg, &prompt, key.as_deref(), &self.policy);
+        if let Some(err) = &out.transport_error {
+            // No answer came: not a decision (see `Unanswered`).
+            d.unanswered = Some(Unanswered {
+                engineer: reg.name.clone(),
+                url: reg.endpoint(),
+                cause: format!("{err} [llm calls: {}]", out.attempts.join("; ")),
+            });
+            d.rationale = notes.join("\n");
+            return d;
+        }
         conclude(d, notes, out, self.text)
     }
 }
 
-/// The decision from a call's outcome: the reply, the attempt log in the rationale,
-/// and the extracted proposal or why there is none.
+/// The decision from a call that got a response: the reply, the attempt log in the
+/// rationale, and the extracted proposal or why there is none.
 fn conclude(
     mut d: Decision,
     mut notes: Vec<String>,
@@ -488,12 +505,6 @@ fn conclude(
 ) -> Decision {
     let log = format!("llm calls: {}", out.attempts.join("; "));
     d.reply = out.reply.clone();
-    if let Some(err) = out.transport_error {
-        d.error = Some(format!("{err} [{log}]"));
-        notes.push(log);
-        d.rationale = notes.join("\n");
-        return d;
-    }
     notes.push(log);
     if let Some(err) = out.protocol_error {
         d.rationale = std::iter::once(format!("reply rejected: {err}"))

@@ -78,6 +78,27 @@ pub struct Decision {
     /// work; every attempt), for the stage's timing; None for other engineers. Never
     /// recorded in an event.
     pub work: Option<crate::train::timing::Work>,
+    /// Set when the engineer never answered (see [`Unanswered`]): then this is no
+    /// decision, and nothing of it is recorded.
+    pub unanswered: Option<Unanswered>,
+}
+
+/// An engineer that never answered: its endpoint refused the connection, timed out or
+/// failed with a 5xx on every one of its bounded attempts, refused the request (a 4xx),
+/// or could not be called at all (its API key variable is unset). An answer that does
+/// not parse is the engineer's decision and is recorded; silence is not: a stage that
+/// gets this records no decision and stops ([`crate::stage::StageError::Unanswered`]),
+/// so `run` can resume it once the endpoint answers, and no study arm quietly becomes
+/// `fixed`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("engineer {engineer} did not answer at {url}: {cause}")]
+pub struct Unanswered {
+    /// The engineer's registered name.
+    pub engineer: String,
+    /// The endpoint it was called at.
+    pub url: String,
+    /// Why no answer came (with the attempt log).
+    pub cause: String,
 }
 
 /// An environment engineer.
@@ -174,6 +195,13 @@ pub fn builtin(name: &str) -> Option<&'static Builtin> {
 }
 
 /// The built-in names, comma-separated (for messages and help).
+/// The built-in or registered engineer name nearest to a misspelled `name` (a typo's
+/// "did you mean"), if one is near enough.
+fn nearest_engineer(name: &str, registered: &[String]) -> Option<String> {
+    let builtins = BUILTINS.iter().map(|b| b.name);
+    crate::ledger::reference::nearest(name, builtins.chain(registered.iter().map(String::as_str)))
+}
+
 pub fn builtin_names() -> String {
     BUILTINS
         .iter()
@@ -218,7 +246,7 @@ pub const MODULES: [&str; 5] = [
 pub enum EngineerNameError {
     #[error("engineer {spec:?}: {problem}")]
     BadSpec { spec: String, problem: String },
-    #[error("unknown engineer {name:?}: built-in engineers are {}; registered on this branch: {}", builtin_names(), if registered.is_empty() { "none".to_string() } else { registered.join(", ") })]
+    #[error("unknown engineer {name:?}{}: built-in engineers are {}; registered on this branch: {}", crate::ledger::reference::did_you_mean(nearest_engineer(name, registered).as_deref()), builtin_names(), if registered.is_empty() { "none".to_string() } else { registered.join(", ") })]
     Unknown {
         name: String,
         registered: Vec<String>,

@@ -154,6 +154,10 @@ pub fn decision_event(
     d: Decision,
     rec: &mut Recorder<'_>,
 ) -> Result<EngineerDecision, StageError> {
+    // An engineer that never answered made no decision: nothing is recorded.
+    if let Some(u) = d.unanswered {
+        return Err(StageError::Unanswered(u));
+    }
     // The structured context (the audit reads it as data; the text re-renders from it).
     let context = rec.blob(&codec::encode(ctx))?;
     let prompt = d

@@ -94,6 +94,10 @@ pub enum StageError {
     WarmupDraws { item: usize, draws: u64 },
     #[error(transparent)]
     Engineer(#[from] crate::engineer::EngineerNameError),
+    /// The stage's engineer never answered: no decision was recorded, and nothing of
+    /// the stage; `run` resumes it once the engineer answers.
+    #[error("{0}; nothing of this stage was recorded, and `ledger run` resumes it once the engineer answers")]
+    Unanswered(#[source] crate::engineer::Unanswered),
     #[error("the ledger's plan: {0}")]
     Text(#[from] crate::engineer::text::UnknownRevision),
     #[error("the ledger's plan: [engineer.train] rules: {0}")]

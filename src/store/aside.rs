@@ -52,10 +52,7 @@ pub struct SetAside {
 }
 
 fn io(path: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Io {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    }
+    StoreError::io(path, e)
 }
 
 /// The set-aside files of ledger `dir`, in the order they were set aside.

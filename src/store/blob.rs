@@ -39,10 +39,7 @@ pub struct Blobs {
 pub type SmallProblem = (String, String);
 
 fn io_err(path: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Io {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    }
+    StoreError::io(path, e)
 }
 
 impl Blobs {
@@ -233,11 +230,21 @@ impl Blobs {
             std::process::id(),
             TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
-        f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
-        f.sync_all().map_err(|e| io_err(&tmp, e))?;
-        drop(f);
-        std::fs::rename(&tmp, &path).map_err(|e| io_err(&path, e))?;
+        let needed = bytes.len() as u64;
+        let written = std::fs::File::create(&tmp)
+            .and_then(|mut f| {
+                crate::faults::charge(needed)?;
+                f.write_all(bytes)?;
+                f.sync_all()
+            })
+            .map_err(|e| StoreError::writing(&tmp, e, needed))
+            .and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| io_err(&path, e)));
+        if let Err(e) = written {
+            // A write that fails leaves no temporary file behind (a full disk's partial
+            // blob would otherwise take the space a resumed run needs).
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         sync_dir(&sub)?;
         if new_sub {
             sync_dir(&self.dir)?;

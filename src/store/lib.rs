@@ -12,6 +12,7 @@
 //! - [`lock`]: the one writer;
 //! - [`aside`]: `set-aside/`, where a writer keeps intact records it finds past the
 //!   committed lengths before cutting them;
+//! - [`faults`]: the write budget tests use to run a ledger out of disk space;
 //! - [`store`]: [`Store`], an open ledger directory: opening what `REFS` lists, blobs,
 //!   branch refs, durable commits of framed records, lookups by id.
 //!
@@ -20,6 +21,7 @@
 //! tests run without libtorch (`cargo test -p ledger-store`).
 pub mod aside;
 pub mod blob;
+pub mod faults;
 pub mod codec;
 pub mod hash;
 pub mod index;
@@ -51,6 +53,12 @@ pub enum Repair {
 pub enum StoreError {
     #[error("{}: {message}", path.display())]
     Io { path: PathBuf, message: String },
+    /// A write found the filesystem full (ENOSPC, or a quota: EDQUOT). Nothing that was
+    /// committed is touched: a write that fails leaves what it wrote uncommitted (a
+    /// pack's tail past its committed length, set aside on the next open) or removed
+    /// (a blob's temporary file).
+    #[error("{}: the disk is full ({needed} bytes could not be written)", path.display())]
+    Full { path: PathBuf, needed: u64 },
     #[error("ledger {} is being written by another process (one writer at a time; read commands work meanwhile)", path.display())]
     Locked { path: PathBuf },
     #[error("{what} is corrupt: {problem}")]
@@ -80,6 +88,38 @@ pub enum StoreError {
     BranchExists { name: String },
     #[error("invalid event: {0}")]
     Invalid(String),
+}
+
+/// The bytes free to this user on the filesystem holding `dir` (None where the
+/// filesystem does not say).
+pub fn free_space(dir: &std::path::Path) -> Option<u64> {
+    fs4::available_space(dir).ok()
+}
+
+impl StoreError {
+    /// The error of an I/O operation on `path`: [`StoreError::Full`] when the
+    /// filesystem is full, else [`StoreError::Io`].
+    pub fn io(path: &std::path::Path, e: std::io::Error) -> StoreError {
+        StoreError::writing(path, e, 0)
+    }
+
+    /// [`StoreError::io`] of a write of `needed` bytes (the size a full disk reports).
+    pub fn writing(path: &std::path::Path, e: std::io::Error, needed: u64) -> StoreError {
+        // ENOSPC and EDQUOT on Linux; ErrorKind::StorageFull covers both where it is set.
+        let full = e.kind() == std::io::ErrorKind::StorageFull
+            || matches!(e.raw_os_error(), Some(28) | Some(122));
+        if full {
+            StoreError::Full {
+                path: path.to_path_buf(),
+                needed,
+            }
+        } else {
+            StoreError::Io {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            }
+        }
+    }
 }
 
 /// An error and its causes (its `source()` chain) as one line, `error: cause: cause`,

@@ -256,10 +256,7 @@ pub struct Pack {
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Io {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    }
+    StoreError::io(path, e)
 }
 
 /// fsync a directory so a created or renamed entry in it is durable.
@@ -372,9 +369,10 @@ impl Pack {
     /// returns the offset it starts at.
     pub fn write(&mut self, buf: &[u8]) -> Result<u64, StoreError> {
         let at = self.written;
-        self.file
-            .write_all_at(buf, at)
-            .map_err(|e| io_err(&self.path, e))?;
+        let needed = buf.len() as u64;
+        crate::faults::charge(needed)
+            .and_then(|()| self.file.write_all_at(buf, at))
+            .map_err(|e| StoreError::writing(&self.path, e, needed))?;
         self.written += buf.len() as u64;
         Ok(at)
     }

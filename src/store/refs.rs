@@ -303,10 +303,7 @@ fn record_end(bytes: &[u8]) -> Option<usize> {
 }
 
 fn io(path: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Io {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    }
+    StoreError::io(path, e)
 }
 
 /// The writer's handle on the refs log: appends one record per commit.

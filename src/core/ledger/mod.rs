@@ -30,7 +30,7 @@ pub use crate::record::{event, meta, projection};
 
 pub use event::{Event, EventBody};
 pub use hash::Hash;
-pub use ledger_store::{Chain, Location, Repair};
+pub use ledger_store::{free_space, Chain, Location, Repair};
 pub use meta::Meta;
 pub use open::Ledger;
 pub use plan::LedgerPlan;

@@ -29,6 +29,8 @@ pub struct Ledger {
     pub(super) projections: Projections,
     /// Time spent in this handle's reads and writes (see [`Ledger::busy_time`]).
     pub(super) busy: Busy,
+    /// Derived data its open found damaged and remade ([`Ledger::healed`]).
+    pub(super) healed: Vec<String>,
     // Declared last: its lock is released after sled is closed.
     pub(super) store: Store,
 }
@@ -74,6 +76,19 @@ fn migrate_from_sled(dir: &Path) -> Result<(), LedgerError> {
     db.drop_tree("blobs").map_err(se)?;
     db.flush().map_err(se)?;
     Ok(())
+}
+
+/// Move ledger `dir`'s projection cache (`db/`) to `db.corrupt/`, replacing an older
+/// one there; returns where it went. The caller holds the writer's lock.
+fn set_cache_aside(dir: &Path) -> Result<PathBuf, LedgerError> {
+    let io = |path: &Path, e| LedgerError::Store(ledger_store::StoreError::io(path, e));
+    let aside = dir.join("db.corrupt");
+    if aside.exists() {
+        std::fs::remove_dir_all(&aside).map_err(|e| io(&aside, e))?;
+    }
+    let db = dir.join("db");
+    std::fs::rename(&db, &aside).map_err(|e| io(&db, e))?;
+    Ok(aside)
 }
 
 /// Wall time spent inside the ledger's public operations; nested calls count once. (The
@@ -145,34 +160,17 @@ impl Ledger {
         Ledger::open_inner(dir, true)
     }
 
-    /// Open for `rebuild`: like [`Ledger::open`], but a projection cache that sled
-    /// finds corrupt is moved aside to `db.corrupt` (it is derived data) and remade.
+    /// Open for `rebuild`: [`Ledger::open`], which already moves a projection cache
+    /// that sled finds corrupt aside (see [`Ledger::healed`]).
     pub fn open_for_rebuild(dir: &Path) -> Result<Ledger, LedgerError> {
-        match Ledger::open(dir) {
-            Err(LedgerError::Store(ledger_store::StoreError::Damaged { what, .. }))
-                if what.contains("projection cache") =>
-            {
-                let lock = LedgerLock::acquire(dir, true)?;
-                let aside = dir.join("db.corrupt");
-                if aside.exists() {
-                    std::fs::remove_dir_all(&aside).map_err(|e| {
-                        LedgerError::Store(ledger_store::StoreError::Io {
-                            path: aside.clone(),
-                            message: e.to_string(),
-                        })
-                    })?;
-                }
-                std::fs::rename(dir.join("db"), &aside).map_err(|e| {
-                    LedgerError::Store(ledger_store::StoreError::Io {
-                        path: dir.join("db"),
-                        message: e.to_string(),
-                    })
-                })?;
-                drop(lock);
-                Ledger::open(dir)
-            }
-            r => r,
-        }
+        Ledger::open(dir)
+    }
+
+    /// What this handle's open found wrong with derived data and remade (a projection
+    /// cache sled found corrupt, after a full disk or a crash), one sentence each: derived
+    /// data is never a reason to refuse, but the user is told.
+    pub fn healed(&self) -> &[String] {
+        &self.healed
     }
 
     /// The branch heads of the ledger at `dir` now (its newest `REFS` record), read
@@ -214,11 +212,26 @@ impl Ledger {
         let ledger = |store: Store| Ledger {
             projections: Projections::reader(dir),
             busy: Busy::default(),
+            healed: Vec::new(),
             store,
         };
         if writable {
             let mut l = ledger(Store::open_writer(dir)?);
-            l.projections = Projections::writer(dir)?;
+            l.projections = match Projections::writer(dir) {
+                Err(LedgerError::Store(ledger_store::StoreError::Damaged {
+                    what, problem, ..
+                })) if what.contains("projection cache") => {
+                    // Derived from the log: set the damaged cache aside (we hold the
+                    // writer's lock) and start an empty one, which fills as it is read.
+                    let aside = set_cache_aside(dir)?;
+                    l.healed.push(format!(
+                        "{what} was corrupt ({problem}); it is derived from the log, so it was moved to {} and is being remade",
+                        aside.display()
+                    ));
+                    Projections::writer(dir)?
+                }
+                r => r?,
+            };
             return Ok(l);
         }
         Ok(ledger(Store::open_reader(dir)?))

@@ -22,7 +22,7 @@ pub use rubric::{
     Summary, Truth, UnknownRules, RULES_VERSION, WEAK_BELOW,
 };
 
-use super::{Decision, EngineerContext};
+use super::{Decision, EngineerContext, Unanswered};
 use crate::context::HistoryEntry;
 use crate::env::config::{max_hole_ratio, SizeConfig};
 use crate::env::table::{CellCounts, ResultTable};
@@ -293,34 +293,38 @@ pub type ReferenceProbe<'a> = &'a mut dyn FnMut(usize, &GeneratorConfig) -> Opti
 /// Run an engineer on every context, scoring each decision: `decide(i, ctx)` is its
 /// decision on context `i` (engineers that sample take the context's own seed from
 /// `i`, so a context's decision does not depend on which contexts came before).
+///
+/// An engineer that never answers (a dead endpoint: [`Unanswered`]) has no score: the
+/// run stops at its first silence, since every later call would wait out the same
+/// bounded retries, and scoring silence would read as 0% parsed and 100% preserved.
 pub fn evaluate(
     label: &str,
     contexts: &[EvalContext],
     rules: Rules,
     decide: &mut dyn FnMut(usize, &EngineerContext) -> Decision,
     mut reference: Option<ReferenceProbe<'_>>,
-) -> EngineerEval {
-    let rows = contexts
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let ctx = c.context.clone().without_switched_off_modules();
-            let d = decide(i, &ctx);
-            let mut row = score(&c.id, &ctx, &d, rules);
-            if let Some(probe) = reference.as_mut() {
-                if let Some((l, p)) = probe(i, &applied(&ctx, &d).0) {
-                    row.learnability = Some(4.0 * l);
-                    row.pass_rate = Some(p);
-                }
+) -> Result<EngineerEval, Unanswered> {
+    let mut rows = Vec::with_capacity(contexts.len());
+    for (i, c) in contexts.iter().enumerate() {
+        let ctx = c.context.clone().without_switched_off_modules();
+        let d = decide(i, &ctx);
+        if let Some(u) = d.unanswered {
+            return Err(u);
+        }
+        let mut row = score(&c.id, &ctx, &d, rules);
+        if let Some(probe) = reference.as_mut() {
+            if let Some((l, p)) = probe(i, &applied(&ctx, &d).0) {
+                row.learnability = Some(4.0 * l);
+                row.pass_rate = Some(p);
             }
-            row
-        })
-        .collect::<Vec<_>>();
-    EngineerEval {
+        }
+        rows.push(row);
+    }
+    Ok(EngineerEval {
         engineer: label.to_string(),
         summary: summarise(&rows),
         rows,
-    }
+    })
 }
 
 /// The engineers every other one is paired against: the first named, then the
@@ -583,7 +587,7 @@ mod tests {
         };
         let direction = |rules: Rules, decide: &mut dyn FnMut(&EngineerContext) -> Decision| {
             let contexts = synthetic_for(rules, Seed::root(0).child("contexts", 0), 200);
-            evaluate("x", &contexts, rules, &mut |_, c| decide(c), None)
+            evaluate("x", &contexts, rules, &mut |_, c| decide(c), None).unwrap()
                 .summary
                 .direction_pct
                 .unwrap()

@@ -68,6 +68,14 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A version of the scoring rules above.
+///
+/// Why a second version scheme beside the engineer text's revisions
+/// ([`crate::engineer::text::TextRevision`]): a text revision is what an engineer
+/// *reads and writes* (recorded ledgers replay at theirs, byte for byte), while a rules
+/// version is how the benchmark *judges* a reply. They move independently: every text
+/// revision is scored under either rules version, and reports name the rules they were
+/// scored under (`engineer-eval rules v4`) so old reports stay comparable. Folding one
+/// into the other would make re-scoring an old ledger's replies change what it replays.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Rules {
     V3,

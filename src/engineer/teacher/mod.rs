@@ -425,7 +425,7 @@ mod tests {
             text: rev(6),
             ..spec()
         };
-        let mut copied_lines = 0;
+        let (mut copied_lines, mut kept) = (0, 0);
         for i in 0..100u64 {
             let ctx = context(Seed::root(61).child("c", i), &spec, 1 + (i % 3) as u32);
             assert!((1..=4).contains(&ctx.failures.sizes.len()), "{ctx:?}");
@@ -441,13 +441,47 @@ mod tests {
             }
             assert!(!p.user.contains("not trained on"), "{}", p.user);
             let reply = answer(&ctx, Seed::root(62).child("a", i), rev(6), None);
-            if reply.starts_with("Every") {
+            let edited: Vec<usize> = crate::engineer::reply::extract(&reply)
+                .unwrap_or_else(|e| panic!("{reply}: {e}"))
+                .proposal
+                .sizes
+                .keys()
+                .map(|n| n.parse().unwrap_or_else(|e| panic!("size {n:?}: {e}")))
+                .collect();
+            // The weak sizes it trains on (below engineer eval's bar), weakest first.
+            let weak: Vec<usize> = crate::engineer::text::weakest_first(&ctx.failures)
+                .into_iter()
+                .map(|s| s.size as usize)
+                .filter(|n| ctx.current.sizes.contains_key(n))
+                .filter(|n| {
+                    !ctx.validation
+                        .cells
+                        .get(&(ctx.current.agents, *n))
+                        .is_some_and(|c| {
+                            c.total > 0 && c.valid_rate() >= crate::engineer::eval::WEAK_BELOW
+                        })
+                })
+                .collect();
+            if weak.is_empty() {
+                assert!(
+                    reply.starts_with("Every") && edited.is_empty(),
+                    "no weak size, yet an edit: {reply}"
+                );
+                kept += 1;
                 continue;
             }
+            assert!(
+                edited.contains(&weak[0]),
+                "the weakest size {} is not edited ({edited:?}): {reply}\n{}",
+                weak[0],
+                p.user
+            );
             let last = p.user.trim_end().lines().last().unwrap();
             let head = |l: &str| l.split(" failed").next().unwrap().to_string();
             copied_lines += (head(reply.lines().next().unwrap()) == head(last)) as u32;
         }
+        // Most contexts have a weak size to edit: the loop above checked edits.
+        assert!(kept <= 20, "{kept} of 100 contexts kept the configuration");
         // The teacher edits at random one time in ten (revision 3's noise).
         assert!(
             copied_lines >= 70,

@@ -19,9 +19,11 @@ pub mod prompt;
 pub mod render;
 
 pub use prompt::{
-    build, corpus_prompt, system_message, Prompt, TokenCounter, Trimmed, CHARS_PER_TOKEN,
+    build, corpus_prompt, system_message, Prompt, TokenCounter, CHARS_PER_TOKEN,
 };
-pub use render::{config_changes, config_table, kinds_by_count, ratio, render, weakest_first};
+pub use render::{
+    config_changes, config_table, kinds_by_count, ratio, render, weakest_first, Trimmed,
+};
 
 /// A revision of the engineer text, as the features it has. Each feature, once on,
 /// stays on in every later revision.

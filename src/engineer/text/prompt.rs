@@ -7,19 +7,9 @@
 //! (oldest first), then the training details. What was cut is noted in the decision's
 //! rationale.
 use super::{answer, render, TextRevision};
+use super::render::Trimmed;
 use crate::context::EngineerContext;
 use tokenizers::Tokenizer;
-
-/// What a prompt budget cut from a context (see [`build`]).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Trimmed {
-    /// Example failing plans dropped.
-    pub examples: usize,
-    /// Stages whose history entries were dropped.
-    pub history: Vec<u32>,
-    /// The training-details module was dropped.
-    pub training_details: bool,
-}
 
 /// Characters per token when no tokenizer is registered.
 pub const CHARS_PER_TOKEN: usize = 4;

@@ -3,7 +3,6 @@
 //! stated once. Every engineer reads the same text, and an in-process model pays for
 //! each token of it. (The context itself, a struct, is what is recorded; this text is
 //! always re-renderable from it.)
-use super::prompt::Trimmed;
 use super::TextRevision;
 use crate::context::{failure_line, EngineerContext};
 use crate::env::config::{max_hole_ratio, HOLE_RATIO_MAX};
@@ -11,6 +10,17 @@ use crate::env::table::ResultTable;
 use crate::env::GeneratorConfig;
 use crate::record::event::{FailureBreakdown, SizeFailures};
 use std::fmt::Write as _;
+
+/// What a prompt budget cut from a context (see [`super::build`]); the renderers say what was cut.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Trimmed {
+    /// Example failing plans dropped.
+    pub examples: usize,
+    /// Stages whose history entries were dropped.
+    pub history: Vec<u32>,
+    /// The training-details module was dropped.
+    pub training_details: bool,
+}
 
 /// Two decimals: how ratios are written in prompts and teacher answers.
 pub fn ratio(x: f64) -> String {
