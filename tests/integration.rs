@@ -35,6 +35,7 @@ mod lm_policy;
 mod paired;
 mod pipeline;
 mod plan_check;
+mod readme;
 mod replay;
 mod report;
 mod schemas;
