@@ -21,6 +21,7 @@ use super::refs::Refs;
 use super::Ledger;
 use super::LedgerError;
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// What [`Ledger::gc`] did.
@@ -47,7 +48,7 @@ pub fn crash_point(name: &str) {
     }
 }
 
-fn io(path: &std::path::Path, e: std::io::Error) -> LedgerError {
+fn io(path: &Path, e: std::io::Error) -> LedgerError {
     LedgerError::Store(ledger_store::StoreError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -106,13 +107,8 @@ impl Ledger {
         let t = Instant::now();
         let dir = self.dir().to_path_buf();
         let packs_dir = dir.join("packs");
-        // Scratch refs first: this process holds the writer's lock, so any scratch ref
-        // is a leftover of a killed replay, and what only it reaches goes below.
-        let mut scratch_removed = Vec::new();
-        for (name, head) in self.scratch_refs() {
-            self.delete_branch(&name)?;
-            scratch_removed.push(format!("{name} at {}", head.short()));
-        }
+        // Scratch refs first: what only they reach is unreachable below.
+        let scratch_removed = self.remove_scratch_refs()?;
         let (keep, keep_blobs) = self.reachable(blob_refs)?;
         let mut report = GcReport {
             scratch_removed,
@@ -124,42 +120,11 @@ impl Ledger {
         let pack_bytes = |packs: &[Pack]| packs.iter().map(|p| p.committed()).sum::<u64>();
         let small = self.blob_store().small_packs();
         let small_total = self.blob_store().small_count();
-        let small_kept: Vec<(Hash, usize, u64)> = small
-            .iter()
-            .enumerate()
-            .flat_map(|(i, p)| {
-                p.frames()
-                    .filter_map(|(off, f)| f.ok().map(|f| (f.hash, off)))
-                    .map(move |(h, off)| (h, i, off))
-                    .collect::<Vec<_>>()
-            })
-            .filter(|(h, _, _)| keep_blobs.contains(h))
-            .collect();
-        // Large blob files no reachable event names.
-        let mut doomed_files = Vec::new();
-        let mut file_bytes = 0u64;
-        let blobs_dir = dir.join("blobs");
-        if let Ok(rd) = std::fs::read_dir(&blobs_dir) {
-            for sub in rd.flatten().filter(|e| e.path().is_dir()) {
-                let prefix = sub.file_name().to_string_lossy().into_owned();
-                for f in std::fs::read_dir(sub.path())
-                    .map_err(|e| io(&sub.path(), e))?
-                    .flatten()
-                {
-                    let name = format!("{prefix}{}", f.file_name().to_string_lossy());
-                    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                    file_bytes += len;
-                    match Hash::from_hex(&name) {
-                        Some(h) if keep_blobs.contains(&h) => report.blobs_kept += 1,
-                        Some(_) => doomed_files.push((f.path(), len)),
-                        None => {} // not a blob; left alone
-                    }
-                }
-            }
-        }
-        report.bytes_before = pack_bytes(self.packs()) + pack_bytes(small) + file_bytes;
-        report.blobs_kept += small_kept.len() as u64;
-        report.blobs_removed = doomed_files.len() as u64 + (small_total - small_kept.len()) as u64;
+        let small_kept = reachable_small_blobs(small, &keep_blobs);
+        let files = BlobFiles::scan(&dir.join("blobs"), &keep_blobs)?;
+        report.bytes_before = pack_bytes(self.packs()) + pack_bytes(small) + files.bytes;
+        report.blobs_kept = files.kept + small_kept.len() as u64;
+        report.blobs_removed = files.doomed.len() as u64 + (small_total - small_kept.len()) as u64;
         let rewrite_events = report.events_removed > 0;
         let rewrite_small = small_kept.len() < small_total;
 
@@ -167,62 +132,11 @@ impl Ledger {
         let mut next = self.refs().clone();
         let mut old_packs = Vec::new();
         if rewrite_events {
-            let mut id = self.packs().last().map_or(0, |p| p.id);
-            let mut out: Vec<Pack> = Vec::new();
-            let mut buf = Vec::with_capacity(1 << 20);
-            let flush = |out: &mut Vec<Pack>, buf: &mut Vec<u8>| -> Result<(), LedgerError> {
-                if !buf.is_empty() {
-                    out.last_mut().expect("a pack").write(buf)?;
-                    buf.clear();
-                }
-                Ok(())
-            };
-            for &p in &keep {
-                let e = self.index().entry(p);
-                let f = self.frame_at(e.pack, e.offset)?;
-                let frame =
-                    &self.pack(e.pack)?.bytes()[e.offset as usize..e.offset as usize + f.len];
-                if out
-                    .last()
-                    .is_none_or(|p| p.written() + buf.len() as u64 > PACK_ROLL_BYTES)
-                {
-                    flush(&mut out, &mut buf)?;
-                    id += 1;
-                    out.push(Pack::create(&packs_dir, PackKind::Events, id)?);
-                }
-                buf.extend_from_slice(frame);
-                if buf.len() >= 1 << 20 {
-                    flush(&mut out, &mut buf)?;
-                }
-            }
-            flush(&mut out, &mut buf)?;
-            next.packs = Vec::new();
-            for p in &mut out {
-                next.packs.push((p.id, p.sync()?));
-            }
+            next.packs = self.copy_events(&keep, &packs_dir)?;
             old_packs.extend(self.packs().iter().map(|p| p.path.clone()));
         }
         if rewrite_small {
-            let mut id = small.last().map_or(0, |p| p.id);
-            let mut out: Vec<Pack> = Vec::new();
-            for (_, i, off) in &small_kept {
-                let f = pack::parse_frame(small[*i].bytes(), *off as usize).map_err(|e| {
-                    LedgerError::Corrupt {
-                        what: format!("{} offset {off}", small[*i].path.display()),
-                        problem: e.to_string(),
-                    }
-                })?;
-                let frame = &small[*i].bytes()[*off as usize..*off as usize + f.len];
-                if out.last().is_none_or(|p| p.written() > PACK_ROLL_BYTES) {
-                    id += 1;
-                    out.push(Pack::create(&packs_dir, PackKind::Blobs, id)?);
-                }
-                out.last_mut().expect("a pack").write(frame)?;
-            }
-            next.blob_packs = Vec::new();
-            for p in &mut out {
-                next.blob_packs.push((p.id, p.sync()?));
-            }
+            next.blob_packs = copy_small_blobs(small, &small_kept, &packs_dir)?;
             old_packs.extend(small.iter().map(|p| p.path.clone()));
         }
         crash_point("gc:packs-written");
@@ -234,20 +148,7 @@ impl Ledger {
         crash_point("gc:refs-written");
 
         // 3. Delete what is no longer listed or reachable.
-        for (i, p) in old_packs.iter().enumerate() {
-            std::fs::remove_file(p).map_err(|e| io(p, e))?;
-            if i == 0 {
-                crash_point("gc:first-old-pack-removed");
-            }
-        }
-        let mut removed_file_bytes = 0;
-        for (i, (p, len)) in doomed_files.iter().enumerate() {
-            std::fs::remove_file(p).map_err(|e| io(p, e))?;
-            removed_file_bytes += len;
-            if i == 0 {
-                crash_point("gc:first-blob-removed");
-            }
-        }
+        let removed_file_bytes = remove_unlisted(&old_packs, &files.doomed)?;
         pack::sync_dir(&packs_dir)?;
         let refs = Refs::read(&dir)?.expect("REFS exists");
         report.bytes_after = refs
@@ -256,11 +157,174 @@ impl Ledger {
             .chain(&refs.blob_packs)
             .map(|p| p.1)
             .sum::<u64>()
-            + file_bytes
+            + files.bytes
             - removed_file_bytes;
         self.reload()?;
         self.prune_projection_cache()?;
         report.seconds = t.elapsed().as_secs_f64();
         Ok(report)
     }
+
+    /// Delete every scratch ref, each reported `name at <short head>`. Only for gc: its
+    /// process holds the writer's lock, so any scratch ref is a leftover of a killed
+    /// replay, and what only it reaches is then unreachable.
+    fn remove_scratch_refs(&mut self) -> Result<Vec<String>, LedgerError> {
+        let mut removed = Vec::new();
+        for (name, head) in self.scratch_refs() {
+            self.delete_branch(&name)?;
+            removed.push(format!("{name} at {}", head.short()));
+        }
+        Ok(removed)
+    }
+
+    /// Step 1 for events: copy the frames at index positions `keep`, in order and byte
+    /// for byte, into new event packs (ids after every existing one, rolled at
+    /// [`PACK_ROLL_BYTES`]), written in chunks of about 1 MiB and fsync'ed. Returns the
+    /// new packs as `REFS` lists them.
+    fn copy_events(&self, keep: &[u32], packs_dir: &Path) -> Result<Vec<(u32, u64)>, LedgerError> {
+        let mut id = self.packs().last().map_or(0, |p| p.id);
+        let mut out: Vec<Pack> = Vec::new();
+        let mut buf = Vec::with_capacity(1 << 20);
+        let flush = |out: &mut Vec<Pack>, buf: &mut Vec<u8>| -> Result<(), LedgerError> {
+            if !buf.is_empty() {
+                out.last_mut().expect("a pack").write(buf)?;
+                buf.clear();
+            }
+            Ok(())
+        };
+        for &p in keep {
+            let e = self.index().entry(p);
+            let f = self.frame_at(e.pack, e.offset)?;
+            let frame = &self.pack(e.pack)?.bytes()[e.offset as usize..e.offset as usize + f.len];
+            if out
+                .last()
+                .is_none_or(|p| p.written() + buf.len() as u64 > PACK_ROLL_BYTES)
+            {
+                flush(&mut out, &mut buf)?;
+                id += 1;
+                out.push(Pack::create(packs_dir, PackKind::Events, id)?);
+            }
+            buf.extend_from_slice(frame);
+            if buf.len() >= 1 << 20 {
+                flush(&mut out, &mut buf)?;
+            }
+        }
+        flush(&mut out, &mut buf)?;
+        let mut listed = Vec::new();
+        for p in &mut out {
+            listed.push((p.id, p.sync()?));
+        }
+        Ok(listed)
+    }
+}
+
+/// The small blobs (stored in blob packs) a ref reaches: each `(hash, pack index,
+/// offset)`, in pack and frame order.
+fn reachable_small_blobs(small: &[Pack], keep_blobs: &BTreeSet<Hash>) -> Vec<(Hash, usize, u64)> {
+    small
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| {
+            p.frames()
+                .filter_map(|(off, f)| f.ok().map(|f| (f.hash, off)))
+                .map(move |(h, off)| (h, i, off))
+                .collect::<Vec<_>>()
+        })
+        .filter(|(h, _, _)| keep_blobs.contains(h))
+        .collect()
+}
+
+/// The large blobs, stored one file each under `blobs/<2 hex>/<rest>`.
+struct BlobFiles {
+    /// Files of blobs a ref reaches.
+    kept: u64,
+    /// Files of blobs no ref reaches, with their lengths.
+    doomed: Vec<(PathBuf, u64)>,
+    /// Bytes of every file there, blob or not.
+    bytes: u64,
+}
+
+impl BlobFiles {
+    /// Sort the files under `blobs_dir` (absent: none) by whether `keep_blobs` holds
+    /// them; a file whose name is not a blob hash is counted in bytes and left alone.
+    fn scan(blobs_dir: &Path, keep_blobs: &BTreeSet<Hash>) -> Result<BlobFiles, LedgerError> {
+        let mut files = BlobFiles {
+            kept: 0,
+            doomed: Vec::new(),
+            bytes: 0,
+        };
+        if let Ok(rd) = std::fs::read_dir(blobs_dir) {
+            for sub in rd.flatten().filter(|e| e.path().is_dir()) {
+                let prefix = sub.file_name().to_string_lossy().into_owned();
+                for f in std::fs::read_dir(sub.path())
+                    .map_err(|e| io(&sub.path(), e))?
+                    .flatten()
+                {
+                    let name = format!("{prefix}{}", f.file_name().to_string_lossy());
+                    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                    files.bytes += len;
+                    match Hash::from_hex(&name) {
+                        Some(h) if keep_blobs.contains(&h) => files.kept += 1,
+                        Some(_) => files.doomed.push((f.path(), len)),
+                        None => {} // not a blob; left alone
+                    }
+                }
+            }
+        }
+        Ok(files)
+    }
+}
+
+/// Step 1 for small blobs: copy the frames `kept` of the blob packs `small`, byte for
+/// byte, into new blob packs (ids after every existing one, rolled at
+/// [`PACK_ROLL_BYTES`]), fsync'ed. Returns the new packs as `REFS` lists them.
+fn copy_small_blobs(
+    small: &[Pack],
+    kept: &[(Hash, usize, u64)],
+    packs_dir: &Path,
+) -> Result<Vec<(u32, u64)>, LedgerError> {
+    let mut id = small.last().map_or(0, |p| p.id);
+    let mut out: Vec<Pack> = Vec::new();
+    for (_, i, off) in kept {
+        let f = pack::parse_frame(small[*i].bytes(), *off as usize).map_err(|e| {
+            LedgerError::Corrupt {
+                what: format!("{} offset {off}", small[*i].path.display()),
+                problem: e.to_string(),
+            }
+        })?;
+        let frame = &small[*i].bytes()[*off as usize..*off as usize + f.len];
+        if out.last().is_none_or(|p| p.written() > PACK_ROLL_BYTES) {
+            id += 1;
+            out.push(Pack::create(packs_dir, PackKind::Blobs, id)?);
+        }
+        out.last_mut().expect("a pack").write(frame)?;
+    }
+    let mut listed = Vec::new();
+    for p in &mut out {
+        listed.push((p.id, p.sync()?));
+    }
+    Ok(listed)
+}
+
+/// Step 3: delete the packs `REFS` no longer lists, then the unreachable blob files.
+/// Returns the bytes of blob files removed.
+fn remove_unlisted(
+    old_packs: &[PathBuf],
+    doomed_files: &[(PathBuf, u64)],
+) -> Result<u64, LedgerError> {
+    for (i, p) in old_packs.iter().enumerate() {
+        std::fs::remove_file(p).map_err(|e| io(p, e))?;
+        if i == 0 {
+            crash_point("gc:first-old-pack-removed");
+        }
+    }
+    let mut removed_file_bytes = 0;
+    for (i, (p, len)) in doomed_files.iter().enumerate() {
+        std::fs::remove_file(p).map_err(|e| io(p, e))?;
+        removed_file_bytes += len;
+        if i == 0 {
+            crash_point("gc:first-blob-removed");
+        }
+    }
+    Ok(removed_file_bytes)
 }

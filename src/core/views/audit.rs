@@ -4,6 +4,7 @@
 //! rationale and status, whether the applied configuration makes the edits the rationale
 //! states, and the outcome: the decided stage's validation per size against the previous
 //! stage's, with a verdict on the sizes the decision changed.
+use super::pct;
 use crate::context::EngineerContext;
 use crate::env::config::{ConfigProposal, GeneratorConfig};
 use crate::ledger::{BranchState, Hash, Ledger, LedgerError};
@@ -318,13 +319,6 @@ pub fn diff(
 }
 
 fn val_rates(cells: Option<&Vec<EvalCell>>, agents: u32) -> BTreeMap<usize, (f64, f64)> {
-    let pct = |x: u32, n: u32| {
-        if n == 0 {
-            0.0
-        } else {
-            100.0 * x as f64 / n as f64
-        }
-    };
     cells
         .map(|cs| {
             cs.iter()

@@ -1,7 +1,7 @@
 //! Export: the JSON form of events ([`EventRecord`], one per line) and a flat CSV view.
 use super::pct;
-use crate::ledger::Ledger;
 use crate::ledger::LedgerError;
+use crate::ledger::{BranchState, Ledger};
 use crate::record::event::{Event, EventBody};
 use crate::record::hash::Hash;
 use crate::record::meta::Meta;
@@ -52,6 +52,14 @@ fn csv_writer(out: &mut dyn Write) -> csv::Writer<&mut dyn Write> {
     csv::Writer::from_writer(out)
 }
 
+/// A failed write to the output, as the ledger's error.
+fn output_error(e: std::io::Error) -> LedgerError {
+    LedgerError::Store(ledger_store::StoreError::Io {
+        path: "<output>".into(),
+        message: e.to_string(),
+    })
+}
+
 /// A failed CSV write, as the ledger's output error.
 fn csv_error(e: csv::Error) -> LedgerError {
     LedgerError::Store(ledger_store::StoreError::Io {
@@ -79,19 +87,13 @@ pub fn export(
             .map(|r| r.map(|(h, _)| h))
             .collect::<Result<_, _>>()?,
     };
-    let io = |e: std::io::Error| {
-        LedgerError::Store(ledger_store::StoreError::Io {
-            path: "<output>".into(),
-            message: e.to_string(),
-        })
-    };
     match format {
         Format::Jsonl => {
             for h in &hashes {
                 let (event, meta) = ledger.event_with_meta(h)?;
                 let rec = EventRecord::new(*h, event, meta);
-                serde_json::to_writer(&mut *out, &rec).map_err(|e| io(e.into()))?;
-                out.write_all(b"\n").map_err(io)?;
+                serde_json::to_writer(&mut *out, &rec).map_err(|e| output_error(e.into()))?;
+                out.write_all(b"\n").map_err(output_error)?;
             }
         }
         Format::Csv => {
@@ -109,7 +111,7 @@ pub fn export(
                 ])
                 .map_err(csv_error)?;
             }
-            w.flush().map_err(io)?;
+            w.flush().map_err(output_error)?;
         }
     }
     Ok(hashes.len() as u64)
@@ -346,12 +348,6 @@ pub fn export_table(
     format: Format,
     out: &mut dyn Write,
 ) -> Result<u64, LedgerError> {
-    let io = |e: std::io::Error| {
-        LedgerError::Store(ledger_store::StoreError::Io {
-            path: "<output>".into(),
-            message: e.to_string(),
-        })
-    };
     let branches: Vec<(String, Hash)> = match branch {
         Some(b) => vec![(b.to_string(), ledger.head_of(b)?)],
         None => ledger.branches()?,
@@ -379,154 +375,191 @@ pub fn export_table(
         let st = ledger.state_at(head)?;
         match what {
             What::Events => {}
-            What::Metrics => {
-                for s in &st.stages {
-                    for (suite, cells) in &s.evaluations {
-                        for c in cells {
-                            let r = MetricRow {
-                                branch: name.clone(),
-                                stage: s.stage,
-                                engineer: s.engineer.clone().unwrap_or_default(),
-                                suite: suite.clone(),
-                                agents: c.agents,
-                                size: c.size,
-                                total: c.total,
-                                valid: c.valid,
-                                optimal: c.optimal,
-                                valid_rate: pct(c.valid, c.total),
-                                optimal_rate: pct(c.optimal, c.total),
-                                gradient_steps: s.gradient_steps,
-                                train_trajectories: s.trajectories,
-                                train_valid: s.valid,
-                                train_optimal: s.optimal,
-                                grpo_reward_mean: s.grpo.reward_mean(),
-                                grpo_reward_std: s.grpo.reward_std_mean(),
-                                grpo_signal_share: s.grpo.signal_share(),
-                                grpo_skipped_groups: s.grpo.skipped_groups,
-                                grpo_kl: s.grpo.kl_mean(),
-                                grpo_clip_fraction: s.grpo.clip_fraction_mean(),
-                                grpo_tokens: s.grpo.tokens,
-                                completed: s.completed.is_some(),
-                            };
-                            rows.push(serde_json::to_value(&r).expect("row"));
-                        }
-                    }
-                }
-            }
-            What::Decisions => {
-                for s in &st.stages {
-                    let Some(h) = s.decision else { continue };
-                    let EventBody::EngineerDecision(d) = ledger.event(&h)?.body else {
-                        continue;
-                    };
-                    use crate::record::event::{DecisionStatus, ProposedConfig};
-                    let (status, reason) = match &d.status {
-                        DecisionStatus::Accepted => ("accepted", String::new()),
-                        DecisionStatus::Clipped => ("clipped", String::new()),
-                        DecisionStatus::Rejected { reason } => ("rejected", reason.clone()),
-                        DecisionStatus::Fallback { reason } => ("fallback", reason.clone()),
-                    };
-                    let r = DecisionRow {
-                        branch: name.clone(),
-                        stage: s.stage,
-                        event: h.to_hex(),
-                        engineer: d.engineer.clone(),
-                        status: status.into(),
-                        status_reason: reason,
-                        clipped_fields: d
-                            .clips
-                            .iter()
-                            .map(|c| c.field.as_str())
-                            .collect::<Vec<_>>()
-                            .join(";"),
-                        proposed: match &d.proposed {
-                            ProposedConfig::None => String::new(),
-                            ProposedConfig::Json(t) => t.clone(),
-                            ProposedConfig::Blob(b) => {
-                                String::from_utf8_lossy(&ledger.blob(b)?).into_owned()
-                            }
-                        },
-                        applied: serde_json::to_string(&d.applied).expect("config"),
-                        rationale: d.rationale.clone(),
-                        context: d.context.to_hex(),
-                    };
-                    rows.push(serde_json::to_value(&r).expect("row"));
-                }
-            }
-            What::Steps => {
-                for r in super::steps::step_rows(ledger, name, head)? {
-                    rows.push(serde_json::to_value(&r).expect("row"));
-                }
-            }
+            What::Metrics => rows.extend(values(metric_rows(name, &st))),
+            What::Decisions => rows.extend(values(decision_rows(ledger, name, &st)?)),
+            What::Steps => rows.extend(values(super::steps::step_rows(ledger, name, head)?)),
             What::Paired => {
                 let a = baseline.as_ref().expect("built above for paired");
                 if name == "main" {
                     continue;
                 }
-                let mut b = super::compare::summarise(name, &st);
-                super::compare::load_outcomes(ledger, &st, &mut b)?;
-                let c = super::compare::pair(a, &b);
-                for p in &c.rows {
-                    let r = PairedExportRow {
-                        branch: name.clone(),
-                        against: c.against.clone(),
-                        stage: c.stage,
-                        against_stage: c.against_stage,
-                        suite: p.suite.clone(),
-                        agents: p.agents,
-                        subset: p.subset.clone().unwrap_or_default(),
-                        instances: p.instances,
-                        valid_against: p.valid.a,
-                        valid: p.valid.b,
-                        valid_diff: p.valid.diff,
-                        valid_diff_low: p.valid.diff_ci95.low,
-                        valid_diff_high: p.valid.diff_ci95.high,
-                        valid_p: p.valid.mcnemar.p,
-                        optimal_against: p.optimal.a,
-                        optimal: p.optimal.b,
-                        optimal_diff: p.optimal.diff,
-                        optimal_diff_low: p.optimal.diff_ci95.low,
-                        optimal_diff_high: p.optimal.diff_ci95.high,
-                        optimal_p: p.optimal.mcnemar.p,
-                    };
-                    rows.push(serde_json::to_value(&r).expect("row"));
-                }
+                rows.extend(values(paired_rows(ledger, name, &st, a)?));
             }
-            What::Branches => {
-                let (fb, fa, fe) = st
-                    .forked_from
-                    .as_ref()
-                    .map(|(b, at, e)| (b.clone(), at.to_hex(), e.clone()))
-                    .unwrap_or_default();
-                let r = BranchRow {
-                    branch: name.clone(),
-                    head: head.to_hex(),
-                    plan: st.plan_name.clone(),
-                    seed: st.seed,
-                    events: st.events,
-                    stages: st.stages.len() as u64,
-                    completed_stages: st.stages.iter().filter(|s| s.completed.is_some()).count()
-                        as u64,
-                    forked_from: fb,
-                    fork_at: fa,
-                    fork_engineer: fe,
-                    replicate: st.replicate,
-                };
-                rows.push(serde_json::to_value(&r).expect("row"));
+            What::Branches => rows.extend(values([branch_row(name, head, &st)])),
+        }
+    }
+    write_rows(&rows, header, format, out)?;
+    Ok(rows.len() as u64)
+}
+
+/// Rows as JSON values, the form [`write_rows`] writes either format from.
+fn values<T: Serialize>(rows: impl IntoIterator<Item = T>) -> Vec<serde_json::Value> {
+    rows.into_iter()
+        .map(|r| serde_json::to_value(&r).expect("row"))
+        .collect()
+}
+
+/// Every evaluation cell of every stage of the branch `name` (state `st`).
+fn metric_rows(name: &str, st: &BranchState) -> Vec<MetricRow> {
+    let mut rows = Vec::new();
+    for s in &st.stages {
+        for (suite, cells) in &s.evaluations {
+            for c in cells {
+                rows.push(MetricRow {
+                    branch: name.to_string(),
+                    stage: s.stage,
+                    engineer: s.engineer.clone().unwrap_or_default(),
+                    suite: suite.clone(),
+                    agents: c.agents,
+                    size: c.size,
+                    total: c.total,
+                    valid: c.valid,
+                    optimal: c.optimal,
+                    valid_rate: pct(c.valid, c.total),
+                    optimal_rate: pct(c.optimal, c.total),
+                    gradient_steps: s.gradient_steps,
+                    train_trajectories: s.trajectories,
+                    train_valid: s.valid,
+                    train_optimal: s.optimal,
+                    grpo_reward_mean: s.grpo.reward_mean(),
+                    grpo_reward_std: s.grpo.reward_std_mean(),
+                    grpo_signal_share: s.grpo.signal_share(),
+                    grpo_skipped_groups: s.grpo.skipped_groups,
+                    grpo_kl: s.grpo.kl_mean(),
+                    grpo_clip_fraction: s.grpo.clip_fraction_mean(),
+                    grpo_tokens: s.grpo.tokens,
+                    completed: s.completed.is_some(),
+                });
             }
         }
     }
+    rows
+}
+
+/// The engineer decision of every stage of the branch `name` that has one.
+fn decision_rows(
+    ledger: &Ledger,
+    name: &str,
+    st: &BranchState,
+) -> Result<Vec<DecisionRow>, LedgerError> {
+    use crate::record::event::{DecisionStatus, ProposedConfig};
+    let mut rows = Vec::new();
+    for s in &st.stages {
+        let Some(h) = s.decision else { continue };
+        let EventBody::EngineerDecision(d) = ledger.event(&h)?.body else {
+            continue;
+        };
+        let (status, reason) = match &d.status {
+            DecisionStatus::Accepted => ("accepted", String::new()),
+            DecisionStatus::Clipped => ("clipped", String::new()),
+            DecisionStatus::Rejected { reason } => ("rejected", reason.clone()),
+            DecisionStatus::Fallback { reason } => ("fallback", reason.clone()),
+        };
+        rows.push(DecisionRow {
+            branch: name.to_string(),
+            stage: s.stage,
+            event: h.to_hex(),
+            engineer: d.engineer.clone(),
+            status: status.into(),
+            status_reason: reason,
+            clipped_fields: d
+                .clips
+                .iter()
+                .map(|c| c.field.as_str())
+                .collect::<Vec<_>>()
+                .join(";"),
+            proposed: match &d.proposed {
+                ProposedConfig::None => String::new(),
+                ProposedConfig::Json(t) => t.clone(),
+                ProposedConfig::Blob(b) => String::from_utf8_lossy(&ledger.blob(b)?).into_owned(),
+            },
+            applied: serde_json::to_string(&d.applied).expect("config"),
+            rationale: d.rationale.clone(),
+            context: d.context.to_hex(),
+        });
+    }
+    Ok(rows)
+}
+
+/// The branch `name` paired item by item with `baseline` (main), one row per suite,
+/// agent count and subset.
+fn paired_rows(
+    ledger: &Ledger,
+    name: &str,
+    st: &BranchState,
+    baseline: &super::compare::BranchSummary,
+) -> Result<Vec<PairedExportRow>, LedgerError> {
+    let mut b = super::compare::summarise(name, st);
+    super::compare::load_outcomes(ledger, st, &mut b)?;
+    let c = super::compare::pair(baseline, &b);
+    Ok(c.rows
+        .iter()
+        .map(|p| PairedExportRow {
+            branch: name.to_string(),
+            against: c.against.clone(),
+            stage: c.stage,
+            against_stage: c.against_stage,
+            suite: p.suite.clone(),
+            agents: p.agents,
+            subset: p.subset.clone().unwrap_or_default(),
+            instances: p.instances,
+            valid_against: p.valid.a,
+            valid: p.valid.b,
+            valid_diff: p.valid.diff,
+            valid_diff_low: p.valid.diff_ci95.low,
+            valid_diff_high: p.valid.diff_ci95.high,
+            valid_p: p.valid.mcnemar.p,
+            optimal_against: p.optimal.a,
+            optimal: p.optimal.b,
+            optimal_diff: p.optimal.diff,
+            optimal_diff_low: p.optimal.diff_ci95.low,
+            optimal_diff_high: p.optimal.diff_ci95.high,
+            optimal_p: p.optimal.mcnemar.p,
+        })
+        .collect())
+}
+
+/// The branch `name` at `head` (state `st`) as one row.
+fn branch_row(name: &str, head: &Hash, st: &BranchState) -> BranchRow {
+    let (fb, fa, fe) = st
+        .forked_from
+        .as_ref()
+        .map(|(b, at, e)| (b.clone(), at.to_hex(), e.clone()))
+        .unwrap_or_default();
+    BranchRow {
+        branch: name.to_string(),
+        head: head.to_hex(),
+        plan: st.plan_name.clone(),
+        seed: st.seed,
+        events: st.events,
+        stages: st.stages.len() as u64,
+        completed_stages: st.stages.iter().filter(|s| s.completed.is_some()).count() as u64,
+        forked_from: fb,
+        fork_at: fa,
+        fork_engineer: fe,
+        replicate: st.replicate,
+    }
+}
+
+/// Write `rows` as JSON lines, or as CSV under `header` (a string as itself, a null as
+/// an empty field, anything else as its JSON text).
+fn write_rows(
+    rows: &[serde_json::Value],
+    header: &[&str],
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<(), LedgerError> {
     match format {
         Format::Jsonl => {
-            for r in &rows {
-                serde_json::to_writer(&mut *out, r).map_err(|e| io(e.into()))?;
-                out.write_all(b"\n").map_err(io)?;
+            for r in rows {
+                serde_json::to_writer(&mut *out, r).map_err(|e| output_error(e.into()))?;
+                out.write_all(b"\n").map_err(output_error)?;
             }
         }
         Format::Csv => {
             let mut w = csv_writer(out);
             w.write_record(header).map_err(csv_error)?;
-            for r in &rows {
+            for r in rows {
                 w.write_record(header.iter().map(|k| match &r[*k] {
                     serde_json::Value::String(s) => s.clone(),
                     serde_json::Value::Null => String::new(),
@@ -534,8 +567,8 @@ pub fn export_table(
                 }))
                 .map_err(csv_error)?;
             }
-            w.flush().map_err(io)?;
+            w.flush().map_err(output_error)?;
         }
     }
-    Ok(rows.len() as u64)
+    Ok(())
 }

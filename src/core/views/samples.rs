@@ -10,6 +10,7 @@ use crate::env::simulate::FailureKind;
 use crate::env::text::parse_recorded_plan;
 use crate::env::{simulate, Instance, Move, Plan, Solved};
 use crate::ledger::{EventBody, Hash, Ledger, LedgerError};
+use crate::record::event::EvaluationOutcomes;
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -310,199 +311,287 @@ pub fn samples(
     kind: Option<KindFilter>,
     suite: Option<&str>,
 ) -> Result<Samples, LedgerError> {
-    let keeps = |c: &Candidate| kind.is_none_or(|k| k.keeps(c.valid, c.optimal, c.failure));
-    let mut matching = Vec::new();
-    let mut recorded = 0u64;
-    // Suite items by index, when drawing an evaluation.
-    let mut items: Vec<Solved> = Vec::new();
-    match suite {
-        None => {
-            for (hash, ev) in ledger.history_to(head)? {
-                if ev.stage != stage {
-                    continue;
-                }
-                let EventBody::Trajectories(batch) = ev.body else {
-                    continue;
-                };
-                recorded += batch.trajectories.len() as u64;
-                for (i, t) in batch.trajectories.into_iter().enumerate() {
-                    let instance = batch
-                        .instances
-                        .get(t.instance as usize)
-                        .copied()
-                        .ok_or_else(|| {
-                            corrupt(
-                                format!("trajectories event {}", hash.short()),
-                                format!(
-                                    "trajectory {i} names instance {} of {}",
-                                    t.instance,
-                                    batch.instances.len()
-                                ),
-                            )
-                        })?;
-                    let c = Candidate {
-                        event: hash,
-                        index: i as u32,
-                        step: Some(batch.step),
-                        instance,
-                        plan: t.plan,
-                        valid: t.valid,
-                        optimal: t.optimal,
-                        failure: t.failure,
-                        cost: t.cost,
-                        optimal_cost: t.optimal_cost,
-                        // The f32's shortest decimal, as an f64 (0.1, not 0.10000000149011612).
-                        reward: Some(
-                            f32::from_bits(t.reward_bits)
-                                .to_string()
-                                .parse()
-                                .unwrap_or(f64::NAN),
-                        ),
-                    };
-                    if keeps(&c) {
-                        matching.push(c);
-                    }
-                }
-            }
-        }
-        Some(name) => {
-            // The stage's last evaluation of the suite: its outcomes and its plans.
-            let mut outcomes = None;
-            let mut plans = None;
-            for (hash, ev) in ledger.history_to(head)? {
-                match ev.body {
-                    EventBody::EvaluationOutcomes(o) if ev.stage == stage && o.suite == name => {
-                        outcomes = Some(o)
-                    }
-                    EventBody::EvaluationPlans(p) if ev.stage == stage && p.suite == name => {
-                        plans = Some((hash, p))
-                    }
-                    _ => {}
-                }
-            }
-            let Some((event, p)) = plans else {
-                return Err(LedgerError::Store(ledger_store::StoreError::Invalid(
-                    format!(
-                        "{branch}@stage{stage} kept no {name} plans: {}",
-                        if outcomes.is_some() {
-                            "its plan does not set suites.keep_plans = true (evaluations record outcomes only)"
-                        } else {
-                            "the stage has no evaluation on that suite"
-                        }
-                    ),
-                )));
-            };
-            let o = outcomes.ok_or_else(|| {
-                corrupt(
-                    format!("evaluation_plans event {}", event.short()),
-                    "no evaluation_outcomes before it",
-                )
-            })?;
-            let texts: Vec<String> =
-                crate::record::codec::decode(&ledger.blob(&p.plans)?, "evaluation plans").map_err(
-                    |e| corrupt(format!("evaluation plans blob {}", p.plans.short()), e),
-                )?;
-            let recorded_suite = super::coordination::suite_items(ledger, head)?
-                .remove(name)
-                .unwrap_or_default();
-            if texts.len() != o.outcomes.len() || recorded_suite.items.len() != texts.len() {
-                return Err(corrupt(
-                    format!("evaluation_plans event {}", event.short()),
-                    format!(
-                        "{} plans for {} outcomes and {} suite items",
-                        texts.len(),
-                        o.outcomes.len(),
-                        recorded_suite.items.len()
-                    ),
-                ));
-            }
-            items = recorded_suite.items;
-            recorded = texts.len() as u64;
-            for (i, text) in texts.into_iter().enumerate() {
-                let it = &items[i];
-                let plan = parse_recorded(&text, &it.instance);
-                let outcome = plan.as_ref().map(|p| simulate(&it.instance, p));
-                let c = Candidate {
-                    event,
-                    index: i as u32,
-                    step: None,
-                    instance: Hash([0; 32]),
-                    plan: text.into_bytes(),
-                    valid: o.outcomes[i] >= crate::record::event::OUTCOME_VALID,
-                    optimal: o.outcomes[i] == crate::record::event::OUTCOME_OPTIMAL,
-                    failure: match &outcome {
-                        Some(out) => out.failure_kind(),
-                        None => Some(FailureKind::ParseError),
-                    },
-                    cost: outcome.as_ref().map_or(0, |o| o.sum_of_costs),
-                    optimal_cost: it.reference.sum_of_costs,
-                    reward: None,
-                };
-                if keeps(&c) {
-                    matching.push(c);
-                }
-            }
-        }
-    }
-    let m = matching.len();
+    let found = match suite {
+        None => sampled_candidates(ledger, head, stage, kind)?,
+        Some(name) => evaluation_candidates(ledger, branch, head, stage, name, kind)?,
+    };
+    let m = found.matching.len();
     let mut out = Vec::new();
     for pick in spread(m, n) {
-        let c = &matching[pick];
+        let c = &found.matching[pick];
         let solved: Solved = match suite {
-            Some(_) => items[c.index as usize].clone(),
+            Some(_) => found.items[c.index as usize].clone(),
             None => crate::record::codec::decode(&ledger.blob(&c.instance)?, "training instance")
                 .map_err(|e| {
                 corrupt(format!("training instance blob {}", c.instance.short()), e)
             })?,
         };
-        let inst = &solved.instance;
-        let text = String::from_utf8_lossy(&c.plan).into_owned();
-        let plan = drawn_plan(&text, inst, c.failure);
-        let (drawing, detail) = draw(inst, plan.as_ref());
-        // A plan that does not parse has no path; the recorded failure says why.
-        let detail =
-            detail.or_else(|| (!c.valid).then(|| "the plan text does not parse".to_string()));
-        let plan_text = if text.contains(':') {
-            text
-        } else {
-            text.split('|')
-                .enumerate()
-                .map(|(a, m)| format!("agent {}: {m}", a + 1))
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        out.push(Sample {
-            branch: branch.to_string(),
-            stage,
-            suite: suite.map(String::from),
-            step: c.step,
-            event: c.event,
-            index: c.index,
-            instance: match suite {
-                Some(_) => Hash::of_blob(&crate::record::codec::encode(&solved)),
-                None => c.instance,
-            },
-            agents: inst.agents() as u32,
-            needs_coordination: solved.needs_coordination,
-            plan: plan_text,
-            valid: c.valid,
-            optimal: c.optimal,
-            failure: if c.valid { None } else { c.failure },
-            detail: if c.valid { None } else { detail },
-            cost: c.cost,
-            optimal_cost: c.optimal_cost,
-            reward: c.reward,
-            drawing,
-        });
+        out.push(drawn_sample(branch, stage, suite, c, solved));
     }
     Ok(Samples {
         branch: branch.to_string(),
         stage,
         suite: suite.map(String::from),
-        recorded,
+        recorded: found.recorded,
         matching: m as u64,
         samples: out,
     })
+}
+
+/// The candidates of one stage, before `--samples` picks from them.
+struct Found {
+    /// Trajectories (or evaluation plans) recorded in the stage.
+    recorded: u64,
+    /// Those `--kind` keeps, in recorded order.
+    matching: Vec<Candidate>,
+    /// The suite's items by index, when the candidates are an evaluation's plans.
+    items: Vec<Solved>,
+}
+
+impl Candidate {
+    fn kept_by(&self, kind: Option<KindFilter>) -> bool {
+        kind.is_none_or(|k| k.keeps(self.valid, self.optimal, self.failure))
+    }
+}
+
+/// GRPO's sampled plans of `stage`, from its `trajectories` events.
+fn sampled_candidates(
+    ledger: &Ledger,
+    head: &Hash,
+    stage: u32,
+    kind: Option<KindFilter>,
+) -> Result<Found, LedgerError> {
+    let mut matching = Vec::new();
+    let mut recorded = 0u64;
+    for (hash, ev) in ledger.history_to(head)? {
+        if ev.stage != stage {
+            continue;
+        }
+        let EventBody::Trajectories(batch) = ev.body else {
+            continue;
+        };
+        recorded += batch.trajectories.len() as u64;
+        for (i, t) in batch.trajectories.into_iter().enumerate() {
+            let instance = batch
+                .instances
+                .get(t.instance as usize)
+                .copied()
+                .ok_or_else(|| {
+                    corrupt(
+                        format!("trajectories event {}", hash.short()),
+                        format!(
+                            "trajectory {i} names instance {} of {}",
+                            t.instance,
+                            batch.instances.len()
+                        ),
+                    )
+                })?;
+            let c = Candidate {
+                event: hash,
+                index: i as u32,
+                step: Some(batch.step),
+                instance,
+                plan: t.plan,
+                valid: t.valid,
+                optimal: t.optimal,
+                failure: t.failure,
+                cost: t.cost,
+                optimal_cost: t.optimal_cost,
+                // The f32's shortest decimal, as an f64 (0.1, not 0.10000000149011612).
+                reward: Some(
+                    f32::from_bits(t.reward_bits)
+                        .to_string()
+                        .parse()
+                        .unwrap_or(f64::NAN),
+                ),
+            };
+            if c.kept_by(kind) {
+                matching.push(c);
+            }
+        }
+    }
+    Ok(Found {
+        recorded,
+        matching,
+        items: Vec::new(),
+    })
+}
+
+/// One evaluation as recorded with its plans: the `evaluation_plans` event, the
+/// outcomes, the plan texts and the suite's items, one each per item.
+struct KeptEvaluation {
+    event: Hash,
+    outcomes: EvaluationOutcomes,
+    texts: Vec<String>,
+    items: Vec<Solved>,
+}
+
+/// The stage's last evaluation on suite `name` with its plans; an error when the stage
+/// kept none (saying why), or when the plans, outcomes and items do not line up.
+fn kept_evaluation(
+    ledger: &Ledger,
+    branch: &str,
+    head: &Hash,
+    stage: u32,
+    name: &str,
+) -> Result<KeptEvaluation, LedgerError> {
+    // The stage's last evaluation of the suite: its outcomes and its plans.
+    let mut outcomes = None;
+    let mut plans = None;
+    for (hash, ev) in ledger.history_to(head)? {
+        match ev.body {
+            EventBody::EvaluationOutcomes(o) if ev.stage == stage && o.suite == name => {
+                outcomes = Some(o)
+            }
+            EventBody::EvaluationPlans(p) if ev.stage == stage && p.suite == name => {
+                plans = Some((hash, p))
+            }
+            _ => {}
+        }
+    }
+    let Some((event, p)) = plans else {
+        return Err(LedgerError::Store(ledger_store::StoreError::Invalid(
+            format!(
+                "{branch}@stage{stage} kept no {name} plans: {}",
+                if outcomes.is_some() {
+                    "its plan does not set suites.keep_plans = true (evaluations record outcomes only)"
+                } else {
+                    "the stage has no evaluation on that suite"
+                }
+            ),
+        )));
+    };
+    let o = outcomes.ok_or_else(|| {
+        corrupt(
+            format!("evaluation_plans event {}", event.short()),
+            "no evaluation_outcomes before it",
+        )
+    })?;
+    let texts: Vec<String> =
+        crate::record::codec::decode(&ledger.blob(&p.plans)?, "evaluation plans")
+            .map_err(|e| corrupt(format!("evaluation plans blob {}", p.plans.short()), e))?;
+    let recorded_suite = super::coordination::suite_items(ledger, head)?
+        .remove(name)
+        .unwrap_or_default();
+    if texts.len() != o.outcomes.len() || recorded_suite.items.len() != texts.len() {
+        return Err(corrupt(
+            format!("evaluation_plans event {}", event.short()),
+            format!(
+                "{} plans for {} outcomes and {} suite items",
+                texts.len(),
+                o.outcomes.len(),
+                recorded_suite.items.len()
+            ),
+        ));
+    }
+    Ok(KeptEvaluation {
+        event,
+        outcomes: o,
+        texts,
+        items: recorded_suite.items,
+    })
+}
+
+/// The greedy plans of the stage's last evaluation on suite `name`, with their
+/// outcomes (re-simulated for the failure kind and cost) and the suite's items.
+fn evaluation_candidates(
+    ledger: &Ledger,
+    branch: &str,
+    head: &Hash,
+    stage: u32,
+    name: &str,
+    kind: Option<KindFilter>,
+) -> Result<Found, LedgerError> {
+    let KeptEvaluation {
+        event,
+        outcomes: o,
+        texts,
+        items,
+    } = kept_evaluation(ledger, branch, head, stage, name)?;
+    let recorded = texts.len() as u64;
+    let mut matching = Vec::new();
+    for (i, text) in texts.into_iter().enumerate() {
+        let it = &items[i];
+        let plan = parse_recorded(&text, &it.instance);
+        let outcome = plan.as_ref().map(|p| simulate(&it.instance, p));
+        let c = Candidate {
+            event,
+            index: i as u32,
+            step: None,
+            instance: Hash([0; 32]),
+            plan: text.into_bytes(),
+            valid: o.outcomes[i] >= crate::record::event::OUTCOME_VALID,
+            optimal: o.outcomes[i] == crate::record::event::OUTCOME_OPTIMAL,
+            failure: match &outcome {
+                Some(out) => out.failure_kind(),
+                None => Some(FailureKind::ParseError),
+            },
+            cost: outcome.as_ref().map_or(0, |o| o.sum_of_costs),
+            optimal_cost: it.reference.sum_of_costs,
+            reward: None,
+        };
+        if c.kept_by(kind) {
+            matching.push(c);
+        }
+    }
+    Ok(Found {
+        recorded,
+        matching,
+        items,
+    })
+}
+
+/// One picked candidate as a [`Sample`]: its plan drawn on its instance `solved`.
+fn drawn_sample(
+    branch: &str,
+    stage: u32,
+    suite: Option<&str>,
+    c: &Candidate,
+    solved: Solved,
+) -> Sample {
+    let inst = &solved.instance;
+    let text = String::from_utf8_lossy(&c.plan).into_owned();
+    let plan = drawn_plan(&text, inst, c.failure);
+    let (drawing, detail) = draw(inst, plan.as_ref());
+    // A plan that does not parse has no path; the recorded failure says why.
+    let detail = detail.or_else(|| (!c.valid).then(|| "the plan text does not parse".to_string()));
+    Sample {
+        branch: branch.to_string(),
+        stage,
+        suite: suite.map(String::from),
+        step: c.step,
+        event: c.event,
+        index: c.index,
+        instance: match suite {
+            Some(_) => Hash::of_blob(&crate::record::codec::encode(&solved)),
+            None => c.instance,
+        },
+        agents: inst.agents() as u32,
+        needs_coordination: solved.needs_coordination,
+        plan: agent_lines(text),
+        valid: c.valid,
+        optimal: c.optimal,
+        failure: if c.valid { None } else { c.failure },
+        detail: if c.valid { None } else { detail },
+        cost: c.cost,
+        optimal_cost: c.optimal_cost,
+        reward: c.reward,
+        drawing,
+    }
+}
+
+/// A recorded plan as a person reads it: a language model's text as written, a grid
+/// policy's `|`-separated moves as one `agent N: ...` line per agent.
+fn agent_lines(text: String) -> String {
+    if text.contains(':') {
+        text
+    } else {
+        text.split('|')
+            .enumerate()
+            .map(|(a, m)| format!("agent {}: {m}", a + 1))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 }
 
 #[cfg(test)]

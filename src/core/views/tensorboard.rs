@@ -28,8 +28,11 @@
 //! Wall times are the events' recorded metadata (unhashed), so the files are the same
 //! bytes for the same ledger. [`read_scalars`] reads such a file back, checking framing
 //! and both CRCs.
+use super::coordination::RecordedSuite;
 use super::paired::groups_with;
-use crate::ledger::{EventBody, Hash, Ledger, LedgerError};
+use crate::ledger::{EventBody, Hash, Ledger, LedgerError, StageState};
+use crate::record::event::{EngineerTraining, GradientStep};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// One scalar point of a run.
@@ -46,176 +49,246 @@ pub struct Scalar {
 /// replaces its file instead of adding a second one TensorBoard would read twice).
 pub const FILE_NAME: &str = "events.out.tfevents.0.mapf-ledger";
 
-/// Every scalar of the branch whose head is `head`, in recorded order.
+/// Every scalar of the branch whose head is `head`, in recorded order: GRPO's batches,
+/// then the optimiser steps, then each stage's timing and evaluations (the module doc
+/// lists the tags).
 pub fn branch_scalars(
     ledger: &Ledger,
     branch: &str,
     head: &Hash,
 ) -> Result<Vec<Scalar>, LedgerError> {
-    let wall = |h: &Hash| -> Result<f64, LedgerError> {
-        Ok(ledger
-            .event_with_meta(h)?
-            .1
-            .wall_time_ms
-            .map_or(0.0, |ms| ms as f64 / 1000.0))
-    };
-    let mut out = Vec::new();
-    let mut push = |tag: &str, step: u64, value: f64, wall_time: f64| {
-        out.push(Scalar {
-            tag: tag.to_string(),
-            step: step as i64,
-            value: value as f32,
-            wall_time,
-        })
-    };
-    // Training, step by step.
-    for r in super::steps::step_rows(ledger, branch, head)? {
-        let w = wall(&r.event)?;
-        push("train/reward_mean", r.step, r.reward_mean, w);
-        push("train/reward_std", r.step, r.reward_std, w);
-        push("train/kl", r.step, r.kl, w);
-        push("train/clip_fraction", r.step, r.clip_fraction, w);
-        push(
-            "train/zero_variance_share",
-            r.step,
-            r.zero_variance_share,
-            w,
-        );
-        push("train/valid_pct", r.step, r.valid_pct, w);
-        push("train/optimal_pct", r.step, r.optimal_pct, w);
-        if let Some(c) = r.coordination_valid_pct {
-            push("train/coordination_valid_pct", r.step, c, w);
-        }
-    }
-    // Optimiser steps, and the global step each stage's evaluations belong to.
-    let history = ledger.history_to(head)?;
-    let mut step_of_stage = std::collections::BTreeMap::new();
-    let mut last = 0u64;
-    for (h, ev) in &history {
-        if let EventBody::GradientStep(g) = &ev.body {
-            let w = wall(h)?;
-            let f = f64::from_bits;
-            push("train/loss", g.step, f(g.loss), w);
-            push("train/policy_loss", g.step, f(g.policy_loss), w);
-            push("train/entropy", g.step, f(g.entropy), w);
-            push("train/grad_norm", g.step, f(g.grad_norm), w);
-            last = last.max(g.step);
-        }
-        if let EventBody::EngineerTraining(t) = &ev.body {
-            let w = wall(h)?;
-            let f = f64::from_bits;
-            let n = t.replies.len().max(1) as f64;
-            let pct = |x: usize| 100.0 * x as f64 / n;
-            push("engineer/reward_mean", t.step, t.reward_mean(), w);
-            push(
-                "engineer/parsed_pct",
-                t.step,
-                pct(t.replies.iter().filter(|r| r.parsed).count()),
-                w,
-            );
-            push(
-                "engineer/legal_pct",
-                t.step,
-                pct(t.replies.iter().filter(|r| r.legal).count()),
-                w,
-            );
-            push(
-                "engineer/grounded_pct",
-                t.step,
-                pct(t.replies.iter().filter(|r| r.grounded).count()),
-                w,
-            );
-            let probed: Vec<f64> = t
-                .replies
-                .iter()
-                .filter_map(|r| r.learnability.map(f))
-                .collect();
-            if !probed.is_empty() {
-                push(
-                    "engineer/learnability",
-                    t.step,
-                    probed.iter().sum::<f64>() / probed.len() as f64,
-                    w,
-                );
-            }
-            push("engineer/loss", t.step, f(t.loss), w);
-            push("engineer/grad_norm", t.step, f(t.grad_norm), w);
-            last = last.max(t.step);
-        }
-        step_of_stage.insert(ev.stage, last);
-    }
+    let mut out = Run::default();
+    push_batches(&mut out, ledger, branch, head)?;
+    let step_of_stage = push_optimiser_steps(&mut out, ledger, head)?;
     // Evaluations: every group of every stage's latest outcomes per suite.
     let suites = super::coordination::suite_items(ledger, head)?;
     let state = ledger.state_at(head)?;
     for st in &state.stages {
         let step = step_of_stage.get(&st.stage).copied().unwrap_or(0);
-        // Where the stage's time went, when its completion carries a timing.
-        if let Some(h) = &st.completed {
-            let (_, meta) = ledger.event_with_meta(h)?;
-            if let Some(t) = &meta.timing {
-                let w = meta.wall_time_ms.map_or(0.0, |ms| ms as f64 / 1000.0);
-                push("timing/wall_seconds", step, t.wall_seconds, w);
-                for p in &t.phases {
-                    push(&format!("timing/{}/seconds", p.name), step, p.seconds, w);
-                    if t.wall_seconds > 0.0 {
-                        let share = p.seconds / t.wall_seconds;
-                        push(&format!("timing/{}/share", p.name), step, share, w);
-                    }
-                    if let Some(n) = p.sampled_tokens.filter(|_| p.seconds > 0.0) {
-                        let rate = n as f64 / p.seconds;
-                        push(
-                            &format!("timing/{}/tokens_per_second", p.name),
-                            step,
-                            rate,
-                            w,
-                        );
-                    }
-                }
-            }
-        }
-        let mut first = true;
-        for (suite, h) in &st.outcome_events {
-            let EventBody::EvaluationOutcomes(o) = ledger.event(h)?.body else {
-                continue;
-            };
-            let w = wall(h)?;
-            if first {
-                push("stage", step, st.stage as f64, w);
-                first = false;
-            }
-            let flags: Option<Vec<bool>> = suites
-                .get(suite)
-                .filter(|s| s.items.len() == o.outcomes.len())
-                .map(|s| s.items.iter().map(|i| i.needs_coordination).collect());
-            for g in groups_with(&o, flags.as_deref()) {
-                let items: Vec<u8> = g.cells.iter().flatten().map(|&i| o.outcomes[i]).collect();
-                if items.is_empty() {
-                    continue;
-                }
-                let n = items.len() as f64;
-                let valid = items
-                    .iter()
-                    .filter(|&&b| b >= crate::record::event::OUTCOME_VALID)
-                    .count();
-                let optimal = items
-                    .iter()
-                    .filter(|&&b| b == crate::record::event::OUTCOME_OPTIMAL)
-                    .count();
-                let base = match &g.subset {
-                    Some(s) => format!("{}/{}_agents/{s}", g.suite, g.agents),
-                    None => format!("{}/{}_agents", g.suite, g.agents),
-                };
-                push(&format!("{base}/valid"), step, 100.0 * valid as f64 / n, w);
-                push(
-                    &format!("{base}/optimal"),
-                    step,
-                    100.0 * optimal as f64 / n,
-                    w,
-                );
-            }
+        push_stage_timing(&mut out, ledger, st, step)?;
+        push_stage_evaluations(&mut out, ledger, st, step, &suites)?;
+    }
+    Ok(out.scalars)
+}
+
+/// The scalars of one run, gathered in the order they are written.
+#[derive(Default)]
+struct Run {
+    scalars: Vec<Scalar>,
+}
+
+impl Run {
+    fn push(&mut self, tag: &str, step: u64, value: f64, wall_time: f64) {
+        self.scalars.push(Scalar {
+            tag: tag.to_string(),
+            step: step as i64,
+            value: value as f32,
+            wall_time,
+        })
+    }
+}
+
+/// Seconds since the epoch of a recorded wall time in milliseconds (0 if none).
+fn seconds(wall_time_ms: Option<u64>) -> f64 {
+    wall_time_ms.map_or(0.0, |ms| ms as f64 / 1000.0)
+}
+
+/// The recorded wall time of event `h`, in seconds (0 if none).
+fn wall(ledger: &Ledger, h: &Hash) -> Result<f64, LedgerError> {
+    Ok(seconds(ledger.event_with_meta(h)?.1.wall_time_ms))
+}
+
+/// Training, step by step: each GRPO batch's rewards, KL, clipping and outcomes.
+fn push_batches(
+    out: &mut Run,
+    ledger: &Ledger,
+    branch: &str,
+    head: &Hash,
+) -> Result<(), LedgerError> {
+    for r in super::steps::step_rows(ledger, branch, head)? {
+        let w = wall(ledger, &r.event)?;
+        out.push("train/reward_mean", r.step, r.reward_mean, w);
+        out.push("train/reward_std", r.step, r.reward_std, w);
+        out.push("train/kl", r.step, r.kl, w);
+        out.push("train/clip_fraction", r.step, r.clip_fraction, w);
+        out.push(
+            "train/zero_variance_share",
+            r.step,
+            r.zero_variance_share,
+            w,
+        );
+        out.push("train/valid_pct", r.step, r.valid_pct, w);
+        out.push("train/optimal_pct", r.step, r.optimal_pct, w);
+        if let Some(c) = r.coordination_valid_pct {
+            out.push("train/coordination_valid_pct", r.step, c, w);
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// The optimiser steps (the planner's and engineer RL's), in history order. Returns
+/// the global step each stage's evaluations belong to: the last step up to the end of
+/// the stage.
+fn push_optimiser_steps(
+    out: &mut Run,
+    ledger: &Ledger,
+    head: &Hash,
+) -> Result<BTreeMap<u32, u64>, LedgerError> {
+    let history = ledger.history_to(head)?;
+    let mut step_of_stage = BTreeMap::new();
+    let mut last = 0u64;
+    for (h, ev) in &history {
+        if let EventBody::GradientStep(g) = &ev.body {
+            push_gradient_step(out, g, wall(ledger, h)?);
+            last = last.max(g.step);
+        }
+        if let EventBody::EngineerTraining(t) = &ev.body {
+            push_engineer_step(out, t, wall(ledger, h)?);
+            last = last.max(t.step);
+        }
+        step_of_stage.insert(ev.stage, last);
+    }
+    Ok(step_of_stage)
+}
+
+/// A planner `gradient_step`: loss, policy loss, entropy and gradient norm.
+fn push_gradient_step(out: &mut Run, g: &GradientStep, w: f64) {
+    let f = f64::from_bits;
+    out.push("train/loss", g.step, f(g.loss), w);
+    out.push("train/policy_loss", g.step, f(g.policy_loss), w);
+    out.push("train/entropy", g.step, f(g.entropy), w);
+    out.push("train/grad_norm", g.step, f(g.grad_norm), w);
+}
+
+/// An `engineer_training` step: reward, the shares of replies parsed, legal and
+/// grounded, the mean learnability of those probed, loss and gradient norm.
+fn push_engineer_step(out: &mut Run, t: &EngineerTraining, w: f64) {
+    let f = f64::from_bits;
+    let n = t.replies.len().max(1) as f64;
+    let pct = |x: usize| 100.0 * x as f64 / n;
+    out.push("engineer/reward_mean", t.step, t.reward_mean(), w);
+    out.push(
+        "engineer/parsed_pct",
+        t.step,
+        pct(t.replies.iter().filter(|r| r.parsed).count()),
+        w,
+    );
+    out.push(
+        "engineer/legal_pct",
+        t.step,
+        pct(t.replies.iter().filter(|r| r.legal).count()),
+        w,
+    );
+    out.push(
+        "engineer/grounded_pct",
+        t.step,
+        pct(t.replies.iter().filter(|r| r.grounded).count()),
+        w,
+    );
+    let probed: Vec<f64> = t
+        .replies
+        .iter()
+        .filter_map(|r| r.learnability.map(f))
+        .collect();
+    if !probed.is_empty() {
+        out.push(
+            "engineer/learnability",
+            t.step,
+            probed.iter().sum::<f64>() / probed.len() as f64,
+            w,
+        );
+    }
+    out.push("engineer/loss", t.step, f(t.loss), w);
+    out.push("engineer/grad_norm", t.step, f(t.grad_norm), w);
+}
+
+/// Where the stage's time went, when its completion carries a timing (unhashed
+/// metadata): wall seconds, and per phase its seconds, share and token rate.
+fn push_stage_timing(
+    out: &mut Run,
+    ledger: &Ledger,
+    st: &StageState,
+    step: u64,
+) -> Result<(), LedgerError> {
+    let Some(h) = &st.completed else {
+        return Ok(());
+    };
+    let (_, meta) = ledger.event_with_meta(h)?;
+    let Some(t) = &meta.timing else {
+        return Ok(());
+    };
+    let w = seconds(meta.wall_time_ms);
+    out.push("timing/wall_seconds", step, t.wall_seconds, w);
+    for p in &t.phases {
+        out.push(&format!("timing/{}/seconds", p.name), step, p.seconds, w);
+        if t.wall_seconds > 0.0 {
+            let share = p.seconds / t.wall_seconds;
+            out.push(&format!("timing/{}/share", p.name), step, share, w);
+        }
+        if let Some(n) = p.sampled_tokens.filter(|_| p.seconds > 0.0) {
+            let rate = n as f64 / p.seconds;
+            out.push(
+                &format!("timing/{}/tokens_per_second", p.name),
+                step,
+                rate,
+                w,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The stage's number (once, at its first evaluation), then valid and optimal % of
+/// every group of each suite's latest outcomes.
+fn push_stage_evaluations(
+    out: &mut Run,
+    ledger: &Ledger,
+    st: &StageState,
+    step: u64,
+    suites: &BTreeMap<String, RecordedSuite>,
+) -> Result<(), LedgerError> {
+    let mut first = true;
+    for (suite, h) in &st.outcome_events {
+        let EventBody::EvaluationOutcomes(o) = ledger.event(h)?.body else {
+            continue;
+        };
+        let w = wall(ledger, h)?;
+        if first {
+            out.push("stage", step, st.stage as f64, w);
+            first = false;
+        }
+        let flags: Option<Vec<bool>> = suites
+            .get(suite)
+            .filter(|s| s.items.len() == o.outcomes.len())
+            .map(|s| s.items.iter().map(|i| i.needs_coordination).collect());
+        for g in groups_with(&o, flags.as_deref()) {
+            let items: Vec<u8> = g.cells.iter().flatten().map(|&i| o.outcomes[i]).collect();
+            if items.is_empty() {
+                continue;
+            }
+            let n = items.len() as f64;
+            let valid = items
+                .iter()
+                .filter(|&&b| b >= crate::record::event::OUTCOME_VALID)
+                .count();
+            let optimal = items
+                .iter()
+                .filter(|&&b| b == crate::record::event::OUTCOME_OPTIMAL)
+                .count();
+            let base = match &g.subset {
+                Some(s) => format!("{}/{}_agents/{s}", g.suite, g.agents),
+                None => format!("{}/{}_agents", g.suite, g.agents),
+            };
+            out.push(&format!("{base}/valid"), step, 100.0 * valid as f64 / n, w);
+            out.push(
+                &format!("{base}/optimal"),
+                step,
+                100.0 * optimal as f64 / n,
+                w,
+            );
+        }
+    }
+    Ok(())
 }
 
 // ---- the record format ----
