@@ -6,7 +6,8 @@
 //! The page is built with maud's `html!`, which escapes every spliced value by
 //! construction: ledger text (branch names, engineers' rationales, LLM replies) can only
 //! ever become text on the page. The only raw HTML is ours: the style sheet, the script
-//! and the SVG figures (plotters escapes the text it draws).
+//! and the SVG figures (plotters escapes the text it draws). The style sheet and the
+//! scripts are files under `report/assets/`, spliced in with `include_str!`.
 use super::{heatmap_values, validation_series, BranchView, Eval, Report};
 use crate::figures::{css_color, curves_svg, Curves};
 use crate::ledger::Hash;
@@ -116,112 +117,20 @@ fn inline_svg(svg: String) -> Markup {
     })
 }
 
-const STYLE: &str = r#"
-:root{--fg:#1d1f23;--muted:#5f6670;--line:#d9dde3;--bg:#fff;--soft:#f5f7fa;--accent:#1f77b4}
-*{box-sizing:border-box}
-body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
-main{max-width:1240px;margin:0 auto;padding:16px 24px 80px}
-h1{font-size:22px;margin:8px 0 4px}
-h2{font-size:18px;margin:32px 0 8px;padding-top:8px;border-top:1px solid var(--line)}
-h3{font-size:15px;margin:18px 0 6px}
-h4{font-size:12px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);margin:0 0 4px}
-p.lead,p.hint{color:var(--muted);margin:4px 0}
-nav{display:flex;flex-wrap:wrap;gap:12px;margin:10px 0}
-nav a{color:var(--accent);text-decoration:none}
-code{font:12px ui-monospace,"DejaVu Sans Mono",monospace}
-.scroll{overflow-x:auto;max-width:100%}
-table{border-collapse:collapse;margin:4px 0 12px}
-th,td{padding:3px 8px;border-bottom:1px solid var(--line);text-align:right;white-space:nowrap}
-th{font-weight:600;background:var(--soft)}
-th.l,td.l{text-align:left}
-tr.sum td{font-weight:600;border-top:2px solid var(--fg)}
-.sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px;vertical-align:baseline}
-.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,580px));gap:12px}
-.figs svg{width:100%;height:auto;border:1px solid var(--line)}
-.heatmaps,.tests,.samples{display:flex;flex-wrap:wrap;gap:18px 32px}
-figure.sample{max-width:260px}
-figure.sample figcaption{font-size:12px;margin-top:4px;overflow-wrap:anywhere}
-svg.grid{display:block;max-width:100%;height:auto}
-figure{margin:0}
-.heatmap table td{min-width:44px;text-align:center;border:1px solid #fff}
-.heatmap figcaption{font-weight:600;margin-bottom:2px}
-.n{cursor:pointer;font-variant-numeric:tabular-nums}
-.n:hover{outline:1px dotted var(--accent)}
-details.branch{margin:8px 0;border:1px solid var(--line);border-radius:6px;padding:6px 12px}
-details.branch>summary{cursor:pointer;font-weight:600}
-article.decision{border-left:4px solid var(--line);padding:6px 12px;margin:10px 0;background:var(--soft)}
-article.decision.accepted{border-color:#2ca02c}
-article.decision.clipped{border-color:#ff7f0e}
-article.decision.rejected{border-color:#d62728}
-article.decision.fallback{border-color:#9467bd}
-article.decision header{display:flex;flex-wrap:wrap;gap:10px;align-items:baseline;margin-bottom:6px}
-.badge{font-size:12px;padding:1px 6px;border-radius:8px;background:#e6e9ee}
-.cols{display:flex;flex-wrap:wrap;gap:12px}
-.cols>div{flex:1 1 240px}
-.cols ul{margin:0;padding-left:18px}
-blockquote{margin:0;padding:0 0 0 10px;border-left:2px solid var(--line);white-space:pre-wrap;overflow-wrap:anywhere}
-.verdict{font-weight:600}
-.muted{color:var(--muted)}
-ul.tree,ul.tree ul{list-style:none;padding-left:20px;margin:4px 0}
-ul.tree{padding-left:0}
-ul.tree li{margin:3px 0}
-ul.tree ul{border-left:1px solid var(--line)}
-.branchname{font-weight:600}
-#cite{position:fixed;left:0;right:0;bottom:0;margin:0;padding:8px 24px;background:#1d1f23;color:#fff;font:13px ui-monospace,"DejaVu Sans Mono",monospace;white-space:pre-wrap}
-"#;
+// Each asset is spliced after a newline (the page's bytes since it was a Rust string).
 
-const SCRIPT: &str = r#"
-(function () {
-  var bar = document.getElementById('cite');
-  var dir = document.body.getAttribute('data-ledger');
-  document.addEventListener('click', function (e) {
-    var t = e.target.closest('[data-ev]');
-    if (!t) { return; }
-    var cmds = t.getAttribute('data-ev').split(' ').map(function (h) {
-      return 'ledger --ledger ' + dir + ' show ' + h.slice(0, 12);
-    }).join('\n');
-    bar.textContent = cmds + '    (' + t.getAttribute('title') + ')';
-    bar.hidden = false;
-    if (navigator.clipboard && window.isSecureContext) {
-      navigator.clipboard.writeText(cmds).catch(function () {});
-    }
-  });
-})();
-"#;
+/// The page's style sheet.
+const STYLE: &str = concat!("\n", include_str!("assets/report.css"));
+
+/// The page's script: clicking a number shows (and copies) the `ledger show` command
+/// that prints its event.
+const SCRIPT: &str = concat!("\n", include_str!("assets/report.js"));
 
 /// `ledger serve`'s addition to the page: ask the server (long polling `/version`)
 /// whether the ledger moved, and if so fetch the page again and swap its `<main>` in
 /// place. The fetched page is parsed by DOMParser, whose scripts never run; its text was
 /// escaped by the same renderer as this one.
-const LIVE_SCRIPT: &str = r#"
-(function () {
-  var body = document.body;
-  var state = document.getElementById('live');
-  var wait = new URLSearchParams(location.search).get('wait') || '25';
-  function pause(ms) { return new Promise(function (r) { setTimeout(r, ms); }); }
-  function poll() {
-    var v = body.getAttribute('data-live');
-    return fetch('/version?since=' + encodeURIComponent(v) + '&wait=' + encodeURIComponent(wait), {cache: 'no-store'})
-      .then(function (r) { if (!r.ok) { throw new Error('status ' + r.status); } return r.text(); })
-      .then(function (now) {
-        if (now === v) { return; }
-        return fetch('/', {cache: 'no-store'}).then(function (r) { return r.text(); }).then(function (html) {
-          var doc = new DOMParser().parseFromString(html, 'text/html');
-          var next = doc.querySelector('main');
-          if (!next) { return; }
-          document.querySelector('main').replaceWith(document.adoptNode(next));
-          body.setAttribute('data-live', doc.body.getAttribute('data-live'));
-          document.title = doc.title;
-          state = document.getElementById('live');
-        });
-      })
-      .then(function () { if (state) { state.textContent = 'live'; } return pause(100); },
-            function () { if (state) { state.textContent = 'live: server unreachable, retrying'; } return pause(2000); })
-      .then(poll);
-  }
-  poll();
-})();
-"#;
+const LIVE_SCRIPT: &str = concat!("\n", include_str!("assets/live.js"));
 
 /// Render the whole page.
 pub fn render(r: &Report) -> Result<String, crate::figures::FigureError> {
