@@ -11,6 +11,7 @@
 use super::{heatmap_values, validation_series, BranchView, Eval, Report};
 use crate::figures::{css_color, curves_svg, Curves};
 use crate::ledger::Hash;
+use crate::views::format::{pm, rate};
 use crate::views::study::{StudyCell, StudyReport};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,10 +23,6 @@ fn cite(text: &str, events: &[Hash], what: &str) -> Markup {
     html! {
         span.n data-ev=(full.join(" ")) title={ (what) " · event " (short.join(", ")) } { (text) }
     }
-}
-
-fn pct(v: f64) -> String {
-    format!("{v:.2}")
 }
 
 /// Two cells, valid % then optimal %, citing `events`; two dashes when not evaluated.
@@ -287,7 +284,7 @@ fn validation(r: &Report) -> Result<Markup, crate::figures::FigureError> {
                         .and_then(|v| Some((v.event, v.sum(agents)?)));
                     @let events: Vec<Hash> = cell.iter().map(|c| c.0).collect();
                     (rate_pair(
-                        cell.map(|(_, (v, o))| (pct(v), pct(o))),
+                        cell.map(|(_, (v, o))| (rate(v), rate(o))),
                         &events,
                         &format!("{} stage {st} validation", b.name),
                     ))
@@ -362,7 +359,7 @@ fn test(r: &Report) -> Markup {
                                     @let stage = cell.map(|c| c.0).unwrap_or_default();
                                     @let events: Vec<Hash> = cell.iter().map(|c| c.1).collect();
                                     (rate_pair(
-                                        cell.map(|(_, _, (v, o))| (pct(v), pct(o))),
+                                        cell.map(|(_, _, (v, o))| (rate(v), rate(o))),
                                         &events,
                                         &format!("{} stage {stage} test, {k} agents", b.name),
                                     ))
@@ -427,7 +424,7 @@ fn subsets(r: &Report) -> Markup {
                                 (rate_pair(
                                     t.map(|t| {
                                         let (v, o) = t.table.sum_row(*k);
-                                        (pct(v), pct(o))
+                                        (rate(v), rate(o))
                                     }),
                                     &events,
                                     &format!("{} {suite}@{subset}, {k} agents", b.name),
@@ -477,9 +474,9 @@ fn coordination(r: &Report) -> Markup {
                                         td.l { (sc.stage) } td.l { (sc.suite) } td.l { (row.agents) }
                                         td.l { (row.half()) }
                                         td { (cite(&row.items.to_string(), &ev, &what)) }
-                                        td { (cite(&pct(row.valid_pct), &ev, &what)) }
-                                        td { (cite(&pct(row.optimal_pct), &ev, &what)) }
-                                        td { (cite(&pct(row.baseline_valid_pct), &ev, &what)) }
+                                        td { (cite(&rate(row.valid_pct), &ev, &what)) }
+                                        td { (cite(&rate(row.optimal_pct), &ev, &what)) }
+                                        td { (cite(&rate(row.baseline_valid_pct), &ev, &what)) }
                                     }
                                 }
                             }
@@ -552,13 +549,13 @@ fn training(r: &Report) -> Result<Markup, crate::figures::FigureError> {
                                 tr {
                                     td.l { (s.stage) } td { (c(s.steps.to_string())) }
                                     td { (c(format!("{:.3}", s.reward_mean))) }
-                                    td { (c(pct(100.0 * s.zero_variance_share))) }
+                                    td { (c(rate(100.0 * s.zero_variance_share))) }
                                     td { (c(format!("{:.4}", s.kl))) }
-                                    td { (c(pct(100.0 * s.clip_fraction))) }
-                                    td { (c(pct(s.valid_pct))) }
+                                    td { (c(rate(100.0 * s.clip_fraction))) }
+                                    td { (c(rate(s.valid_pct))) }
                                     td { (c(s.coordination_samples.to_string())) }
                                     @match s.coordination_valid_pct {
-                                        Some(v) => td { (c(pct(v))) },
+                                        Some(v) => td { (c(rate(v))) },
                                         None => td { "–" },
                                     }
                                 }
@@ -979,8 +976,8 @@ fn outcome(b: &BranchView, o: &crate::views::audit::DecisionOutcome) -> Markup {
                         );
                         tr {
                             td.l { (s.size) "×" (s.size) }
-                            td { (cite(&pct(s.valid_before), &evs, &w)) }
-                            td { (cite(&pct(s.valid_after), &evs, &w)) }
+                            td { (cite(&rate(s.valid_before), &evs, &w)) }
+                            td { (cite(&rate(s.valid_after), &evs, &w)) }
                             td { (cite(&format!("{:+.2}", s.delta_valid), &evs, &w)) }
                         }
                     }
@@ -1048,14 +1045,6 @@ fn fork_node<'a>(
             }
             @if let Some(kids) = kids { ul { @for k in kids { (k) } } }
         }
-    }
-}
-
-/// "mean ± half-width", or the mean alone without an interval.
-fn pm(m: f64, ci: Option<f64>) -> String {
-    match ci {
-        Some(c) => format!("{m:.2} ± {c:.2}"),
-        None => format!("{m:.2}"),
     }
 }
 

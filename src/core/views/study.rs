@@ -5,6 +5,7 @@
 //! The application (`mapf_ledger::study`) forks and runs the study; [`study_report`] summarises its runs and
 //! [`write_study`] writes the files.
 use super::compare::{mean_ci, BranchSummary};
+use super::format::{pm, rate};
 use super::paired::{self, Interval, McNemar};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -892,13 +893,6 @@ fn csv_text(rows: &[CsvRow]) -> String {
     }
 }
 
-fn pm(mean: f64, ci: Option<f64>) -> String {
-    match ci {
-        Some(c) => format!("{mean:.2} ± {c:.2}"),
-        None => format!("{mean:.2}"),
-    }
-}
-
 /// study.md: the paper's layout (rows: Sum and sizes per agent count; columns:
 /// engineers), mean ± 95% t-interval over seeds, plus the validation curves.
 pub fn study_markdown(r: &StudyReport) -> String {
@@ -991,7 +985,11 @@ pub fn study_markdown(r: &StudyReport) -> String {
                 .iter()
                 .find(|v| &v.engineer == e && v.stage == st)
             {
-                Some(v) => row.push_str(&format!(" {:.2} / {:.2} |", v.valid_mean, v.optimal_mean)),
+                Some(v) => row.push_str(&format!(
+                    " {} / {} |",
+                    rate(v.valid_mean),
+                    rate(v.optimal_mean)
+                )),
                 None => row.push_str(" - |"),
             }
         }
