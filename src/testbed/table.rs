@@ -34,7 +34,8 @@ impl CellCounts {
     }
 }
 
-fn pct(x: u32, n: u32) -> f64 {
+/// `x` as % of `n` (0 when `n` is 0): every rate of a table, and of the views above it.
+pub fn pct(x: u32, n: u32) -> f64 {
     if n == 0 {
         0.0
     } else {

@@ -7,12 +7,13 @@
 //! [`steps`]: GRPO step by step; [`study`]: study reports; [`tensorboard`]: TensorBoard event files;
 //! [`timing`]: where a stage's time went (`show --timing`); [`export`]: export rows and
 //! event records; [`replay`]: what a replay verified; [`show`]: `show` of a branch or stage, replay outcomes,
-//! the engineer list.
+//! the engineer list; [`format`]: how they all write numbers.
 pub mod audit;
 pub mod branches;
 pub mod compare;
 pub mod coordination;
 pub mod export;
+pub mod format;
 pub mod model;
 pub mod paired;
 pub mod replay;
@@ -24,23 +25,7 @@ pub mod tensorboard;
 pub mod testbed;
 pub mod timing;
 
-/// A ratio or setting as read commands and the report print it, with the digits it
-/// has: whole numbers whole, others to at most 4 decimals without trailing zeros
-/// (0.125, not 0.12; 0.2, not 0.20). The one formatter of the views. (The engineer's
-/// prompt keeps two decimals, `engineer::text::ratio` in the application: prompts are
-/// hashed into recorded events.)
-pub fn number(x: f64) -> String {
-    if x.fract() == 0.0 && x.abs() < 1e15 {
-        return format!("{x:.0}");
-    }
-    let s = format!("{x:.4}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".into()
-    } else {
-        s.to_string()
-    }
-}
+pub use format::number;
 
 /// What changed from `before` to `after`, per size and field, for people: every value
 /// with the digits it has (`4 wait 0.125->0.35`, by [`number`]).
@@ -51,26 +36,5 @@ pub fn config_changes(
     crate::context::changes_with(before, after, number)
 }
 
-/// `x` as % of `n` (0 when `n` is 0).
-pub(crate) fn pct(x: u32, n: u32) -> f64 {
-    if n == 0 {
-        0.0
-    } else {
-        100.0 * x as f64 / n as f64
-    }
-}
-
-#[cfg(test)]
-mod number_tests {
-    #[test]
-    fn ratios_keep_their_digits() {
-        use super::number;
-        assert_eq!(number(0.125), "0.125");
-        assert_eq!(number(0.2), "0.2");
-        assert_eq!(number(0.35), "0.35");
-        assert_eq!(number(1.0), "1");
-        assert_eq!(number(0.123456), "0.1235");
-        assert_eq!(number(-0.00001), "0");
-        assert_eq!(number(2.5e-5), "0");
-    }
-}
+/// `x` as % of `n` (0 when `n` is 0): the testbed's, which its tables' rates use.
+pub(crate) use crate::env::table::pct;

@@ -1,0 +1,98 @@
+//! Study reports: the runs of a counterfactual study (`ledger study`), their test
+//! cells aggregated over seeds (mean and 95% t-interval), each engineer's paired
+//! differences against `fixed` (replicate r against replicate r: the same fork point and
+//! suite items), and the CSV, Markdown and plot series written from them.
+//! The application (`mapf_ledger::study`) forks and runs the study; [`study_report`]
+//! summarises its runs and [`write_study`] writes the files.
+//!
+//! One data flow, a file per step:
+//! - `model.rs`: the types of `study.json` ([`StudyReport`] and its parts) and the
+//!   names a study agrees on ([`BASELINE`], [`REUSED`], [`ORDERINGS`]);
+//! - `items.rs`: the per-instance outcomes a report keeps for a later study to reuse
+//!   ([`StudyItems`]);
+//! - [`study_report`] (here) summarises the runs with `aggregate.rs` (means over seeds),
+//!   `pairing.rs` (paired differences, transfers, orderings) and `power.rs` (the power
+//!   line);
+//! - `tables.rs`: what a study shows, computed once ([`StudyTables`]): study.md
+//!   (`markdown.rs`) and the report's study section (`report::html`) only format it;
+//! - `csv.rs`: study.csv; `write.rs`: every file of the study into its directory.
+mod aggregate;
+mod csv;
+mod items;
+mod markdown;
+mod model;
+mod pairing;
+mod power;
+mod tables;
+mod write;
+
+pub use self::csv::study_csv;
+pub use markdown::study_markdown;
+pub use model::{
+    ItemsMismatch, PowerPlan, RecordedOutcomes, StudyCell, StudyCurvePoint, StudyDesign,
+    StudyItems, StudyPaired, StudyPairedMetric, StudyPower, StudyPowerObserved, StudyReport,
+    StudyRun, StudyRunRecord, BASELINE, ORDERINGS, REUSED, TRANSFER_BASELINE,
+};
+pub use pairing::{orderings, paired_vs_baseline, transfers};
+pub use tables::{
+    paired_cell, paired_cell_parts, study_series, CellRow, Claim, CurveRow, DeltaCell, DeltaRow,
+    DeltaTable, EngineerRuns, Orderings, StudyTables, SubsetRow, TestTable, Verdict,
+};
+pub use write::{write_study, StudyWriteError};
+
+use crate::views::compare;
+
+/// The study's report from its runs (as the application's `run_study` returns them): each
+/// run's summary and outcomes, the per-engineer aggregates and the paired differences
+/// against the first engineer.
+///
+/// `reused` are finished runs taken from an earlier report of the same study (see the
+/// application's `reusable_runs`): they count like the others, and pair item by item
+/// through the outcomes the report kept ([`StudyItems`]). A report written before it
+/// kept them has none, so the pooled bootstrap of a row that pairs such a run is left
+/// out with a note and the seed-level t-interval stands alone.
+pub fn study_report(
+    ledger: &mut crate::ledger::Ledger,
+    spec: &StudyDesign,
+    records: Vec<StudyRunRecord>,
+    reused: Vec<StudyRun>,
+    plan: PowerPlan,
+) -> Result<StudyReport, crate::ledger::LedgerError> {
+    let mut runs = reused;
+    for rec in records {
+        let st = ledger.projection(&rec.branch)?;
+        let mut summary = compare::summarise(&rec.branch, &st);
+        compare::load_outcomes(ledger, &st, &mut summary)?;
+        runs.push(StudyRun {
+            engineer: rec.engineer,
+            replicate: rec.replicate,
+            head: ledger.head(&rec.branch)?,
+            items: StudyItems::of(&summary),
+            summary,
+            branch: rec.branch,
+            action: rec.action.into(),
+        });
+    }
+    // Engineer by engineer (the design's order), seed by seed, wherever a run came from.
+    let rank = |e: &str| spec.engineers.iter().position(|x| x == e);
+    runs.sort_by_key(|r| (rank(&r.engineer), r.replicate));
+    let (cells, validation) = aggregate::aggregate(&spec.engineers, &runs);
+    let paired = pairing::paired_vs_baseline(&spec.engineers, &runs);
+    let orderings = pairing::orderings(&spec.engineers, &runs);
+    let transfer = pairing::transfers(&spec.engineers, &runs);
+    let power = power::power(&runs, &paired, &orderings, plan);
+    Ok(StudyReport {
+        from: spec.from.clone(),
+        at: spec.at,
+        seeds: spec.seeds,
+        engineers: spec.engineers.clone(),
+        runs,
+        cells,
+        validation,
+        paired,
+        orderings,
+        transfer,
+        power,
+        files: vec![],
+    })
+}
