@@ -431,11 +431,11 @@ impl Sizing<'_> {
     }
 
     /// Phase 2: the resident parts, the phases with their peak bytes, and the model's
-    /// facts, under knobs `k`.
+    /// facts, under knobs `k`. The phases in the order printed: GRPO's (generation,
+    /// training, the KL reference), rehearsal, evaluation, the engineer's reply, the
+    /// stage-0 warm-up.
     fn estimate(&self, k: Knobs) -> (Vec<Part>, Vec<Part>, ModelFacts) {
-        let plan = self.plan;
-        let spec = &plan.lm;
-        let lora = spec.lora().map(|mut l| {
+        let lora = self.plan.lm.lora().map(|mut l| {
             l.rank = k.rank as i64;
             l
         });
@@ -447,119 +447,12 @@ impl Sizing<'_> {
         };
         let (w, t, o) = est.resident();
         let resident = w + t + o;
-        let train_new = self.tokens.train_new.min(k.max_new);
-        let eval_new = self.tokens.eval_new.min(k.max_new);
-        let lanes = k.batch * k.group;
-        // GRPO splits the batch only when the micro-batch is smaller than it; then the
-        // plan's recompute and log-prob chunks apply to its backward.
-        let split = k.by_tokens || (k.micro > 0 && k.micro < lanes);
-        let rows = if split { k.micro.min(lanes) } else { lanes };
         let attention = AttentionKernel::on(self.cuda);
-        let layout = TrainingLayout {
-            recompute: split && k.recompute,
-            log_prob_chunk: if split { k.chunk } else { 0 },
-            attention,
-        };
-        let train = Training {
-            rows,
-            tokens: self.tokens.train_prompt + train_new - 1,
-            targets: rows * train_new,
-        };
-        let mut how = Vec::new();
-        if layout.recompute {
-            how.push("recomputed".to_string());
-        }
-        if layout.log_prob_chunk > 0 {
-            how.push(format!("log-probs by {}", layout.log_prob_chunk));
-        }
-        let how = if how.is_empty() {
-            String::new()
-        } else {
-            format!("; {}", how.join(", "))
-        };
-        let mut phases = vec![
-            self.generation_phase(
-                &est,
-                format!("GRPO generation ({} prompts x {} samples", k.batch, k.group),
-                Generation {
-                    prompts: k.batch,
-                    lanes,
-                    prompt_tokens: self.tokens.train_prompt,
-                    new_tokens: train_new,
-                    top_p: spec.top_p < 1.0,
-                },
-                resident,
-            ),
-            Part {
-                name: format!("GRPO training ({rows} rows x {} tokens{how})", train.tokens),
-                bytes: resident + est.training_with(&train, layout),
-            },
-        ];
-        if plan.grpo.kl_coef > 0.0 && lora.is_some() {
-            // Scoring reads the policy's chunk setting whether or not the batch splits.
-            let scoring = TrainingLayout {
-                recompute: false,
-                log_prob_chunk: k.chunk,
-                attention,
-            };
-            phases.push(Part {
-                name: format!("KL reference ({rows} rows, no gradients)"),
-                bytes: resident + est.scoring_with(&train, scoring),
-            });
-        }
-        if let (Some(prompt), Some(new)) = (self.tokens.rehearsal_prompt, self.tokens.rehearsal_new)
-        {
-            // `train::warmup`'s text backward: one forward on a GPU, eight micro-batches
-            // of at least four rows on the CPU.
-            let batch = k.rehearsal;
-            let rows = if self.cuda {
-                batch
-            } else {
-                batch.div_ceil(8).max(4).min(batch)
-            };
-            let whole = TrainingLayout {
-                attention,
-                ..TrainingLayout::WHOLE
-            };
-            let tokens = prompt + new - 1;
-            phases.push(Part {
-                name: format!("rehearsal ({rows} rows x {tokens} tokens)"),
-                bytes: resident
-                    + est.training_with(
-                        &Training {
-                            rows,
-                            tokens,
-                            targets: rows * new,
-                        },
-                        whole,
-                    ),
-            });
-        }
-        phases.push(self.generation_phase(
-            &est,
-            format!("evaluation ({} greedy plans, 5 agents", k.eval),
-            Generation {
-                prompts: k.eval,
-                lanes: k.eval,
-                prompt_tokens: self.tokens.eval_prompt,
-                new_tokens: eval_new,
-                top_p: false,
-            },
-            resident,
-        ));
+        let mut phases = self.grpo_phases(&est, k, resident, attention);
+        phases.extend(self.rehearsal_phase(&est, k, resident, attention));
+        phases.push(self.evaluation_phase(&est, k, resident));
         if self.model_engineer {
-            phases.push(self.generation_phase(
-                &est,
-                "engineer reply (current/base".into(),
-                Generation {
-                    prompts: 1,
-                    lanes: 1,
-                    prompt_tokens: self.tokens.engineer_prompt,
-                    new_tokens: self.tokens.engineer_new,
-                    top_p: spec.engineer_top_p < 1.0,
-                },
-                resident,
-            ));
+            phases.push(self.engineer_phase(&est, resident));
         }
         // The names opened a parenthesis for the waves; close them.
         for p in phases.iter_mut() {
@@ -567,35 +460,7 @@ impl Sizing<'_> {
                 p.name.push(')');
             }
         }
-        if plan.warmup.steps > 0 && spec.hf_dir().is_none() {
-            // Stage 0 pretrains every weight of a scratch model (no LoRA yet).
-            let full = Estimator {
-                cfg: &self.cfg,
-                lora: None,
-                bytes: self.bytes,
-            };
-            let (fw, ft, fo) = full.resident();
-            let rows = (plan.warmup.batch_size as u64).div_ceil(8).max(4);
-            let new = self.tokens.train_new;
-            let whole = TrainingLayout {
-                attention,
-                ..TrainingLayout::WHOLE
-            };
-            phases.push(Part {
-                name: format!("warm-up (stage 0, full weights, {rows} rows)"),
-                bytes: fw
-                    + ft
-                    + fo
-                    + full.training_with(
-                        &Training {
-                            rows,
-                            tokens: self.tokens.train_prompt + new - 1,
-                            targets: rows * new,
-                        },
-                        whole,
-                    ),
-            });
-        }
+        phases.extend(self.warmup_phase(attention));
         let resident_parts = vec![
             Part {
                 name: if lora.is_some() {
@@ -627,6 +492,183 @@ impl Sizing<'_> {
             lora_rank: lora.as_ref().map_or(0, |l| l.rank as u32),
         };
         (resident_parts, phases, facts)
+    }
+
+    /// GRPO's phases under knobs `k`: a group's generation, the training micro-batch
+    /// and, with a KL term under LoRA, the KL reference's scoring (its generation
+    /// phase's name left open for the waves).
+    fn grpo_phases(
+        &self,
+        est: &Estimator,
+        k: Knobs,
+        resident: u64,
+        attention: AttentionKernel,
+    ) -> Vec<Part> {
+        let train_new = self.tokens.train_new.min(k.max_new);
+        let lanes = k.batch * k.group;
+        // GRPO splits the batch only when the micro-batch is smaller than it; then the
+        // plan's recompute and log-prob chunks apply to its backward.
+        let split = k.by_tokens || (k.micro > 0 && k.micro < lanes);
+        let rows = if split { k.micro.min(lanes) } else { lanes };
+        let layout = TrainingLayout {
+            recompute: split && k.recompute,
+            log_prob_chunk: if split { k.chunk } else { 0 },
+            attention,
+        };
+        let train = Training {
+            rows,
+            tokens: self.tokens.train_prompt + train_new - 1,
+            targets: rows * train_new,
+        };
+        let mut how = Vec::new();
+        if layout.recompute {
+            how.push("recomputed".to_string());
+        }
+        if layout.log_prob_chunk > 0 {
+            how.push(format!("log-probs by {}", layout.log_prob_chunk));
+        }
+        let how = if how.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", how.join(", "))
+        };
+        let mut phases = vec![
+            self.generation_phase(
+                est,
+                format!("GRPO generation ({} prompts x {} samples", k.batch, k.group),
+                Generation {
+                    prompts: k.batch,
+                    lanes,
+                    prompt_tokens: self.tokens.train_prompt,
+                    new_tokens: train_new,
+                    top_p: self.plan.lm.top_p < 1.0,
+                },
+                resident,
+            ),
+            Part {
+                name: format!("GRPO training ({rows} rows x {} tokens{how})", train.tokens),
+                bytes: resident + est.training_with(&train, layout),
+            },
+        ];
+        if self.plan.grpo.kl_coef > 0.0 && est.lora.is_some() {
+            // Scoring reads the policy's chunk setting whether or not the batch splits.
+            let scoring = TrainingLayout {
+                recompute: false,
+                log_prob_chunk: k.chunk,
+                attention,
+            };
+            phases.push(Part {
+                name: format!("KL reference ({rows} rows, no gradients)"),
+                bytes: resident + est.scoring_with(&train, scoring),
+            });
+        }
+        phases
+    }
+
+    /// The rehearsal term's backward (with `[grpo] rehearsal_coef`): `train::warmup`'s
+    /// text backward, one forward on a GPU, eight micro-batches of at least four rows
+    /// on the CPU.
+    fn rehearsal_phase(
+        &self,
+        est: &Estimator,
+        k: Knobs,
+        resident: u64,
+        attention: AttentionKernel,
+    ) -> Option<Part> {
+        let (Some(prompt), Some(new)) = (self.tokens.rehearsal_prompt, self.tokens.rehearsal_new)
+        else {
+            return None;
+        };
+        let batch = k.rehearsal;
+        let rows = if self.cuda {
+            batch
+        } else {
+            batch.div_ceil(8).max(4).min(batch)
+        };
+        let whole = TrainingLayout {
+            attention,
+            ..TrainingLayout::WHOLE
+        };
+        let tokens = prompt + new - 1;
+        Some(Part {
+            name: format!("rehearsal ({rows} rows x {tokens} tokens)"),
+            bytes: resident
+                + est.training_with(
+                    &Training {
+                        rows,
+                        tokens,
+                        targets: rows * new,
+                    },
+                    whole,
+                ),
+        })
+    }
+
+    /// An evaluation batch of greedy plans on the largest 5-agent boards (its name left
+    /// open for the waves).
+    fn evaluation_phase(&self, est: &Estimator, k: Knobs, resident: u64) -> Part {
+        self.generation_phase(
+            est,
+            format!("evaluation ({} greedy plans, 5 agents", k.eval),
+            Generation {
+                prompts: k.eval,
+                lanes: k.eval,
+                prompt_tokens: self.tokens.eval_prompt,
+                new_tokens: self.tokens.eval_new.min(k.max_new),
+                top_p: false,
+            },
+            resident,
+        )
+    }
+
+    /// A model engineer's reply (its name left open for the waves).
+    fn engineer_phase(&self, est: &Estimator, resident: u64) -> Part {
+        self.generation_phase(
+            est,
+            "engineer reply (current/base".into(),
+            Generation {
+                prompts: 1,
+                lanes: 1,
+                prompt_tokens: self.tokens.engineer_prompt,
+                new_tokens: self.tokens.engineer_new,
+                top_p: self.plan.lm.engineer_top_p < 1.0,
+            },
+            resident,
+        )
+    }
+
+    /// Stage 0's warm-up, when it pretrains a scratch model: every weight (no LoRA
+    /// yet), with its own resident parts.
+    fn warmup_phase(&self, attention: AttentionKernel) -> Option<Part> {
+        if self.plan.warmup.steps == 0 || self.plan.lm.hf_dir().is_some() {
+            return None;
+        }
+        let full = Estimator {
+            cfg: &self.cfg,
+            lora: None,
+            bytes: self.bytes,
+        };
+        let (fw, ft, fo) = full.resident();
+        let rows = (self.plan.warmup.batch_size as u64).div_ceil(8).max(4);
+        let new = self.tokens.train_new;
+        let whole = TrainingLayout {
+            attention,
+            ..TrainingLayout::WHOLE
+        };
+        Some(Part {
+            name: format!("warm-up (stage 0, full weights, {rows} rows)"),
+            bytes: fw
+                + ft
+                + fo
+                + full.training_with(
+                    &Training {
+                        rows,
+                        tokens: self.tokens.train_prompt + new - 1,
+                        targets: rows * new,
+                    },
+                    whole,
+                ),
+        })
     }
 }
 

@@ -23,26 +23,12 @@ impl Pipeline<'_> {
         let mut phases = Phases::new(self.device);
         let cfg = self.plan.grpo.clone();
         let seed = stage_seed(&self.plan, n, state.replicate);
-        let prev = state
-            .stage(n - 1)
-            .ok_or(StageError::Diverged(Divergence::NoStageBefore { stage: n }))?;
-        let from =
-            prev.checkpoint
-                .map(|c| c.0)
-                .ok_or(StageError::Diverged(Divergence::NoCheckpoint {
-                    stage: n - 1,
-                }))?;
+        let (from, current) = stage_inputs(state, n)?;
         let this = state.stage(n);
         let started = this.is_some_and(|s| s.started.is_some());
         if this.is_some() {
             phases.set_resumed();
         }
-        // The configuration in force: what the engineer (and engineer RL) reads.
-        let current = prev
-            .config
-            .clone()
-            .or_else(|| state.initial_config.clone())
-            .expect("genesis has a config");
 
         // 1. Decide (or recover the recorded decision when resuming).
         let applied: GeneratorConfig = if started {
@@ -51,104 +37,23 @@ impl Pipeline<'_> {
                     stage: n,
                 }))?
         } else {
-            phases.begin(phase::ENGINEER);
-            let ctx = self.context(state, n, current.clone(), spec)?;
-            let inputs = BuildInputs {
-                ledger: self.ledger,
-                plan: &self.plan,
-                device: self.device,
-                stage: n,
-                stage_seed: seed,
-            };
-            let mut engineer = engineers(spec, &inputs, state)?;
-            let decision = engineer.decide(&ctx);
-            if let Some(work) = decision.work {
+            let (applied, work) = phases.time(phase::ENGINEER, || {
+                let inputs = (state, &current, from, seed);
+                self.decide(branch, n, spec, engineer_name, inputs, engineers, progress)
+            })?;
+            if let Some(work) = work {
                 phases.count(phase::ENGINEER, work);
             }
-            let event = decision_event(
-                engineer_name,
-                &current,
-                &ctx,
-                self.plan.engineer.max_size as usize,
-                decision,
-                &mut self.recorder(branch),
-            )?;
-            let applied = event.applied.clone();
-            if let DecisionStatus::Rejected { reason } | DecisionStatus::Fallback { reason } =
-                &event.status
-            {
-                progress.note(&format!("stage {n}: engineer {engineer_name}'s proposal was not used ({reason}); keeping the previous configuration"));
-            }
-            let mut rec = self.recorder(branch);
-            rec.push(
-                n,
-                EventBody::StageStarted(StageStarted {
-                    engineer: engineer_name.into(),
-                    from_checkpoint: Some(from),
-                    seed: Hash(*seed.bytes()),
-                }),
-            );
-            rec.push(n, EventBody::EngineerDecision(event));
-            rec.flush()?;
-            phases.end();
             applied
         };
 
-        // 2. Generate the training instances (recomputed identically on resume).
-        phases.begin(phase::INSTANCES);
-        let data = crate::env::generator::generate_excluding(
-            &applied,
-            self.plan.grpo.instances_per_stage as usize,
-            seed.child("instances", 0),
-            Budget::default(),
-            &self.suite_keys,
-        )
-        .map_err(StageError::Generate)?;
-        // The rehearsal term's solver plans: fresh draws from the plan's warm-up mix (the
-        // pretraining distribution), from this stage's seed.
-        let rehearsal = if cfg.rehearsal_coef > 0.0 {
-            Some(super::base::warmup_data(
-                &self.plan.warmup,
-                cfg.rehearsal_instances as usize,
-                seed.child("rehearsal", 0),
-                &self.suite_keys,
-            )?)
-        } else {
-            None
-        };
-        let blobs = {
-            let mut rec = self.recorder(branch);
-            let blobs = Self::instance_blobs(&mut rec, &data)?;
-            // Recorded once, with the rehearsal set in the same flush (a resumed stage
-            // that has one has both).
-            if this.is_none_or(|s| s.instances() == 0) {
-                let config = rec.blob(&codec::encode(&applied))?;
-                rec.push(
-                    n,
-                    EventBody::InstancesGenerated(InstancesGenerated {
-                        split: "train".into(),
-                        config,
-                        instances: blobs.clone(),
-                    }),
-                );
-                if let Some((items, mix)) = &rehearsal {
-                    let instances = Self::instance_blobs(&mut rec, items)?;
-                    let config = rec.blob(mix)?;
-                    rec.push(
-                        n,
-                        EventBody::InstancesGenerated(InstancesGenerated {
-                            split: "rehearsal".into(),
-                            config,
-                            instances,
-                        }),
-                    );
-                }
-                rec.flush()?;
-            }
-            blobs
-        };
-        let rehearsal = rehearsal.map(|(items, _)| items).unwrap_or_default();
-        phases.end();
+        // 2. Generate the training instances (recomputed identically on resume), recorded
+        //    once, with the rehearsal set in the same flush (a resumed stage that has one
+        //    has both).
+        let record = this.is_none_or(|s| s.instances() == 0);
+        let (data, blobs, rehearsal) = phases.time(phase::INSTANCES, || {
+            self.training_instances(branch, n, &applied, seed, record)
+        })?;
 
         // The context engineer RL starts from: the one this stage's engineer read.
         let engineer_rl = match self.engineer_rl(spec)? {
@@ -203,26 +108,8 @@ impl Pipeline<'_> {
             Some(rl) if rl.0.train.after_evaluation => (None, Some(rl)),
             rl => (rl.as_ref(), None),
         };
-        let engineer_steps =
-            |rec: &mut Recorder<'_>,
-             ts: &mut TrainState,
-             phases: &mut Phases,
-             progress: &mut dyn Progress,
-             (settings, own): &(crate::engineer::rl::Settings, EngineerContext)| {
-                phases.time(phase::ENGINEER_RL, || {
-                    train_engineer(
-                        rec,
-                        ts,
-                        settings,
-                        own,
-                        seed.child("engineer-rl", 0),
-                        n,
-                        progress,
-                    )
-                })
-            };
         if let Some(rl) = before {
-            engineer_steps(&mut rec, &mut ts, &mut phases, host.progress, rl)?;
+            engineer_steps(&mut rec, &mut ts, &mut phases, host.progress, rl, seed, n)?;
         }
 
         // 5. Evaluate, summarise, complete.
@@ -231,7 +118,7 @@ impl Pipeline<'_> {
         let after: Option<super::end::AfterEvaluation<'_>> = match after {
             Some(rl) => {
                 hook = |rec: &mut Recorder<'_>, ts: &mut TrainState, phases: &mut Phases| {
-                    engineer_steps(rec, ts, phases, &mut *progress, rl)
+                    engineer_steps(rec, ts, phases, &mut *progress, rl, seed, n)
                 };
                 Some(&mut hook)
             }
@@ -254,6 +141,168 @@ impl Pipeline<'_> {
         progress.stage_end(n, &validation);
         Ok(true)
     }
+
+    /// Part 1 of stage `n`: the engineer `spec` (recorded as `engineer_name`) reads the
+    /// evidence of the stage before, under `current` (`inputs`: the branch, the
+    /// configuration in force, the checkpoint the stage starts from and its seed), and
+    /// proposes this stage's configuration. Records the stage's start and the decision
+    /// in one flush; returns the configuration applied and the engineer's decoding work
+    /// (for its phase).
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &mut self,
+        branch: &str,
+        n: u32,
+        spec: &EngineerSpec,
+        engineer_name: &str,
+        (state, current, from, seed): (&BranchState, &GeneratorConfig, Hash, Seed),
+        engineers: &mut EngineerFactory<'_>,
+        progress: &mut dyn Progress,
+    ) -> Result<(GeneratorConfig, Option<crate::train::timing::Work>), StageError> {
+        let ctx = self.context(state, n, current.clone(), spec)?;
+        let inputs = BuildInputs {
+            ledger: self.ledger,
+            plan: &self.plan,
+            device: self.device,
+            stage: n,
+            stage_seed: seed,
+        };
+        let mut engineer = engineers(spec, &inputs, state)?;
+        let decision = engineer.decide(&ctx);
+        let work = decision.work;
+        let event = decision_event(
+            engineer_name,
+            current,
+            &ctx,
+            self.plan.engineer.max_size as usize,
+            decision,
+            &mut self.recorder(branch),
+        )?;
+        let applied = event.applied.clone();
+        if let DecisionStatus::Rejected { reason } | DecisionStatus::Fallback { reason } =
+            &event.status
+        {
+            progress.note(&format!("stage {n}: engineer {engineer_name}'s proposal was not used ({reason}); keeping the previous configuration"));
+        }
+        let mut rec = self.recorder(branch);
+        rec.push(
+            n,
+            EventBody::StageStarted(StageStarted {
+                engineer: engineer_name.into(),
+                from_checkpoint: Some(from),
+                seed: Hash(*seed.bytes()),
+            }),
+        );
+        rec.push(n, EventBody::EngineerDecision(event));
+        rec.flush()?;
+        Ok((applied, work))
+    }
+
+    /// Part 2 of stage `n`: its training instances under `applied` and, with a
+    /// rehearsal term, the term's solver plans (fresh draws from the plan's warm-up
+    /// mix, the pretraining distribution, from this stage's seed). With `record`, both
+    /// sets are recorded in one flush. Returns the instances, their blobs and the
+    /// rehearsal plans (empty without the term).
+    fn training_instances(
+        &mut self,
+        branch: &str,
+        n: u32,
+        applied: &GeneratorConfig,
+        seed: Seed,
+        record: bool,
+    ) -> Result<(Vec<Solved>, Vec<Hash>, Vec<Solved>), StageError> {
+        let cfg = &self.plan.grpo;
+        let data = crate::env::generator::generate_excluding(
+            applied,
+            cfg.instances_per_stage as usize,
+            seed.child("instances", 0),
+            Budget::default(),
+            &self.suite_keys,
+        )
+        .map_err(StageError::Generate)?;
+        let rehearsal = if cfg.rehearsal_coef > 0.0 {
+            Some(super::base::warmup_data(
+                &self.plan.warmup,
+                cfg.rehearsal_instances as usize,
+                seed.child("rehearsal", 0),
+                &self.suite_keys,
+            )?)
+        } else {
+            None
+        };
+        let mut rec = self.recorder(branch);
+        let blobs = Self::instance_blobs(&mut rec, &data)?;
+        if record {
+            let config = rec.blob(&codec::encode(applied))?;
+            rec.push(
+                n,
+                EventBody::InstancesGenerated(InstancesGenerated {
+                    split: "train".into(),
+                    config,
+                    instances: blobs.clone(),
+                }),
+            );
+            if let Some((items, mix)) = &rehearsal {
+                let instances = Self::instance_blobs(&mut rec, items)?;
+                let config = rec.blob(mix)?;
+                rec.push(
+                    n,
+                    EventBody::InstancesGenerated(InstancesGenerated {
+                        split: "rehearsal".into(),
+                        config,
+                        instances,
+                    }),
+                );
+            }
+            rec.flush()?;
+        }
+        let rehearsal = rehearsal.map(|(items, _)| items).unwrap_or_default();
+        Ok((data, blobs, rehearsal))
+    }
+}
+
+/// What a GRPO stage `n` starts from: the checkpoint the stage before ended with, and
+/// the configuration in force (what the engineer, and engineer RL, read).
+fn stage_inputs(state: &BranchState, n: u32) -> Result<(Hash, GeneratorConfig), StageError> {
+    let prev = state
+        .stage(n - 1)
+        .ok_or(StageError::Diverged(Divergence::NoStageBefore { stage: n }))?;
+    let from =
+        prev.checkpoint
+            .map(|c| c.0)
+            .ok_or(StageError::Diverged(Divergence::NoCheckpoint {
+                stage: n - 1,
+            }))?;
+    let current = prev
+        .config
+        .clone()
+        .or_else(|| state.initial_config.clone())
+        .expect("genesis has a config");
+    Ok((from, current))
+}
+
+/// Engineer RL's steps on the context `own` its settings start from, timed as the
+/// `engineer_rl` phase.
+fn engineer_steps(
+    rec: &mut Recorder<'_>,
+    ts: &mut TrainState,
+    phases: &mut Phases,
+    progress: &mut dyn Progress,
+    (settings, own): &(crate::engineer::rl::Settings, EngineerContext),
+    seed: Seed,
+    n: u32,
+) -> Result<(), StageError> {
+    phases.time(phase::ENGINEER_RL, || {
+        train_engineer(
+            rec,
+            ts,
+            settings,
+            own,
+            seed.child("engineer-rl", 0),
+            n,
+            progress,
+        )
+    })
 }
 
 /// Engineer RL's steps ([`crate::engineer::rl`]), each recorded as an

@@ -164,6 +164,11 @@ pub fn step(
 /// `parameter_hash`. The records and statistics are the same bits as [`step`]'s.
 /// `rehearsal`: the solver plans of the rehearsal term (`cfg.rehearsal_coef`; empty or
 /// a weight of 0: none), timed with training.
+///
+/// The body is the algorithm, one named part after another, each wrapped in its phase.
+/// `training` also covers, without counting another call, putting recorded log-probs on
+/// the device, building the update's inputs, and reading back a whole-batch update's
+/// loss terms (after the optimiser's work is queued).
 #[allow(clippy::too_many_arguments)]
 pub fn step_timed(
     state: &mut TrainState,
@@ -177,9 +182,131 @@ pub fn step_timed(
     step: u64,
     phases: &mut Phases,
 ) -> (Vec<StepRecord>, StepStats) {
-    let group = cfg.group_size as usize;
     // 1. The batch and its rollouts.
-    phases.begin(phase::GENERATION);
+    let batch = phases.time(phase::GENERATION, || {
+        sample_batch(state, cfg, data, stage_seed, step)
+    });
+    // Prompt tokens, for the work of the phases (only when timing).
+    let prompts = phases
+        .is_on()
+        .then(|| prompt_tokens(state.policy.as_ref(), &batch.instances))
+        .flatten();
+    if phases.is_on() {
+        let work = sampling_work(state.policy.as_ref(), prompts.as_deref(), &batch.rollouts);
+        phases.count(phase::GENERATION, work);
+    }
+    let scored = scoring_work(prompts.as_deref(), &batch.rollouts);
+
+    // 2. Rewards from the testbed, advantages within each group; 3. the trajectories,
+    //    recorded before the update they feed.
+    let (scores, mut events) = phases.time(phase::REWARD, || {
+        let scores = score(cfg, metric, data, &batch);
+        let trajectories =
+            trajectory_batch(state.global_step, metric, data, data_blobs, &batch, &scores);
+        (scores, vec![StepRecord::Trajectories(trajectories)])
+    });
+
+    // 4. The clipped-ratio objective's inputs. Old log-probs are the sampling policy's.
+    let old = if recorded(&batch.rollouts) {
+        // Putting recorded log-probs on the device is part of training.
+        phases.time_resumed(phase::TRAINING, || {
+            recorded_log_probs(&batch.rollouts, state.policy.device())
+        })
+    } else {
+        let old = phases.time(phase::OLD_LOG_PROBS, || old_log_probs(state, &batch));
+        phases.count(phase::OLD_LOG_PROBS, scored);
+        old
+    };
+    let micro = micro_batches(
+        cfg,
+        batch.rollouts.len(),
+        (cfg.micro_batch_tokens > 0)
+            .then(|| state.policy.row_tokens(&batch.instances, &batch.rollouts))
+            .as_deref(),
+    );
+    let base_lp = if cfg.kl_coef > 0.0 {
+        let lp = phases.time(phase::KL_REFERENCE, || {
+            kl_reference(state, base, &batch, micro.as_deref())
+        });
+        phases.count(phase::KL_REFERENCE, scored);
+        lp
+    } else {
+        None
+    };
+    let (objective, mut grpo_stats, mut stats) = phases.time_resumed(phase::TRAINING, || {
+        let (adv, keep) = update_weights(cfg, &scores, state.policy.device());
+        let (grpo_stats, stats) = step_stats(state.global_step, cfg, metric, data, &batch, &scores);
+        let objective = Objective {
+            old,
+            base: base_lp,
+            adv,
+            keep,
+            micro,
+        };
+        (objective, grpo_stats, stats)
+    });
+
+    // 5. The updates, each through the one update path: forward and backward (with the
+    //    rehearsal term), the optimiser, the loss terms read back, the parameter hash and
+    //    the gradient step's record.
+    for epoch in 0..cfg.epochs {
+        let update = step * cfg.epochs as u64 + epoch as u64;
+        let pending = phases.time(phase::TRAINING, || {
+            backward(state, cfg, &batch, &objective, || {
+                rehearse(state, cfg, rehearsal, stage_seed, update)
+            })
+        });
+        let grad_norm = phases.time(phase::OPTIMISER, || state.adam.update(state.policy.vars()));
+        state.global_step += 1;
+        let terms = match pending {
+            Pending::Read(terms) => terms,
+            // Read back with the training phase (waiting for its kernels).
+            Pending::OnDevice { terms, rehearsed } => {
+                phases.time_resumed(phase::TRAINING, || terms.read(rehearsed))
+            }
+        };
+        phases.count(phase::TRAINING, scored);
+        let params = phases.time(phase::PARAMETER_HASH, || {
+            super::checkpoint::param_hash(state.policy.vars())
+        });
+        events.push(StepRecord::GradientStep(GradientStep {
+            step: state.global_step,
+            params,
+            loss: terms.loss.to_bits(),
+            policy_loss: terms.policy_loss.to_bits(),
+            kl: terms.kl.to_bits(),
+            entropy: terms.entropy.to_bits(),
+            grad_norm: grad_norm.to_bits(),
+            reward_mean: stats.reward_mean.to_bits(),
+        }));
+        stats.loss = terms.loss;
+        stats.grad_norm = grad_norm;
+        grpo_stats.step = state.global_step;
+        grpo_stats.kl = terms.kl.to_bits();
+        grpo_stats.clip_fraction = terms.clip_fraction.to_bits();
+    }
+    events.push(StepRecord::GrpoStats(grpo_stats));
+    (events, stats)
+}
+
+/// A step's batch: the indices of its instances in the stage's set, the instances as
+/// the policy reads them (agent names drawn per step), and their rollouts
+/// (`group_size` per instance, instance-major).
+struct Batch {
+    idx: Vec<usize>,
+    instances: Vec<Instance>,
+    rollouts: Vec<Rollout>,
+}
+
+/// Part 1: the batch of step `step` (a seeded permutation of the stage's set, a pure
+/// function of (stage, step)) and its sampled plans.
+fn sample_batch(
+    state: &TrainState,
+    cfg: &GrpoConfig,
+    data: &[Solved],
+    stage_seed: Seed,
+    step: u64,
+) -> Batch {
     let idx = batch_indices(
         data.len(),
         cfg.batch_size as usize,
@@ -192,32 +319,42 @@ pub fn step_timed(
         cfg.agent_names,
         stage_seed.child("agent_names", step),
     );
-    let rollouts: Vec<Rollout> =
-        state
-            .policy
-            .sample(&instances, group, false, stage_seed.child("rollout", step));
-    phases.end();
-    // Prompt tokens, for the work of the phases (only when timing).
-    let prompts = phases
-        .is_on()
-        .then(|| prompt_tokens(state.policy.as_ref(), &instances))
-        .flatten();
-    if phases.is_on() {
-        let work = sampling_work(state.policy.as_ref(), prompts.as_deref(), &rollouts);
-        phases.count(phase::GENERATION, work);
+    let rollouts = state.policy.sample(
+        &instances,
+        cfg.group_size as usize,
+        false,
+        stage_seed.child("rollout", step),
+    );
+    Batch {
+        idx,
+        instances,
+        rollouts,
     }
+}
 
-    // 2. Rewards from the testbed, advantages within each group.
-    phases.begin(phase::REWARD);
-    let outcomes: Vec<Outcome> = rollouts
+/// A batch's scores: each rollout's outcome and reward, in rollout order, each
+/// rollout's advantage and which groups have signal.
+struct Scores {
+    outcomes: Vec<Outcome>,
+    rewards: Vec<f64>,
+    adv: Vec<f64>,
+    signal: Vec<bool>,
+}
+
+/// Part 2: the testbed's verdict on every rollout, its [`reward`], and the
+/// group-normalised [`advantages`].
+fn score(cfg: &GrpoConfig, metric: CostMetric, data: &[Solved], batch: &Batch) -> Scores {
+    let outcomes: Vec<Outcome> = batch
+        .rollouts
         .iter()
-        .map(|r| outcome_of(&instances[r.instance], r))
+        .map(|r| outcome_of(&batch.instances[r.instance], r))
         .collect();
-    let rewards: Vec<f64> = rollouts
+    let rewards: Vec<f64> = batch
+        .rollouts
         .iter()
         .zip(&outcomes)
         .map(|(r, o)| {
-            let d = &data[idx[r.instance]];
+            let d = &data[batch.idx[r.instance]];
             reward(
                 cfg,
                 metric,
@@ -230,17 +367,33 @@ pub fn step_timed(
         .collect();
     let adv = advantages(&rewards, cfg);
     let signal = signal_groups(&rewards, cfg);
+    Scores {
+        outcomes,
+        rewards,
+        adv,
+        signal,
+    }
+}
 
-    // 3. The trajectories, recorded before the update they feed.
-    let mut events = vec![StepRecord::Trajectories(TrajectoryBatch {
-        step: state.global_step,
-        instances: idx.iter().map(|&i| data_blobs[i]).collect(),
-        trajectories: rollouts
+/// Part 3: the batch's trajectories as recorded at global step `step`.
+fn trajectory_batch(
+    step: u64,
+    metric: CostMetric,
+    data: &[Solved],
+    data_blobs: &[Hash],
+    batch: &Batch,
+    scores: &Scores,
+) -> TrajectoryBatch {
+    TrajectoryBatch {
+        step,
+        instances: batch.idx.iter().map(|&i| data_blobs[i]).collect(),
+        trajectories: batch
+            .rollouts
             .iter()
-            .zip(&outcomes)
-            .zip(&rewards)
+            .zip(&scores.outcomes)
+            .zip(&scores.rewards)
             .map(|((r, o), &rew)| {
-                let reference = &data[idx[r.instance]].reference;
+                let reference = &data[batch.idx[r.instance]].reference;
                 Trajectory {
                     instance: r.instance as u32,
                     plan: r.plan_bytes.clone(),
@@ -253,84 +406,110 @@ pub fn step_timed(
                 }
             })
             .collect(),
-    })];
-    phases.end();
-
-    // 4. The clipped-ratio objective. Old log-probs are the sampling policy's.
-    let device = state.policy.device();
-    let recorded = rollouts.iter().all(|r| r.logprobs.len() == r.actions.len());
-    let scored = scoring_work(prompts.as_deref(), &rollouts);
-    // Putting recorded log-probs on the device is part of training.
-    if recorded {
-        phases.resume(phase::TRAINING);
-    } else {
-        phases.begin(phase::OLD_LOG_PROBS);
     }
-    let old = if recorded {
-        let flat: Vec<f32> = rollouts
-            .iter()
-            .flat_map(|r| r.logprobs.iter().copied())
-            .collect();
-        Tensor::from_slice(&flat).to(device)
-    } else {
-        tch::no_grad(|| {
+}
+
+/// Whether the policy recorded every action's log-prob at sampling (the `lm` policy).
+fn recorded(rollouts: &[Rollout]) -> bool {
+    rollouts.iter().all(|r| r.logprobs.len() == r.actions.len())
+}
+
+/// Part 4, old log-probs as recorded at sampling, on `device`.
+fn recorded_log_probs(rollouts: &[Rollout], device: tch::Device) -> Tensor {
+    let flat: Vec<f32> = rollouts
+        .iter()
+        .flat_map(|r| r.logprobs.iter().copied())
+        .collect();
+    Tensor::from_slice(&flat).to(device)
+}
+
+/// Part 4, old log-probs the policy did not record: one no-grad forward.
+fn old_log_probs(state: &TrainState, batch: &Batch) -> Tensor {
+    tch::no_grad(|| {
+        state
+            .policy
+            .log_probs(&batch.instances, &batch.rollouts)
+            .per_action
+            .detach()
+    })
+}
+
+/// Part 4, the KL reference's log-probs of every action: the policy's own frozen base
+/// when it carries one, else `base`'s (None without either). Per micro-batch when the
+/// update splits (`micro`), concatenated: the same actions in the same order.
+fn kl_reference(
+    state: &TrainState,
+    base: Option<&dyn Policy>,
+    batch: &Batch,
+    micro: Option<&[std::ops::Range<usize>]>,
+) -> Option<Tensor> {
+    let (instances, rollouts) = (&batch.instances, &batch.rollouts);
+    tch::no_grad(|| {
+        let reference = |part: &[Rollout]| {
             state
                 .policy
-                .log_probs(&instances, &rollouts)
-                .per_action
-                .detach()
-        })
+                .reference_log_probs(instances, part)
+                .or_else(|| base.map(|b| b.log_probs(instances, part)))
+                .map(|lp| lp.per_action.detach())
+        };
+        match micro {
+            None => reference(rollouts),
+            Some(parts) => parts
+                .iter()
+                .map(|r| reference(&rollouts[r.clone()]))
+                .collect::<Option<Vec<Tensor>>>()
+                .map(|parts| Tensor::cat(&parts, 0)),
+        }
+    })
+}
+
+/// Part 4, the per-rollout weights of the objective on `device`: the advantages, and
+/// under `skip` a 0/1 weight per rollout (1 in groups with signal), so the loss is a
+/// mean over the tokens of groups with signal only; `keep` (None) takes the plain
+/// mean over every token, as before the option.
+fn update_weights(
+    cfg: &GrpoConfig,
+    scores: &Scores,
+    device: tch::Device,
+) -> (Tensor, Option<Tensor>) {
+    let group = cfg.group_size as usize;
+    let adv =
+        Tensor::from_slice(&scores.adv.iter().map(|&a| a as f32).collect::<Vec<_>>()).to(device);
+    let keep = match cfg.zero_variance {
+        ZeroVariance::Skip => {
+            let w: Vec<f32> = (0..scores.rewards.len())
+                .map(|i| scores.signal[i / group] as u8 as f32)
+                .collect();
+            Some(Tensor::from_slice(&w).to(device))
+        }
+        ZeroVariance::Keep => None,
     };
-    phases.end();
-    if !recorded {
-        phases.count(phase::OLD_LOG_PROBS, scored);
-    }
-    let micro = micro_batches(
-        cfg,
-        rollouts.len(),
-        (cfg.micro_batch_tokens > 0)
-            .then(|| state.policy.row_tokens(&instances, &rollouts))
-            .as_deref(),
-    );
-    let base_lp = if cfg.kl_coef > 0.0 {
-        phases.begin(phase::KL_REFERENCE);
-        let lp = tch::no_grad(|| {
-            let reference = |part: &[Rollout]| {
-                state
-                    .policy
-                    .reference_log_probs(&instances, part)
-                    .or_else(|| base.map(|b| b.log_probs(&instances, part)))
-                    .map(|lp| lp.per_action.detach())
-            };
-            match &micro {
-                None => reference(&rollouts),
-                // Per micro-batch, concatenated: the same actions in the same order.
-                Some(parts) => parts
-                    .iter()
-                    .map(|r| reference(&rollouts[r.clone()]))
-                    .collect::<Option<Vec<Tensor>>>()
-                    .map(|parts| Tensor::cat(&parts, 0)),
-            }
-        });
-        phases.end();
-        phases.count(phase::KL_REFERENCE, scored);
-        lp
-    } else {
-        None
-    };
-    phases.resume(phase::TRAINING);
-    let adv_t = Tensor::from_slice(&adv.iter().map(|&a| a as f32).collect::<Vec<_>>()).to(device);
+    (adv, keep)
+}
+
+/// The step's statistics before its updates (each update fills in its loss terms):
+/// the [`GrpoStats`] record and the [`StepStats`] report, at global step `step`.
+fn step_stats(
+    step: u64,
+    cfg: &GrpoConfig,
+    metric: CostMetric,
+    data: &[Solved],
+    batch: &Batch,
+    scores: &Scores,
+) -> (GrpoStats, StepStats) {
+    let rewards = &scores.rewards;
     let n = rewards.len().max(1) as f64;
     let reward_mean = rewards.iter().sum::<f64>() / n;
     let mut grpo_stats = GrpoStats {
         samples: rewards.len() as u32,
-        groups: signal.len() as u32,
-        signal_groups: signal.iter().filter(|&&s| s).count() as u32,
-        valid: outcomes.iter().filter(|o| o.valid).count() as u32,
-        optimal: rollouts
+        groups: scores.signal.len() as u32,
+        signal_groups: scores.signal.iter().filter(|&&s| s).count() as u32,
+        valid: scores.outcomes.iter().filter(|o| o.valid).count() as u32,
+        optimal: batch
+            .rollouts
             .iter()
-            .zip(&outcomes)
-            .filter(|(r, o)| o.optimal(&data[idx[r.instance]].reference, metric))
+            .zip(&scores.outcomes)
+            .filter(|(r, o)| o.optimal(&data[batch.idx[r.instance]].reference, metric))
             .count() as u32,
         reward_mean: reward_mean.to_bits(),
         reward_std: (rewards
@@ -340,148 +519,114 @@ pub fn step_timed(
             / n)
             .sqrt()
             .to_bits(),
-        tokens: rollouts.iter().map(|r| r.actions.len() as u64).sum(),
+        tokens: batch.rollouts.iter().map(|r| r.actions.len() as u64).sum(),
         ..Default::default()
     };
-    // `skip`: the loss is a mean over the tokens of groups with signal only (a per-rollout
-    // 0/1 weight); `keep` takes the plain mean over every token, as before the option.
-    let keep = match cfg.zero_variance {
-        ZeroVariance::Skip => {
-            grpo_stats.skipped_groups = grpo_stats.groups - grpo_stats.signal_groups;
-            let w: Vec<f32> = (0..rollouts.len())
-                .map(|i| signal[i / group] as u8 as f32)
-                .collect();
-            Some(Tensor::from_slice(&w).to(device))
-        }
-        ZeroVariance::Keep => None,
-    };
-    let mut stats = StepStats {
-        step: state.global_step,
+    if matches!(cfg.zero_variance, ZeroVariance::Skip) {
+        grpo_stats.skipped_groups = grpo_stats.groups - grpo_stats.signal_groups;
+    }
+    let stats = StepStats {
+        step,
         reward_mean,
         valid_rate: grpo_stats.valid as f64 / n,
         signal_share: grpo_stats.signal_share(),
         ..Default::default()
     };
-    phases.end();
-    // The rehearsal term of update `epoch`: its weighted loss, added to the gradients
-    // already accumulated (0 without rehearsal).
-    let rehearse = |state: &TrainState, epoch: u32| -> f64 {
-        if cfg.rehearsal_coef == 0.0 || rehearsal.is_empty() {
-            return 0.0;
-        }
-        let update = step * cfg.epochs as u64 + epoch as u64;
-        let nll = super::warmup::rehearse(
-            state,
-            rehearsal,
-            cfg.rehearsal_batch as usize,
-            cfg.rehearsal_coef,
-            stage_seed.child("rehearsal", 1),
-            update,
-        );
-        cfg.rehearsal_coef * nll
-    };
-    for epoch in 0..cfg.epochs {
-        if let Some(parts) = &micro {
-            phases.begin(phase::TRAINING);
-            let mut terms = accumulate_micro_batches(
-                state,
-                &instances,
-                &rollouts,
-                parts,
-                &old,
-                base_lp.as_ref(),
-                &adv_t,
-                keep.as_ref(),
-                cfg,
-            );
-            terms.loss += rehearse(state, epoch);
-            phases.end();
-            phases.count(phase::TRAINING, scored);
-            let grad_norm =
-                phases.time(phase::OPTIMISER, || state.adam.update(state.policy.vars()));
-            state.global_step += 1;
-            let params = phases.time(phase::PARAMETER_HASH, || {
-                super::checkpoint::param_hash(state.policy.vars())
-            });
-            events.push(StepRecord::GradientStep(GradientStep {
-                step: state.global_step,
-                params,
-                loss: terms.loss.to_bits(),
-                policy_loss: terms.policy_loss.to_bits(),
-                kl: terms.kl.to_bits(),
-                entropy: terms.entropy.to_bits(),
-                grad_norm: grad_norm.to_bits(),
-                reward_mean: stats.reward_mean.to_bits(),
-            }));
-            stats.loss = terms.loss;
-            stats.grad_norm = grad_norm;
-            grpo_stats.step = state.global_step;
-            grpo_stats.kl = terms.kl.to_bits();
-            grpo_stats.clip_fraction = terms.clip_fraction.to_bits();
-            continue;
-        }
-        phases.begin(phase::TRAINING);
-        let lp = state.policy.log_probs(&instances, &rollouts);
-        let adv_a = adv_t.index_select(0, &lp.rollout_of);
-        let weight = keep.as_ref().map(|w| w.index_select(0, &lp.rollout_of));
-        let token_mean = |t: &Tensor| match &weight {
-            Some(w) => (t * w).sum(Kind::Float) / w.sum(Kind::Float).clamp_min(1.0),
-            None => t.mean(Kind::Float),
-        };
-        let LossTerms {
-            loss,
-            policy_loss,
-            kl,
-            entropy,
-            clip_fraction,
-        } = clipped_loss(&lp, &old, &adv_a, base_lp.as_ref(), cfg, token_mean);
-        super::adam::Adam::zero_grad(state.policy.vars());
-        if lp.per_action.numel() > 0 {
-            loss.backward();
-        }
-        let rehearsed = rehearse(state, epoch);
-        phases.end();
-        let grad_norm = phases.time(phase::OPTIMISER, || state.adam.update(state.policy.vars()));
-        state.global_step += 1;
-        // The loss terms are read back with the training phase (waiting for its kernels).
-        phases.resume(phase::TRAINING);
-        let scalar = |t: &Tensor| {
-            if t.numel() == 0 {
-                0.0
-            } else {
-                t.double_value(&[])
-            }
-        };
-        let (l, pl, k, h) = (
-            scalar(&loss) + rehearsed,
-            scalar(&policy_loss),
-            scalar(&kl),
-            scalar(&entropy),
-        );
-        let clip = scalar(&clip_fraction);
-        phases.end();
-        phases.count(phase::TRAINING, scored);
-        let params = phases.time(phase::PARAMETER_HASH, || {
-            super::checkpoint::param_hash(state.policy.vars())
-        });
-        events.push(StepRecord::GradientStep(GradientStep {
-            step: state.global_step,
-            params,
-            loss: l.to_bits(),
-            policy_loss: pl.to_bits(),
-            kl: k.to_bits(),
-            entropy: h.to_bits(),
-            grad_norm: grad_norm.to_bits(),
-            reward_mean: stats.reward_mean.to_bits(),
-        }));
-        stats.loss = l;
-        stats.grad_norm = grad_norm;
-        grpo_stats.step = state.global_step;
-        grpo_stats.kl = k.to_bits();
-        grpo_stats.clip_fraction = clip.to_bits();
+    (grpo_stats, stats)
+}
+
+/// What every update of a step optimises against: the old log-probs, the KL
+/// reference's (None without a KL term), the advantages, the signal weights (`skip`)
+/// and the micro-batches (None: the batch trains whole), each over the batch's actions
+/// or rollouts in order.
+struct Objective {
+    old: Tensor,
+    base: Option<Tensor>,
+    adv: Tensor,
+    keep: Option<Tensor>,
+    micro: Option<Vec<std::ops::Range<usize>>>,
+}
+
+/// The rehearsal term of update `update` (counted over the stage's updates): its
+/// weighted loss, its gradients added to those already accumulated (0 without
+/// rehearsal).
+fn rehearse(
+    state: &TrainState,
+    cfg: &GrpoConfig,
+    rehearsal: &[Solved],
+    stage_seed: Seed,
+    update: u64,
+) -> f64 {
+    if cfg.rehearsal_coef == 0.0 || rehearsal.is_empty() {
+        return 0.0;
     }
-    events.push(StepRecord::GrpoStats(grpo_stats));
-    (events, stats)
+    let nll = super::warmup::rehearse(
+        state,
+        rehearsal,
+        cfg.rehearsal_batch as usize,
+        cfg.rehearsal_coef,
+        stage_seed.child("rehearsal", 1),
+        update,
+    );
+    cfg.rehearsal_coef * nll
+}
+
+/// An update's loss terms once its gradients are in: read already (micro-batches read
+/// each part's as they go), or still on the device (a whole-batch forward's, read after
+/// the optimiser's work is queued) with the rehearsal term's weighted loss.
+enum Pending {
+    Read(Terms),
+    OnDevice { terms: LossTerms, rehearsed: f64 },
+}
+
+/// Part 5, one update's gradients: the objective's backward over the whole batch or
+/// its micro-batches, then the rehearsal term's (`rehearse`), in that order.
+fn backward(
+    state: &TrainState,
+    cfg: &GrpoConfig,
+    batch: &Batch,
+    objective: &Objective,
+    rehearse: impl FnOnce() -> f64,
+) -> Pending {
+    if let Some(parts) = &objective.micro {
+        let mut terms = accumulate_micro_batches(
+            state,
+            &batch.instances,
+            &batch.rollouts,
+            parts,
+            &objective.old,
+            objective.base.as_ref(),
+            &objective.adv,
+            objective.keep.as_ref(),
+            cfg,
+        );
+        terms.loss += rehearse();
+        return Pending::Read(terms);
+    }
+    let lp = state.policy.log_probs(&batch.instances, &batch.rollouts);
+    let adv_a = objective.adv.index_select(0, &lp.rollout_of);
+    let weight = objective
+        .keep
+        .as_ref()
+        .map(|w| w.index_select(0, &lp.rollout_of));
+    let token_mean = |t: &Tensor| match &weight {
+        Some(w) => (t * w).sum(Kind::Float) / w.sum(Kind::Float).clamp_min(1.0),
+        None => t.mean(Kind::Float),
+    };
+    let terms = clipped_loss(
+        &lp,
+        &objective.old,
+        &adv_a,
+        objective.base.as_ref(),
+        cfg,
+        token_mean,
+    );
+    super::adam::Adam::zero_grad(state.policy.vars());
+    if lp.per_action.numel() > 0 {
+        terms.loss.backward();
+    }
+    let rehearsed = rehearse();
+    Pending::OnDevice { terms, rehearsed }
 }
 
 /// The loss of one forward, as tensors (see [`clipped_loss`]).
@@ -491,6 +636,27 @@ pub struct LossTerms {
     pub kl: Tensor,
     pub entropy: Tensor,
     pub clip_fraction: Tensor,
+}
+
+impl LossTerms {
+    /// The terms as numbers (0 for a forward without actions), `rehearsed` added to
+    /// the loss.
+    fn read(&self, rehearsed: f64) -> Terms {
+        let scalar = |t: &Tensor| {
+            if t.numel() == 0 {
+                0.0
+            } else {
+                t.double_value(&[])
+            }
+        };
+        Terms {
+            loss: scalar(&self.loss) + rehearsed,
+            policy_loss: scalar(&self.policy_loss),
+            kl: scalar(&self.kl),
+            entropy: scalar(&self.entropy),
+            clip_fraction: scalar(&self.clip_fraction),
+        }
+    }
 }
 
 /// The GRPO objective of one forward, the one place it is written: the clipped-ratio

@@ -174,6 +174,15 @@ impl Phases {
         out
     }
 
+    /// Run `f` as more of phase `name`, without counting another call (see
+    /// [`Phases::resume`]).
+    pub fn time_resumed<T>(&mut self, name: &str, f: impl FnOnce() -> T) -> T {
+        self.resume(name);
+        let out = f();
+        self.end();
+        out
+    }
+
     /// Add `work` to phase `name` (created, with no time, if it has not run).
     pub fn count(&mut self, name: &str, work: Work) {
         if !self.on {

@@ -5,6 +5,7 @@ use crate::env::config::max_hole_ratio;
 use crate::env::table::{CellCounts, ResultTable};
 use crate::env::text::render_plan;
 use crate::env::{Budget, FailureKind, GeneratorConfig, Instance, Move, Plan, SizeConfig};
+use crate::plan::ContextModules;
 use crate::record::event::{FailureBreakdown, SizeFailures};
 use crate::seed::Seed;
 use rand::Rng;
@@ -135,22 +136,15 @@ fn failing_example(rng: &mut impl Rng, n: usize, hole_ratio: f64, seed: Seed) ->
     Some(crate::train::eval::failure_example(inst, &text, &f))
 }
 
-/// One synthetic engineer context for designing `stage`.
+/// One synthetic engineer context for designing `stage`: the modules (now and then one
+/// ablated), a history of configurations, validation counts around a drawn skill, a
+/// failure breakdown with real failing plans, the history's tables and the training
+/// details; a compact prompt keeps a window of the trained sizes. Every draw comes from
+/// `seed`'s one stream, in that order.
 pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
     let mut rng = seed.rng();
     let max = spec.max_size.max(4);
-    let mut modules = spec.modules.clone();
-    if rng.random_bool(0.25) {
-        // An ablated prompt now and then: one module flipped.
-        match rng.random_range(0..5) {
-            // (A compact prompt is the breakdown: it stays.)
-            0 => modules.failure_breakdown ^= !spec.text.compact,
-            1 => modules.guideline ^= true,
-            2 => modules.history ^= true,
-            3 => modules.summary ^= true,
-            _ => modules.training_details ^= true,
-        }
-    }
+    let modules = ablated_modules(&mut rng, spec);
     // Revision 4: the validated sizes end at a random size from 5 up, as plans' suites
     // and engineer eval's contexts do (before, always at `max_size`). Drawn only from
     // revision 4, so earlier revisions' contexts are bit for bit what they were.
@@ -159,12 +153,7 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
     } else {
         max
     };
-    // A history of configurations, each a small edit of the one before.
-    let mut configs = vec![random_config(&mut rng, max)];
-    for _ in 1..stage {
-        let next = perturb(&mut rng, configs.last().expect("one config"));
-        configs.push(next);
-    }
+    let configs = config_history(&mut rng, max, stage);
     let current = configs.last().expect("one config").clone();
     let skill = rng.random_range(0.15..1.0f64);
     // Revision 2: suites of the sizes real plans use, so counts are copied from the
@@ -176,68 +165,10 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
         spec.per_cell
     };
     let validation = random_validation(&mut rng, skill, per_cell, max, !spec.text.unranked_sizes);
-    let kinds = [
-        FailureKind::VertexConflict,
-        FailureKind::EdgeConflict,
-        FailureKind::Hole,
-        FailureKind::IllegalMove,
-        FailureKind::ParseError,
-    ];
     let mut failures = Vec::new();
     for (&(_, n), cell) in &validation.cells {
-        let failed = cell.total - cell.valid;
-        let mut counts: BTreeMap<FailureKind, u32> = BTreeMap::new();
-        // Revision 2: one kind dominates each size's failures (as in real breakdowns),
-        // so the answer has something to read.
-        let dominant = spec.text.teacher_reads_evidence.then(|| {
-            if spec.text.unranked_sizes {
-                // Revision 4: any kind may dominate any size (before, larger maps were
-                // mostly goal_not_reached: a prior the model could answer from).
-                if rng.random_range(0..=kinds.len()) == kinds.len() {
-                    FailureKind::GoalNotReached
-                } else {
-                    kinds[rng.random_range(0..kinds.len())]
-                }
-            } else if rng.random_bool(((n as f64 - 2.0) / 12.0).min(0.6)) {
-                FailureKind::GoalNotReached
-            } else {
-                kinds[rng.random_range(0..kinds.len())]
-            }
-        });
-        for _ in 0..failed {
-            if let Some(d) = dominant {
-                let k = if rng.random_bool(0.7) {
-                    d
-                } else {
-                    kinds[rng.random_range(0..kinds.len())]
-                };
-                *counts.entry(k).or_default() += 1;
-                continue;
-            }
-            // Larger maps fail more by not reaching the goal; small ones by conflicts.
-            let k = if rng.random_bool(((n as f64 - 2.0) / 10.0).min(0.8)) {
-                FailureKind::GoalNotReached
-            } else {
-                kinds[rng.random_range(0..kinds.len())]
-            };
-            *counts.entry(k).or_default() += 1;
-        }
-        let mut examples = Vec::new();
         let holes = current.sizes.get(&n).map_or(0.1, |c| c.hole_ratio);
-        for e in 0..spec.examples_per_size.min(failed as usize) {
-            examples.extend(failing_example(
-                &mut rng,
-                n,
-                holes,
-                seed.child("example", (n * 16 + e) as u64),
-            ));
-        }
-        failures.push(SizeFailures {
-            size: n as u32,
-            total: cell.total,
-            counts: counts.into_iter().collect(),
-            examples,
-        });
+        failures.push(size_failures(&mut rng, spec, n, cell, holes, seed));
     }
     let history = (1..stage)
         .map(|s| {
@@ -253,7 +184,7 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
             }
         })
         .collect();
-    let ctx = EngineerContext {
+    let mut ctx = EngineerContext {
         stage,
         current,
         validation,
@@ -272,27 +203,140 @@ pub fn context(seed: Seed, spec: &TeacherSpec, stage: u32) -> EngineerContext {
         modules,
         max_size: max,
     };
-    let mut ctx = ctx;
     if spec.text.compact {
-        // A short reading task: the breakdown and summary of a few consecutive sizes
-        // the configuration trains on (2 to 4 unless the plan says).
-        let sizes: Vec<usize> = ctx
-            .validation
-            .cells
-            .keys()
-            .map(|k| k.1)
-            .filter(|n| ctx.current.sizes.contains_key(n))
-            .collect();
-        let [least, most] = spec.context_sizes;
-        let k = rng.random_range(least..=most).min(sizes.len());
-        let from = rng.random_range(0..=sizes.len().saturating_sub(k));
-        let window = &sizes[from..from + k];
-        ctx.validation
-            .cells
-            .retain(|key, _| window.contains(&key.1));
-        ctx.failures
-            .sizes
-            .retain(|f| window.contains(&(f.size as usize)));
+        compact_window(&mut rng, spec, &mut ctx);
     }
     ctx.without_switched_off_modules()
+}
+
+/// The plan's context modules, with one flipped a quarter of the time (an ablated
+/// prompt).
+fn ablated_modules(rng: &mut impl Rng, spec: &TeacherSpec) -> ContextModules {
+    let mut modules = spec.modules.clone();
+    if rng.random_bool(0.25) {
+        match rng.random_range(0..5) {
+            // (A compact prompt is the breakdown: it stays.)
+            0 => modules.failure_breakdown ^= !spec.text.compact,
+            1 => modules.guideline ^= true,
+            2 => modules.history ^= true,
+            3 => modules.summary ^= true,
+            _ => modules.training_details ^= true,
+        }
+    }
+    modules
+}
+
+/// A history of configurations for designing `stage` (`stage` of them, at least one),
+/// each a small edit of the one before; the last is the configuration in force.
+fn config_history(rng: &mut impl Rng, max: usize, stage: u32) -> Vec<GeneratorConfig> {
+    let mut configs = vec![random_config(rng, max)];
+    for _ in 1..stage {
+        let next = perturb(rng, configs.last().expect("one config"));
+        configs.push(next);
+    }
+    configs
+}
+
+/// Size `n`'s failure breakdown for validation cell `cell`: a count per failure kind
+/// over its failed items, and up to `examples_per_size` real failing plans on boards of
+/// hole ratio `holes`.
+fn size_failures(
+    rng: &mut impl Rng,
+    spec: &TeacherSpec,
+    n: usize,
+    cell: &CellCounts,
+    holes: f64,
+    seed: Seed,
+) -> SizeFailures {
+    let failed = cell.total - cell.valid;
+    let counts = failure_counts(rng, spec, n, failed);
+    let mut examples = Vec::new();
+    for e in 0..spec.examples_per_size.min(failed as usize) {
+        examples.extend(failing_example(
+            rng,
+            n,
+            holes,
+            seed.child("example", (n * 16 + e) as u64),
+        ));
+    }
+    SizeFailures {
+        size: n as u32,
+        total: cell.total,
+        counts: counts.into_iter().collect(),
+        examples,
+    }
+}
+
+/// The kinds of `failed` failures at size `n`. Revision 2 on, one kind dominates (as
+/// in real breakdowns), so the answer has something to read; before, larger maps fail
+/// more by not reaching the goal and small ones by conflicts.
+fn failure_counts(
+    rng: &mut impl Rng,
+    spec: &TeacherSpec,
+    n: usize,
+    failed: u32,
+) -> BTreeMap<FailureKind, u32> {
+    let kinds = [
+        FailureKind::VertexConflict,
+        FailureKind::EdgeConflict,
+        FailureKind::Hole,
+        FailureKind::IllegalMove,
+        FailureKind::ParseError,
+    ];
+    let mut counts: BTreeMap<FailureKind, u32> = BTreeMap::new();
+    let dominant = spec.text.teacher_reads_evidence.then(|| {
+        if spec.text.unranked_sizes {
+            // Revision 4: any kind may dominate any size (before, larger maps were
+            // mostly goal_not_reached: a prior the model could answer from).
+            if rng.random_range(0..=kinds.len()) == kinds.len() {
+                FailureKind::GoalNotReached
+            } else {
+                kinds[rng.random_range(0..kinds.len())]
+            }
+        } else if rng.random_bool(((n as f64 - 2.0) / 12.0).min(0.6)) {
+            FailureKind::GoalNotReached
+        } else {
+            kinds[rng.random_range(0..kinds.len())]
+        }
+    });
+    for _ in 0..failed {
+        if let Some(d) = dominant {
+            let k = if rng.random_bool(0.7) {
+                d
+            } else {
+                kinds[rng.random_range(0..kinds.len())]
+            };
+            *counts.entry(k).or_default() += 1;
+            continue;
+        }
+        let k = if rng.random_bool(((n as f64 - 2.0) / 10.0).min(0.8)) {
+            FailureKind::GoalNotReached
+        } else {
+            kinds[rng.random_range(0..kinds.len())]
+        };
+        *counts.entry(k).or_default() += 1;
+    }
+    counts
+}
+
+/// A compact prompt is a short reading task: `ctx` keeps the breakdown and summary of
+/// a few consecutive sizes the configuration trains on (2 to 4 unless the plan says).
+fn compact_window(rng: &mut impl Rng, spec: &TeacherSpec, ctx: &mut EngineerContext) {
+    let sizes: Vec<usize> = ctx
+        .validation
+        .cells
+        .keys()
+        .map(|k| k.1)
+        .filter(|n| ctx.current.sizes.contains_key(n))
+        .collect();
+    let [least, most] = spec.context_sizes;
+    let k = rng.random_range(least..=most).min(sizes.len());
+    let from = rng.random_range(0..=sizes.len().saturating_sub(k));
+    let window = &sizes[from..from + k];
+    ctx.validation
+        .cells
+        .retain(|key, _| window.contains(&key.1));
+    ctx.failures
+        .sizes
+        .retain(|f| window.contains(&(f.size as usize)));
 }

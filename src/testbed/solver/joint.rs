@@ -72,53 +72,12 @@ pub(super) fn joint_search(task: &JointTask) -> (JointResult, usize) {
     (r, states.len())
 }
 
+/// The A* loop: pop the best open state, close it, stop at the goal (every member
+/// done), else push its successors: first the zero-cost "done" declarations, then
+/// every joint move without a conflict among the members.
 fn run(task: &JointTask, states: &mut Vec<State>) -> JointResult {
-    let m = task.members.len();
-    let all: u8 = ((1u16 << m) - 1) as u8;
-    let n = task.cells;
-    let max_tc = task.tables.iter().map(|t| t.tc).max().unwrap_or(0);
-    // Past `tstar` no constraint applies (see the module comment), so the time in the
-    // state key is clamped there. The real time is kept in the state for the
-    // conflict-avoidance count, which only breaks ties.
-    let tstar = match task.cap {
-        Some(c) => c + 1,
-        None => max_tc + 1,
-    };
-    let tmax = task.cap.unwrap_or(usize::MAX);
-    let is_member = |j: usize| task.members.contains(&j);
-    let h = |pos: &[Cell], done: u8| -> u32 {
-        (0..m)
-            .filter(|&i| done >> i & 1 == 0)
-            .map(|i| task.h[i][pos[i] as usize] as u32)
-            .sum()
-    };
-
-    // (f, conflicts, deeper first, insertion order): a total order.
-    let mut open: BinaryHeap<Reverse<OpenKey>> = BinaryHeap::new();
-    let mut index: HashMap<u128, u32> = HashMap::new();
-    let push = |states: &mut Vec<State>,
-                open: &mut BinaryHeap<_>,
-                index: &mut HashMap<u128, u32>,
-                s: State|
-     -> Result<(), ()> {
-        let k = key(&s.pos[..m], s.done, s.t.min(tstar as u16));
-        if let Some(&i) = index.get(&k) {
-            let old = &states[i as usize];
-            if old.closed || (old.g, old.conf) <= (s.g, s.conf) {
-                return Ok(());
-            }
-        }
-        if states.len() >= task.max_states {
-            return Err(());
-        }
-        let id = states.len() as u32;
-        index.insert(k, id);
-        let f = s.g + h(&s.pos[..m], s.done);
-        open.push(Reverse((f, s.conf, Reverse(s.g), id)));
-        states.push(s);
-        Ok(())
-    };
-
+    let mut search = Search::new(task, states);
+    let m = search.m;
     let mut start_pos = [0 as Cell; MAX_GROUP];
     start_pos[..m].copy_from_slice(&task.starts);
     let start = State {
@@ -134,49 +93,137 @@ fn run(task: &JointTask, states: &mut Vec<State>) -> JointResult {
         .starts
         .iter()
         .zip(&task.h)
-        .any(|(&s, h)| h[s as usize] as usize > tmax)
+        .any(|(&s, h)| h[s as usize] as usize > search.tmax)
     {
         return Ok(None);
     }
-    push(states, &mut open, &mut index, start)?;
+    search.push(start)?;
 
     let mut choices: Vec<Vec<(Cell, usize)>> = vec![Vec::new(); m];
-    let mut next = [0 as Cell; MAX_GROUP];
     let mut pops = 0u32;
-    while let Some(Reverse((_, _, _, id))) = open.pop() {
+    while let Some(Reverse((_, _, _, id))) = search.open.pop() {
         pops = pops.wrapping_add(1);
         if pops % 4096 == 0 && task.deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(());
         }
-        let s = states[id as usize].clone();
-        let k = key(&s.pos[..m], s.done, s.t.min(tstar as u16));
-        if s.closed || index.get(&k) != Some(&id) {
+        let s = search.states[id as usize].clone();
+        if s.closed || search.index.get(&search.key_of(&s)) != Some(&id) {
             continue;
         }
-        states[id as usize].closed = true;
-        if s.done == all {
-            return Ok(Some(reconstruct(states, id, task)));
+        search.states[id as usize].closed = true;
+        if s.done == search.all {
+            return Ok(Some(reconstruct(search.states, id, task)));
         }
+        search.declare_done(&s, id)?;
+        if s.t as usize >= search.tmax || !search.member_moves(&s, &mut choices) {
+            continue;
+        }
+        search.push_joint_moves(&s, id, &choices)?;
+    }
+    Ok(None)
+}
+
+/// One joint search's state: the task, its bounds, every state stored (`states`, by
+/// id), the open list and the index of the best state per key.
+struct Search<'s, 't> {
+    task: &'s JointTask<'t>,
+    /// Members.
+    m: usize,
+    /// The done mask of the goal: every member done.
+    all: u8,
+    /// Past `tstar` no constraint applies (see the module comment), so the time in the
+    /// state key is clamped there. The real time is kept in the state for the
+    /// conflict-avoidance count, which only breaks ties.
+    tstar: usize,
+    /// The makespan cap (unbounded without one).
+    tmax: usize,
+    states: &'s mut Vec<State>,
+    /// (f, conflicts, deeper first, insertion order): a total order.
+    open: BinaryHeap<Reverse<OpenKey>>,
+    index: HashMap<u128, u32>,
+}
+
+impl<'s, 't> Search<'s, 't> {
+    fn new(task: &'s JointTask<'t>, states: &'s mut Vec<State>) -> Search<'s, 't> {
+        let m = task.members.len();
+        let max_tc = task.tables.iter().map(|t| t.tc).max().unwrap_or(0);
+        Search {
+            task,
+            m,
+            all: ((1u16 << m) - 1) as u8,
+            tstar: match task.cap {
+                Some(c) => c + 1,
+                None => max_tc + 1,
+            },
+            tmax: task.cap.unwrap_or(usize::MAX),
+            states,
+            open: BinaryHeap::new(),
+            index: HashMap::new(),
+        }
+    }
+
+    /// The state's key: its members' positions, done mask and clamped time.
+    fn key_of(&self, s: &State) -> u128 {
+        key(&s.pos[..self.m], s.done, s.t.min(self.tstar as u16))
+    }
+
+    /// The heuristic: the sum of the members' not yet done distances to their goals.
+    fn h(&self, pos: &[Cell], done: u8) -> u32 {
+        (0..self.m)
+            .filter(|&i| done >> i & 1 == 0)
+            .map(|i| self.task.h[i][pos[i] as usize] as u32)
+            .sum()
+    }
+
+    /// Store `s` and open it, unless its key holds a closed state or one at least as
+    /// good (g, then conflicts); Err when the state limit is reached.
+    fn push(&mut self, s: State) -> Result<(), ()> {
+        let k = self.key_of(&s);
+        if let Some(&i) = self.index.get(&k) {
+            let old = &self.states[i as usize];
+            if old.closed || (old.g, old.conf) <= (s.g, s.conf) {
+                return Ok(());
+            }
+        }
+        if self.states.len() >= self.task.max_states {
+            return Err(());
+        }
+        let id = self.states.len() as u32;
+        self.index.insert(k, id);
+        let f = s.g + self.h(&s.pos[..self.m], s.done);
+        self.open.push(Reverse((f, s.conf, Reverse(s.g), id)));
+        self.states.push(s);
+        Ok(())
+    }
+
+    /// Zero-cost transitions of `s` (state `id`): declare a member on its goal done,
+    /// past the last vertex constraint on that goal.
+    fn declare_done(&mut self, s: &State, id: u32) -> Result<(), ()> {
         let t = s.t as usize;
-        // Zero-cost transitions: declare a member on its goal done.
-        for i in 0..m {
+        for i in 0..self.m {
             if s.done >> i & 1 == 0
-                && s.pos[i] == task.goals[i]
-                && t as i32 > task.tables[i].last_goal
+                && s.pos[i] == self.task.goals[i]
+                && t as i32 > self.task.tables[i].last_goal
             {
                 let mut d = s.clone();
                 d.done |= 1 << i;
                 d.parent = id;
                 d.closed = false;
-                push(states, &mut open, &mut index, d)?;
+                self.push(d)?;
             }
         }
-        if t >= tmax {
-            continue;
-        }
-        let t1 = t + 1;
-        let left = tmax - t1;
-        for i in 0..m {
+        Ok(())
+    }
+
+    /// Each member's moves from `s` into `choices` (cell, move): a done member stays;
+    /// the others take the moves their constraints allow that can still reach the goal
+    /// within the cap. False when some member has none (then the later members' lists
+    /// are left as they were).
+    fn member_moves(&self, s: &State, choices: &mut [Vec<(Cell, usize)>]) -> bool {
+        let task = self.task;
+        let t1 = s.t as usize + 1;
+        let left = self.tmax - t1;
+        for i in 0..self.m {
             choices[i].clear();
             let u = s.pos[i];
             if s.done >> i & 1 == 1 {
@@ -188,19 +235,30 @@ fn run(task: &JointTask, states: &mut Vec<State>) -> JointResult {
                 if v == NONE || task.h[i][v as usize] as usize > left {
                     continue;
                 }
-                if task.tables[i].allowed(n, v, t1, mv) {
+                if task.tables[i].allowed(task.cells, v, t1, mv) {
                     choices[i].push((v, mv));
                 }
             }
             if choices[i].is_empty() {
-                break;
+                return false;
             }
         }
-        if choices.iter().any(Vec::is_empty) {
-            continue;
-        }
+        true
+    }
+
+    /// Push every joint move of `s` (state `id`) from the product of the members'
+    /// `choices`, enumerated with an odometer (the first member fastest), that has no
+    /// vertex or edge conflict among the members.
+    fn push_joint_moves(
+        &mut self,
+        s: &State,
+        id: u32,
+        choices: &[Vec<(Cell, usize)>],
+    ) -> Result<(), ()> {
+        let m = self.m;
+        let t1 = s.t as usize + 1;
         let active = m as u32 - s.done.count_ones();
-        // Enumerate the product of the members' choices with an odometer.
+        let mut next = [0 as Cell; MAX_GROUP];
         let mut idx = vec![0usize; m];
         'odometer: loop {
             let mut ok = true;
@@ -216,32 +274,16 @@ fn run(task: &JointTask, states: &mut Vec<State>) -> JointResult {
                 }
             }
             if ok {
-                let mut conf = s.conf;
-                for i in 0..m {
-                    if s.done >> i & 1 == 1 {
-                        continue;
-                    }
-                    let (u, v) = (s.pos[i], next[i]);
-                    for (j, p) in task.others.iter().enumerate() {
-                        if p.is_empty() || is_member(j) {
-                            continue;
-                        }
-                        let q1 = at(p, t1);
-                        if q1 == v || (u != v && q1 == u && at(p, t) == v) {
-                            conf += 1;
-                        }
-                    }
-                }
                 let child = State {
                     pos: next,
                     done: s.done,
                     t: t1.min(u16::MAX as usize - 1) as u16,
                     g: s.g + active,
-                    conf,
+                    conf: s.conf + self.conflicts(s, &next),
                     parent: id,
                     closed: false,
                 };
-                push(states, &mut open, &mut index, child)?;
+                self.push(child)?;
             }
             for i in 0..m {
                 idx[i] += 1;
@@ -250,10 +292,33 @@ fn run(task: &JointTask, states: &mut Vec<State>) -> JointResult {
                 }
                 idx[i] = 0;
             }
-            break;
+            return Ok(());
         }
     }
-    Ok(None)
+
+    /// The conflicts of the joint move `s` -> `next` with the other agents' current
+    /// paths (the conflict-avoidance table): a vertex or edge conflict per moving
+    /// member and other agent.
+    fn conflicts(&self, s: &State, next: &[Cell]) -> u32 {
+        let (t, t1) = (s.t as usize, s.t as usize + 1);
+        let mut conf = 0;
+        for i in 0..self.m {
+            if s.done >> i & 1 == 1 {
+                continue;
+            }
+            let (u, v) = (s.pos[i], next[i]);
+            for (j, p) in self.task.others.iter().enumerate() {
+                if p.is_empty() || self.task.members.contains(&j) {
+                    continue;
+                }
+                let q1 = at(p, t1);
+                if q1 == v || (u != v && q1 == u && at(p, t) == v) {
+                    conf += 1;
+                }
+            }
+        }
+        conf
+    }
 }
 
 fn reconstruct(states: &[State], goal: u32, task: &JointTask) -> Vec<Vec<Cell>> {
