@@ -7,7 +7,7 @@
 //! [`steps`]: GRPO step by step; [`study`]: study reports; [`tensorboard`]: TensorBoard event files;
 //! [`timing`]: where a stage's time went (`show --timing`); [`export`]: export rows and
 //! event records; [`replay`]: what a replay verified; [`show`]: `show` of a branch or stage, replay outcomes,
-//! the engineer list.
+//! the engineer list; [`text`]: what the commands print as text.
 pub mod audit;
 pub mod branches;
 pub mod compare;
@@ -22,6 +22,7 @@ pub mod steps;
 pub mod study;
 pub mod tensorboard;
 pub mod testbed;
+pub mod text;
 pub mod timing;
 
 /// A ratio or setting as read commands and the report print it, with the digits it
