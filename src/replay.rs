@@ -17,8 +17,13 @@
 //! * Counterfactual replay ([`counterfactual`]): one stage re-run with another engineer
 //!   on a fork, deleted unless kept.
 //!
+//! * Where the stages to replay ran, and how a replay sets itself up from that
+//!   ([`setup`]).
+//!
 //! Resume needs nothing here: `Pipeline::run` continues any branch from its last
 //! durable point.
+pub mod setup;
+
 use crate::engineer::llm::{RecordedCall, RecordedReplies};
 use crate::engineer::EngineerSpec;
 use crate::ledger::{Event, Hash, Ledger, LedgerError, Meta};

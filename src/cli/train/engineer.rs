@@ -4,14 +4,12 @@
 //! Registration appends one `EngineerRegistered` event recording the URL, the model,
 //! the *name* of the environment variable holding the API key (the key is read at call
 //! time and never stored), the tokenizer.json (as a blob) and the context window.
-use super::{CliError, CliResult};
+use crate::cli::{CliError, CliResult};
 use clap::Subcommand;
 use mapf_ledger::engineer::llm;
 use mapf_ledger::engineer::text::TextRevision;
-use mapf_ledger::engineer::Engineer;
-use mapf_ledger::ledger::{Ledger, Meta};
-use mapf_ledger::record::event::{EngineerKind, EngineerRegistered, EventBody};
-use mapf_ledger::views::show::EngineerRow;
+use mapf_ledger::ledger::Ledger;
+use mapf_ledger::views::text::engineers as view;
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
@@ -55,7 +53,9 @@ pub enum EngineerCommand {
     },
 }
 
-use super::ledger_error as err;
+use crate::cli::ledger_error as err;
+use mapf_ledger::engineer::eval::session::{self, Named, Progress, Sources};
+use mapf_ledger::engineer::registration::{self, NewLlm, RegistrationError};
 
 pub fn run(cmd: EngineerCommand, ledger: &Path) -> CliResult {
     match cmd {
@@ -67,203 +67,55 @@ pub fn run(cmd: EngineerCommand, ledger: &Path) -> CliResult {
             tokenizer,
             max_context,
             branch,
-        } => add(
-            ledger,
-            &branch,
-            &name,
-            &url,
-            &model,
-            api_key_env,
-            tokenizer.as_deref(),
-            max_context,
-        ),
-        EngineerCommand::List { branch, json } => list(ledger, &branch, json),
+        } => {
+            let llm = NewLlm {
+                name,
+                url,
+                model,
+                api_key_env,
+                tokenizer: None,
+                max_context,
+            };
+            add(ledger, &branch, llm, tokenizer.as_deref())
+        }
+        EngineerCommand::List { branch, json } => {
+            let l = Ledger::open_read_only(ledger).map_err(err)?;
+            let rows = registration::registered(&l, &branch).map_err(err)?;
+            if json {
+                let s = serde_json::to_string_pretty(&rows)
+                    .map_err(|e| CliError::input(e.to_string()))?;
+                println!("{s}");
+            } else {
+                let builtins = mapf_ledger::engineer::builtin_names();
+                print!("{}", view::list(&branch, &rows, &builtins));
+            }
+            Ok(())
+        }
         EngineerCommand::Eval(args) => eval(ledger, args),
     }
 }
 
-/// Why a registration's name or key variable is refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RegistrationError {
-    #[error("engineer name {0:?}: use lowercase letters, digits, '_' and '-'")]
-    BadName(String),
-    #[error("engineer name {0:?} is a built-in engineer")]
-    Reserved(String),
-    #[error("--api-key-env: give the NAME of the environment variable holding the key (letters, digits, '_'), not the key itself")]
-    KeyVariable,
-}
-
-/// Check an engineer name: `[a-z0-9_-]+` and not a built-in name.
-pub fn validate_name(name: &str) -> Result<(), RegistrationError> {
-    if name.is_empty()
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-    {
-        return Err(RegistrationError::BadName(name.to_string()));
+/// Register `llm` on `branch`, with the tokenizer.json at `tokenizer`.
+fn add(dir: &Path, branch: &str, mut llm: NewLlm, tokenizer: Option<&Path>) -> CliResult {
+    let input = |e: RegistrationError| CliError::input(e.to_string());
+    llm.check().map_err(input)?;
+    if let Some(p) = tokenizer {
+        let bytes = std::fs::read(p)
+            .map_err(|e| CliError::input(format!("--tokenizer {}: {e}", p.display())))?;
+        registration::check_tokenizer(&bytes)
+            .map_err(|e| CliError::input(format!("--tokenizer {}: {e}", p.display())))?;
+        llm.tokenizer = Some(bytes);
     }
-    if mapf_ledger::engineer::reserved(name) {
-        return Err(RegistrationError::Reserved(name.to_string()));
-    }
-    Ok(())
-}
-
-/// Check an environment variable name (so a key pasted in its place is refused, not stored).
-fn validate_var(var: &str) -> Result<(), RegistrationError> {
-    let mut bytes = var.bytes();
-    let first_ok = bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
-    if first_ok && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_') && var.len() <= 64 {
-        Ok(())
-    } else {
-        Err(RegistrationError::KeyVariable)
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn add(
-    dir: &Path,
-    branch: &str,
-    name: &str,
-    url: &str,
-    model: &str,
-    api_key_env: Option<String>,
-    tokenizer: Option<&Path>,
-    max_context: Option<u32>,
-) -> CliResult {
-    validate_name(name).map_err(|e| CliError::input(e.to_string()))?;
-    if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
-        return Err(CliError::input(format!(
-            "--url {url:?}: expected an http:// or https:// URL"
-        )));
-    }
-    if model.trim().is_empty() {
-        return Err(CliError::input("--model: must not be empty"));
-    }
-    if let Some(v) = &api_key_env {
-        validate_var(v).map_err(|e| CliError::input(e.to_string()))?;
-    }
-    if max_context == Some(0) {
-        return Err(CliError::input("--max-context: must be positive"));
-    }
-    let tok_bytes = match tokenizer {
-        None => None,
-        Some(p) => {
-            let bytes = std::fs::read(p)
-                .map_err(|e| CliError::input(format!("--tokenizer {}: {e}", p.display())))?;
-            tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| {
-                CliError::input(format!(
-                    "--tokenizer {}: not a tokenizer.json ({e})",
-                    p.display()
-                ))
-            })?;
-            Some(bytes)
-        }
-    };
-    let mut ledger = super::open_writer(dir).map_err(err)?;
-    let state = ledger.projection(branch).map_err(err)?;
-    if state.engineers.iter().any(|e| e == name) {
-        return Err(CliError::input(format!(
-            "engineer {name:?} is already registered on branch {branch}"
-        )));
-    }
+    let mut ledger = crate::cli::open_writer(dir).map_err(err)?;
     let plan =
         mapf_ledger::stage::ledger_plan(&ledger).map_err(|e| CliError::input(e.to_string()))?;
-    let m = &plan.engineer.context;
-    let context_modules: Vec<String> = [
-        ("failure_breakdown", m.failure_breakdown),
-        ("guideline", m.guideline),
-        ("history", m.history),
-        ("summary", m.summary),
-        ("training_details", m.training_details),
-    ]
-    .into_iter()
-    .filter(|x| x.1)
-    .map(|x| x.0.to_string())
-    .collect();
-    let tokenizer = tok_bytes
-        .map(|b| ledger.put_blob(&b))
-        .transpose()
-        .map_err(err)?;
-    let stage = state.stages.iter().map(|s| s.stage).max().unwrap_or(0);
-    let body = EventBody::EngineerRegistered(EngineerRegistered {
-        name: name.to_string(),
-        kind: EngineerKind::Llm {
-            url: url.to_string(),
-            model: model.to_string(),
-            tokenizer,
-            api_key_env,
-            max_context,
-        },
-        context_modules,
-    });
-    let ids = ledger
-        .append(branch, vec![(body, stage, Meta::now())])
-        .map_err(err)?;
-    println!(
-        "registered engineer {name} on {branch} ({})",
-        ids.first().map(|h| h.to_hex()).unwrap_or_default()
-    );
-    Ok(())
-}
-
-fn list(dir: &Path, branch: &str, as_json: bool) -> CliResult {
-    let ledger = Ledger::open_read_only(dir).map_err(err)?;
-    let mut rows = Vec::new();
-    for (hash, ev) in ledger.history(branch).map_err(err)? {
-        let EventBody::EngineerRegistered(r) = &ev.body else {
-            continue;
-        };
-        let EngineerKind::Llm {
-            url,
-            model,
-            tokenizer,
-            api_key_env,
-            max_context,
-        } = &r.kind
-        else {
-            continue;
-        };
-        rows.push(EngineerRow {
-            name: r.name.clone(),
-            kind: "llm".into(),
-            url: url.clone(),
-            model: model.clone(),
-            api_key_env: api_key_env.clone(),
-            tokenizer: tokenizer.map(|h| h.to_hex()),
-            max_context: *max_context,
-            context_modules: r.context_modules.clone(),
-            event: hash.to_hex(),
-            stage: ev.stage,
-        });
-    }
-    if as_json {
-        let s = serde_json::to_string_pretty(&rows).map_err(|e| CliError::input(e.to_string()))?;
-        println!("{s}");
-        return Ok(());
-    }
-    if rows.is_empty() {
-        println!(
-            "no LLM engineers registered on {branch} (built-in: {})",
-            mapf_ledger::engineer::builtin_names()
-        );
-    }
-    for r in rows {
-        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-        println!(
-            "{}  {}  model {}  key ${}  tokenizer {}  max-context {}",
-            r.name,
-            r.url,
-            r.model,
-            opt(r.api_key_env.clone()),
-            opt(r.tokenizer.clone())
-                .chars()
-                .take(12)
-                .collect::<String>(),
-            opt(r.max_context.map(|m| m.to_string())),
-        );
-    }
+    let name = llm.name.clone();
+    let id = registration::register(&mut ledger, branch, llm, &plan.engineer.context)
+        .map_err(|e| match e {
+            RegistrationError::Ledger(e) => err(e),
+            e => input(e),
+        })?;
+    println!("registered engineer {name} on {branch} ({})", id.to_hex());
     Ok(())
 }
 
@@ -347,79 +199,16 @@ fn eval_plan(args: &EvalArgs) -> Result<(mapf_ledger::train::lm::LmSpec, TextRev
     Ok((plan.lm, text))
 }
 
-/// The engineer `spec` of `engineer eval` (`NAME` or `NAME=MODEL`), made by the one
-/// engineer factory from what the arguments name: the model a policy-reading built-in
-/// reads (`=MODEL`, else --model), the endpoint of `http`, or the ledger whose main
-/// branch registers an LLM engineer. Each decision is reseeded per context.
-fn decider(
-    dir: &Path,
-    args: &EvalArgs,
-    spec: &str,
-    base_seed: mapf_ledger::seed::Seed,
-) -> Result<Box<dyn Engineer>, CliError> {
-    use mapf_ledger::engineer::factory::{self, Llms, Policies, Recipe, Scope};
-    let (name, own_model) = match spec.split_once('=') {
-        Some((n, m)) => (n, Some(m.to_string())),
-        None => (spec, None),
-    };
-    let (lm, text) = eval_plan(args)?;
-    let builtin = mapf_ledger::engineer::builtin(name);
-    let model = match builtin.filter(|b| b.reads_policy) {
-        None => None,
-        Some(b) => {
-            let m = own_model.or_else(|| args.model.clone()).ok_or_else(|| {
-                CliError::input(format!(
-                    "--engineer {name}: needs a model (--model DIR|REF, or {name}=DIR|REF)"
-                ))
-            })?;
-            let device = mapf_ledger::train::open_device(args.device)
-                .map_err(|e| CliError::input(e.to_string()))?;
-            Some(load_policy(dir, &m, device, b.lm_only)?)
-        }
-    };
-    let teacher = mapf_ledger::engineer::teacher::Teacher::named(name, base_seed).is_some();
-    let registry;
-    let llms = if name == "http" {
-        Llms::Given(http_registration(args)?)
-    } else if builtin.is_some() || teacher {
-        Llms::None
-    } else {
-        let mut ledger = Ledger::open_read_only(dir).map_err(|e| {
-            CliError::input(format!(
-                "--engineer {name}: not a built-in engineer ({}, http), and no ledger to find it registered in: {e}",
-                mapf_ledger::engineer::builtin_names()
-            ))
-        })?;
-        let state = ledger.projection("main").map_err(err)?;
-        registry = (ledger, state);
-        Llms::Branch {
-            ledger: &registry.0,
-            state: &registry.1,
-        }
-    };
-    factory::make(
-        name,
-        Recipe {
-            text,
-            lm: &lm,
-            stage_seed: base_seed,
-            policies: Policies::Model(model),
-            llms,
-            recorded: None,
-            scope: Scope::Benchmark,
-        },
-    )
-    .map_err(|e| CliError::input(format!("--engineer {name}: {e}")))
-}
-
-/// The model of `--model` (or `NAME=MODEL`): an `lm` model for the engineers only an
-/// `lm` policy can be, else an HF directory or any checkpoint reference.
+/// A model of `--model`, `--reference` or `NAME=MODEL`: an `lm` model when `lm_only` or
+/// an HF directory, else any checkpoint reference.
 fn load_policy(
     dir: &Path,
+    args: &EvalArgs,
     model: &str,
-    device: tch::Device,
     lm_only: bool,
 ) -> Result<Box<dyn mapf_ledger::train::policy::Policy>, CliError> {
+    let device =
+        mapf_ledger::train::open_device(args.device).map_err(|e| CliError::input(e.to_string()))?;
     if lm_only || Path::new(model).join("config.json").exists() {
         Ok(Box::new(super::lm::load(dir, model, device)?))
     } else {
@@ -456,61 +245,43 @@ fn http_registration(args: &EvalArgs) -> Result<llm::LlmRegistration, CliError> 
 
 fn eval(dir: &Path, args: EvalArgs) -> CliResult {
     use indicatif::{ProgressBar, ProgressStyle};
-    use mapf_ledger::engineer::eval as ev;
-    let seed = mapf_ledger::seed::Seed::root(args.seed);
-    let mut contexts = ev::synthetic_for(
-        args.rules,
-        seed.child("contexts", 0),
-        args.contexts as usize,
-    );
-    let mut sources = vec![format!("{} synthetic (seed {})", args.contexts, args.seed)];
-    for l in &args.from_ledger {
-        let ledger = Ledger::open_read_only(l).map_err(err)?;
-        let found = ev::ledger_contexts(&ledger, &l.display().to_string()).map_err(err)?;
-        sources.push(format!("{} from {}", found.len(), l.display()));
-        contexts.extend(found);
-    }
+    let (contexts, sources) =
+        session::contexts(args.rules, args.seed, args.contexts, &args.from_ledger).map_err(err)?;
     if contexts.is_empty() {
         return Err(CliError::input(
             "no contexts: --contexts 0 and no --from-ledger with decisions".to_string(),
         ));
     }
     // Build every engineer before running any, so a bad name fails at once.
-    let mut deciders = Vec::new();
+    let (lm, text) = eval_plan(&args)?;
+    let seed = mapf_ledger::seed::Seed::root(args.seed);
+    let sources_of = Sources {
+        text,
+        lm: &lm,
+        seed,
+        registry: dir,
+    };
+    let mut engineers = Vec::new();
     for spec in &args.engineers {
-        deciders.push((spec.clone(), decider(dir, &args, spec, seed)?));
+        let named = Named::parse(spec);
+        let model = match named.model(args.model.as_deref()).map_err(|e| CliError::input(e.to_string()))? {
+            Some((m, lm_only)) => Some(load_policy(dir, &args, &m, lm_only)?),
+            None => None,
+        };
+        let http = (named.name == "http").then(|| http_registration(&args)).transpose()?;
+        let engineer = session::build(&named, model, http, &sources_of).map_err(|e| match e {
+            session::SessionError::Registry(e) => err(e),
+            e => CliError::input(e.to_string()),
+        })?;
+        engineers.push((spec.clone(), engineer));
     }
     let reference = match &args.reference {
-        Some(m) => {
-            let device = mapf_ledger::train::open_device(args.device)
-                .map_err(|e| CliError::input(e.to_string()))?;
-            let policy: Box<dyn mapf_ledger::train::policy::Policy> =
-                if Path::new(m).join("config.json").exists() {
-                    Box::new(super::lm::load(dir, m, device)?)
-                } else {
-                    super::checkpoint::load_ref(dir, m)?.policy
-                };
-            Some(policy)
-        }
+        Some(m) => Some(load_policy(dir, &args, m, false)?),
         None => None,
     };
-    // One size-by-size probe per context, shared by every engineer: a size two
-    // engineers leave alike is scored on the same instances for both.
-    let mut probes: Vec<mapf_ledger::engineer::probe::SizeProbe> = (0..contexts.len())
-        .map(|i| {
-            mapf_ledger::engineer::probe::SizeProbe::new(
-                seed.child("reference", i as u64),
-                ev::PROBE_PER_SIZE,
-                ev::PROBE_SAMPLES,
-            )
-        })
-        .collect();
-    let mut evals = Vec::new();
-    for (label, mut engineer) in deciders {
-        let purpose = format!("engineer-eval {label}");
-        let bar = if args.json {
-            ProgressBar::hidden()
-        } else {
+    let mut bar: Option<ProgressBar> = None;
+    let mut progress = |p: Progress<'_>| match p {
+        Progress::Engineer(label) if !args.json => {
             let b = ProgressBar::new(contexts.len() as u64);
             b.set_style(
                 ProgressStyle::with_template(
@@ -519,45 +290,27 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
                 .expect("template")
                 .progress_chars("=> "),
             );
-            b.set_prefix(label.clone());
-            b
-        };
-        let mut probe = |i: usize, cfg: &mapf_ledger::env::GeneratorConfig| {
-            let policy = reference.as_ref()?;
-            probes[i].probe(policy.as_ref(), cfg)
-        };
-        let with_reference: Option<ev::ReferenceProbe<'_>> = if args.reference.is_some() {
-            Some(&mut probe)
-        } else {
-            None
-        };
-        evals.push(ev::evaluate(
-            &label,
-            &contexts,
-            args.rules,
-            &mut |i, ctx| {
-                engineer.reseed(seed.child(&purpose, i as u64));
-                let d = engineer.decide(ctx);
-                bar.inc(1);
-                d
-            },
-            with_reference,
-        ));
-        bar.finish_and_clear();
-    }
-    let report = ev::EvalReport {
-        rules: args.rules.name().to_string(),
-        seed: args.seed,
-        sources,
-        paired: ev::paired(&evals, seed.child("paired", 0)),
-        engineers: evals,
+            b.set_prefix(label.to_string());
+            bar = Some(b);
+        }
+        Progress::Engineer(_) => {}
+        Progress::Decided => bar.iter().for_each(|b| b.inc(1)),
+        Progress::Finished => bar.take().iter().for_each(ProgressBar::finish_and_clear),
     };
+    let report = session::run(
+        &contexts,
+        sources,
+        engineers,
+        reference.as_deref(),
+        (args.rules, args.seed),
+        &mut progress,
+    );
     if args.json {
         let s =
             serde_json::to_string_pretty(&report).map_err(|e| CliError::input(e.to_string()))?;
         println!("{s}");
     } else {
-        print!("{}", ev::render(&report));
+        print!("{}", mapf_ledger::engineer::eval::render(&report));
     }
     Ok(())
 }

@@ -9,12 +9,10 @@
 //! Exit codes: 0 every compared event matched or the counterfactual ran; 1 a mismatch
 //! or an altered record (the branch is left unchanged); 2 usage or input error; 130
 //! interrupted.
-use super::{CliError, CliResult};
-use mapf_ledger::ledger::Ledger;
+use crate::cli::{CliError, CliResult};
 use mapf_ledger::record::event::{EvalCell, Evaluation};
-use mapf_ledger::replay::{self, ReplayError, StageReplay};
+use mapf_ledger::replay::{self, setup, ReplayError, StageReplay};
 use mapf_ledger::stage::Pipeline;
-use mapf_ledger::train::kernels;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
@@ -52,7 +50,7 @@ pub struct ReplayArgs {
     pub json: bool,
 }
 
-/// A replay error with the contract's exit code (see [`super::Diagnosis`]).
+/// A replay error with the contract's exit code (see [`crate::cli::Diagnosis`]).
 fn replay_error(e: ReplayError) -> CliError {
     if let ReplayError::Interrupted(n) = e {
         eprintln!(
@@ -64,14 +62,14 @@ fn replay_error(e: ReplayError) -> CliError {
         };
     }
     let message = mapf_ledger::ledger::Chain(&e);
-    if super::Diagnosis::of(&e).damaged {
+    if crate::cli::Diagnosis::of(&e).damaged {
         CliError::check(format!("replay failed: {message}"))
     } else {
         CliError::input(message.to_string())
     }
 }
 
-use super::ledger_error;
+use crate::cli::ledger_error;
 
 pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     let stage = args.stage;
@@ -83,26 +81,21 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
             "`--verify` and `--engineer` exclude each other (a counterfactual is not a verification)",
         ));
     }
-    let mut ledger = super::open_writer(dir).map_err(ledger_error)?;
-    let recorded = recorded_setups(&ledger, &args.branch, stage)?;
+    let mut ledger = crate::cli::open_writer(dir).map_err(ledger_error)?;
+    let recorded = setup::recorded_setups(&ledger, &args.branch, stage)?;
     let stop = super::run::stop_on_signal(
         "stopping the replay at its next durable point; its scratch work is then removed",
     );
     if args.engineer.is_none() {
         // Before libtorch picks its kernels: run the recorded ones where this CPU can.
-        pin_capability(&recorded);
+        setup::pin_capability(&recorded);
     }
     // A verification recomputes where the stages ran: bf16 on a GPU and f32 on the CPU
     // round differently, so a CUDA run replayed on the plan's CPU would "mismatch".
     let chosen = match (args.device, &args.engineer) {
         (Some(d), _) => Some(d),
-        (None, None) => common(recorded.iter().map(|r| r.device.as_ref()))
-            .flatten()
-            .map(|d| {
-                d.parse::<mapf_ledger::train::DeviceSpec>()
-                    .map_err(|m| CliError::input(format!("recorded device {m}")))
-            })
-            .transpose()?,
+        (None, None) => setup::recorded_device(&recorded)
+            .map_err(|m| CliError::input(format!("recorded device {m}")))?,
         (None, Some(_)) => None,
     };
     let device = match chosen {
@@ -146,102 +139,11 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     }
 }
 
-/// Where a stage to replay ran, from the metadata of its `StageStarted`.
-struct RecordedSetup {
-    stage: u32,
-    /// The ATen CPU capability (absent in stages recorded before it was).
-    capability: Option<String>,
-    /// `cpu`, `cuda`, `cuda:N`.
-    device: Option<String>,
-    /// The processor (absent in stages recorded before it was).
-    cpu: Option<String>,
-}
-
-/// The recorded setup of each stage to replay.
-fn recorded_setups(
-    ledger: &Ledger,
-    branch: &str,
-    stage: Option<u32>,
-) -> Result<Vec<RecordedSetup>, CliError> {
-    // The projection knows each stage's StageStarted; only those metadata are read.
-    let state = ledger.state_at(&ledger.head(branch)?)?;
-    let mut out = Vec::new();
-    for s in state
-        .stages
-        .iter()
-        .filter(|s| stage.is_none_or(|n| n == s.stage))
-    {
-        if let Some(started) = s.started {
-            let (_, m) = ledger.event_with_meta(&started)?;
-            out.push(RecordedSetup {
-                stage: s.stage,
-                capability: m.versions.get(kernels::CAPABILITY_KEY).cloned(),
-                device: m.device,
-                cpu: m.versions.get(kernels::CPU_KEY).cloned(),
-            });
-        }
-    }
-    Ok(out)
-}
-
-/// The value every item shares; None when there are none or they differ.
-fn common<T: PartialEq>(mut items: impl Iterator<Item = T>) -> Option<T> {
-    let first = items.next()?;
-    items.all(|x| x == first).then_some(first)
-}
-
-/// Pin ATen to the recorded CPU capability (when every replayed stage recorded the same
-/// one, this CPU can run it, and `ATEN_CPU_CAPABILITY` is not set already): kernels of
-/// another capability may round differently, which would fail a bit-exact replay for no
-/// fault of the record. A capability this CPU lacks (AVX512 recorded, an AVX2-only
-/// replay machine) is left to ATen's own choice, and the stage's note names both.
-fn pin_capability(recorded: &[RecordedSetup]) {
-    let Some(Some(capability)) = common(recorded.iter().map(|r| r.capability.as_ref())) else {
-        return;
-    };
-    if std::env::var_os(kernels::CAPABILITY_ENV).is_some() || !kernels::cpu_supports(capability) {
-        return;
-    }
-    // ATen reads the variable once, when it first dispatches a kernel; nothing has run
-    // yet in this process (the ledger is opened, no tensor made).
-    std::env::set_var(kernels::CAPABILITY_ENV, capability.to_ascii_lowercase());
-}
-
-/// A note when stage `n` was recorded on another device than this replay runs on, or
-/// with another ATen CPU capability than this process runs (the CPU lacks it, or
-/// `ATEN_CPU_CAPABILITY` says otherwise), or on another processor: hashes may then
-/// differ with no fault in the record.
-fn setup_note(recorded: &[RecordedSetup], n: u32, device: &str) -> Option<String> {
-    let r = recorded.iter().find(|r| r.stage == n)?;
-    if let Some(was) = r.device.as_deref().filter(|was| *was != device) {
-        return Some(format!(
-            "stage {n} was recorded on {was} and this replay runs on {device}: other kernels and dtypes round differently, so hashes may differ without any fault in the record"
-        ));
-    }
-    let now = kernels::cpu_capability();
-    if let Some(was) = r.capability.as_ref().filter(|was| **was != now) {
-        return Some(format!(
-            "stage {n} was recorded with ATen CPU capability {was}, this process runs {now}{}: kernels may round differently, so hashes may differ without any fault in the record",
-            match std::env::var(kernels::CAPABILITY_ENV) {
-                Ok(v) => format!(" ({}={v})", kernels::CAPABILITY_ENV),
-                Err(_) => String::new(),
-            }
-        ));
-    }
-    let was = r.cpu.as_ref()?;
-    let here = kernels::cpu_model();
-    (*was != here).then(|| {
-        format!(
-            "stage {n} was recorded on processor {was}, this replay runs on {here}: libtorch's BLAS picks its kernels per processor, so hashes may differ without any fault in the record"
-        )
-    })
-}
-
 fn verify(
     pipeline: &mut Pipeline<'_>,
     args: &ReplayArgs,
     stage: Option<u32>,
-    recorded: &[RecordedSetup],
+    recorded: &[setup::RecordedSetup],
     stop: &AtomicBool,
 ) -> CliResult {
     let branch = &args.branch;
@@ -258,7 +160,7 @@ fn verify(
     replay::check_branch(pipeline.ledger, branch).map_err(replay_error)?;
     let mut done: Vec<StageReplay> = Vec::new();
     for n in stages {
-        let note = setup_note(recorded, n, &pipeline.device_name());
+        let note = setup::setup_note(recorded, n, &pipeline.device_spec);
         if let Some(note) = &note {
             eprintln!("ledger: note: {note}");
         }

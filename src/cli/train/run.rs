@@ -1,6 +1,6 @@
 //! `ledger run`: drive a branch through the plan's stages with progress bars; Ctrl-C
 //! stops at the next durable point (a checkpoint) and `ledger run` again resumes.
-use super::{CliError, CliResult};
+use crate::cli::{CliError, CliResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use mapf_ledger::env::table::ResultTable;
 use mapf_ledger::stage::{Pipeline, Progress, RunOptions, StageError};
@@ -101,7 +101,7 @@ pub fn run(
     quiet: bool,
 ) -> CliResult {
     let started = std::time::Instant::now();
-    let mut ledger = super::open_writer(ledger_dir)?;
+    let mut ledger = crate::cli::open_writer(ledger_dir)?;
     let plan = mapf_ledger::stage::ledger_plan(&ledger).map_err(stage_error)?;
     let device = device.unwrap_or(plan.train.device);
     super::plan::check_before_run(&plan, device, check.gpu_memory.as_deref(), check.force)?;

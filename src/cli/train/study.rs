@@ -1,7 +1,7 @@
 //! `ledger study`: fork a branch at a stage once per engineer × seed replicate, run
 //! every fork to the plan's end (resumable), and write a CSV, a markdown table in the
 //! paper's layout (mean ± 95% t-interval over seeds) and an SVG plot.
-use super::{CliError, CliResult};
+use crate::cli::{CliError, CliResult};
 use mapf_ledger::env::table::ResultTable;
 use mapf_ledger::ledger::Ledger;
 use mapf_ledger::stage::Progress;
@@ -89,10 +89,10 @@ pub struct StudyArgs {
     /// (valid %, points) a pilot measured on the target row (the test suite's smallest
     /// agent count, its coordination items when marked); the line then says how many
     /// seeds 80% power asks. Without it only the study's own spread is used.
-    #[arg(long, value_name = "POINTS", value_parser = super::values::non_negative)]
+    #[arg(long, value_name = "POINTS", value_parser = crate::cli::values::non_negative)]
     pub power_sd: Option<f64>,
     /// The smallest difference the power line asks to see, in points.
-    #[arg(long, value_name = "POINTS", default_value_t = 5.0, value_parser = super::values::positive)]
+    #[arg(long, value_name = "POINTS", default_value_t = 5.0, value_parser = crate::cli::values::positive)]
     pub power_effect: f64,
     /// An earlier report of this same study (its `study.json`, or the directory holding
     /// it): its finished runs this ledger lacks count in the tables instead of being
@@ -129,11 +129,11 @@ pub struct TaskArgs {
 /// a resubmitted task reopens its worker ledger and resumes the branch.
 pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
     use mapf_ledger::ledger::bundle::Bundle;
-    let input = super::ledger_error;
+    let input = crate::cli::ledger_error;
     let bundle = Bundle::read(&args.bundle).map_err(input)?;
     if ledger_dir.join("db").is_dir() {
         // An earlier attempt made the ledger: bring in anything it lacks (nothing, usually).
-        let mut l = super::open_writer(ledger_dir).map_err(input)?;
+        let mut l = crate::cli::open_writer(ledger_dir).map_err(input)?;
         l.fetch(&bundle, None).map_err(input)?;
     } else {
         Ledger::create_from_bundle(ledger_dir, &bundle).map_err(input)?;
@@ -207,7 +207,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         other => other,
     };
     let engineers = engineers.0;
-    let mut ledger = super::open_writer(ledger_dir)?;
+    let mut ledger = crate::cli::open_writer(ledger_dir)?;
     let stop = super::run::stop_on_ctrl_c();
     let dir = out.unwrap_or_else(|| ledger_dir.join(format!("study-at{at}")));
     let mut spec = StudySpec {
