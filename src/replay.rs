@@ -18,10 +18,12 @@
 //!   on a fork, deleted unless kept.
 //!
 //! * Where the stages to replay ran, and how a replay sets itself up from that
-//!   ([`setup`]).
+//!   ([`setup`]); a branch's stages verified in turn, and a counterfactual as text
+//!   ([`branch`]).
 //!
 //! Resume needs nothing here: `Pipeline::run` continues any branch from its last
 //! durable point.
+pub mod branch;
 pub mod setup;
 
 use crate::engineer::llm::{RecordedCall, RecordedReplies};

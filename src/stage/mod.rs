@@ -13,7 +13,8 @@
 //! Files: this one holds the [`Pipeline`] and `run`; [`setup`] reads the plan (configs,
 //! suites, seeds); [`base`] is stage 0; [`training`] a GRPO stage; [`decision`] the
 //! engineer's part; [`end`] the end of every stage; [`corpus`] what a scratch model
-//! pretrains on; [`bench`] the workloads `ledger lm bench` times.
+//! pretrains on; [`bench`] the workloads `ledger lm bench` times; [`progress`] how
+//! a run shows its progress.
 use crate::engineer::context::TrainingDetails;
 use crate::engineer::{
     BuildError, BuildInputs, Decision, Engineer, EngineerContext, EngineerSpec, HistoryEntry,
@@ -44,6 +45,7 @@ pub mod corpus;
 pub mod decision;
 pub mod end;
 pub mod load;
+pub mod progress;
 pub mod setup;
 pub mod training;
 

@@ -244,7 +244,8 @@ fn http_registration(args: &EvalArgs) -> Result<llm::LlmRegistration, CliError> 
 }
 
 fn eval(dir: &Path, args: EvalArgs) -> CliResult {
-    use indicatif::{ProgressBar, ProgressStyle};
+    use indicatif::ProgressBar;
+    use mapf_ledger::stage::progress::counter;
     let (contexts, sources) =
         session::contexts(args.rules, args.seed, args.contexts, &args.from_ledger).map_err(err)?;
     if contexts.is_empty() {
@@ -282,16 +283,7 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
     let mut bar: Option<ProgressBar> = None;
     let mut progress = |p: Progress<'_>| match p {
         Progress::Engineer(label) if !args.json => {
-            let b = ProgressBar::new(contexts.len() as u64);
-            b.set_style(
-                ProgressStyle::with_template(
-                    "{prefix:>14} [{bar:30}] {pos}/{len} contexts  {elapsed_precise} (eta {eta})",
-                )
-                .expect("template")
-                .progress_chars("=> "),
-            );
-            b.set_prefix(label.to_string());
-            bar = Some(b);
+            bar = Some(counter(contexts.len() as u64, label, 14, "contexts"));
         }
         Progress::Engineer(_) => {}
         Progress::Decided => bar.iter().for_each(|b| b.inc(1)),

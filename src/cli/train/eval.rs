@@ -4,7 +4,8 @@
 //! optimal % per size, the Sum row per agent count) plus each suite's failure kinds.
 use crate::cli::{CliError, CliResult};
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
+use mapf_ledger::stage::progress::counter;
 use mapf_ledger::env::suite::{self, SuiteName};
 use mapf_ledger::env::CostMetric;
 use mapf_ledger::train::lm::PromptStyle;
@@ -120,16 +121,7 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
     let mut bar = None;
     let mut progress = |p: Progress<'_>| match p {
         Progress::Suite(name, len) if !args.json => {
-            let b = ProgressBar::new(len as u64);
-            b.set_style(
-                ProgressStyle::with_template(
-                    "{prefix:>6} [{bar:30}] {pos}/{len} instances  {elapsed_precise} (eta {eta})",
-                )
-                .expect("template")
-                .progress_chars("=> "),
-            );
-            b.set_prefix(name.as_str());
-            bar = Some(b);
+            bar = Some(counter(len as u64, name.as_str(), 6, "instances"));
         }
         Progress::Suite(..) => {}
         Progress::Scored(n) => bar.iter().for_each(|b| b.inc(n as u64)),

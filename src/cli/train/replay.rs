@@ -10,8 +10,8 @@
 //! or an altered record (the branch is left unchanged); 2 usage or input error; 130
 //! interrupted.
 use crate::cli::{CliError, CliResult};
-use mapf_ledger::record::event::{EvalCell, Evaluation};
-use mapf_ledger::replay::{self, setup, ReplayError, StageReplay};
+use mapf_ledger::replay::{self, setup, ReplayError};
+use mapf_ledger::stage::progress::Bars;
 use mapf_ledger::stage::Pipeline;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -146,87 +146,68 @@ fn verify(
     recorded: &[setup::RecordedSetup],
     stop: &AtomicBool,
 ) -> CliResult {
+    use mapf_ledger::replay::branch::{verify_branch, Said, VerifyError};
     let branch = &args.branch;
-    let stages = match stage {
-        Some(n) => vec![n],
-        None => replay::completed_stages(pipeline.ledger, branch)
-            .map_err(|e| CliError::input(e.to_string()))?,
+    let mut bars = || Box::new(Bars::new(args.json)) as Box<dyn mapf_ledger::stage::Progress>;
+    let mut say = |s: Said<'_>| match s {
+        Said::Note(note) => eprintln!("ledger: note: {note}"),
+        Said::Matched(r) if !args.json => println!(
+            "stage {}: {} events recomputed, every hash matches (engineer {}, {:.1} s)",
+            r.stage, r.events, r.engineer, r.seconds
+        ),
+        Said::Matched(_) => {}
     };
-    if stages.is_empty() {
-        return Err(CliError::input(format!(
-            "branch {branch} has no completed stage to replay"
+    let what = (branch.as_str(), stage, args.live);
+    let v = verify_branch(pipeline, what, recorded, &mut bars, stop, &mut say).map_err(|e| {
+        match e {
+            VerifyError::Replay(e) => replay_error(e),
+            e => CliError::input(e.to_string()),
+        }
+    })?;
+    let report = |matched, mismatch, ids: Option<&Vec<mapf_ledger::ledger::Hash>>| {
+        let replay_verified = ids.map(|ids| ids.iter().map(|h| h.to_hex()).collect());
+        let r = mapf_ledger::views::show::ReplayReport {
+            branch: branch.to_string(),
+            matched,
+            mismatch,
+            replay_verified,
+        };
+        println!("{}", serde_json::to_string(&r).expect("serialises"));
+    };
+    if let Some(m) = v.mismatch {
+        if args.json {
+            report(v.matched, Some(m.clone()), None);
+        }
+        return Err(CliError::check(format!(
+            "replay mismatch on {branch}: {m} (the branch was not changed)"
         )));
-    }
-    replay::check_branch(pipeline.ledger, branch).map_err(replay_error)?;
-    let mut done: Vec<StageReplay> = Vec::new();
-    for n in stages {
-        let note = setup::setup_note(recorded, n, &pipeline.device_spec);
-        if let Some(note) = &note {
-            eprintln!("ledger: note: {note}");
-        }
-        let mut bars = super::run::Bars::new(args.json);
-        let r = replay::verify_stage(pipeline, branch, n, args.live, &mut bars, stop)
-            .map_err(replay_error)?;
-        if let Some(m) = &r.mismatch {
-            let m = match &note {
-                Some(note) => format!("{m} ({note})"),
-                None => m.to_string(),
-            };
-            if args.json {
-                let report = mapf_ledger::views::show::ReplayReport {
-                    branch: branch.to_string(),
-                    matched: done,
-                    mismatch: Some(m.clone()),
-                    replay_verified: None,
-                };
-                println!("{}", serde_json::to_string(&report).expect("serialises"));
-            }
-            return Err(CliError::check(format!(
-                "replay mismatch on {branch}: {m} (the branch was not changed)"
-            )));
-        }
-        if !args.json {
-            println!(
-                "stage {n}: {} events recomputed, every hash matches (engineer {}, {:.1} s)",
-                r.events, r.engineer, r.seconds
-            );
-        }
-        done.push(r);
     }
     let ids = if args.record {
         Some(
-            replay::record_verified(pipeline, branch, &done, args.live)
+            replay::record_verified(pipeline, branch, &v.matched, args.live)
                 .map_err(|e| CliError::input(e.to_string()))?,
         )
     } else {
         None
     };
     if args.json {
-        let report = mapf_ledger::views::show::ReplayReport {
-            branch: branch.to_string(),
-            matched: done,
-            mismatch: None,
-            replay_verified: ids
-                .as_ref()
-                .map(|ids| ids.iter().map(|h| h.to_hex()).collect()),
-        };
-        println!("{}", serde_json::to_string(&report).expect("serialises"));
-    } else {
-        match &ids {
-            Some(ids) => println!(
-                "recorded {} replay-verified event(s) on {branch}; head {}",
-                ids.len(),
-                ids.last().map(|h| h.short()).unwrap_or_default()
-            ),
-            None => println!(
-                "nothing recorded: {branch} stays at {} (--record appends a replay-verified event per stage)",
-                pipeline
-                    .ledger
-                    .head(branch)
-                    .map(|h| h.short())
-                    .unwrap_or_default()
-            ),
-        }
+        report(v.matched, None, ids.as_ref());
+        return Ok(());
+    }
+    match &ids {
+        Some(ids) => println!(
+            "recorded {} replay-verified event(s) on {branch}; head {}",
+            ids.len(),
+            ids.last().map(|h| h.short()).unwrap_or_default()
+        ),
+        None => println!(
+            "nothing recorded: {branch} stays at {} (--record appends a replay-verified event per stage)",
+            pipeline
+                .ledger
+                .head(branch)
+                .map(|h| h.short())
+                .unwrap_or_default()
+        ),
     }
     Ok(())
 }
@@ -238,46 +219,15 @@ fn counterfactual(
     engineer: &mapf_ledger::engineer::EngineerSpec,
     stop: &AtomicBool,
 ) -> CliResult {
-    let c = replay::counterfactual(
-        pipeline,
-        &args.branch,
-        n,
-        engineer,
-        args.keep.as_deref(),
-        &mut super::run::Bars::new(args.json),
-        stop,
-    )
-    .map_err(replay_error)?;
+    let keep = args.keep.as_deref();
+    let mut bars = Bars::new(args.json);
+    let c = replay::counterfactual(pipeline, &args.branch, n, engineer, keep, &mut bars, stop)
+        .map_err(replay_error)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&c).expect("serialises"));
-        return Ok(());
-    }
-    let table = |cells: &[EvalCell]| {
-        mapf_ledger::train::eval::table_of(&Evaluation {
-            suite: "val".into(),
-            checkpoint: None,
-            cells: cells.to_vec(),
-        })
-    };
-    print!(
-        "{}",
-        table(&c.recorded_validation).render(&format!(
-            "stage {n} as recorded on {} (engineer {})",
-            args.branch,
-            c.recorded_engineer.as_deref().unwrap_or("?")
-        ))
-    );
-    print!(
-        "{}",
-        table(&c.validation).render(&format!(
-            "stage {n} replayed with engineer {engineer} ({:.1} s)",
-            c.seconds
-        ))
-    );
-    if c.kept {
-        println!("kept as branch {}", c.branch);
     } else {
-        println!("scratch branch deleted (use --keep NAME to keep it)");
+        let text = mapf_ledger::replay::branch::render_counterfactual(&c, &args.branch, n);
+        print!("{text}");
     }
     Ok(())
 }

@@ -2,53 +2,12 @@
 //! every fork to the plan's end (resumable), and write a CSV, a markdown table in the
 //! paper's layout (mean ± 95% t-interval over seeds) and an SVG plot.
 use crate::cli::{CliError, CliResult};
-use mapf_ledger::env::table::ResultTable;
 use mapf_ledger::ledger::Ledger;
-use mapf_ledger::stage::Progress;
 use mapf_ledger::study::{StudyError, StudySpec};
-use mapf_ledger::train::grpo::StepStats;
 use std::path::{Path, PathBuf};
 
 /// Most seed replicates one study runs (each is a whole run per engineer).
 const MAX_SEEDS: u32 = 1000;
-
-/// Progress as plain lines on standard error (one per stage, a few per stage's steps).
-struct Lines {
-    quiet: bool,
-    steps: u64,
-}
-
-impl Progress for Lines {
-    fn stage_begin(&mut self, stage: u32, engineer: &str, steps: u64) {
-        self.steps = steps;
-        if !self.quiet {
-            eprintln!("  stage {stage}: engineer {engineer}, {steps} steps");
-        }
-    }
-    fn step(&mut self, stage: u32, done: u64, s: &StepStats) {
-        if !self.quiet
-            && self.steps >= 4
-            && done % (self.steps / 4).max(1) == 0
-            && done < self.steps
-        {
-            eprintln!(
-                "  stage {stage}: step {done}/{} loss {:.4} valid {:.2}",
-                self.steps, s.loss, s.valid_rate
-            );
-        }
-    }
-    fn note(&mut self, message: &str) {
-        if !self.quiet {
-            eprintln!("{message}");
-        }
-    }
-    fn stage_end(&mut self, stage: u32, v: &ResultTable) {
-        if !self.quiet {
-            let (valid, optimal) = v.sum_row(2);
-            eprintln!("  stage {stage} done: validation valid {valid:.1}%, optimal {optimal:.1}%");
-        }
-    }
-}
 
 #[derive(clap::Args, Debug)]
 pub struct StudyArgs {
@@ -236,7 +195,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         .iter()
         .map(|r| (r.engineer.clone(), r.replicate))
         .collect();
-    let mut progress = Lines { quiet, steps: 0 };
+    let mut progress = mapf_ledger::stage::progress::Lines::new(quiet);
     let runs = match mapf_ledger::study::run_study(&mut ledger, &spec, &mut progress, &stop) {
         Ok(r) => r,
         Err(StudyError::Interrupted) => {
