@@ -10,7 +10,10 @@
 //! chunks where `[grpo]` asks, and attention by the device's kernel. Given the GPU's
 //! memory it says whether the run fits and, if not, which single setting
 //! (micro-batch, batch, group, max new tokens, evaluation batch, LoRA rank) would make
-//! it fit, or else which settings together would.
+//! it fit, or else which settings together would. [`gate`] is the same check as
+//! `ledger run` makes it before a CUDA run.
+pub mod gate;
+
 use crate::engineer::prompt::TokenCounter;
 use crate::env::{generate, Budget, GeneratorConfig, Instance};
 use crate::plan::LedgerPlan;

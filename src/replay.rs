@@ -17,8 +17,15 @@
 //! * Counterfactual replay ([`counterfactual`]): one stage re-run with another engineer
 //!   on a fork, deleted unless kept.
 //!
+//! * Where the stages to replay ran, and how a replay sets itself up from that
+//!   ([`setup`]); a branch's stages verified in turn, and a counterfactual as text
+//!   ([`branch`]).
+//!
 //! Resume needs nothing here: `Pipeline::run` continues any branch from its last
 //! durable point.
+pub mod branch;
+pub mod setup;
+
 use crate::engineer::llm::{RecordedCall, RecordedReplies};
 use crate::engineer::EngineerSpec;
 use crate::ledger::{Event, Hash, Ledger, LedgerError, Meta};

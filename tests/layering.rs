@@ -420,7 +420,7 @@ fn device_names_are_parsed_in_one_place() {
     found.retain(|l| {
         !l.starts_with("src/core/record/")
             && !l.starts_with("src/core/views/")
-            && !l.starts_with("src/cli/replay.rs:") // the recorded setup's device, compared as text
+            && !l.starts_with("src/replay/setup.rs:") // the recorded setup's device, compared as text
             && !l.starts_with("src/plan_check.rs:") // MemoryPlan's `device`, a report field
     });
     assert!(

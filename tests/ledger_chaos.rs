@@ -386,10 +386,7 @@ fn damage_to_any_file_is_named_and_recovered_losing_only_the_damaged_bytes() {
                 }
                 // And the ledger takes new history again.
                 if common::heads(&d).iter().any(|(n, _)| n == "main") {
-                    ok(&ledger(
-                        &d,
-                        &["debug-append-loop", "--batch", "3", "--batches", "1"],
-                    ));
+                    ok(&common::append_loop::run(&d, 3, 1));
                 }
             }
             table.push((class, how, t));
@@ -461,7 +458,7 @@ fn a_last_refs_record_damaged_like_a_torn_write_loses_nothing_to_the_next_writer
             "{ctx}"
         );
         // A writer opens the ledger and appends: it sets the records aside, and says so.
-        let w = ledger(&d, &["debug-append-loop", "--batch", "3", "--batches", "1"]);
+        let w = common::append_loop::run(&d, 3, 1);
         assert!(
             text(&w).contains("set aside"),
             "{ctx}: the writer did not report what it set aside: {}",

@@ -16,10 +16,7 @@ fn init_log_show_branches_export_rebuild_verify() {
     let d = tmp.path().join("l");
     let out = ok(&ledger(&d, &["init", "--plan", plan_path()]));
     assert!(out.contains("genesis"), "{out}");
-    ok(&ledger(
-        &d,
-        &["debug-append-loop", "--batch", "4", "--batches", "2"],
-    ));
+    ok(&common::append_loop::run(&d, 4, 2));
 
     let log: Vec<EventRecord> = serde_json::from_str(&ok(&ledger(&d, &["log", "--json"]))).unwrap();
     assert_eq!(log.len(), 9);

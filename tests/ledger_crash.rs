@@ -1,6 +1,7 @@
 //! kill -9 of a writer appending in a loop, at random instants, many times: every time
 //! the ledger verifies and its ref points at complete history including every batch
-//! the writer reported durable.
+//! the writer reported durable. The writer is `common::append_loop`'s process.
+use crate::common::append_loop;
 use mapf_ledger::ledger::{Hash, Ledger};
 use rand::{Rng, SeedableRng};
 use std::io::{BufRead, BufReader};
@@ -24,11 +25,8 @@ fn kill_9_at_random_instants_leaves_a_verifying_complete_ledger() {
     let mut acknowledged: Option<(Hash, u64)> = None;
     let mut kills_mid_run = 0;
     for round in 0..16 {
-        let batch = rng.random_range(1..200).to_string();
-        let mut child = Command::new(bin)
-            .arg("--ledger")
-            .arg(&d)
-            .args(["debug-append-loop", "--batch", &batch])
+        let batch: i32 = rng.random_range(1..200);
+        let mut child = append_loop::command(&d, batch as usize, None)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -39,12 +37,11 @@ fn kill_9_at_random_instants_leaves_a_verifying_complete_ledger() {
             let mut last = None;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                let f: Vec<&str> = line.split(' ').collect();
-                if f.len() == 3 {
+                if let Some((_, head, events)) = append_loop::report(&line) {
                     if last.is_none() {
                         let _ = first_tx.send(());
                     }
-                    last = Some((f[1].parse::<Hash>().unwrap(), f[2].parse::<u64>().unwrap()));
+                    last = Some((head, events));
                 }
             }
             last

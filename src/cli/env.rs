@@ -7,8 +7,8 @@
 use super::{CliError, CliResult};
 use clap::{Subcommand, ValueEnum};
 use mapf_ledger::env::{
-    self, generator, movingai, suite, table, text, Budget, CostMetric, GeneratorConfig, Instance,
-    Plan, SolveError,
+    self, files, generator, movingai, suite, text, verdict, Budget, CostMetric, GeneratorConfig,
+    Instance,
 };
 use mapf_ledger::seed::Seed;
 use mapf_ledger::views::testbed::{CheckReport, SolveReport, SuiteReport};
@@ -170,6 +170,7 @@ impl From<Metric> for CostMetric {
 }
 
 pub fn run(cmd: EnvCommand) -> CliResult {
+    use mapf_ledger::views::text::testbed as view;
     match cmd {
         EnvCommand::Generate {
             config,
@@ -185,31 +186,11 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                 Some(path) => read_json::<GeneratorConfig>(&path)?,
                 None => GeneratorConfig::uniform(agents, [size], holes, wait),
             };
-            if let Err(e) = cfg.validate() {
-                return Err(CliError::input(format!(
-                    "generator config out of range: {e}"
-                )));
-            }
+            cfg.validate()
+                .map_err(|e| CliError::input(format!("generator config out of range: {e}")))?;
             let items = generator::generate(&cfg, count, Seed::root(seed), Budget::default())
                 .map_err(|e| CliError::input(e.to_string()))?;
-            if json {
-                print_json(&items);
-            } else {
-                for (i, it) in items.iter().enumerate() {
-                    println!(
-                        "# instance {i}: {n}x{n}, {} agents, {} holes, optimal makespan {}, sum-of-costs {}{}",
-                        it.instance.agents(),
-                        it.instance.hole_count(),
-                        it.reference.makespan,
-                        it.reference.sum_of_costs,
-                        if it.needs_coordination { ", needs coordination" } else { "" },
-                        n = it.instance.size()
-                    );
-                    print!("{}", text::render_prompt(&it.instance));
-                    println!("optimal plan:\n{}", text::render_plan(&it.plan));
-                }
-            }
-            Ok(())
+            say(json, &items, || view::generated(&items));
         }
         EnvCommand::Solve {
             file,
@@ -223,38 +204,13 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                 max_nodes,
                 max_millis: timeout_ms,
             };
-            match env::solve(&inst, budget) {
-                Ok(sol) => {
-                    if json {
-                        print_json(&SolveReport::Solved {
-                            sum_of_costs: sol.reference.sum_of_costs,
-                            makespan: sol.reference.makespan,
-                            independent_sum: sol.independent_sum,
-                            needs_coordination: sol.needs_coordination(),
-                            nodes: sol.nodes,
-                            plan: sol.plan.clone(),
-                        });
-                    } else {
-                        println!(
-                            "optimal sum-of-costs {}, optimal makespan {} (independent paths {}, {} CBS nodes)",
-                            sol.reference.sum_of_costs, sol.reference.makespan, sol.independent_sum, sol.nodes
-                        );
-                        print!("{}", text::render_plan(&sol.plan));
-                    }
-                    Ok(())
-                }
-                Err(e) => {
-                    if json {
-                        let reason = e.to_string();
-                        print_json(&match e {
-                            SolveError::Unreachable { .. } | SolveError::Unsolvable { .. } => {
-                                SolveReport::Unsolvable { reason }
-                            }
-                            SolveError::Unknown { .. } => SolveReport::Unknown { reason },
-                        });
-                    }
-                    Err(CliError::check(format!("{}: {e}", file.display())))
-                }
+            let sol = env::solve(&inst, budget);
+            if json {
+                print_json(&SolveReport::of(&sol));
+            }
+            let sol = sol.map_err(|e| CliError::check(format!("{}: {e}", file.display())))?;
+            if !json {
+                print!("{}", view::solution(&sol));
             }
         }
         EnvCommand::Check {
@@ -265,57 +221,13 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             json,
         } => {
             let inst = read_instance(&instance, index)?;
-            let plan_text = read_text(&plan)?;
-            let parsed = parse_plan_file(&plan, &plan_text, &inst)?;
-            let outcome = match &parsed {
-                Ok(p) => env::simulate(&inst, p),
-                Err(pe) => env::Outcome::failed(pe.to_failure()),
-            };
-            let reference = match env::solve(&inst, Budget::default()) {
-                Ok(s) => Some(s.reference),
-                Err(_) => None,
-            };
-            let optimal = reference.map(|r| outcome.optimal(&r, metric.into()));
-            if json {
-                print_json(&CheckReport {
-                    valid: outcome.valid,
-                    optimal,
-                    failure: outcome.failure.clone(),
-                    sum_of_costs: outcome.sum_of_costs,
-                    makespan: outcome.makespan,
-                    reference,
-                });
-            } else if outcome.valid {
-                println!(
-                    "valid: sum-of-costs {}, makespan {}{}",
-                    outcome.sum_of_costs,
-                    outcome.makespan,
-                    match (optimal, reference) {
-                        (Some(true), _) => " (optimal)".to_string(),
-                        (Some(false), Some(r)) => format!(
-                            " (not optimal: optimum sum-of-costs {}, makespan {})",
-                            r.sum_of_costs, r.makespan
-                        ),
-                        _ => " (optimum unknown)".to_string(),
-                    }
-                );
-            } else {
-                let f = outcome
-                    .failure
-                    .as_ref()
-                    .expect("invalid outcomes carry a failure");
-                println!(
-                    "invalid: {} at t={} (agents {:?}): {}",
-                    f.kind, f.t, f.agents, f.detail
-                );
-            }
-            if outcome.valid {
-                Ok(())
-            } else {
-                Err(CliError::check(format!(
-                    "{}: plan is invalid",
-                    plan.display()
-                )))
+            let parsed = files::plan(&read_text(&plan)?, &inst)
+                .map_err(|e| CliError::input(format!("{}: {e}", plan.display())))?;
+            let v = verdict::check(&inst, &parsed, metric.into());
+            say(json, &CheckReport::of(&v), || view::verdict(&v));
+            if !v.outcome.valid {
+                let what = format!("{}: plan is invalid", plan.display());
+                return Err(CliError::check(what));
             }
         }
         EnvCommand::Suite {
@@ -344,30 +256,9 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                 std::fs::write(path, text)
                     .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
             }
-            let scores = baseline.then(|| baseline_table(&s));
-            if json {
-                print_json(&SuiteReport {
-                    name,
-                    hash: s.hash.clone(),
-                    instances: s.len(),
-                    cells: table::suite_stats(&s),
-                    baseline: scores
-                        .as_ref()
-                        .map(mapf_ledger::record::trainer::EvalCell::cells_of),
-                });
-            } else {
-                print!("{}", table::render_suite_stats(&s));
-                if let Some(t) = scores {
-                    println!();
-                    print!(
-                        "{}",
-                        t.render(
-                            "independent shortest paths baseline (valid % / optimal %, makespan)"
-                        )
-                    );
-                }
-            }
-            Ok(())
+            let scores = baseline.then(|| verdict::baseline_table(&s));
+            let report = || SuiteReport::of(&s, scores.as_ref());
+            say(json, &report(), || view::suite(&s, scores.as_ref()));
         }
         EnvCommand::ImportMovingai {
             map,
@@ -383,12 +274,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                 agents,
             )
             .map_err(|e| CliError::input(e.to_string()))?;
-            if json {
-                print_json(&inst);
-            } else {
-                print!("{}", text::render_prompt(&inst));
-            }
-            Ok(())
+            say(json, &inst, || text::render_prompt(&inst));
         }
         EnvCommand::Throughput {
             size,
@@ -404,59 +290,23 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                 .map_err(|e| CliError::input(format!("throughput config out of range: {e}")))?;
             let r = env::batch::measure_throughput(&cfg, batch, steps, parallel)
                 .map_err(|e| CliError::input(e.to_string()))?;
-            if json {
-                print_json(&r);
-            } else {
-                println!(
-                    "{}x{} maps, {} agents, {:.0}% holes, batch {}, {} steps{}: {:.0} agent-steps/s ({:.0} env-steps/s, {} episodes finished)",
-                    size, size, agents, holes * 100.0, batch, steps,
-                    if parallel { format!(", rayon x{}", rayon::current_num_threads()) } else { ", 1 thread".into() },
-                    r.agent_steps_per_sec, r.env_steps_per_sec, r.episodes
-                );
-            }
-            Ok(())
+            say(json, &r, || view::throughput(&r, holes, parallel));
         }
         EnvCommand::Prompt {
             instance,
             index,
             format,
-        } => {
-            let inst = read_instance(&instance, index)?;
-            print!("{}", format.task_text(&inst));
-            Ok(())
-        }
+        } => print!("{}", format.task_text(&read_instance(&instance, index)?)),
     }
+    Ok(())
 }
 
-/// Score the independent-shortest-paths baseline on every suite item.
-fn baseline_table(s: &suite::Suite) -> table::ResultTable {
-    let mut t = table::ResultTable::default();
-    for c in &s.cells {
-        let e = t.cells.entry((c.agents, c.size)).or_default();
-        for it in &c.items {
-            e.total += 1;
-            let (valid, optimal) = env::coordination::baseline_outcome(it, CostMetric::Makespan);
-            e.valid += valid as u32;
-            e.optimal += optimal as u32;
-        }
-    }
-    t
-}
-
-/// A plan file is JSON when its first non-blank character is `{`, else plan text (cells
-/// it states, in the cells format, are checked against the instance). JSON errors are
-/// input errors (exit 2); text parse errors are plan failures.
-fn parse_plan_file(
-    path: &Path,
-    content: &str,
-    inst: &Instance,
-) -> Result<Result<Plan, text::ParseError>, CliError> {
-    if content.trim_start().starts_with('{') {
-        serde_json::from_str::<Plan>(content)
-            .map(Ok)
-            .map_err(|e| CliError::input(format!("{}: {e}", path.display())))
+/// Print `value` as JSON (`json`), else the text `render` makes of it.
+fn say<T: serde::Serialize>(json: bool, value: &T, render: impl FnOnce() -> String) {
+    if json {
+        print_json(value);
     } else {
-        Ok(text::parse_plan_in(content, inst))
+        print!("{}", render());
     }
 }
 
@@ -464,46 +314,10 @@ fn read_text(path: &Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
 }
 
-/// An instance from a JSON file that holds one (`Instance`), one generated item
-/// (`{"instance": ..., "reference": ..., ...}`), or a list of either (what `env generate
-/// --json` writes; `index` picks one, and is needed when the list has several).
+/// The instance of an instance file (see [`files::instance`]).
 fn read_instance(path: &Path, index: Option<usize>) -> Result<Instance, CliError> {
-    let value: serde_json::Value = read_json(path)?;
-    let bad = |m: String| CliError::input(format!("{}: {m}", path.display()));
-    let item = match value {
-        serde_json::Value::Array(items) => {
-            let n = items.len();
-            let i = match (index, n) {
-                (Some(i), _) if i < n => i,
-                (Some(i), _) => {
-                    return Err(bad(format!(
-                        "--index {i} but the file holds {n} instance(s)"
-                    )))
-                }
-                (None, 1) => 0,
-                (None, _) => {
-                    return Err(bad(format!(
-                        "the file holds {n} instances; pick one with --index N (0..{})",
-                        n.saturating_sub(1)
-                    )))
-                }
-            };
-            items.into_iter().nth(i).expect("in range")
-        }
-        v => {
-            if let Some(i) = index.filter(|&i| i > 0) {
-                return Err(bad(format!("--index {i} but the file holds one instance")));
-            }
-            v
-        }
-    };
-    let item = match item {
-        serde_json::Value::Object(mut m) if m.contains_key("instance") => {
-            m.remove("instance").expect("present")
-        }
-        v => v,
-    };
-    serde_json::from_value(item).map_err(|e| bad(format!("not an instance: {e}")))
+    files::instance(&read_text(path)?, index)
+        .map_err(|e| CliError::input(format!("{}: {e}", path.display())))
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CliError> {

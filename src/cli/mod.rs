@@ -4,28 +4,19 @@
 //! carries the exit code of the contract (1 a failed check, 2 usage or input error) and
 //! a message naming the bad input.
 pub mod audit;
+pub mod env;
 pub mod report;
 pub mod store;
 pub mod sync;
-// The commands that train, or run what trains (the `train` feature: libtorch).
-#[cfg(feature = "train")]
-pub mod checkpoint;
-#[cfg(feature = "train")]
-pub mod engineer;
-pub mod env;
-#[cfg(feature = "train")]
-pub mod eval;
-#[cfg(feature = "train")]
-pub mod lm;
-#[cfg(feature = "train")]
-pub mod plan;
-#[cfg(feature = "train")]
-pub mod replay;
-#[cfg(feature = "train")]
-pub mod run;
-#[cfg(feature = "train")]
-pub mod study;
 pub mod values;
+// The commands that train, or run what trains (the `train` feature: libtorch), in one
+// module; a `ledger` built without it has `refused.rs` in that place, which refuses them
+// naming what to install. The one place the CLI asks which build it is.
+#[cfg(feature = "train")]
+pub mod train;
+#[cfg(not(feature = "train"))]
+#[path = "refused.rs"]
+pub mod train;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -151,10 +142,7 @@ impl Diagnosis {
             } else if let Some(l) = cause.downcast_ref::<L>() {
                 d.damaged |= matches!(l, L::Corrupt { .. } | L::Decode { .. });
             } else {
-                #[cfg(feature = "train")]
-                if let Some(r) = cause.downcast_ref::<mapf_ledger::replay::ReplayError>() {
-                    d.damaged |= matches!(r, mapf_ledger::replay::ReplayError::Altered { .. });
-                }
+                d.damaged |= train::altered(cause);
             }
         }
         d
@@ -201,14 +189,7 @@ pub fn warn_set_aside(l: &mapf_ledger::ledger::Ledger) {
         eprintln!("note: {note}");
     }
     for a in l.set_aside().iter().filter(|a| a.records > 0) {
-        eprintln!(
-            "warning: {} held {} intact record(s) in {} bytes past its committed length {} (not history: a crash before its commit, or a damaged last REFS record); set aside as {}; `ledger recover` re-attaches them as recovered/* branches",
-            a.from.display(),
-            a.records,
-            a.bytes,
-            a.offset,
-            a.to.display()
-        );
+        eprintln!("{}", mapf_ledger::views::text::ledger::set_aside_warning(a));
     }
 }
 
@@ -239,114 +220,18 @@ impl Cli {
     }
 }
 
+/// `ledger`'s commands. `ledger --help` lists them by display order: `env`, the
+/// training commands from 1 on (`train::TrainCommand`), `compare` to `serve`, `study`
+/// (14), `bundle`, `fetch`, `engineer` (17), then the store's commands from 18 on.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// The MAPF-FrozenLake testbed on its own (generate, solve, check, suites, import).
     #[command(subcommand)]
     Env(env::EnvCommand),
-    #[cfg(feature = "train")]
-    /// Write the JSON Schemas of every interchange format into a directory.
-    Schemas {
-        /// Directory to write the schemas into (created if missing).
-        #[arg(long, default_value = "schemas")]
-        out: PathBuf,
-    },
-    #[cfg(feature = "train")]
-    /// Run the branch's stages (warm-up, then engineered GRPO stages) from where it stops.
-    Run {
-        /// The branch to run (created at the genesis if new).
-        #[arg(long, default_value = "main")]
-        branch: String,
-        /// Run at most N more stages.
-        #[arg(long)]
-        stages: Option<u32>,
-        #[arg(long, help = engineer_help("Engineer for the stages this run designs"))]
-        engineer: Option<mapf_ledger::engineer::EngineerSpec>,
-        /// cpu, cuda or cuda:N (default: the plan's).
-        #[arg(long)]
-        device: Option<mapf_ledger::train::DeviceSpec>,
-        /// On CUDA: the GPU memory the memory check compares with (default: the
-        /// device's own), e.g. 80GiB.
-        #[arg(long, value_name = "SIZE")]
-        gpu_memory: Option<String>,
-        /// Run even when the memory check says the plan cannot fit.
-        #[arg(long)]
-        force: bool,
-        /// No progress bars.
-        #[arg(long)]
-        quiet: bool,
-    },
-    #[cfg(feature = "train")]
-    /// Continue a branch after a crash or Ctrl-C (same as `run`).
-    Resume {
-        /// The branch to run (created at the genesis if new).
-        #[arg(long, default_value = "main")]
-        branch: String,
-        /// cpu, cuda or cuda:N (default: the plan's).
-        #[arg(long)]
-        device: Option<mapf_ledger::train::DeviceSpec>,
-        /// On CUDA: the GPU memory the memory check compares with (default: the device's own), e.g. 80GiB.
-        #[arg(long, value_name = "SIZE")]
-        gpu_memory: Option<String>,
-        /// Run even when the memory check says the plan cannot fit.
-        #[arg(long)]
-        force: bool,
-        /// No progress bars.
-        #[arg(long)]
-        quiet: bool,
-    },
-    #[cfg(feature = "train")]
-    /// Fork a branch at a stage: the new branch keeps stages before N and lets the
-    /// engineer design stage N onward (`ledger run --branch NEW` continues it).
-    Fork {
-        /// stageN (N >= 1).
-        #[arg(long, value_parser = mapf_ledger::replay::parse_stage)]
-        at: u32,
-        /// The branch to fork from.
-        #[arg(long, default_value = "main")]
-        from: String,
-        /// The engineer of stage N onward (as for `run --engineer`, module switches included).
-        #[arg(long)]
-        engineer: mapf_ledger::engineer::EngineerSpec,
-        /// Name of the new branch (default FROM-ENGINEER-atN).
-        #[arg(long)]
-        name: Option<String>,
-    },
-    #[cfg(feature = "train")]
-    /// Write a stage's policy weights as a safetensors file (REF: BRANCH@stageN, a
-    /// branch, or a checkpoint event hash prefix).
-    ExportCheckpoint {
-        /// The checkpoint: BRANCH@stageN, a branch (its latest), or a checkpoint event's hash prefix.
-        #[arg(value_name = "REF")]
-        reference: String,
-        /// A safetensors file of the trained parameters.
-        #[arg(long, required_unless_present = "hf", conflicts_with = "hf")]
-        out: Option<PathBuf>,
-        /// An HF model directory (lm policy; LoRA merged) that transformers and vLLM load.
-        #[arg(long, value_name = "DIR")]
-        hf: Option<PathBuf>,
-    },
-    #[cfg(feature = "train")]
-    /// Plan files on their own: `plan check` estimates a run's peak device memory.
-    #[command(subcommand)]
-    Plan(plan::PlanCommand),
-    #[cfg(feature = "train")]
-    /// The language model on its own: `lm generate` samples from a model directory or
-    /// a ledger checkpoint (a sanity check of a loaded model).
-    #[command(subcommand)]
-    Lm(lm::LmCommand),
-    #[cfg(feature = "train")]
-    /// Score a checkpoint (an HF model directory or a ledger reference) on the paper's
-    /// suites without a run: valid and optimal % per size, Sum per agent count, failure
-    /// kinds.
-    Eval(eval::EvalArgs),
-    #[cfg(feature = "train")]
-    /// Recompute recorded stages and compare every event hash (`--verify`, the
-    /// default), or re-run a stage with another engineer (`--engineer E [--keep NAME]`).
-    Replay(replay::ReplayArgs),
     /// Per-stage validation curves and final test tables of branches, side by side.
     /// Each is a reference: BRANCH, BRANCH@stageN (the branch through stage N) or an
     /// event's hash prefix; the first is the baseline the others are paired against.
+    #[command(display_order = 10)]
     Compare {
         /// The references to compare; the first is the baseline.
         #[arg(required = true, value_name = "REFERENCE")]
@@ -364,6 +249,7 @@ pub enum Command {
     },
     /// Every engineer decision of a branch: what it saw, the config diff it made
     /// (proposed vs applied), clips, rationale, status, and the outcome on validation.
+    #[command(display_order = 11)]
     Audit {
         /// A branch, BRANCH@stageN (the decisions through stage N) or an event's hash prefix.
         #[arg(long, default_value = "main", value_name = "REFERENCE")]
@@ -384,37 +270,25 @@ pub enum Command {
     },
     /// One self-contained HTML page of the experiment (curves, test tables, heatmaps,
     /// decision timeline, fork tree, study), with its figures as SVG and PNG.
+    #[command(display_order = 12)]
     Report(report::ReportArgs),
     /// The report as a live local web page that follows the ledger while a run writes
     /// it (read-only; binds 127.0.0.1 unless told otherwise).
+    #[command(display_order = 13)]
     Serve(report::ServeArgs),
-    #[cfg(feature = "train")]
-    /// Counterfactual study: fork at stageN once per engineer x seed, run each to the
-    /// plan's end (resumable; here, in local processes, or on Slurm), write study.csv,
-    /// study.md, study.json and the plot.
-    Study(study::StudyArgs),
-    #[cfg(feature = "train")]
-    /// One study run in a worker ledger (what `study --executor local:N|slurm` starts):
-    /// create the ledger from the bundle if needed, run the branch, write `done`.
-    #[command(hide = true)]
-    StudyTask(study::TaskArgs),
     /// Write branches (or branch@stageN prefixes) and everything they reach into one
     /// file, for another machine (`ledger init --from-bundle`, `ledger fetch`).
+    #[command(display_order = 15)]
     Bundle(sync::BundleArgs),
     /// Copy missing events, blobs and branches in from a bundle or a ledger directory,
     /// checking every hash; diverged branches are refused unless --prefix is given.
+    #[command(display_order = 16)]
     Fetch(sync::FetchArgs),
-    #[cfg(feature = "train")]
-    /// Register and list LLM engineers (OpenAI-compatible chat endpoints).
-    #[command(subcommand)]
-    Engineer(engineer::EngineerCommand),
-    #[command(flatten)]
+    #[command(flatten, next_display_order = 18)]
     Store(store::StoreCommand),
-    /// A training command, in a `ledger` built without the trainer: refused, naming
-    /// what to install.
-    #[cfg(not(feature = "train"))]
-    #[command(external_subcommand)]
-    Trainer(Vec<String>),
+    // Last: in a `ledger` without the trainer, it takes every command not named above.
+    #[command(flatten, next_display_order = 1)]
+    Train(train::TrainCommand),
 }
 
 /// Standard output for commands that stream: when the reading end goes away
@@ -469,65 +343,6 @@ pub fn main() {
     let ledger_dir = cli.ledger_dir();
     let result = match cli.command {
         Command::Env(cmd) => env::run(cmd),
-        #[cfg(feature = "train")]
-        Command::Schemas { out } => write_schemas(&out),
-        #[cfg(feature = "train")]
-        Command::Run {
-            branch,
-            stages,
-            engineer,
-            device,
-            gpu_memory,
-            force,
-            quiet,
-        } => run::run(
-            &ledger_dir,
-            mapf_ledger::stage::RunOptions {
-                branch,
-                stages,
-                engineer,
-            },
-            device,
-            run::MemoryCheck { gpu_memory, force },
-            quiet,
-        ),
-        #[cfg(feature = "train")]
-        Command::Resume {
-            branch,
-            device,
-            gpu_memory,
-            force,
-            quiet,
-        } => run::run(
-            &ledger_dir,
-            mapf_ledger::stage::RunOptions {
-                branch,
-                stages: None,
-                engineer: None,
-            },
-            device,
-            run::MemoryCheck { gpu_memory, force },
-            quiet,
-        ),
-        #[cfg(feature = "train")]
-        Command::Plan(cmd) => plan::run(cmd),
-        #[cfg(feature = "train")]
-        Command::Fork {
-            at,
-            from,
-            engineer,
-            name,
-        } => fork(&ledger_dir, at, &from, &engineer, name.as_deref()),
-        #[cfg(feature = "train")]
-        Command::ExportCheckpoint { reference, out, hf } => {
-            checkpoint::export(&ledger_dir, &reference, out.as_deref(), hf.as_deref())
-        }
-        #[cfg(feature = "train")]
-        Command::Lm(cmd) => lm::run(&ledger_dir, cmd),
-        #[cfg(feature = "train")]
-        Command::Eval(args) => eval::run(&ledger_dir, args),
-        #[cfg(feature = "train")]
-        Command::Replay(args) => replay::run(&ledger_dir, args),
         Command::Compare {
             branches,
             json,
@@ -543,17 +358,10 @@ pub fn main() {
             reply,
             json,
         } => audit::run(&ledger_dir, &branch, stage, (prompt, reply), json),
-        #[cfg(feature = "train")]
-        Command::Study(args) => study::run(&ledger_dir, args),
-        #[cfg(feature = "train")]
-        Command::StudyTask(args) => study::task(&ledger_dir, args),
         Command::Bundle(args) => sync::bundle(&ledger_dir, args),
         Command::Fetch(args) => sync::fetch(&ledger_dir, args),
-        #[cfg(feature = "train")]
-        Command::Engineer(cmd) => engineer::run(cmd, &ledger_dir),
         Command::Store(cmd) => store::run(cmd, &ledger_dir),
-        #[cfg(not(feature = "train"))]
-        Command::Trainer(args) => Err(without_trainer(&args)),
+        Command::Train(cmd) => train::run(cmd, &ledger_dir),
     };
     if let Err(e) = result {
         eprintln!("ledger: {}", e.message);
@@ -579,23 +387,6 @@ fn empty_ledger_variable(e: &clap::Error) -> Option<String> {
         })
 }
 
-#[cfg(feature = "train")]
-fn fork(
-    dir: &std::path::Path,
-    at: u32,
-    from: &str,
-    engineer: &mapf_ledger::engineer::EngineerSpec,
-    name: Option<&str>,
-) -> CliResult {
-    let mut ledger = open_writer(dir)?;
-    let (name, head) = mapf_ledger::replay::fork(&mut ledger, from, at, engineer, name, 0)?;
-    println!(
-        "branch {name} forked from {from} before stage {at} (engineer {engineer}), head {}",
-        head.short()
-    );
-    Ok(())
-}
-
 fn compare(
     dir: &std::path::Path,
     branches: &[String],
@@ -615,23 +406,8 @@ fn compare(
             serde_json::to_string_pretty(&summaries).expect("serialises")
         );
     } else {
-        print!("{}", mapf_ledger::views::compare::render(&summaries));
-        let coordination: Vec<(String, Vec<_>)> = summaries
-            .iter()
-            .map(|b| (b.branch.clone(), b.coordination.clone()))
-            .collect();
-        let text = mapf_ledger::views::coordination::render(&coordination);
-        if !text.is_empty() {
-            println!();
-            print!("{text}");
-        }
-        if decisions {
-            println!();
-            print!(
-                "{}",
-                mapf_ledger::views::compare::render_decisions(&summaries)
-            );
-        }
+        let text = mapf_ledger::views::text::compare::compare(&summaries, decisions);
+        print!("{text}");
     }
     if let Some(p) = plot {
         mapf_ledger::views::compare::plot_compare(p, &summaries)?;
@@ -640,67 +416,4 @@ fn compare(
         }
     }
     Ok(())
-}
-
-#[cfg(feature = "train")]
-fn write_schemas(out: &std::path::Path) -> CliResult {
-    std::fs::create_dir_all(out).map_err(|e| CliError::input(format!("{}: {e}", out.display())))?;
-    for (name, text) in mapf_ledger::schemas::all() {
-        let path = out.join(format!("{name}.json"));
-        std::fs::write(&path, text)
-            .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
-        println!("wrote {}", path.display());
-    }
-    Ok(())
-}
-
-/// What a `ledger` built without the trainer says of a command it does not have: the
-/// training commands name what to install; anything else is an unknown command.
-#[cfg(not(feature = "train"))]
-fn without_trainer(args: &[String]) -> CliError {
-    const TRAINING: &[&str] = &[
-        "schemas",
-        "run",
-        "resume",
-        "fork",
-        "export-checkpoint",
-        "plan",
-        "lm",
-        "eval",
-        "replay",
-        "study",
-        "study-task",
-        "engineer",
-    ];
-    let name = args.first().map(String::as_str).unwrap_or("");
-    if TRAINING.contains(&name) {
-        CliError::input(format!(
-            "`ledger {name}` needs the trainer, and this `ledger` was built without it \
-             (--no-default-features: no libtorch). Install the full one from a checkout \
-             with `make build` (it provisions libtorch), or `cargo install --path .` with \
-             LIBTORCH set (see README.md, \"Without libtorch\")"
-        ))
-    } else {
-        CliError::input(format!("unknown command `{name}` (see `ledger --help`)"))
-    }
-}
-
-/// The help of an `--engineer` option: `lead`, then the built-in engineers as the
-/// registry (`engineer::BUILTINS`) lists them, and the spec's grammar.
-#[cfg(feature = "train")]
-pub(crate) fn engineer_help(lead: &str) -> String {
-    use mapf_ledger::engineer::BUILTINS;
-    let names = |lm: bool| {
-        BUILTINS
-            .iter()
-            .filter(|b| b.lm_only == lm)
-            .map(|b| b.name)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    format!(
-        "{lead}: {}, {} (lm plans), or a registered LLM; `NAME:-module+module` switches context modules (e.g. `current:-failure_breakdown`)",
-        names(false),
-        names(true)
-    )
 }

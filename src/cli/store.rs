@@ -2,8 +2,8 @@
 //! `mapf_ledger::ledger`; every read command takes `--json`.
 use super::{CliError, CliResult};
 use clap::{Subcommand, ValueEnum};
-use mapf_ledger::ledger::{Chain, Hash, Ledger, LedgerError, Meta, RebuildReport, Resolved};
-use mapf_ledger::record::event::{EventBody, GradientStep, InstancesGenerated};
+use mapf_ledger::ledger::follow::Follower;
+use mapf_ledger::ledger::{Chain, Ledger, LedgerError, RebuildReport, Resolved};
 use mapf_ledger::views::export::{self, EventRecord, Format};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -141,17 +141,6 @@ pub enum StoreCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Test helper: append batches to `main` forever (or N times), printing
-    /// "<batch> <head> <events>" after each durable batch.
-    #[command(hide = true)]
-    DebugAppendLoop {
-        /// Events per appended batch.
-        #[arg(long, default_value_t = 50)]
-        batch: usize,
-        /// Stop after this many batches (default: never).
-        #[arg(long)]
-        batches: Option<u64>,
-    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -186,6 +175,7 @@ pub enum ExportWhat {
 }
 
 use super::ledger_error as err;
+use mapf_ledger::views::text::ledger as view;
 
 /// An error writing a command's output. A closed pipe (`ledger cat BLOB | head`) is the
 /// reader leaving, not a failure: the command ends quietly with status 0 (see
@@ -201,6 +191,20 @@ fn print_json(v: &impl serde::Serialize) -> CliResult {
     let s = serde_json::to_string_pretty(v).map_err(|e| CliError::input(e.to_string()))?;
     println!("{s}");
     Ok(())
+}
+
+/// Write `bytes` to standard output (see [`out_err`]).
+fn write_out(bytes: &[u8]) -> CliResult {
+    let mut w = super::stdout();
+    w.write_all(bytes).and_then(|_| w.flush()).map_err(out_err)
+}
+
+/// `value` as JSON, or as the text `render` makes of it, to standard output.
+fn say<T: serde::Serialize>(json: bool, value: &T, render: impl FnOnce(&T) -> String) -> CliResult {
+    match json {
+        true => print_json(value),
+        false => write_out(render(value).as_bytes()),
+    }
 }
 
 pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
@@ -224,7 +228,11 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             follow: false,
             json,
         } => log(ledger, &branch, limit, json),
-        StoreCommand::Cat { blob } => cat(ledger, &blob),
+        StoreCommand::Cat { blob } => {
+            let l = Ledger::open_read_only(ledger).map_err(err)?;
+            let h = l.blob_by_prefix(&blob).map_err(err)?;
+            write_out(&l.blob(&h).map_err(err)?)
+        }
         StoreCommand::Show {
             reference,
             json,
@@ -242,78 +250,28 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
         StoreCommand::Show {
             reference, json, ..
         } => show(ledger, &reference, json),
-        StoreCommand::Branches { json } => branches(ledger, json),
+        StoreCommand::Branches { json } => {
+            let mut l = Ledger::open_read_only(ledger).map_err(err)?;
+            let rows = mapf_ledger::views::branches::branches(&mut l).map_err(err)?;
+            say(json, &rows, |r| view::branches(r))
+        }
         StoreCommand::Verify { json, strict } => verify(ledger, json, strict),
-        StoreCommand::Recover { json } => recover(ledger, json),
+        StoreCommand::Recover { json } => {
+            let r = mapf_ledger::ledger::recover::recover(ledger).map_err(err)?;
+            say(json, &r, |r| view::recover(ledger, r))
+        }
         StoreCommand::Export {
             format,
             what,
             branch,
             out,
-        } => {
-            if let ExportFormat::Tensorboard = format {
-                return export_tensorboard(ledger, branch.as_deref(), what, out);
-            }
-            if let Some(o) = &out {
-                super::check_output_file("--out", o)?;
-            }
-            let l = Ledger::open_read_only(ledger).map_err(err)?;
-            let fmt = match format {
-                ExportFormat::Jsonl => Format::Jsonl,
-                ExportFormat::Csv => Format::Csv,
-                ExportFormat::Tensorboard => unreachable!("handled above"),
-            };
-            let what = match what.unwrap_or(ExportWhat::Events) {
-                ExportWhat::Events => export::What::Events,
-                ExportWhat::Metrics => export::What::Metrics,
-                ExportWhat::Decisions => export::What::Decisions,
-                ExportWhat::Branches => export::What::Branches,
-                ExportWhat::Steps => export::What::Steps,
-                ExportWhat::Paired => export::What::Paired,
-            };
-            let write = |w: &mut dyn Write| match what {
-                export::What::Events => export::export(&l, branch.as_deref(), fmt, w),
-                t => export::export_table(&l, branch.as_deref(), t, fmt, w),
-            };
-            match out {
-                Some(p) => {
-                    let f = std::fs::File::create(&p)
-                        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-                    let mut w = std::io::BufWriter::new(f);
-                    write(&mut w).map_err(err)?;
-                    w.flush().map_err(out_err)?;
-                }
-                None => {
-                    let mut w = super::stdout();
-                    write(&mut w).map_err(err)?;
-                    w.flush().map_err(out_err)?;
-                }
-            }
-            Ok(())
-        }
+        } => export(ledger, format, what, branch, out),
         StoreCommand::Gc { json } => {
             let mut l = super::open_writer(ledger).map_err(err)?;
             let r = l
                 .gc(&mapf_ledger::record::checkpoint::referenced_blobs)
                 .map_err(err)?;
-            if json {
-                print_json(&r)
-            } else {
-                for s in &r.scratch_removed {
-                    println!("gc: removed scratch ref {s} (left by a killed replay)");
-                }
-                println!(
-                    "gc: removed {} events and {} blobs, kept {} events and {} blobs; {:.1} MB -> {:.1} MB in {:.3}s",
-                    r.events_removed,
-                    r.blobs_removed,
-                    r.events_kept,
-                    r.blobs_kept,
-                    r.bytes_before as f64 / 1e6,
-                    r.bytes_after as f64 / 1e6,
-                    r.seconds
-                );
-                Ok(())
-            }
+            say(json, &r, view::gc)
         }
         StoreCommand::Branch(BranchCommand::Delete { name }) => {
             let mut l = super::open_writer(ledger).map_err(err)?;
@@ -335,17 +293,8 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
                 index_seconds,
                 ..l.rebuild().map_err(err)?
             };
-            if json {
-                print_json(&r)
-            } else {
-                println!(
-                    "rescanned the packs into the index in {:.3}s; rebuilt projections of {} branches from {} events in {:.3}s",
-                    r.index_seconds, r.branches, r.events, r.seconds
-                );
-                Ok(())
-            }
+            say(json, &r, view::rebuild)
         }
-        StoreCommand::DebugAppendLoop { batch, batches } => append_loop(ledger, batch, batches),
     }
 }
 
@@ -371,15 +320,43 @@ fn init(plan: &Path, ledger: &Path) -> CliResult {
     Ok(())
 }
 
-fn cat(ledger: &Path, blob: &str) -> CliResult {
-    use std::io::Write;
+fn export(
+    ledger: &Path,
+    format: ExportFormat,
+    what: Option<ExportWhat>,
+    branch: Option<String>,
+    out: Option<PathBuf>,
+) -> CliResult {
+    let fmt = match format {
+        ExportFormat::Tensorboard => return export_tensorboard(ledger, branch.as_deref(), what, out),
+        ExportFormat::Jsonl => Format::Jsonl,
+        ExportFormat::Csv => Format::Csv,
+    };
+    if let Some(o) = &out {
+        super::check_output_file("--out", o)?;
+    }
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let h = l.blob_by_prefix(blob).map_err(err)?;
-    let bytes = l.blob(&h).map_err(err)?;
-    let mut out = super::stdout();
-    out.write_all(&bytes)
-        .and_then(|_| out.flush())
-        .map_err(out_err)
+    let what = match what.unwrap_or(ExportWhat::Events) {
+        ExportWhat::Events => export::What::Events,
+        ExportWhat::Metrics => export::What::Metrics,
+        ExportWhat::Decisions => export::What::Decisions,
+        ExportWhat::Branches => export::What::Branches,
+        ExportWhat::Steps => export::What::Steps,
+        ExportWhat::Paired => export::What::Paired,
+    };
+    let write = |w: &mut dyn Write| match what {
+        export::What::Events => export::export(&l, branch.as_deref(), fmt, w),
+        t => export::export_table(&l, branch.as_deref(), t, fmt, w),
+    };
+    let mut w: Box<dyn Write> = match out {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(&p)
+                .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?,
+        )),
+        None => Box::new(super::stdout()),
+    };
+    write(&mut w).map_err(err)?;
+    w.flush().map_err(out_err)
 }
 
 fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
@@ -403,29 +380,14 @@ fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResu
     let mut w = super::stdout();
     for h in hs {
         let e = l.event(&h).map_err(err)?;
-        write_log_line(&mut w, &h, &e).map_err(out_err)?;
+        w.write_all(view::log_line(&h, &e).as_bytes())
+            .map_err(out_err)?;
     }
     w.flush().map_err(out_err)
 }
 
-fn write_log_line(
-    w: &mut impl Write,
-    h: &Hash,
-    e: &mapf_ledger::ledger::Event,
-) -> std::io::Result<()> {
-    writeln!(
-        w,
-        "{}  stage {:<3} {:<20} {}",
-        h.short(),
-        e.stage,
-        e.body.kind(),
-        e.body.summary()
-    )
-}
-
 /// `log --follow`: the branch's history oldest first (the last `limit` events), then
-/// every event committed after it, polling `REFS` (a reader's snapshot never waits for
-/// the writer). Ends once no process writes the ledger and everything is printed.
+/// every event committed after it (see [`Follower`]).
 fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
     // Only a branch moves: a stage or an event reference has nothing to follow.
     if mapf_ledger::ledger::refs::validate_branch(branch).is_err() {
@@ -434,52 +396,29 @@ fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliR
         )));
     }
     let mut w = super::stdout();
-    let mut printed: Option<Hash> = None;
-    let mut first = true;
+    let mut follower = Follower::new(ledger, branch, limit);
     loop {
-        let writing = Ledger::writer_active(ledger);
-        let head = Ledger::current_heads(ledger)
-            .map_err(err)?
-            .get(branch)
-            .copied();
-        if head.is_some() && head != printed {
-            let l = Ledger::open_read_only(ledger).map_err(err)?;
-            let head = l.head(branch).map_err(err)?;
-            let mut new = l.ancestry(&head).map_err(err)?;
-            let whole = new.len();
-            if let Some(i) = new.iter().position(|h| Some(*h) == printed) {
-                new.truncate(i);
-            }
-            if printed.is_some() && new.len() == whole {
-                eprintln!(
-                    "ledger: branch {branch} moved to {}, which does not continue what was printed",
-                    head.short()
-                );
-            }
-            if first {
-                if let Some(n) = limit {
-                    new.truncate(n);
-                }
-            }
-            for h in new.iter().rev() {
+        let poll = follower.poll().map_err(err)?;
+        if let Some(head) = poll.diverged {
+            eprintln!(
+                "ledger: branch {branch} moved to {}, which does not continue what was printed",
+                head.short()
+            );
+        }
+        if let Some(l) = &poll.ledger {
+            for h in &poll.new {
                 let (e, m) = l.event_with_meta(h).map_err(err)?;
-                if json {
-                    let rec = EventRecord::new(*h, e, m);
-                    let s =
-                        serde_json::to_string(&rec).map_err(|e| CliError::input(e.to_string()))?;
-                    writeln!(w, "{s}").map_err(out_err)?;
-                } else {
-                    write_log_line(&mut w, h, &e).map_err(out_err)?;
-                }
+                let line = match json {
+                    true => serde_json::to_string(&EventRecord::new(*h, e, m))
+                        .map_err(|e| CliError::input(e.to_string()))?
+                        + "\n",
+                    false => view::log_line(h, &e),
+                };
+                w.write_all(line.as_bytes()).map_err(out_err)?;
             }
             w.flush().map_err(out_err)?;
-            printed = Some(head);
-        } else if head.is_none() && first {
-            let l = Ledger::open_read_only(ledger).map_err(err)?;
-            return Err(err(l.unknown_branch(branch)));
         }
-        first = false;
-        if !writing {
+        if !poll.writing {
             return Ok(());
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
@@ -495,22 +434,10 @@ fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
             if json {
                 return print_json(&rec);
             }
-            println!("event   {}", rec.hash);
-            println!(
-                "parent  {}",
-                rec.parent
-                    .map(|p| p.to_hex())
-                    .unwrap_or_else(|| "(none)".into())
+            print!(
+                "{}",
+                view::event(&rec).map_err(|e| CliError::input(e.to_string()))?
             );
-            println!("stage   {}", rec.stage);
-            println!("kind    {}", rec.body.kind());
-            println!("summary {}", rec.body.summary());
-            let body = serde_json::to_string_pretty(&rec.body)
-                .map_err(|e| CliError::input(e.to_string()))?;
-            println!("{body}");
-            let meta =
-                serde_json::to_string(&rec.meta).map_err(|e| CliError::input(e.to_string()))?;
-            println!("meta    {meta}");
             Ok(())
         }
         Resolved::Branch { name, head } => {
@@ -518,29 +445,7 @@ fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
             if json {
                 return print_json(&mapf_ledger::views::show::BranchShow::new(name, head, &s));
             }
-            println!("branch  {name}");
-            println!("head    {head}");
-            println!("plan    {} (seed {})", s.plan_name, s.seed);
-            println!("events  {}", s.events);
-            if let Some((b, at, e)) = &s.forked_from {
-                println!("forked  from {b} at {} (engineer {e})", at.short());
-            }
-            for st in &s.stages {
-                println!(
-                    "stage {}: engineer {} decision {} steps {} trajectories {} ({} valid){}",
-                    st.stage,
-                    st.engineer.as_deref().unwrap_or("-"),
-                    st.decision_status.as_deref().unwrap_or("-"),
-                    st.gradient_steps,
-                    st.trajectories,
-                    st.valid,
-                    if st.completed.is_some() {
-                        " completed"
-                    } else {
-                        ""
-                    }
-                );
-            }
+            print!("{}", view::branch(&name, &head, &s));
             Ok(())
         }
         Resolved::Stage { branch, stage } => {
@@ -599,26 +504,27 @@ fn export_tensorboard(
     Ok(())
 }
 
+/// The stage `reference` names, for an option (`--timing`, `--samples`) that shows one.
+fn stage_of(l: &Ledger, reference: &str, shows: &str) -> Result<(String, u32), CliError> {
+    match l.resolve(reference).map_err(err)? {
+        Resolved::Stage { branch, stage } => Ok((branch, stage)),
+        _ => Err(CliError::input(format!(
+            "{shows}: name a stage, as in {}@stage1 (got {reference:?})",
+            reference.split('@').next().unwrap_or("main")
+        ))),
+    }
+}
+
 fn show_timing(ledger: &Path, reference: &str, json: bool) -> CliResult {
     use mapf_ledger::views::timing::{render, stage_timing, TimingError};
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let Resolved::Stage { branch, stage } = l.resolve(reference).map_err(err)? else {
-        return Err(CliError::input(format!(
-            "--timing shows one stage's phases: name a stage, as in {}@stage1 (got {reference:?})",
-            reference.split('@').next().unwrap_or("main")
-        )));
-    };
+    let (branch, stage) = stage_of(&l, reference, "--timing shows one stage's phases")?;
     let r = match stage_timing(&l, &branch, stage) {
         Ok(r) => r,
         Err(TimingError::Ledger(e)) => return Err(err(e)),
         Err(e) => return Err(CliError::input(e.to_string())),
     };
-    if json {
-        return print_json(&r);
-    }
-    let mut w = super::stdout();
-    write!(w, "{}", render(&r)).map_err(out_err)?;
-    Ok(())
+    say(json, &r, render)
 }
 
 fn show_samples(
@@ -629,119 +535,14 @@ fn show_samples(
     kind: Option<mapf_ledger::views::samples::KindFilter>,
     suite: Option<&str>,
 ) -> CliResult {
-    use mapf_ledger::views::samples::{render_drawing, samples};
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let Resolved::Stage { branch, stage } = l.resolve(reference).map_err(err)? else {
-        return Err(CliError::input(format!(
-            "--samples shows one stage's sampled plans: name a stage, as in {}@stage1 (got {reference:?})",
-            reference.split('@').next().unwrap_or("main")
-        )));
-    };
+    let (branch, stage) = stage_of(&l, reference, "--samples shows one stage's sampled plans")?;
     let head = l.head_of(&branch).map_err(err)?;
-    let s = samples(&l, &branch, &head, stage, n, kind, suite).map_err(err)?;
-    if json {
-        return print_json(&s);
-    }
-    let mut w = super::stdout();
-    writeln!(
-        w,
-        "{branch}@stage{stage}: {} of {} matching {} ({} recorded)",
-        s.samples.len(),
-        s.matching,
-        match suite {
-            Some(name) => format!("{name} evaluation plans"),
-            None => "sampled plans".to_string(),
-        },
-        s.recorded
-    )
-    .map_err(out_err)?;
-    for (i, x) in s.samples.iter().enumerate() {
-        let outcome = match (x.valid, x.optimal, x.failure) {
-            (true, true, _) => format!("optimal (cost {})", x.cost),
-            (true, false, _) => format!("valid, cost {} against {}", x.cost, x.optimal_cost),
-            (false, _, f) => format!(
-                "invalid: {}{}",
-                f.map(|k| k.name()).unwrap_or("failed"),
-                x.detail
-                    .as_deref()
-                    .map(|d| format!(" ({d})"))
-                    .unwrap_or_default()
-            ),
-        };
-        let at = match (&x.suite, x.step) {
-            (Some(name), _) => format!("{name} item {}", x.index),
-            (None, step) => format!(
-                "step {}, {} #{}",
-                step.unwrap_or(0),
-                x.event.short(),
-                x.index
-            ),
-        };
-        let reward = x
-            .reward
-            .map(|r| format!("; reward {r}"))
-            .unwrap_or_default();
-        writeln!(
-            w,
-            "\n[{}] {at}, instance {} ({}x{}, {} agents{})\n    {outcome}{reward}",
-            i + 1,
-            x.instance.short(),
-            x.drawing.size,
-            x.drawing.size,
-            x.agents,
-            if x.needs_coordination {
-                ", needs coordination"
-            } else {
-                ""
-            },
-        )
-        .map_err(out_err)?;
-        let grid = render_drawing(&x.drawing);
-        let plan: Vec<&str> = x.plan.lines().collect();
-        for r in 0..grid.len().max(plan.len()) {
-            writeln!(
-                w,
-                "    {:<width$}   {}",
-                grid.get(r).map(String::as_str).unwrap_or(""),
-                plan.get(r).copied().unwrap_or(""),
-                width = grid.first().map_or(0, String::len)
-            )
-            .map_err(out_err)?;
-        }
-    }
-    if !s.samples.is_empty() {
-        writeln!(
-            w,
-            "\n(digits: starts; a, b, ...: goals; *: path; X: where it failed; H: hole)"
-        )
-        .map_err(out_err)?;
-    }
-    w.flush().map_err(out_err)
-}
-
-fn branches(ledger: &Path, json: bool) -> CliResult {
-    let mut l = Ledger::open_read_only(ledger).map_err(err)?;
-    let rows = mapf_ledger::views::branches::branches(&mut l).map_err(err)?;
-    if json {
-        return print_json(&rows);
-    }
-    let mut w = super::stdout();
-    for r in rows {
-        let fork = match &r.forked_from {
-            None => String::new(),
-            Some(f) => format!("  forked from {} at {}", f.branch, f.at.short()),
-        };
-        writeln!(
-            w,
-            "{:<20} {}  {} events  {} stages{fork}",
-            r.name,
-            r.head.short(),
-            r.events,
-            r.stages
-        )
-        .map_err(out_err)?;
-    }
-    w.flush().map_err(out_err)
+    let s = mapf_ledger::views::samples::samples(&l, &branch, &head, stage, n, kind, suite)
+        .map_err(err)?;
+    say(json, &s, |s| {
+        mapf_ledger::views::text::samples::render(&branch, stage, suite, s)
+    })
 }
 
 /// Below this many free bytes, `verify` says the filesystem is (nearly) full.
@@ -776,28 +577,8 @@ fn verify(ledger: &Path, json: bool, strict: bool) -> CliResult {
     }
     if json {
         print_json(&r)?;
-    } else if r.ok() {
-        for w in &r.warnings {
-            println!("WARN {w}");
-        }
-        println!(
-            "ledger {} verified: {} events ({:.1} MB), {} blobs ({:.1} MB), {} branches in {:.3}s ({:.0} MB/s)",
-            ledger.display(),
-            r.events,
-            r.event_bytes as f64 / 1e6,
-            r.blobs,
-            r.blob_bytes as f64 / 1e6,
-            r.branches,
-            r.seconds,
-            r.bytes_per_second() / 1e6
-        );
     } else {
-        for p in r.problems.iter().take(20) {
-            println!("BAD {p}");
-        }
-        if r.problems.len() > 20 {
-            println!("... and {} more problems", r.problems.len() - 20);
-        }
+        print!("{}", view::verify(ledger, &r));
     }
     match r.first().or(r.warnings.first().filter(|_| strict)) {
         None => Ok(()),
@@ -806,143 +587,4 @@ fn verify(ledger: &Path, json: bool, strict: bool) -> CliResult {
             ledger.display()
         ))),
     }
-}
-
-fn recover(ledger: &Path, json: bool) -> CliResult {
-    let r = mapf_ledger::ledger::recover::recover(ledger).map_err(err)?;
-    if json {
-        return print_json(&r);
-    }
-    let short = |h: &Option<Hash>| h.map_or("-".to_string(), |h| h.short());
-    if !r.changed {
-        println!(
-            "ledger {}: nothing damaged in REFS, packs or blobs; index and projections rebuilt ({} events)",
-            ledger.display(),
-            r.events
-        );
-        return Ok(());
-    }
-    if r.refs.newest_damaged {
-        match r.refs.restored_record {
-            Some(n) => println!(
-                "REFS: the newest record was damaged; restored record {n} of {}",
-                r.refs.records
-            ),
-            None => println!("REFS: no intact record; branches rebuilt from the packs"),
-        }
-    } else if !r.refs.damaged_records.is_empty() {
-        println!(
-            "REFS: superseded records {:?} were damaged; rewritten as the one current record",
-            r.refs.damaged_records
-        );
-    }
-    for p in &r.packs {
-        let len = |l: Option<u64>| l.map_or("unlisted".to_string(), |l| l.to_string());
-        if p.created {
-            println!(
-                "pack {}: made, holding {} moved records",
-                p.file, p.moved_frames
-            );
-        } else {
-            println!(
-                "pack {}: committed {} -> {}; damaged {}; {} intact records moved",
-                p.file,
-                len(p.committed_before),
-                len(p.committed_after),
-                p.damaged
-                    .iter()
-                    .map(|(o, n)| format!("{n} bytes at {o}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                p.moved_frames
-            );
-        }
-    }
-    for f in &r.moved_blob_files {
-        println!("blob file {f}: damaged, moved out of the store");
-    }
-    for b in r.branches.iter().filter(|b| b.action != "kept") {
-        println!(
-            "branch {}: {} ({} -> {})",
-            b.name,
-            b.action,
-            short(&b.before),
-            short(&b.after)
-        );
-    }
-    for h in &r.lost_events {
-        println!("LOST event {} (its record was in damaged bytes)", h.short());
-    }
-    if !r.cut_off_events.is_empty() {
-        println!(
-            "LOST {} intact events after a lost one (no ref reaches them; their records are in the damaged copy): {}",
-            r.cut_off_events.len(),
-            r.cut_off_events.iter().map(|h| h.short()).collect::<Vec<_>>().join(" ")
-        );
-    }
-    for h in &r.lost_blobs {
-        println!(
-            "LOST blob {} (fetching it from a copy of the ledger restores it)",
-            h.short()
-        );
-    }
-    println!(
-        "recovered ledger {}: copies of the damaged files in {}; rebuilt from {} events",
-        ledger.display(),
-        r.damaged_copy.as_deref().unwrap_or("-"),
-        r.events
-    );
-    Ok(())
-}
-
-fn append_loop(ledger: &Path, batch: usize, batches: Option<u64>) -> CliResult {
-    let mut l = super::open_writer(ledger).map_err(err)?;
-    let mut total = l
-        .ancestry(&l.head("main").map_err(err)?)
-        .map_err(err)?
-        .len() as u64;
-    let mut i = 0u64;
-    let stdout = std::io::stdout();
-    while batches.is_none_or(|n| i < n) {
-        // One large (file) and one small (sled) blob per batch, referenced by an event.
-        let big: Vec<u8> = (0..6000u64)
-            .map(|k| (k.wrapping_mul(31).wrapping_add(i * 7919) % 251) as u8)
-            .collect();
-        let small = format!("instance {i}").into_bytes();
-        let b1 = l.put_blob(&big).map_err(err)?;
-        let b2 = l.put_blob(&small).map_err(err)?;
-        let mut items = vec![(
-            EventBody::InstancesGenerated(InstancesGenerated {
-                split: "train".into(),
-                config: b2,
-                instances: vec![b1, b2],
-            }),
-            1,
-            Meta::default(),
-        )];
-        for k in 1..batch.max(1) {
-            items.push((
-                EventBody::GradientStep(GradientStep {
-                    step: i * batch as u64 + k as u64,
-                    params: Hash::of_blob(&i.to_le_bytes()),
-                    loss: (k as f64).to_bits(),
-                    policy_loss: 0,
-                    kl: 0,
-                    entropy: 0,
-                    grad_norm: 0,
-                    reward_mean: 0,
-                }),
-                1,
-                Meta::default(),
-            ));
-        }
-        let n = items.len() as u64;
-        let hs = l.append("main", items).map_err(err)?;
-        total += n;
-        let mut w = stdout.lock();
-        writeln!(w, "{i} {} {total}", hs.last().expect("non-empty")).map_err(out_err)?;
-        w.flush().map_err(out_err)?;
-        i += 1;
-    }
-    Ok(())
 }

@@ -3,7 +3,8 @@
 //! ledger directory; `ledger init --from-bundle` starts a worker ledger from a bundle.
 use super::{CliError, CliResult};
 use mapf_ledger::ledger::bundle::{Bundle, FetchReport};
-use mapf_ledger::ledger::{Hash, Ledger, LedgerError};
+use mapf_ledger::ledger::{Ledger, LedgerError};
+use mapf_ledger::views::text::ledger as view;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -31,21 +32,10 @@ pub struct FetchArgs {
 
 use super::ledger_error as err;
 
-/// The refs a `--branch` list names, resolved in `l`.
-fn refs_of(l: &Ledger, specs: &[String]) -> Result<Vec<(String, Hash)>, LedgerError> {
-    specs
-        .iter()
-        .map(|s| match mapf_ledger::ledger::Reference::parse_branch(s)? {
-            (b, Some(n)) => Ok((b.clone(), l.stage_end(&b, n)?)),
-            (b, None) => Ok((b.clone(), l.head(&b)?)),
-        })
-        .collect()
-}
-
 pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
     super::check_output_file("--out", &args.out)?;
     let l = Ledger::open_read_only(dir).map_err(err)?;
-    let refs = refs_of(&l, &args.branches).map_err(err)?;
+    let refs = l.refs_named(&args.branches).map_err(err)?;
     let b = Bundle::collect(
         &l,
         &refs,
@@ -55,35 +45,16 @@ pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
     )
     .map_err(err)?;
     let bytes = b.write(&args.out).map_err(err)?;
-    println!(
-        "wrote {}: {} events, {} blobs, {:.1} MB ({})",
-        args.out.display(),
-        b.events.len(),
-        b.blobs.len(),
-        bytes as f64 / 1e6,
-        refs.iter()
-            .map(|(n, h)| format!("{n} {}", h.short()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let (events, blobs) = (b.events.len(), b.blobs.len());
+    print!("{}", view::bundle(&args.out, events, blobs, bytes, &refs));
     Ok(())
 }
 
 fn say(r: &FetchReport, json: bool, what: &str) -> CliResult {
     if json {
         println!("{}", serde_json::to_string_pretty(r).expect("serialises"));
-        return Ok(());
-    }
-    println!(
-        "{what}: {} events and {} blobs added; {} branch{} updated, {} unchanged",
-        r.events_added,
-        r.blobs_added,
-        r.refs_updated.len(),
-        if r.refs_updated.len() == 1 { "" } else { "es" },
-        r.refs_unchanged.len()
-    );
-    for (name, head) in &r.refs_updated {
-        println!("  {name} -> {}", &head[..12]);
+    } else {
+        print!("{}", view::fetch(r, what));
     }
     Ok(())
 }

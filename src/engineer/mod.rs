@@ -11,6 +11,7 @@ pub mod factory;
 pub mod llm;
 pub mod model;
 pub mod probe;
+pub mod registration;
 pub mod reply;
 pub mod rl;
 pub mod teacher;

@@ -13,7 +13,8 @@
 //! Files: this one holds the [`Pipeline`] and `run`; [`setup`] reads the plan (configs,
 //! suites, seeds); [`base`] is stage 0; [`training`] a GRPO stage; [`decision`] the
 //! engineer's part; [`end`] the end of every stage; [`corpus`] what a scratch model
-//! pretrains on.
+//! pretrains on; [`bench`] the workloads `ledger lm bench` times; [`progress`] how
+//! a run shows its progress.
 use crate::engineer::context::TrainingDetails;
 use crate::engineer::{
     BuildError, BuildInputs, Decision, Engineer, EngineerContext, EngineerSpec, HistoryEntry,
@@ -39,10 +40,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tch::Device;
 
 pub mod base;
+pub mod bench;
 pub mod corpus;
 pub mod decision;
 pub mod end;
 pub mod load;
+pub mod progress;
 pub mod setup;
 pub mod training;
 

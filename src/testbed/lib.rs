@@ -10,6 +10,7 @@ pub mod baseline;
 pub mod batch;
 pub mod config;
 pub mod coordination;
+pub mod files;
 pub mod generator;
 pub mod instance;
 pub mod movingai;
@@ -19,6 +20,7 @@ pub mod solver;
 pub mod suite;
 pub mod table;
 pub mod text;
+pub mod verdict;
 
 pub use config::{project, Clip, ConfigProposal, GeneratorConfig, RefusedField, SizeConfig};
 pub use generator::{generate, Solved};

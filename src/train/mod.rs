@@ -11,12 +11,14 @@ pub mod bench;
 pub mod checkpoint;
 pub mod compute;
 pub mod eval;
+pub mod export;
 pub mod grid;
 pub mod grpo;
 pub mod kernels;
 pub mod lm;
 pub mod memory;
 pub mod policy;
+pub mod scorecard;
 pub mod timing;
 pub mod warmup;
 

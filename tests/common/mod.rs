@@ -1,7 +1,9 @@
 //! The one home of helpers shared by integration tests (a test file adds `use crate::common;`):
 //! the `ledger` binary and its outputs, the tiny ledger, a real headless Chromium
-//! ([`browser`]), and validation of outputs against the checked-in schemas ([`schema`]).
+//! ([`browser`]), validation of outputs against the checked-in schemas ([`schema`]), and
+//! the crash tests' writer process ([`append_loop`]).
 #![allow(dead_code)]
+pub mod append_loop;
 pub mod browser;
 pub mod schema;
 

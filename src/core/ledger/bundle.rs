@@ -552,6 +552,18 @@ impl Ledger {
         })
     }
 
+    /// The refs a bundle of `specs` carries: each `BRANCH` at its head, each
+    /// `BRANCH@stageN` at that stage's end ([`Ledger::stage_end`]).
+    pub fn refs_named(&self, specs: &[String]) -> Result<Vec<(String, Hash)>, LedgerError> {
+        specs
+            .iter()
+            .map(|s| match super::Reference::parse_branch(s)? {
+                (b, Some(n)) => Ok((b.clone(), self.stage_end(&b, n)?)),
+                (b, None) => Ok((b.clone(), self.head(&b)?)),
+            })
+            .collect()
+    }
+
     /// A new ledger in `dir` from a bundle that holds its genesis: created from the
     /// bundled plan (the genesis must come out identical), then fetched into. When the
     /// bundle does not carry `main`, main points at the furthest point its forks left it.

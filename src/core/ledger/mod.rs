@@ -8,10 +8,12 @@
 //! and [`crate::plan`]; then the [`Ledger`] itself, in parts: [`open`] (creating from a
 //! plan, opening as writer or reader), [`facts`] (blobs, branches, appends, reads),
 //! [`reference`](mod@reference) (what a command names), [`projections`] (folded branch states and their
-//! cache); beside it [`verify`], [`bundle`] (bundles, fetch), [`gc`] and [`recover`]. Views of a ledger
+//! cache); beside it [`verify`], [`bundle`] (bundles, fetch), [`gc`], [`recover`] and
+//! [`follow`] (a branch while a writer appends). Views of a ledger
 //! live in `crate::views`, above it.
 pub mod bundle;
 pub mod facts;
+pub mod follow;
 pub mod gc;
 pub mod open;
 pub mod projections;

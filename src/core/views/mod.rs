@@ -7,7 +7,8 @@
 //! [`steps`]: GRPO step by step; [`study`]: study reports; [`tensorboard`]: TensorBoard event files;
 //! [`timing`]: where a stage's time went (`show --timing`); [`export`]: export rows and
 //! event records; [`replay`]: what a replay verified; [`show`]: `show` of a branch or stage, replay outcomes,
-//! the engineer list; [`format`]: how they all write numbers.
+//! the engineer list; [`format`]: how they all write numbers; [`text`]: what the commands
+//! print as text.
 pub mod audit;
 pub mod branches;
 pub mod compare;
@@ -23,6 +24,7 @@ pub mod steps;
 pub mod study;
 pub mod tensorboard;
 pub mod testbed;
+pub mod text;
 pub mod timing;
 
 pub use format::number;

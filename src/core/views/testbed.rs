@@ -56,3 +56,55 @@ pub struct SuiteReport {
     /// With `--baseline`: the independent-shortest-paths baseline's scores per cell.
     pub baseline: Option<Vec<EvalCell>>,
 }
+
+impl SolveReport {
+    /// The report of a solve's outcome.
+    pub fn of(sol: &Result<crate::env::Solution, crate::env::SolveError>) -> SolveReport {
+        use crate::env::SolveError;
+        match sol {
+            Ok(sol) => SolveReport::Solved {
+                sum_of_costs: sol.reference.sum_of_costs,
+                makespan: sol.reference.makespan,
+                independent_sum: sol.independent_sum,
+                needs_coordination: sol.needs_coordination(),
+                nodes: sol.nodes,
+                plan: sol.plan.clone(),
+            },
+            Err(e @ (SolveError::Unreachable { .. } | SolveError::Unsolvable { .. })) => {
+                SolveReport::Unsolvable {
+                    reason: e.to_string(),
+                }
+            }
+            Err(e @ SolveError::Unknown { .. }) => SolveReport::Unknown {
+                reason: e.to_string(),
+            },
+        }
+    }
+}
+
+impl CheckReport {
+    /// The report of a plan's verdict.
+    pub fn of(v: &crate::env::verdict::Verdict) -> CheckReport {
+        CheckReport {
+            valid: v.outcome.valid,
+            optimal: v.optimal,
+            failure: v.outcome.failure.clone(),
+            sum_of_costs: v.outcome.sum_of_costs,
+            makespan: v.outcome.makespan,
+            reference: v.reference,
+        }
+    }
+}
+
+impl SuiteReport {
+    /// The report of suite `s`, with the baseline's table when it was scored.
+    pub fn of(s: &crate::env::Suite, baseline: Option<&crate::env::table::ResultTable>) -> SuiteReport {
+        SuiteReport {
+            name: s.name,
+            hash: s.hash.clone(),
+            instances: s.len(),
+            cells: crate::env::table::suite_stats(s),
+            baseline: baseline.map(EvalCell::cells_of),
+        }
+    }
+}

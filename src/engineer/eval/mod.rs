@@ -13,9 +13,11 @@
 //! decision's recorded context from a ledger (its truth derived by the same rules from
 //! its evidence).
 //!
-//! Two parts: the benchmark runner here (contexts, running engineers on them, paired
-//! differences, the report) and its [`rubric`] (the rules a decision is scored by).
+//! Three parts: the benchmark runner here (contexts, running engineers on them, paired
+//! differences, the report), its [`rubric`] (the rules a decision is scored by), and
+//! [`session`], one whole run as `ledger engineer eval` makes it.
 pub mod rubric;
+pub mod session;
 
 pub use rubric::{
     answer, applied, claims, score, summarise, truth, Claim, ContextScore, Field, FieldMove, Rules,

@@ -19,6 +19,7 @@
 //! state; under LoRA the frozen base is *referenced* ([`Frozen`]): the HF directory, or
 //! a full-weights checkpoint blob in the ledger. A 4B run's ledger grows by adapters.
 pub mod chat;
+pub mod complete;
 pub use crate::plan::lm_config as config;
 pub mod decode;
 pub mod generate;

@@ -2,15 +2,14 @@
 //! The model is an HF directory (a real Qwen3, or an exported base planner) or a
 //! checkpoint reference of the ledger; the output is the paper's layout (valid and
 //! optimal % per size, the Sum row per agent count) plus each suite's failure kinds.
-use super::{CliError, CliResult};
+use crate::cli::{CliError, CliResult};
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
-use mapf_ledger::env::suite::{self, SuiteName, SuiteSpec};
-use mapf_ledger::env::{Budget, CostMetric};
-use mapf_ledger::train::eval;
+use indicatif::ProgressBar;
+use mapf_ledger::stage::progress::counter;
+use mapf_ledger::env::suite::{self, SuiteName};
+use mapf_ledger::env::CostMetric;
 use mapf_ledger::train::lm::PromptStyle;
 use mapf_ledger::train::policy::Policy;
-use mapf_ledger::views::model::{self, EvalItem, EvalReport, EvalSuite, ItemScore};
 use std::path::Path;
 
 /// Which of the paper's suites `ledger eval` scores.
@@ -35,13 +34,13 @@ pub struct EvalArgs {
     #[arg(long, value_enum, default_value = "all")]
     pub suite: SuiteChoice,
     /// Instances per (agents, size) cell (150 in the paper).
-    #[arg(long, default_value_t = 20, value_parser = super::values::per_cell_arg())]
+    #[arg(long, default_value_t = 20, value_parser = crate::cli::values::per_cell_arg())]
     pub per_cell: usize,
     /// The suites' seed (a ledger's suites use its plan's, 2026 by default).
     #[arg(long, default_value_t = 2026)]
     pub suite_seed: u64,
     /// Largest map size.
-    #[arg(long, default_value_t = 10, value_parser = super::values::max_size_arg())]
+    #[arg(long, default_value_t = 10, value_parser = crate::cli::values::max_size_arg())]
     pub max_size: usize,
     /// Stratify each cell by wait ratio, as a plan's `suites.wait_ratios` does (e.g.
     /// `0.25,0.5,0.75`, the paper's test subsets and the CPU study's suites): the cell's
@@ -55,7 +54,7 @@ pub struct EvalArgs {
     pub prompt: Option<PromptStyle>,
     /// Cost the optimal rate compares: makespan (the paper's) or sum-of-costs.
     #[arg(long, value_enum, default_value = "makespan")]
-    pub metric: super::env::Metric,
+    pub metric: crate::cli::env::Metric,
     /// cpu, cuda or cuda:N (an HF directory; checkpoints are scored on the CPU).
     #[arg(long, default_value = "cpu")]
     pub device: mapf_ledger::train::DeviceSpec,
@@ -94,6 +93,7 @@ fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
 }
 
 pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
+    use mapf_ledger::train::scorecard::{self, Progress, Suites};
     let names: Vec<SuiteName> = match args.suite {
         SuiteChoice::Val => vec![SuiteName::Val],
         SuiteChoice::Test => vec![SuiteName::Test],
@@ -101,7 +101,6 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
     };
     suite::check_wait_ratios(&args.wait_ratios, Some(args.per_cell))
         .map_err(|m| CliError::input(format!("--wait-ratios: {m}")))?;
-    let metric = CostMetric::from(args.metric);
     if let Some(path) = &args.items {
         let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
         if parent.is_some_and(|p| !p.is_dir()) || path.is_dir() {
@@ -111,94 +110,46 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
             )));
         }
     }
-    let mut items = String::new();
     let policy = load(dir, &args)?;
-    let lm = policy.as_lm();
-    let mut report = EvalReport {
-        model: args.model.clone(),
-        policy: policy.kind().to_string(),
-        parameters: lm.map(|l| l.model.cfg.parameter_count()),
-        prompt: lm.map(|l| l.arch.prompt.name().to_string()),
-        metric: model::metric_name(metric).to_string(),
-        suites: Vec::new(),
+    let suites = Suites {
+        names,
+        per_cell: args.per_cell,
+        max_size: args.max_size,
+        seed: args.suite_seed,
+        wait_ratios: args.wait_ratios.clone(),
     };
-    for name in names {
-        let spec = SuiteSpec {
-            name,
-            per_cell: args.per_cell,
-            max_size: args.max_size,
-            seed: args.suite_seed,
-            wait_ratios: args.wait_ratios.clone(),
-        };
-        let s = suite::build(&spec, Budget::default())
-            .map_err(|e| CliError::input(format!("building the {} suite: {e}", name.as_str())))?;
-        let bar = if args.json {
-            ProgressBar::hidden()
-        } else {
-            let b = ProgressBar::new(s.len() as u64);
-            b.set_style(
-                ProgressStyle::with_template(
-                    "{prefix:>6} [{bar:30}] {pos}/{len} instances  {elapsed_precise} (eta {eta})",
-                )
-                .expect("template")
-                .progress_chars("=> "),
-            );
-            b.set_prefix(name.as_str());
-            b
-        };
-        let scored = eval::score_suite_with(policy.as_ref(), &s, metric, args.batch, &mut |n| {
-            bar.inc(n as u64)
-        });
-        bar.finish_and_clear();
-        let scores: Vec<ItemScore> = scored
-            .iter()
-            .map(|sc| ItemScore {
-                agents: sc.agents,
-                size: sc.size,
-                valid: sc.outcome.valid,
-                optimal: sc.optimal,
-                failure: sc.outcome.failure.as_ref().map(|f| f.kind.name()),
-            })
-            .collect();
-        if args.items.is_some() {
-            item_lines(&s, &scored, &mut items);
+    let mut bar = None;
+    let mut progress = |p: Progress<'_>| match p {
+        Progress::Suite(name, len) if !args.json => {
+            bar = Some(counter(len as u64, name.as_str(), 6, "instances"));
         }
-        let view = EvalSuite::score(&s, args.per_cell, metric, &scores);
-        if !args.json {
-            print!("{}", view.render());
+        Progress::Suite(..) => {}
+        Progress::Scored(n) => bar.iter().for_each(|b| b.inc(n as u64)),
+        Progress::Done(view) => {
+            bar.take().iter().for_each(ProgressBar::finish_and_clear);
+            if !args.json {
+                print!("{}", view.render());
+            }
         }
-        report.suites.push(view);
-    }
-    if let Some(path) = &args.items {
-        write_whole(path, &items)?;
+    };
+    let mut items = args.items.as_ref().map(|_| String::new());
+    let metric = (CostMetric::from(args.metric), args.batch);
+    let report = scorecard::score(
+        policy.as_ref(),
+        &args.model,
+        &suites,
+        metric,
+        items.as_mut(),
+        &mut progress,
+    )
+    .map_err(|e| CliError::input(e.to_string()))?;
+    if let (Some(path), Some(items)) = (&args.items, &items) {
+        write_whole(path, items)?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("json"));
     }
     Ok(())
-}
-
-/// The `--items` lines of one scored suite, in suite order.
-fn item_lines(suite: &mapf_ledger::env::Suite, scored: &[eval::Scored], out: &mut String) {
-    let solved = suite.cells.iter().flat_map(|c| c.items.iter().enumerate());
-    for ((item, it), sc) in solved.zip(scored) {
-        let line = EvalItem {
-            suite: suite.name.as_str().to_string(),
-            agents: sc.agents,
-            size: sc.size,
-            item,
-            instance_hash: it.instance.content_hash().to_hex().to_string(),
-            instance: it.instance.clone(),
-            reference: it.reference,
-            needs_coordination: it.needs_coordination,
-            valid: sc.outcome.valid,
-            optimal: sc.optimal,
-            failure: sc.outcome.failure.clone(),
-            plan: sc.plan_text.clone(),
-        };
-        out.push_str(&serde_json::to_string(&line).expect("json"));
-        out.push('\n');
-    }
 }
 
 /// Write `text` to `path` whole or not at all: a hidden file beside it, renamed onto it.

@@ -1,10 +1,10 @@
 //! `ledger plan check PLAN`: the memory plan of a ledger plan (peak device memory per
 //! phase, whether it fits a GPU, which setting to change if not), and the same check
 //! that `ledger run --device cuda` makes before it starts.
-use super::{CliError, CliResult};
+use crate::cli::{CliError, CliResult};
 use clap::Subcommand;
 use mapf_ledger::plan::LedgerPlan;
-use mapf_ledger::plan_check::{self, MemoryPlan};
+use mapf_ledger::plan_check;
 use mapf_ledger::train::memory::{human, parse_size};
 use mapf_ledger::train::DeviceSpec;
 use std::path::{Path, PathBuf};
@@ -70,58 +70,18 @@ pub fn run(cmd: PlanCommand) -> CliResult {
     Ok(())
 }
 
-/// Before `ledger run` on CUDA: the memory plan against the GPU (`--gpu-memory`, else
-/// the device's own total); a plan that cannot fit is refused (exit 2) unless `force`.
-/// `device` is the run's own, opened already (so the CUDA runtime is loaded).
+/// Before `ledger run` on CUDA: the memory plan against the GPU (see
+/// [`plan_check::gate`]); a forced run that would be refused says why on stderr.
 pub fn check_before_run(
     plan: &LedgerPlan,
     device: DeviceSpec,
     gpu_memory: Option<&str>,
     force: bool,
 ) -> CliResult {
-    let Some(index) = device.cuda_index() else {
-        return Ok(());
-    };
-    if plan.policy != mapf_ledger::plan::PolicyKind::Lm {
-        return Ok(());
-    }
-    let memory = match gpu_memory {
-        Some(s) => parse_size(s).map_err(|m| CliError::input(format!("--gpu-memory {m}")))?,
-        None => {
-            // Opened first: the CUDA runtime is loaded, or the refusal names what is missing.
-            mapf_ledger::train::open_device(device).map_err(|e| CliError::input(e.to_string()))?;
-            match mapf_ledger::train::cuda_total_memory(index) {
-                Some(m) => m,
-                None if force => return Ok(()),
-                None => {
-                    return Err(CliError::input(format!(
-                        "cannot read the memory of {device} for the memory check; pass --gpu-memory SIZE, or --force to skip the check"
-                    )))
-                }
-            }
-        }
-    };
-    let m: MemoryPlan = match plan_check::check(plan, device, Some(memory), None) {
-        Ok(m) => m,
-        Err(e) if force => {
-            eprintln!("memory check skipped (--force): {e}");
-            return Ok(());
-        }
-        Err(e) => {
-            return Err(CliError::input(format!(
-                "memory check: {e} (--force skips the check)"
-            )))
-        }
-    };
-    if m.fits == Some(false) {
-        let text = plan_check::render(&m);
-        if force {
-            eprintln!("{text}--force: running anyway");
-            return Ok(());
-        }
-        return Err(CliError::input(format!(
-            "the plan cannot fit on {device}:\n{text}change the plan (see `ledger plan check`), or pass --force to run anyway"
-        )));
+    let warning = plan_check::gate::check_before_run(plan, device, gpu_memory, force)
+        .map_err(|e| CliError::input(e.to_string()))?;
+    if let Some(w) = warning {
+        eprintln!("{w}");
     }
     Ok(())
 }

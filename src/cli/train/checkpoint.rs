@@ -4,7 +4,7 @@
 //! stage can be served and registered as an HTTP engineer. REF: `BRANCH@stageN` (N >= 0; stage 0 is the
 //! base model), a branch (its latest checkpoint), or the hash prefix of a
 //! checkpoint_saved or stage_completed event.
-use super::{CliError, CliResult};
+use crate::cli::{CliError, CliResult};
 use mapf_ledger::train::TrainState;
 use std::path::Path;
 
@@ -15,7 +15,7 @@ pub fn load_ref(dir: &Path, r: &str) -> Result<TrainState, CliError> {
 
 pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> CliResult {
     if let Some(o) = out {
-        super::check_output_file("--out", o)?;
+        crate::cli::check_output_file("--out", o)?;
     }
     let state = load_ref(dir, r)?;
     if let Some(hf) = hf {
@@ -25,8 +25,7 @@ pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> Cli
                 state.policy.kind()
             ))
         })?;
-        mapf_ledger::train::lm::hf::export(hf, &lm.model, &lm.tokenizer_json, lm.arch.chat)
-            .and_then(|()| mapf_ledger::train::lm::hf::write_prompt_style(hf, lm.arch.prompt))
+        let files = mapf_ledger::train::export::export_hf(lm, hf)
             .map_err(|e| CliError::input(e.to_string()))?;
         println!(
             "wrote {} (config.json, model.safetensors, tokenizer.json; {} parameters{}, step {})",
@@ -39,20 +38,8 @@ pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> Cli
             },
             state.global_step
         );
-        // Each written file's content hash (what a model card states, and what an
-        // `hf:` init records and re-checks).
-        for name in [
-            "config.json",
-            "generation_config.json",
-            mapf_ledger::train::lm::hf::MAPF_FILE,
-            "model.safetensors",
-            "tokenizer.json",
-            "tokenizer_config.json",
-        ] {
-            let p = hf.join(name);
-            let bytes =
-                std::fs::read(&p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-            println!("blake3 {}  {name}", blake3::hash(&bytes).to_hex());
+        for (name, hash) in files {
+            println!("blake3 {hash}  {name}");
         }
         return Ok(());
     }

@@ -1,68 +1,12 @@
 //! `ledger run`: drive a branch through the plan's stages with progress bars; Ctrl-C
 //! stops at the next durable point (a checkpoint) and `ledger run` again resumes.
-use super::{CliError, CliResult};
-use indicatif::{ProgressBar, ProgressStyle};
-use mapf_ledger::env::table::ResultTable;
-use mapf_ledger::stage::{Pipeline, Progress, RunOptions, StageError};
-use mapf_ledger::train::grpo::StepStats;
+use crate::cli::{CliError, CliResult};
+use mapf_ledger::stage::progress::Bars;
+use mapf_ledger::stage::{Pipeline, RunOptions, StageError};
 use mapf_ledger::train::DeviceSpec;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// indicatif bars: one per stage, showing step, loss, sampled valid rate (on stderr,
-/// and only on a terminal). `run` and `replay` draw them.
-pub struct Bars {
-    bar: Option<ProgressBar>,
-    quiet: bool,
-}
-
-impl Bars {
-    pub fn new(quiet: bool) -> Bars {
-        Bars { bar: None, quiet }
-    }
-}
-
-impl Progress for Bars {
-    fn stage_begin(&mut self, stage: u32, engineer: &str, steps: u64) {
-        if self.quiet {
-            return;
-        }
-        let bar = ProgressBar::new(steps);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "stage {prefix:>2} [{bar:30}] {pos}/{len} {msg} ({elapsed})",
-            )
-            .expect("template")
-            .progress_chars("=> "),
-        );
-        bar.set_prefix(stage.to_string());
-        bar.set_message(format!("engineer {engineer}"));
-        self.bar = Some(bar);
-    }
-    fn step(&mut self, _stage: u32, done: u64, s: &StepStats) {
-        if let Some(b) = &self.bar {
-            b.set_position(done);
-            b.set_message(format!(
-                "loss {:.4} valid {:.2} reward {:.3}",
-                s.loss, s.valid_rate, s.reward_mean
-            ));
-        }
-    }
-    fn note(&mut self, message: &str) {
-        match &self.bar {
-            Some(b) => b.println(message),
-            None => eprintln!("{message}"),
-        }
-    }
-    fn stage_end(&mut self, stage: u32, v: &ResultTable) {
-        if let Some(b) = self.bar.take() {
-            b.finish_and_clear();
-        }
-        let (valid, optimal) = v.sum_row(2);
-        eprintln!("stage {stage} done: validation valid {valid:.1}%, optimal {optimal:.1}%");
-    }
-}
 
 /// A flag Ctrl-C (SIGINT) or SIGTERM sets: long commands poll it and stop at their next
 /// durable point. A second signal while stopping exits at once (the ledger stays whole
@@ -101,7 +45,7 @@ pub fn run(
     quiet: bool,
 ) -> CliResult {
     let started = std::time::Instant::now();
-    let mut ledger = super::open_writer(ledger_dir)?;
+    let mut ledger = crate::cli::open_writer(ledger_dir)?;
     let plan = mapf_ledger::stage::ledger_plan(&ledger).map_err(stage_error)?;
     let device = device.unwrap_or(plan.train.device);
     super::plan::check_before_run(&plan, device, check.gpu_memory.as_deref(), check.force)?;

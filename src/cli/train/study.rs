@@ -1,54 +1,13 @@
 //! `ledger study`: fork a branch at a stage once per engineer × seed replicate, run
 //! every fork to the plan's end (resumable), and write a CSV, a markdown table in the
 //! paper's layout (mean ± 95% t-interval over seeds) and an SVG plot.
-use super::{CliError, CliResult};
-use mapf_ledger::env::table::ResultTable;
+use crate::cli::{CliError, CliResult};
 use mapf_ledger::ledger::Ledger;
-use mapf_ledger::stage::Progress;
 use mapf_ledger::study::{StudyError, StudySpec};
-use mapf_ledger::train::grpo::StepStats;
 use std::path::{Path, PathBuf};
 
 /// Most seed replicates one study runs (each is a whole run per engineer).
 const MAX_SEEDS: u32 = 1000;
-
-/// Progress as plain lines on standard error (one per stage, a few per stage's steps).
-struct Lines {
-    quiet: bool,
-    steps: u64,
-}
-
-impl Progress for Lines {
-    fn stage_begin(&mut self, stage: u32, engineer: &str, steps: u64) {
-        self.steps = steps;
-        if !self.quiet {
-            eprintln!("  stage {stage}: engineer {engineer}, {steps} steps");
-        }
-    }
-    fn step(&mut self, stage: u32, done: u64, s: &StepStats) {
-        if !self.quiet
-            && self.steps >= 4
-            && done % (self.steps / 4).max(1) == 0
-            && done < self.steps
-        {
-            eprintln!(
-                "  stage {stage}: step {done}/{} loss {:.4} valid {:.2}",
-                self.steps, s.loss, s.valid_rate
-            );
-        }
-    }
-    fn note(&mut self, message: &str) {
-        if !self.quiet {
-            eprintln!("{message}");
-        }
-    }
-    fn stage_end(&mut self, stage: u32, v: &ResultTable) {
-        if !self.quiet {
-            let (valid, optimal) = v.sum_row(2);
-            eprintln!("  stage {stage} done: validation valid {valid:.1}%, optimal {optimal:.1}%");
-        }
-    }
-}
 
 #[derive(clap::Args, Debug)]
 pub struct StudyArgs {
@@ -89,10 +48,10 @@ pub struct StudyArgs {
     /// (valid %, points) a pilot measured on the target row (the test suite's smallest
     /// agent count, its coordination items when marked); the line then says how many
     /// seeds 80% power asks. Without it only the study's own spread is used.
-    #[arg(long, value_name = "POINTS", value_parser = super::values::non_negative)]
+    #[arg(long, value_name = "POINTS", value_parser = crate::cli::values::non_negative)]
     pub power_sd: Option<f64>,
     /// The smallest difference the power line asks to see, in points.
-    #[arg(long, value_name = "POINTS", default_value_t = 5.0, value_parser = super::values::positive)]
+    #[arg(long, value_name = "POINTS", default_value_t = 5.0, value_parser = crate::cli::values::positive)]
     pub power_effect: f64,
     /// An earlier report of this same study (its `study.json`, or the directory holding
     /// it): its finished runs this ledger lacks count in the tables instead of being
@@ -129,11 +88,11 @@ pub struct TaskArgs {
 /// a resubmitted task reopens its worker ledger and resumes the branch.
 pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
     use mapf_ledger::ledger::bundle::Bundle;
-    let input = super::ledger_error;
+    let input = crate::cli::ledger_error;
     let bundle = Bundle::read(&args.bundle).map_err(input)?;
     if ledger_dir.join("db").is_dir() {
         // An earlier attempt made the ledger: bring in anything it lacks (nothing, usually).
-        let mut l = super::open_writer(ledger_dir).map_err(input)?;
+        let mut l = crate::cli::open_writer(ledger_dir).map_err(input)?;
         l.fetch(&bundle, None).map_err(input)?;
     } else {
         Ledger::create_from_bundle(ledger_dir, &bundle).map_err(input)?;
@@ -207,7 +166,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         other => other,
     };
     let engineers = engineers.0;
-    let mut ledger = super::open_writer(ledger_dir)?;
+    let mut ledger = crate::cli::open_writer(ledger_dir)?;
     let stop = super::run::stop_on_ctrl_c();
     let dir = out.unwrap_or_else(|| ledger_dir.join(format!("study-at{at}")));
     let mut spec = StudySpec {
@@ -236,7 +195,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         .iter()
         .map(|r| (r.engineer.clone(), r.replicate))
         .collect();
-    let mut progress = Lines { quiet, steps: 0 };
+    let mut progress = mapf_ledger::stage::progress::Lines::new(quiet);
     let runs = match mapf_ledger::study::run_study(&mut ledger, &spec, &mut progress, &stop) {
         Ok(r) => r,
         Err(StudyError::Interrupted) => {

@@ -1,0 +1,212 @@
+//! `ledger lm generate`: sample from a language model — an HF model directory or an
+//! `lm` checkpoint of the ledger — and print the token ids, the text and per-token
+//! log-probs. A user's sanity check that a model loaded as it should.
+//!
+//! `ledger lm bench`: the policy's throughput on a device (`train::bench`): decode
+//! tokens/s at a shape, one GRPO step of a plan, warm-up steps of a model directory.
+use crate::cli::{CliError, CliResult};
+use clap::Subcommand;
+use mapf_ledger::ledger::Chain;
+use mapf_ledger::train::lm::LmPolicy;
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand, Debug)]
+pub enum LmCommand {
+    /// Generate a continuation of a prompt.
+    Generate {
+        /// An HF model directory (config.json, safetensors, tokenizer.json), or a
+        /// checkpoint reference of the ledger (BRANCH, BRANCH@stageN, hash prefix).
+        #[arg(long)]
+        model: String,
+        /// The user message (wrapped in the model's chat template unless --raw).
+        #[arg(long)]
+        prompt_file: PathBuf,
+        /// Most tokens to generate after the prompt.
+        #[arg(long, default_value_t = 64)]
+        max_new_tokens: usize,
+        /// 0 decodes greedily.
+        #[arg(long, default_value_t = 0.0, value_parser = crate::cli::values::non_negative)]
+        temperature: f64,
+        /// Nucleus sampling: sample from the smallest set of tokens whose probability reaches this (1 samples from all).
+        #[arg(long, default_value_t = 1.0, value_parser = crate::cli::values::unit_mass)]
+        top_p: f64,
+        /// Seed of the sampler (with --temperature above 0).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Feed the file's text as is, without the chat template.
+        #[arg(long)]
+        raw: bool,
+        /// cpu, cuda or cuda:N.
+        #[arg(long, default_value = "cpu")]
+        device: mapf_ledger::train::DeviceSpec,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure decode tokens/s, a GRPO step and warm-up steps on a device; prints JSON.
+    Bench(BenchArgs),
+}
+
+/// What `ledger lm bench` measures. Each part runs when its inputs are given.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// A model's config.json (ledgers/models/shapes/*.config.json, or an HF directory's):
+    /// decode and the GRPO step run random weights of that shape, made on the device.
+    #[arg(long)]
+    shape: Option<PathBuf>,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: mapf_ledger::train::DeviceSpec,
+    /// Decode batch sizes, comma-separated (each distinct prompts, one sample each);
+    /// `--batch` alone measures no decode.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1,64,256")]
+    batch: Vec<usize>,
+    /// Prompt length of the decode figures, in tokens.
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    /// New tokens every decode lane generates (no stop token ends one early).
+    #[arg(long, default_value_t = 128)]
+    new_tokens: usize,
+    /// Decode with LoRA adapters of this rank on every projection (0: none), as a
+    /// GRPO stage's rollouts do (merged into the weights on a GPU).
+    #[arg(long, default_value_t = 0)]
+    lora_rank: i64,
+    /// A plan whose GRPO step to time at --shape: its [grpo] batch, group, micro-batch
+    /// and KL, its [lm] prompt style, sampling and LoRA, and its initial_config's
+    /// instances; thinking off, --grpo-new-tokens new tokens.
+    #[arg(long)]
+    grpo_plan: Option<PathBuf>,
+    /// New tokens per completion in the timed GRPO step.
+    #[arg(long, default_value_t = 512)]
+    grpo_new_tokens: usize,
+    /// The tokenizer.json the GRPO step's prompts are written with (its ids fit any
+    /// vocabulary at least as large).
+    #[arg(long, default_value = "ledgers/models/mapf-base/tokenizer.json")]
+    tokenizer: PathBuf,
+    /// An HF model directory whose warm-up (imitation) steps to time on the engineer
+    /// examples of --warmup-plan, as the base planner's pretraining runs them.
+    #[arg(long, requires = "warmup_plan")]
+    warmup_model: Option<PathBuf>,
+    /// The plan whose engineer examples the --warmup-model steps train on.
+    #[arg(long, requires = "warmup_model")]
+    warmup_plan: Option<PathBuf>,
+    /// Warm-up steps to time.
+    #[arg(long, default_value_t = 10)]
+    warmup_steps: u64,
+    /// Rows of a warm-up step (default: the plan's `warmup.engineer_batch_size`).
+    #[arg(long)]
+    warmup_batch: Option<usize>,
+    /// The device's memory bandwidth in bytes/s (e.g. 3.35e12 for an H100 SXM): decode
+    /// figures then carry their share of the memory roofline.
+    #[arg(long, value_parser = crate::cli::values::positive)]
+    memory_bandwidth: Option<f64>,
+    /// The device's dense bf16 peak in FLOP/s (e.g. 989e12 for an H100 SXM): the GRPO
+    /// step then carries its model FLOPs utilisation.
+    #[arg(long, value_parser = crate::cli::values::positive)]
+    peak_flops: Option<f64>,
+}
+
+/// A language model from an HF directory or a ledger checkpoint (see
+/// `stage::load_language_model`).
+pub fn load(dir: &Path, model: &str, device: tch::Device) -> Result<LmPolicy, CliError> {
+    Ok(mapf_ledger::stage::load_language_model(dir, model, device)?)
+}
+
+pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
+    match cmd {
+        LmCommand::Generate {
+            model,
+            prompt_file,
+            max_new_tokens,
+            temperature,
+            top_p,
+            seed,
+            raw,
+            device,
+            json,
+        } => generate(
+            dir,
+            &model,
+            &prompt_file,
+            max_new_tokens,
+            temperature,
+            top_p,
+            seed,
+            raw,
+            device,
+            json,
+        ),
+        LmCommand::Bench(args) => bench(args),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn generate(
+    dir: &Path,
+    model: &str,
+    prompt_file: &Path,
+    max_new_tokens: usize,
+    temperature: f64,
+    top_p: f64,
+    seed: u64,
+    raw: bool,
+    device: mapf_ledger::train::DeviceSpec,
+    json: bool,
+) -> CliResult {
+    use mapf_ledger::train::lm::complete::{complete, CompleteError, Request};
+    let device =
+        mapf_ledger::train::open_device(device).map_err(|e| CliError::input(e.to_string()))?;
+    let text = std::fs::read_to_string(prompt_file)
+        .map_err(|e| CliError::input(format!("{}: {e}", prompt_file.display())))?;
+    let lm = load(dir, model, device)?;
+    let request = Request {
+        text: &text,
+        raw,
+        max_new_tokens,
+        temperature,
+        top_p,
+        seed,
+    };
+    let c = complete(&lm, &request).map_err(|e| match e {
+        CompleteError::Length { .. } => CliError::input(e.to_string()),
+        CompleteError::Decode(_) => CliError::input(format!("{model}: {}", Chain(&e))),
+        _ => CliError::input(format!("{}: {}", prompt_file.display(), Chain(&e))),
+    })?;
+    if json {
+        println!("{}", serde_json::to_string(&c.output).expect("serialises"));
+    } else {
+        print!("{}", mapf_ledger::views::text::lm::generated(&c.output, &c.pieces));
+    }
+    Ok(())
+}
+
+/// `ledger lm bench`: each part that its inputs name, saying each figure on stderr,
+/// then one JSON object.
+fn bench(a: BenchArgs) -> CliResult {
+    use mapf_ledger::stage::bench::{self, BenchError, BenchSpec};
+    let spec = BenchSpec {
+        shape: a.shape,
+        device: a.device,
+        batch: a.batch,
+        prompt_tokens: a.prompt_tokens,
+        new_tokens: a.new_tokens,
+        lora_rank: a.lora_rank,
+        grpo_plan: a.grpo_plan,
+        grpo_new_tokens: a.grpo_new_tokens,
+        tokenizer: a.tokenizer,
+        warmup: a.warmup_model.zip(a.warmup_plan),
+        warmup_steps: a.warmup_steps,
+        warmup_batch: a.warmup_batch,
+        memory_bandwidth: a.memory_bandwidth,
+        peak_flops: a.peak_flops,
+    };
+    let out = bench::run(&spec, &mut |line| eprintln!("{line}")).map_err(|e| match e {
+        BenchError::Model(e) => e.into(),
+        e => CliError::input(e.to_string()),
+    })?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&out).expect("serialises")
+    );
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! `ledger replay`: deterministic re-verification of recorded stages, and
+//! counterfactual replays of a stage with another engineer (see [`mapf_ledger::replay`]).
+//!
+//! A replay changes no branch: it recomputes on scratch refs no reader sees, removed on
+//! every way out (Ctrl-C and SIGTERM stop it at its next durable point, exit 130; a
+//! kill -9 leaves one that `verify` names and `gc` removes). `--record` appends a
+//! `ReplayVerified` event per matched stage to the branch, which moves its head.
+//!
+//! Exit codes: 0 every compared event matched or the counterfactual ran; 1 a mismatch
+//! or an altered record (the branch is left unchanged); 2 usage or input error; 130
+//! interrupted.
+use crate::cli::{CliError, CliResult};
+use mapf_ledger::replay::{self, setup, ReplayError};
+use mapf_ledger::stage::progress::Bars;
+use mapf_ledger::stage::Pipeline;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+/// Arguments of `ledger replay`.
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {
+    /// The branch whose stages to replay (or to fork the counterfactual from).
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// The stage to replay (N or stageN; 0 is the warm-up). Default: every completed stage.
+    #[arg(long, value_parser = mapf_ledger::ledger::parse_stage)]
+    pub stage: Option<u32>,
+    /// Recompute and compare every event hash (the default without --engineer).
+    #[arg(long)]
+    pub verify: bool,
+    /// Record the verification: one `replay_verified` event per matched stage, appended
+    /// to the branch (its head moves). Without it a replay changes nothing.
+    #[arg(long, conflicts_with = "engineer")]
+    pub record: bool,
+    /// Counterfactual: re-run --stage N with this engineer on a scratch fork.
+    #[arg(long)]
+    pub engineer: Option<mapf_ledger::engineer::EngineerSpec>,
+    /// Keep the counterfactual fork under this name.
+    #[arg(long, value_name = "NAME")]
+    pub keep: Option<String>,
+    /// Call LLM engineers' endpoints instead of reusing the recorded replies.
+    #[arg(long)]
+    pub live: bool,
+    /// cpu, cuda or cuda:N. Default: the device the replayed stages recorded (a run
+    /// made with `run --device cuda` replays on CUDA), else the plan's.
+    #[arg(long)]
+    pub device: Option<mapf_ledger::train::DeviceSpec>,
+    /// Print the outcome as JSON (schemas/replay.json, replay-counterfactual.json).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A replay error with the contract's exit code (see [`crate::cli::Diagnosis`]).
+fn replay_error(e: ReplayError) -> CliError {
+    if let ReplayError::Interrupted(n) = e {
+        eprintln!(
+            "interrupted: the replay of stage {n} stopped; nothing was recorded and its scratch work is removed"
+        );
+        return CliError {
+            code: 130,
+            message: "interrupted".into(),
+        };
+    }
+    let message = mapf_ledger::ledger::Chain(&e);
+    if crate::cli::Diagnosis::of(&e).damaged {
+        CliError::check(format!("replay failed: {message}"))
+    } else {
+        CliError::input(message.to_string())
+    }
+}
+
+use crate::cli::ledger_error;
+
+pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
+    let stage = args.stage;
+    if args.keep.is_some() && args.engineer.is_none() {
+        return Err(CliError::input("`--keep` needs `--engineer`"));
+    }
+    if args.engineer.is_some() && args.verify {
+        return Err(CliError::input(
+            "`--verify` and `--engineer` exclude each other (a counterfactual is not a verification)",
+        ));
+    }
+    let mut ledger = crate::cli::open_writer(dir).map_err(ledger_error)?;
+    let recorded = setup::recorded_setups(&ledger, &args.branch, stage)?;
+    let stop = super::run::stop_on_signal(
+        "stopping the replay at its next durable point; its scratch work is then removed",
+    );
+    if args.engineer.is_none() {
+        // Before libtorch picks its kernels: run the recorded ones where this CPU can.
+        setup::pin_capability(&recorded);
+    }
+    // A verification recomputes where the stages ran: bf16 on a GPU and f32 on the CPU
+    // round differently, so a CUDA run replayed on the plan's CPU would "mismatch".
+    let chosen = match (args.device, &args.engineer) {
+        (Some(d), _) => Some(d),
+        (None, None) => setup::recorded_device(&recorded)
+            .map_err(|m| CliError::input(format!("recorded device {m}")))?,
+        (None, Some(_)) => None,
+    };
+    let device = match chosen {
+        Some(d) => d,
+        None => {
+            mapf_ledger::stage::ledger_plan(&ledger)
+                .map_err(|e| CliError::input(e.to_string()))?
+                .train
+                .device
+        }
+    };
+    // Replaying the warm-up recomputes the evaluation suites it recorded. A later stage
+    // reads them back as recorded input, as the run that recorded it did (and like its
+    // starting checkpoint): their blobs are content-addressed and `verify` rehashes
+    // them. Solving them again cost a 12 s demo stage 6 s of its replay.
+    let replays_warmup = stage.is_none_or(|n| n == 0);
+    let pipeline = if args.engineer.is_none() && replays_warmup {
+        Pipeline::regenerating_suites(&mut ledger, device)
+    } else {
+        Pipeline::new(&mut ledger, device)
+    };
+    let mut pipeline = pipeline.map_err(|e| match (&args.device, &chosen) {
+        (None, Some(recorded)) => CliError::input(format!(
+            "{e} (the stages to replay were recorded on {recorded}: replay them where they ran, or give --device to recompute them here, where hashes may differ)"
+        )),
+        _ => CliError::input(e.to_string()),
+    })?;
+    match &args.engineer {
+        Some(engineer) => {
+            let n =
+                match stage {
+                    Some(n) if n >= 1 => n,
+                    Some(_) => return Err(CliError::input(
+                        "`--stage 0`: the warm-up has no engineer; a counterfactual needs N >= 1",
+                    )),
+                    None => return Err(CliError::input("`--engineer` needs `--stage N`")),
+                };
+            counterfactual(&mut pipeline, &args, n, engineer, &stop)
+        }
+        None => verify(&mut pipeline, &args, stage, &recorded, &stop),
+    }
+}
+
+fn verify(
+    pipeline: &mut Pipeline<'_>,
+    args: &ReplayArgs,
+    stage: Option<u32>,
+    recorded: &[setup::RecordedSetup],
+    stop: &AtomicBool,
+) -> CliResult {
+    use mapf_ledger::replay::branch::{verify_branch, Said, VerifyError};
+    let branch = &args.branch;
+    let mut bars = || Box::new(Bars::new(args.json)) as Box<dyn mapf_ledger::stage::Progress>;
+    let mut say = |s: Said<'_>| match s {
+        Said::Note(note) => eprintln!("ledger: note: {note}"),
+        Said::Matched(r) if !args.json => println!(
+            "stage {}: {} events recomputed, every hash matches (engineer {}, {:.1} s)",
+            r.stage, r.events, r.engineer, r.seconds
+        ),
+        Said::Matched(_) => {}
+    };
+    let what = (branch.as_str(), stage, args.live);
+    let v = verify_branch(pipeline, what, recorded, &mut bars, stop, &mut say).map_err(|e| {
+        match e {
+            VerifyError::Replay(e) => replay_error(e),
+            e => CliError::input(e.to_string()),
+        }
+    })?;
+    let report = |matched, mismatch, ids: Option<&Vec<mapf_ledger::ledger::Hash>>| {
+        let replay_verified = ids.map(|ids| ids.iter().map(|h| h.to_hex()).collect());
+        let r = mapf_ledger::views::show::ReplayReport {
+            branch: branch.to_string(),
+            matched,
+            mismatch,
+            replay_verified,
+        };
+        println!("{}", serde_json::to_string(&r).expect("serialises"));
+    };
+    if let Some(m) = v.mismatch {
+        if args.json {
+            report(v.matched, Some(m.clone()), None);
+        }
+        return Err(CliError::check(format!(
+            "replay mismatch on {branch}: {m} (the branch was not changed)"
+        )));
+    }
+    let ids = if args.record {
+        Some(
+            replay::record_verified(pipeline, branch, &v.matched, args.live)
+                .map_err(|e| CliError::input(e.to_string()))?,
+        )
+    } else {
+        None
+    };
+    if args.json {
+        report(v.matched, None, ids.as_ref());
+        return Ok(());
+    }
+    match &ids {
+        Some(ids) => println!(
+            "recorded {} replay-verified event(s) on {branch}; head {}",
+            ids.len(),
+            ids.last().map(|h| h.short()).unwrap_or_default()
+        ),
+        None => println!(
+            "nothing recorded: {branch} stays at {} (--record appends a replay-verified event per stage)",
+            pipeline
+                .ledger
+                .head(branch)
+                .map(|h| h.short())
+                .unwrap_or_default()
+        ),
+    }
+    Ok(())
+}
+
+fn counterfactual(
+    pipeline: &mut Pipeline<'_>,
+    args: &ReplayArgs,
+    n: u32,
+    engineer: &mapf_ledger::engineer::EngineerSpec,
+    stop: &AtomicBool,
+) -> CliResult {
+    let keep = args.keep.as_deref();
+    let mut bars = Bars::new(args.json);
+    let c = replay::counterfactual(pipeline, &args.branch, n, engineer, keep, &mut bars, stop)
+        .map_err(replay_error)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&c).expect("serialises"));
+    } else {
+        let text = mapf_ledger::replay::branch::render_counterfactual(&c, &args.branch, n);
+        print!("{text}");
+    }
+    Ok(())
+}

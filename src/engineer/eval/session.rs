@@ -1,0 +1,205 @@
+//! One `ledger engineer eval` run, start to end: the contexts (synthetic ones drawn from
+//! the seed, then every recorded decision of the ledgers named), each engineer the run
+//! names built by the one factory ([`build`]), run on every context reseeded per
+//! context, the reference policy's size probes shared by every engineer, and the paired
+//! rows: the [`EvalReport`]. Loading models is the caller's (they load as stages load
+//! them); this module says which model an engineer reads ([`Named::model`]).
+use super::{ledger_contexts, paired, synthetic_for, evaluate, EvalContext, EvalReport, Rules};
+use super::{PROBE_PER_SIZE, PROBE_SAMPLES};
+use crate::engineer::factory::{self, Llms, Policies, Recipe, Scope};
+use crate::engineer::llm::LlmRegistration;
+use crate::engineer::probe::SizeProbe;
+use crate::engineer::text::TextRevision;
+use crate::engineer::{BuildError, Engineer};
+use crate::ledger::{Ledger, LedgerError};
+use crate::seed::Seed;
+use crate::train::policy::Policy;
+use std::path::{Path, PathBuf};
+
+/// Why an engineer of the run cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("--engineer {name}: needs a model (--model DIR|REF, or {name}=DIR|REF)")]
+    NeedsModel { name: String },
+    #[error("--engineer {name}: not a built-in engineer ({builtins}, http), and no ledger to find it registered in: {ledger}")]
+    NoRegistry {
+        name: String,
+        builtins: String,
+        ledger: LedgerError,
+    },
+    /// The registry's branch could not be read.
+    #[error("{0}")]
+    Registry(#[from] LedgerError),
+    #[error("--engineer {name}: {error}")]
+    Build { name: String, error: BuildError },
+}
+
+/// An engineer as `--engineer` names it: `NAME`, or `NAME=MODEL` with the model a
+/// policy-reading one reads.
+pub struct Named<'a> {
+    pub name: &'a str,
+    pub model: Option<&'a str>,
+}
+
+impl Named<'_> {
+    pub fn parse(spec: &str) -> Named<'_> {
+        match spec.split_once('=') {
+            Some((name, model)) => Named {
+                name,
+                model: Some(model),
+            },
+            None => Named {
+                name: spec,
+                model: None,
+            },
+        }
+    }
+
+    /// The model this engineer reads (its own, else `default`) and whether it must be an
+    /// `lm` model; None when it reads none.
+    pub fn model(&self, default: Option<&str>) -> Result<Option<(String, bool)>, SessionError> {
+        let Some(b) = crate::engineer::builtin(self.name).filter(|b| b.reads_policy) else {
+            return Ok(None);
+        };
+        let m = self.model.or(default).ok_or_else(|| SessionError::NeedsModel {
+            name: self.name.to_string(),
+        })?;
+        Ok(Some((m.to_string(), b.lm_only)))
+    }
+}
+
+/// What every engineer of a run is made from.
+pub struct Sources<'a> {
+    /// The engineers' text revision and the model engineer's `[lm]` settings.
+    pub text: TextRevision,
+    pub lm: &'a crate::train::lm::LmSpec,
+    pub seed: Seed,
+    /// The ledger whose main branch registers the LLM engineers named.
+    pub registry: &'a Path,
+}
+
+/// Build `named` from `sources`: with `model` (what [`Named::model`] asked for,
+/// loaded), `http` (the `http` engineer's registration), or the LLM engineer of that
+/// name registered on the registry's main branch.
+pub fn build(
+    named: &Named<'_>,
+    model: Option<Box<dyn Policy>>,
+    http: Option<LlmRegistration>,
+    sources: &Sources<'_>,
+) -> Result<Box<dyn Engineer>, SessionError> {
+    let name = named.name;
+    let builtin = crate::engineer::builtin(name).is_some();
+    let teacher = crate::engineer::teacher::Teacher::named(name, sources.seed).is_some();
+    let registry;
+    let llms = match http {
+        Some(reg) => Llms::Given(reg),
+        None if builtin || teacher => Llms::None,
+        None => {
+            let mut ledger =
+                Ledger::open_read_only(sources.registry).map_err(|e| SessionError::NoRegistry {
+                    name: name.to_string(),
+                    builtins: crate::engineer::builtin_names(),
+                    ledger: e,
+                })?;
+            let state = ledger.projection("main")?;
+            registry = (ledger, state);
+            Llms::Branch {
+                ledger: &registry.0,
+                state: &registry.1,
+            }
+        }
+    };
+    let recipe = Recipe {
+        text: sources.text,
+        lm: sources.lm,
+        stage_seed: sources.seed,
+        policies: Policies::Model(model),
+        llms,
+        recorded: None,
+        scope: Scope::Benchmark,
+    };
+    factory::make(name, recipe).map_err(|error| SessionError::Build {
+        name: name.to_string(),
+        error,
+    })
+}
+
+/// The run's contexts and where they came from: `synthetic` drawn from `seed` under
+/// `rules`, then every recorded decision context of each ledger in `ledgers`.
+pub fn contexts(
+    rules: Rules,
+    seed: u64,
+    synthetic: u32,
+    ledgers: &[PathBuf],
+) -> Result<(Vec<EvalContext>, Vec<String>), LedgerError> {
+    let root = Seed::root(seed);
+    let mut contexts = synthetic_for(rules, root.child("contexts", 0), synthetic as usize);
+    let mut sources = vec![format!("{synthetic} synthetic (seed {seed})")];
+    for l in ledgers {
+        let ledger = Ledger::open_read_only(l)?;
+        let found = ledger_contexts(&ledger, &l.display().to_string())?;
+        sources.push(format!("{} from {}", found.len(), l.display()));
+        contexts.extend(found);
+    }
+    Ok((contexts, sources))
+}
+
+/// How far a run is, for a progress display.
+pub enum Progress<'a> {
+    /// An engineer (its label) starts on the contexts.
+    Engineer(&'a str),
+    /// It decided one more context.
+    Decided,
+    /// It is done with every context.
+    Finished,
+}
+
+/// Run each of `engineers` (label, engineer) on every context, reseeded per context
+/// from `seed`; with a `reference` policy, score each decision's configuration by its
+/// learnability (one size-by-size probe per context, shared by every engineer: a size
+/// two engineers leave alike is scored on the same instances for both); then pair every
+/// engineer with the first and the baselines. An engineer that never answers stops the
+/// run with no report ([`super::evaluate`]): silence is not a score.
+pub fn run(
+    contexts: &[EvalContext],
+    sources: Vec<String>,
+    engineers: Vec<(String, Box<dyn Engineer>)>,
+    reference: Option<&dyn Policy>,
+    (rules, seed): (Rules, u64),
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<EvalReport, crate::engineer::Unanswered> {
+    let root = Seed::root(seed);
+    let mut probes: Vec<SizeProbe> = (0..contexts.len())
+        .map(|i| SizeProbe::new(root.child("reference", i as u64), PROBE_PER_SIZE, PROBE_SAMPLES))
+        .collect();
+    let mut evals = Vec::new();
+    for (label, mut engineer) in engineers {
+        let purpose = format!("engineer-eval {label}");
+        progress(Progress::Engineer(&label));
+        let mut probe = |i: usize, cfg: &crate::env::GeneratorConfig| {
+            let policy = reference?;
+            probes[i].probe(policy, cfg)
+        };
+        let with_reference: Option<super::ReferenceProbe<'_>> = if reference.is_some() {
+            Some(&mut probe)
+        } else {
+            None
+        };
+        let mut decide = |i: usize, ctx: &_| {
+            engineer.reseed(root.child(&purpose, i as u64));
+            let d = engineer.decide(ctx);
+            progress(Progress::Decided);
+            d
+        };
+        let scored = evaluate(&label, contexts, rules, &mut decide, with_reference);
+        progress(Progress::Finished);
+        evals.push(scored?);
+    }
+    Ok(EvalReport {
+        rules: rules.name().to_string(),
+        seed,
+        sources,
+        paired: paired(&evals, root.child("paired", 0)),
+        engineers: evals,
+    })
+}

@@ -1,0 +1,111 @@
+//! Where the stages a replay recomputes ran, read from the metadata of their
+//! `StageStarted`, and what a replay does with it: it pins ATen to the recorded CPU
+//! capability where this CPU can run it, recomputes on the recorded device unless told
+//! otherwise, and notes a device, capability or processor that differs (hashes may then
+//! differ with no fault in the record).
+use crate::ledger::{Ledger, LedgerError};
+use crate::plan::PlanError;
+use crate::train::{kernels, DeviceSpec};
+
+/// Where a stage to replay ran, from the metadata of its `StageStarted`.
+pub struct RecordedSetup {
+    stage: u32,
+    /// The ATen CPU capability (absent in stages recorded before it was).
+    capability: Option<String>,
+    /// `cpu`, `cuda`, `cuda:N`, as recorded.
+    device: Option<String>,
+    /// The processor (absent in stages recorded before it was).
+    cpu: Option<String>,
+}
+
+/// The recorded setup of each stage of `branch` to replay (`stage`, else every one).
+pub fn recorded_setups(
+    ledger: &Ledger,
+    branch: &str,
+    stage: Option<u32>,
+) -> Result<Vec<RecordedSetup>, LedgerError> {
+    // The projection knows each stage's StageStarted; only those metadata are read.
+    let state = ledger.state_at(&ledger.head(branch)?)?;
+    let mut out = Vec::new();
+    for s in state
+        .stages
+        .iter()
+        .filter(|s| stage.is_none_or(|n| n == s.stage))
+    {
+        if let Some(started) = s.started {
+            let (_, m) = ledger.event_with_meta(&started)?;
+            out.push(RecordedSetup {
+                stage: s.stage,
+                capability: m.versions.get(kernels::CAPABILITY_KEY).cloned(),
+                device: m.device,
+                cpu: m.versions.get(kernels::CPU_KEY).cloned(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The value every item shares; None when there are none or they differ.
+fn common<T: PartialEq>(mut items: impl Iterator<Item = T>) -> Option<T> {
+    let first = items.next()?;
+    items.all(|x| x == first).then_some(first)
+}
+
+/// The device every replayed stage recorded (None: none recorded one, or they differ):
+/// where a verification recomputes, since bf16 on a GPU and f32 on the CPU round
+/// differently and a CUDA run replayed on the plan's CPU would "mismatch".
+pub fn recorded_device(recorded: &[RecordedSetup]) -> Result<Option<DeviceSpec>, PlanError> {
+    common(recorded.iter().map(|r| r.device.as_ref()))
+        .flatten()
+        .map(|d| d.parse::<DeviceSpec>())
+        .transpose()
+}
+
+/// Pin ATen to the recorded CPU capability (when every replayed stage recorded the same
+/// one, this CPU can run it, and `ATEN_CPU_CAPABILITY` is not set already): kernels of
+/// another capability may round differently, which would fail a bit-exact replay for no
+/// fault of the record. A capability this CPU lacks (AVX512 recorded, an AVX2-only
+/// replay machine) is left to ATen's own choice, and the stage's note names both.
+/// Call it before libtorch runs anything.
+pub fn pin_capability(recorded: &[RecordedSetup]) {
+    let Some(Some(capability)) = common(recorded.iter().map(|r| r.capability.as_ref())) else {
+        return;
+    };
+    if std::env::var_os(kernels::CAPABILITY_ENV).is_some() || !kernels::cpu_supports(capability) {
+        return;
+    }
+    // ATen reads the variable once, when it first dispatches a kernel; nothing has run
+    // yet in this process (the ledger is opened, no tensor made).
+    std::env::set_var(kernels::CAPABILITY_ENV, capability.to_ascii_lowercase());
+}
+
+/// A note when stage `n` was recorded on another device than this replay runs on, or
+/// with another ATen CPU capability than this process runs (the CPU lacks it, or
+/// `ATEN_CPU_CAPABILITY` says otherwise), or on another processor: hashes may then
+/// differ with no fault in the record.
+pub fn setup_note(recorded: &[RecordedSetup], n: u32, device: &DeviceSpec) -> Option<String> {
+    let device = device.to_string();
+    let r = recorded.iter().find(|r| r.stage == n)?;
+    if let Some(was) = r.device.as_deref().filter(|was| *was != device) {
+        return Some(format!(
+            "stage {n} was recorded on {was} and this replay runs on {device}: other kernels and dtypes round differently, so hashes may differ without any fault in the record"
+        ));
+    }
+    let now = kernels::cpu_capability();
+    if let Some(was) = r.capability.as_ref().filter(|was| **was != now) {
+        return Some(format!(
+            "stage {n} was recorded with ATen CPU capability {was}, this process runs {now}{}: kernels may round differently, so hashes may differ without any fault in the record",
+            match std::env::var(kernels::CAPABILITY_ENV) {
+                Ok(v) => format!(" ({}={v})", kernels::CAPABILITY_ENV),
+                Err(_) => String::new(),
+            }
+        ));
+    }
+    let was = r.cpu.as_ref()?;
+    let here = kernels::cpu_model();
+    (*was != here).then(|| {
+        format!(
+            "stage {n} was recorded on processor {was}, this replay runs on {here}: libtorch's BLAS picks its kernels per processor, so hashes may differ without any fault in the record"
+        )
+    })
+}

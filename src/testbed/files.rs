@@ -1,0 +1,66 @@
+//! The testbed's input files as the `env` commands read them: an instance file (one
+//! instance, one generated item, or a list of either, as `env generate --json`
+//! writes), and a plan file (JSON `{"moves": …}` or plan text). Reading the bytes is
+//! the caller's; this module turns their text into typed values once.
+use crate::instance::{Instance, Plan};
+use crate::text::{self, ParseError};
+
+/// Why an instance file's text holds no instance (the caller names the file).
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceFileError {
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("--index {index} but the file holds {count} instance(s)")]
+    IndexOutOfRange { index: usize, count: usize },
+    #[error("the file holds {count} instances; pick one with --index N (0..{})", count.saturating_sub(1))]
+    Ambiguous { count: usize },
+    #[error("--index {0} but the file holds one instance")]
+    NotAList(usize),
+    #[error("not an instance: {0}")]
+    NotAnInstance(serde_json::Error),
+}
+
+/// The instance of an instance file's `text`: the one it holds (`index`, when given,
+/// must be 0), or the `index`th of a list (needed when the list has several); a
+/// generated item (`{"instance": …, "reference": …, …}`) gives its instance.
+pub fn instance(text: &str, index: Option<usize>) -> Result<Instance, InstanceFileError> {
+    let value: serde_json::Value = serde_json::from_str(text)?;
+    let item = match value {
+        serde_json::Value::Array(items) => {
+            let n = items.len();
+            let i = match (index, n) {
+                (Some(i), _) if i < n => i,
+                (Some(i), _) => {
+                    return Err(InstanceFileError::IndexOutOfRange { index: i, count: n })
+                }
+                (None, 1) => 0,
+                (None, _) => return Err(InstanceFileError::Ambiguous { count: n }),
+            };
+            items.into_iter().nth(i).expect("in range")
+        }
+        v => {
+            if let Some(i) = index.filter(|&i| i > 0) {
+                return Err(InstanceFileError::NotAList(i));
+            }
+            v
+        }
+    };
+    let item = match item {
+        serde_json::Value::Object(mut m) if m.contains_key("instance") => {
+            m.remove("instance").expect("present")
+        }
+        v => v,
+    };
+    serde_json::from_value(item).map_err(InstanceFileError::NotAnInstance)
+}
+
+/// A plan file's `text`: JSON when its first non-blank character is `{` (a JSON error
+/// is the outer error: bad input), else plan text parsed against `inst` (the cells it
+/// states, in the cells format, are checked; a parse error is the plan's failure).
+pub fn plan(text: &str, inst: &Instance) -> Result<Result<Plan, ParseError>, serde_json::Error> {
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str::<Plan>(text).map(Ok)
+    } else {
+        Ok(text::parse_plan_in(text, inst))
+    }
+}
