@@ -382,7 +382,12 @@ impl Default for EngineerTrain {
     }
 }
 
-/// The newest engineer text revision a plan may ask for.
+/// The newest engineer text revision a plan may ask for. The one revision number
+/// outside `src/engineer/text/`, for a stated reason: a plan is parsed strictly by both
+/// builds, and the build without libtorch has no engineer text, so the plan bounds its
+/// own field here. `TextRevision::LATEST` is this constant, and `src/engineer/text/`
+/// alone knows what each revision up to it means (`tests/layering.rs` checks that no
+/// other code compares, matches or carries revision numbers).
 pub const LATEST_ENGINEER_REVISION: u32 = 6;
 
 fn is_first_revision(r: &u32) -> bool {
