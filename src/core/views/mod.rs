@@ -7,7 +7,7 @@
 //! [`steps`]: GRPO step by step; [`study`]: study reports; [`tensorboard`]: TensorBoard event files;
 //! [`timing`]: where a stage's time went (`show --timing`); [`export`]: export rows and
 //! event records; [`replay`]: what a replay verified; [`show`]: `show` of a branch or stage, replay outcomes,
-//! the engineer list; [`format`]: how they all write numbers.
+//! the engineer list; [`format`](mod@format): how they all write numbers.
 pub mod audit;
 pub mod branches;
 pub mod compare;
