@@ -7,8 +7,8 @@
 //! [`steps`]: GRPO step by step; [`study`]: study reports; [`tensorboard`]: TensorBoard event files;
 //! [`timing`]: where a stage's time went (`show --timing`); [`export`]: export rows and
 //! event records; [`replay`]: what a replay verified; [`show`]: `show` of a branch or stage, replay outcomes,
-//! the engineer list; [`format`]: how they all write numbers; [`text`]: what the commands
-//! print as text.
+//! the engineer list; [`format`](mod@format): how they all write numbers; [`text`]: what
+//! the commands print as text.
 pub mod audit;
 pub mod branches;
 pub mod compare;

@@ -2,7 +2,7 @@
 //! and sizes per agent count; columns: engineers), then the transfer, subset and paired
 //! tables, the orderings, the power line, the validation curve and the runs. Only
 //! formatting: every number and verdict comes from the tables.
-use super::model::{StudyPairedMetric, StudyReport, BASELINE, REUSED};
+use super::model::{StudyCell, StudyPaired, StudyPairedMetric, StudyReport, BASELINE, REUSED};
 use super::tables::{paired_cell, CellRow, DeltaTable, StudyTables};
 use crate::views::format::{pm, rate};
 use crate::views::paired::RESAMPLES;
@@ -29,7 +29,7 @@ fn head(s: &mut String, lead: &[&str], cols: impl IntoIterator<Item = String>) {
 }
 
 /// A cell of valid % / optimal %, each mean ± half-width; `-` when not evaluated.
-fn rates_cell(c: Option<&super::model::StudyCell>) -> String {
+fn rates_cell(c: Option<&StudyCell>) -> String {
     match c {
         Some(c) => format!(
             " {} / {} |",
@@ -139,7 +139,7 @@ fn subset_markdown(s: &mut String, t: &StudyTables) {
 /// per Sum row, each cell [`paired_cell`]; `against` names the other side in the
 /// caption ("vs fixed", "from stage 0").
 fn delta_markdown(s: &mut String, d: &DeltaTable, against: &str) {
-    let pick: [(&str, fn(&super::model::StudyPaired) -> &StudyPairedMetric); 2] =
+    let pick: [(&str, fn(&StudyPaired) -> &StudyPairedMetric); 2] =
         [("Valid %", |p| &p.valid), ("Optimal %", |p| &p.optimal)];
     for (title, metric) in pick {
         let _ = writeln!(s, "\n{title}, Δ {against} [95% paired CI]:\n");
@@ -331,7 +331,7 @@ fn validation_markdown(s: &mut String, t: &StudyTables) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::{report, StudyPaired, StudyPairedMetric, StudyPower};
+    use super::super::model::{report, StudyPower};
     use super::*;
 
     #[test]

@@ -148,7 +148,7 @@ pub struct StudyPaired {
 
 /// How many seeds a paired comparison needs: 80% power to see `effect` points on the
 /// target row in a two-sided 5% paired t-test over seeds
-/// ([`crate::views::compare::seeds_for_power`]), from the standard deviation of per-seed
+/// ([`super::compare::seeds_for_power`]), from the standard deviation of per-seed
 /// differences: planned (a pilot's, given to `ledger study --power-sd`) and observed
 /// (each engineer against its baseline in this study, once it has 2 seeds).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
