@@ -5,14 +5,8 @@ use mapf_ledger::ledger::Ledger;
 use mapf_ledger::views::text::audit::{block, json_with_texts, recorded_text};
 use std::path::Path;
 
-/// `texts`: (print the prompts, print the replies).
-pub fn run(
-    ledger: &Path,
-    branch: &str,
-    stage: Option<u32>,
-    texts: (bool, bool),
-    json: bool,
-) -> CliResult {
+pub fn run(ledger: &Path, a: super::AuditArgs) -> CliResult {
+    let (branch, stage, texts, json) = (&a.branch, a.stage, (a.prompt, a.reply), a.json);
     let l = Ledger::open_read_only(ledger).map_err(err)?;
     let report = mapf_ledger::views::audit::audit(&l, branch, stage).map_err(err)?;
     if let Some(n) = stage {

@@ -19,139 +19,160 @@ use super::values::{count_arg, max_size_arg, per_cell_arg};
 #[derive(Subcommand, Debug)]
 pub enum EnvCommand {
     /// Generate solved instances from a generator config (or one size given by flags).
-    Generate {
-        /// A GeneratorConfig JSON file (schemas/generator-config.json); overrides the flags below.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Map side length (the map is size x size).
-        #[arg(long, default_value_t = 5)]
-        size: usize,
-        /// Number of agents.
-        #[arg(long, default_value_t = 2)]
-        agents: usize,
-        /// Hole ratio in [0, 0.5].
-        #[arg(long, default_value_t = 0.2)]
-        holes: f64,
-        /// Share of instances that need coordination, in [0, 1].
-        #[arg(long, default_value_t = 0.0)]
-        wait: f64,
-        /// Instances to generate.
-        #[arg(long, default_value_t = 10, value_parser = count_arg())]
-        count: usize,
-        /// Seed of the generator (the same seed gives the same instances).
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Generate(GenerateArgs),
     /// Solve an instance (JSON file) optimally with CBS.
-    Solve {
-        /// An instance, or what `env generate --json` wrote (pick one with --index).
-        file: PathBuf,
-        /// Which instance of a file that holds several (from 0).
-        #[arg(long)]
-        index: Option<usize>,
-        /// Most high-level CBS nodes per search.
-        #[arg(long, default_value_t = 200_000)]
-        max_nodes: u64,
-        /// Wall-clock limit in milliseconds.
-        #[arg(long)]
-        timeout_ms: Option<u64>,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Solve(SolveArgs),
     /// Validate a plan (JSON `{"moves": [...]}` or text `agent 1: R D ...`) against an instance.
-    Check {
-        /// The plan: JSON `{"moves": [...]}` or text `agent 1: R D ...`.
-        plan: PathBuf,
-        /// An instance, or what `env generate --json` wrote (pick one with --index).
-        instance: PathBuf,
-        /// Which instance of a file that holds several (from 0).
-        #[arg(long)]
-        index: Option<usize>,
-        /// Cost that "optimal" refers to.
-        #[arg(long, value_enum, default_value_t = Metric::Makespan)]
-        metric: Metric,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Check(CheckArgs),
     /// Build a benchmark suite of the paper's protocol and print its statistics.
-    Suite {
-        /// `val` (2 agents, sizes 3..max) or `test` (3, 4, 5 agents).
-        #[arg(long)]
-        name: suite::SuiteName,
-        /// Instances per (agents, size) cell.
-        #[arg(long, default_value_t = 150, value_parser = per_cell_arg())]
-        per_cell: usize,
-        /// Largest map size of the suite.
-        #[arg(long, default_value_t = 10, value_parser = max_size_arg())]
-        max_size: usize,
-        /// Seed of the generator (the same seed gives the same instances).
-        #[arg(long, default_value_t = 2026)]
-        seed: u64,
-        /// Write the whole suite (instances, optima, plans) as JSON to this file.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Also score the independent-shortest-paths baseline (valid/optimal per cell).
-        #[arg(long)]
-        baseline: bool,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Suite(SuiteArgs),
     /// Import a MovingAI `.map` + `.scen` pair as an instance (first K scenario lines).
-    ImportMovingai {
-        /// The MovingAI .map file.
-        map: PathBuf,
-        /// The MovingAI .scen file (its first --agents lines are the agents).
-        scen: PathBuf,
-        /// Number of agents.
-        #[arg(long, default_value_t = 2)]
-        agents: usize,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    ImportMovingai(ImportMovingaiArgs),
     /// Render an instance as the prompt text an LLM reads.
-    Prompt {
-        /// An instance, or what `env generate --json` wrote (pick one with --index).
-        instance: PathBuf,
-        /// Which instance of a file that holds several (from 0).
-        #[arg(long)]
-        index: Option<usize>,
-        /// `paper` (the natural-language prompt), `compact`, `cells` (the shipped
-        /// base planner's format) or `steps` (its prompt; the plan is written time first).
-        #[arg(long, default_value = "paper")]
-        format: mapf_ledger::plan::trainer::PromptStyle,
-    },
+    Prompt(PromptArgs),
     /// Measure the batched step API: random actions on generated instances, observation
     /// planes updated every step, finished instances auto-reset.
-    Throughput {
-        /// Map side length (the map is size x size).
-        #[arg(long, default_value_t = 8)]
-        size: usize,
-        /// Number of agents.
-        #[arg(long, default_value_t = 2)]
-        agents: usize,
-        /// Hole ratio in [0, 0.5].
-        #[arg(long, default_value_t = 0.3)]
-        holes: f64,
-        /// Instances stepped together.
-        #[arg(long, default_value_t = 256)]
-        batch: usize,
-        /// Steps of the whole batch.
-        #[arg(long, default_value_t = 2000)]
-        steps: usize,
-        /// Step lanes in parallel with rayon (RAYON_NUM_THREADS sets the threads).
-        #[arg(long)]
-        parallel: bool,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Throughput(ThroughputArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct GenerateArgs {
+    /// A GeneratorConfig JSON file (schemas/generator-config.json); overrides the flags below.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Map side length (the map is size x size).
+    #[arg(long, default_value_t = 5)]
+    pub size: usize,
+    /// Number of agents.
+    #[arg(long, default_value_t = 2)]
+    pub agents: usize,
+    /// Hole ratio in [0, 0.5].
+    #[arg(long, default_value_t = 0.2)]
+    pub holes: f64,
+    /// Share of instances that need coordination, in [0, 1].
+    #[arg(long, default_value_t = 0.0)]
+    pub wait: f64,
+    /// Instances to generate.
+    #[arg(long, default_value_t = 10, value_parser = count_arg())]
+    pub count: usize,
+    /// Seed of the generator (the same seed gives the same instances).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SolveArgs {
+    /// An instance, or what `env generate --json` wrote (pick one with --index).
+    pub file: PathBuf,
+    /// Which instance of a file that holds several (from 0).
+    #[arg(long)]
+    pub index: Option<usize>,
+    /// Most high-level CBS nodes per search.
+    #[arg(long, default_value_t = 200_000)]
+    pub max_nodes: u64,
+    /// Wall-clock limit in milliseconds.
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// The plan: JSON `{"moves": [...]}` or text `agent 1: R D ...`.
+    pub plan: PathBuf,
+    /// An instance, or what `env generate --json` wrote (pick one with --index).
+    pub instance: PathBuf,
+    /// Which instance of a file that holds several (from 0).
+    #[arg(long)]
+    pub index: Option<usize>,
+    /// Cost that "optimal" refers to.
+    #[arg(long, value_enum, default_value_t = Metric::Makespan)]
+    pub metric: Metric,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SuiteArgs {
+    /// `val` (2 agents, sizes 3..max) or `test` (3, 4, 5 agents).
+    #[arg(long)]
+    pub name: suite::SuiteName,
+    /// Instances per (agents, size) cell.
+    #[arg(long, default_value_t = 150, value_parser = per_cell_arg())]
+    pub per_cell: usize,
+    /// Largest map size of the suite.
+    #[arg(long, default_value_t = 10, value_parser = max_size_arg())]
+    pub max_size: usize,
+    /// Seed of the generator (the same seed gives the same instances).
+    #[arg(long, default_value_t = 2026)]
+    pub seed: u64,
+    /// Write the whole suite (instances, optima, plans) as JSON to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Also score the independent-shortest-paths baseline (valid/optimal per cell).
+    #[arg(long)]
+    pub baseline: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ImportMovingaiArgs {
+    /// The MovingAI .map file.
+    pub map: PathBuf,
+    /// The MovingAI .scen file (its first --agents lines are the agents).
+    pub scen: PathBuf,
+    /// Number of agents.
+    #[arg(long, default_value_t = 2)]
+    pub agents: usize,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PromptArgs {
+    /// An instance, or what `env generate --json` wrote (pick one with --index).
+    pub instance: PathBuf,
+    /// Which instance of a file that holds several (from 0).
+    #[arg(long)]
+    pub index: Option<usize>,
+    /// `paper` (the natural-language prompt), `compact`, `cells` (the shipped
+    /// base planner's format) or `steps` (its prompt; the plan is written time first).
+    #[arg(long, default_value = "paper")]
+    pub format: mapf_ledger::plan::trainer::PromptStyle,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ThroughputArgs {
+    /// Map side length (the map is size x size).
+    #[arg(long, default_value_t = 8)]
+    pub size: usize,
+    /// Number of agents.
+    #[arg(long, default_value_t = 2)]
+    pub agents: usize,
+    /// Hole ratio in [0, 0.5].
+    #[arg(long, default_value_t = 0.3)]
+    pub holes: f64,
+    /// Instances stepped together.
+    #[arg(long, default_value_t = 256)]
+    pub batch: usize,
+    /// Steps of the whole batch.
+    #[arg(long, default_value_t = 2000)]
+    pub steps: usize,
+    /// Step lanes in parallel with rayon (RAYON_NUM_THREADS sets the threads).
+    #[arg(long)]
+    pub parallel: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -172,131 +193,82 @@ impl From<Metric> for CostMetric {
 pub fn run(cmd: EnvCommand) -> CliResult {
     use mapf_ledger::views::text::testbed as view;
     match cmd {
-        EnvCommand::Generate {
-            config,
-            size,
-            agents,
-            holes,
-            wait,
-            count,
-            seed,
-            json,
-        } => {
-            let cfg = match config {
-                Some(path) => read_json::<GeneratorConfig>(&path)?,
-                None => GeneratorConfig::uniform(agents, [size], holes, wait),
+        EnvCommand::Generate(a) => {
+            let cfg = match &a.config {
+                Some(path) => read_json::<GeneratorConfig>(path)?,
+                None => GeneratorConfig::uniform(a.agents, [a.size], a.holes, a.wait),
             };
             cfg.validate()
                 .map_err(|e| CliError::input(format!("generator config out of range: {e}")))?;
-            let items = generator::generate(&cfg, count, Seed::root(seed), Budget::default())
+            let items = generator::generate(&cfg, a.count, Seed::root(a.seed), Budget::default())
                 .map_err(|e| CliError::input(e.to_string()))?;
-            say(json, &items, || view::generated(&items));
+            say(a.json, &items, || view::generated(&items));
         }
-        EnvCommand::Solve {
-            file,
-            index,
-            max_nodes,
-            timeout_ms,
-            json,
-        } => {
-            let inst = read_instance(&file, index)?;
+        EnvCommand::Solve(a) => {
+            let inst = read_instance(&a.file, a.index)?;
             let budget = Budget {
-                max_nodes,
-                max_millis: timeout_ms,
+                max_nodes: a.max_nodes,
+                max_millis: a.timeout_ms,
             };
             let sol = env::solve(&inst, budget);
-            if json {
+            if a.json {
                 print_json(&SolveReport::of(&sol));
             }
-            let sol = sol.map_err(|e| CliError::check(format!("{}: {e}", file.display())))?;
-            if !json {
+            let sol = sol.map_err(|e| CliError::check(format!("{}: {e}", a.file.display())))?;
+            if !a.json {
                 print!("{}", view::solution(&sol));
             }
         }
-        EnvCommand::Check {
-            plan,
-            instance,
-            index,
-            metric,
-            json,
-        } => {
-            let inst = read_instance(&instance, index)?;
-            let parsed = files::plan(&read_text(&plan)?, &inst)
-                .map_err(|e| CliError::input(format!("{}: {e}", plan.display())))?;
-            let v = verdict::check(&inst, &parsed, metric.into());
-            say(json, &CheckReport::of(&v), || view::verdict(&v));
+        EnvCommand::Check(a) => {
+            let inst = read_instance(&a.instance, a.index)?;
+            let parsed = files::plan(&read_text(&a.plan)?, &inst)
+                .map_err(|e| CliError::input(format!("{}: {e}", a.plan.display())))?;
+            let v = verdict::check(&inst, &parsed, a.metric.into());
+            say(a.json, &CheckReport::of(&v), || view::verdict(&v));
             if !v.outcome.valid {
-                let what = format!("{}: plan is invalid", plan.display());
+                let what = format!("{}: plan is invalid", a.plan.display());
                 return Err(CliError::check(what));
             }
         }
-        EnvCommand::Suite {
-            name,
-            per_cell,
-            max_size,
-            seed,
-            out,
-            baseline,
-            json,
-        } => {
-            if let Some(o) = &out {
+        EnvCommand::Suite(a) => {
+            if let Some(o) = &a.out {
                 super::check_output_file("--out", o)?;
             }
             let spec = suite::SuiteSpec {
-                name,
-                per_cell,
-                max_size,
-                seed,
+                name: a.name,
+                per_cell: a.per_cell,
+                max_size: a.max_size,
+                seed: a.seed,
                 wait_ratios: Vec::new(),
             };
             let s = suite::build(&spec, Budget::default())
                 .map_err(|e| CliError::input(e.to_string()))?;
-            if let Some(path) = &out {
+            if let Some(path) = &a.out {
                 let text = serde_json::to_string(&s).expect("suite serializes");
                 std::fs::write(path, text)
                     .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
             }
-            let scores = baseline.then(|| verdict::baseline_table(&s));
-            let report = || SuiteReport::of(&s, scores.as_ref());
-            say(json, &report(), || view::suite(&s, scores.as_ref()));
+            let scores = a.baseline.then(|| verdict::baseline_table(&s));
+            let report = SuiteReport::of(&s, scores.as_ref());
+            say(a.json, &report, || view::suite(&s, scores.as_ref()));
         }
-        EnvCommand::ImportMovingai {
-            map,
-            scen,
-            agents,
-            json,
-        } => {
-            let inst = movingai::import(
-                &map.display().to_string(),
-                &read_text(&map)?,
-                &scen.display().to_string(),
-                &read_text(&scen)?,
-                agents,
-            )
-            .map_err(|e| CliError::input(e.to_string()))?;
-            say(json, &inst, || text::render_prompt(&inst));
+        EnvCommand::ImportMovingai(a) => {
+            let (map, scen) = (&a.map, &a.scen);
+            let (map_text, scen_text) = (read_text(map)?, read_text(scen)?);
+            let (map_name, scen_name) = (map.display().to_string(), scen.display().to_string());
+            let inst = movingai::import(&map_name, &map_text, &scen_name, &scen_text, a.agents)
+                .map_err(|e| CliError::input(e.to_string()))?;
+            say(a.json, &inst, || text::render_prompt(&inst));
         }
-        EnvCommand::Throughput {
-            size,
-            agents,
-            holes,
-            batch,
-            steps,
-            parallel,
-            json,
-        } => {
-            let cfg = GeneratorConfig::uniform(agents, [size], holes, 0.0);
+        EnvCommand::Throughput(a) => {
+            let cfg = GeneratorConfig::uniform(a.agents, [a.size], a.holes, 0.0);
             cfg.validate()
                 .map_err(|e| CliError::input(format!("throughput config out of range: {e}")))?;
-            let r = env::batch::measure_throughput(&cfg, batch, steps, parallel)
+            let r = env::batch::measure_throughput(&cfg, a.batch, a.steps, a.parallel)
                 .map_err(|e| CliError::input(e.to_string()))?;
-            say(json, &r, || view::throughput(&r, holes, parallel));
+            say(a.json, &r, || view::throughput(&r, a.holes, a.parallel));
         }
-        EnvCommand::Prompt {
-            instance,
-            index,
-            format,
-        } => print!("{}", format.task_text(&read_instance(&instance, index)?)),
+        EnvCommand::Prompt(a) => print!("{}", a.format.task_text(&read_instance(&a.instance, a.index)?)),
     }
     Ok(())
 }

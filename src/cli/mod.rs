@@ -232,42 +232,11 @@ pub enum Command {
     /// Each is a reference: BRANCH, BRANCH@stageN (the branch through stage N) or an
     /// event's hash prefix; the first is the baseline the others are paired against.
     #[command(display_order = 10)]
-    Compare {
-        /// The references to compare; the first is the baseline.
-        #[arg(required = true, value_name = "REFERENCE")]
-        branches: Vec<String>,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Also plot the validation curves into this file (SVG or PNG, by extension).
-        #[arg(long, value_name = "FILE.svg|FILE.png")]
-        plot: Option<PathBuf>,
-        /// Also list each branch's engineer decisions (what each stage's engineer
-        /// changed) and say where branches made the same change.
-        #[arg(long)]
-        decisions: bool,
-    },
+    Compare(CompareArgs),
     /// Every engineer decision of a branch: what it saw, the config diff it made
     /// (proposed vs applied), clips, rationale, status, and the outcome on validation.
     #[command(display_order = 11)]
-    Audit {
-        /// A branch, BRANCH@stageN (the decisions through stage N) or an event's hash prefix.
-        #[arg(long, default_value = "main", value_name = "REFERENCE")]
-        branch: String,
-        /// Only the decision of this stage (stageN or N).
-        #[arg(long, value_parser = mapf_ledger::ledger::parse_stage)]
-        stage: Option<u32>,
-        /// Also print the exact prompt each engineer read (LLM and model engineers;
-        /// with --json, as `prompt_text`).
-        #[arg(long)]
-        prompt: bool,
-        /// Also print the reply each engineer wrote, verbatim (`reply_text` in --json).
-        #[arg(long)]
-        reply: bool,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Audit(AuditArgs),
     /// One self-contained HTML page of the experiment (curves, test tables, heatmaps,
     /// decision timeline, fork tree, study), with its figures as SVG and PNG.
     #[command(display_order = 12)]
@@ -289,6 +258,43 @@ pub enum Command {
     // Last: in a `ledger` without the trainer, it takes every command not named above.
     #[command(flatten, next_display_order = 1)]
     Train(train::TrainCommand),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompareArgs {
+    /// The references to compare; the first is the baseline.
+    #[arg(required = true, value_name = "REFERENCE")]
+    pub branches: Vec<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also plot the validation curves into this file (SVG or PNG, by extension).
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
+    pub plot: Option<PathBuf>,
+    /// Also list each branch's engineer decisions (what each stage's engineer
+    /// changed) and say where branches made the same change.
+    #[arg(long)]
+    pub decisions: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AuditArgs {
+    /// A branch, BRANCH@stageN (the decisions through stage N) or an event's hash prefix.
+    #[arg(long, default_value = "main", value_name = "REFERENCE")]
+    pub branch: String,
+    /// Only the decision of this stage (stageN or N).
+    #[arg(long, value_parser = mapf_ledger::ledger::parse_stage)]
+    pub stage: Option<u32>,
+    /// Also print the exact prompt each engineer read (LLM and model engineers;
+    /// with --json, as `prompt_text`).
+    #[arg(long)]
+    pub prompt: bool,
+    /// Also print the reply each engineer wrote, verbatim (`reply_text` in --json).
+    #[arg(long)]
+    pub reply: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Standard output for commands that stream: when the reading end goes away
@@ -343,21 +349,10 @@ pub fn main() {
     let ledger_dir = cli.ledger_dir();
     let result = match cli.command {
         Command::Env(cmd) => env::run(cmd),
-        Command::Compare {
-            branches,
-            json,
-            plot,
-            decisions,
-        } => compare(&ledger_dir, &branches, json, plot.as_deref(), decisions),
+        Command::Compare(a) => compare(&ledger_dir, a),
         Command::Report(args) => report::run(&ledger_dir, args),
         Command::Serve(args) => report::serve(&ledger_dir, args),
-        Command::Audit {
-            branch,
-            stage,
-            prompt,
-            reply,
-            json,
-        } => audit::run(&ledger_dir, &branch, stage, (prompt, reply), json),
+        Command::Audit(a) => audit::run(&ledger_dir, a),
         Command::Bundle(args) => sync::bundle(&ledger_dir, args),
         Command::Fetch(args) => sync::fetch(&ledger_dir, args),
         Command::Store(cmd) => store::run(cmd, &ledger_dir),
@@ -387,13 +382,8 @@ fn empty_ledger_variable(e: &clap::Error) -> Option<String> {
         })
 }
 
-fn compare(
-    dir: &std::path::Path,
-    branches: &[String],
-    json: bool,
-    plot: Option<&std::path::Path>,
-    decisions: bool,
-) -> CliResult {
+fn compare(dir: &std::path::Path, a: CompareArgs) -> CliResult {
+    let (branches, json, plot, decisions) = (&a.branches, a.json, a.plot.as_deref(), a.decisions);
     if let Some(p) = plot {
         mapf_ledger::figures::format_of(p)?;
         check_output_file("--plot", p)?;

@@ -13,38 +13,42 @@ use std::path::{Path, PathBuf};
 #[derive(Subcommand, Debug)]
 pub enum LmCommand {
     /// Generate a continuation of a prompt.
-    Generate {
-        /// An HF model directory (config.json, safetensors, tokenizer.json), or a
-        /// checkpoint reference of the ledger (BRANCH, BRANCH@stageN, hash prefix).
-        #[arg(long)]
-        model: String,
-        /// The user message (wrapped in the model's chat template unless --raw).
-        #[arg(long)]
-        prompt_file: PathBuf,
-        /// Most tokens to generate after the prompt.
-        #[arg(long, default_value_t = 64)]
-        max_new_tokens: usize,
-        /// 0 decodes greedily.
-        #[arg(long, default_value_t = 0.0, value_parser = crate::cli::values::non_negative)]
-        temperature: f64,
-        /// Nucleus sampling: sample from the smallest set of tokens whose probability reaches this (1 samples from all).
-        #[arg(long, default_value_t = 1.0, value_parser = crate::cli::values::unit_mass)]
-        top_p: f64,
-        /// Seed of the sampler (with --temperature above 0).
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Feed the file's text as is, without the chat template.
-        #[arg(long)]
-        raw: bool,
-        /// cpu, cuda or cuda:N.
-        #[arg(long, default_value = "cpu")]
-        device: mapf_ledger::train::DeviceSpec,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Generate(GenerateArgs),
     /// Measure decode tokens/s, a GRPO step and warm-up steps on a device; prints JSON.
     Bench(BenchArgs),
+}
+
+// What `ledger lm generate` samples, and how.
+#[derive(clap::Args, Debug)]
+pub struct GenerateArgs {
+    /// An HF model directory (config.json, safetensors, tokenizer.json), or a
+    /// checkpoint reference of the ledger (BRANCH, BRANCH@stageN, hash prefix).
+    #[arg(long)]
+    pub model: String,
+    /// The user message (wrapped in the model's chat template unless --raw).
+    #[arg(long)]
+    pub prompt_file: PathBuf,
+    /// Most tokens to generate after the prompt.
+    #[arg(long, default_value_t = 64)]
+    pub max_new_tokens: usize,
+    /// 0 decodes greedily.
+    #[arg(long, default_value_t = 0.0, value_parser = crate::cli::values::non_negative)]
+    pub temperature: f64,
+    /// Nucleus sampling: sample from the smallest set of tokens whose probability reaches this (1 samples from all).
+    #[arg(long, default_value_t = 1.0, value_parser = crate::cli::values::unit_mass)]
+    pub top_p: f64,
+    /// Seed of the sampler (with --temperature above 0).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Feed the file's text as is, without the chat template.
+    #[arg(long)]
+    pub raw: bool,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: mapf_ledger::train::DeviceSpec,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// What `ledger lm bench` measures. Each part runs when its inputs are given.
@@ -114,65 +118,32 @@ pub fn load(dir: &Path, model: &str, device: tch::Device) -> Result<LmPolicy, Cl
 
 pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
     match cmd {
-        LmCommand::Generate {
-            model,
-            prompt_file,
-            max_new_tokens,
-            temperature,
-            top_p,
-            seed,
-            raw,
-            device,
-            json,
-        } => generate(
-            dir,
-            &model,
-            &prompt_file,
-            max_new_tokens,
-            temperature,
-            top_p,
-            seed,
-            raw,
-            device,
-            json,
-        ),
+        LmCommand::Generate(args) => generate(dir, args),
         LmCommand::Bench(args) => bench(args),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn generate(
-    dir: &Path,
-    model: &str,
-    prompt_file: &Path,
-    max_new_tokens: usize,
-    temperature: f64,
-    top_p: f64,
-    seed: u64,
-    raw: bool,
-    device: mapf_ledger::train::DeviceSpec,
-    json: bool,
-) -> CliResult {
+fn generate(dir: &Path, a: GenerateArgs) -> CliResult {
     use mapf_ledger::train::lm::complete::{complete, CompleteError, Request};
     let device =
-        mapf_ledger::train::open_device(device).map_err(|e| CliError::input(e.to_string()))?;
-    let text = std::fs::read_to_string(prompt_file)
-        .map_err(|e| CliError::input(format!("{}: {e}", prompt_file.display())))?;
-    let lm = load(dir, model, device)?;
+        mapf_ledger::train::open_device(a.device).map_err(|e| CliError::input(e.to_string()))?;
+    let text = std::fs::read_to_string(&a.prompt_file)
+        .map_err(|e| CliError::input(format!("{}: {e}", a.prompt_file.display())))?;
+    let lm = load(dir, &a.model, device)?;
     let request = Request {
         text: &text,
-        raw,
-        max_new_tokens,
-        temperature,
-        top_p,
-        seed,
+        raw: a.raw,
+        max_new_tokens: a.max_new_tokens,
+        temperature: a.temperature,
+        top_p: a.top_p,
+        seed: a.seed,
     };
     let c = complete(&lm, &request).map_err(|e| match e {
         CompleteError::Length { .. } => CliError::input(e.to_string()),
-        CompleteError::Decode(_) => CliError::input(format!("{model}: {}", Chain(&e))),
-        _ => CliError::input(format!("{}: {}", prompt_file.display(), Chain(&e))),
+        CompleteError::Decode(_) => CliError::input(format!("{}: {}", a.model, Chain(&e))),
+        _ => CliError::input(format!("{}: {}", a.prompt_file.display(), Chain(&e))),
     })?;
-    if json {
+    if a.json {
         println!("{}", serde_json::to_string(&c.output).expect("serialises"));
     } else {
         print!("{}", mapf_ledger::views::text::lm::generated(&c.output, &c.pieces));

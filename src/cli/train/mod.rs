@@ -26,47 +26,9 @@ pub enum TrainCommand {
         out: PathBuf,
     },
     /// Run the branch's stages (warm-up, then engineered GRPO stages) from where it stops.
-    Run {
-        /// The branch to run (created at the genesis if new).
-        #[arg(long, default_value = "main")]
-        branch: String,
-        /// Run at most N more stages.
-        #[arg(long)]
-        stages: Option<u32>,
-        #[arg(long, help = engineer_help("Engineer for the stages this run designs"))]
-        engineer: Option<EngineerSpec>,
-        /// cpu, cuda or cuda:N (default: the plan's).
-        #[arg(long)]
-        device: Option<DeviceSpec>,
-        /// On CUDA: the GPU memory the memory check compares with (default: the
-        /// device's own), e.g. 80GiB.
-        #[arg(long, value_name = "SIZE")]
-        gpu_memory: Option<String>,
-        /// Run even when the memory check says the plan cannot fit.
-        #[arg(long)]
-        force: bool,
-        /// No progress bars.
-        #[arg(long)]
-        quiet: bool,
-    },
+    Run(RunArgs),
     /// Continue a branch after a crash or Ctrl-C (same as `run`).
-    Resume {
-        /// The branch to run (created at the genesis if new).
-        #[arg(long, default_value = "main")]
-        branch: String,
-        /// cpu, cuda or cuda:N (default: the plan's).
-        #[arg(long)]
-        device: Option<DeviceSpec>,
-        /// On CUDA: the GPU memory the memory check compares with (default: the device's own), e.g. 80GiB.
-        #[arg(long, value_name = "SIZE")]
-        gpu_memory: Option<String>,
-        /// Run even when the memory check says the plan cannot fit.
-        #[arg(long)]
-        force: bool,
-        /// No progress bars.
-        #[arg(long)]
-        quiet: bool,
-    },
+    Resume(ResumeArgs),
     /// Fork a branch at a stage: the new branch keeps stages before N and lets the
     /// engineer design stage N onward (`ledger run --branch NEW` continues it).
     Fork {
@@ -126,40 +88,72 @@ pub enum TrainCommand {
     Engineer(engineer::EngineerCommand),
 }
 
+// `ledger run`: what to run and where.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The branch to run (created at the genesis if new).
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// Run at most N more stages.
+    #[arg(long)]
+    pub stages: Option<u32>,
+    #[arg(long, help = engineer_help("Engineer for the stages this run designs"))]
+    pub engineer: Option<EngineerSpec>,
+    /// cpu, cuda or cuda:N (default: the plan's).
+    #[arg(long)]
+    pub device: Option<DeviceSpec>,
+    /// On CUDA: the GPU memory the memory check compares with (default: the
+    /// device's own), e.g. 80GiB.
+    #[arg(long, value_name = "SIZE")]
+    pub gpu_memory: Option<String>,
+    /// Run even when the memory check says the plan cannot fit.
+    #[arg(long)]
+    pub force: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+// `ledger resume`: as `run`, to the plan's end.
+#[derive(clap::Args, Debug)]
+pub struct ResumeArgs {
+    /// The branch to run (created at the genesis if new).
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// cpu, cuda or cuda:N (default: the plan's).
+    #[arg(long)]
+    pub device: Option<DeviceSpec>,
+    /// On CUDA: the GPU memory the memory check compares with (default: the device's own), e.g. 80GiB.
+    #[arg(long, value_name = "SIZE")]
+    pub gpu_memory: Option<String>,
+    /// Run even when the memory check says the plan cannot fit.
+    #[arg(long)]
+    pub force: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
 /// Run a training command on the ledger at `dir`.
 pub fn run(cmd: TrainCommand, dir: &Path) -> CliResult {
     let check = |gpu_memory, force| run::MemoryCheck { gpu_memory, force };
     match cmd {
         TrainCommand::Schemas { out } => write_schemas(&out),
-        TrainCommand::Run {
-            branch,
-            stages,
-            engineer,
-            device,
-            gpu_memory,
-            force,
-            quiet,
-        } => {
+        TrainCommand::Run(a) => {
             let opts = mapf_ledger::stage::RunOptions {
-                branch,
-                stages,
-                engineer,
+                branch: a.branch,
+                stages: a.stages,
+                engineer: a.engineer,
             };
-            run::run(dir, opts, device, check(gpu_memory, force), quiet)
+            run::run(dir, opts, a.device, check(a.gpu_memory, a.force), a.quiet)
         }
-        TrainCommand::Resume {
-            branch,
-            device,
-            gpu_memory,
-            force,
-            quiet,
-        } => {
+        TrainCommand::Resume(a) => {
             let opts = mapf_ledger::stage::RunOptions {
-                branch,
+                branch: a.branch,
                 stages: None,
                 engineer: None,
             };
-            run::run(dir, opts, device, check(gpu_memory, force), quiet)
+            run::run(dir, opts, a.device, check(a.gpu_memory, a.force), a.quiet)
         }
         TrainCommand::Fork {
             at,
