@@ -119,6 +119,12 @@ fn checkpoint_state(
     Ok(state)
 }
 
+/// Whether `name` is made without a registration: a built-in engineer, or (for the
+/// benchmark) the pretraining teacher `teacher-vN` (`seed`: the stage's seed).
+pub fn needs_no_registration(name: &str, seed: Seed) -> bool {
+    builtin(name).is_some() || teacher::Teacher::named(name, seed).is_some()
+}
+
 /// The engineer called `name`, made from `r`.
 pub fn make(name: &str, mut r: Recipe<'_>) -> Result<Box<dyn Engineer>, BuildError> {
     let seed = r.stage_seed.child("engineer", 0);

@@ -88,12 +88,11 @@ pub fn build(
     sources: &Sources<'_>,
 ) -> Result<Box<dyn Engineer>, SessionError> {
     let name = named.name;
-    let builtin = crate::engineer::builtin(name).is_some();
-    let teacher = crate::engineer::teacher::Teacher::named(name, sources.seed).is_some();
+    let known = factory::needs_no_registration(name, sources.seed);
     let registry;
     let llms = match http {
         Some(reg) => Llms::Given(reg),
-        None if builtin || teacher => Llms::None,
+        None if known => Llms::None,
         None => {
             let mut ledger =
                 Ledger::open_read_only(sources.registry).map_err(|e| SessionError::NoRegistry {
