@@ -255,9 +255,14 @@ pub enum Command {
     Fetch(sync::FetchArgs),
     #[command(flatten, next_display_order = 18)]
     Store(store::StoreCommand),
-    // Last: in a `ledger` without the trainer, it takes every command not named above.
+    // Last: in a `ledger` without the trainer, it takes every command not named above
+    // (clap takes an external subcommand only at the top level, not flattened).
+    #[cfg(feature = "train")]
     #[command(flatten, next_display_order = 1)]
     Train(train::TrainCommand),
+    #[cfg(not(feature = "train"))]
+    #[command(external_subcommand)]
+    Train(Vec<String>),
 }
 
 #[derive(clap::Args, Debug)]

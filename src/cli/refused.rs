@@ -3,16 +3,12 @@
 //! this one lacks lands here and is refused, naming what to install; any other name is
 //! an unknown command.
 use super::{CliError, CliResult};
-use clap::Subcommand;
 use std::path::Path;
 
-#[derive(Subcommand, Debug)]
-pub enum TrainCommand {
-    /// A training command, in a `ledger` built without the trainer: refused, naming
-    /// what to install.
-    #[command(external_subcommand)]
-    Trainer(Vec<String>),
-}
+/// A training command, in a `ledger` built without the trainer (the command line, as
+/// clap's external subcommand of the top level gives it): refused, naming what to
+/// install.
+pub type TrainCommand = Vec<String>;
 
 /// The commands of the full build that this one lacks.
 const TRAINING: &[&str] = &[
@@ -32,8 +28,7 @@ const TRAINING: &[&str] = &[
 
 /// Refuse the command: a training command names what to install; anything else is an
 /// unknown command.
-pub fn run(cmd: TrainCommand, _dir: &Path) -> CliResult {
-    let TrainCommand::Trainer(args) = cmd;
+pub fn run(args: TrainCommand, _dir: &Path) -> CliResult {
     let name = args.first().map(String::as_str).unwrap_or("");
     Err(if TRAINING.contains(&name) {
         CliError::input(format!(
