@@ -17,10 +17,12 @@
 #   replacing that key of the plan's [SECTION] or adding it there (e.g.
 #   `grpo.kl_coef=0.1,lm.lora_rank=8`); `sizes.KEY=VALUE` sets KEY of every trained size
 #   (e.g. `sizes.hole_ratio=0.25`). A list value is written without spaces
-#   (`warmup.agents=[1,2,2,3,3,4,4,5,5]`).
+#   (`warmup.agents=[1,2,2,3,3,4,4,5,5]`). `size.N.KEY=VALUE` sets KEY of size N alone
+#   (e.g. `size.10.data_ratio=0`).
 #
 #   PILOT_DIR   where the arms' ledgers go (default ledgers/coordination-pilot)
 #   PILOT_BASE  the base planner (default ledgers/models/mapf-base-indep)
+#   PILOT_PLAN  the plan the arms are made from (default ledgers/pilots/cpu-study.toml)
 #   PILOT_JOBS  arms at a time (default 2)
 # Prints each arm's coordination rows (stage 0 and stage 1) and writes them to
 # $PILOT_DIR/ARM.coordination.json (`ledger compare --json`'s `coordination`).
@@ -29,6 +31,7 @@ cd "$(dirname "$0")/../.."
 BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
 DIR=${PILOT_DIR:-ledgers/coordination-pilot}
 BASE=${PILOT_BASE:-ledgers/models/mapf-base-indep}
+PLAN=${PILOT_PLAN:-ledgers/pilots/cpu-study.toml}
 JOBS=${PILOT_JOBS:-2}
 [[ $# -gt 0 ]] || { echo "usage: $0 NAME:WAIT:STEPS:LR:EPOCHS:SEED[:INSTANCES] ..." >&2; exit 2; }
 mkdir -p "$DIR"
@@ -45,15 +48,26 @@ arm() {
         -e "s|^lr = 0.0001$|lr = $lr|" \
         -e "s|^\[grpo\]$|[grpo]\nepochs = $epochs|" \
         -e "s|^instances_per_stage = .*|instances_per_stage = ${instances:-256}|" \
-        ledgers/pilots/cpu-study.toml >"$plan.new"
+        "$PLAN" >"$plan.new"
     local kv section key value
     # Split at the commas that begin the next SECTION.KEY=, so a list value keeps its own
     # (`warmup.agents=[1,2,2,3]`).
     local kvs=()
     [[ -n $settings ]] && mapfile -t kvs < <(python3 -c 'import re, sys
-for kv in re.split(r",(?=[a-z_]+\.[a-z_]+=)", sys.argv[1]):
+for kv in re.split(r",(?=[a-z_]+\.[a-z0-9_.]+=)", sys.argv[1]):
     print(kv)' "$settings")
     for kv in "${kvs[@]}"; do
+        if [[ $kv =~ ^size\.([0-9]+)\.(data_ratio|hole_ratio|wait_ratio)=(.+)$ ]]; then
+            # One size's KEY: the line of that name inside [initial_config.sizes.N].
+            local n=${BASH_REMATCH[1]} k=${BASH_REMATCH[2]} v=${BASH_REMATCH[3]}
+            grep -q "^\[initial_config.sizes.$n\]$" "$plan.new" ||
+                { echo "arm $name: setting $kv: the plan has no size $n" >&2; rm -f "$plan.new"; return 2; }
+            awk -v s="[initial_config.sizes.$n]" -v k="$k" -v v="$v" '
+                /^\[/ { in_s = ($0 == s) }
+                in_s && $0 ~ "^" k " = " { print k " = " v; next }
+                { print }' "$plan.new" >"$plan.set" && mv "$plan.set" "$plan.new"
+            continue
+        fi
         [[ $kv =~ ^([a-z_]+)\.([a-z_]+)=(.+)$ ]] ||
             { echo "arm $name: setting $kv: expected SECTION.KEY=VALUE" >&2; rm -f "$plan.new"; return 2; }
         section=${BASH_REMATCH[1]} key=${BASH_REMATCH[2]} value=${BASH_REMATCH[3]}
