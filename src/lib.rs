@@ -13,6 +13,9 @@
 //! - `ledger-store` (`src/store`): how bytes are kept (through [`ledger`]).
 pub use ledger_core::{context, env, figures, ledger, plan, record, report, seed, views};
 
+/// What a signal does to a command (any build).
+pub mod interrupt;
+
 // Everything below trains, or runs what trains: it needs libtorch (the `train`
 // feature, on by default).
 #[cfg(feature = "train")]

@@ -16,6 +16,7 @@ mod core_binary;
 mod engineer_rl;
 mod hf_parity;
 mod input_errors;
+mod interrupts;
 mod layering;
 mod ledger_chaos;
 mod ledger_cli;

@@ -26,6 +26,7 @@ const CORE_LAYERS: &[&str] = &[
 
 /// The application's top-level modules, bottom to top.
 const APP_LAYERS: &[&str] = &[
+    "interrupt",  // what a signal does to a command
     "train",      // policies, GRPO, evaluation, checkpoints
     "engineer",   // environment engineers, their prompt and replies, the benchmark
     "stage",      // the stage pipeline, model loading

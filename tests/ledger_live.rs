@@ -43,8 +43,11 @@ fn readers_answer_while_run_is_mid_stage_and_follow_streams_it() {
     // The tiny plan with a long stage 1, so the run is surely mid-stage while we read.
     let plan = tmp.path().join("long.toml");
     let text = std::fs::read_to_string(TINY).unwrap();
-    let text = text.replace("[grpo]\nsteps = 10", "[grpo]\nsteps = 100000");
-    assert!(text.contains("steps = 100000"));
+    // No checkpoint inside it: what --follow sees of the stage is the steps themselves.
+    let text = text
+        .replace("[grpo]\nsteps = 10", "[grpo]\nsteps = 100000")
+        .replace("checkpoint_every = 4", "checkpoint_every = 100000");
+    assert!(text.contains("steps = 100000") && text.contains("checkpoint_every = 100000"));
     std::fs::write(&plan, text).unwrap();
     ok(&ledger(&d, &["init", "--plan", plan.to_str().unwrap()]));
     let mut run = ledger_cmd(&d, &["run", "--quiet"])
@@ -65,10 +68,38 @@ fn readers_answer_while_run_is_mid_stage_and_follow_streams_it() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let follow = ledger_cmd(&d, &["log", "--follow", "--json"])
+    let mut follow = ledger_cmd(&d, &["log", "--follow", "--json"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    // Steps are durable as they train: --follow prints stage 1's gradient steps while
+    // the stage runs (100,000 steps: it is nowhere near its end).
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = follow.stdout.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            let _ = tx.send(line.clone());
+            all.push(line);
+        }
+        all
+    });
+    let t = Instant::now();
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(120) - t.elapsed().min(Duration::from_secs(119)))
+            .expect("log --follow printed no gradient step of stage 1 while it trained");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["stage"] == 1 && v["body"].get("gradient_step").is_some() {
+            break;
+        }
+    }
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "a gradient step was followed while its stage trained"
+    );
     // Readers, concurrently with each other and with the writer.
     let reads: Vec<_> = [
         &["audit", "--json"][..],
@@ -93,7 +124,7 @@ fn readers_answer_while_run_is_mid_stage_and_follow_streams_it() {
         "the run was still writing while every reader answered"
     );
     assert_eq!(head_kind(&d).unwrap().1, 1, "still in stage 1");
-    // Ctrl-C: the run stops at its next durable point.
+    // Ctrl-C: the run stops at the end of the step under way.
     // SAFETY: sending a signal to our own child process.
     unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
     let st = run.wait_with_output().unwrap();
@@ -104,11 +135,11 @@ fn readers_answer_while_run_is_mid_stage_and_follow_streams_it() {
         String::from_utf8_lossy(&st.stderr)
     );
     // --follow ends once the writer is gone, having printed every event in order.
-    let out = follow.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let followed: Vec<String> = String::from_utf8(out.stdout)
+    assert!(follow.wait().unwrap().success());
+    let followed: Vec<String> = lines
+        .join()
         .unwrap()
-        .lines()
+        .iter()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
             v["hash"].as_str().unwrap().to_string()

@@ -141,6 +141,7 @@ impl Pipeline<'_> {
         };
         let w = &self.plan.warmup;
         progress.stage_begin(0, "warmup", cfg.steps);
+        let mut steps = super::steps::StepLog::resume(self.ledger, branch, 0)?;
         let mut rec = Recorder::new(self.ledger, branch, self.base_meta.clone());
         for s in start..cfg.steps {
             let engineer_step = !pairs.is_empty()
@@ -159,7 +160,7 @@ impl Pipeline<'_> {
             } else {
                 warmup::step_timed(&mut ts, cfg, data, seed, s, &mut phases)
             };
-            rec.push(0, EventBody::GradientStep(record));
+            steps.record(&mut rec, EventBody::GradientStep(record), s + 1)?;
             progress.step(
                 0,
                 s + 1,
@@ -169,15 +170,13 @@ impl Pipeline<'_> {
                     ..Default::default()
                 },
             );
-            if durable_point(
-                &mut rec,
-                &ts,
-                0,
-                (s + 1, cfg.steps),
-                every,
-                stop,
-                &mut phases,
-            )? {
+            let (done, stopping) = (s + 1, stop.load(Ordering::SeqCst));
+            checkpoint_point(&mut rec, &ts, (done, cfg.steps), every, &mut phases)?;
+            let due = super::steps::Due::Apart(super::steps::WARMUP_FLUSH);
+            phases.time(phase::CHECKPOINTING, || {
+                steps.flush(&mut rec, due, stopping)
+            })?;
+            if stopping && done < cfg.steps {
                 return Ok(false);
             }
         }
@@ -311,22 +310,17 @@ pub fn warmup_data(
 }
 
 /// After step `done` of `total`: every `every` steps (but not the last, which the stage
-/// end covers) save a checkpoint and make everything durable. Returns true when the run
-/// must stop there. Ctrl-C takes effect only at these points, so an interrupted and
-/// resumed run records exactly the events of an uninterrupted one.
-fn durable_point(
+/// end covers) save a checkpoint and make everything durable. The steps between are
+/// durable as they go ([`super::steps`]); a resumed stage starts from the last of these.
+fn checkpoint_point(
     rec: &mut Recorder<'_>,
     ts: &TrainState,
-    stage: u32,
     (done, total): (u64, u64),
     every: u64,
-    stop: &AtomicBool,
     phases: &mut Phases,
-) -> Result<bool, StageError> {
+) -> Result<(), StageError> {
     if done % every != 0 || done >= total {
-        return Ok(false);
+        return Ok(());
     }
-    phases.time(phase::CHECKPOINTING, || {
-        durable_checkpoint(rec, ts, stage, stop)
-    })
+    phases.time(phase::CHECKPOINTING, || durable_checkpoint(rec, ts, 0))
 }

@@ -28,19 +28,15 @@ pub(super) fn checkpoint(
     Ok(blob)
 }
 
-/// A durable point inside a stage: save `ts` as a checkpoint and commit everything
-/// recorded. Returns true when the run must stop here (Ctrl-C takes effect only at
-/// these points, so an interrupted and resumed run records exactly the events of an
-/// uninterrupted one).
+/// A checkpoint inside a stage: save `ts` and commit everything recorded.
 pub(super) fn durable_checkpoint(
     rec: &mut Recorder<'_>,
     ts: &TrainState,
     stage: u32,
-    stop: &AtomicBool,
-) -> Result<bool, StageError> {
+) -> Result<(), StageError> {
     checkpoint(rec, ts, stage)?;
     rec.flush()?;
-    Ok(stop.load(Ordering::SeqCst))
+    Ok(())
 }
 
 /// Work a stage does after its evaluation and before it completes (engineer RL with

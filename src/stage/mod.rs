@@ -47,6 +47,7 @@ pub mod end;
 pub mod load;
 pub mod progress;
 pub mod setup;
+pub mod steps;
 pub mod training;
 
 pub use base::warmup_data;
@@ -165,6 +166,19 @@ pub enum Divergence {
     /// Stage `stage` recorded its start but no configuration.
     #[error("stage {stage} started without a configuration")]
     NoConfiguration { stage: u32 },
+    /// Resuming stage `stage`, step `step` recomputed another record than the branch
+    /// holds after the stage's last checkpoint.
+    #[error(
+        "resuming stage {stage}: step {step} recomputed {recomputed}, but the branch holds \
+         {recorded} there (recorded on other kernels or inputs? `ledger replay --verify` \
+         compares a stage whole)"
+    )]
+    Step {
+        stage: u32,
+        step: u64,
+        recorded: String,
+        recomputed: String,
+    },
 }
 
 /// Where the run reports progress (the CLI draws bars; tests stay quiet).

@@ -74,7 +74,9 @@ impl Pipeline<'_> {
         };
         progress.stage_begin(n, engineer_name, cfg.steps);
         let compute = self.compute();
+        let steps = super::steps::StepLog::resume(self.ledger, branch, n)?;
         let mut host = Host {
+            steps,
             rec: Recorder::new(self.ledger, branch, self.base_meta.clone()),
             compute,
             memory: self.plan.memory(),
@@ -368,8 +370,10 @@ fn train_engineer(
 }
 
 /// The stage's side of [`grpo::train_stage`]: checkpoints come from the ledger, step
-/// records go to the branch's recorder, durable points save a checkpoint and commit.
+/// records go to the branch (durable as each step ends, see [`super::steps`]), durable
+/// points save a checkpoint and commit.
 struct Host<'r, 'p> {
+    steps: super::steps::StepLog,
     rec: Recorder<'r>,
     compute: crate::train::compute::Compute,
     /// How the plan bounds memory, given to every state loaded.
@@ -388,14 +392,23 @@ impl grpo::StageHost for Host<'_, '_> {
         Ok(state)
     }
 
-    fn stepped(&mut self, done: u64, records: Vec<StepRecord>, stats: &StepStats) {
+    fn stepped(
+        &mut self,
+        done: u64,
+        records: Vec<StepRecord>,
+        stats: &StepStats,
+    ) -> Result<bool, StageError> {
         for r in records {
-            self.rec.push(self.stage, r.into());
+            self.steps.record(&mut self.rec, r.into(), done)?;
         }
         self.progress.step(self.stage, done, stats);
+        let stop = self.stop.load(Ordering::SeqCst);
+        self.steps
+            .flush(&mut self.rec, super::steps::Due::EveryStep, stop)?;
+        Ok(stop)
     }
 
-    fn durable_point(&mut self, state: &TrainState, _done: u64) -> Result<bool, StageError> {
-        durable_checkpoint(&mut self.rec, state, self.stage, self.stop)
+    fn durable_point(&mut self, state: &TrainState, _done: u64) -> Result<(), StageError> {
+        durable_checkpoint(&mut self.rec, state, self.stage)
     }
 }

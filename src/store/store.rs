@@ -36,6 +36,7 @@ use crate::lock::LedgerLock;
 use crate::pack::{self, Pack, PackKind, PACK_ROLL_BYTES};
 use crate::refs::{self, Refs, RefsLog, MAIN};
 use crate::StoreError;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -168,6 +169,10 @@ pub struct Store {
     lock: Option<LedgerLock>,
     /// What the writer set aside while opening.
     set_aside: Vec<SetAside>,
+    /// The scratch refs of this handle's command ([`refs::is_scratch`]), in memory only:
+    /// never written to `REFS`, so a command stopped in any way (a signal, `kill -9`,
+    /// power loss) leaves no ref behind, only unreachable records for `gc`. Writer only.
+    scratch: BTreeMap<String, Hash>,
 }
 
 impl Store {
@@ -283,6 +288,7 @@ impl Store {
             poisoned: false,
             lock: None,
             set_aside: Vec::new(),
+            scratch: BTreeMap::new(),
         })
     }
 
@@ -567,11 +573,11 @@ impl Store {
 
     // ---- refs ----
 
-    /// The head of `branch`.
+    /// The head of `branch` (or of one of this handle's scratch refs).
     pub fn head(&self, branch: &str) -> Result<Hash, StoreError> {
-        self.refs
-            .branches
+        self.scratch
             .get(branch)
+            .or_else(|| self.refs.branches.get(branch))
             .copied()
             .ok_or_else(|| StoreError::UnknownBranch {
                 name: branch.to_string(),
@@ -584,7 +590,9 @@ impl Store {
         self.refs.visible().map(|(n, h)| (n.clone(), *h)).collect()
     }
 
-    /// The scratch refs and their heads, in name order.
+    /// The scratch refs `REFS` holds, and their heads, in name order: left by a command
+    /// of an older version that was killed (scratch refs are in memory now, see
+    /// [`Store::set_ref`]); `gc` removes them.
     pub fn scratch_refs(&self) -> Vec<(String, Hash)> {
         self.refs.scratch().map(|(n, h)| (n.clone(), *h)).collect()
     }
@@ -606,7 +614,10 @@ impl Store {
         self.set_ref(name, at)
     }
 
-    /// Point branch `name` at the stored record `at` (created or moved), durably.
+    /// Point branch `name` at the stored record `at` (created or moved), durably. A
+    /// scratch ref ([`refs::is_scratch`]) is set in this handle's memory alone; one of the
+    /// same name that `REFS` holds (left by a killed command of an older version) is
+    /// removed from it.
     pub fn set_ref(&mut self, name: &str, at: &Hash) -> Result<(), StoreError> {
         if !self.writable {
             return Err(StoreError::ReadOnly);
@@ -614,6 +625,15 @@ impl Store {
         refs::validate_branch(name)?;
         if self.index.get(at).is_none() {
             return Err(StoreError::UnknownEvent { what: at.to_hex() });
+        }
+        if refs::is_scratch(name) {
+            if self.refs.branches.contains_key(name) {
+                let mut next = self.refs.clone();
+                next.branches.remove(name);
+                self.write_refs(next)?;
+            }
+            self.scratch.insert(name.to_string(), *at);
+            return Ok(());
         }
         let mut next = self.refs.clone();
         next.branches.insert(name.to_string(), *at);
@@ -627,9 +647,10 @@ impl Store {
             return Err(StoreError::ReadOnly);
         }
         if name == MAIN {
-            return Err(StoreError::Invalid(format!(
-                "branch `{MAIN}` cannot be deleted"
-            )));
+            return Err(StoreError::MainUndeletable);
+        }
+        if self.scratch.remove(name).is_some() {
+            return Ok(());
         }
         let mut next = self.refs.clone();
         if next.branches.remove(name).is_none() {
@@ -687,7 +708,12 @@ impl Store {
         };
         let id = pack.id;
         let mut next = self.refs.clone();
-        next.branches.insert(branch.to_string(), head);
+        match self.scratch.get_mut(branch) {
+            Some(h) => *h = head,
+            None => {
+                next.branches.insert(branch.to_string(), head);
+            }
+        }
         match next.packs.iter_mut().find(|p| p.0 == id) {
             Some(p) => p.1 = new_len,
             None => next.packs.push((id, new_len)),
@@ -869,7 +895,10 @@ mod tests {
         assert_eq!(w.branches(), heads);
         assert_eq!(w.ancestry(&ids[2]).unwrap().len(), 3);
         w.delete_branch("side").unwrap();
-        assert!(matches!(w.delete_branch(MAIN), Err(StoreError::Invalid(_))));
+        assert!(matches!(
+            w.delete_branch(MAIN),
+            Err(StoreError::MainUndeletable)
+        ));
         assert_eq!(w.branches().len(), 1);
     }
 

@@ -127,6 +127,8 @@ pub struct StepStats {
     pub grad_norm: f64,
     /// Share of groups with a reward difference.
     pub signal_share: f64,
+    /// Tokens the step generated (0 for a warm-up step, which generates none).
+    pub tokens: u64,
 }
 
 /// One GRPO step: sample, score, update. Returns the events to record (trajectories
@@ -530,6 +532,7 @@ fn step_stats(
         reward_mean,
         valid_rate: grpo_stats.valid as f64 / n,
         signal_share: grpo_stats.signal_share(),
+        tokens: grpo_stats.tokens,
         ..Default::default()
     };
     (grpo_stats, stats)
@@ -844,17 +847,23 @@ pub trait StageHost {
     type Error: From<TrainError>;
     /// The training state saved in checkpoint blob `checkpoint`.
     fn load(&self, checkpoint: &Hash) -> Result<TrainState, Self::Error>;
-    /// Step `done` (counted from 1) produced `records` and `stats`.
-    fn stepped(&mut self, done: u64, records: Vec<StepRecord>, stats: &StepStats);
-    /// A durable point after step `done`: save `state` as a checkpoint and commit
-    /// everything recorded. Returns true when the run must stop here.
-    fn durable_point(&mut self, state: &TrainState, done: u64) -> Result<bool, Self::Error>;
+    /// Step `done` (counted from 1) produced `records` and `stats`: record them (durable
+    /// when this returns). Returns true when the run must stop after this step.
+    fn stepped(
+        &mut self,
+        done: u64,
+        records: Vec<StepRecord>,
+        stats: &StepStats,
+    ) -> Result<bool, Self::Error>;
+    /// A checkpoint after step `done`: save `state` and commit it.
+    fn durable_point(&mut self, state: &TrainState, done: u64) -> Result<(), Self::Error>;
 }
 
 /// A GRPO stage, top to bottom. Returns the trained state, or None when the host
-/// stopped at a durable point (a later call with `start.resume` at that checkpoint
-/// goes on exactly as if it never stopped: every step is a pure function of the
-/// state, the stage seed and the step number). Its phases go to `phases`: `loading`
+/// stopped after a step (a later call with `start.resume` at the last checkpoint goes
+/// on exactly as if it never stopped: every step is a pure function of the state, the
+/// stage seed and the step number, and the host meets the steps it recorded after
+/// that checkpoint again). Its phases go to `phases`: `loading`
 /// (checkpoints, adapters, the KL reference model), every step's ([`step_timed`]) and
 /// `checkpointing` (the durable points).
 #[allow(clippy::too_many_arguments)]
@@ -902,8 +911,9 @@ pub fn train_stage<H: StageHost>(
         _ => None,
     };
 
-    // 4. The steps, with a durable point every `checkpoint_every` of them (the last
-    //    step's is the stage's end, which the host records itself).
+    // 4. The steps, each durable as it ends, with a checkpoint every `checkpoint_every`
+    //    of them (the last step's is the stage's end, which the host records itself). A
+    //    stop asked for ends the stage after the step under way, except the last.
     for s in first..cfg.steps {
         let (records, stats) = step_timed(
             &mut state,
@@ -918,11 +928,12 @@ pub fn train_stage<H: StageHost>(
             phases,
         );
         let done = s + 1;
-        host.stepped(done, records, &stats);
-        if done % cfg.checkpoint_every == 0
-            && done < cfg.steps
-            && phases.time(phase::CHECKPOINTING, || host.durable_point(&state, done))?
-        {
+        // Recording the step (its commit) is the `checkpointing` phase's, as every commit.
+        let stop = phases.time(phase::CHECKPOINTING, || host.stepped(done, records, &stats))?;
+        if done % cfg.checkpoint_every == 0 && done < cfg.steps {
+            phases.time(phase::CHECKPOINTING, || host.durable_point(&state, done))?;
+        }
+        if stop && done < cfg.steps {
             return Ok(None);
         }
     }

@@ -208,3 +208,62 @@ pub fn each_cause_once(o: &Output) {
         }
     }
 }
+
+/// Start `ledger ARGS` on `dir` (stderr is a pipe, so progress comes as plain lines),
+/// wait until a progress line starts with `line_start` (e.g. `stage 1: step`: it is
+/// computing), then send each of `signals`, 20 ms apart. Returns the exit status, the
+/// whole stderr, and the time from the first signal to the exit; None when the command
+/// ended before such a line, or printed none within 120 s.
+pub fn signalled_at(
+    dir: &Path,
+    args: &[&str],
+    line_start: &str,
+    signals: &[i32],
+) -> Option<(std::process::ExitStatus, String, std::time::Duration)> {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    let mut child = ledger_cmd(dir, args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run ledger");
+    let err = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let t = Instant::now();
+    let found = loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(line) if line.starts_with(line_start) => break true,
+            Ok(_) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break false,
+            Err(_) if t.elapsed() > Duration::from_secs(120) => break false,
+            Err(_) => {}
+        }
+    };
+    if !found {
+        child.kill().ok();
+        child.wait().ok();
+        reader.join().ok();
+        return None;
+    }
+    let signalled = Instant::now();
+    for (k, &s) in signals.iter().enumerate() {
+        if k > 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(child.id() as i32, s) };
+    }
+    let status = child.wait().expect("wait for ledger");
+    let took = signalled.elapsed();
+    Some((status, reader.join().expect("stderr reader"), took))
+}

@@ -1,9 +1,9 @@
 //! `ledger replay`: deterministic re-verification of recorded stages, and
 //! counterfactual replays of a stage with another engineer (see [`mapf_ledger::replay`]).
 //!
-//! A replay changes no branch: it recomputes on scratch refs no reader sees, removed on
-//! every way out (Ctrl-C and SIGTERM stop it at its next durable point, exit 130; a
-//! kill -9 leaves one that `verify` names and `gc` removes). `--record` appends a
+//! A replay changes no branch: it recomputes on scratch refs that live in the writer's
+//! memory alone, so no way out leaves one behind (Ctrl-C and SIGTERM end it at once,
+//! exit 130; what it appended is unreachable, for `gc`). `--record` appends a
 //! `ReplayVerified` event per matched stage to the branch, which moves its head.
 //!
 //! Exit codes: 0 every compared event matched or the counterfactual ran; 1 a mismatch
@@ -83,9 +83,15 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     }
     let mut ledger = crate::cli::open_writer(dir).map_err(ledger_error)?;
     let recorded = setup::recorded_setups(&ledger, &args.branch, stage)?;
-    let stop = super::run::stop_on_signal(
-        "stopping the replay at its next durable point; its scratch work is then removed",
-    );
+    // A replay's work is scratch and ends at once; a kept counterfactual's branch stops
+    // at its next durable point, as `run` does.
+    let stop = match args.keep {
+        Some(_) => super::run::stop_on_ctrl_c(),
+        None => mapf_ledger::interrupt::on_signal(
+            mapf_ledger::interrupt::Work::Scratch,
+            "the replay stopped; nothing was recorded (its work was scratch, and no ref of it remains)",
+        ),
+    };
     if args.engineer.is_none() {
         // Before libtorch picks its kernels: run the recorded ones where this CPU can.
         setup::pin_capability(&recorded);
@@ -158,12 +164,12 @@ fn verify(
         Said::Matched(_) => {}
     };
     let what = (branch.as_str(), stage, args.live);
-    let v = verify_branch(pipeline, what, recorded, &mut bars, stop, &mut say).map_err(|e| {
-        match e {
+    let v = verify_branch(pipeline, what, recorded, &mut bars, stop, &mut say).map_err(
+        |e| match e {
             VerifyError::Replay(e) => replay_error(e),
             e => CliError::input(e.to_string()),
-        }
-    })?;
+        },
+    )?;
     let report = |matched, mismatch, ids: Option<&Vec<mapf_ledger::ledger::Hash>>| {
         let replay_verified = ids.map(|ids| ids.iter().map(|h| h.to_hex()).collect());
         let r = mapf_ledger::views::show::ReplayReport {

@@ -1,31 +1,22 @@
 //! `ledger run`: drive a branch through the plan's stages with progress bars; Ctrl-C
 //! stops at the next durable point (a checkpoint) and `ledger run` again resumes.
 use crate::cli::{CliError, CliResult};
+use mapf_ledger::interrupt::{self, Work};
 use mapf_ledger::stage::progress::Bars;
 use mapf_ledger::stage::{Pipeline, RunOptions, StageError};
 use mapf_ledger::train::DeviceSpec;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-/// A flag Ctrl-C (SIGINT) or SIGTERM sets: long commands poll it and stop at their next
-/// durable point. A second signal while stopping exits at once (the ledger stays whole
-/// either way).
+/// A flag Ctrl-C (SIGINT) or SIGTERM sets: `run` and `study` poll it and stop at their
+/// next durable point, the end of the gradient step under way. A second signal exits
+/// at once, 130 (see [`mapf_ledger::interrupt`]; the ledger stays whole either way).
 pub fn stop_on_ctrl_c() -> Arc<AtomicBool> {
-    stop_on_signal("stopping at the next durable point")
-}
-
-/// [`stop_on_ctrl_c`], saying `what` happens on the first signal.
-pub fn stop_on_signal(what: &'static str) -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    let _ = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-        eprintln!("\n{what} (Ctrl-C again to abort at once)...");
-    });
-    stop
+    interrupt::on_signal(
+        Work::Durable,
+        "stopping at the end of this gradient step (its records are then durable)",
+    )
 }
 
 /// `run --gpu-memory SIZE --force`: the memory check made before a CUDA run.

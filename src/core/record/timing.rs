@@ -50,8 +50,8 @@ pub mod phase {
     pub const PARAMETER_HASH: &str = "parameter_hash";
     /// Engineer RL's steps, when the branch trains its engineer.
     pub const ENGINEER_RL: &str = "engineer_rl";
-    /// Saving checkpoints and committing everything recorded (durable points, the
-    /// stage's final checkpoint).
+    /// Saving checkpoints and committing everything recorded (each step's records,
+    /// durable points, the stage's final checkpoint).
     pub const CHECKPOINTING: &str = "checkpointing";
     /// The stage's evaluation: greedy decoding of the validation and test suites,
     /// scoring, and their records.
