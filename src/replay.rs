@@ -46,7 +46,7 @@ pub enum ForkError {
         before: u32,
         valid: String,
     },
-    #[error("--at stage{at}: past the plan's end (it has {stages} engineered stages, stage1 to stage{stages}, after the warm-up, stage 0); stages that can be forked: {valid}")]
+    #[error("--at stage{at}: past the plan's end (it has {stages} engineered stage{}, stage1 to stage{stages}, after the warm-up, stage 0); stages that can be forked: {valid}", if *.stages == 1 { "" } else { "s" })]
     PastPlanEnd { at: u32, stages: u32, valid: String },
     #[error(transparent)]
     Engineer(#[from] crate::engineer::EngineerNameError),

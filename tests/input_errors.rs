@@ -267,7 +267,11 @@ fn a_closed_pipe_ends_quietly_with_status_0() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "{args:?} into a closed pipe: {err}");
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{args:?} into a closed pipe: {err}"
+        );
         assert!(err.is_empty(), "{args:?} into a closed pipe: {err}");
         // The same command into a terminal-less pipe that is read to the end writes
         // something, so the closed pipe above was met by a real write.
@@ -317,4 +321,80 @@ fn a_wrapped_error_is_written_once() {
         assert_eq!(err.matches("is not a ledger").count(), 1, "{err}");
         assert_eq!(err.matches("ledger init").count(), 1, "{err}");
     }
+}
+
+/// The small things a new user met (issue 76 item 7): each message names the input.
+#[test]
+fn small_inputs_get_messages_that_name_them() {
+    // A board too small for its agents says so, not a hole-ratio range of [0, 0].
+    let o = cli(&["env", "generate", "--size", "3", "--agents", "8"]);
+    fails(&o, 2, "too many agents for a 3x3 board: 8 agents need 16 distinct start and goal cells, and it has 9");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tiny_ledger(tmp.path());
+    // `main` cannot be deleted, and the message says why.
+    let o = ledger(&d, &["branch", "delete", "main"]);
+    fails(
+        &o,
+        2,
+        "branch `main` cannot be deleted: every branch descends from its genesis",
+    );
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("invalid event"));
+    // A misspelled engineer gets the nearest name.
+    let o = ledger(
+        &d,
+        &[
+            "fork",
+            "--at",
+            "stage1",
+            "--engineer",
+            "heuristc",
+            "--name",
+            "h",
+        ],
+    );
+    fails(&o, 2, "did you mean `heuristic`?");
+    // One of a thing is not "1 things"; losses read as numbers, not 17 digits.
+    let v = ok(&ledger(&d, &["verify"]));
+    assert!(v.contains(" 1 branch in "), "{v}");
+    let log = ok(&ledger(&d, &["log"]));
+    let losses: Vec<&str> = log
+        .split_whitespace()
+        .skip_while(|w| *w != "loss")
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter(|w| w[0] == "loss")
+        .map(|w| w[1])
+        .collect();
+    assert!(!losses.is_empty(), "{log}");
+    for l in losses {
+        let digits = l.split(['.', 'e']).nth(1).map_or(0, str::len);
+        assert!(digits <= 4, "loss {l} in: {log}");
+    }
+    // `run` names the branches it runs: main or a fork, never "created if new".
+    let help = ok(&ledger(&d, &["run", "--help"]));
+    assert!(!help.contains("created at the genesis"), "{help}");
+    let o = ledger(&d, &["run", "--branch", "nobody"]);
+    fails(&o, 2, "nobody");
+
+    // `serve --bind` takes a host name; a value without a port is named.
+    let o = ledger(&d, &["serve", "--bind", "localhost"]);
+    fails(&o, 2, "expected HOST:PORT or ADDR:PORT");
+    let mut serve = ledger_cmd(&d, &["serve", "--bind", "localhost:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    {
+        use std::io::BufRead;
+        let mut r = std::io::BufReader::new(serve.stdout.take().unwrap());
+        r.read_line(&mut first).unwrap();
+    }
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+    assert!(
+        first.starts_with("serving ") && first.contains("at http://127.0.0.1:"),
+        "{first}"
+    );
 }

@@ -62,9 +62,10 @@ pub fn run(dir: &Path, args: ReportArgs) -> CliResult {
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// Address to listen on (port 0: any free port, printed). Another host than
-    /// 127.0.0.1 / ::1 shows the ledger to the network.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8473")]
+    /// Address to listen on, HOST:PORT or ADDR:PORT (port 0: any free port, printed).
+    /// Another host than localhost (127.0.0.1 / ::1) shows the ledger to the network.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8473",
+          value_parser = crate::cli::values::bind_addr)]
     pub bind: std::net::SocketAddr,
     /// Branches to show, in this order (repeatable; default: every branch except study
     /// runs, including branches created while serving).

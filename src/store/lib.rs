@@ -21,8 +21,8 @@
 //! tests run without libtorch (`cargo test -p ledger-store`).
 pub mod aside;
 pub mod blob;
-pub mod faults;
 pub mod codec;
+pub mod faults;
 pub mod hash;
 pub mod index;
 pub mod lock;
@@ -86,6 +86,12 @@ pub enum StoreError {
     UnknownBranch { name: String },
     #[error("branch `{name}` already exists")]
     BranchExists { name: String },
+    #[error(
+        "branch `main` cannot be deleted: every branch descends from its genesis (`ledger \
+         branch delete` removes another branch; to discard the whole ledger, delete its \
+         directory)"
+    )]
+    MainUndeletable,
     #[error("invalid event: {0}")]
     Invalid(String),
 }

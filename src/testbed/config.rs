@@ -90,6 +90,12 @@ pub enum ConfigError {
     Size(usize),
     #[error("sizes: none given")]
     NoSizesGiven,
+    /// Every agent needs a start and a goal cell of its own.
+    #[error(
+        "too many agents for a {size}x{size} board: {agents} agents need {} distinct start and \
+         goal cells, and it has {}", 2 * .agents, .size * .size
+    )]
+    TooManyAgents { size: usize, agents: usize },
     /// A stratification rule broken (see `suite::check_wait_ratios`); the caller names
     /// the field.
     #[error("wait ratio {0} is outside [0, 1]")]
@@ -159,6 +165,12 @@ impl GeneratorConfig {
         }
         if self.sizes.is_empty() {
             return Err(ConfigError::NoSizesGiven);
+        }
+        if let Some(&size) = self.sizes.keys().find(|&&n| 2 * self.agents > n * n) {
+            return Err(ConfigError::TooManyAgents {
+                size,
+                agents: self.agents,
+            });
         }
         let (applied, clips) = project(self, &ConfigProposal::default());
         match applied {

@@ -91,7 +91,7 @@ pub enum TrainCommand {
 // `ledger run`: what to run and where.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// The branch to run (created at the genesis if new).
+    /// The branch to run: main, or one `ledger fork` made.
     #[arg(long, default_value = "main")]
     pub branch: String,
     /// Run at most N more stages.
@@ -109,7 +109,7 @@ pub struct RunArgs {
     /// Run even when the memory check says the plan cannot fit.
     #[arg(long)]
     pub force: bool,
-    /// No progress bars.
+    /// No progress (bars on a terminal, plain lines elsewhere).
     #[arg(long)]
     pub quiet: bool,
 }
@@ -117,7 +117,7 @@ pub struct RunArgs {
 // `ledger resume`: as `run`, to the plan's end.
 #[derive(clap::Args, Debug)]
 pub struct ResumeArgs {
-    /// The branch to run (created at the genesis if new).
+    /// The branch to run: main, or one `ledger fork` made.
     #[arg(long, default_value = "main")]
     pub branch: String,
     /// cpu, cuda or cuda:N (default: the plan's).
@@ -129,7 +129,7 @@ pub struct ResumeArgs {
     /// Run even when the memory check says the plan cannot fit.
     #[arg(long)]
     pub force: bool,
-    /// No progress bars.
+    /// No progress (bars on a terminal, plain lines elsewhere).
     #[arg(long)]
     pub quiet: bool,
 }

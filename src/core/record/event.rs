@@ -371,7 +371,8 @@ impl EventBody {
         }
     }
 
-    /// A one-line human summary (for `log`).
+    /// A one-line human summary (for `log`). Numbers are rounded for people; the event
+    /// itself (`show --json`, `cat`) holds every bit.
     pub fn summary(&self) -> String {
         let f = |b: u64| f64::from_bits(b);
         match self {
@@ -402,8 +403,8 @@ impl EventBody {
                 format!(
                     "step {} loss {} grad_norm {}",
                     g.step,
-                    f(g.loss),
-                    f(g.grad_norm)
+                    short(f(g.loss)),
+                    short(f(g.grad_norm))
                 )
             }
             EventBody::CheckpointSaved(c) => format!("step {} blob {}", c.step, c.blob.short()),
@@ -592,5 +593,15 @@ mod codec_tests {
             b[pos % n] = byte;
             let _ = decode_event(&b);
         }
+    }
+}
+
+/// A loss or a norm for a summary line: 4 decimals, or 4 significant digits in
+/// scientific notation when 4 decimals would hide it (`0.1235`, `3.142e-6`).
+fn short(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || (1e-3..1e6).contains(&x.abs()) {
+        format!("{x:.4}")
+    } else {
+        format!("{x:.3e}")
     }
 }

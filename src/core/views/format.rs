@@ -21,6 +21,12 @@ pub fn number(x: f64) -> String {
     }
 }
 
+/// `n` and the word for that many: `1 branch`, `2 branches`, `0 stages`.
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// A rate in percent (valid %, optimal %, a share × 100) with two decimals: `12.50`.
 pub fn rate(v: f64) -> String {
     format!("{v:.2}")

@@ -45,6 +45,9 @@ struct CsvRow {
     optimal_a_only: String,
     optimal_b_only: String,
     optimal_p: String,
+    /// On a run's rows: the stages its engineer did not decide (`3 fallback;4 rejected`;
+    /// see `StudyRun::undecided`), empty when it decided every one.
+    undecided: String,
 }
 
 /// study.csv: one `cell` row per run and test cell, one `sum` row per run and agent
@@ -54,7 +57,8 @@ struct CsvRow {
 /// `optimal_rate`: the differences in points) and one `paired_mean` row per engineer and
 /// Sum row (the mean difference, its t half-width, the pooled bootstrap interval and
 /// McNemar's test); likewise `transfer` and `transfer_mean` rows of each engineer's
-/// change from stage 0 (`baseline` "stage 0"). Written with the `csv` crate: a field with a comma or quote (an
+/// change from stage 0 (`baseline` "stage 0"). A run's rows name the stages its engineer
+/// did not decide (`undecided`). Written with the `csv` crate: a field with a comma or quote (an
 /// engineer's or branch's name) is quoted.
 pub fn study_csv(r: &StudyReport) -> String {
     let mut rows: Vec<CsvRow> = Vec::new();
@@ -104,6 +108,12 @@ fn run_rows(run: &StudyRun, rows: &mut Vec<CsvRow>) {
         size,
         n: "1".into(),
         suite: "test".into(),
+        undecided: run
+            .undecided
+            .iter()
+            .map(|u| format!("{} {}", u.stage, u.status))
+            .collect::<Vec<_>>()
+            .join(";"),
         ..CsvRow::default()
     };
     for (&(k, n), c) in &run.summary.test.cells {
@@ -248,7 +258,7 @@ mod tests {
         let text = study_csv(&report(vec![]));
         assert_eq!(text.lines().count(), 1, "the header alone: {text}");
         assert!(text.starts_with("kind,engineer,replicate,branch,final_stage,agents,size,n,"));
-        assert!(text.ends_with(",optimal_a_only,optimal_b_only,optimal_p\n"));
+        assert!(text.ends_with(",optimal_a_only,optimal_b_only,optimal_p,undecided\n"));
         let cell = StudyCell {
             engineer: "llm \"a\", b".into(),
             agents: 3,
@@ -262,15 +272,15 @@ mod tests {
         };
         let text = study_csv(&report(vec![cell]));
         let header = text.lines().next().unwrap().split(',').count();
-        assert_eq!(header, 28);
+        assert_eq!(header, 29);
         let row = text.lines().nth(1).unwrap();
         assert_eq!(
             row,
-            "mean,\"llm \"\"a\"\", b\",,,,3,,2,,,,50.0000,25.0000,1.5000,,test,,,,,,,,,,,,"
+            "mean,\"llm \"\"a\"\", b\",,,,3,,2,,,,50.0000,25.0000,1.5000,,test,,,,,,,,,,,,,"
         );
         let mut read = csv::Reader::from_reader(text.as_bytes());
         let rec = read.records().next().unwrap().unwrap();
-        assert_eq!(rec.len(), 28);
+        assert_eq!(rec.len(), 29);
         assert_eq!(&rec[1], "llm \"a\", b");
     }
 }

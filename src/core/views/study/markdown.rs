@@ -75,6 +75,7 @@ pub fn study_markdown(r: &StudyReport) -> String {
     orderings_markdown(&mut s, &t);
     power_markdown(&mut s, &t);
     validation_markdown(&mut s, &t);
+    undecided_markdown(&mut s, r);
     let _ = writeln!(s, "\nRuns:\n");
     for run in &r.runs {
         let _ = writeln!(
@@ -92,6 +93,40 @@ pub fn study_markdown(r: &StudyReport) -> String {
         );
     }
     s
+}
+
+/// The runs whose engineer did not decide every stage (a fallback or a rejected reply
+/// kept the configuration): those arms are in part `fixed`, said where the tables are.
+fn undecided_markdown(s: &mut String, r: &StudyReport) {
+    let runs: Vec<&crate::views::study::StudyRun> = r
+        .runs
+        .iter()
+        .filter(|run| !run.undecided.is_empty())
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n**Not every stage was its engineer's.** In these runs a stage kept the configuration \
+         because the engineer failed (fallback) or gave no usable proposal (rejected), so the \
+         arm is in part `fixed` there:\n"
+    );
+    for run in runs {
+        let stages: Vec<String> = run
+            .undecided
+            .iter()
+            .map(|u| format!("stage {} ({})", u.stage, u.status))
+            .collect();
+        let _ = writeln!(
+            s,
+            "- {} seed {} (`{}`): {}",
+            run.engineer,
+            run.replicate,
+            run.branch,
+            stages.join(", ")
+        );
+    }
 }
 
 /// The final-stage test tables as one table: per agent count its Sum row, then a row

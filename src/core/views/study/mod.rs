@@ -31,7 +31,7 @@ pub use markdown::study_markdown;
 pub use model::{
     ItemsMismatch, PowerPlan, RecordedOutcomes, StudyCell, StudyCurvePoint, StudyDesign,
     StudyItems, StudyPaired, StudyPairedMetric, StudyPower, StudyPowerObserved, StudyReport,
-    StudyRun, StudyRunRecord, BASELINE, ORDERINGS, REUSED, TRANSFER_BASELINE,
+    StudyRun, StudyRunRecord, UndecidedStage, BASELINE, ORDERINGS, REUSED, TRANSFER_BASELINE,
 };
 pub use pairing::{orderings, paired_vs_baseline, transfers};
 pub use tables::{
@@ -63,10 +63,12 @@ pub fn study_report(
         let st = ledger.projection(&rec.branch)?;
         let mut summary = compare::summarise(&rec.branch, &st);
         compare::load_outcomes(ledger, &st, &mut summary)?;
+        let undecided = undecided(&st, spec.at);
         runs.push(StudyRun {
             engineer: rec.engineer,
             replicate: rec.replicate,
             head: ledger.head(&rec.branch)?,
+            undecided,
             items: StudyItems::of(&summary),
             summary,
             branch: rec.branch,
@@ -95,4 +97,20 @@ pub fn study_report(
         power,
         files: vec![],
     })
+}
+
+/// The stages from `at` on whose decision kept the configuration without the engineer
+/// deciding it (see [`StudyRun::undecided`]).
+fn undecided(st: &crate::ledger::BranchState, at: u32) -> Vec<UndecidedStage> {
+    st.stages
+        .iter()
+        .filter(|s| s.stage >= at)
+        .filter_map(|s| match s.decision_status.as_deref() {
+            Some(status @ ("fallback" | "rejected")) => Some(UndecidedStage {
+                stage: s.stage,
+                status: status.to_string(),
+            }),
+            _ => None,
+        })
+        .collect()
 }

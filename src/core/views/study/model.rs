@@ -29,6 +29,19 @@ pub struct StudyRun {
     /// before they were kept, and for runs that recorded none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<StudyItems>,
+    /// The stages of this run (from the fork on) whose engineer made no decision: its
+    /// decision fell back or its reply was rejected, so the configuration stayed as it
+    /// was. An arm with any is in part `fixed`; study.md and the CSV say so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecided: Vec<UndecidedStage>,
+}
+
+/// A stage whose engineer kept the configuration without deciding to.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct UndecidedStage {
+    pub stage: u32,
+    /// `fallback` (the engineer failed) or `rejected` (no usable proposal).
+    pub status: String,
 }
 
 /// What the pooled item bootstraps pair, per run: the outcomes of every suite at the

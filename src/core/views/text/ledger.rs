@@ -8,6 +8,7 @@ use crate::ledger::recover::RecoverReport;
 use crate::ledger::{BranchState, Event, Hash, RebuildReport, Report};
 use crate::views::branches::BranchListing;
 use crate::views::export::EventRecord;
+use crate::views::format::count;
 use ledger_store::aside::SetAside;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -93,11 +94,11 @@ pub fn branches(rows: &[BranchListing]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<20} {}  {} events  {} stages{fork}",
+            "{:<20} {}  {}  {}{fork}",
             r.name,
             r.head.short(),
-            r.events,
-            r.stages
+            count(r.events as u64, "event", "events"),
+            count(r.stages as u64, "stage", "stages"),
         );
     }
     out
@@ -112,13 +113,13 @@ pub fn verify(dir: &Path, r: &Report) -> String {
         }
         let _ = writeln!(
             out,
-            "ledger {} verified: {} events ({:.1} MB), {} blobs ({:.1} MB), {} branches in {:.3}s ({:.0} MB/s)",
+            "ledger {} verified: {} ({:.1} MB), {} ({:.1} MB), {} in {:.3}s ({:.0} MB/s)",
             dir.display(),
-            r.events,
+            count(r.events as u64, "event", "events"),
             r.event_bytes as f64 / 1e6,
-            r.blobs,
+            count(r.blobs as u64, "blob", "blobs"),
             r.blob_bytes as f64 / 1e6,
-            r.branches,
+            count(r.branches as u64, "branch", "branches"),
             r.seconds,
             r.bytes_per_second() / 1e6
         );
@@ -153,7 +154,10 @@ pub fn recover(dir: &Path, r: &RecoverReport) -> String {
                 "REFS: the newest record was damaged; restored record {n} of {}",
                 r.refs.records
             ),
-            None => writeln!(out, "REFS: no intact record; branches rebuilt from the packs"),
+            None => writeln!(
+                out,
+                "REFS: no intact record; branches rebuilt from the packs"
+            ),
         };
     } else if !r.refs.damaged_records.is_empty() {
         let _ = writeln!(
@@ -254,13 +258,22 @@ pub fn gc(r: &GcReport) -> String {
 /// `rebuild`: the rescan of the packs and the rebuilt projections.
 pub fn rebuild(r: &RebuildReport) -> String {
     format!(
-        "rescanned the packs into the index in {:.3}s; rebuilt projections of {} branches from {} events in {:.3}s\n",
-        r.index_seconds, r.branches, r.events, r.seconds
+        "rescanned the packs into the index in {:.3}s; rebuilt projections of {} from {} in {:.3}s\n",
+        r.index_seconds,
+        count(r.branches as u64, "branch", "branches"),
+        count(r.events as u64, "event", "events"),
+        r.seconds
     )
 }
 
 /// `bundle`: the file written, its size and the refs it holds.
-pub fn bundle(out: &Path, events: usize, blobs: usize, bytes: u64, refs: &[(String, Hash)]) -> String {
+pub fn bundle(
+    out: &Path,
+    events: usize,
+    blobs: usize,
+    bytes: u64,
+    refs: &[(String, Hash)],
+) -> String {
     format!(
         "wrote {}: {} events, {} blobs, {:.1} MB ({})\n",
         out.display(),
