@@ -96,6 +96,10 @@ pub fn all() -> Vec<(&'static str, String)> {
             pretty(schema_for!(crate::views::export::PairedExportRow)),
         ),
         (
+            "export-outcome-row",
+            pretty(schema_for!(crate::views::export::OutcomeRow)),
+        ),
+        (
             "engineer-eval",
             pretty(schema_for!(crate::engineer::eval::EvalReport)),
         ),

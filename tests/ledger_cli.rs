@@ -243,3 +243,23 @@ fn a_stage_reference_survives_a_replay_record_after_it() {
         "--follow",
     );
 }
+
+/// A fork whose engineer decides as the source's did trains to the same checkpoint:
+/// `compare` says so in a line instead of a table of zeros; an engineer that decides
+/// otherwise gets the paired table.
+#[test]
+fn compare_says_when_a_forks_engineer_agreed_with_the_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = common::tiny_ledger(tmp.path());
+    common::fork_and_run(&d, "stage2", "fixed", "same");
+    let out = ok(&ledger(&d, &["compare", "main", "same"]));
+    assert!(
+        out.contains("same (fixed) agreed with main (fixed) at stage 2: the same configuration, hence the same checkpoint"),
+        "{out}"
+    );
+    assert!(!out.contains("Paired, same"), "{out}");
+    common::fork_and_run(&d, "stage1", "random", "other");
+    let out = ok(&ledger(&d, &["compare", "main", "other"]));
+    assert!(!out.contains("agreed with"), "{out}");
+    assert!(out.contains("Paired, other − main"), "{out}");
+}

@@ -172,6 +172,9 @@ pub enum ExportWhat {
     /// One row per (branch, suite, agents, subset): the branch paired item by item with
     /// main (rates, difference with its 95% paired bootstrap interval, McNemar p).
     Paired,
+    /// One row per (branch, evaluated stage, suite item): its outcome, instance hash and
+    /// whether it needs coordination (to pair runs of different ledgers).
+    Outcomes,
 }
 
 use super::ledger_error as err;
@@ -328,7 +331,9 @@ fn export(
     out: Option<PathBuf>,
 ) -> CliResult {
     let fmt = match format {
-        ExportFormat::Tensorboard => return export_tensorboard(ledger, branch.as_deref(), what, out),
+        ExportFormat::Tensorboard => {
+            return export_tensorboard(ledger, branch.as_deref(), what, out)
+        }
         ExportFormat::Jsonl => Format::Jsonl,
         ExportFormat::Csv => Format::Csv,
     };
@@ -343,6 +348,7 @@ fn export(
         ExportWhat::Branches => export::What::Branches,
         ExportWhat::Steps => export::What::Steps,
         ExportWhat::Paired => export::What::Paired,
+        ExportWhat::Outcomes => export::What::Outcomes,
     };
     let write = |w: &mut dyn Write| match what {
         export::What::Events => export::export(&l, branch.as_deref(), fmt, w),
@@ -409,9 +415,11 @@ fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliR
             for h in &poll.new {
                 let (e, m) = l.event_with_meta(h).map_err(err)?;
                 let line = match json {
-                    true => serde_json::to_string(&EventRecord::new(*h, e, m))
-                        .map_err(|e| CliError::input(e.to_string()))?
-                        + "\n",
+                    true => {
+                        serde_json::to_string(&EventRecord::new(*h, e, m))
+                            .map_err(|e| CliError::input(e.to_string()))?
+                            + "\n"
+                    }
                     false => view::log_line(h, &e),
                 };
                 w.write_all(line.as_bytes()).map_err(out_err)?;
@@ -555,13 +563,14 @@ fn verify(ledger: &Path, json: bool, strict: bool) -> CliResult {
     // The writer's projection cache, when no writer is using it: derived data, so a
     // damaged one is a warning (the next writer's open remakes it), never damage.
     if let Some(ps) = Ledger::check_projection_cache(ledger).map_err(err)? {
-        r.warnings.extend(ps.into_iter().map(|p| mapf_ledger::ledger::Problem {
-            problem: format!(
-                "{} (derived data: the next writer's open sets it aside and remakes it)",
-                p.problem
-            ),
-            what: p.what,
-        }));
+        r.warnings
+            .extend(ps.into_iter().map(|p| mapf_ledger::ledger::Problem {
+                problem: format!(
+                    "{} (derived data: the next writer's open sets it aside and remakes it)",
+                    p.problem
+                ),
+                what: p.what,
+            }));
     }
     // A full disk is not damage: a write that ran out of space leaves its uncommitted
     // tail or nothing, which the checks above tell from damaged history.

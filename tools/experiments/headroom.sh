@@ -13,8 +13,8 @@
 #   tools/experiments/headroom.sh SEED [ARM ...]      (default: every arm, in order)
 #
 # Ledgers under ledgers/headroom/s$SEED (ignored), the arms' plans, compare tables and
-# coordination rows under ledgers/results/headroom/s$SEED. Resumable, one arm at a time
-# unless PILOT_JOBS says more.
+# coordination rows under ledgers/results/headroom/s$SEED. Resumable, two arms at a time
+# (one torch thread each) unless PILOT_JOBS says otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seed=${1:?usage: $0 SEED [ARM ...]}
@@ -45,7 +45,8 @@ declare -A arms=(
     [rand1]="0.2::$(rand rand1 "$seed")"
     [rand2]="0.2::$(rand rand2 "$seed")"
 )
-order=(paper tuned wait75 wait0 small large holes0 holes30 rand1 rand2)
+# `tuned` last: it is the study v3's stage 1 on main, already recorded.
+order=(paper wait75 wait0 small large holes0 holes30 rand1 rand2 tuned)
 (($# > 0)) && order=("$@")
 specs=()
 for a in "${order[@]}"; do
@@ -54,7 +55,7 @@ for a in "${order[@]}"; do
     specs+=("$a:$wait:120:0.0001:1:$seed:1920:$settings")
 done
 export PILOT_PLAN=ledgers/cpu-study-reader-v2.toml PILOT_BASE=ledgers/models/mapf-reader-v2
-export PILOT_DIR=${HEADROOM_DIR:-ledgers/headroom/s$seed} PILOT_JOBS=${PILOT_JOBS:-1}
+export PILOT_DIR=${HEADROOM_DIR:-ledgers/headroom/s$seed} PILOT_JOBS=${PILOT_JOBS:-2}
 out=ledgers/results/headroom/s$seed
 mkdir -p "$out"
 tools/experiments/coordination-pilot.sh "${specs[@]}" | tee "$out/pilot.txt"

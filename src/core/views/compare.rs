@@ -835,6 +835,42 @@ pub fn render_subsets(summaries: &[BranchSummary]) -> String {
     s
 }
 
+/// When `b`'s engineer decided its own stages as `a`'s did (the same changes to the
+/// same configuration) and they trained to the same checkpoints, the line that says so:
+/// every paired difference is then 0, and a table of zeros would hide why.
+pub fn agreement(a: &BranchSummary, b: &BranchSummary) -> Option<String> {
+    let own: Vec<&DecisionLine> = b
+        .decisions
+        .iter()
+        .filter(|d| !a.decisions.iter().any(|x| x.event == d.event))
+        .collect();
+    let (first, last) = (own.first()?, own.last()?);
+    let mut engineers = Vec::new();
+    for d in &own {
+        let x = a.decisions.iter().find(|x| x.stage == d.stage)?;
+        if x.changes != d.changes || x.params.is_none() || x.params != d.params {
+            return None;
+        }
+        engineers.push((x.engineer.as_str(), d.engineer.as_str()));
+    }
+    if a.final_stage != b.final_stage {
+        return None;
+    }
+    let stages = if first.stage == last.stage {
+        format!("stage {}", first.stage)
+    } else {
+        format!("stages {}-{}", first.stage, last.stage)
+    };
+    let (ae, be) = engineers[0];
+    Some(format!(
+        "{} ({be}) agreed with {} ({ae}) at {stages}: the same configuration, hence the same \
+         checkpoint ({}); every paired difference is 0",
+        b.branch,
+        a.branch,
+        last.params.as_deref().unwrap_or("-")
+    ))
+}
+
 fn signed(x: f64) -> String {
     format!("{x:+.2}")
 }
@@ -846,6 +882,12 @@ pub fn render_paired(summaries: &[BranchSummary]) -> String {
     let mut s = String::new();
     for b in summaries {
         let Some(p) = &b.paired else { continue };
+        if let Some(a) = summaries.iter().find(|a| a.branch == p.against) {
+            if let Some(line) = agreement(a, b) {
+                let _ = writeln!(s, "\n{line}");
+                continue;
+            }
+        }
         let stage = |x: Option<u32>| x.map_or("-".to_string(), |n| n.to_string());
         let _ = writeln!(
             s,

@@ -27,6 +27,8 @@ pub struct StageCoordination {
 #[derive(Clone, Debug, Default)]
 pub struct RecordedSuite {
     pub items: Vec<Solved>,
+    /// Each item's blob hash, in suite order.
+    pub hashes: Vec<Hash>,
     pub baseline: Vec<(bool, bool)>,
 }
 
@@ -68,7 +70,14 @@ pub fn suite_items(
                     .iter()
                     .map(|it| baseline_outcome(it, metric))
                     .collect();
-                out.insert(g.split, RecordedSuite { items, baseline });
+                out.insert(
+                    g.split,
+                    RecordedSuite {
+                        items,
+                        hashes: g.instances.clone(),
+                        baseline,
+                    },
+                );
             }
             _ => {}
         }

@@ -134,6 +134,88 @@ pub enum What {
     /// item by item with `main` at both final evaluated stages (what `compare main B`
     /// prints).
     Paired,
+    /// One [`OutcomeRow`] per (branch, evaluated stage, suite item): the greedy outcome
+    /// of every item, with its instance hash and whether it needs coordination, so
+    /// that runs in different ledgers (other plans, the same suites) pair item by item.
+    Outcomes,
+}
+
+/// One suite item's outcome at one evaluated stage of a branch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OutcomeRow {
+    pub branch: String,
+    pub stage: u32,
+    /// `val` or `test`.
+    pub suite: String,
+    /// The suite's hash: rows of two ledgers pair only when it is the same.
+    pub suite_hash: Hash,
+    /// The item's place in its suite (0-based, suite order).
+    pub item: u32,
+    /// The instance's blob hash (the same instance has the same hash in every ledger).
+    pub instance: Hash,
+    pub agents: u32,
+    pub size: u32,
+    /// The optimal sum of costs exceeds the sum of the agents' independent shortest paths.
+    pub needs_coordination: bool,
+    pub valid: bool,
+    pub optimal: bool,
+}
+
+/// The columns of `--what outcomes`, in order.
+pub const OUTCOME_COLUMNS: [&str; 11] = [
+    "branch",
+    "stage",
+    "suite",
+    "suite_hash",
+    "item",
+    "instance",
+    "agents",
+    "size",
+    "needs_coordination",
+    "valid",
+    "optimal",
+];
+
+/// Every item's outcome at every evaluated stage of the branch `name` (state `st`, head
+/// `head`), in stage, suite and item order. An outcomes event whose layout does not
+/// match its suite's items (a suite recorded differently) is left out.
+fn outcome_rows(
+    ledger: &Ledger,
+    name: &str,
+    head: &Hash,
+    st: &BranchState,
+) -> Result<Vec<OutcomeRow>, LedgerError> {
+    use crate::record::event::{OUTCOME_OPTIMAL, OUTCOME_VALID};
+    let suites = super::coordination::suite_items(ledger, head)?;
+    let mut rows = Vec::new();
+    for s in &st.stages {
+        for (suite, h) in &s.outcome_events {
+            let (Some(items), EventBody::EvaluationOutcomes(o)) =
+                (suites.get(suite), ledger.event(h)?.body)
+            else {
+                continue;
+            };
+            if o.outcomes.len() != items.items.len() || items.hashes.len() != items.items.len() {
+                continue;
+            }
+            for (i, (&b, it)) in o.outcomes.iter().zip(&items.items).enumerate() {
+                rows.push(OutcomeRow {
+                    branch: name.to_string(),
+                    stage: s.stage,
+                    suite: suite.clone(),
+                    suite_hash: o.suite_hash,
+                    item: i as u32,
+                    instance: items.hashes[i],
+                    agents: it.instance.agents() as u32,
+                    size: it.instance.size() as u32,
+                    needs_coordination: it.needs_coordination,
+                    valid: b >= OUTCOME_VALID,
+                    optimal: b == OUTCOME_OPTIMAL,
+                });
+            }
+        }
+    }
+    Ok(rows)
 }
 
 /// One paired comparison row, flat: `branch` − `against` on the same suite items.
@@ -359,6 +441,7 @@ pub fn export_table(
         What::Branches => &BRANCH_COLUMNS,
         What::Steps => &STEP_COLUMNS,
         What::Paired => &PAIRED_COLUMNS,
+        What::Outcomes => &OUTCOME_COLUMNS,
     };
     // The baseline every branch is paired with.
     let baseline = if what == What::Paired {
@@ -386,6 +469,7 @@ pub fn export_table(
                 rows.extend(values(paired_rows(ledger, name, &st, a)?));
             }
             What::Branches => rows.extend(values([branch_row(name, head, &st)])),
+            What::Outcomes => rows.extend(values(outcome_rows(ledger, name, head, &st)?)),
         }
     }
     write_rows(&rows, header, format, out)?;
