@@ -232,7 +232,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
         }
         EnvCommand::Suite(a) => {
             if let Some(o) = &a.out {
-                super::check_output_file("--out", o)?;
+                mapf_ledger::output::check_file("--out", o)?;
             }
             let spec = suite::SuiteSpec {
                 name: a.name,

@@ -53,45 +53,6 @@ impl std::fmt::Display for CliError {
 
 pub type CliResult = Result<(), CliError>;
 
-/// Check, before any work, that an output file can be written where `flag` says: its
-/// directory exists and it is not a directory itself (exit 2 naming both otherwise), so
-/// a long command never computes everything and then fails on its last line.
-pub fn check_output_file(flag: &str, path: &std::path::Path) -> CliResult {
-    if path.is_dir() {
-        return Err(CliError::input(format!(
-            "{flag} {}: is a directory (give a file name)",
-            path.display()
-        )));
-    }
-    // Outputs are written to a temporary file renamed over the target: over a device
-    // or a pipe (`/dev/null` as root) that would replace the special file itself.
-    if let Ok(m) = std::fs::metadata(path) {
-        if !m.is_file() {
-            return Err(CliError::input(format!(
-                "{flag} {}: not a regular file (outputs are written whole and renamed into place)",
-                path.display()
-            )));
-        }
-    }
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    match std::fs::metadata(parent) {
-        Ok(m) if m.is_dir() && !m.permissions().readonly() => Ok(()),
-        Ok(m) if m.is_dir() => Err(CliError::input(format!(
-            "{flag} {}: directory {} is not writable",
-            path.display(),
-            parent.display()
-        ))),
-        _ => Err(CliError::input(format!(
-            "{flag} {}: directory {} does not exist",
-            path.display(),
-            parent.display()
-        ))),
-    }
-}
-
 /// The one mapping from library errors to the contract's exit codes: an error that
 /// means the ledger is damaged (a record, blob, ref file or projection cache failed its
 /// check, or a replay found recorded bytes altered) is a failed check, exit 1; anything
@@ -99,13 +60,14 @@ pub fn check_output_file(flag: &str, path: &std::path::Path) -> CliResult {
 ///
 /// Every library error takes this path: the message is the error and its causes, each
 /// once ([`Chain`]), and the code and repair hint come from the ledger and store errors
-/// found in its `source()` chain (library errors keep them as sources, never as text).
+/// found in its `source()` chain ([`diagnose`]).
 ///
 /// [`Chain`]: mapf_ledger::ledger::Chain
+/// [`diagnose`]: mapf_ledger::diagnosis::diagnose
 impl<E: std::error::Error + 'static> From<E> for CliError {
     fn from(e: E) -> CliError {
-        let diagnosis = Diagnosis::of(&e);
-        let message = format!("{}{}", mapf_ledger::ledger::Chain(&e), diagnosis.hint);
+        let diagnosis = mapf_ledger::diagnosis::diagnose(&e);
+        let message = format!("{}{}", mapf_ledger::ledger::Chain(&e), hint(&diagnosis));
         if diagnosis.damaged {
             CliError::check(message)
         } else {
@@ -114,61 +76,20 @@ impl<E: std::error::Error + 'static> From<E> for CliError {
     }
 }
 
-/// What the ledger and store errors in an error's `source()` chain say about it.
-pub struct Diagnosis {
-    /// The ledger is damaged (exit 1).
-    pub damaged: bool,
-    /// The `ledger` command that helps, as a suffix of the message ("" if none).
-    pub hint: &'static str,
-}
-
-impl Diagnosis {
-    pub fn of(e: &(dyn std::error::Error + 'static)) -> Diagnosis {
-        use ledger_store::StoreError as S;
-        use mapf_ledger::ledger::LedgerError as L;
-        let mut d = Diagnosis {
-            damaged: false,
-            hint: "",
-        };
-        for cause in std::iter::successors(Some(e), |e| e.source()) {
-            if let Some(s) = cause.downcast_ref::<S>() {
-                d.damaged |= matches!(
-                    s,
-                    S::Corrupt { .. } | S::Damaged { .. } | S::MissingBlob { .. }
-                );
-                if d.hint.is_empty() {
-                    d.hint = hint(s);
-                }
-            } else if let Some(l) = cause.downcast_ref::<L>() {
-                d.damaged |= matches!(l, L::Corrupt { .. } | L::Decode { .. });
-            } else {
-                d.damaged |= train::altered(cause);
-            }
-        }
-        d
-    }
-}
-
-/// The command that helps with a store error, for the errors whose remedy is a
-/// `ledger` command. The store names the repair as a type ([`Repair`]); saying which
-/// command performs it is the CLI's job.
+/// The command that helps with an error, as a suffix of its message ("" if none): the
+/// library names the remedy as a type ([`Remedy`]); saying which command performs it is
+/// the CLI's job.
 ///
-/// [`Repair`]: mapf_ledger::ledger::Repair
-fn hint(e: &ledger_store::StoreError) -> &'static str {
-    use ledger_store::StoreError as S;
+/// [`Remedy`]: mapf_ledger::diagnosis::Remedy
+fn hint(d: &mapf_ledger::diagnosis::Diagnosis) -> &'static str {
+    use mapf_ledger::diagnosis::Remedy;
     use mapf_ledger::ledger::Repair;
-    match e {
-        S::Damaged {
-            repair: Repair::Recover,
-            ..
-        } => "; `ledger recover` restores the newest intact snapshot and finds the branch tips after it",
-        S::Damaged {
-            repair: Repair::Rebuild,
-            ..
-        } => " (derived data: `ledger rebuild` remakes it)",
-        S::NotALedger { .. } => " (create one with `ledger init --plan FILE`)",
-        S::Full { .. } => "; nothing recorded was lost (the ledger keeps everything up to its last durable point, and a write that did not finish is set aside or removed): free space and run the same command again, which resumes from there",
-        _ => "",
+    match d.remedy {
+        Some(Remedy::Repair(Repair::Recover)) => "; `ledger recover` restores the newest intact snapshot and finds the branch tips after it",
+        Some(Remedy::Repair(Repair::Rebuild)) => " (derived data: `ledger rebuild` remakes it)",
+        Some(Remedy::CreateLedger) => " (create one with `ledger init --plan FILE`)",
+        Some(Remedy::FreeSpace) => "; nothing recorded was lost (the ledger keeps everything up to its last durable point, and a write that did not finish is set aside or removed): free space and run the same command again, which resumes from there",
+        None => "",
     }
 }
 
@@ -193,7 +114,9 @@ pub fn warn_set_aside(l: &mapf_ledger::ledger::Ledger) {
     }
 }
 
-/// A ledger error as a command's error (see [`Diagnosis`]).
+/// A ledger error as a command's error (see [`diagnose`]).
+///
+/// [`diagnose`]: mapf_ledger::diagnosis::diagnose
 pub fn ledger_error(e: mapf_ledger::ledger::LedgerError) -> CliError {
     e.into()
 }
@@ -391,7 +314,7 @@ fn compare(dir: &std::path::Path, a: CompareArgs) -> CliResult {
     let (branches, json, plot, decisions) = (&a.branches, a.json, a.plot.as_deref(), a.decisions);
     if let Some(p) = plot {
         mapf_ledger::figures::format_of(p)?;
-        check_output_file("--plot", p)?;
+        mapf_ledger::output::check_file("--plot", p)?;
     }
     let mut ledger = mapf_ledger::ledger::Ledger::open_read_only(dir)?;
     let summaries = mapf_ledger::views::compare::compare(&mut ledger, branches)?;

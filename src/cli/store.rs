@@ -2,9 +2,10 @@
 //! `mapf_ledger::ledger`; every read command takes `--json`.
 use super::{CliError, CliResult};
 use clap::{Subcommand, ValueEnum};
-use mapf_ledger::ledger::follow::Follower;
-use mapf_ledger::ledger::{Chain, Ledger, LedgerError, RebuildReport, Resolved};
+use mapf_ledger::ledger::{follow, Ledger};
 use mapf_ledger::views::export::{self, EventRecord, Format};
+use mapf_ledger::views::text::samples as view_samples;
+use mapf_ledger::views::{samples, tensorboard, timing};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -240,13 +241,21 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             kind,
             suite,
             ..
-        } => show_samples(ledger, &reference, json, n as usize, kind, suite.as_deref()),
+        } => {
+            let l = Ledger::open_read_only(ledger).map_err(err)?;
+            let suite = suite.as_deref();
+            let s = samples::samples_of(&l, &reference, n as usize, kind, suite).map_err(err)?;
+            say(json, &s, |s| view_samples::render(&s.branch, s.stage, suite, s))
+        }
         StoreCommand::Show {
             reference,
             json,
             timing: true,
             ..
-        } => show_timing(ledger, &reference, json),
+        } => {
+            let l = Ledger::open_read_only(ledger).map_err(err)?;
+            say(json, &timing::timing_of(&l, &reference)?, timing::render)
+        }
         StoreCommand::Show {
             reference, json, ..
         } => show(ledger, &reference, json),
@@ -286,30 +295,13 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
         StoreCommand::Rebuild { json } => {
             let mut l = Ledger::open_for_rebuild(ledger).map_err(err)?;
             super::warn_set_aside(&l);
-            // Everything derived is remade: the index from the packs (a saved one can be
-            // wrong with right checksums), then the projections.
-            let index_seconds = l.reindex().map_err(err)?;
-            let r = RebuildReport {
-                index_seconds,
-                ..l.rebuild().map_err(err)?
-            };
-            say(json, &r, view::rebuild)
+            say(json, &l.rebuild_all().map_err(err)?, view::rebuild)
         }
     }
 }
 
 fn init(plan: &Path, ledger: &Path) -> CliResult {
-    let bytes =
-        std::fs::read(plan).map_err(|e| CliError::input(format!("{}: {e}", plan.display())))?;
-    // A model directory `run` could not find is refused now, not at the first stage.
-    if let Ok(p) = mapf_ledger::plan::LedgerPlan::parse(&bytes) {
-        p.lm.check_hf_dir()
-            .map_err(|e| CliError::input(format!("{}: {}", plan.display(), Chain(&e))))?;
-    }
-    let l = Ledger::create(ledger, &bytes).map_err(|e| match e {
-        LedgerError::Plan(p) => CliError::input(format!("{}: {p}", plan.display())),
-        e => err(e),
-    })?;
+    let l = Ledger::create_from_plan_file(ledger, plan)?;
     let head = l.head("main").map_err(err)?;
     println!(
         "created ledger {} from {} (genesis {})",
@@ -333,7 +325,7 @@ fn export(
         ExportFormat::Csv => Format::Csv,
     };
     if let Some(o) = &out {
-        super::check_output_file("--out", o)?;
+        mapf_ledger::output::check_file("--out", o)?;
     }
     let l = Ledger::open_read_only(ledger).map_err(err)?;
     let what = match what.unwrap_or(ExportWhat::Events) {
@@ -344,10 +336,6 @@ fn export(
         ExportWhat::Steps => export::What::Steps,
         ExportWhat::Paired => export::What::Paired,
     };
-    let write = |w: &mut dyn Write| match what {
-        export::What::Events => export::export(&l, branch.as_deref(), fmt, w),
-        t => export::export_table(&l, branch.as_deref(), t, fmt, w),
-    };
     let mut w: Box<dyn Write> = match out {
         Some(p) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(&p)
@@ -355,27 +343,15 @@ fn export(
         )),
         None => Box::new(super::stdout()),
     };
-    write(&mut w).map_err(err)?;
+    export::write(&l, branch.as_deref(), what, fmt, &mut w).map_err(err)?;
     w.flush().map_err(out_err)
 }
 
 fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let head = l.head_of(branch).map_err(err)?;
-    let mut hs = l.ancestry(&head).map_err(err)?;
-    if let Some(n) = limit {
-        hs.truncate(n);
-    }
+    let hs = l.newest_first(branch, limit).map_err(err)?;
     if json {
-        let recs = hs
-            .iter()
-            .map(|h| {
-                l.event_with_meta(h)
-                    .map(|(event, meta)| EventRecord::new(*h, event, meta))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(err)?;
-        return print_json(&recs);
+        return print_json(&export::event_records(&l, &hs).map_err(err)?);
     }
     let mut w = super::stdout();
     for h in hs {
@@ -387,27 +363,17 @@ fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResu
 }
 
 /// `log --follow`: the branch's history oldest first (the last `limit` events), then
-/// every event committed after it (see [`Follower`]).
+/// every event committed after it (see [`follow::follow`]).
 fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
-    // Only a branch moves: a stage or an event reference has nothing to follow.
-    if mapf_ledger::ledger::refs::validate_branch(branch).is_err() {
-        return Err(CliError::input(format!(
-            "--follow {branch}: follows a branch by name (BRANCH, not BRANCH@stageN or a hash)"
-        )));
-    }
+    use follow::Followed;
     let mut w = super::stdout();
-    let mut follower = Follower::new(ledger, branch, limit);
-    loop {
-        let poll = follower.poll().map_err(err)?;
-        if let Some(head) = poll.diverged {
-            eprintln!(
+    follow::follow(ledger, branch, limit, |f| -> CliResult {
+        match f {
+            Followed::Diverged(head) => eprintln!(
                 "ledger: branch {branch} moved to {}, which does not continue what was printed",
                 head.short()
-            );
-        }
-        if let Some(l) = &poll.ledger {
-            for h in &poll.new {
-                let (e, m) = l.event_with_meta(h).map_err(err)?;
+            ),
+            Followed::Event(h, e, m) => {
                 let line = match json {
                     true => serde_json::to_string(&EventRecord::new(*h, e, m))
                         .map_err(|e| CliError::input(e.to_string()))?
@@ -416,53 +382,20 @@ fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliR
                 };
                 w.write_all(line.as_bytes()).map_err(out_err)?;
             }
-            w.flush().map_err(out_err)?;
+            Followed::Polled => w.flush().map_err(out_err)?,
         }
-        if !poll.writing {
-            return Ok(());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+        Ok(())
+    })
 }
 
 fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
     let mut l = Ledger::open_read_only(ledger).map_err(err)?;
-    match l.resolve(reference).map_err(err)? {
-        Resolved::Event(h) => {
-            let (event, meta) = l.event_with_meta(&h).map_err(err)?;
-            let rec = EventRecord::new(h, event, meta);
-            if json {
-                return print_json(&rec);
-            }
-            print!(
-                "{}",
-                view::event(&rec).map_err(|e| CliError::input(e.to_string()))?
-            );
-            Ok(())
-        }
-        Resolved::Branch { name, head } => {
-            let s = l.projection(&name).map_err(err)?;
-            if json {
-                return print_json(&mapf_ledger::views::show::BranchShow::new(name, head, &s));
-            }
-            print!("{}", view::branch(&name, &head, &s));
-            Ok(())
-        }
-        Resolved::Stage { branch, stage } => {
-            let s = l.projection(&branch).map_err(err)?;
-            let st = s.stage(stage).ok_or_else(|| {
-                CliError::input(format!(
-                    "branch `{branch}` has no stage {stage} (it has {})",
-                    s.stages.len()
-                ))
-            })?;
-            if json {
-                return print_json(&mapf_ledger::views::show::StageShow::new(branch, st));
-            }
-            print!("{}", mapf_ledger::views::show::render_stage(&branch, st));
-            Ok(())
-        }
+    let shown = mapf_ledger::views::show::show(&mut l, reference).map_err(err)?;
+    match json {
+        true => println!("{}", shown.to_json()?),
+        false => print!("{}", view::shown(&shown)?),
     }
+    Ok(())
 }
 
 fn export_tensorboard(
@@ -480,107 +413,21 @@ fn export_tensorboard(
                 .unwrap_or_default()
         )));
     }
-    let Some(dir) = out else {
-        return Err(CliError::input(
-            "--format tensorboard writes a directory of runs: name it with --out DIR".to_string(),
-        ));
-    };
-    if dir.exists() && !dir.is_dir() {
-        return Err(CliError::input(format!(
-            "--out {}: not a directory (TensorBoard runs are written as directories under it)",
-            dir.display()
-        )));
-    }
+    let dir = tensorboard::out_dir(out.as_deref())?;
     let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let runs = mapf_ledger::views::tensorboard::export(&l, branch, &dir).map_err(err)?;
-    let scalars: usize = runs.iter().map(|r| r.scalars).sum();
-    println!(
-        "wrote {} run{} ({scalars} scalars) under {}; view with: tensorboard --logdir {}",
-        runs.len(),
-        if runs.len() == 1 { "" } else { "s" },
-        dir.display(),
-        dir.display()
-    );
+    let runs = tensorboard::export(&l, branch, dir).map_err(err)?;
+    print!("{}", view::tensorboard(&runs, dir));
     Ok(())
 }
 
-/// The stage `reference` names, for an option (`--timing`, `--samples`) that shows one.
-fn stage_of(l: &Ledger, reference: &str, shows: &str) -> Result<(String, u32), CliError> {
-    match l.resolve(reference).map_err(err)? {
-        Resolved::Stage { branch, stage } => Ok((branch, stage)),
-        _ => Err(CliError::input(format!(
-            "{shows}: name a stage, as in {}@stage1 (got {reference:?})",
-            reference.split('@').next().unwrap_or("main")
-        ))),
-    }
-}
-
-fn show_timing(ledger: &Path, reference: &str, json: bool) -> CliResult {
-    use mapf_ledger::views::timing::{render, stage_timing, TimingError};
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let (branch, stage) = stage_of(&l, reference, "--timing shows one stage's phases")?;
-    let r = match stage_timing(&l, &branch, stage) {
-        Ok(r) => r,
-        Err(TimingError::Ledger(e)) => return Err(err(e)),
-        Err(e) => return Err(CliError::input(e.to_string())),
-    };
-    say(json, &r, render)
-}
-
-fn show_samples(
-    ledger: &Path,
-    reference: &str,
-    json: bool,
-    n: usize,
-    kind: Option<mapf_ledger::views::samples::KindFilter>,
-    suite: Option<&str>,
-) -> CliResult {
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let (branch, stage) = stage_of(&l, reference, "--samples shows one stage's sampled plans")?;
-    let head = l.head_of(&branch).map_err(err)?;
-    let s = mapf_ledger::views::samples::samples(&l, &branch, &head, stage, n, kind, suite)
-        .map_err(err)?;
-    say(json, &s, |s| {
-        mapf_ledger::views::text::samples::render(&branch, stage, suite, s)
-    })
-}
-
-/// Below this many free bytes, `verify` says the filesystem is (nearly) full.
-const LOW_SPACE: u64 = 64 << 20;
-
 fn verify(ledger: &Path, json: bool, strict: bool) -> CliResult {
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let mut r = l.verify(&mapf_ledger::record::checkpoint::referenced_blobs);
-    drop(l);
-    // The writer's projection cache, when no writer is using it: derived data, so a
-    // damaged one is a warning (the next writer's open remakes it), never damage.
-    if let Some(ps) = Ledger::check_projection_cache(ledger).map_err(err)? {
-        r.warnings.extend(ps.into_iter().map(|p| mapf_ledger::ledger::Problem {
-            problem: format!(
-                "{} (derived data: the next writer's open sets it aside and remakes it)",
-                p.problem
-            ),
-            what: p.what,
-        }));
-    }
-    // A full disk is not damage: a write that ran out of space leaves its uncommitted
-    // tail or nothing, which the checks above tell from damaged history.
-    if let Some(free) = mapf_ledger::ledger::free_space(ledger) {
-        if free < LOW_SPACE {
-            r.warnings.push(mapf_ledger::ledger::Problem {
-                what: format!("the filesystem holding {}", ledger.display()),
-                problem: format!(
-                    "{free} bytes free: a write that ran out of space there recorded nothing it could not finish (free space, then run the command again); only BAD lines, if any, are damage"
-                ),
-            });
-        }
-    }
+    let r = mapf_ledger::ledger::verify::verify_dir(ledger).map_err(err)?;
     if json {
         print_json(&r)?;
     } else {
         print!("{}", view::verify(ledger, &r));
     }
-    match r.first().or(r.warnings.first().filter(|_| strict)) {
+    match r.failure(strict) {
         None => Ok(()),
         Some(p) => Err(CliError::check(format!(
             "verify failed for ledger {}: {p} (`ledger recover` repairs damaged packs, blobs and REFS; `ledger rebuild` remakes the index and projections)",

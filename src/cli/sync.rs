@@ -33,7 +33,7 @@ pub struct FetchArgs {
 use super::ledger_error as err;
 
 pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
-    super::check_output_file("--out", &args.out)?;
+    mapf_ledger::output::check_file("--out", &args.out)?;
     let l = Ledger::open_read_only(dir).map_err(err)?;
     let refs = l.refs_named(&args.branches).map_err(err)?;
     let b = Bundle::collect(

@@ -15,7 +15,7 @@ pub fn load_ref(dir: &Path, r: &str) -> Result<TrainState, CliError> {
 
 pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> CliResult {
     if let Some(o) = out {
-        crate::cli::check_output_file("--out", o)?;
+        mapf_ledger::output::check_file("--out", o)?;
     }
     let state = load_ref(dir, r)?;
     if let Some(hf) = hf {

@@ -183,12 +183,6 @@ pub fn run(cmd: TrainCommand, dir: &Path) -> CliResult {
     }
 }
 
-/// Whether `e` says a replay found recorded bytes altered (the ledger is damaged).
-pub fn altered(e: &(dyn std::error::Error + 'static)) -> bool {
-    use mapf_ledger::replay::ReplayError;
-    matches!(e.downcast_ref(), Some(ReplayError::Altered { .. }))
-}
-
 fn write_schemas(out: &Path) -> CliResult {
     std::fs::create_dir_all(out).map_err(|e| CliError::input(format!("{}: {e}", out.display())))?;
     for (name, text) in mapf_ledger::schemas::all() {

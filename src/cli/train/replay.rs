@@ -50,7 +50,7 @@ pub struct ReplayArgs {
     pub json: bool,
 }
 
-/// A replay error with the contract's exit code (see [`crate::cli::Diagnosis`]).
+/// A replay error with the contract's exit code (see [`mapf_ledger::diagnosis::diagnose`]).
 fn replay_error(e: ReplayError) -> CliError {
     if let ReplayError::Interrupted(n) = e {
         eprintln!(
@@ -62,7 +62,7 @@ fn replay_error(e: ReplayError) -> CliError {
         };
     }
     let message = mapf_ledger::ledger::Chain(&e);
-    if crate::cli::Diagnosis::of(&e).damaged {
+    if mapf_ledger::diagnosis::diagnose(&e).damaged {
         CliError::check(format!("replay failed: {message}"))
     } else {
         CliError::input(message.to_string())

@@ -5,7 +5,7 @@
 use super::replay::StageReplay;
 use crate::env::config::GeneratorConfig;
 use crate::env::simulate::FailureKind;
-use crate::ledger::{BranchState, Hash, StageState};
+use crate::ledger::{BranchState, Hash, LedgerError, Resolved, StageState};
 use crate::record::event::EvalCell;
 use crate::record::projection::{AuditRow, EngineerRlTotals, GrpoTotals};
 use schemars::JsonSchema;
@@ -43,6 +43,58 @@ impl StageShow {
         StageShow {
             branch,
             stage: StageView::from(stage),
+        }
+    }
+}
+
+/// What `ledger show REF` shows: an event, a branch or a stage ([`show`]).
+#[derive(Clone, Debug)]
+pub enum Shown {
+    Event(super::export::EventRecord),
+    Branch {
+        name: String,
+        head: Hash,
+        state: BranchState,
+    },
+    Stage { branch: String, stage: StageState },
+}
+
+/// What `reference` names in `ledger` (see [`crate::ledger::Ledger::resolve`]), for
+/// `ledger show`: the event with its metadata, the branch's projection, or the stage's.
+pub fn show(ledger: &mut crate::ledger::Ledger, reference: &str) -> Result<Shown, LedgerError> {
+    Ok(match ledger.resolve(reference)? {
+        Resolved::Event(h) => {
+            let (event, meta) = ledger.event_with_meta(&h)?;
+            Shown::Event(super::export::EventRecord::new(h, event, meta))
+        }
+        Resolved::Branch { name, head } => {
+            let state = ledger.projection(&name)?;
+            Shown::Branch { name, head, state }
+        }
+        Resolved::Stage { branch, stage } => {
+            let s = ledger.projection(&branch)?;
+            let has = s.stages.len();
+            let stage = s.stage(stage).cloned().ok_or(LedgerError::NoStage {
+                branch: branch.clone(),
+                stage,
+                has,
+            })?;
+            Shown::Stage { branch, stage }
+        }
+    })
+}
+
+impl Shown {
+    /// `show --json`: the event's record, [`BranchShow`] or [`StageShow`], pretty.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        match self {
+            Shown::Event(rec) => serde_json::to_string_pretty(rec),
+            Shown::Branch { name, head, state } => {
+                serde_json::to_string_pretty(&BranchShow::new(name.clone(), *head, state))
+            }
+            Shown::Stage { branch, stage } => {
+                serde_json::to_string_pretty(&StageShow::new(branch.clone(), stage))
+            }
         }
     }
 }

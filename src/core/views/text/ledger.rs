@@ -8,6 +8,8 @@ use crate::ledger::recover::RecoverReport;
 use crate::ledger::{BranchState, Event, Hash, RebuildReport, Report};
 use crate::views::branches::BranchListing;
 use crate::views::export::EventRecord;
+use crate::views::show::{render_stage, Shown};
+use crate::views::tensorboard::RunWritten;
 use ledger_store::aside::SetAside;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -51,6 +53,28 @@ pub fn event(rec: &EventRecord) -> Result<String, serde_json::Error> {
     let _ = writeln!(s, "{}", serde_json::to_string_pretty(&rec.body)?);
     let _ = writeln!(s, "meta    {}", serde_json::to_string(&rec.meta)?);
     Ok(s)
+}
+
+/// `show REF` as text: [`event`], [`branch`] or the stage's summary
+/// ([`crate::views::show::render_stage`]).
+pub fn shown(s: &Shown) -> Result<String, serde_json::Error> {
+    Ok(match s {
+        Shown::Event(rec) => event(rec)?,
+        Shown::Branch { name, head, state } => branch(name, head, state),
+        Shown::Stage { branch, stage } => render_stage(branch, stage),
+    })
+}
+
+/// `export --format tensorboard`: what was written under `dir` and how to view it.
+pub fn tensorboard(runs: &[RunWritten], dir: &Path) -> String {
+    let scalars: usize = runs.iter().map(|r| r.scalars).sum();
+    format!(
+        "wrote {} run{} ({scalars} scalars) under {}; view with: tensorboard --logdir {}\n",
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" },
+        dir.display(),
+        dir.display()
+    )
 }
 
 /// `show BRANCH`: its head, plan, size, fork point and one line per stage.
