@@ -36,7 +36,9 @@ pub fn diagnose(e: &(dyn std::error::Error + 'static)) -> Diagnosis {
         if let Some(s) = cause.downcast_ref::<StoreError>() {
             d.damaged |= matches!(
                 s,
-                StoreError::Corrupt { .. } | StoreError::Damaged { .. } | StoreError::MissingBlob { .. }
+                StoreError::Corrupt { .. }
+                    | StoreError::Damaged { .. }
+                    | StoreError::MissingBlob { .. }
             );
             d.remedy = d.remedy.or_else(|| remedy(s));
         } else if let Some(l) = cause.downcast_ref::<LedgerError>() {

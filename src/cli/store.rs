@@ -245,7 +245,9 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             let l = Ledger::open_read_only(ledger).map_err(err)?;
             let suite = suite.as_deref();
             let s = samples::samples_of(&l, &reference, n as usize, kind, suite).map_err(err)?;
-            say(json, &s, |s| view_samples::render(&s.branch, s.stage, suite, s))
+            say(json, &s, |s| {
+                view_samples::render(&s.branch, s.stage, suite, s)
+            })
         }
         StoreCommand::Show {
             reference,
@@ -320,7 +322,9 @@ fn export(
     out: Option<PathBuf>,
 ) -> CliResult {
     let fmt = match format {
-        ExportFormat::Tensorboard => return export_tensorboard(ledger, branch.as_deref(), what, out),
+        ExportFormat::Tensorboard => {
+            return export_tensorboard(ledger, branch.as_deref(), what, out)
+        }
         ExportFormat::Jsonl => Format::Jsonl,
         ExportFormat::Csv => Format::Csv,
     };
@@ -375,9 +379,11 @@ fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliR
             ),
             Followed::Event(h, e, m) => {
                 let line = match json {
-                    true => serde_json::to_string(&EventRecord::new(*h, e, m))
-                        .map_err(|e| CliError::input(e.to_string()))?
-                        + "\n",
+                    true => {
+                        serde_json::to_string(&EventRecord::new(*h, e, m))
+                            .map_err(|e| CliError::input(e.to_string()))?
+                            + "\n"
+                    }
                     false => view::log_line(h, &e),
                 };
                 w.write_all(line.as_bytes()).map_err(out_err)?;

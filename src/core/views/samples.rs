@@ -307,7 +307,8 @@ pub fn samples_of(
     kind: Option<KindFilter>,
     suite: Option<&str>,
 ) -> Result<Samples, LedgerError> {
-    let (branch, stage) = ledger.stage_of(reference, "--samples shows one stage's sampled plans")?;
+    let (branch, stage) =
+        ledger.stage_of(reference, "--samples shows one stage's sampled plans")?;
     let head = ledger.head_of(&branch)?;
     samples(ledger, &branch, &head, stage, n, kind, suite)
 }

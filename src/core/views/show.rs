@@ -56,7 +56,10 @@ pub enum Shown {
         head: Hash,
         state: BranchState,
     },
-    Stage { branch: String, stage: StageState },
+    Stage {
+        branch: String,
+        stage: StageState,
+    },
 }
 
 /// What `reference` names in `ledger` (see [`crate::ledger::Ledger::resolve`]), for
