@@ -8,11 +8,10 @@ use super::{CliError, CliResult};
 use clap::{Subcommand, ValueEnum};
 use mapf_ledger::env::{
     self, files, generator, movingai, suite, text, verdict, Budget, CostMetric, GeneratorConfig,
-    Instance,
 };
 use mapf_ledger::seed::Seed;
 use mapf_ledger::views::testbed::{CheckReport, SolveReport, SuiteReport};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::values::{count_arg, max_size_arg, per_cell_arg};
 
@@ -195,7 +194,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
     match cmd {
         EnvCommand::Generate(a) => {
             let cfg = match &a.config {
-                Some(path) => read_json::<GeneratorConfig>(path)?,
+                Some(path) => files::read_json::<GeneratorConfig>(path)?,
                 None => GeneratorConfig::uniform(a.agents, [a.size], a.holes, a.wait),
             };
             cfg.validate()
@@ -205,7 +204,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             say(a.json, &items, || view::generated(&items));
         }
         EnvCommand::Solve(a) => {
-            let inst = read_instance(&a.file, a.index)?;
+            let inst = files::read_instance(&a.file, a.index)?;
             let budget = Budget {
                 max_nodes: a.max_nodes,
                 max_millis: a.timeout_ms,
@@ -220,9 +219,8 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             }
         }
         EnvCommand::Check(a) => {
-            let inst = read_instance(&a.instance, a.index)?;
-            let parsed = files::plan(&read_text(&a.plan)?, &inst)
-                .map_err(|e| CliError::input(format!("{}: {e}", a.plan.display())))?;
+            let inst = files::read_instance(&a.instance, a.index)?;
+            let parsed = files::read_plan(&a.plan, &inst)?;
             let v = verdict::check(&inst, &parsed, a.metric.into());
             say(a.json, &CheckReport::of(&v), || view::verdict(&v));
             if !v.outcome.valid {
@@ -244,9 +242,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             let s = suite::build(&spec, Budget::default())
                 .map_err(|e| CliError::input(e.to_string()))?;
             if let Some(path) = &a.out {
-                let text = serde_json::to_string(&s).expect("suite serializes");
-                std::fs::write(path, text)
-                    .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
+                files::write_json(path, &s)?;
             }
             let scores = a.baseline.then(|| verdict::baseline_table(&s));
             let report = SuiteReport::of(&s, scores.as_ref());
@@ -254,7 +250,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
         }
         EnvCommand::ImportMovingai(a) => {
             let (map, scen) = (&a.map, &a.scen);
-            let (map_text, scen_text) = (read_text(map)?, read_text(scen)?);
+            let (map_text, scen_text) = (files::read_text(map)?, files::read_text(scen)?);
             let (map_name, scen_name) = (map.display().to_string(), scen.display().to_string());
             let inst = movingai::import(&map_name, &map_text, &scen_name, &scen_text, a.agents)
                 .map_err(|e| CliError::input(e.to_string()))?;
@@ -268,7 +264,10 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                 .map_err(|e| CliError::input(e.to_string()))?;
             say(a.json, &r, || view::throughput(&r, a.holes, a.parallel));
         }
-        EnvCommand::Prompt(a) => print!("{}", a.format.task_text(&read_instance(&a.instance, a.index)?)),
+        EnvCommand::Prompt(a) => {
+            let inst = files::read_instance(&a.instance, a.index)?;
+            print!("{}", a.format.task_text(&inst))
+        }
     }
     Ok(())
 }
@@ -280,21 +279,6 @@ fn say<T: serde::Serialize>(json: bool, value: &T, render: impl FnOnce() -> Stri
     } else {
         print!("{}", render());
     }
-}
-
-fn read_text(path: &Path) -> Result<String, CliError> {
-    std::fs::read_to_string(path).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
-}
-
-/// The instance of an instance file (see [`files::instance`]).
-fn read_instance(path: &Path, index: Option<usize>) -> Result<Instance, CliError> {
-    files::instance(&read_text(path)?, index)
-        .map_err(|e| CliError::input(format!("{}: {e}", path.display())))
-}
-
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CliError> {
-    let text = read_text(path)?;
-    serde_json::from_str(&text).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
 }
 
 fn print_json<T: serde::Serialize>(v: &T) {

@@ -53,7 +53,7 @@ pub use base::warmup_data;
 pub use corpus::{engineer_corpus, engineer_examples, engineer_pairs, pretraining_corpus};
 pub use decision::decision_event;
 use end::{durable_checkpoint, finish_stage};
-pub use load::{load_checkpoint, load_language_model, load_model_checkpoint};
+pub use load::{load_checkpoint, load_language_model, load_model_checkpoint, load_policy};
 pub use setup::{ledger_plan, ledger_suites, stage_seed, suite_spec, suites, warmup_config};
 
 /// What can stop a run. An error another module raised stays this one's `source()` (the

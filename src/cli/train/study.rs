@@ -113,22 +113,7 @@ pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
         },
         args.quiet,
     )?;
-    let l = Ledger::open_read_only(ledger_dir).map_err(input)?;
-    let head = l.head(&args.branch).map_err(input)?;
-    let last = mapf_ledger::stage::ledger_plan(&l)
-        .map_err(|e| CliError::input(e.to_string()))?
-        .engineer
-        .stages;
-    let state = l.state_at(&head).map_err(input)?;
-    if mapf_ledger::stage::next_stage(&state) <= last {
-        return Err(CliError::input(format!(
-            "{} stopped before the plan's last stage (interrupted?); run the task again to resume",
-            args.branch
-        )));
-    }
-    let done = ledger_dir.parent().unwrap_or(Path::new(".")).join("done");
-    std::fs::write(&done, format!("{}\n", head.to_hex()))
-        .map_err(|e| CliError::input(format!("{}: {e}", done.display())))?;
+    let head = mapf_ledger::executor::finish_task(ledger_dir, &args.branch)?;
     println!("{} finished at {}", args.branch, head.short());
     Ok(())
 }
@@ -154,17 +139,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         effect: power_effect,
         pilot_sd: power_sd,
     };
-    let executor = match executor {
-        mapf_ledger::executor::Executor::Slurm { .. } => {
-            mapf_ledger::executor::Executor::Slurm { sbatch_args }
-        }
-        other if !sbatch_args.is_empty() => {
-            return Err(CliError::input(format!(
-                "--sbatch-arg is for --executor slurm (the executor is {other:?})"
-            )))
-        }
-        other => other,
-    };
+    let executor = executor.with_sbatch_args(sbatch_args)?;
     let engineers = engineers.0;
     let mut ledger = crate::cli::open_writer(ledger_dir)?;
     let stop = super::run::stop_on_ctrl_c();
@@ -181,20 +156,8 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
     };
     let reused = match &reuse {
         None => Vec::new(),
-        Some(path) => {
-            use mapf_ledger::report::{read_study, ReportError};
-            let report = read_study(path).map_err(|e| match e {
-                // Its message names the file read.
-                ReportError::Study { .. } => CliError::input(format!("--reuse {e}")),
-                e => CliError::input(format!("--reuse {}: {e}", path.display())),
-            })?;
-            mapf_ledger::study::reusable_runs(&ledger, &spec, report, path)?
-        }
+        Some(path) => spec.reuse_report(&ledger, path)?,
     };
-    spec.reuse = reused
-        .iter()
-        .map(|r| (r.engineer.clone(), r.replicate))
-        .collect();
     let mut progress = mapf_ledger::stage::progress::Lines::new(quiet);
     let runs = match mapf_ledger::study::run_study(&mut ledger, &spec, &mut progress, &stop) {
         Ok(r) => r,
@@ -219,22 +182,8 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
             serde_json::to_string_pretty(&report).expect("study serialises")
         );
     } else {
-        let count = |a: &str| report.runs.iter().filter(|r| r.action == a).count();
-        let reused = count(mapf_ledger::views::study::REUSED);
-        let done = count("skipped");
         print!("{}", mapf_ledger::views::study::study_markdown(&report));
-        println!(
-            "\n{} runs ({} run now, {} already finished{}); wrote {}",
-            report.runs.len(),
-            report.runs.len() - done - reused,
-            done,
-            if reused > 0 {
-                format!(", {reused} from an earlier report")
-            } else {
-                String::new()
-            },
-            report.files.join(", ")
-        );
+        print!("{}", mapf_ledger::views::study::runs_line(&report));
     }
     Ok(())
 }

@@ -27,7 +27,7 @@ mod tables;
 mod write;
 
 pub use self::csv::study_csv;
-pub use markdown::study_markdown;
+pub use markdown::{runs_line, study_markdown};
 pub use model::{
     ItemsMismatch, PowerPlan, RecordedOutcomes, StudyCell, StudyCurvePoint, StudyDesign,
     StudyItems, StudyPaired, StudyPairedMetric, StudyPower, StudyPowerObserved, StudyReport,
