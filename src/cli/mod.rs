@@ -311,24 +311,23 @@ fn empty_ledger_variable(e: &clap::Error) -> Option<String> {
 }
 
 fn compare(dir: &std::path::Path, a: CompareArgs) -> CliResult {
-    let (branches, json, plot, decisions) = (&a.branches, a.json, a.plot.as_deref(), a.decisions);
+    use mapf_ledger::views::compare::{check_plot, compare_dir, plot_compare};
+    let (json, plot) = (a.json, a.plot.as_deref());
     if let Some(p) = plot {
-        mapf_ledger::figures::format_of(p)?;
-        mapf_ledger::output::check_file("--plot", p)?;
+        check_plot(p)?;
     }
-    let mut ledger = mapf_ledger::ledger::Ledger::open_read_only(dir)?;
-    let summaries = mapf_ledger::views::compare::compare(&mut ledger, branches)?;
+    let summaries = compare_dir(dir, &a.branches)?;
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&summaries).expect("serialises")
         );
     } else {
-        let text = mapf_ledger::views::text::compare::compare(&summaries, decisions);
+        let text = mapf_ledger::views::text::compare::compare(&summaries, a.decisions);
         print!("{text}");
     }
     if let Some(p) = plot {
-        mapf_ledger::views::compare::plot_compare(p, &summaries)?;
+        plot_compare(p, &summaries)?;
         if !json {
             println!("wrote {}", p.display());
         }

@@ -1,7 +1,6 @@
 //! `ledger report`: the experiment as one self-contained HTML page with its figures;
 //! `ledger serve`: the same page, live.
 use super::{CliError, CliResult};
-use mapf_ledger::ledger::Ledger;
 use mapf_ledger::report::ReportError;
 use std::path::{Path, PathBuf};
 
@@ -24,38 +23,12 @@ fn err(e: ReportError) -> CliError {
 }
 
 pub fn run(dir: &Path, args: ReportArgs) -> CliResult {
-    let ledger = Ledger::open_read_only(dir).map_err(|e| err(e.into()))?;
-    let study = match &args.study {
-        Some(d) => Some(mapf_ledger::report::read_study(d).map_err(err)?),
-        None => None,
-    };
-    let branches = if args.branches.is_empty() {
-        mapf_ledger::report::default_branches(&ledger).map_err(|e| err(e.into()))?
-    } else {
-        args.branches.clone()
-    };
-    let report = mapf_ledger::report::gather(&ledger, &dir.display().to_string(), &branches, study)
-        .map_err(err)?;
-    let written = mapf_ledger::report::write(&report, &args.out).map_err(err)?;
-    let decisions: usize = report
-        .branches
-        .iter()
-        .map(|b| b.audit.decisions.len())
-        .sum();
-    println!(
-        "wrote {} ({} branch{}, {} decision{}{}) and {} figures under {}",
-        written[0].display(),
-        report.branches.len(),
-        if report.branches.len() == 1 { "" } else { "es" },
-        decisions,
-        if decisions == 1 { "" } else { "s" },
-        if report.study.is_some() {
-            ", study"
-        } else {
-            ""
-        },
-        written.len() - 1,
-        args.out.join("figures").display()
+    let study = args.study.as_deref();
+    let (report, written) =
+        mapf_ledger::report::report_dir(dir, &args.branches, study, &args.out).map_err(err)?;
+    print!(
+        "{}",
+        mapf_ledger::report::written_line(&report, &written, &args.out)
     );
     Ok(())
 }

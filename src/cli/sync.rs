@@ -1,9 +1,9 @@
 //! Moving history between ledgers: `ledger bundle` writes refs and everything they reach
 //! into one file; `ledger fetch` copies missing objects in from a bundle or another
 //! ledger directory; `ledger init --from-bundle` starts a worker ledger from a bundle.
-use super::{CliError, CliResult};
-use mapf_ledger::ledger::bundle::{Bundle, FetchReport};
-use mapf_ledger::ledger::{Ledger, LedgerError};
+use super::CliResult;
+use mapf_ledger::ledger::bundle::{self, Bundle, FetchReport};
+use mapf_ledger::ledger::Ledger;
 use mapf_ledger::views::text::ledger as view;
 use std::path::{Path, PathBuf};
 
@@ -35,18 +35,11 @@ use super::ledger_error as err;
 pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
     mapf_ledger::output::check_file("--out", &args.out)?;
     let l = Ledger::open_read_only(dir).map_err(err)?;
-    let refs = l.refs_named(&args.branches).map_err(err)?;
-    let b = Bundle::collect(
-        &l,
-        &refs,
-        &|_| false,
-        &|_| false,
-        &mapf_ledger::record::checkpoint::referenced_blobs,
-    )
-    .map_err(err)?;
-    let bytes = b.write(&args.out).map_err(err)?;
-    let (events, blobs) = (b.events.len(), b.blobs.len());
-    print!("{}", view::bundle(&args.out, events, blobs, bytes, &refs));
+    let w = l.write_bundle(&args.branches, &args.out).map_err(err)?;
+    print!(
+        "{}",
+        view::bundle(&args.out, w.events, w.blobs, w.bytes, &w.refs)
+    );
     Ok(())
 }
 
@@ -60,30 +53,9 @@ fn say(r: &FetchReport, json: bool, what: &str) -> CliResult {
 }
 
 pub fn fetch(dir: &Path, args: FetchArgs) -> CliResult {
-    if let Some(p) = &args.prefix {
-        if !p.ends_with('/') {
-            return Err(CliError::input(format!(
-                "--prefix {p}: a namespace ends with `/` (e.g. `{p}/`)"
-            )));
-        }
-    }
+    bundle::check_prefix(args.prefix.as_deref())?;
     let mut l = super::open_writer(dir).map_err(err)?;
-    let b = Bundle::from_source(
-        &args.source,
-        &l,
-        &mapf_ledger::record::checkpoint::referenced_blobs,
-    )
-    .map_err(|e| match e {
-        LedgerError::Store(ledger_store::StoreError::Io { .. })
-        | LedgerError::Store(ledger_store::StoreError::NotALedger { .. }) => {
-            CliError::input(format!(
-                "{}: not a bundle file or ledger directory ({e})",
-                args.source.display()
-            ))
-        }
-        e => err(e),
-    })?;
-    let r = l.fetch(&b, args.prefix.as_deref()).map_err(err)?;
+    let r = l.fetch_from(&args.source, args.prefix.as_deref())?;
     say(&r, args.json, &format!("fetched {}", args.source.display()))
 }
 

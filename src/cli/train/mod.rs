@@ -11,7 +11,7 @@ pub mod replay;
 pub mod run;
 pub mod study;
 
-use super::{open_writer, CliError, CliResult};
+use super::{open_writer, CliResult};
 use clap::Subcommand;
 use mapf_ledger::engineer::EngineerSpec;
 use mapf_ledger::train::DeviceSpec;
@@ -184,28 +184,14 @@ pub fn run(cmd: TrainCommand, dir: &Path) -> CliResult {
 }
 
 fn write_schemas(out: &Path) -> CliResult {
-    std::fs::create_dir_all(out).map_err(|e| CliError::input(format!("{}: {e}", out.display())))?;
-    for (name, text) in mapf_ledger::schemas::all() {
-        let path = out.join(format!("{name}.json"));
-        std::fs::write(&path, text)
-            .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
-        println!("wrote {}", path.display());
-    }
-    Ok(())
+    let mut wrote = |path: &Path| println!("wrote {}", path.display());
+    Ok(mapf_ledger::schemas::write_all(out, &mut wrote)?)
 }
 
 /// The help of an `--engineer` option: `lead`, then the built-in engineers as the
 /// registry (`engineer::BUILTINS`) lists them, and the spec's grammar.
 pub(crate) fn engineer_help(lead: &str) -> String {
-    use mapf_ledger::engineer::BUILTINS;
-    let names = |lm: bool| {
-        BUILTINS
-            .iter()
-            .filter(|b| b.lm_only == lm)
-            .map(|b| b.name)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    use mapf_ledger::engineer::builtin_names_where as names;
     format!(
         "{lead}: {}, {} (lm plans), or a registered LLM; `NAME:-module+module` switches context modules (e.g. `current:-failure_breakdown`)",
         names(false),

@@ -7,7 +7,7 @@ use mapf_ledger::plan::LedgerPlan;
 use mapf_ledger::plan_check;
 use mapf_ledger::train::memory::{human, parse_size};
 use mapf_ledger::train::DeviceSpec;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Subcommand, Debug)]
 pub enum PlanCommand {
@@ -32,12 +32,6 @@ pub enum PlanCommand {
     },
 }
 
-fn read_plan(path: &Path) -> Result<LedgerPlan, CliError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
-    LedgerPlan::parse(&bytes).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
-}
-
 pub fn run(cmd: PlanCommand) -> CliResult {
     let PlanCommand::Check {
         plan,
@@ -46,7 +40,7 @@ pub fn run(cmd: PlanCommand) -> CliResult {
         model_config,
         json,
     } = cmd;
-    let p = read_plan(&plan)?;
+    let p = LedgerPlan::read(&plan)?;
     let device = device.unwrap_or(p.train.device);
     let memory = gpu_memory
         .as_deref()

@@ -90,39 +90,8 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
         // Before libtorch picks its kernels: run the recorded ones where this CPU can.
         setup::pin_capability(&recorded);
     }
-    // A verification recomputes where the stages ran: bf16 on a GPU and f32 on the CPU
-    // round differently, so a CUDA run replayed on the plan's CPU would "mismatch".
-    let chosen = match (args.device, &args.engineer) {
-        (Some(d), _) => Some(d),
-        (None, None) => setup::recorded_device(&recorded)
-            .map_err(|m| CliError::input(format!("recorded device {m}")))?,
-        (None, Some(_)) => None,
-    };
-    let device = match chosen {
-        Some(d) => d,
-        None => {
-            mapf_ledger::stage::ledger_plan(&ledger)
-                .map_err(|e| CliError::input(e.to_string()))?
-                .train
-                .device
-        }
-    };
-    // Replaying the warm-up recomputes the evaluation suites it recorded. A later stage
-    // reads them back as recorded input, as the run that recorded it did (and like its
-    // starting checkpoint): their blobs are content-addressed and `verify` rehashes
-    // them. Solving them again cost a 12 s demo stage 6 s of its replay.
-    let replays_warmup = stage.is_none_or(|n| n == 0);
-    let pipeline = if args.engineer.is_none() && replays_warmup {
-        Pipeline::regenerating_suites(&mut ledger, device)
-    } else {
-        Pipeline::new(&mut ledger, device)
-    };
-    let mut pipeline = pipeline.map_err(|e| match (&args.device, &chosen) {
-        (None, Some(recorded)) => CliError::input(format!(
-            "{e} (the stages to replay were recorded on {recorded}: replay them where they ran, or give --device to recompute them here, where hashes may differ)"
-        )),
-        _ => CliError::input(e.to_string()),
-    })?;
+    let other_engineer = args.engineer.is_some();
+    let mut pipeline = setup::pipeline(&mut ledger, args.device, other_engineer, &recorded, stage)?;
     match &args.engineer {
         Some(engineer) => {
             let n =

@@ -43,12 +43,8 @@ pub enum SessionError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{}: {source}", path.display())]
-    Plan {
-        path: PathBuf,
-        #[source]
-        source: crate::plan::PlanError,
-    },
+    #[error("{0}")]
+    Plan(#[from] crate::plan::PlanFileError),
     #[error("{}: {source}", path.display())]
     PlanRevision {
         path: PathBuf,
@@ -73,17 +69,9 @@ pub fn eval_plan(
         let text = TextRevision::of(revision).map_err(SessionError::Revision)?;
         return Ok((Default::default(), text));
     };
-    let path = || p.to_path_buf();
-    let bytes = std::fs::read(p).map_err(|source| SessionError::Read {
-        path: path(),
-        source,
-    })?;
-    let plan = crate::plan::LedgerPlan::parse(&bytes).map_err(|source| SessionError::Plan {
-        path: path(),
-        source,
-    })?;
+    let plan = crate::plan::LedgerPlan::read(p)?;
     let text = TextRevision::of_plan(&plan).map_err(|source| SessionError::PlanRevision {
-        path: path(),
+        path: p.to_path_buf(),
         source,
     })?;
     Ok((plan.lm, text))
