@@ -90,6 +90,23 @@ pub enum TaskError {
     Executor(#[from] ExecutorError),
 }
 
+/// The worker ledger at `dir` of a study task, made ready to run: created from the
+/// bundle file at `bundle` the first time, else (an earlier attempt made it) opened as
+/// the writer with `open` and given anything of the bundle it lacks (nothing, usually).
+pub fn prepare_worker(
+    dir: &Path,
+    bundle: &Path,
+    open: &dyn Fn(&Path) -> Result<crate::ledger::Ledger, crate::ledger::LedgerError>,
+) -> Result<(), crate::ledger::LedgerError> {
+    let bundle = crate::ledger::bundle::Bundle::read(bundle)?;
+    if dir.join("db").is_dir() {
+        open(dir)?.fetch(&bundle, None)?;
+    } else {
+        crate::ledger::Ledger::create_from_bundle(dir, &bundle)?;
+    }
+    Ok(())
+}
+
 /// The end of a study task whose run returned: `branch` of the worker ledger at `dir`
 /// must have run the plan's last stage; then `done` beside the ledger gets its head
 /// (what the study waits for). Returns the head.

@@ -4,10 +4,10 @@
 //! Exit codes: 0 success; 1 when the thing checked fails (`check`: the plan is invalid;
 //! `solve`: the instance is unsolvable or the budget ran out); 2 bad input, with a
 //! message naming the file, line or field.
-use super::{CliError, CliResult};
+use super::{print_json, say, CliError, CliResult};
 use clap::{Subcommand, ValueEnum};
 use mapf_ledger::env::{
-    self, files, generator, movingai, suite, text, verdict, Budget, CostMetric, GeneratorConfig,
+    self, files, generator, suite, text, verdict, Budget, CostMetric, GeneratorConfig,
 };
 use mapf_ledger::seed::Seed;
 use mapf_ledger::views::testbed::{CheckReport, SolveReport, SuiteReport};
@@ -201,7 +201,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                 .map_err(|e| CliError::input(format!("generator config out of range: {e}")))?;
             let items = generator::generate(&cfg, a.count, Seed::root(a.seed), Budget::default())
                 .map_err(|e| CliError::input(e.to_string()))?;
-            say(a.json, &items, || view::generated(&items));
+            say(a.json, &items, |items| view::generated(items))?;
         }
         EnvCommand::Solve(a) => {
             let inst = files::read_instance(&a.file, a.index)?;
@@ -211,7 +211,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             };
             let sol = env::solve(&inst, budget);
             if a.json {
-                print_json(&SolveReport::of(&sol));
+                print_json(&SolveReport::of(&sol))?;
             }
             let sol = sol.map_err(|e| CliError::check(format!("{}: {e}", a.file.display())))?;
             if !a.json {
@@ -222,7 +222,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             let inst = files::read_instance(&a.instance, a.index)?;
             let parsed = files::read_plan(&a.plan, &inst)?;
             let v = verdict::check(&inst, &parsed, a.metric.into());
-            say(a.json, &CheckReport::of(&v), || view::verdict(&v));
+            say(a.json, &CheckReport::of(&v), |_| view::verdict(&v))?;
             if !v.outcome.valid {
                 let what = format!("{}: plan is invalid", a.plan.display());
                 return Err(CliError::check(what));
@@ -246,15 +246,11 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             }
             let scores = a.baseline.then(|| verdict::baseline_table(&s));
             let report = SuiteReport::of(&s, scores.as_ref());
-            say(a.json, &report, || view::suite(&s, scores.as_ref()));
+            say(a.json, &report, |_| view::suite(&s, scores.as_ref()))?;
         }
         EnvCommand::ImportMovingai(a) => {
-            let (map, scen) = (&a.map, &a.scen);
-            let (map_text, scen_text) = (files::read_text(map)?, files::read_text(scen)?);
-            let (map_name, scen_name) = (map.display().to_string(), scen.display().to_string());
-            let inst = movingai::import(&map_name, &map_text, &scen_name, &scen_text, a.agents)
-                .map_err(|e| CliError::input(e.to_string()))?;
-            say(a.json, &inst, || text::render_prompt(&inst));
+            let inst = files::import_movingai(&a.map, &a.scen, a.agents)?;
+            say(a.json, &inst, text::render_prompt)?;
         }
         EnvCommand::Throughput(a) => {
             let cfg = GeneratorConfig::uniform(a.agents, [a.size], a.holes, 0.0);
@@ -262,7 +258,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                 .map_err(|e| CliError::input(format!("throughput config out of range: {e}")))?;
             let r = env::batch::measure_throughput(&cfg, a.batch, a.steps, a.parallel)
                 .map_err(|e| CliError::input(e.to_string()))?;
-            say(a.json, &r, || view::throughput(&r, a.holes, a.parallel));
+            say(a.json, &r, |r| view::throughput(r, a.holes, a.parallel))?;
         }
         EnvCommand::Prompt(a) => {
             let inst = files::read_instance(&a.instance, a.index)?;
@@ -270,17 +266,4 @@ pub fn run(cmd: EnvCommand) -> CliResult {
         }
     }
     Ok(())
-}
-
-/// Print `value` as JSON (`json`), else the text `render` makes of it.
-fn say<T: serde::Serialize>(json: bool, value: &T, render: impl FnOnce() -> String) {
-    if json {
-        print_json(value);
-    } else {
-        print!("{}", render());
-    }
-}
-
-fn print_json<T: serde::Serialize>(v: &T) {
-    println!("{}", serde_json::to_string_pretty(v).expect("serializable"));
 }

@@ -106,11 +106,8 @@ pub fn open_writer(
 /// The warning of a writer's open that set records aside (see [`open_writer`]), and
 /// its note of derived data it remade.
 pub fn warn_set_aside(l: &mapf_ledger::ledger::Ledger) {
-    for note in l.healed() {
-        eprintln!("note: {note}");
-    }
-    for a in l.set_aside().iter().filter(|a| a.records > 0) {
-        eprintln!("{}", mapf_ledger::views::text::ledger::set_aside_warning(a));
+    for line in mapf_ledger::views::text::ledger::open_notes(l) {
+        eprintln!("{line}");
     }
 }
 
@@ -225,6 +222,42 @@ pub struct AuditArgs {
     pub json: bool,
 }
 
+/// An error writing a command's output. A closed pipe (`ledger cat BLOB | head`) is the
+/// reader leaving, not a failure: the command ends quietly with status 0 (see
+/// [`Stdout`]), whichever writer met it.
+pub fn out_err(e: std::io::Error) -> CliError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    CliError::input(format!("writing output: {e}"))
+}
+
+/// `v` as pretty JSON, and a newline, to standard output.
+pub fn print_json(v: &impl serde::Serialize) -> CliResult {
+    let s = serde_json::to_string_pretty(v).map_err(|e| CliError::input(e.to_string()))?;
+    println!("{s}");
+    Ok(())
+}
+
+/// Write `bytes` to standard output (see [`out_err`]).
+pub fn write_out(bytes: &[u8]) -> CliResult {
+    use std::io::Write;
+    let mut w = stdout();
+    w.write_all(bytes).and_then(|_| w.flush()).map_err(out_err)
+}
+
+/// `value` as JSON, or as the text `render` makes of it, to standard output.
+pub fn say<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    render: impl FnOnce(&T) -> String,
+) -> CliResult {
+    match json {
+        true => print_json(value),
+        false => write_out(render(value).as_bytes()),
+    }
+}
+
 /// Standard output for commands that stream: when the reading end goes away
 /// (`ledger export | head`), the command ends quietly with status 0, as `git log` and
 /// `rg` do (read commands have nothing to finish or undo).
@@ -317,15 +350,9 @@ fn compare(dir: &std::path::Path, a: CompareArgs) -> CliResult {
         check_plot(p)?;
     }
     let summaries = compare_dir(dir, &a.branches)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&summaries).expect("serialises")
-        );
-    } else {
-        let text = mapf_ledger::views::text::compare::compare(&summaries, a.decisions);
-        print!("{text}");
-    }
+    say(json, &summaries, |s| {
+        mapf_ledger::views::text::compare::compare(s, a.decisions)
+    })?;
     if let Some(p) = plot {
         plot_compare(p, &summaries)?;
         if !json {

@@ -1,7 +1,6 @@
 //! `ledger report`: the experiment as one self-contained HTML page with its figures;
 //! `ledger serve`: the same page, live.
-use super::{CliError, CliResult};
-use mapf_ledger::report::ReportError;
+use super::CliResult;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -18,14 +17,9 @@ pub struct ReportArgs {
     pub out: PathBuf,
 }
 
-fn err(e: ReportError) -> CliError {
-    e.into()
-}
-
 pub fn run(dir: &Path, args: ReportArgs) -> CliResult {
     let study = args.study.as_deref();
-    let (report, written) =
-        mapf_ledger::report::report_dir(dir, &args.branches, study, &args.out).map_err(err)?;
+    let (report, written) = mapf_ledger::report::report_dir(dir, &args.branches, study, &args.out)?;
     print!(
         "{}",
         mapf_ledger::report::written_line(&report, &written, &args.out)
@@ -50,15 +44,12 @@ pub struct ServeArgs {
 
 pub fn serve(dir: &Path, args: ServeArgs) -> CliResult {
     let addr = args.bind;
-    if let Some(s) = &args.study {
-        mapf_ledger::report::read_study(s).map_err(err)?;
-    }
     let opts = mapf_ledger::report::serve::ServeOptions {
         ledger_arg: dir.display().to_string(),
         branches: args.branches,
         study: args.study,
     };
-    mapf_ledger::report::serve::serve(dir, &addr.to_string(), opts, |at| {
+    let ready = |at: std::net::SocketAddr| {
         if !at.ip().is_loopback() {
             eprintln!(
                 "ledger: serving on {at}, which other machines can reach: the ledger's contents are visible to them"
@@ -70,6 +61,7 @@ pub fn serve(dir: &Path, args: ServeArgs) -> CliResult {
         );
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-    })
-    .map_err(err)
+    };
+    let addr = addr.to_string();
+    Ok(mapf_ledger::report::serve::serve(dir, &addr, opts, ready)?)
 }

@@ -1,6 +1,6 @@
 //! Ledger store commands: init, log, show, branches, verify, export, rebuild. Thin over
 //! `mapf_ledger::ledger`; every read command takes `--json`.
-use super::{CliError, CliResult};
+use super::{out_err, print_json, say, write_out, CliError, CliResult};
 use clap::{Subcommand, ValueEnum};
 use mapf_ledger::ledger::{follow, Ledger};
 use mapf_ledger::views::export::{self, EventRecord, Format};
@@ -175,38 +175,7 @@ pub enum ExportWhat {
     Paired,
 }
 
-use super::ledger_error as err;
 use mapf_ledger::views::text::ledger as view;
-
-/// An error writing a command's output. A closed pipe (`ledger cat BLOB | head`) is the
-/// reader leaving, not a failure: the command ends quietly with status 0 (see
-/// [`super::Stdout`]), whichever writer met it.
-fn out_err(e: std::io::Error) -> CliError {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        std::process::exit(0);
-    }
-    CliError::input(format!("writing output: {e}"))
-}
-
-fn print_json(v: &impl serde::Serialize) -> CliResult {
-    let s = serde_json::to_string_pretty(v).map_err(|e| CliError::input(e.to_string()))?;
-    println!("{s}");
-    Ok(())
-}
-
-/// Write `bytes` to standard output (see [`out_err`]).
-fn write_out(bytes: &[u8]) -> CliResult {
-    let mut w = super::stdout();
-    w.write_all(bytes).and_then(|_| w.flush()).map_err(out_err)
-}
-
-/// `value` as JSON, or as the text `render` makes of it, to standard output.
-fn say<T: serde::Serialize>(json: bool, value: &T, render: impl FnOnce(&T) -> String) -> CliResult {
-    match json {
-        true => print_json(value),
-        false => write_out(render(value).as_bytes()),
-    }
-}
 
 pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
     match cmd {
@@ -230,9 +199,9 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             json,
         } => log(ledger, &branch, limit, json),
         StoreCommand::Cat { blob } => {
-            let l = Ledger::open_read_only(ledger).map_err(err)?;
-            let h = l.blob_by_prefix(&blob).map_err(err)?;
-            write_out(&l.blob(&h).map_err(err)?)
+            let l = Ledger::open_read_only(ledger)?;
+            let h = l.blob_by_prefix(&blob)?;
+            write_out(&l.blob(&h)?)
         }
         StoreCommand::Show {
             reference,
@@ -242,9 +211,9 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             suite,
             ..
         } => {
-            let l = Ledger::open_read_only(ledger).map_err(err)?;
+            let l = Ledger::open_read_only(ledger)?;
             let suite = suite.as_deref();
-            let s = samples::samples_of(&l, &reference, n as usize, kind, suite).map_err(err)?;
+            let s = samples::samples_of(&l, &reference, n as usize, kind, suite)?;
             say(json, &s, |s| {
                 view_samples::render(&s.branch, s.stage, suite, s)
             })
@@ -255,20 +224,20 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             timing: true,
             ..
         } => {
-            let l = Ledger::open_read_only(ledger).map_err(err)?;
+            let l = Ledger::open_read_only(ledger)?;
             say(json, &timing::timing_of(&l, &reference)?, timing::render)
         }
         StoreCommand::Show {
             reference, json, ..
         } => show(ledger, &reference, json),
         StoreCommand::Branches { json } => {
-            let mut l = Ledger::open_read_only(ledger).map_err(err)?;
-            let rows = mapf_ledger::views::branches::branches(&mut l).map_err(err)?;
+            let mut l = Ledger::open_read_only(ledger)?;
+            let rows = mapf_ledger::views::branches::branches(&mut l)?;
             say(json, &rows, |r| view::branches(r))
         }
         StoreCommand::Verify { json, strict } => verify(ledger, json, strict),
         StoreCommand::Recover { json } => {
-            let r = mapf_ledger::ledger::recover::recover(ledger).map_err(err)?;
+            let r = mapf_ledger::ledger::recover::recover(ledger)?;
             say(json, &r, |r| view::recover(ledger, r))
         }
         StoreCommand::Export {
@@ -278,39 +247,28 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             out,
         } => export(ledger, format, what, branch, out),
         StoreCommand::Gc { json } => {
-            let mut l = super::open_writer(ledger).map_err(err)?;
-            let r = l
-                .gc(&mapf_ledger::record::checkpoint::referenced_blobs)
-                .map_err(err)?;
+            let mut l = super::open_writer(ledger)?;
+            let r = l.gc(&mapf_ledger::record::checkpoint::referenced_blobs)?;
             say(json, &r, view::gc)
         }
         StoreCommand::Branch(BranchCommand::Delete { name }) => {
-            let mut l = super::open_writer(ledger).map_err(err)?;
-            let head = l.head(&name).map_err(err)?;
-            l.delete_branch(&name).map_err(err)?;
-            println!(
-                "deleted branch {name} (was at {}); `ledger gc` removes what no branch reaches",
-                head.short()
-            );
+            let mut l = super::open_writer(ledger)?;
+            let head = l.head(&name)?;
+            l.delete_branch(&name)?;
+            print!("{}", view::deleted(&name, &head));
             Ok(())
         }
         StoreCommand::Rebuild { json } => {
-            let mut l = Ledger::open_for_rebuild(ledger).map_err(err)?;
+            let mut l = Ledger::open_for_rebuild(ledger)?;
             super::warn_set_aside(&l);
-            say(json, &l.rebuild_all().map_err(err)?, view::rebuild)
+            say(json, &l.rebuild_all()?, view::rebuild)
         }
     }
 }
 
 fn init(plan: &Path, ledger: &Path) -> CliResult {
     let l = Ledger::create_from_plan_file(ledger, plan)?;
-    let head = l.head("main").map_err(err)?;
-    println!(
-        "created ledger {} from {} (genesis {})",
-        ledger.display(),
-        plan.display(),
-        head.short()
-    );
+    print!("{}", view::created(ledger, plan, &l.head("main")?));
     Ok(())
 }
 
@@ -331,7 +289,7 @@ fn export(
     if let Some(o) = &out {
         mapf_ledger::output::check_file("--out", o)?;
     }
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
+    let l = Ledger::open_read_only(ledger)?;
     let what = match what.unwrap_or(ExportWhat::Events) {
         ExportWhat::Events => export::What::Events,
         ExportWhat::Metrics => export::What::Metrics,
@@ -341,25 +299,22 @@ fn export(
         ExportWhat::Paired => export::What::Paired,
     };
     let mut w: Box<dyn Write> = match out {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(&p)
-                .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?,
-        )),
+        Some(p) => Box::new(mapf_ledger::output::create(&p)?),
         None => Box::new(super::stdout()),
     };
-    export::write(&l, branch.as_deref(), what, fmt, &mut w).map_err(err)?;
+    export::write(&l, branch.as_deref(), what, fmt, &mut w)?;
     w.flush().map_err(out_err)
 }
 
 fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let hs = l.newest_first(branch, limit).map_err(err)?;
+    let l = Ledger::open_read_only(ledger)?;
+    let hs = l.newest_first(branch, limit)?;
     if json {
-        return print_json(&export::event_records(&l, &hs).map_err(err)?);
+        return print_json(&export::event_records(&l, &hs)?);
     }
     let mut w = super::stdout();
     for h in hs {
-        let e = l.event(&h).map_err(err)?;
+        let e = l.event(&h)?;
         w.write_all(view::log_line(&h, &e).as_bytes())
             .map_err(out_err)?;
     }
@@ -373,17 +328,10 @@ fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliR
     let mut w = super::stdout();
     follow::follow(ledger, branch, limit, |f| -> CliResult {
         match f {
-            Followed::Diverged(head) => eprintln!(
-                "ledger: branch {branch} moved to {}, which does not continue what was printed",
-                head.short()
-            ),
+            Followed::Diverged(head) => eprintln!("{}", view::diverged(branch, &head)),
             Followed::Event(h, e, m) => {
                 let line = match json {
-                    true => {
-                        serde_json::to_string(&EventRecord::new(*h, e, m))
-                            .map_err(|e| CliError::input(e.to_string()))?
-                            + "\n"
-                    }
+                    true => EventRecord::json_line(*h, e, m)?,
                     false => view::log_line(h, &e),
                 };
                 w.write_all(line.as_bytes()).map_err(out_err)?;
@@ -395,8 +343,8 @@ fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliR
 }
 
 fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
-    let mut l = Ledger::open_read_only(ledger).map_err(err)?;
-    let shown = mapf_ledger::views::show::show(&mut l, reference).map_err(err)?;
+    let mut l = Ledger::open_read_only(ledger)?;
+    let shown = mapf_ledger::views::show::show(&mut l, reference)?;
     match json {
         true => println!("{}", shown.to_json()?),
         false => print!("{}", view::shown(&shown)?),
@@ -410,24 +358,16 @@ fn export_tensorboard(
     what: Option<ExportWhat>,
     out: Option<PathBuf>,
 ) -> CliResult {
-    if let Some(w) = what {
-        return Err(CliError::input(format!(
-            "--what {} does not apply to --format tensorboard, which writes every scalar \
-             (training steps and evaluations); leave --what out",
-            w.to_possible_value()
-                .map(|v| v.get_name().to_string())
-                .unwrap_or_default()
-        )));
-    }
-    let dir = tensorboard::out_dir(out.as_deref())?;
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let runs = tensorboard::export(&l, branch, dir).map_err(err)?;
+    let name = |w: ExportWhat| w.to_possible_value().map(|v| v.get_name().to_string());
+    let dir = tensorboard::out_dir(what.map(|w| name(w).unwrap_or_default()), out.as_deref())?;
+    let l = Ledger::open_read_only(ledger)?;
+    let runs = tensorboard::export(&l, branch, dir)?;
     print!("{}", view::tensorboard(&runs, dir));
     Ok(())
 }
 
 fn verify(ledger: &Path, json: bool, strict: bool) -> CliResult {
-    let r = mapf_ledger::ledger::verify::verify_dir(ledger).map_err(err)?;
+    let r = mapf_ledger::ledger::verify::verify_dir(ledger)?;
     if json {
         print_json(&r)?;
     } else {

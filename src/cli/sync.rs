@@ -2,7 +2,7 @@
 //! into one file; `ledger fetch` copies missing objects in from a bundle or another
 //! ledger directory; `ledger init --from-bundle` starts a worker ledger from a bundle.
 use super::CliResult;
-use mapf_ledger::ledger::bundle::{self, Bundle, FetchReport};
+use mapf_ledger::ledger::bundle::{self, Bundle};
 use mapf_ledger::ledger::Ledger;
 use mapf_ledger::views::text::ledger as view;
 use std::path::{Path, PathBuf};
@@ -30,12 +30,10 @@ pub struct FetchArgs {
     pub json: bool,
 }
 
-use super::ledger_error as err;
-
 pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
     mapf_ledger::output::check_file("--out", &args.out)?;
-    let l = Ledger::open_read_only(dir).map_err(err)?;
-    let w = l.write_bundle(&args.branches, &args.out).map_err(err)?;
+    let l = Ledger::open_read_only(dir)?;
+    let w = l.write_bundle(&args.branches, &args.out)?;
     print!(
         "{}",
         view::bundle(&args.out, w.events, w.blobs, w.bytes, &w.refs)
@@ -43,28 +41,17 @@ pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
     Ok(())
 }
 
-fn say(r: &FetchReport, json: bool, what: &str) -> CliResult {
-    if json {
-        println!("{}", serde_json::to_string_pretty(r).expect("serialises"));
-    } else {
-        print!("{}", view::fetch(r, what));
-    }
-    Ok(())
-}
-
 pub fn fetch(dir: &Path, args: FetchArgs) -> CliResult {
     bundle::check_prefix(args.prefix.as_deref())?;
-    let mut l = super::open_writer(dir).map_err(err)?;
+    let mut l = super::open_writer(dir)?;
     let r = l.fetch_from(&args.source, args.prefix.as_deref())?;
-    say(&r, args.json, &format!("fetched {}", args.source.display()))
+    let what = format!("fetched {}", args.source.display());
+    super::say(args.json, &r, |r| view::fetch(r, &what))
 }
 
 pub fn init_from_bundle(dir: &Path, file: &Path) -> CliResult {
-    let b = Bundle::read(file).map_err(err)?;
-    let (_, r) = Ledger::create_from_bundle(dir, &b).map_err(err)?;
-    say(
-        &r,
-        false,
-        &format!("created ledger {} from {}", dir.display(), file.display()),
-    )
+    let b = Bundle::read(file)?;
+    let (_, r) = Ledger::create_from_bundle(dir, &b)?;
+    let what = format!("created ledger {} from {}", dir.display(), file.display());
+    super::say(false, &r, |r| view::fetch(r, &what))
 }

@@ -30,6 +30,12 @@ pub enum OutputError {
     NotAFileInADirectory { flag: &'static str, path: PathBuf },
     #[error("{flag} {}: not a file name", path.display())]
     NoFileName { flag: &'static str, path: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{flag} {}: {source}", path.display())]
     Write {
         flag: &'static str,
@@ -90,6 +96,15 @@ pub fn check_file_in_directory(flag: &'static str, path: &Path) -> Result<(), Ou
         });
     }
     Ok(())
+}
+
+/// Create (or truncate) the file at `path`, buffered, for a command's output.
+pub fn create(path: &Path) -> Result<std::io::BufWriter<std::fs::File>, OutputError> {
+    let file = std::fs::File::create(path).map_err(|source| OutputError::Create {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(std::io::BufWriter::new(file))
 }
 
 /// Write `text` to `path` whole or not at all: a hidden file beside it, renamed onto it

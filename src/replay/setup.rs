@@ -8,6 +8,42 @@ use crate::plan::PlanError;
 use crate::stage::{Pipeline, StageError};
 use crate::train::{kernels, DeviceSpec};
 
+/// What `ledger replay` was asked that does not go together.
+#[derive(Debug, thiserror::Error)]
+pub enum AskedError {
+    #[error("`--keep` needs `--engineer`")]
+    KeepWithoutEngineer,
+    #[error(
+        "`--verify` and `--engineer` exclude each other (a counterfactual is not a verification)"
+    )]
+    VerifyAndEngineer,
+    #[error("`--stage 0`: the warm-up has no engineer; a counterfactual needs N >= 1")]
+    WarmupCounterfactual,
+    #[error("`--engineer` needs `--stage N`")]
+    NoStage,
+}
+
+/// Check a replay's request before any work: a kept fork (`keep`) needs another
+/// engineer, and a counterfactual (`engineer`) is not a verification (`verify`).
+pub fn check_asked(keep: bool, engineer: bool, verify: bool) -> Result<(), AskedError> {
+    if keep && !engineer {
+        Err(AskedError::KeepWithoutEngineer)
+    } else if engineer && verify {
+        Err(AskedError::VerifyAndEngineer)
+    } else {
+        Ok(())
+    }
+}
+
+/// The stage a counterfactual re-runs: `--stage N`, N >= 1 (the warm-up has no engineer).
+pub fn counterfactual_stage(stage: Option<u32>) -> Result<u32, AskedError> {
+    match stage {
+        Some(n) if n >= 1 => Ok(n),
+        Some(_) => Err(AskedError::WarmupCounterfactual),
+        None => Err(AskedError::NoStage),
+    }
+}
+
 /// Why a replay's pipeline could not be set up ([`pipeline`]).
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -17,12 +53,12 @@ pub enum SetupError {
     /// The ledger's plan (for its device) does not read. Its text only, as `replay` has
     /// always said it: an input error (exit 2).
     #[error("{0}")]
-    Plan(StageError),
+    Plan(Box<StageError>),
     /// The pipeline did not open on the device; `recorded`: the device taken from the
     /// record, when no `--device` was given. Its text only, an input error.
     #[error("{error}{}", recorded.map(|d| format!(" (the stages to replay were recorded on {d}: replay them where they ran, or give --device to recompute them here, where hashes may differ)")).unwrap_or_default())]
     Pipeline {
-        error: StageError,
+        error: Box<StageError>,
         recorded: Option<DeviceSpec>,
     },
 }
@@ -46,7 +82,12 @@ pub fn pipeline<'a>(
     };
     let device = match chosen {
         Some(d) => d,
-        None => crate::stage::ledger_plan(ledger).map_err(SetupError::Plan)?.train.device,
+        None => {
+            crate::stage::ledger_plan(ledger)
+                .map_err(|e| SetupError::Plan(Box::new(e)))?
+                .train
+                .device
+        }
     };
     // Replaying the warm-up recomputes the evaluation suites it recorded. A later stage
     // reads them back as recorded input, as the run that recorded it did (and like its
@@ -59,7 +100,7 @@ pub fn pipeline<'a>(
         Pipeline::new(ledger, device)
     };
     pipeline.map_err(|error| SetupError::Pipeline {
-        error,
+        error: Box::new(error),
         recorded: chosen.filter(|_| given.is_none()),
     })
 }

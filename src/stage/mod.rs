@@ -196,6 +196,18 @@ pub struct RunOptions {
     pub engineer: Option<EngineerSpec>,
 }
 
+impl RunOptions {
+    /// `branch` to the plan's last stage with the branch's engineer (`ledger resume`, a
+    /// study task).
+    pub fn to_the_end(branch: String) -> RunOptions {
+        RunOptions {
+            branch,
+            stages: None,
+            engineer: None,
+        }
+    }
+}
+
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunSummary {

@@ -29,6 +29,18 @@ pub enum FileError {
         #[source]
         source: serde_json::Error,
     },
+    /// A MovingAI pair that does not import (its message names the file).
+    #[error("{0}")]
+    MovingAi(#[source] crate::movingai::MovingAiError),
+}
+
+/// The instance of the MovingAI `.map` file at `map` and the first `agents` lines of the
+/// `.scen` file at `scen` (see [`crate::movingai::import`]).
+pub fn import_movingai(map: &Path, scen: &Path, agents: usize) -> Result<Instance, FileError> {
+    let (map_text, scen_text) = (read_text(map)?, read_text(scen)?);
+    let (map_name, scen_name) = (map.display().to_string(), scen.display().to_string());
+    crate::movingai::import(&map_name, &map_text, &scen_name, &scen_text, agents)
+        .map_err(FileError::MovingAi)
 }
 
 /// The text of the file at `path`.

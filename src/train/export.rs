@@ -46,7 +46,9 @@ pub fn export_hf(lm: &LmPolicy, dir: &Path) -> Result<Vec<(&'static str, String)
 /// Why `ledger export-checkpoint` wrote nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointExportError {
-    #[error("{reference}: a {kind} checkpoint; --hf needs an lm policy (use --out FILE.safetensors)")]
+    #[error(
+        "{reference}: a {kind} checkpoint; --hf needs an lm policy (use --out FILE.safetensors)"
+    )]
     NotLm {
         reference: String,
         kind: &'static str,
@@ -96,21 +98,21 @@ pub fn export_checkpoint(
     let out = match to {
         ExportTo::Safetensors(out) => out,
         ExportTo::Hf(dir) => {
-        let lm = state
-            .policy
-            .as_lm()
-            .ok_or_else(|| CheckpointExportError::NotLm {
-                reference: reference.to_string(),
-                kind: state.policy.kind(),
-            })?;
-        let files = export_hf(lm, dir).map_err(CheckpointExportError::Hf)?;
-        return Ok(Exported::Hf {
-            dir: dir.to_path_buf(),
-            files,
-            parameters: lm.model.cfg.parameter_count(),
-            lora: lm.model.lora.is_some(),
-            step,
-        });
+            let lm = state
+                .policy
+                .as_lm()
+                .ok_or_else(|| CheckpointExportError::NotLm {
+                    reference: reference.to_string(),
+                    kind: state.policy.kind(),
+                })?;
+            let files = export_hf(lm, dir).map_err(CheckpointExportError::Hf)?;
+            return Ok(Exported::Hf {
+                dir: dir.to_path_buf(),
+                files,
+                parameters: lm.model.cfg.parameter_count(),
+                lora: lm.model.lora.is_some(),
+                step,
+            });
         }
     };
     let vars = state.policy.vars();

@@ -4,21 +4,15 @@
 //! stage can be served and registered as an HTTP engineer. REF: `BRANCH@stageN` (N >= 0; stage 0 is the
 //! base model), a branch (its latest checkpoint), or the hash prefix of a
 //! checkpoint_saved or stage_completed event.
-use crate::cli::{CliError, CliResult};
-use mapf_ledger::train::TrainState;
+use crate::cli::CliResult;
 use std::path::Path;
-
-/// The training state of a checkpoint reference (see `stage::load_checkpoint`).
-pub fn load_ref(dir: &Path, r: &str) -> Result<TrainState, CliError> {
-    Ok(mapf_ledger::stage::load_checkpoint(dir, r)?)
-}
 
 pub fn export(dir: &Path, r: &str, out: Option<&Path>, hf: Option<&Path>) -> CliResult {
     use mapf_ledger::train::export::{export_checkpoint, ExportTo};
     if let Some(o) = out {
         mapf_ledger::output::check_file("--out", o)?;
     }
-    let state = load_ref(dir, r)?;
+    let state = mapf_ledger::stage::load_checkpoint(dir, r)?;
     let to = match hf {
         Some(hf) => ExportTo::Hf(hf),
         None => ExportTo::Safetensors(out.expect("clap requires --out or --hf")),

@@ -52,8 +52,7 @@ pub enum EngineerCommand {
     },
 }
 
-use crate::cli::ledger_error as err;
-use mapf_ledger::engineer::eval::session::{self, Named, Progress, Sources};
+use mapf_ledger::engineer::eval::session::{self, Progress, Sources};
 use mapf_ledger::engineer::registration::{self, NewLlm};
 
 pub fn run(cmd: EngineerCommand, ledger: &Path) -> CliResult {
@@ -78,17 +77,10 @@ pub fn run(cmd: EngineerCommand, ledger: &Path) -> CliResult {
             add(ledger, &branch, llm, tokenizer.as_deref())
         }
         EngineerCommand::List { branch, json } => {
-            let l = Ledger::open_read_only(ledger).map_err(err)?;
-            let rows = registration::registered(&l, &branch).map_err(err)?;
-            if json {
-                let s = serde_json::to_string_pretty(&rows)
-                    .map_err(|e| CliError::input(e.to_string()))?;
-                println!("{s}");
-            } else {
-                let builtins = mapf_ledger::engineer::builtin_names();
-                print!("{}", view::list(&branch, &rows, &builtins));
-            }
-            Ok(())
+            let l = Ledger::open_read_only(ledger)?;
+            let rows = registration::registered(&l, &branch)?;
+            let builtins = mapf_ledger::engineer::builtin_names();
+            crate::cli::say(json, &rows, |rows| view::list(&branch, rows, &builtins))
         }
         EngineerCommand::Eval(args) => eval(ledger, args),
     }
@@ -100,7 +92,7 @@ fn add(dir: &Path, branch: &str, mut llm: NewLlm, tokenizer: Option<&Path>) -> C
     if let Some(p) = tokenizer {
         llm.read_tokenizer(p)?;
     }
-    let mut ledger = crate::cli::open_writer(dir).map_err(err)?;
+    let mut ledger = crate::cli::open_writer(dir)?;
     let plan =
         mapf_ledger::stage::ledger_plan(&ledger).map_err(|e| CliError::input(e.to_string()))?;
     let name = llm.name.clone();
@@ -187,10 +179,12 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
         registry: dir,
     };
     // A model of `--model`, `--reference` or `NAME=MODEL`, on --device.
-    let load = |model: &str, lm_only| -> Result<_, CliError> {
+    let mut load = |model: &str, lm_only| -> Result<_, CliError> {
         let device = mapf_ledger::train::open_device(args.device)
             .map_err(|e| CliError::input(e.to_string()))?;
-        Ok(mapf_ledger::stage::load_policy(dir, model, lm_only, device)?)
+        Ok(mapf_ledger::stage::load_policy(
+            dir, model, lm_only, device,
+        )?)
     };
     let endpoint = session::HttpEndpoint {
         url: args.url.as_deref(),
@@ -199,18 +193,14 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
         tokenizer: args.tokenizer.as_deref(),
         max_context: args.max_context,
     };
-    let mut engineers = Vec::new();
-    for spec in &args.engineers {
-        let named = Named::parse(spec);
-        let model = match named.model(args.model.as_deref())? {
-            Some((m, lm_only)) => Some(load(&m, lm_only)?),
-            None => None,
-        };
-        let http = (named.name == "http")
-            .then(|| session::http_registration(&endpoint))
-            .transpose()?;
-        engineers.push((spec.clone(), session::build(&named, model, http, &sources_of)?));
-    }
+    let default_model = args.model.as_deref();
+    let engineers = session::build_all(
+        &args.engineers,
+        default_model,
+        &endpoint,
+        &sources_of,
+        &mut load,
+    )?;
     let reference = match &args.reference {
         Some(m) => Some(load(m, false)?),
         None => None,
@@ -234,14 +224,7 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
     )
     // Silence is not a score: an engineer that never answered fails the command.
     .map_err(|u| CliError::check(format!("{u}; no engineer eval was written")))?;
-    if args.json {
-        let s =
-            serde_json::to_string_pretty(&report).map_err(|e| CliError::input(e.to_string()))?;
-        println!("{s}");
-    } else {
-        print!("{}", mapf_ledger::engineer::eval::render(&report));
-    }
-    Ok(())
+    crate::cli::say(args.json, &report, mapf_ledger::engineer::eval::render)
 }
 
 /// The help of `engineer eval --engineer`: the registry's built-ins

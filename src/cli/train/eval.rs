@@ -5,11 +5,10 @@
 use crate::cli::{CliError, CliResult};
 use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
-use mapf_ledger::stage::progress::counter;
 use mapf_ledger::env::suite::{self, SuiteName};
 use mapf_ledger::env::CostMetric;
+use mapf_ledger::stage::progress::counter;
 use mapf_ledger::train::lm::PromptStyle;
-use mapf_ledger::train::policy::Policy;
 use std::path::Path;
 
 /// Which of the paper's suites `ledger eval` scores.
@@ -73,12 +72,6 @@ pub struct EvalArgs {
     pub items: Option<std::path::PathBuf>,
 }
 
-fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
-    let device =
-        mapf_ledger::train::open_device(args.device).map_err(|e| CliError::input(e.to_string()))?;
-    Ok(mapf_ledger::stage::load_scored_model(dir, &args.model, args.prompt, device)?)
-}
-
 pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
     use mapf_ledger::train::scorecard::{self, Progress, Suites};
     let names: Vec<SuiteName> = match args.suite {
@@ -91,7 +84,10 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
     if let Some(path) = &args.items {
         mapf_ledger::output::check_file_in_directory("--items", path)?;
     }
-    let policy = load(dir, &args)?;
+    let device =
+        mapf_ledger::train::open_device(args.device).map_err(|e| CliError::input(e.to_string()))?;
+    let (model, prompt) = (&args.model, args.prompt);
+    let policy = mapf_ledger::stage::load_scored_model(dir, model, prompt, device)?;
     let suites = Suites {
         names,
         per_cell: args.per_cell,

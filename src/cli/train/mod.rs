@@ -15,6 +15,7 @@ use super::{open_writer, CliResult};
 use clap::Subcommand;
 use mapf_ledger::engineer::EngineerSpec;
 use mapf_ledger::train::DeviceSpec;
+use mapf_ledger::views::text::ledger as view;
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
@@ -148,11 +149,7 @@ pub fn run(cmd: TrainCommand, dir: &Path) -> CliResult {
             run::run(dir, opts, a.device, check(a.gpu_memory, a.force), a.quiet)
         }
         TrainCommand::Resume(a) => {
-            let opts = mapf_ledger::stage::RunOptions {
-                branch: a.branch,
-                stages: None,
-                engineer: None,
-            };
+            let opts = mapf_ledger::stage::RunOptions::to_the_end(a.branch);
             run::run(dir, opts, a.device, check(a.gpu_memory, a.force), a.quiet)
         }
         TrainCommand::Fork {
@@ -164,10 +161,8 @@ pub fn run(cmd: TrainCommand, dir: &Path) -> CliResult {
             let mut ledger = open_writer(dir)?;
             let (name, head) =
                 mapf_ledger::replay::fork(&mut ledger, &from, at, &engineer, name.as_deref(), 0)?;
-            println!(
-                "branch {name} forked from {from} before stage {at} (engineer {engineer}), head {}",
-                head.short()
-            );
+            let engineer = engineer.to_string();
+            print!("{}", view::forked(&name, &from, at, &engineer, &head));
             Ok(())
         }
         TrainCommand::ExportCheckpoint { reference, out, hf } => {

@@ -73,14 +73,7 @@ use crate::cli::ledger_error;
 
 pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     let stage = args.stage;
-    if args.keep.is_some() && args.engineer.is_none() {
-        return Err(CliError::input("`--keep` needs `--engineer`"));
-    }
-    if args.engineer.is_some() && args.verify {
-        return Err(CliError::input(
-            "`--verify` and `--engineer` exclude each other (a counterfactual is not a verification)",
-        ));
-    }
+    setup::check_asked(args.keep.is_some(), args.engineer.is_some(), args.verify)?;
     let mut ledger = crate::cli::open_writer(dir).map_err(ledger_error)?;
     let recorded = setup::recorded_setups(&ledger, &args.branch, stage)?;
     let stop = super::run::stop_on_signal(
@@ -94,14 +87,7 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     let mut pipeline = setup::pipeline(&mut ledger, args.device, other_engineer, &recorded, stage)?;
     match &args.engineer {
         Some(engineer) => {
-            let n =
-                match stage {
-                    Some(n) if n >= 1 => n,
-                    Some(_) => return Err(CliError::input(
-                        "`--stage 0`: the warm-up has no engineer; a counterfactual needs N >= 1",
-                    )),
-                    None => return Err(CliError::input("`--engineer` needs `--stage N`")),
-                };
+            let n = setup::counterfactual_stage(stage)?;
             counterfactual(&mut pipeline, &args, n, engineer, &stop)
         }
         None => verify(&mut pipeline, &args, stage, &recorded, &stop),
@@ -120,10 +106,7 @@ fn verify(
     let mut bars = || Box::new(Bars::new(args.json)) as Box<dyn mapf_ledger::stage::Progress>;
     let mut say = |s: Said<'_>| match s {
         Said::Note(note) => eprintln!("ledger: note: {note}"),
-        Said::Matched(r) if !args.json => println!(
-            "stage {}: {} events recomputed, every hash matches (engineer {}, {:.1} s)",
-            r.stage, r.events, r.engineer, r.seconds
-        ),
+        Said::Matched(r) if !args.json => println!("{}", r.matched_line()),
         Said::Matched(_) => {}
     };
     let what = (branch.as_str(), stage, args.live);
@@ -133,14 +116,8 @@ fn verify(
             e => CliError::input(e.to_string()),
         }
     })?;
-    let report = |matched, mismatch, ids: Option<&Vec<mapf_ledger::ledger::Hash>>| {
-        let replay_verified = ids.map(|ids| ids.iter().map(|h| h.to_hex()).collect());
-        let r = mapf_ledger::views::show::ReplayReport {
-            branch: branch.to_string(),
-            matched,
-            mismatch,
-            replay_verified,
-        };
+    let report = |matched, mismatch, ids: Option<&[mapf_ledger::ledger::Hash]>| {
+        let r = mapf_ledger::views::show::ReplayReport::new(branch, matched, mismatch, ids);
         println!("{}", serde_json::to_string(&r).expect("serialises"));
     };
     if let Some(m) = v.mismatch {
@@ -160,24 +137,11 @@ fn verify(
         None
     };
     if args.json {
-        report(v.matched, None, ids.as_ref());
+        report(v.matched, None, ids.as_deref());
         return Ok(());
     }
-    match &ids {
-        Some(ids) => println!(
-            "recorded {} replay-verified event(s) on {branch}; head {}",
-            ids.len(),
-            ids.last().map(|h| h.short()).unwrap_or_default()
-        ),
-        None => println!(
-            "nothing recorded: {branch} stays at {} (--record appends a replay-verified event per stage)",
-            pipeline
-                .ledger
-                .head(branch)
-                .map(|h| h.short())
-                .unwrap_or_default()
-        ),
-    }
+    let line = replay::branch::recorded_line(pipeline.ledger, branch, ids.as_deref());
+    print!("{line}");
     Ok(())
 }
 
@@ -192,11 +156,7 @@ fn counterfactual(
     let mut bars = Bars::new(args.json);
     let c = replay::counterfactual(pipeline, &args.branch, n, engineer, keep, &mut bars, stop)
         .map_err(replay_error)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&c).expect("serialises"));
-    } else {
-        let text = mapf_ledger::replay::branch::render_counterfactual(&c, &args.branch, n);
-        print!("{text}");
-    }
-    Ok(())
+    crate::cli::say(args.json, &c, |c| {
+        mapf_ledger::replay::branch::render_counterfactual(c, &args.branch, n)
+    })
 }

@@ -2,7 +2,6 @@
 //! every fork to the plan's end (resumable), and write a CSV, a markdown table in the
 //! paper's layout (mean ± 95% t-interval over seeds) and an SVG plot.
 use crate::cli::{CliError, CliResult};
-use mapf_ledger::ledger::Ledger;
 use mapf_ledger::study::{StudyError, StudySpec};
 use std::path::{Path, PathBuf};
 
@@ -48,10 +47,10 @@ pub struct StudyArgs {
     /// (valid %, points) a pilot measured on the target row (the test suite's smallest
     /// agent count, its coordination items when marked); the line then says how many
     /// seeds 80% power asks. Without it only the study's own spread is used.
-    #[arg(long, value_name = "POINTS", value_parser = crate::cli::values::non_negative)]
+    #[arg(long, value_name = "POINTS", value_parser = mapf_ledger::plan::values::non_negative)]
     pub power_sd: Option<f64>,
     /// The smallest difference the power line asks to see, in points.
-    #[arg(long, value_name = "POINTS", default_value_t = 5.0, value_parser = crate::cli::values::positive)]
+    #[arg(long, value_name = "POINTS", default_value_t = 5.0, value_parser = mapf_ledger::plan::values::positive)]
     pub power_effect: f64,
     /// An earlier report of this same study (its `study.json`, or the directory holding
     /// it): its finished runs this ledger lacks count in the tables instead of being
@@ -87,23 +86,11 @@ pub struct TaskArgs {
 /// `ledger study-task`: the worker side of an out-of-process study run. Idempotent:
 /// a resubmitted task reopens its worker ledger and resumes the branch.
 pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
-    use mapf_ledger::ledger::bundle::Bundle;
-    let input = crate::cli::ledger_error;
-    let bundle = Bundle::read(&args.bundle).map_err(input)?;
-    if ledger_dir.join("db").is_dir() {
-        // An earlier attempt made the ledger: bring in anything it lacks (nothing, usually).
-        let mut l = crate::cli::open_writer(ledger_dir).map_err(input)?;
-        l.fetch(&bundle, None).map_err(input)?;
-    } else {
-        Ledger::create_from_bundle(ledger_dir, &bundle).map_err(input)?;
-    }
+    let open = crate::cli::open_writer;
+    mapf_ledger::executor::prepare_worker(ledger_dir, &args.bundle, &open)?;
     super::run::run(
         ledger_dir,
-        mapf_ledger::stage::RunOptions {
-            branch: args.branch.clone(),
-            stages: None,
-            engineer: None,
-        },
+        mapf_ledger::stage::RunOptions::to_the_end(args.branch.clone()),
         args.device,
         // A worker warns when the memory check fails but runs: the study was started
         // on purpose, and a refusal here would only show up in a task log.
@@ -176,14 +163,8 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
     let mut report =
         mapf_ledger::views::study::study_report(&mut ledger, &spec.design(), runs, reused, power)?;
     mapf_ledger::views::study::write_study(&mut report, &dir)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("study serialises")
-        );
-    } else {
-        print!("{}", mapf_ledger::views::study::study_markdown(&report));
-        print!("{}", mapf_ledger::views::study::runs_line(&report));
-    }
-    Ok(())
+    crate::cli::say(json, &report, |r| {
+        let markdown = mapf_ledger::views::study::study_markdown(r);
+        markdown + &mapf_ledger::views::study::runs_line(r)
+    })
 }

@@ -606,7 +606,11 @@ impl Ledger {
     /// `ledger fetch SRC`: what the bundle file or ledger directory `src` has and this
     /// ledger lacks ([`Bundle::from_source`]), fetched under `prefix` ([`Ledger::fetch`]).
     /// A source that is neither is [`FetchError::NotASource`].
-    pub fn fetch_from(&mut self, src: &Path, prefix: Option<&str>) -> Result<FetchReport, FetchError> {
+    pub fn fetch_from(
+        &mut self,
+        src: &Path,
+        prefix: Option<&str>,
+    ) -> Result<FetchReport, FetchError> {
         let b = Bundle::from_source(src, self, &crate::record::checkpoint::referenced_blobs)
             .map_err(|e| match e {
                 LedgerError::Store(ledger_store::StoreError::Io { .. })

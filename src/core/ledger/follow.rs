@@ -47,9 +47,7 @@ impl Follower {
     /// first poll; a branch deleted later yields nothing more.
     pub fn poll(&mut self) -> Result<Poll, LedgerError> {
         let writing = Ledger::writer_active(&self.dir);
-        let head = Ledger::current_heads(&self.dir)?
-            .get(&self.branch)
-            .copied();
+        let head = Ledger::current_heads(&self.dir)?.get(&self.branch).copied();
         let mut poll = Poll {
             ledger: None,
             new: Vec::new(),
@@ -85,7 +83,9 @@ impl Follower {
     }
 }
 
-/// What [`follow`] hands its caller, in order.
+/// What [`follow`] hands its caller, in order. (Each is handed once and moved on:
+/// boxing the event would buy nothing.)
+#[allow(clippy::large_enum_variant)]
 pub enum Followed<'a> {
     /// The branch moved to `0`, history that does not continue what was handed before
     /// (its whole history follows).

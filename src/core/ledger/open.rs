@@ -263,7 +263,9 @@ impl Ledger {
             let mut l = ledger(Store::open_writer(dir)?);
             l.projections = match Projections::writer(dir) {
                 Err(LedgerError::Store(ledger_store::StoreError::Damaged {
-                    what, problem, ..
+                    what,
+                    problem,
+                    ..
                 })) if what.contains("projection cache") => {
                     // Derived from the log: set the damaged cache aside (we hold the
                     // writer's lock) and start an empty one, which fills as it is read.

@@ -7,6 +7,7 @@ pub mod lm_config;
 pub mod size;
 pub mod trainer;
 mod validate;
+pub mod values;
 
 use crate::env::config::GeneratorConfig;
 use ledger_store::codec;

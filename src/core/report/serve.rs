@@ -184,7 +184,11 @@ pub fn serve(
     opts: ServeOptions,
     ready: impl FnOnce(SocketAddr),
 ) -> Result<(), ReportError> {
-    // Fail now, naming the directory, rather than serve an error page forever.
+    // Fail now, naming the study file or the directory, rather than serve an error page
+    // forever.
+    if let Some(s) = &opts.study {
+        super::read_study(s)?;
+    }
     Ledger::open_read_only(dir)?;
     let server = tiny_http::Server::http(bind).map_err(|e| ReportError::Output {
         path: PathBuf::from(bind),

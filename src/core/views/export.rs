@@ -355,6 +355,13 @@ pub fn write(
     }
 }
 
+impl EventRecord {
+    /// The record of event `hash` as one JSON line (`ledger log --follow --json`).
+    pub fn json_line(hash: Hash, event: Event, meta: Meta) -> Result<String, serde_json::Error> {
+        Ok(serde_json::to_string(&EventRecord::new(hash, event, meta))? + "\n")
+    }
+}
+
 /// The records of events `hs` with their metadata (`ledger log --json`).
 pub fn event_records(ledger: &Ledger, hs: &[Hash]) -> Result<Vec<EventRecord>, LedgerError> {
     hs.iter()

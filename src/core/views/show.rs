@@ -452,6 +452,24 @@ pub struct ReplayReport {
     pub replay_verified: Option<Vec<String>>,
 }
 
+impl ReplayReport {
+    /// The report of `branch`'s verification: the stages that `matched`, the first
+    /// `mismatch`, and the ids of the `replay_verified` events recorded, if any.
+    pub fn new(
+        branch: &str,
+        matched: Vec<StageReplay>,
+        mismatch: Option<String>,
+        ids: Option<&[Hash]>,
+    ) -> ReplayReport {
+        ReplayReport {
+            branch: branch.to_string(),
+            matched,
+            mismatch,
+            replay_verified: ids.map(|ids| ids.iter().map(|h| h.to_hex()).collect()),
+        }
+    }
+}
+
 /// One row of `ledger engineer list --json`: an LLM engineer registered on a branch.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct EngineerRow {

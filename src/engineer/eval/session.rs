@@ -4,7 +4,7 @@
 //! context, the reference policy's size probes shared by every engineer, and the paired
 //! rows: the [`EvalReport`]. Loading models is the caller's (they load as stages load
 //! them); this module says which model an engineer reads ([`Named::model`]).
-use super::{ledger_contexts, paired, synthetic_for, evaluate, EvalContext, EvalReport, Rules};
+use super::{evaluate, ledger_contexts, paired, synthetic_for, EvalContext, EvalReport, Rules};
 use super::{PROBE_PER_SIZE, PROBE_SAMPLES};
 use crate::engineer::factory::{self, Llms, Policies, Recipe, Scope};
 use crate::engineer::llm::LlmRegistration;
@@ -141,9 +141,12 @@ impl Named<'_> {
         let Some(b) = crate::engineer::builtin(self.name).filter(|b| b.reads_policy) else {
             return Ok(None);
         };
-        let m = self.model.or(default).ok_or_else(|| SessionError::NeedsModel {
-            name: self.name.to_string(),
-        })?;
+        let m = self
+            .model
+            .or(default)
+            .ok_or_else(|| SessionError::NeedsModel {
+                name: self.name.to_string(),
+            })?;
         Ok(Some((m.to_string(), b.lm_only)))
     }
 }
@@ -203,6 +206,39 @@ pub fn build(
     })
 }
 
+/// Engineers with their labels, in the order a run names them.
+pub type Labelled = Vec<(String, Box<dyn Engineer>)>;
+
+/// What makes a model of a name (and whether it must be an `lm` model).
+pub type LoadModel<'a, E> = dyn FnMut(&str, bool) -> Result<Box<dyn Policy>, E> + 'a;
+
+/// Every engineer of `specs` (each `NAME` or `NAME=MODEL`, see [`Named`]), labelled by
+/// its spec: a policy-reading one with the model `load` makes of its own or
+/// `default_model` (and whether it must be an `lm` model), `http` with `endpoint`'s
+/// registration, any other from `sources` ([`build`]). The first error ends it, so a
+/// bad name fails before any engineer runs.
+pub fn build_all<E: From<SessionError>>(
+    specs: &[String],
+    default_model: Option<&str>,
+    endpoint: &HttpEndpoint<'_>,
+    sources: &Sources<'_>,
+    load: &mut LoadModel<'_, E>,
+) -> Result<Labelled, E> {
+    let mut engineers = Vec::new();
+    for spec in specs {
+        let named = Named::parse(spec);
+        let model = match named.model(default_model)? {
+            Some((m, lm_only)) => Some(load(&m, lm_only)?),
+            None => None,
+        };
+        let http = (named.name == "http")
+            .then(|| http_registration(endpoint))
+            .transpose()?;
+        engineers.push((spec.clone(), build(&named, model, http, sources)?));
+    }
+    Ok(engineers)
+}
+
 /// The run's contexts and where they came from: `synthetic` drawn from `seed` under
 /// `rules`, then every recorded decision context of each ledger in `ledgers`. None at
 /// all is [`SessionError::NoContexts`].
@@ -253,7 +289,13 @@ pub fn run(
 ) -> Result<EvalReport, crate::engineer::Unanswered> {
     let root = Seed::root(seed);
     let mut probes: Vec<SizeProbe> = (0..contexts.len())
-        .map(|i| SizeProbe::new(root.child("reference", i as u64), PROBE_PER_SIZE, PROBE_SAMPLES))
+        .map(|i| {
+            SizeProbe::new(
+                root.child("reference", i as u64),
+                PROBE_PER_SIZE,
+                PROBE_SAMPLES,
+            )
+        })
         .collect();
     let mut evals = Vec::new();
     for (label, mut engineer) in engineers {

@@ -27,6 +27,49 @@ pub fn set_aside_warning(a: &SetAside) -> String {
     )
 }
 
+/// What a writer's open says on standard error: each note of derived data it remade,
+/// and the warning of each set-aside with records in it ([`set_aside_warning`]).
+pub fn open_notes(l: &crate::ledger::Ledger) -> Vec<String> {
+    let notes = l.healed().iter().map(|note| format!("note: {note}"));
+    let aside = l.set_aside().iter().filter(|a| a.records > 0);
+    notes.chain(aside.map(set_aside_warning)).collect()
+}
+
+/// `init --plan`: the ledger created at `dir`, the plan file it came from, its genesis.
+pub fn created(dir: &Path, plan: &Path, genesis: &Hash) -> String {
+    format!(
+        "created ledger {} from {} (genesis {})\n",
+        dir.display(),
+        plan.display(),
+        genesis.short()
+    )
+}
+
+/// `branch delete`: the branch that went, where it was, and what removes its events.
+pub fn deleted(name: &str, head: &Hash) -> String {
+    format!(
+        "deleted branch {name} (was at {}); `ledger gc` removes what no branch reaches\n",
+        head.short()
+    )
+}
+
+/// `fork`: the new branch `name`, where it forked and with which engineer, its head.
+pub fn forked(name: &str, from: &str, at: u32, engineer: &str, head: &Hash) -> String {
+    format!(
+        "branch {name} forked from {from} before stage {at} (engineer {engineer}), head {}\n",
+        head.short()
+    )
+}
+
+/// `log --follow`'s warning when the followed branch moved to `head`, history that does
+/// not continue what was printed (the whole history follows).
+pub fn diverged(branch: &str, head: &Hash) -> String {
+    format!(
+        "ledger: branch {branch} moved to {}, which does not continue what was printed",
+        head.short()
+    )
+}
+
 /// One `log` line of event `h`.
 pub fn log_line(h: &Hash, e: &Event) -> String {
     format!(
@@ -177,7 +220,10 @@ pub fn recover(dir: &Path, r: &RecoverReport) -> String {
                 "REFS: the newest record was damaged; restored record {n} of {}",
                 r.refs.records
             ),
-            None => writeln!(out, "REFS: no intact record; branches rebuilt from the packs"),
+            None => writeln!(
+                out,
+                "REFS: no intact record; branches rebuilt from the packs"
+            ),
         };
     } else if !r.refs.damaged_records.is_empty() {
         let _ = writeln!(
@@ -284,7 +330,13 @@ pub fn rebuild(r: &RebuildReport) -> String {
 }
 
 /// `bundle`: the file written, its size and the refs it holds.
-pub fn bundle(out: &Path, events: usize, blobs: usize, bytes: u64, refs: &[(String, Hash)]) -> String {
+pub fn bundle(
+    out: &Path,
+    events: usize,
+    blobs: usize,
+    bytes: u64,
+    refs: &[(String, Hash)],
+) -> String {
     format!(
         "wrote {}: {} events, {} blobs, {:.1} MB ({})\n",
         out.display(),
