@@ -54,11 +54,78 @@ pub enum ExecutorError {
     Io { path: PathBuf, message: String },
     #[error("`{command}` failed: {message}")]
     Command { command: String, message: String },
+    #[error("--sbatch-arg is for --executor slurm (the executor is {0:?})")]
+    SbatchArgs(Executor),
     #[error("{} of {} study tasks did not finish:\n{}", failed.len(), total, failed.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n"))]
     Failed {
         failed: Vec<FailedTask>,
         total: usize,
     },
+}
+
+impl Executor {
+    /// This executor with `sbatch_args`, the sbatch options of every task: only Slurm
+    /// takes them.
+    pub fn with_sbatch_args(self, sbatch_args: Vec<String>) -> Result<Executor, ExecutorError> {
+        match self {
+            Executor::Slurm { .. } => Ok(Executor::Slurm { sbatch_args }),
+            other if !sbatch_args.is_empty() => Err(ExecutorError::SbatchArgs(other)),
+            other => Ok(other),
+        }
+    }
+}
+
+/// Why a study task (`ledger study-task`) did not finish its branch.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    #[error("{0}")]
+    Ledger(#[from] crate::ledger::LedgerError),
+    /// The worker ledger's plan does not read. Its text only, as the task has always
+    /// said it: an input error (exit 2), whatever is inside.
+    #[error("{0}")]
+    Plan(crate::stage::StageError),
+    #[error("{branch} stopped before the plan's last stage (interrupted?); run the task again to resume")]
+    Unfinished { branch: String },
+    #[error("{0}")]
+    Executor(#[from] ExecutorError),
+}
+
+/// The worker ledger at `dir` of a study task, made ready to run: created from the
+/// bundle file at `bundle` the first time, else (an earlier attempt made it) opened as
+/// the writer with `open` and given anything of the bundle it lacks (nothing, usually).
+pub fn prepare_worker(
+    dir: &Path,
+    bundle: &Path,
+    open: &dyn Fn(&Path) -> Result<crate::ledger::Ledger, crate::ledger::LedgerError>,
+) -> Result<(), crate::ledger::LedgerError> {
+    let bundle = crate::ledger::bundle::Bundle::read(bundle)?;
+    if dir.join("db").is_dir() {
+        open(dir)?.fetch(&bundle, None)?;
+    } else {
+        crate::ledger::Ledger::create_from_bundle(dir, &bundle)?;
+    }
+    Ok(())
+}
+
+/// The end of a study task whose run returned: `branch` of the worker ledger at `dir`
+/// must have run the plan's last stage; then `done` beside the ledger gets its head
+/// (what the study waits for). Returns the head.
+pub fn finish_task(dir: &Path, branch: &str) -> Result<crate::ledger::Hash, TaskError> {
+    let l = crate::ledger::Ledger::open_read_only(dir)?;
+    let head = l.head(branch)?;
+    let last = crate::stage::ledger_plan(&l)
+        .map_err(TaskError::Plan)?
+        .engineer
+        .stages;
+    let state = l.state_at(&head)?;
+    if crate::stage::next_stage(&state) <= last {
+        return Err(TaskError::Unfinished {
+            branch: branch.to_string(),
+        });
+    }
+    let done = dir.parent().unwrap_or(Path::new(".")).join("done");
+    std::fs::write(&done, format!("{}\n", head.to_hex())).map_err(io(&done))?;
+    Ok(head)
 }
 
 /// A task that ended without `done`: its branch, why, and the tail of its log.

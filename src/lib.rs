@@ -7,11 +7,14 @@
 //! The workspace's other crates sit below this one and link no libtorch:
 //! - `ledger-core` (`src/core`): events, plans with every config type, the Ledger, the
 //!   read-only views, figures and the report; re-exported here under their own names
-//!   ([`record`], [`plan`], [`ledger`], [`context`], [`figures`], [`views`], [`report`]);
+//!   ([`record`], [`plan`], [`ledger`], [`context`], [`figures`], [`views`], [`report`],
+//!   [`output`]);
 //! - `mapf-testbed` (`src/testbed`): MAPF-FrozenLake and the seed tree ([`env`](mod@env),
 //!   [`seed`]);
 //! - `ledger-store` (`src/store`): how bytes are kept (through [`ledger`]).
-pub use ledger_core::{context, env, figures, ledger, plan, record, report, seed, views};
+pub use ledger_core::{context, env, figures, ledger, output, plan, record, report, seed, views};
+
+pub mod diagnosis;
 
 /// What a signal does to a command (any build).
 pub mod interrupt;

@@ -805,6 +805,36 @@ fn fix_together(sizing: &Sizing, knobs: Knobs, fits_in: impl Fn(u64) -> bool) ->
         .collect()
 }
 
+/// Why `ledger plan check` has no memory plan to show.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckFileError {
+    #[error("{0}")]
+    Plan(#[from] crate::plan::PlanFileError),
+    #[error("--gpu-memory {0}")]
+    GpuMemory(#[source] crate::plan::size::SizeError),
+    /// Its text only, as the command has always said it: an input error.
+    #[error("{0}")]
+    Check(CheckError),
+}
+
+/// `ledger plan check`: the memory plan ([`check`]) of the plan file at `path` on
+/// `device` (None: the plan's), compared with `gpu_memory` (a size such as `80GiB`)
+/// when given.
+pub fn check_file(
+    path: &std::path::Path,
+    device: Option<crate::train::DeviceSpec>,
+    gpu_memory: Option<&str>,
+    model_config: Option<&std::path::Path>,
+) -> Result<MemoryPlan, CheckFileError> {
+    let p = LedgerPlan::read(path)?;
+    let device = device.unwrap_or(p.train.device);
+    let memory = gpu_memory
+        .map(crate::plan::size::parse_size)
+        .transpose()
+        .map_err(CheckFileError::GpuMemory)?;
+    check(&p, device, memory, model_config).map_err(CheckFileError::Check)
+}
+
 /// Build the memory plan of `plan` on `device` (compared with `gpu_memory` if given):
 /// size the run, estimate every phase, and when it does not fit, the fixes.
 pub fn check(

@@ -2,6 +2,34 @@
 //! checked-in copies under schemas/ must equal these (tests/schemas.rs).
 use schemars::schema_for;
 
+/// A schema file that could not be written (or its directory made).
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+pub struct WriteError {
+    pub path: std::path::PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Write every schema ([`all`]) as `NAME.json` into `out` (created if missing), telling
+/// `wrote` each file's path once it is written.
+pub fn write_all(
+    out: &std::path::Path,
+    wrote: &mut dyn FnMut(&std::path::Path),
+) -> Result<(), WriteError> {
+    let failed = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| WriteError { path, source }
+    };
+    std::fs::create_dir_all(out).map_err(failed(out))?;
+    for (name, text) in all() {
+        let path = out.join(format!("{name}.json"));
+        std::fs::write(&path, text).map_err(failed(&path))?;
+        wrote(&path);
+    }
+    Ok(())
+}
+
 /// `(file stem, pretty JSON)` for every schema, in a fixed order.
 pub fn all() -> Vec<(&'static str, String)> {
     let mut out = vec![

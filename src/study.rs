@@ -50,6 +50,9 @@ pub enum StudyError {
     Executor(#[from] crate::executor::ExecutorError),
     #[error("--reuse {path}: {why}")]
     Reuse { path: String, why: String },
+    /// The `--reuse` report does not read (its message names the file read).
+    #[error("--reuse {0}")]
+    ReuseReport(#[source] crate::report::ReportError),
 }
 
 pub use crate::views::study::{StudyDesign, StudyRunRecord};
@@ -160,6 +163,25 @@ pub fn run_study(
             action,
         })
         .collect())
+}
+
+impl StudySpec {
+    /// The finished runs of the earlier report at `path` (`study --reuse`: its
+    /// `study.json` or the directory holding it) that this study takes
+    /// ([`reusable_runs`]); they become [`StudySpec::reuse`].
+    pub fn reuse_report(
+        &mut self,
+        ledger: &Ledger,
+        path: &std::path::Path,
+    ) -> Result<Vec<crate::views::study::StudyRun>, StudyError> {
+        let report = crate::report::read_study(path).map_err(StudyError::ReuseReport)?;
+        let reused = reusable_runs(ledger, self, report, path)?;
+        self.reuse = reused
+            .iter()
+            .map(|r| (r.engineer.clone(), r.replicate))
+            .collect();
+        Ok(reused)
+    }
 }
 
 /// The finished runs of `prior`, an earlier report (`study.json`) of this same study,

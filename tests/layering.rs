@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// `ledger-core`'s top-level modules, bottom to top. A module may use the ones before it.
 const CORE_LAYERS: &[&str] = &[
+    "output",  // output files named on the command line: checked first, written whole
     "plan",    // plan files and every config type in them, the trainer's too
     "record",  // events, the trainer's records, checkpoint headers, projections
     "ledger",  // the Ledger: open, facts, references, projections, verify, gc, bundles, recover
@@ -35,6 +36,7 @@ const APP_LAYERS: &[&str] = &[
     "study",      // counterfactual studies
     "plan_check", // a plan's memory and budgets before it runs
     "schemas",    // every JSON Schema
+    "diagnosis",  // what an error's source chain says: damaged? which remedy?
     "cli",        // the `ledger` binary's commands (declared by main.rs only)
 ];
 

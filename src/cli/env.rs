@@ -4,15 +4,14 @@
 //! Exit codes: 0 success; 1 when the thing checked fails (`check`: the plan is invalid;
 //! `solve`: the instance is unsolvable or the budget ran out); 2 bad input, with a
 //! message naming the file, line or field.
-use super::{CliError, CliResult};
+use super::{print_json, say, CliError, CliResult};
 use clap::{Subcommand, ValueEnum};
 use mapf_ledger::env::{
-    self, files, generator, movingai, suite, text, verdict, Budget, CostMetric, GeneratorConfig,
-    Instance,
+    self, files, generator, suite, text, verdict, Budget, CostMetric, GeneratorConfig,
 };
 use mapf_ledger::seed::Seed;
 use mapf_ledger::views::testbed::{CheckReport, SolveReport, SuiteReport};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::values::{count_arg, max_size_arg, per_cell_arg};
 
@@ -195,24 +194,24 @@ pub fn run(cmd: EnvCommand) -> CliResult {
     match cmd {
         EnvCommand::Generate(a) => {
             let cfg = match &a.config {
-                Some(path) => read_json::<GeneratorConfig>(path)?,
+                Some(path) => files::read_json::<GeneratorConfig>(path)?,
                 None => GeneratorConfig::uniform(a.agents, [a.size], a.holes, a.wait),
             };
             cfg.validate()
                 .map_err(|e| CliError::input(format!("generator config out of range: {e}")))?;
             let items = generator::generate(&cfg, a.count, Seed::root(a.seed), Budget::default())
                 .map_err(|e| CliError::input(e.to_string()))?;
-            say(a.json, &items, || view::generated(&items));
+            say(a.json, &items, |items| view::generated(items))?;
         }
         EnvCommand::Solve(a) => {
-            let inst = read_instance(&a.file, a.index)?;
+            let inst = files::read_instance(&a.file, a.index)?;
             let budget = Budget {
                 max_nodes: a.max_nodes,
                 max_millis: a.timeout_ms,
             };
             let sol = env::solve(&inst, budget);
             if a.json {
-                print_json(&SolveReport::of(&sol));
+                print_json(&SolveReport::of(&sol))?;
             }
             let sol = sol.map_err(|e| CliError::check(format!("{}: {e}", a.file.display())))?;
             if !a.json {
@@ -220,11 +219,10 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             }
         }
         EnvCommand::Check(a) => {
-            let inst = read_instance(&a.instance, a.index)?;
-            let parsed = files::plan(&read_text(&a.plan)?, &inst)
-                .map_err(|e| CliError::input(format!("{}: {e}", a.plan.display())))?;
+            let inst = files::read_instance(&a.instance, a.index)?;
+            let parsed = files::read_plan(&a.plan, &inst)?;
             let v = verdict::check(&inst, &parsed, a.metric.into());
-            say(a.json, &CheckReport::of(&v), || view::verdict(&v));
+            say(a.json, &CheckReport::of(&v), |_| view::verdict(&v))?;
             if !v.outcome.valid {
                 let what = format!("{}: plan is invalid", a.plan.display());
                 return Err(CliError::check(what));
@@ -232,7 +230,7 @@ pub fn run(cmd: EnvCommand) -> CliResult {
         }
         EnvCommand::Suite(a) => {
             if let Some(o) = &a.out {
-                super::check_output_file("--out", o)?;
+                mapf_ledger::output::check_file("--out", o)?;
             }
             let spec = suite::SuiteSpec {
                 name: a.name,
@@ -244,21 +242,15 @@ pub fn run(cmd: EnvCommand) -> CliResult {
             let s = suite::build(&spec, Budget::default())
                 .map_err(|e| CliError::input(e.to_string()))?;
             if let Some(path) = &a.out {
-                let text = serde_json::to_string(&s).expect("suite serializes");
-                std::fs::write(path, text)
-                    .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
+                files::write_json(path, &s)?;
             }
             let scores = a.baseline.then(|| verdict::baseline_table(&s));
             let report = SuiteReport::of(&s, scores.as_ref());
-            say(a.json, &report, || view::suite(&s, scores.as_ref()));
+            say(a.json, &report, |_| view::suite(&s, scores.as_ref()))?;
         }
         EnvCommand::ImportMovingai(a) => {
-            let (map, scen) = (&a.map, &a.scen);
-            let (map_text, scen_text) = (read_text(map)?, read_text(scen)?);
-            let (map_name, scen_name) = (map.display().to_string(), scen.display().to_string());
-            let inst = movingai::import(&map_name, &map_text, &scen_name, &scen_text, a.agents)
-                .map_err(|e| CliError::input(e.to_string()))?;
-            say(a.json, &inst, || text::render_prompt(&inst));
+            let inst = files::import_movingai(&a.map, &a.scen, a.agents)?;
+            say(a.json, &inst, text::render_prompt)?;
         }
         EnvCommand::Throughput(a) => {
             let cfg = GeneratorConfig::uniform(a.agents, [a.size], a.holes, 0.0);
@@ -266,37 +258,12 @@ pub fn run(cmd: EnvCommand) -> CliResult {
                 .map_err(|e| CliError::input(format!("throughput config out of range: {e}")))?;
             let r = env::batch::measure_throughput(&cfg, a.batch, a.steps, a.parallel)
                 .map_err(|e| CliError::input(e.to_string()))?;
-            say(a.json, &r, || view::throughput(&r, a.holes, a.parallel));
+            say(a.json, &r, |r| view::throughput(r, a.holes, a.parallel))?;
         }
-        EnvCommand::Prompt(a) => print!("{}", a.format.task_text(&read_instance(&a.instance, a.index)?)),
+        EnvCommand::Prompt(a) => {
+            let inst = files::read_instance(&a.instance, a.index)?;
+            print!("{}", a.format.task_text(&inst))
+        }
     }
     Ok(())
-}
-
-/// Print `value` as JSON (`json`), else the text `render` makes of it.
-fn say<T: serde::Serialize>(json: bool, value: &T, render: impl FnOnce() -> String) {
-    if json {
-        print_json(value);
-    } else {
-        print!("{}", render());
-    }
-}
-
-fn read_text(path: &Path) -> Result<String, CliError> {
-    std::fs::read_to_string(path).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
-}
-
-/// The instance of an instance file (see [`files::instance`]).
-fn read_instance(path: &Path, index: Option<usize>) -> Result<Instance, CliError> {
-    files::instance(&read_text(path)?, index)
-        .map_err(|e| CliError::input(format!("{}: {e}", path.display())))
-}
-
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CliError> {
-    let text = read_text(path)?;
-    serde_json::from_str(&text).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
-}
-
-fn print_json<T: serde::Serialize>(v: &T) {
-    println!("{}", serde_json::to_string_pretty(v).expect("serializable"));
 }

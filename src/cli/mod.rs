@@ -53,45 +53,6 @@ impl std::fmt::Display for CliError {
 
 pub type CliResult = Result<(), CliError>;
 
-/// Check, before any work, that an output file can be written where `flag` says: its
-/// directory exists and it is not a directory itself (exit 2 naming both otherwise), so
-/// a long command never computes everything and then fails on its last line.
-pub fn check_output_file(flag: &str, path: &std::path::Path) -> CliResult {
-    if path.is_dir() {
-        return Err(CliError::input(format!(
-            "{flag} {}: is a directory (give a file name)",
-            path.display()
-        )));
-    }
-    // Outputs are written to a temporary file renamed over the target: over a device
-    // or a pipe (`/dev/null` as root) that would replace the special file itself.
-    if let Ok(m) = std::fs::metadata(path) {
-        if !m.is_file() {
-            return Err(CliError::input(format!(
-                "{flag} {}: not a regular file (outputs are written whole and renamed into place)",
-                path.display()
-            )));
-        }
-    }
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    match std::fs::metadata(parent) {
-        Ok(m) if m.is_dir() && !m.permissions().readonly() => Ok(()),
-        Ok(m) if m.is_dir() => Err(CliError::input(format!(
-            "{flag} {}: directory {} is not writable",
-            path.display(),
-            parent.display()
-        ))),
-        _ => Err(CliError::input(format!(
-            "{flag} {}: directory {} does not exist",
-            path.display(),
-            parent.display()
-        ))),
-    }
-}
-
 /// The one mapping from library errors to the contract's exit codes: an error that
 /// means the ledger is damaged (a record, blob, ref file or projection cache failed its
 /// check, or a replay found recorded bytes altered) is a failed check, exit 1; anything
@@ -99,13 +60,14 @@ pub fn check_output_file(flag: &str, path: &std::path::Path) -> CliResult {
 ///
 /// Every library error takes this path: the message is the error and its causes, each
 /// once ([`Chain`]), and the code and repair hint come from the ledger and store errors
-/// found in its `source()` chain (library errors keep them as sources, never as text).
+/// found in its `source()` chain ([`diagnose`]).
 ///
 /// [`Chain`]: mapf_ledger::ledger::Chain
+/// [`diagnose`]: mapf_ledger::diagnosis::diagnose
 impl<E: std::error::Error + 'static> From<E> for CliError {
     fn from(e: E) -> CliError {
-        let diagnosis = Diagnosis::of(&e);
-        let message = format!("{}{}", mapf_ledger::ledger::Chain(&e), diagnosis.hint);
+        let diagnosis = mapf_ledger::diagnosis::diagnose(&e);
+        let message = format!("{}{}", mapf_ledger::ledger::Chain(&e), hint(&diagnosis));
         if diagnosis.damaged {
             CliError::check(message)
         } else {
@@ -114,61 +76,20 @@ impl<E: std::error::Error + 'static> From<E> for CliError {
     }
 }
 
-/// What the ledger and store errors in an error's `source()` chain say about it.
-pub struct Diagnosis {
-    /// The ledger is damaged (exit 1).
-    pub damaged: bool,
-    /// The `ledger` command that helps, as a suffix of the message ("" if none).
-    pub hint: &'static str,
-}
-
-impl Diagnosis {
-    pub fn of(e: &(dyn std::error::Error + 'static)) -> Diagnosis {
-        use ledger_store::StoreError as S;
-        use mapf_ledger::ledger::LedgerError as L;
-        let mut d = Diagnosis {
-            damaged: false,
-            hint: "",
-        };
-        for cause in std::iter::successors(Some(e), |e| e.source()) {
-            if let Some(s) = cause.downcast_ref::<S>() {
-                d.damaged |= matches!(
-                    s,
-                    S::Corrupt { .. } | S::Damaged { .. } | S::MissingBlob { .. }
-                );
-                if d.hint.is_empty() {
-                    d.hint = hint(s);
-                }
-            } else if let Some(l) = cause.downcast_ref::<L>() {
-                d.damaged |= matches!(l, L::Corrupt { .. } | L::Decode { .. });
-            } else {
-                d.damaged |= train::altered(cause);
-            }
-        }
-        d
-    }
-}
-
-/// The command that helps with a store error, for the errors whose remedy is a
-/// `ledger` command. The store names the repair as a type ([`Repair`]); saying which
-/// command performs it is the CLI's job.
+/// The command that helps with an error, as a suffix of its message ("" if none): the
+/// library names the remedy as a type ([`Remedy`]); saying which command performs it is
+/// the CLI's job.
 ///
-/// [`Repair`]: mapf_ledger::ledger::Repair
-fn hint(e: &ledger_store::StoreError) -> &'static str {
-    use ledger_store::StoreError as S;
+/// [`Remedy`]: mapf_ledger::diagnosis::Remedy
+fn hint(d: &mapf_ledger::diagnosis::Diagnosis) -> &'static str {
+    use mapf_ledger::diagnosis::Remedy;
     use mapf_ledger::ledger::Repair;
-    match e {
-        S::Damaged {
-            repair: Repair::Recover,
-            ..
-        } => "; `ledger recover` restores the newest intact snapshot and finds the branch tips after it",
-        S::Damaged {
-            repair: Repair::Rebuild,
-            ..
-        } => " (derived data: `ledger rebuild` remakes it)",
-        S::NotALedger { .. } => " (create one with `ledger init --plan FILE`)",
-        S::Full { .. } => "; nothing recorded was lost (the ledger keeps everything up to its last durable point, and a write that did not finish is set aside or removed): free space and run the same command again, which resumes from there",
-        _ => "",
+    match d.remedy {
+        Some(Remedy::Repair(Repair::Recover)) => "; `ledger recover` restores the newest intact snapshot and finds the branch tips after it",
+        Some(Remedy::Repair(Repair::Rebuild)) => " (derived data: `ledger rebuild` remakes it)",
+        Some(Remedy::CreateLedger) => " (create one with `ledger init --plan FILE`)",
+        Some(Remedy::FreeSpace) => "; nothing recorded was lost (the ledger keeps everything up to its last durable point, and a write that did not finish is set aside or removed): free space and run the same command again, which resumes from there",
+        None => "",
     }
 }
 
@@ -185,15 +106,14 @@ pub fn open_writer(
 /// The warning of a writer's open that set records aside (see [`open_writer`]), and
 /// its note of derived data it remade.
 pub fn warn_set_aside(l: &mapf_ledger::ledger::Ledger) {
-    for note in l.healed() {
-        eprintln!("note: {note}");
-    }
-    for a in l.set_aside().iter().filter(|a| a.records > 0) {
-        eprintln!("{}", mapf_ledger::views::text::ledger::set_aside_warning(a));
+    for line in mapf_ledger::views::text::ledger::open_notes(l) {
+        eprintln!("{line}");
     }
 }
 
-/// A ledger error as a command's error (see [`Diagnosis`]).
+/// A ledger error as a command's error (see [`diagnose`]).
+///
+/// [`diagnose`]: mapf_ledger::diagnosis::diagnose
 pub fn ledger_error(e: mapf_ledger::ledger::LedgerError) -> CliError {
     e.into()
 }
@@ -302,6 +222,42 @@ pub struct AuditArgs {
     pub json: bool,
 }
 
+/// An error writing a command's output. A closed pipe (`ledger cat BLOB | head`) is the
+/// reader leaving, not a failure: the command ends quietly with status 0 (see
+/// [`Stdout`]), whichever writer met it.
+pub fn out_err(e: std::io::Error) -> CliError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    CliError::input(format!("writing output: {e}"))
+}
+
+/// `v` as pretty JSON, and a newline, to standard output.
+pub fn print_json(v: &impl serde::Serialize) -> CliResult {
+    let s = serde_json::to_string_pretty(v).map_err(|e| CliError::input(e.to_string()))?;
+    println!("{s}");
+    Ok(())
+}
+
+/// Write `bytes` to standard output (see [`out_err`]).
+pub fn write_out(bytes: &[u8]) -> CliResult {
+    use std::io::Write;
+    let mut w = stdout();
+    w.write_all(bytes).and_then(|_| w.flush()).map_err(out_err)
+}
+
+/// `value` as JSON, or as the text `render` makes of it, to standard output.
+pub fn say<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    render: impl FnOnce(&T) -> String,
+) -> CliResult {
+    match json {
+        true => print_json(value),
+        false => write_out(render(value).as_bytes()),
+    }
+}
+
 /// Standard output for commands that stream: when the reading end goes away
 /// (`ledger export | head`), the command ends quietly with status 0, as `git log` and
 /// `rg` do (read commands have nothing to finish or undo).
@@ -388,24 +344,17 @@ fn empty_ledger_variable(e: &clap::Error) -> Option<String> {
 }
 
 fn compare(dir: &std::path::Path, a: CompareArgs) -> CliResult {
-    let (branches, json, plot, decisions) = (&a.branches, a.json, a.plot.as_deref(), a.decisions);
+    use mapf_ledger::views::compare::{check_plot, compare_dir, plot_compare};
+    let (json, plot) = (a.json, a.plot.as_deref());
     if let Some(p) = plot {
-        mapf_ledger::figures::format_of(p)?;
-        check_output_file("--plot", p)?;
+        check_plot(p)?;
     }
-    let mut ledger = mapf_ledger::ledger::Ledger::open_read_only(dir)?;
-    let summaries = mapf_ledger::views::compare::compare(&mut ledger, branches)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&summaries).expect("serialises")
-        );
-    } else {
-        let text = mapf_ledger::views::text::compare::compare(&summaries, decisions);
-        print!("{text}");
-    }
+    let summaries = compare_dir(dir, &a.branches)?;
+    say(json, &summaries, |s| {
+        mapf_ledger::views::text::compare::compare(s, a.decisions)
+    })?;
     if let Some(p) = plot {
-        mapf_ledger::views::compare::plot_compare(p, &summaries)?;
+        plot_compare(p, &summaries)?;
         if !json {
             println!("wrote {}", p.display());
         }

@@ -1,8 +1,6 @@
 //! `ledger report`: the experiment as one self-contained HTML page with its figures;
 //! `ledger serve`: the same page, live.
-use super::{CliError, CliResult};
-use mapf_ledger::ledger::Ledger;
-use mapf_ledger::report::ReportError;
+use super::CliResult;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -19,43 +17,12 @@ pub struct ReportArgs {
     pub out: PathBuf,
 }
 
-fn err(e: ReportError) -> CliError {
-    e.into()
-}
-
 pub fn run(dir: &Path, args: ReportArgs) -> CliResult {
-    let ledger = Ledger::open_read_only(dir).map_err(|e| err(e.into()))?;
-    let study = match &args.study {
-        Some(d) => Some(mapf_ledger::report::read_study(d).map_err(err)?),
-        None => None,
-    };
-    let branches = if args.branches.is_empty() {
-        mapf_ledger::report::default_branches(&ledger).map_err(|e| err(e.into()))?
-    } else {
-        args.branches.clone()
-    };
-    let report = mapf_ledger::report::gather(&ledger, &dir.display().to_string(), &branches, study)
-        .map_err(err)?;
-    let written = mapf_ledger::report::write(&report, &args.out).map_err(err)?;
-    let decisions: usize = report
-        .branches
-        .iter()
-        .map(|b| b.audit.decisions.len())
-        .sum();
-    println!(
-        "wrote {} ({} branch{}, {} decision{}{}) and {} figures under {}",
-        written[0].display(),
-        report.branches.len(),
-        if report.branches.len() == 1 { "" } else { "es" },
-        decisions,
-        if decisions == 1 { "" } else { "s" },
-        if report.study.is_some() {
-            ", study"
-        } else {
-            ""
-        },
-        written.len() - 1,
-        args.out.join("figures").display()
+    let study = args.study.as_deref();
+    let (report, written) = mapf_ledger::report::report_dir(dir, &args.branches, study, &args.out)?;
+    print!(
+        "{}",
+        mapf_ledger::report::written_line(&report, &written, &args.out)
     );
     Ok(())
 }
@@ -65,7 +32,7 @@ pub struct ServeArgs {
     /// Address to listen on, HOST:PORT or ADDR:PORT (port 0: any free port, printed).
     /// Another host than localhost (127.0.0.1 / ::1) shows the ledger to the network.
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8473",
-          value_parser = crate::cli::values::bind_addr)]
+          value_parser = mapf_ledger::report::serve::bind_addr)]
     pub bind: std::net::SocketAddr,
     /// Branches to show, in this order (repeatable; default: every branch except study
     /// runs, including branches created while serving).
@@ -78,15 +45,12 @@ pub struct ServeArgs {
 
 pub fn serve(dir: &Path, args: ServeArgs) -> CliResult {
     let addr = args.bind;
-    if let Some(s) = &args.study {
-        mapf_ledger::report::read_study(s).map_err(err)?;
-    }
     let opts = mapf_ledger::report::serve::ServeOptions {
         ledger_arg: dir.display().to_string(),
         branches: args.branches,
         study: args.study,
     };
-    mapf_ledger::report::serve::serve(dir, &addr.to_string(), opts, |at| {
+    let ready = |at: std::net::SocketAddr| {
         if !at.ip().is_loopback() {
             eprintln!(
                 "ledger: serving on {at}, which other machines can reach: the ledger's contents are visible to them"
@@ -98,6 +62,7 @@ pub fn serve(dir: &Path, args: ServeArgs) -> CliResult {
         );
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-    })
-    .map_err(err)
+    };
+    let addr = addr.to_string();
+    Ok(mapf_ledger::report::serve::serve(dir, &addr, opts, ready)?)
 }

@@ -1,10 +1,11 @@
 //! Ledger store commands: init, log, show, branches, verify, export, rebuild. Thin over
 //! `mapf_ledger::ledger`; every read command takes `--json`.
-use super::{CliError, CliResult};
+use super::{out_err, print_json, say, write_out, CliError, CliResult};
 use clap::{Subcommand, ValueEnum};
-use mapf_ledger::ledger::follow::Follower;
-use mapf_ledger::ledger::{Chain, Ledger, LedgerError, RebuildReport, Resolved};
+use mapf_ledger::ledger::{follow, Ledger};
 use mapf_ledger::views::export::{self, EventRecord, Format};
+use mapf_ledger::views::text::samples as view_samples;
+use mapf_ledger::views::{samples, tensorboard, timing};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -177,38 +178,7 @@ pub enum ExportWhat {
     Outcomes,
 }
 
-use super::ledger_error as err;
 use mapf_ledger::views::text::ledger as view;
-
-/// An error writing a command's output. A closed pipe (`ledger cat BLOB | head`) is the
-/// reader leaving, not a failure: the command ends quietly with status 0 (see
-/// [`super::Stdout`]), whichever writer met it.
-fn out_err(e: std::io::Error) -> CliError {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        std::process::exit(0);
-    }
-    CliError::input(format!("writing output: {e}"))
-}
-
-fn print_json(v: &impl serde::Serialize) -> CliResult {
-    let s = serde_json::to_string_pretty(v).map_err(|e| CliError::input(e.to_string()))?;
-    println!("{s}");
-    Ok(())
-}
-
-/// Write `bytes` to standard output (see [`out_err`]).
-fn write_out(bytes: &[u8]) -> CliResult {
-    let mut w = super::stdout();
-    w.write_all(bytes).and_then(|_| w.flush()).map_err(out_err)
-}
-
-/// `value` as JSON, or as the text `render` makes of it, to standard output.
-fn say<T: serde::Serialize>(json: bool, value: &T, render: impl FnOnce(&T) -> String) -> CliResult {
-    match json {
-        true => print_json(value),
-        false => write_out(render(value).as_bytes()),
-    }
-}
 
 pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
     match cmd {
@@ -232,9 +202,9 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             json,
         } => log(ledger, &branch, limit, json),
         StoreCommand::Cat { blob } => {
-            let l = Ledger::open_read_only(ledger).map_err(err)?;
-            let h = l.blob_by_prefix(&blob).map_err(err)?;
-            write_out(&l.blob(&h).map_err(err)?)
+            let l = Ledger::open_read_only(ledger)?;
+            let h = l.blob_by_prefix(&blob)?;
+            write_out(&l.blob(&h)?)
         }
         StoreCommand::Show {
             reference,
@@ -243,24 +213,34 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             kind,
             suite,
             ..
-        } => show_samples(ledger, &reference, json, n as usize, kind, suite.as_deref()),
+        } => {
+            let l = Ledger::open_read_only(ledger)?;
+            let suite = suite.as_deref();
+            let s = samples::samples_of(&l, &reference, n as usize, kind, suite)?;
+            say(json, &s, |s| {
+                view_samples::render(&s.branch, s.stage, suite, s)
+            })
+        }
         StoreCommand::Show {
             reference,
             json,
             timing: true,
             ..
-        } => show_timing(ledger, &reference, json),
+        } => {
+            let l = Ledger::open_read_only(ledger)?;
+            say(json, &timing::timing_of(&l, &reference)?, timing::render)
+        }
         StoreCommand::Show {
             reference, json, ..
         } => show(ledger, &reference, json),
         StoreCommand::Branches { json } => {
-            let mut l = Ledger::open_read_only(ledger).map_err(err)?;
-            let rows = mapf_ledger::views::branches::branches(&mut l).map_err(err)?;
+            let mut l = Ledger::open_read_only(ledger)?;
+            let rows = mapf_ledger::views::branches::branches(&mut l)?;
             say(json, &rows, |r| view::branches(r))
         }
         StoreCommand::Verify { json, strict } => verify(ledger, json, strict),
         StoreCommand::Recover { json } => {
-            let r = mapf_ledger::ledger::recover::recover(ledger).map_err(err)?;
+            let r = mapf_ledger::ledger::recover::recover(ledger)?;
             say(json, &r, |r| view::recover(ledger, r))
         }
         StoreCommand::Export {
@@ -270,56 +250,28 @@ pub fn run(cmd: StoreCommand, ledger: &Path) -> CliResult {
             out,
         } => export(ledger, format, what, branch, out),
         StoreCommand::Gc { json } => {
-            let mut l = super::open_writer(ledger).map_err(err)?;
-            let r = l
-                .gc(&mapf_ledger::record::checkpoint::referenced_blobs)
-                .map_err(err)?;
+            let mut l = super::open_writer(ledger)?;
+            let r = l.gc(&mapf_ledger::record::checkpoint::referenced_blobs)?;
             say(json, &r, view::gc)
         }
         StoreCommand::Branch(BranchCommand::Delete { name }) => {
-            let mut l = super::open_writer(ledger).map_err(err)?;
-            let head = l.head(&name).map_err(err)?;
-            l.delete_branch(&name).map_err(err)?;
-            println!(
-                "deleted branch {name} (was at {}); `ledger gc` removes what no branch reaches",
-                head.short()
-            );
+            let mut l = super::open_writer(ledger)?;
+            let head = l.head(&name)?;
+            l.delete_branch(&name)?;
+            print!("{}", view::deleted(&name, &head));
             Ok(())
         }
         StoreCommand::Rebuild { json } => {
-            let mut l = Ledger::open_for_rebuild(ledger).map_err(err)?;
+            let mut l = Ledger::open_for_rebuild(ledger)?;
             super::warn_set_aside(&l);
-            // Everything derived is remade: the index from the packs (a saved one can be
-            // wrong with right checksums), then the projections.
-            let index_seconds = l.reindex().map_err(err)?;
-            let r = RebuildReport {
-                index_seconds,
-                ..l.rebuild().map_err(err)?
-            };
-            say(json, &r, view::rebuild)
+            say(json, &l.rebuild_all()?, view::rebuild)
         }
     }
 }
 
 fn init(plan: &Path, ledger: &Path) -> CliResult {
-    let bytes =
-        std::fs::read(plan).map_err(|e| CliError::input(format!("{}: {e}", plan.display())))?;
-    // A model directory `run` could not find is refused now, not at the first stage.
-    if let Ok(p) = mapf_ledger::plan::LedgerPlan::parse(&bytes) {
-        p.lm.check_hf_dir()
-            .map_err(|e| CliError::input(format!("{}: {}", plan.display(), Chain(&e))))?;
-    }
-    let l = Ledger::create(ledger, &bytes).map_err(|e| match e {
-        LedgerError::Plan(p) => CliError::input(format!("{}: {p}", plan.display())),
-        e => err(e),
-    })?;
-    let head = l.head("main").map_err(err)?;
-    println!(
-        "created ledger {} from {} (genesis {})",
-        ledger.display(),
-        plan.display(),
-        head.short()
-    );
+    let l = Ledger::create_from_plan_file(ledger, plan)?;
+    print!("{}", view::created(ledger, plan, &l.head("main")?));
     Ok(())
 }
 
@@ -338,9 +290,9 @@ fn export(
         ExportFormat::Csv => Format::Csv,
     };
     if let Some(o) = &out {
-        super::check_output_file("--out", o)?;
+        mapf_ledger::output::check_file("--out", o)?;
     }
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
+    let l = Ledger::open_read_only(ledger)?;
     let what = match what.unwrap_or(ExportWhat::Events) {
         ExportWhat::Events => export::What::Events,
         ExportWhat::Metrics => export::What::Metrics,
@@ -350,42 +302,23 @@ fn export(
         ExportWhat::Paired => export::What::Paired,
         ExportWhat::Outcomes => export::What::Outcomes,
     };
-    let write = |w: &mut dyn Write| match what {
-        export::What::Events => export::export(&l, branch.as_deref(), fmt, w),
-        t => export::export_table(&l, branch.as_deref(), t, fmt, w),
-    };
     let mut w: Box<dyn Write> = match out {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(&p)
-                .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?,
-        )),
+        Some(p) => Box::new(mapf_ledger::output::create(&p)?),
         None => Box::new(super::stdout()),
     };
-    write(&mut w).map_err(err)?;
+    export::write(&l, branch.as_deref(), what, fmt, &mut w)?;
     w.flush().map_err(out_err)
 }
 
 fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let head = l.head_of(branch).map_err(err)?;
-    let mut hs = l.ancestry(&head).map_err(err)?;
-    if let Some(n) = limit {
-        hs.truncate(n);
-    }
+    let l = Ledger::open_read_only(ledger)?;
+    let hs = l.newest_first(branch, limit)?;
     if json {
-        let recs = hs
-            .iter()
-            .map(|h| {
-                l.event_with_meta(h)
-                    .map(|(event, meta)| EventRecord::new(*h, event, meta))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(err)?;
-        return print_json(&recs);
+        return print_json(&export::event_records(&l, &hs)?);
     }
     let mut w = super::stdout();
     for h in hs {
-        let e = l.event(&h).map_err(err)?;
+        let e = l.event(&h)?;
         w.write_all(view::log_line(&h, &e).as_bytes())
             .map_err(out_err)?;
     }
@@ -393,84 +326,34 @@ fn log(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResu
 }
 
 /// `log --follow`: the branch's history oldest first (the last `limit` events), then
-/// every event committed after it (see [`Follower`]).
+/// every event committed after it (see [`follow::follow`]).
 fn follow(ledger: &Path, branch: &str, limit: Option<usize>, json: bool) -> CliResult {
-    // Only a branch moves: a stage or an event reference has nothing to follow.
-    if mapf_ledger::ledger::refs::validate_branch(branch).is_err() {
-        return Err(CliError::input(format!(
-            "--follow {branch}: follows a branch by name (BRANCH, not BRANCH@stageN or a hash)"
-        )));
-    }
+    use follow::Followed;
     let mut w = super::stdout();
-    let mut follower = Follower::new(ledger, branch, limit);
-    loop {
-        let poll = follower.poll().map_err(err)?;
-        if let Some(head) = poll.diverged {
-            eprintln!(
-                "ledger: branch {branch} moved to {}, which does not continue what was printed",
-                head.short()
-            );
-        }
-        if let Some(l) = &poll.ledger {
-            for h in &poll.new {
-                let (e, m) = l.event_with_meta(h).map_err(err)?;
+    follow::follow(ledger, branch, limit, |f| -> CliResult {
+        match f {
+            Followed::Diverged(head) => eprintln!("{}", view::diverged(branch, &head)),
+            Followed::Event(h, e, m) => {
                 let line = match json {
-                    true => {
-                        serde_json::to_string(&EventRecord::new(*h, e, m))
-                            .map_err(|e| CliError::input(e.to_string()))?
-                            + "\n"
-                    }
+                    true => EventRecord::json_line(*h, e, m)?,
                     false => view::log_line(h, &e),
                 };
                 w.write_all(line.as_bytes()).map_err(out_err)?;
             }
-            w.flush().map_err(out_err)?;
+            Followed::Polled => w.flush().map_err(out_err)?,
         }
-        if !poll.writing {
-            return Ok(());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+        Ok(())
+    })
 }
 
 fn show(ledger: &Path, reference: &str, json: bool) -> CliResult {
-    let mut l = Ledger::open_read_only(ledger).map_err(err)?;
-    match l.resolve(reference).map_err(err)? {
-        Resolved::Event(h) => {
-            let (event, meta) = l.event_with_meta(&h).map_err(err)?;
-            let rec = EventRecord::new(h, event, meta);
-            if json {
-                return print_json(&rec);
-            }
-            print!(
-                "{}",
-                view::event(&rec).map_err(|e| CliError::input(e.to_string()))?
-            );
-            Ok(())
-        }
-        Resolved::Branch { name, head } => {
-            let s = l.projection(&name).map_err(err)?;
-            if json {
-                return print_json(&mapf_ledger::views::show::BranchShow::new(name, head, &s));
-            }
-            print!("{}", view::branch(&name, &head, &s));
-            Ok(())
-        }
-        Resolved::Stage { branch, stage } => {
-            let s = l.projection(&branch).map_err(err)?;
-            let st = s.stage(stage).ok_or_else(|| {
-                CliError::input(format!(
-                    "branch `{branch}` has no stage {stage} (it has {})",
-                    s.stages.len()
-                ))
-            })?;
-            if json {
-                return print_json(&mapf_ledger::views::show::StageShow::new(branch, st));
-            }
-            print!("{}", mapf_ledger::views::show::render_stage(&branch, st));
-            Ok(())
-        }
+    let mut l = Ledger::open_read_only(ledger)?;
+    let shown = mapf_ledger::views::show::show(&mut l, reference)?;
+    match json {
+        true => println!("{}", shown.to_json()?),
+        false => print!("{}", view::shown(&shown)?),
     }
+    Ok(())
 }
 
 fn export_tensorboard(
@@ -479,117 +362,22 @@ fn export_tensorboard(
     what: Option<ExportWhat>,
     out: Option<PathBuf>,
 ) -> CliResult {
-    if let Some(w) = what {
-        return Err(CliError::input(format!(
-            "--what {} does not apply to --format tensorboard, which writes every scalar \
-             (training steps and evaluations); leave --what out",
-            w.to_possible_value()
-                .map(|v| v.get_name().to_string())
-                .unwrap_or_default()
-        )));
-    }
-    let Some(dir) = out else {
-        return Err(CliError::input(
-            "--format tensorboard writes a directory of runs: name it with --out DIR".to_string(),
-        ));
-    };
-    if dir.exists() && !dir.is_dir() {
-        return Err(CliError::input(format!(
-            "--out {}: not a directory (TensorBoard runs are written as directories under it)",
-            dir.display()
-        )));
-    }
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let runs = mapf_ledger::views::tensorboard::export(&l, branch, &dir).map_err(err)?;
-    let scalars: usize = runs.iter().map(|r| r.scalars).sum();
-    println!(
-        "wrote {} run{} ({scalars} scalars) under {}; view with: tensorboard --logdir {}",
-        runs.len(),
-        if runs.len() == 1 { "" } else { "s" },
-        dir.display(),
-        dir.display()
-    );
+    let name = |w: ExportWhat| w.to_possible_value().map(|v| v.get_name().to_string());
+    let dir = tensorboard::out_dir(what.map(|w| name(w).unwrap_or_default()), out.as_deref())?;
+    let l = Ledger::open_read_only(ledger)?;
+    let runs = tensorboard::export(&l, branch, dir)?;
+    print!("{}", view::tensorboard(&runs, dir));
     Ok(())
 }
 
-/// The stage `reference` names, for an option (`--timing`, `--samples`) that shows one.
-fn stage_of(l: &Ledger, reference: &str, shows: &str) -> Result<(String, u32), CliError> {
-    match l.resolve(reference).map_err(err)? {
-        Resolved::Stage { branch, stage } => Ok((branch, stage)),
-        _ => Err(CliError::input(format!(
-            "{shows}: name a stage, as in {}@stage1 (got {reference:?})",
-            reference.split('@').next().unwrap_or("main")
-        ))),
-    }
-}
-
-fn show_timing(ledger: &Path, reference: &str, json: bool) -> CliResult {
-    use mapf_ledger::views::timing::{render, stage_timing, TimingError};
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let (branch, stage) = stage_of(&l, reference, "--timing shows one stage's phases")?;
-    let r = match stage_timing(&l, &branch, stage) {
-        Ok(r) => r,
-        Err(TimingError::Ledger(e)) => return Err(err(e)),
-        Err(e) => return Err(CliError::input(e.to_string())),
-    };
-    say(json, &r, render)
-}
-
-fn show_samples(
-    ledger: &Path,
-    reference: &str,
-    json: bool,
-    n: usize,
-    kind: Option<mapf_ledger::views::samples::KindFilter>,
-    suite: Option<&str>,
-) -> CliResult {
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let (branch, stage) = stage_of(&l, reference, "--samples shows one stage's sampled plans")?;
-    let head = l.head_of(&branch).map_err(err)?;
-    let s = mapf_ledger::views::samples::samples(&l, &branch, &head, stage, n, kind, suite)
-        .map_err(err)?;
-    say(json, &s, |s| {
-        mapf_ledger::views::text::samples::render(&branch, stage, suite, s)
-    })
-}
-
-/// Below this many free bytes, `verify` says the filesystem is (nearly) full.
-const LOW_SPACE: u64 = 64 << 20;
-
 fn verify(ledger: &Path, json: bool, strict: bool) -> CliResult {
-    let l = Ledger::open_read_only(ledger).map_err(err)?;
-    let mut r = l.verify(&mapf_ledger::record::checkpoint::referenced_blobs);
-    drop(l);
-    // The writer's projection cache, when no writer is using it: derived data, so a
-    // damaged one is a warning (the next writer's open remakes it), never damage.
-    if let Some(ps) = Ledger::check_projection_cache(ledger).map_err(err)? {
-        r.warnings
-            .extend(ps.into_iter().map(|p| mapf_ledger::ledger::Problem {
-                problem: format!(
-                    "{} (derived data: the next writer's open sets it aside and remakes it)",
-                    p.problem
-                ),
-                what: p.what,
-            }));
-    }
-    // A full disk is not damage: a write that ran out of space leaves its uncommitted
-    // tail or nothing, which the checks above tell from damaged history.
-    if let Some(free) = mapf_ledger::ledger::free_space(ledger) {
-        if free < LOW_SPACE {
-            r.warnings.push(mapf_ledger::ledger::Problem {
-                what: format!("the filesystem holding {}", ledger.display()),
-                problem: format!(
-                    "{free} bytes free: a write that ran out of space there recorded nothing it could not finish (free space, then run the command again); only BAD lines, if any, are damage"
-                ),
-            });
-        }
-    }
+    let r = mapf_ledger::ledger::verify::verify_dir(ledger)?;
     if json {
         print_json(&r)?;
     } else {
         print!("{}", view::verify(ledger, &r));
     }
-    match r.first().or(r.warnings.first().filter(|_| strict)) {
+    match r.failure(strict) {
         None => Ok(()),
         Some(p) => Err(CliError::check(format!(
             "verify failed for ledger {}: {p} (`ledger recover` repairs damaged packs, blobs and REFS; `ledger rebuild` remakes the index and projections)",

@@ -1,9 +1,9 @@
 //! Moving history between ledgers: `ledger bundle` writes refs and everything they reach
 //! into one file; `ledger fetch` copies missing objects in from a bundle or another
 //! ledger directory; `ledger init --from-bundle` starts a worker ledger from a bundle.
-use super::{CliError, CliResult};
-use mapf_ledger::ledger::bundle::{Bundle, FetchReport};
-use mapf_ledger::ledger::{Ledger, LedgerError};
+use super::CliResult;
+use mapf_ledger::ledger::bundle::{self, Bundle};
+use mapf_ledger::ledger::Ledger;
 use mapf_ledger::views::text::ledger as view;
 use std::path::{Path, PathBuf};
 
@@ -30,69 +30,28 @@ pub struct FetchArgs {
     pub json: bool,
 }
 
-use super::ledger_error as err;
-
 pub fn bundle(dir: &Path, args: BundleArgs) -> CliResult {
-    super::check_output_file("--out", &args.out)?;
-    let l = Ledger::open_read_only(dir).map_err(err)?;
-    let refs = l.refs_named(&args.branches).map_err(err)?;
-    let b = Bundle::collect(
-        &l,
-        &refs,
-        &|_| false,
-        &|_| false,
-        &mapf_ledger::record::checkpoint::referenced_blobs,
-    )
-    .map_err(err)?;
-    let bytes = b.write(&args.out).map_err(err)?;
-    let (events, blobs) = (b.events.len(), b.blobs.len());
-    print!("{}", view::bundle(&args.out, events, blobs, bytes, &refs));
-    Ok(())
-}
-
-fn say(r: &FetchReport, json: bool, what: &str) -> CliResult {
-    if json {
-        println!("{}", serde_json::to_string_pretty(r).expect("serialises"));
-    } else {
-        print!("{}", view::fetch(r, what));
-    }
+    mapf_ledger::output::check_file("--out", &args.out)?;
+    let l = Ledger::open_read_only(dir)?;
+    let w = l.write_bundle(&args.branches, &args.out)?;
+    print!(
+        "{}",
+        view::bundle(&args.out, w.events, w.blobs, w.bytes, &w.refs)
+    );
     Ok(())
 }
 
 pub fn fetch(dir: &Path, args: FetchArgs) -> CliResult {
-    if let Some(p) = &args.prefix {
-        if !p.ends_with('/') {
-            return Err(CliError::input(format!(
-                "--prefix {p}: a namespace ends with `/` (e.g. `{p}/`)"
-            )));
-        }
-    }
-    let mut l = super::open_writer(dir).map_err(err)?;
-    let b = Bundle::from_source(
-        &args.source,
-        &l,
-        &mapf_ledger::record::checkpoint::referenced_blobs,
-    )
-    .map_err(|e| match e {
-        LedgerError::Store(ledger_store::StoreError::Io { .. })
-        | LedgerError::Store(ledger_store::StoreError::NotALedger { .. }) => {
-            CliError::input(format!(
-                "{}: not a bundle file or ledger directory ({e})",
-                args.source.display()
-            ))
-        }
-        e => err(e),
-    })?;
-    let r = l.fetch(&b, args.prefix.as_deref()).map_err(err)?;
-    say(&r, args.json, &format!("fetched {}", args.source.display()))
+    bundle::check_prefix(args.prefix.as_deref())?;
+    let mut l = super::open_writer(dir)?;
+    let r = l.fetch_from(&args.source, args.prefix.as_deref())?;
+    let what = format!("fetched {}", args.source.display());
+    super::say(args.json, &r, |r| view::fetch(r, &what))
 }
 
 pub fn init_from_bundle(dir: &Path, file: &Path) -> CliResult {
-    let b = Bundle::read(file).map_err(err)?;
-    let (_, r) = Ledger::create_from_bundle(dir, &b).map_err(err)?;
-    say(
-        &r,
-        false,
-        &format!("created ledger {} from {}", dir.display(), file.display()),
-    )
+    let b = Bundle::read(file)?;
+    let (_, r) = Ledger::create_from_bundle(dir, &b)?;
+    let what = format!("created ledger {} from {}", dir.display(), file.display());
+    super::say(false, &r, |r| view::fetch(r, &what))
 }

@@ -7,6 +7,8 @@
 //! every config type in them, the trainer's too) -> [`ledger`] (the Ledger: facts,
 //! branches, verify, gc, bundles, recover) -> [`context`] (the five context modules every
 //! engineer reads) -> [`figures`] -> [`views`] (what read commands show) -> [`report`].
+//! Beside them at the bottom, [`output`]: output files named on the command line,
+//! checked before work and written whole.
 //!
 //! Below it sit `mapf-testbed` (re-exported as [`env`](mod@env) and [`seed`]) and
 //! `ledger-store` (re-exported through [`ledger`]). The application crate above it adds
@@ -15,6 +17,7 @@ pub mod context;
 pub use mapf_testbed as env;
 pub mod figures;
 pub mod ledger;
+pub mod output;
 pub mod plan;
 pub mod record;
 pub mod report;

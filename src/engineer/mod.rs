@@ -211,6 +211,17 @@ pub fn builtin_names() -> String {
         .join(", ")
 }
 
+/// The built-in engineers that only an `lm` plan can run (`lm_only`), or the others,
+/// comma-separated in the registry's order (for an `--engineer` option's help).
+pub fn builtin_names_where(lm_only: bool) -> String {
+    BUILTINS
+        .iter()
+        .filter(|b| b.lm_only == lm_only)
+        .map(|b| b.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Names that cannot be registered for LLM engineers: the built-ins and `warmup` (the
 /// name stage 0 records).
 pub fn reserved(name: &str) -> bool {

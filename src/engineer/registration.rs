@@ -26,6 +26,19 @@ pub enum RegistrationError {
     NoContext,
     #[error("not a tokenizer.json ({0})")]
     Tokenizer(String),
+    #[error("--tokenizer {}: {source}", path.display())]
+    TokenizerFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file [`NewLlm::read_tokenizer`] read is not a tokenizer.json ([`Self::Tokenizer`]).
+    #[error("--tokenizer {}: {source}", path.display())]
+    TokenizerAt {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<RegistrationError>,
+    },
     #[error("engineer {name:?} is already registered on branch {branch}")]
     Registered { name: String, branch: String },
     #[error("{0}")]
@@ -61,6 +74,23 @@ impl NewLlm {
         if self.max_context == Some(0) {
             return Err(RegistrationError::NoContext);
         }
+        Ok(())
+    }
+}
+
+impl NewLlm {
+    /// Take the tokenizer.json at `path` (`engineer add --tokenizer`), checked to load
+    /// ([`check_tokenizer`]).
+    pub fn read_tokenizer(&mut self, path: &std::path::Path) -> Result<(), RegistrationError> {
+        let bytes = std::fs::read(path).map_err(|source| RegistrationError::TokenizerFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        check_tokenizer(&bytes).map_err(|e| RegistrationError::TokenizerAt {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })?;
+        self.tokenizer = Some(bytes);
         Ok(())
     }
 }

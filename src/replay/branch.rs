@@ -4,7 +4,7 @@
 //! text.
 use super::setup::{setup_note, RecordedSetup};
 use super::{check_branch, completed_stages, verify_stage, Counterfactual, ReplayError};
-use crate::ledger::LedgerError;
+use crate::ledger::{Hash, LedgerError};
 use crate::record::event::{EvalCell, Evaluation};
 use crate::stage::{Pipeline, Progress};
 use crate::views::replay::StageReplay;
@@ -79,6 +79,22 @@ pub fn verify_branch(
         matched,
         mismatch: None,
     })
+}
+
+/// The last line of a verification that matched (as text): the `replay_verified` events
+/// recorded on `branch` (`ids`), or that nothing was and where the branch stays.
+pub fn recorded_line(ledger: &crate::ledger::Ledger, branch: &str, ids: Option<&[Hash]>) -> String {
+    match ids {
+        Some(ids) => format!(
+            "recorded {} replay-verified event(s) on {branch}; head {}\n",
+            ids.len(),
+            ids.last().map(|h| h.short()).unwrap_or_default()
+        ),
+        None => format!(
+            "nothing recorded: {branch} stays at {} (--record appends a replay-verified event per stage)\n",
+            ledger.head(branch).map(|h| h.short()).unwrap_or_default()
+        ),
+    }
 }
 
 /// The counterfactual `c` of stage `n` of `branch` as text: the recorded stage's

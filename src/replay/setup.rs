@@ -5,7 +5,105 @@
 //! differ with no fault in the record).
 use crate::ledger::{Ledger, LedgerError};
 use crate::plan::PlanError;
+use crate::stage::{Pipeline, StageError};
 use crate::train::{kernels, DeviceSpec};
+
+/// What `ledger replay` was asked that does not go together.
+#[derive(Debug, thiserror::Error)]
+pub enum AskedError {
+    #[error("`--keep` needs `--engineer`")]
+    KeepWithoutEngineer,
+    #[error(
+        "`--verify` and `--engineer` exclude each other (a counterfactual is not a verification)"
+    )]
+    VerifyAndEngineer,
+    #[error("`--stage 0`: the warm-up has no engineer; a counterfactual needs N >= 1")]
+    WarmupCounterfactual,
+    #[error("`--engineer` needs `--stage N`")]
+    NoStage,
+}
+
+/// Check a replay's request before any work: a kept fork (`keep`) needs another
+/// engineer, and a counterfactual (`engineer`) is not a verification (`verify`).
+pub fn check_asked(keep: bool, engineer: bool, verify: bool) -> Result<(), AskedError> {
+    if keep && !engineer {
+        Err(AskedError::KeepWithoutEngineer)
+    } else if engineer && verify {
+        Err(AskedError::VerifyAndEngineer)
+    } else {
+        Ok(())
+    }
+}
+
+/// The stage a counterfactual re-runs: `--stage N`, N >= 1 (the warm-up has no engineer).
+pub fn counterfactual_stage(stage: Option<u32>) -> Result<u32, AskedError> {
+    match stage {
+        Some(n) if n >= 1 => Ok(n),
+        Some(_) => Err(AskedError::WarmupCounterfactual),
+        None => Err(AskedError::NoStage),
+    }
+}
+
+/// Why a replay's pipeline could not be set up ([`pipeline`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The device the replayed stages recorded does not read.
+    #[error("recorded device {0}")]
+    RecordedDevice(#[source] PlanError),
+    /// The ledger's plan (for its device) does not read. Its text only, as `replay` has
+    /// always said it: an input error (exit 2).
+    #[error("{0}")]
+    Plan(Box<StageError>),
+    /// The pipeline did not open on the device; `recorded`: the device taken from the
+    /// record, when no `--device` was given. Its text only, an input error.
+    #[error("{error}{}", recorded.map(|d| format!(" (the stages to replay were recorded on {d}: replay them where they ran, or give --device to recompute them here, where hashes may differ)")).unwrap_or_default())]
+    Pipeline {
+        error: Box<StageError>,
+        recorded: Option<DeviceSpec>,
+    },
+}
+
+/// The pipeline a replay of `stage` (None: every completed stage) recomputes in, on
+/// `given` (`--device`); without it a verification (not `counterfactual`) recomputes
+/// where the stages ran ([`recorded_device`]), and otherwise on the plan's device.
+pub fn pipeline<'a>(
+    ledger: &'a mut Ledger,
+    given: Option<DeviceSpec>,
+    counterfactual: bool,
+    recorded: &[RecordedSetup],
+    stage: Option<u32>,
+) -> Result<Pipeline<'a>, SetupError> {
+    // A verification recomputes where the stages ran: bf16 on a GPU and f32 on the CPU
+    // round differently, so a CUDA run replayed on the plan's CPU would "mismatch".
+    let chosen = match (given, counterfactual) {
+        (Some(d), _) => Some(d),
+        (None, false) => recorded_device(recorded).map_err(SetupError::RecordedDevice)?,
+        (None, true) => None,
+    };
+    let device = match chosen {
+        Some(d) => d,
+        None => {
+            crate::stage::ledger_plan(ledger)
+                .map_err(|e| SetupError::Plan(Box::new(e)))?
+                .train
+                .device
+        }
+    };
+    // Replaying the warm-up recomputes the evaluation suites it recorded. A later stage
+    // reads them back as recorded input, as the run that recorded it did (and like its
+    // starting checkpoint): their blobs are content-addressed and `verify` rehashes
+    // them. Solving them again cost a 12 s demo stage 6 s of its replay.
+    let replays_warmup = stage.is_none_or(|n| n == 0);
+    let pipeline = if !counterfactual && replays_warmup {
+        Pipeline::regenerating_suites(ledger, device)
+    } else {
+        Pipeline::new(ledger, device)
+    };
+    pipeline.map_err(|error| SetupError::Pipeline {
+        error: Box::new(error),
+        recorded: chosen.filter(|_| given.is_none()),
+    })
+}
 
 /// Where a stage to replay ran, from the metadata of its `StageStarted`.
 pub struct RecordedSetup {

@@ -80,6 +80,46 @@ pub fn load_language_model(
     })
 }
 
+/// A policy that `model` names, on `device`: a language model ([`load_language_model`])
+/// when `lm_only` or when `model` is an HF directory, else any checkpoint reference of
+/// the ledger at `dir` ([`load_checkpoint`]), which loads on the CPU.
+pub fn load_policy(
+    dir: &Path,
+    model: &str,
+    lm_only: bool,
+    device: tch::Device,
+) -> Result<Box<dyn crate::train::policy::Policy>, StageError> {
+    if lm_only || Path::new(model).join("config.json").exists() {
+        Ok(Box::new(load_language_model(dir, model, device)?))
+    } else {
+        Ok(load_checkpoint(dir, model)?.policy)
+    }
+}
+
+/// The model `ledger eval` scores: a language model from a directory (its MAPF prompt
+/// format `prompt` when given), or any checkpoint reference of the ledger at `dir`,
+/// which keeps the format it recorded ([`StageError::PromptOfCheckpoint`] if `prompt`
+/// is given).
+pub fn load_scored_model(
+    dir: &Path,
+    model: &str,
+    prompt: Option<PromptStyle>,
+    device: tch::Device,
+) -> Result<Box<dyn crate::train::policy::Policy>, StageError> {
+    let p = Path::new(model);
+    if p.join("config.json").exists() || p.is_dir() {
+        let mut lm = load_language_model(dir, model, device)?;
+        if let Some(style) = prompt {
+            lm.arch.prompt = style;
+        }
+        return Ok(Box::new(lm));
+    }
+    if prompt.is_some() {
+        return Err(StageError::PromptOfCheckpoint);
+    }
+    Ok(load_model_checkpoint(dir, model)?.policy)
+}
+
 /// How a model name that is not a directory reads as a path (in
 /// [`StageError::NotAModel`]): a file of that name, or nothing at all.
 pub(super) fn not_a_directory(model: &str, exists: bool) -> String {

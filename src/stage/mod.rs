@@ -54,7 +54,9 @@ pub use base::warmup_data;
 pub use corpus::{engineer_corpus, engineer_examples, engineer_pairs, pretraining_corpus};
 pub use decision::decision_event;
 use end::{durable_checkpoint, finish_stage};
-pub use load::{load_checkpoint, load_language_model, load_model_checkpoint};
+pub use load::{
+    load_checkpoint, load_language_model, load_model_checkpoint, load_policy, load_scored_model,
+};
 pub use setup::{ledger_plan, ledger_suites, stage_seed, suite_spec, suites, warmup_config};
 
 /// What can stop a run. An error another module raised stays this one's `source()` (the
@@ -149,6 +151,9 @@ pub enum StageError {
     /// A checkpoint named as a language model that holds another kind of policy.
     #[error("{model}: a {kind} checkpoint, not a language model")]
     NotLm { model: String, kind: &'static str },
+    /// A prompt format given for a checkpoint, which uses the one it recorded.
+    #[error("--prompt applies to HF directories; a checkpoint uses its recorded format")]
+    PromptOfCheckpoint,
 }
 
 /// How a branch's recorded history disagrees with what recomputing a stage needs from it.
@@ -203,6 +208,18 @@ pub struct RunOptions {
     /// (None: the branch's engineer, see [`Pipeline::branch_engineer`]). `ledger run
     /// --engineer` records its choice first with [`Pipeline::choose_engineer`].
     pub engineer: Option<EngineerSpec>,
+}
+
+impl RunOptions {
+    /// `branch` to the plan's last stage with the branch's engineer (`ledger resume`, a
+    /// study task).
+    pub fn to_the_end(branch: String) -> RunOptions {
+        RunOptions {
+            branch,
+            stages: None,
+            engineer: None,
+        }
+    }
 }
 
 /// How a run ended.

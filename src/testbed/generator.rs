@@ -19,6 +19,9 @@ use serde::{Deserialize, Serialize};
 /// Attempts per instance before generation gives up with a clear error.
 pub const MAX_ATTEMPTS: usize = 4000;
 
+/// Most instances one `env generate` draws (each is solved optimally).
+pub const MAX_COUNT: usize = 1_000_000;
+
 /// An instance with its reference optima and one optimal plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Solved {

@@ -19,6 +19,9 @@ use rand::Rng as _;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+/// Most instances per suite cell (`env suite`, as `eval --per-cell`).
+pub const MAX_PER_CELL: usize = 100_000;
+
 /// Context string for suite hashes.
 const SUITE_CONTEXT: &str = "mapf-ledger 2026 suite v1";
 

@@ -42,3 +42,126 @@ pub fn export_hf(lm: &LmPolicy, dir: &Path) -> Result<Vec<(&'static str, String)
         })
         .collect()
 }
+
+/// Why `ledger export-checkpoint` wrote nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointExportError {
+    #[error(
+        "{reference}: a {kind} checkpoint; --hf needs an lm policy (use --out FILE.safetensors)"
+    )]
+    NotLm {
+        reference: String,
+        kind: &'static str,
+    },
+    /// The HF directory could not be written. Its text only, as the command has always
+    /// said it: an input error.
+    #[error("{0}")]
+    Hf(ExportError),
+    #[error("{}: {error}", path.display())]
+    Safetensors { path: PathBuf, error: tch::TchError },
+}
+
+/// What `ledger export-checkpoint` wrote: an HF directory ([`export_hf`]) or a
+/// safetensors file of the trained parameters.
+pub enum Exported {
+    Hf {
+        dir: PathBuf,
+        files: Vec<(&'static str, String)>,
+        parameters: i64,
+        lora: bool,
+        step: u64,
+    },
+    Safetensors {
+        file: PathBuf,
+        kind: &'static str,
+        param_hash: crate::record::Hash,
+        step: u64,
+    },
+}
+
+/// Where `ledger export-checkpoint` writes.
+pub enum ExportTo<'a> {
+    /// An HF model directory (`--hf DIR`).
+    Hf(&'a Path),
+    /// A safetensors file of the trained parameters (`--out FILE`).
+    Safetensors(&'a Path),
+}
+
+/// Write checkpoint `state` (of reference `reference`) where `to` says: an HF directory
+/// (an `lm` policy only, LoRA merged) or a safetensors file.
+pub fn export_checkpoint(
+    state: &super::TrainState,
+    reference: &str,
+    to: ExportTo<'_>,
+) -> Result<Exported, CheckpointExportError> {
+    let step = state.global_step;
+    let out = match to {
+        ExportTo::Safetensors(out) => out,
+        ExportTo::Hf(dir) => {
+            let lm = state
+                .policy
+                .as_lm()
+                .ok_or_else(|| CheckpointExportError::NotLm {
+                    reference: reference.to_string(),
+                    kind: state.policy.kind(),
+                })?;
+            let files = export_hf(lm, dir).map_err(CheckpointExportError::Hf)?;
+            return Ok(Exported::Hf {
+                dir: dir.to_path_buf(),
+                files,
+                parameters: lm.model.cfg.parameter_count(),
+                lora: lm.model.lora.is_some(),
+                step,
+            });
+        }
+    };
+    let vars = state.policy.vars();
+    super::checkpoint::export_safetensors(vars, out).map_err(|error| {
+        CheckpointExportError::Safetensors {
+            path: out.to_path_buf(),
+            error,
+        }
+    })?;
+    Ok(Exported::Safetensors {
+        file: out.to_path_buf(),
+        kind: state.policy.kind(),
+        param_hash: super::checkpoint::param_hash(vars),
+        step,
+    })
+}
+
+impl Exported {
+    /// What the command prints: the directory or file, its parameters and step, and for
+    /// a directory the blake3 hash of every file.
+    pub fn describe(&self) -> String {
+        match self {
+            Exported::Hf {
+                dir,
+                files,
+                parameters,
+                lora,
+                step,
+            } => {
+                let mut s = format!(
+                    "wrote {} (config.json, model.safetensors, tokenizer.json; {parameters} parameters{}, step {step})\n",
+                    dir.display(),
+                    if *lora { ", LoRA merged" } else { "" },
+                );
+                for (name, hash) in files {
+                    s.push_str(&format!("blake3 {hash}  {name}\n"));
+                }
+                s
+            }
+            Exported::Safetensors {
+                file,
+                kind,
+                param_hash,
+                step,
+            } => format!(
+                "wrote {} ({kind} policy, parameter hash {}, step {step})\n",
+                file.display(),
+                param_hash.short()
+            ),
+        }
+    }
+}

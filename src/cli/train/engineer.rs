@@ -6,7 +6,6 @@
 //! time and never stored), the tokenizer.json (as a blob) and the context window.
 use crate::cli::{CliError, CliResult};
 use clap::Subcommand;
-use mapf_ledger::engineer::llm;
 use mapf_ledger::engineer::text::TextRevision;
 use mapf_ledger::ledger::Ledger;
 use mapf_ledger::views::text::engineers as view;
@@ -53,9 +52,8 @@ pub enum EngineerCommand {
     },
 }
 
-use crate::cli::ledger_error as err;
-use mapf_ledger::engineer::eval::session::{self, Named, Progress, Sources};
-use mapf_ledger::engineer::registration::{self, NewLlm, RegistrationError};
+use mapf_ledger::engineer::eval::session::{self, Progress, Sources};
+use mapf_ledger::engineer::registration::{self, NewLlm};
 
 pub fn run(cmd: EngineerCommand, ledger: &Path) -> CliResult {
     match cmd {
@@ -79,17 +77,10 @@ pub fn run(cmd: EngineerCommand, ledger: &Path) -> CliResult {
             add(ledger, &branch, llm, tokenizer.as_deref())
         }
         EngineerCommand::List { branch, json } => {
-            let l = Ledger::open_read_only(ledger).map_err(err)?;
-            let rows = registration::registered(&l, &branch).map_err(err)?;
-            if json {
-                let s = serde_json::to_string_pretty(&rows)
-                    .map_err(|e| CliError::input(e.to_string()))?;
-                println!("{s}");
-            } else {
-                let builtins = mapf_ledger::engineer::builtin_names();
-                print!("{}", view::list(&branch, &rows, &builtins));
-            }
-            Ok(())
+            let l = Ledger::open_read_only(ledger)?;
+            let rows = registration::registered(&l, &branch)?;
+            let builtins = mapf_ledger::engineer::builtin_names();
+            crate::cli::say(json, &rows, |rows| view::list(&branch, rows, &builtins))
         }
         EngineerCommand::Eval(args) => eval(ledger, args),
     }
@@ -97,24 +88,15 @@ pub fn run(cmd: EngineerCommand, ledger: &Path) -> CliResult {
 
 /// Register `llm` on `branch`, with the tokenizer.json at `tokenizer`.
 fn add(dir: &Path, branch: &str, mut llm: NewLlm, tokenizer: Option<&Path>) -> CliResult {
-    let input = |e: RegistrationError| CliError::input(e.to_string());
-    llm.check().map_err(input)?;
+    llm.check()?;
     if let Some(p) = tokenizer {
-        let bytes = std::fs::read(p)
-            .map_err(|e| CliError::input(format!("--tokenizer {}: {e}", p.display())))?;
-        registration::check_tokenizer(&bytes)
-            .map_err(|e| CliError::input(format!("--tokenizer {}: {e}", p.display())))?;
-        llm.tokenizer = Some(bytes);
+        llm.read_tokenizer(p)?;
     }
-    let mut ledger = crate::cli::open_writer(dir).map_err(err)?;
+    let mut ledger = crate::cli::open_writer(dir)?;
     let plan =
         mapf_ledger::stage::ledger_plan(&ledger).map_err(|e| CliError::input(e.to_string()))?;
     let name = llm.name.clone();
-    let id = registration::register(&mut ledger, branch, llm, &plan.engineer.context)
-        .map_err(|e| match e {
-            RegistrationError::Ledger(e) => err(e),
-            e => input(e),
-        })?;
+    let id = registration::register(&mut ledger, branch, llm, &plan.engineer.context)?;
     println!("registered engineer {name} on {branch} ({})", id.to_hex());
     Ok(())
 }
@@ -182,79 +164,13 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
-/// The plan whose [lm] and [engineer] settings the model and LLM engineers use
-/// (`--plan`, else the defaults).
-fn eval_plan(args: &EvalArgs) -> Result<(mapf_ledger::train::lm::LmSpec, TextRevision), CliError> {
-    let Some(p) = &args.plan else {
-        // The defaults: a plan's [lm] and [engineer] when it sets none (revision 1).
-        let revision = mapf_ledger::plan::EngineerPlan::default().revision;
-        let text = TextRevision::of(revision).map_err(|e| CliError::input(e.to_string()))?;
-        return Ok((Default::default(), text));
-    };
-    let bytes = std::fs::read(p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-    let plan = mapf_ledger::plan::LedgerPlan::parse(&bytes)
-        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-    let text = TextRevision::of_plan(&plan)
-        .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
-    Ok((plan.lm, text))
-}
-
-/// A model of `--model`, `--reference` or `NAME=MODEL`: an `lm` model when `lm_only` or
-/// an HF directory, else any checkpoint reference.
-fn load_policy(
-    dir: &Path,
-    args: &EvalArgs,
-    model: &str,
-    lm_only: bool,
-) -> Result<Box<dyn mapf_ledger::train::policy::Policy>, CliError> {
-    let device =
-        mapf_ledger::train::open_device(args.device).map_err(|e| CliError::input(e.to_string()))?;
-    if lm_only || Path::new(model).join("config.json").exists() {
-        Ok(Box::new(super::lm::load(dir, model, device)?))
-    } else {
-        Ok(super::checkpoint::load_ref(dir, model)?.policy)
-    }
-}
-
-/// The `http` engineer's registration, from --url, --served-model, --api-key-env,
-/// --tokenizer and --max-context.
-fn http_registration(args: &EvalArgs) -> Result<llm::LlmRegistration, CliError> {
-    let (Some(url), Some(served)) = (&args.url, &args.served_model) else {
-        return Err(CliError::input(
-            "--engineer http: needs --url URL and --served-model NAME".to_string(),
-        ));
-    };
-    let tokenizer = match &args.tokenizer {
-        Some(p) => {
-            Some(std::fs::read(p).map_err(|e| CliError::input(format!("{}: {e}", p.display())))?)
-        }
-        None => None,
-    };
-    let reg = llm::LlmRegistration {
-        name: "http".into(),
-        url: url.clone(),
-        model: served.clone(),
-        api_key_env: args.api_key_env.clone(),
-        tokenizer,
-        max_context: args.max_context,
-        context_modules: vec![],
-    };
-    llm::TokenCounter::for_registration(&reg).map_err(|e| CliError::input(e.to_string()))?;
-    Ok(reg)
-}
-
 fn eval(dir: &Path, args: EvalArgs) -> CliResult {
     use indicatif::ProgressBar;
     use mapf_ledger::stage::progress::counter;
     let (contexts, sources) =
-        session::contexts(args.rules, args.seed, args.contexts, &args.from_ledger).map_err(err)?;
-    if contexts.is_empty() {
-        return Err(CliError::input(
-            "no contexts: --contexts 0 and no --from-ledger with decisions".to_string(),
-        ));
-    }
+        session::contexts(args.rules, args.seed, args.contexts, &args.from_ledger)?;
     // Build every engineer before running any, so a bad name fails at once.
-    let (lm, text) = eval_plan(&args)?;
+    let (lm, text) = session::eval_plan(args.plan.as_deref())?;
     let seed = mapf_ledger::seed::Seed::root(args.seed);
     let sources_of = Sources {
         text,
@@ -262,22 +178,31 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
         seed,
         registry: dir,
     };
-    let mut engineers = Vec::new();
-    for spec in &args.engineers {
-        let named = Named::parse(spec);
-        let model = match named.model(args.model.as_deref()).map_err(|e| CliError::input(e.to_string()))? {
-            Some((m, lm_only)) => Some(load_policy(dir, &args, &m, lm_only)?),
-            None => None,
-        };
-        let http = (named.name == "http").then(|| http_registration(&args)).transpose()?;
-        let engineer = session::build(&named, model, http, &sources_of).map_err(|e| match e {
-            session::SessionError::Registry(e) => err(e),
-            e => CliError::input(e.to_string()),
-        })?;
-        engineers.push((spec.clone(), engineer));
-    }
+    // A model of `--model`, `--reference` or `NAME=MODEL`, on --device.
+    let mut load = |model: &str, lm_only| -> Result<_, CliError> {
+        let device = mapf_ledger::train::open_device(args.device)
+            .map_err(|e| CliError::input(e.to_string()))?;
+        Ok(mapf_ledger::stage::load_policy(
+            dir, model, lm_only, device,
+        )?)
+    };
+    let endpoint = session::HttpEndpoint {
+        url: args.url.as_deref(),
+        served_model: args.served_model.as_deref(),
+        api_key_env: args.api_key_env.as_deref(),
+        tokenizer: args.tokenizer.as_deref(),
+        max_context: args.max_context,
+    };
+    let default_model = args.model.as_deref();
+    let engineers = session::build_all(
+        &args.engineers,
+        default_model,
+        &endpoint,
+        &sources_of,
+        &mut load,
+    )?;
     let reference = match &args.reference {
-        Some(m) => Some(load_policy(dir, &args, m, false)?),
+        Some(m) => Some(load(m, false)?),
         None => None,
     };
     let mut bar: Option<ProgressBar> = None;
@@ -299,14 +224,7 @@ fn eval(dir: &Path, args: EvalArgs) -> CliResult {
     )
     // Silence is not a score: an engineer that never answered fails the command.
     .map_err(|u| CliError::check(format!("{u}; no engineer eval was written")))?;
-    if args.json {
-        let s =
-            serde_json::to_string_pretty(&report).map_err(|e| CliError::input(e.to_string()))?;
-        println!("{s}");
-    } else {
-        print!("{}", mapf_ledger::engineer::eval::render(&report));
-    }
-    Ok(())
+    crate::cli::say(args.json, &report, mapf_ledger::engineer::eval::render)
 }
 
 /// The help of `engineer eval --engineer`: the registry's built-ins

@@ -5,11 +5,10 @@
 use crate::cli::{CliError, CliResult};
 use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
-use mapf_ledger::stage::progress::counter;
 use mapf_ledger::env::suite::{self, SuiteName};
 use mapf_ledger::env::CostMetric;
+use mapf_ledger::stage::progress::counter;
 use mapf_ledger::train::lm::PromptStyle;
-use mapf_ledger::train::policy::Policy;
 use std::path::Path;
 
 /// Which of the paper's suites `ledger eval` scores.
@@ -73,25 +72,6 @@ pub struct EvalArgs {
     pub items: Option<std::path::PathBuf>,
 }
 
-fn load(dir: &Path, args: &EvalArgs) -> Result<Box<dyn Policy>, CliError> {
-    let device =
-        mapf_ledger::train::open_device(args.device).map_err(|e| CliError::input(e.to_string()))?;
-    let p = Path::new(&args.model);
-    if p.join("config.json").exists() || p.is_dir() {
-        let mut lm = super::lm::load(dir, &args.model, device)?;
-        if let Some(style) = args.prompt {
-            lm.arch.prompt = style;
-        }
-        return Ok(Box::new(lm));
-    }
-    if args.prompt.is_some() {
-        return Err(CliError::input(
-            "--prompt applies to HF directories; a checkpoint uses its recorded format",
-        ));
-    }
-    Ok(mapf_ledger::stage::load_model_checkpoint(dir, &args.model)?.policy)
-}
-
 pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
     use mapf_ledger::train::scorecard::{self, Progress, Suites};
     let names: Vec<SuiteName> = match args.suite {
@@ -102,15 +82,12 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
     suite::check_wait_ratios(&args.wait_ratios, Some(args.per_cell))
         .map_err(|m| CliError::input(format!("--wait-ratios: {m}")))?;
     if let Some(path) = &args.items {
-        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
-        if parent.is_some_and(|p| !p.is_dir()) || path.is_dir() {
-            return Err(CliError::input(format!(
-                "--items {}: expected a file in an existing directory",
-                path.display()
-            )));
-        }
+        mapf_ledger::output::check_file_in_directory("--items", path)?;
     }
-    let policy = load(dir, &args)?;
+    let device =
+        mapf_ledger::train::open_device(args.device).map_err(|e| CliError::input(e.to_string()))?;
+    let (model, prompt) = (&args.model, args.prompt);
+    let policy = mapf_ledger::stage::load_scored_model(dir, model, prompt, device)?;
     let suites = Suites {
         names,
         per_cell: args.per_cell,
@@ -144,25 +121,10 @@ pub fn run(dir: &Path, args: EvalArgs) -> CliResult {
     )
     .map_err(|e| CliError::input(e.to_string()))?;
     if let (Some(path), Some(items)) = (&args.items, &items) {
-        write_whole(path, items)?;
+        mapf_ledger::output::write_whole("--items", path, items)?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("json"));
-    }
-    Ok(())
-}
-
-/// Write `text` to `path` whole or not at all: a hidden file beside it, renamed onto it.
-fn write_whole(path: &Path, text: &str) -> CliResult {
-    let err = |e: std::io::Error| CliError::input(format!("--items {}: {e}", path.display()));
-    let name = path
-        .file_name()
-        .ok_or_else(|| CliError::input(format!("--items {}: not a file name", path.display())))?;
-    let tmp = path.with_file_name(format!(".{}.tmp", name.to_string_lossy()));
-    let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(err(e));
     }
     Ok(())
 }

@@ -6,8 +6,6 @@
 //! tokens/s at a shape, one GRPO step of a plan, warm-up steps of a model directory.
 use crate::cli::{CliError, CliResult};
 use clap::Subcommand;
-use mapf_ledger::ledger::Chain;
-use mapf_ledger::train::lm::LmPolicy;
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
@@ -32,10 +30,10 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 64)]
     pub max_new_tokens: usize,
     /// 0 decodes greedily.
-    #[arg(long, default_value_t = 0.0, value_parser = crate::cli::values::non_negative)]
+    #[arg(long, default_value_t = 0.0, value_parser = mapf_ledger::plan::values::non_negative)]
     pub temperature: f64,
     /// Nucleus sampling: sample from the smallest set of tokens whose probability reaches this (1 samples from all).
-    #[arg(long, default_value_t = 1.0, value_parser = crate::cli::values::unit_mass)]
+    #[arg(long, default_value_t = 1.0, value_parser = mapf_ledger::plan::values::unit_mass)]
     pub top_p: f64,
     /// Seed of the sampler (with --temperature above 0).
     #[arg(long, default_value_t = 0)]
@@ -102,18 +100,12 @@ pub struct BenchArgs {
     warmup_batch: Option<usize>,
     /// The device's memory bandwidth in bytes/s (e.g. 3.35e12 for an H100 SXM): decode
     /// figures then carry their share of the memory roofline.
-    #[arg(long, value_parser = crate::cli::values::positive)]
+    #[arg(long, value_parser = mapf_ledger::plan::values::positive)]
     memory_bandwidth: Option<f64>,
     /// The device's dense bf16 peak in FLOP/s (e.g. 989e12 for an H100 SXM): the GRPO
     /// step then carries its model FLOPs utilisation.
-    #[arg(long, value_parser = crate::cli::values::positive)]
+    #[arg(long, value_parser = mapf_ledger::plan::values::positive)]
     peak_flops: Option<f64>,
-}
-
-/// A language model from an HF directory or a ledger checkpoint (see
-/// `stage::load_language_model`).
-pub fn load(dir: &Path, model: &str, device: tch::Device) -> Result<LmPolicy, CliError> {
-    Ok(mapf_ledger::stage::load_language_model(dir, model, device)?)
 }
 
 pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
@@ -124,12 +116,11 @@ pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
 }
 
 fn generate(dir: &Path, a: GenerateArgs) -> CliResult {
-    use mapf_ledger::train::lm::complete::{complete, CompleteError, Request};
+    use mapf_ledger::train::lm::complete::{complete_named, read_prompt, Request};
     let device =
         mapf_ledger::train::open_device(a.device).map_err(|e| CliError::input(e.to_string()))?;
-    let text = std::fs::read_to_string(&a.prompt_file)
-        .map_err(|e| CliError::input(format!("{}: {e}", a.prompt_file.display())))?;
-    let lm = load(dir, &a.model, device)?;
+    let text = read_prompt(&a.prompt_file)?;
+    let lm = mapf_ledger::stage::load_language_model(dir, &a.model, device)?;
     let request = Request {
         text: &text,
         raw: a.raw,
@@ -138,15 +129,14 @@ fn generate(dir: &Path, a: GenerateArgs) -> CliResult {
         top_p: a.top_p,
         seed: a.seed,
     };
-    let c = complete(&lm, &request).map_err(|e| match e {
-        CompleteError::Length { .. } => CliError::input(e.to_string()),
-        CompleteError::Decode(_) => CliError::input(format!("{}: {}", a.model, Chain(&e))),
-        _ => CliError::input(format!("{}: {}", a.prompt_file.display(), Chain(&e))),
-    })?;
+    let c = complete_named(&lm, &request, &a.model, &a.prompt_file)?;
     if a.json {
         println!("{}", serde_json::to_string(&c.output).expect("serialises"));
     } else {
-        print!("{}", mapf_ledger::views::text::lm::generated(&c.output, &c.pieces));
+        print!(
+            "{}",
+            mapf_ledger::views::text::lm::generated(&c.output, &c.pieces)
+        );
     }
     Ok(())
 }
@@ -175,9 +165,5 @@ fn bench(a: BenchArgs) -> CliResult {
         BenchError::Model(e) => e.into(),
         e => CliError::input(e.to_string()),
     })?;
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&out).expect("serialises")
-    );
-    Ok(())
+    crate::cli::print_json(&out)
 }

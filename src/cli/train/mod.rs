@@ -11,10 +11,11 @@ pub mod replay;
 pub mod run;
 pub mod study;
 
-use super::{open_writer, CliError, CliResult};
+use super::{open_writer, CliResult};
 use clap::Subcommand;
 use mapf_ledger::engineer::EngineerSpec;
 use mapf_ledger::train::DeviceSpec;
+use mapf_ledger::views::text::ledger as view;
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
@@ -148,11 +149,7 @@ pub fn run(cmd: TrainCommand, dir: &Path) -> CliResult {
             run::run(dir, opts, a.device, check(a.gpu_memory, a.force), a.quiet)
         }
         TrainCommand::Resume(a) => {
-            let opts = mapf_ledger::stage::RunOptions {
-                branch: a.branch,
-                stages: None,
-                engineer: None,
-            };
+            let opts = mapf_ledger::stage::RunOptions::to_the_end(a.branch);
             run::run(dir, opts, a.device, check(a.gpu_memory, a.force), a.quiet)
         }
         TrainCommand::Fork {
@@ -164,10 +161,8 @@ pub fn run(cmd: TrainCommand, dir: &Path) -> CliResult {
             let mut ledger = open_writer(dir)?;
             let (name, head) =
                 mapf_ledger::replay::fork(&mut ledger, &from, at, &engineer, name.as_deref(), 0)?;
-            println!(
-                "branch {name} forked from {from} before stage {at} (engineer {engineer}), head {}",
-                head.short()
-            );
+            let engineer = engineer.to_string();
+            print!("{}", view::forked(&name, &from, at, &engineer, &head));
             Ok(())
         }
         TrainCommand::ExportCheckpoint { reference, out, hf } => {
@@ -183,35 +178,15 @@ pub fn run(cmd: TrainCommand, dir: &Path) -> CliResult {
     }
 }
 
-/// Whether `e` says a replay found recorded bytes altered (the ledger is damaged).
-pub fn altered(e: &(dyn std::error::Error + 'static)) -> bool {
-    use mapf_ledger::replay::ReplayError;
-    matches!(e.downcast_ref(), Some(ReplayError::Altered { .. }))
-}
-
 fn write_schemas(out: &Path) -> CliResult {
-    std::fs::create_dir_all(out).map_err(|e| CliError::input(format!("{}: {e}", out.display())))?;
-    for (name, text) in mapf_ledger::schemas::all() {
-        let path = out.join(format!("{name}.json"));
-        std::fs::write(&path, text)
-            .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
-        println!("wrote {}", path.display());
-    }
-    Ok(())
+    let mut wrote = |path: &Path| println!("wrote {}", path.display());
+    Ok(mapf_ledger::schemas::write_all(out, &mut wrote)?)
 }
 
 /// The help of an `--engineer` option: `lead`, then the built-in engineers as the
 /// registry (`engineer::BUILTINS`) lists them, and the spec's grammar.
 pub(crate) fn engineer_help(lead: &str) -> String {
-    use mapf_ledger::engineer::BUILTINS;
-    let names = |lm: bool| {
-        BUILTINS
-            .iter()
-            .filter(|b| b.lm_only == lm)
-            .map(|b| b.name)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    use mapf_ledger::engineer::builtin_names_where as names;
     format!(
         "{lead}: {}, {} (lm plans), or a registered LLM; `NAME:-module+module` switches context modules (e.g. `current:-failure_breakdown`)",
         names(false),

@@ -5,9 +5,9 @@ use crate::cli::{CliError, CliResult};
 use clap::Subcommand;
 use mapf_ledger::plan::LedgerPlan;
 use mapf_ledger::plan_check;
-use mapf_ledger::train::memory::{human, parse_size};
+use mapf_ledger::train::memory::human;
 use mapf_ledger::train::DeviceSpec;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Subcommand, Debug)]
 pub enum PlanCommand {
@@ -32,12 +32,6 @@ pub enum PlanCommand {
     },
 }
 
-fn read_plan(path: &Path) -> Result<LedgerPlan, CliError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
-    LedgerPlan::parse(&bytes).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
-}
-
 pub fn run(cmd: PlanCommand) -> CliResult {
     let PlanCommand::Check {
         plan,
@@ -46,20 +40,13 @@ pub fn run(cmd: PlanCommand) -> CliResult {
         model_config,
         json,
     } = cmd;
-    let p = read_plan(&plan)?;
-    let device = device.unwrap_or(p.train.device);
-    let memory = gpu_memory
-        .as_deref()
-        .map(parse_size)
-        .transpose()
-        .map_err(|m| CliError::input(format!("--gpu-memory {m}")))?;
-    let m = plan_check::check(&p, device, memory, model_config.as_deref())
-        .map_err(|e| CliError::input(e.to_string()))?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&m).expect("serialises"));
-    } else {
-        print!("{}", plan_check::render(&m));
-    }
+    let m = plan_check::check_file(
+        &plan,
+        device,
+        gpu_memory.as_deref(),
+        model_config.as_deref(),
+    )?;
+    crate::cli::say(json, &m, plan_check::render)?;
     if m.fits == Some(false) {
         return Err(CliError::check(format!(
             "{}: the run does not fit in {}",

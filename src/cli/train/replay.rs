@@ -50,7 +50,7 @@ pub struct ReplayArgs {
     pub json: bool,
 }
 
-/// A replay error with the contract's exit code (see [`crate::cli::Diagnosis`]).
+/// A replay error with the contract's exit code (see [`mapf_ledger::diagnosis::diagnose`]).
 fn replay_error(e: ReplayError) -> CliError {
     if let ReplayError::Interrupted(n) = e {
         eprintln!(
@@ -62,7 +62,7 @@ fn replay_error(e: ReplayError) -> CliError {
         };
     }
     let message = mapf_ledger::ledger::Chain(&e);
-    if crate::cli::Diagnosis::of(&e).damaged {
+    if mapf_ledger::diagnosis::diagnose(&e).damaged {
         CliError::check(format!("replay failed: {message}"))
     } else {
         CliError::input(message.to_string())
@@ -73,14 +73,7 @@ use crate::cli::ledger_error;
 
 pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     let stage = args.stage;
-    if args.keep.is_some() && args.engineer.is_none() {
-        return Err(CliError::input("`--keep` needs `--engineer`"));
-    }
-    if args.engineer.is_some() && args.verify {
-        return Err(CliError::input(
-            "`--verify` and `--engineer` exclude each other (a counterfactual is not a verification)",
-        ));
-    }
+    setup::check_asked(args.keep.is_some(), args.engineer.is_some(), args.verify)?;
     let mut ledger = crate::cli::open_writer(dir).map_err(ledger_error)?;
     let recorded = setup::recorded_setups(&ledger, &args.branch, stage)?;
     // A replay's work is scratch and ends at once; a kept counterfactual's branch stops
@@ -96,49 +89,11 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
         // Before libtorch picks its kernels: run the recorded ones where this CPU can.
         setup::pin_capability(&recorded);
     }
-    // A verification recomputes where the stages ran: bf16 on a GPU and f32 on the CPU
-    // round differently, so a CUDA run replayed on the plan's CPU would "mismatch".
-    let chosen = match (args.device, &args.engineer) {
-        (Some(d), _) => Some(d),
-        (None, None) => setup::recorded_device(&recorded)
-            .map_err(|m| CliError::input(format!("recorded device {m}")))?,
-        (None, Some(_)) => None,
-    };
-    let device = match chosen {
-        Some(d) => d,
-        None => {
-            mapf_ledger::stage::ledger_plan(&ledger)
-                .map_err(|e| CliError::input(e.to_string()))?
-                .train
-                .device
-        }
-    };
-    // Replaying the warm-up recomputes the evaluation suites it recorded. A later stage
-    // reads them back as recorded input, as the run that recorded it did (and like its
-    // starting checkpoint): their blobs are content-addressed and `verify` rehashes
-    // them. Solving them again cost a 12 s demo stage 6 s of its replay.
-    let replays_warmup = stage.is_none_or(|n| n == 0);
-    let pipeline = if args.engineer.is_none() && replays_warmup {
-        Pipeline::regenerating_suites(&mut ledger, device)
-    } else {
-        Pipeline::new(&mut ledger, device)
-    };
-    let mut pipeline = pipeline.map_err(|e| match (&args.device, &chosen) {
-        (None, Some(recorded)) => CliError::input(format!(
-            "{e} (the stages to replay were recorded on {recorded}: replay them where they ran, or give --device to recompute them here, where hashes may differ)"
-        )),
-        _ => CliError::input(e.to_string()),
-    })?;
+    let other_engineer = args.engineer.is_some();
+    let mut pipeline = setup::pipeline(&mut ledger, args.device, other_engineer, &recorded, stage)?;
     match &args.engineer {
         Some(engineer) => {
-            let n =
-                match stage {
-                    Some(n) if n >= 1 => n,
-                    Some(_) => return Err(CliError::input(
-                        "`--stage 0`: the warm-up has no engineer; a counterfactual needs N >= 1",
-                    )),
-                    None => return Err(CliError::input("`--engineer` needs `--stage N`")),
-                };
+            let n = setup::counterfactual_stage(stage)?;
             counterfactual(&mut pipeline, &args, n, engineer, &stop)
         }
         None => verify(&mut pipeline, &args, stage, &recorded, &stop),
@@ -157,27 +112,18 @@ fn verify(
     let mut bars = || Box::new(Bars::new(args.json)) as Box<dyn mapf_ledger::stage::Progress>;
     let mut say = |s: Said<'_>| match s {
         Said::Note(note) => eprintln!("ledger: note: {note}"),
-        Said::Matched(r) if !args.json => println!(
-            "stage {}: {} events recomputed, every hash matches (engineer {}, {:.1} s)",
-            r.stage, r.events, r.engineer, r.seconds
-        ),
+        Said::Matched(r) if !args.json => println!("{}", r.matched_line()),
         Said::Matched(_) => {}
     };
     let what = (branch.as_str(), stage, args.live);
-    let v = verify_branch(pipeline, what, recorded, &mut bars, stop, &mut say).map_err(
-        |e| match e {
+    let v = verify_branch(pipeline, what, recorded, &mut bars, stop, &mut say).map_err(|e| {
+        match e {
             VerifyError::Replay(e) => replay_error(e),
             e => CliError::input(e.to_string()),
-        },
-    )?;
-    let report = |matched, mismatch, ids: Option<&Vec<mapf_ledger::ledger::Hash>>| {
-        let replay_verified = ids.map(|ids| ids.iter().map(|h| h.to_hex()).collect());
-        let r = mapf_ledger::views::show::ReplayReport {
-            branch: branch.to_string(),
-            matched,
-            mismatch,
-            replay_verified,
-        };
+        }
+    })?;
+    let report = |matched, mismatch, ids: Option<&[mapf_ledger::ledger::Hash]>| {
+        let r = mapf_ledger::views::show::ReplayReport::new(branch, matched, mismatch, ids);
         println!("{}", serde_json::to_string(&r).expect("serialises"));
     };
     if let Some(m) = v.mismatch {
@@ -197,24 +143,11 @@ fn verify(
         None
     };
     if args.json {
-        report(v.matched, None, ids.as_ref());
+        report(v.matched, None, ids.as_deref());
         return Ok(());
     }
-    match &ids {
-        Some(ids) => println!(
-            "recorded {} replay-verified event(s) on {branch}; head {}",
-            ids.len(),
-            ids.last().map(|h| h.short()).unwrap_or_default()
-        ),
-        None => println!(
-            "nothing recorded: {branch} stays at {} (--record appends a replay-verified event per stage)",
-            pipeline
-                .ledger
-                .head(branch)
-                .map(|h| h.short())
-                .unwrap_or_default()
-        ),
-    }
+    let line = replay::branch::recorded_line(pipeline.ledger, branch, ids.as_deref());
+    print!("{line}");
     Ok(())
 }
 
@@ -229,11 +162,7 @@ fn counterfactual(
     let mut bars = Bars::new(args.json);
     let c = replay::counterfactual(pipeline, &args.branch, n, engineer, keep, &mut bars, stop)
         .map_err(replay_error)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&c).expect("serialises"));
-    } else {
-        let text = mapf_ledger::replay::branch::render_counterfactual(&c, &args.branch, n);
-        print!("{text}");
-    }
-    Ok(())
+    crate::cli::say(args.json, &c, |c| {
+        mapf_ledger::replay::branch::render_counterfactual(c, &args.branch, n)
+    })
 }

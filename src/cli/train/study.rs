@@ -2,7 +2,6 @@
 //! every fork to the plan's end (resumable), and write a CSV, a markdown table in the
 //! paper's layout (mean ± 95% t-interval over seeds) and an SVG plot.
 use crate::cli::{CliError, CliResult};
-use mapf_ledger::ledger::Ledger;
 use mapf_ledger::study::{StudyError, StudySpec};
 use std::path::{Path, PathBuf};
 
@@ -48,10 +47,10 @@ pub struct StudyArgs {
     /// (valid %, points) a pilot measured on the target row (the test suite's smallest
     /// agent count, its coordination items when marked); the line then says how many
     /// seeds 80% power asks. Without it only the study's own spread is used.
-    #[arg(long, value_name = "POINTS", value_parser = crate::cli::values::non_negative)]
+    #[arg(long, value_name = "POINTS", value_parser = mapf_ledger::plan::values::non_negative)]
     pub power_sd: Option<f64>,
     /// The smallest difference the power line asks to see, in points.
-    #[arg(long, value_name = "POINTS", default_value_t = 5.0, value_parser = crate::cli::values::positive)]
+    #[arg(long, value_name = "POINTS", default_value_t = 5.0, value_parser = mapf_ledger::plan::values::positive)]
     pub power_effect: f64,
     /// An earlier report of this same study (its `study.json`, or the directory holding
     /// it): its finished runs this ledger lacks count in the tables instead of being
@@ -87,23 +86,11 @@ pub struct TaskArgs {
 /// `ledger study-task`: the worker side of an out-of-process study run. Idempotent:
 /// a resubmitted task reopens its worker ledger and resumes the branch.
 pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
-    use mapf_ledger::ledger::bundle::Bundle;
-    let input = crate::cli::ledger_error;
-    let bundle = Bundle::read(&args.bundle).map_err(input)?;
-    if ledger_dir.join("db").is_dir() {
-        // An earlier attempt made the ledger: bring in anything it lacks (nothing, usually).
-        let mut l = crate::cli::open_writer(ledger_dir).map_err(input)?;
-        l.fetch(&bundle, None).map_err(input)?;
-    } else {
-        Ledger::create_from_bundle(ledger_dir, &bundle).map_err(input)?;
-    }
+    let open = crate::cli::open_writer;
+    mapf_ledger::executor::prepare_worker(ledger_dir, &args.bundle, &open)?;
     super::run::run(
         ledger_dir,
-        mapf_ledger::stage::RunOptions {
-            branch: args.branch.clone(),
-            stages: None,
-            engineer: None,
-        },
+        mapf_ledger::stage::RunOptions::to_the_end(args.branch.clone()),
         args.device,
         // A worker warns when the memory check fails but runs: the study was started
         // on purpose, and a refusal here would only show up in a task log.
@@ -113,22 +100,7 @@ pub fn task(ledger_dir: &Path, args: TaskArgs) -> CliResult {
         },
         args.quiet,
     )?;
-    let l = Ledger::open_read_only(ledger_dir).map_err(input)?;
-    let head = l.head(&args.branch).map_err(input)?;
-    let last = mapf_ledger::stage::ledger_plan(&l)
-        .map_err(|e| CliError::input(e.to_string()))?
-        .engineer
-        .stages;
-    let state = l.state_at(&head).map_err(input)?;
-    if mapf_ledger::stage::next_stage(&state) <= last {
-        return Err(CliError::input(format!(
-            "{} stopped before the plan's last stage (interrupted?); run the task again to resume",
-            args.branch
-        )));
-    }
-    let done = ledger_dir.parent().unwrap_or(Path::new(".")).join("done");
-    std::fs::write(&done, format!("{}\n", head.to_hex()))
-        .map_err(|e| CliError::input(format!("{}: {e}", done.display())))?;
+    let head = mapf_ledger::executor::finish_task(ledger_dir, &args.branch)?;
     println!("{} finished at {}", args.branch, head.short());
     Ok(())
 }
@@ -154,17 +126,7 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
         effect: power_effect,
         pilot_sd: power_sd,
     };
-    let executor = match executor {
-        mapf_ledger::executor::Executor::Slurm { .. } => {
-            mapf_ledger::executor::Executor::Slurm { sbatch_args }
-        }
-        other if !sbatch_args.is_empty() => {
-            return Err(CliError::input(format!(
-                "--sbatch-arg is for --executor slurm (the executor is {other:?})"
-            )))
-        }
-        other => other,
-    };
+    let executor = executor.with_sbatch_args(sbatch_args)?;
     let engineers = engineers.0;
     let mut ledger = crate::cli::open_writer(ledger_dir)?;
     let stop = super::run::stop_on_ctrl_c();
@@ -181,20 +143,8 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
     };
     let reused = match &reuse {
         None => Vec::new(),
-        Some(path) => {
-            use mapf_ledger::report::{read_study, ReportError};
-            let report = read_study(path).map_err(|e| match e {
-                // Its message names the file read.
-                ReportError::Study { .. } => CliError::input(format!("--reuse {e}")),
-                e => CliError::input(format!("--reuse {}: {e}", path.display())),
-            })?;
-            mapf_ledger::study::reusable_runs(&ledger, &spec, report, path)?
-        }
+        Some(path) => spec.reuse_report(&ledger, path)?,
     };
-    spec.reuse = reused
-        .iter()
-        .map(|r| (r.engineer.clone(), r.replicate))
-        .collect();
     let mut progress = mapf_ledger::stage::progress::Lines::new(quiet);
     let runs = match mapf_ledger::study::run_study(&mut ledger, &spec, &mut progress, &stop) {
         Ok(r) => r,
@@ -213,28 +163,8 @@ pub fn run(ledger_dir: &Path, args: StudyArgs) -> CliResult {
     let mut report =
         mapf_ledger::views::study::study_report(&mut ledger, &spec.design(), runs, reused, power)?;
     mapf_ledger::views::study::write_study(&mut report, &dir)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("study serialises")
-        );
-    } else {
-        let count = |a: &str| report.runs.iter().filter(|r| r.action == a).count();
-        let reused = count(mapf_ledger::views::study::REUSED);
-        let done = count("skipped");
-        print!("{}", mapf_ledger::views::study::study_markdown(&report));
-        println!(
-            "\n{} runs ({} run now, {} already finished{}); wrote {}",
-            report.runs.len(),
-            report.runs.len() - done - reused,
-            done,
-            if reused > 0 {
-                format!(", {reused} from an earlier report")
-            } else {
-                String::new()
-            },
-            report.files.join(", ")
-        );
-    }
-    Ok(())
+    crate::cli::say(json, &report, |r| {
+        let markdown = mapf_ledger::views::study::study_markdown(r);
+        markdown + &mapf_ledger::views::study::runs_line(r)
+    })
 }

@@ -31,7 +31,7 @@ use super::Ledger;
 use super::LedgerError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"MAPFBNDL";
 const VERSION: u32 = 1;
@@ -351,6 +351,36 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// What [`Ledger::write_bundle`] wrote: the refs, how many events and blobs, and the
+/// file's size in bytes.
+pub struct BundleWritten {
+    pub refs: Vec<(String, Hash)>,
+    pub events: usize,
+    pub blobs: usize,
+    pub bytes: u64,
+}
+
+/// Why `ledger fetch` fetched nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("--prefix {0}: a namespace ends with `/` (e.g. `{0}/`)")]
+    Prefix(String),
+    /// `path` reads as neither a bundle nor a ledger. The error of reading it is in the
+    /// text, not a source: a mistyped source, not a missing or damaged ledger.
+    #[error("{}: not a bundle file or ledger directory ({error})", path.display())]
+    NotASource { path: PathBuf, error: LedgerError },
+    #[error("{0}")]
+    Ledger(#[from] LedgerError),
+}
+
+/// Check a `--prefix` before anything is fetched: a namespace ends with `/`.
+pub fn check_prefix(prefix: Option<&str>) -> Result<(), FetchError> {
+    match prefix {
+        Some(p) if !p.ends_with('/') => Err(FetchError::Prefix(p.to_string())),
+        _ => Ok(()),
+    }
+}
+
 impl Ledger {
     /// Whether `ancestor` is `h` or one of its ancestors.
     pub fn is_ancestor(&self, ancestor: &Hash, h: &Hash) -> Result<bool, LedgerError> {
@@ -550,6 +580,49 @@ impl Ledger {
                 what: format!("{branch}@stage{n} (branch {branch} has no stage {n})"),
             })
         })
+    }
+
+    /// `ledger bundle`: the bundle of `specs` (each `BRANCH` or `BRANCH@stageN`, see
+    /// [`Ledger::refs_named`]) with everything they reach, blobs a checkpoint references
+    /// included, written to `out`.
+    pub fn write_bundle(&self, specs: &[String], out: &Path) -> Result<BundleWritten, LedgerError> {
+        let refs = self.refs_named(specs)?;
+        let b = Bundle::collect(
+            self,
+            &refs,
+            &|_| false,
+            &|_| false,
+            &crate::record::checkpoint::referenced_blobs,
+        )?;
+        let bytes = b.write(out)?;
+        Ok(BundleWritten {
+            events: b.events.len(),
+            blobs: b.blobs.len(),
+            bytes,
+            refs,
+        })
+    }
+
+    /// `ledger fetch SRC`: what the bundle file or ledger directory `src` has and this
+    /// ledger lacks ([`Bundle::from_source`]), fetched under `prefix` ([`Ledger::fetch`]).
+    /// A source that is neither is [`FetchError::NotASource`].
+    pub fn fetch_from(
+        &mut self,
+        src: &Path,
+        prefix: Option<&str>,
+    ) -> Result<FetchReport, FetchError> {
+        let b = Bundle::from_source(src, self, &crate::record::checkpoint::referenced_blobs)
+            .map_err(|e| match e {
+                LedgerError::Store(ledger_store::StoreError::Io { .. })
+                | LedgerError::Store(ledger_store::StoreError::NotALedger { .. }) => {
+                    FetchError::NotASource {
+                        path: src.to_path_buf(),
+                        error: e,
+                    }
+                }
+                e => FetchError::Ledger(e),
+            })?;
+        Ok(self.fetch(&b, prefix)?)
     }
 
     /// The refs a bundle of `specs` carries: each `BRANCH` at its head, each

@@ -1,8 +1,8 @@
 //! Following a branch while a writer appends to it (`ledger log --follow`): each poll
 //! reads `REFS` (a reader's snapshot never waits for the writer) and yields the events
 //! committed since the last one, oldest first; the follow ends once no process writes
-//! the ledger and everything committed was yielded.
-use super::{Hash, Ledger, LedgerError};
+//! the ledger and everything committed was yielded. [`follow`] runs the whole follow.
+use super::{Event, Hash, Ledger, LedgerError, Meta};
 use std::path::{Path, PathBuf};
 
 /// A branch being followed.
@@ -47,9 +47,7 @@ impl Follower {
     /// first poll; a branch deleted later yields nothing more.
     pub fn poll(&mut self) -> Result<Poll, LedgerError> {
         let writing = Ledger::writer_active(&self.dir);
-        let head = Ledger::current_heads(&self.dir)?
-            .get(&self.branch)
-            .copied();
+        let head = Ledger::current_heads(&self.dir)?.get(&self.branch).copied();
         let mut poll = Poll {
             ledger: None,
             new: Vec::new(),
@@ -82,5 +80,64 @@ impl Follower {
         }
         self.first = false;
         Ok(poll)
+    }
+}
+
+/// What [`follow`] hands its caller, in order. (Each is handed once and moved on:
+/// boxing the event would buy nothing.)
+#[allow(clippy::large_enum_variant)]
+pub enum Followed<'a> {
+    /// The branch moved to `0`, history that does not continue what was handed before
+    /// (its whole history follows).
+    Diverged(Hash),
+    /// One event committed since the last poll, oldest first.
+    Event(&'a Hash, Event, Meta),
+    /// The end of one poll's events: a moment to flush what was written.
+    Polled,
+}
+
+/// Why [`follow`] could not follow.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// Only a branch moves: a stage or an event reference has nothing to follow.
+    #[error("--follow {branch}: follows a branch by name (BRANCH, not BRANCH@stageN or a hash)")]
+    NotABranch { branch: String },
+    #[error("{0}")]
+    Ledger(#[from] LedgerError),
+}
+
+/// `ledger log --follow`: the `limit` newest events of `branch`'s history, oldest first,
+/// then every event committed after them, polling every 200 ms until no process writes
+/// the ledger any more (see [`Follower`]). `on` is handed each [`Followed`]; its error
+/// ends the follow.
+pub fn follow<E: From<FollowError>>(
+    dir: &Path,
+    branch: &str,
+    limit: Option<usize>,
+    mut on: impl FnMut(Followed<'_>) -> Result<(), E>,
+) -> Result<(), E> {
+    if super::refs::validate_branch(branch).is_err() {
+        return Err(FollowError::NotABranch {
+            branch: branch.to_string(),
+        }
+        .into());
+    }
+    let mut follower = Follower::new(dir, branch, limit);
+    loop {
+        let poll = follower.poll().map_err(FollowError::from)?;
+        if let Some(head) = poll.diverged {
+            on(Followed::Diverged(head))?;
+        }
+        if let Some(l) = &poll.ledger {
+            for h in &poll.new {
+                let (e, m) = l.event_with_meta(h).map_err(FollowError::from)?;
+                on(Followed::Event(h, e, m))?;
+            }
+            on(Followed::Polled)?;
+        }
+        if !poll.writing {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }

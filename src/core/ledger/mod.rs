@@ -93,6 +93,18 @@ pub enum LedgerError {
     BadReference { text: String, expected: String },
     #[error("`{what}` is ambiguous: it matches {count} events")]
     Ambiguous { what: String, count: usize },
+    /// A reference that had to name a stage (for what `shows` shows, as in `--timing
+    /// shows one stage's phases`) named a branch or an event.
+    #[error("{shows}: name a stage, as in {}@stage1 (got {reference:?})", reference.split('@').next().unwrap_or("main"))]
+    NotAStage { shows: String, reference: String },
+    /// A branch's projection without the stage a reference resolved to; `has`: how many
+    /// stages it has.
+    #[error("branch `{branch}` has no stage {stage} (it has {has})")]
+    NoStage {
+        branch: String,
+        stage: u32,
+        has: usize,
+    },
     /// Its text is the context only; the codec's error is the `source()`, which
     /// whoever prints the chain ([`ledger_store::Chain`]) writes after it.
     #[error("cannot decode {what}")]

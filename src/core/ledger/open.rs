@@ -129,6 +129,27 @@ impl Drop for BusyGuard {
     }
 }
 
+/// Why [`Ledger::create_from_plan_file`] made no ledger: the plan file's errors name it.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The plan does not parse, is out of range, or names a model directory that is
+    /// not there.
+    #[error("{}: {source}", path.display())]
+    Plan {
+        path: PathBuf,
+        #[source]
+        source: super::plan::PlanError,
+    },
+    #[error("{0}")]
+    Ledger(#[from] LedgerError),
+}
+
 impl Ledger {
     /// Create a ledger in `dir` from a plan file's bytes: the plan is validated, stored
     /// as a blob, and the genesis event starts branch `main`.
@@ -152,6 +173,29 @@ impl Ledger {
         });
         l.commit(MAIN, None, vec![(body, 0, Meta::now())])?;
         Ok(l)
+    }
+
+    /// Create a ledger in `dir` from the plan file at `plan` (`ledger init --plan`): as
+    /// [`Ledger::create`], after checking that a model directory the plan's `lm.init`
+    /// names exists, so a run cannot find it missing at its first stage. Errors name
+    /// the plan file.
+    pub fn create_from_plan_file(dir: &Path, plan: &Path) -> Result<Ledger, InitError> {
+        let path = plan.to_path_buf();
+        let bytes = std::fs::read(plan).map_err(|source| InitError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let in_plan = |source| InitError::Plan {
+            path: path.clone(),
+            source,
+        };
+        if let Ok(p) = LedgerPlan::parse(&bytes) {
+            p.lm.check_hf_dir().map_err(in_plan)?;
+        }
+        Ledger::create(dir, &bytes).map_err(|e| match e {
+            LedgerError::Plan(p) => in_plan(p),
+            e => InitError::Ledger(e),
+        })
     }
 
     /// Open an existing ledger for writing (the one writer; a second is refused with
@@ -219,7 +263,9 @@ impl Ledger {
             let mut l = ledger(Store::open_writer(dir)?);
             l.projections = match Projections::writer(dir) {
                 Err(LedgerError::Store(ledger_store::StoreError::Damaged {
-                    what, problem, ..
+                    what,
+                    problem,
+                    ..
                 })) if what.contains("projection cache") => {
                     // Derived from the log: set the damaged cache aside (we hold the
                     // writer's lock) and start an empty one, which fills as it is read.

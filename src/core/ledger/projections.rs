@@ -291,6 +291,16 @@ impl Ledger {
         Ok(s)
     }
 
+    /// Remake everything derived (`ledger rebuild`): the index from the packs (a saved
+    /// one can be wrong with right checksums), then the projections ([`Ledger::rebuild`]).
+    pub fn rebuild_all(&mut self) -> Result<RebuildReport, LedgerError> {
+        let index_seconds = self.reindex()?;
+        Ok(RebuildReport {
+            index_seconds,
+            ..self.rebuild()?
+        })
+    }
+
     /// Drop every cached projection and recompute each branch's from the log.
     pub fn rebuild(&mut self) -> Result<RebuildReport, LedgerError> {
         if !self.store.is_writable() {

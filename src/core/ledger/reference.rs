@@ -131,6 +131,29 @@ impl Ledger {
         }
     }
 
+    /// The stage `reference` names (`BRANCH@stageN`), for what a command shows of one
+    /// stage (`shows`, as in `--timing shows one stage's phases`); a branch or an event
+    /// is [`LedgerError::NotAStage`].
+    pub fn stage_of(&self, reference: &str, shows: &str) -> Result<(String, u32), LedgerError> {
+        match self.resolve(reference)? {
+            Resolved::Stage { branch, stage } => Ok((branch, stage)),
+            _ => Err(LedgerError::NotAStage {
+                shows: shows.to_string(),
+                reference: reference.to_string(),
+            }),
+        }
+    }
+
+    /// The history a reference names (see [`Ledger::head_of`]), newest first: at most
+    /// `limit` events when given (`ledger log`).
+    pub fn newest_first(&self, r: &str, limit: Option<usize>) -> Result<Vec<Hash>, LedgerError> {
+        let mut hs = self.ancestry(&self.head_of(r)?)?;
+        if let Some(n) = limit {
+            hs.truncate(n);
+        }
+        Ok(hs)
+    }
+
     /// The checkpoint blob a reference names: `BRANCH@stageN` (that stage's), a branch
     /// (its latest), or the hash prefix of a `checkpoint_saved` or `stage_completed`
     /// event.

@@ -52,10 +52,52 @@ impl Report {
         self.problems.first()
     }
 
+    /// The problem that fails `verify`: the first damage, else with `strict` the first
+    /// warning.
+    pub fn failure(&self, strict: bool) -> Option<&Problem> {
+        self.first().or(self.warnings.first().filter(|_| strict))
+    }
+
     /// Bytes hashed per second.
     pub fn bytes_per_second(&self) -> f64 {
         (self.event_bytes + self.blob_bytes) as f64 / self.seconds.max(1e-9)
     }
+}
+
+/// Below this many free bytes, [`verify_dir`] says the filesystem is (nearly) full.
+const LOW_SPACE: u64 = 64 << 20;
+
+/// `ledger verify` of the ledger at `dir`: [`Ledger::verify`] as a reader (blobs a
+/// checkpoint references included), with the writer's projection cache checked when no
+/// writer is using it (derived data, so damage there is a warning: the next writer's
+/// open remakes it), and a warning when the filesystem is nearly full (a write that ran
+/// out of space is not damage).
+pub fn verify_dir(dir: &std::path::Path) -> Result<Report, super::LedgerError> {
+    let l = Ledger::open_read_only(dir)?;
+    let mut r = l.verify(&crate::record::checkpoint::referenced_blobs);
+    drop(l);
+    if let Some(ps) = Ledger::check_projection_cache(dir)? {
+        r.warnings.extend(ps.into_iter().map(|p| Problem {
+            problem: format!(
+                "{} (derived data: the next writer's open sets it aside and remakes it)",
+                p.problem
+            ),
+            what: p.what,
+        }));
+    }
+    // A write that ran out of space leaves its uncommitted tail or nothing, which the
+    // checks above tell from damaged history.
+    if let Some(free) = super::free_space(dir) {
+        if free < LOW_SPACE {
+            r.warnings.push(Problem {
+                what: format!("the filesystem holding {}", dir.display()),
+                problem: format!(
+                    "{free} bytes free: a write that ran out of space there recorded nothing it could not finish (free space, then run the command again); only BAD lines, if any, are damage"
+                ),
+            });
+        }
+    }
+    Ok(r)
 }
 
 const CHUNK: usize = 1 << 15;

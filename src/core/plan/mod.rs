@@ -7,6 +7,7 @@ pub mod lm_config;
 pub mod size;
 pub mod trainer;
 mod validate;
+pub mod values;
 
 use crate::env::config::GeneratorConfig;
 use ledger_store::codec;
@@ -478,7 +479,36 @@ fn hf_dir_against(against: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
+/// A plan file that does not read, or does not parse: its path, then why.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanFileError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Plan {
+        path: std::path::PathBuf,
+        #[source]
+        source: PlanError,
+    },
+}
+
 impl LedgerPlan {
+    /// Read, parse and validate the plan file at `path` (errors name it).
+    pub fn read(path: &std::path::Path) -> Result<LedgerPlan, PlanFileError> {
+        let bytes = std::fs::read(path).map_err(|source| PlanFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        LedgerPlan::parse(&bytes).map_err(|source| PlanFileError::Plan {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
     /// Parse and validate a plan file's bytes.
     pub fn parse(bytes: &[u8]) -> Result<LedgerPlan, PlanError> {
         let text = std::str::from_utf8(bytes).map_err(|e| PlanError::Encoding(e.to_string()))?;

@@ -501,6 +501,51 @@ fn figure_files(r: &Report, figures: &Path) -> Result<Vec<PathBuf>, ReportError>
     Ok(written)
 }
 
+/// `ledger report` of the ledger at `dir`: [`gather`] `branches` (none: the
+/// [`default_branches`]) with the study at `study`, and [`write`](fn@write) it under
+/// `out`. Returns the report and the files written, the page first.
+pub fn report_dir(
+    dir: &Path,
+    branches: &[String],
+    study: Option<&Path>,
+    out: &Path,
+) -> Result<(Report, Vec<PathBuf>), ReportError> {
+    let ledger = Ledger::open_read_only(dir)?;
+    let study = study.map(read_study).transpose()?;
+    let branches = match branches.is_empty() {
+        true => default_branches(&ledger)?,
+        false => branches.to_vec(),
+    };
+    let report = gather(&ledger, &dir.display().to_string(), &branches, study)?;
+    let written = write(&report, out)?;
+    Ok((report, written))
+}
+
+/// What `ledger report` says it wrote: the page, its branches, decisions and study,
+/// and how many figures under `out`'s `figures/`.
+pub fn written_line(report: &Report, written: &[PathBuf], out: &Path) -> String {
+    let decisions: usize = report
+        .branches
+        .iter()
+        .map(|b| b.audit.decisions.len())
+        .sum();
+    format!(
+        "wrote {} ({} branch{}, {} decision{}{}) and {} figures under {}\n",
+        written[0].display(),
+        report.branches.len(),
+        if report.branches.len() == 1 { "" } else { "es" },
+        decisions,
+        if decisions == 1 { "" } else { "s" },
+        if report.study.is_some() {
+            ", study"
+        } else {
+            ""
+        },
+        written.len() - 1,
+        out.join("figures").display()
+    )
+}
+
 /// Write `index.html` and `figures/*.{svg,png}` into `out`; returns the paths written,
 /// the page first.
 pub fn write(r: &Report, out: &Path) -> Result<Vec<PathBuf>, ReportError> {

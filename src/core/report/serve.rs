@@ -184,7 +184,11 @@ pub fn serve(
     opts: ServeOptions,
     ready: impl FnOnce(SocketAddr),
 ) -> Result<(), ReportError> {
-    // Fail now, naming the directory, rather than serve an error page forever.
+    // Fail now, naming the study file or the directory, rather than serve an error page
+    // forever.
+    if let Some(s) = &opts.study {
+        super::read_study(s)?;
+    }
     Ledger::open_read_only(dir)?;
     let server = tiny_http::Server::http(bind).map_err(|e| ReportError::Output {
         path: PathBuf::from(bind),
@@ -229,4 +233,44 @@ mod tests {
         assert_eq!(param("since=ab12&wait=3", "since"), Some("ab12"));
         assert_eq!(param("", "since"), None);
     }
+}
+
+/// Why a `serve --bind` value is no address.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("expected HOST:PORT or ADDR:PORT (e.g. localhost:8473), got {0:?}")]
+    NoPort(String),
+    /// (clap prints the message alone, so it holds the cause.)
+    #[error("{value:?} is not an address this machine resolves: {cause}")]
+    Unresolved {
+        value: String,
+        cause: std::io::Error,
+    },
+    #[error("{0:?} resolves to no address")]
+    NoAddress(String),
+}
+
+/// `serve --bind`: `ADDR:PORT` or `HOST:PORT` (`localhost:8473`), resolved once here to
+/// the first address the name has (IPv4 first, as a browser tries `localhost`).
+pub fn bind_addr(s: &str) -> Result<std::net::SocketAddr, BindError> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    if !s.contains(':') {
+        return Err(BindError::NoPort(s.to_string()));
+    }
+    let addrs: Vec<std::net::SocketAddr> = s
+        .to_socket_addrs()
+        .map_err(|cause| BindError::Unresolved {
+            value: s.to_string(),
+            cause,
+        })?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| BindError::NoAddress(s.to_string()))
 }

@@ -444,6 +444,31 @@ impl TrainingSummary {
     }
 }
 
+/// Why `ledger audit` has nothing to show.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("`--stage {stage}`: branch {branch} has no engineer decision at stage {stage}")]
+    NoDecision { branch: String, stage: u32 },
+    #[error("{0}")]
+    Ledger(#[from] LedgerError),
+}
+
+/// `ledger audit`: [`audit`], where a `stage` asked for must hold a decision.
+pub fn audit_of(
+    ledger: &Ledger,
+    branch: &str,
+    stage: Option<u32>,
+) -> Result<AuditReport, AuditError> {
+    let report = audit(ledger, branch, stage)?;
+    match stage {
+        Some(stage) if report.decisions.is_empty() => Err(AuditError::NoDecision {
+            branch: branch.to_string(),
+            stage,
+        }),
+        _ => Ok(report),
+    }
+}
+
 /// Audit the decisions of `branch` (all stages, or only `stage`).
 pub fn audit(
     ledger: &Ledger,

@@ -521,6 +521,32 @@ pub fn pair(a: &BranchSummary, b: &BranchSummary) -> PairedComparison {
     }
 }
 
+/// Why `compare --plot FILE` cannot write its plot, found before any work.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotPathError {
+    /// Not `.svg` or `.png`.
+    #[error("{0}")]
+    Format(#[from] crate::figures::FigureError),
+    #[error("{0}")]
+    Output(#[from] crate::output::OutputError),
+}
+
+/// Check `compare --plot`'s file before any work: a figure format by its extension,
+/// and a file that can be written there.
+pub fn check_plot(path: &std::path::Path) -> Result<(), PlotPathError> {
+    crate::figures::format_of(path)?;
+    crate::output::check_file("--plot", path)?;
+    Ok(())
+}
+
+/// `ledger compare` of the ledger at `dir`: [`compare`] of `branches`, read as a reader.
+pub fn compare_dir(
+    dir: &std::path::Path,
+    branches: &[String],
+) -> Result<Vec<BranchSummary>, LedgerError> {
+    compare(&mut Ledger::open_read_only(dir)?, branches)
+}
+
 /// Summaries of `branches` (references: `BRANCH`, `BRANCH@stageN` or a hash prefix),
 /// each after the first paired against the first.
 pub fn compare(

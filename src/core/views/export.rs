@@ -421,6 +421,40 @@ pub const PAIRED_COLUMNS: [&str; 20] = [
     "optimal_p",
 ];
 
+/// `ledger export --what WHAT`: the events ([`export`]) or the table `what` names
+/// ([`export_table`]) of `branch` (or every branch), in `fmt`, to `w`. Returns the
+/// number of rows written.
+pub fn write(
+    ledger: &Ledger,
+    branch: Option<&str>,
+    what: What,
+    fmt: Format,
+    w: &mut dyn Write,
+) -> Result<u64, LedgerError> {
+    match what {
+        What::Events => export(ledger, branch, fmt, w),
+        t => export_table(ledger, branch, t, fmt, w),
+    }
+}
+
+impl EventRecord {
+    /// The record of event `hash` as one JSON line (`ledger log --follow --json`).
+    pub fn json_line(hash: Hash, event: Event, meta: Meta) -> Result<String, serde_json::Error> {
+        Ok(serde_json::to_string(&EventRecord::new(hash, event, meta))? + "\n")
+    }
+}
+
+/// The records of events `hs` with their metadata (`ledger log --json`).
+pub fn event_records(ledger: &Ledger, hs: &[Hash]) -> Result<Vec<EventRecord>, LedgerError> {
+    hs.iter()
+        .map(|h| {
+            ledger
+                .event_with_meta(h)
+                .map(|(event, meta)| EventRecord::new(*h, event, meta))
+        })
+        .collect()
+}
+
 /// Write one table (`what` other than events) of `branch`, or of every branch, as
 /// JSON lines or CSV (header first, one flat row per line). Returns the rows written.
 pub fn export_table(

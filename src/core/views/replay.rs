@@ -55,3 +55,13 @@ pub struct StageReplay {
     pub seconds: f64,
     pub mismatch: Option<Mismatch>,
 }
+
+impl StageReplay {
+    /// The line `ledger replay` prints for a stage that matched.
+    pub fn matched_line(&self) -> String {
+        format!(
+            "stage {}: {} events recomputed, every hash matches (engineer {}, {:.1} s)",
+            self.stage, self.events, self.engineer, self.seconds
+        )
+    }
+}

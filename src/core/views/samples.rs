@@ -298,6 +298,21 @@ fn corrupt(what: String, problem: impl ToString) -> LedgerError {
     }
 }
 
+/// `ledger show REF --samples N`: [`samples`] of the stage `reference` names
+/// (`BRANCH@stageN`; anything else is [`LedgerError::NotAStage`]), up to its head.
+pub fn samples_of(
+    ledger: &Ledger,
+    reference: &str,
+    n: usize,
+    kind: Option<KindFilter>,
+    suite: Option<&str>,
+) -> Result<Samples, LedgerError> {
+    let (branch, stage) =
+        ledger.stage_of(reference, "--samples shows one stage's sampled plans")?;
+    let head = ledger.head_of(&branch)?;
+    samples(ledger, &branch, &head, stage, n, kind, suite)
+}
+
 /// Up to `n` plans of `branch`'s stage `stage` (history to `head`) that pass `kind`,
 /// spread evenly over the matching ones: GRPO's sampled plans, or with `suite` (`val`,
 /// `test`) the greedy plans of the stage's evaluation on that suite (recorded when the

@@ -5,7 +5,7 @@
 use super::replay::StageReplay;
 use crate::env::config::GeneratorConfig;
 use crate::env::simulate::FailureKind;
-use crate::ledger::{BranchState, Hash, StageState};
+use crate::ledger::{BranchState, Hash, LedgerError, Resolved, StageState};
 use crate::record::event::EvalCell;
 use crate::record::projection::{AuditRow, EngineerRlTotals, GrpoTotals};
 use schemars::JsonSchema;
@@ -43,6 +43,61 @@ impl StageShow {
         StageShow {
             branch,
             stage: StageView::from(stage),
+        }
+    }
+}
+
+/// What `ledger show REF` shows: an event, a branch or a stage ([`show`]).
+#[derive(Clone, Debug)]
+pub enum Shown {
+    Event(super::export::EventRecord),
+    Branch {
+        name: String,
+        head: Hash,
+        state: BranchState,
+    },
+    Stage {
+        branch: String,
+        stage: StageState,
+    },
+}
+
+/// What `reference` names in `ledger` (see [`crate::ledger::Ledger::resolve`]), for
+/// `ledger show`: the event with its metadata, the branch's projection, or the stage's.
+pub fn show(ledger: &mut crate::ledger::Ledger, reference: &str) -> Result<Shown, LedgerError> {
+    Ok(match ledger.resolve(reference)? {
+        Resolved::Event(h) => {
+            let (event, meta) = ledger.event_with_meta(&h)?;
+            Shown::Event(super::export::EventRecord::new(h, event, meta))
+        }
+        Resolved::Branch { name, head } => {
+            let state = ledger.projection(&name)?;
+            Shown::Branch { name, head, state }
+        }
+        Resolved::Stage { branch, stage } => {
+            let s = ledger.projection(&branch)?;
+            let has = s.stages.len();
+            let stage = s.stage(stage).cloned().ok_or(LedgerError::NoStage {
+                branch: branch.clone(),
+                stage,
+                has,
+            })?;
+            Shown::Stage { branch, stage }
+        }
+    })
+}
+
+impl Shown {
+    /// `show --json`: the event's record, [`BranchShow`] or [`StageShow`], pretty.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        match self {
+            Shown::Event(rec) => serde_json::to_string_pretty(rec),
+            Shown::Branch { name, head, state } => {
+                serde_json::to_string_pretty(&BranchShow::new(name.clone(), *head, state))
+            }
+            Shown::Stage { branch, stage } => {
+                serde_json::to_string_pretty(&StageShow::new(branch.clone(), stage))
+            }
         }
     }
 }
@@ -395,6 +450,24 @@ pub struct ReplayReport {
     /// Ids of the `replay_verified` events appended (absent on a mismatch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay_verified: Option<Vec<String>>,
+}
+
+impl ReplayReport {
+    /// The report of `branch`'s verification: the stages that `matched`, the first
+    /// `mismatch`, and the ids of the `replay_verified` events recorded, if any.
+    pub fn new(
+        branch: &str,
+        matched: Vec<StageReplay>,
+        mismatch: Option<String>,
+        ids: Option<&[Hash]>,
+    ) -> ReplayReport {
+        ReplayReport {
+            branch: branch.to_string(),
+            matched,
+            mismatch,
+            replay_verified: ids.map(|ids| ids.iter().map(|h| h.to_hex()).collect()),
+        }
+    }
 }
 
 /// One row of `ledger engineer list --json`: an LLM engineer registered on a branch.

@@ -554,6 +554,31 @@ pub struct RunWritten {
     pub scalars: usize,
 }
 
+/// Why `export --format tensorboard` has nowhere to write.
+#[derive(Debug, thiserror::Error)]
+pub enum OutDirError {
+    /// A `--what` (named here) given with it.
+    #[error("--what {0} does not apply to --format tensorboard, which writes every scalar (training steps and evaluations); leave --what out")]
+    What(String),
+    #[error("--format tensorboard writes a directory of runs: name it with --out DIR")]
+    Missing,
+    #[error("--out {}: not a directory (TensorBoard runs are written as directories under it)", .0.display())]
+    NotADirectory(PathBuf),
+}
+
+/// The directory `--out` names for runs, before any work: given, and a directory or
+/// not there yet; and no `--what` (`what`: its name), since every scalar is written.
+pub fn out_dir(what: Option<String>, out: Option<&Path>) -> Result<&Path, OutDirError> {
+    if let Some(w) = what {
+        return Err(OutDirError::What(w));
+    }
+    let dir = out.ok_or(OutDirError::Missing)?;
+    if dir.exists() && !dir.is_dir() {
+        return Err(OutDirError::NotADirectory(dir.to_path_buf()));
+    }
+    Ok(dir)
+}
+
 /// Write one run directory per branch (`branch`, or every branch) under `dir`. Each
 /// file is written to a temporary name and renamed, so a reader never sees half of one.
 pub fn export(

@@ -82,6 +82,13 @@ pub enum TimingError {
     },
 }
 
+/// `ledger show REF --timing`: the timing of the stage `reference` names
+/// (`BRANCH@stageN`; anything else is [`LedgerError::NotAStage`]).
+pub fn timing_of(ledger: &Ledger, reference: &str) -> Result<TimingReport, TimingError> {
+    let (branch, stage) = ledger.stage_of(reference, "--timing shows one stage's phases")?;
+    stage_timing(ledger, &branch, stage)
+}
+
 /// The timing of `branch`'s stage `stage`.
 pub fn stage_timing(
     ledger: &Ledger,

@@ -4,12 +4,12 @@
 //! context, the reference policy's size probes shared by every engineer, and the paired
 //! rows: the [`EvalReport`]. Loading models is the caller's (they load as stages load
 //! them); this module says which model an engineer reads ([`Named::model`]).
-use super::{ledger_contexts, paired, synthetic_for, evaluate, EvalContext, EvalReport, Rules};
+use super::{evaluate, ledger_contexts, paired, synthetic_for, EvalContext, EvalReport, Rules};
 use super::{PROBE_PER_SIZE, PROBE_SAMPLES};
 use crate::engineer::factory::{self, Llms, Policies, Recipe, Scope};
 use crate::engineer::llm::LlmRegistration;
 use crate::engineer::probe::SizeProbe;
-use crate::engineer::text::TextRevision;
+use crate::engineer::text::{TextRevision, UnknownRevision};
 use crate::engineer::{BuildError, Engineer};
 use crate::ledger::{Ledger, LedgerError};
 use crate::seed::Seed;
@@ -27,11 +27,91 @@ pub enum SessionError {
         builtins: String,
         ledger: LedgerError,
     },
-    /// The registry's branch could not be read.
+    /// A ledger could not be read: the registry's branch, or one of `--from-ledger`.
     #[error("{0}")]
     Registry(#[from] LedgerError),
     #[error("--engineer {name}: {error}")]
     Build { name: String, error: BuildError },
+    #[error("no contexts: --contexts 0 and no --from-ledger with decisions")]
+    NoContexts,
+    /// The defaults' text revision (a plan that sets none).
+    #[error("{0}")]
+    Revision(#[source] UnknownRevision),
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Plan(#[from] crate::plan::PlanFileError),
+    #[error("{}: {source}", path.display())]
+    PlanRevision {
+        path: PathBuf,
+        #[source]
+        source: UnknownRevision,
+    },
+    #[error("--engineer http: needs --url URL and --served-model NAME")]
+    HttpNeedsEndpoint,
+    /// The `http` engineer's tokenizer does not load.
+    #[error("{0}")]
+    HttpTokenizer(#[source] crate::engineer::llm::LlmError),
+}
+
+/// The `[lm]` settings and the engineers' text revision of the plan file at `plan`
+/// (`engineer eval --plan`), else the defaults: a plan's `[lm]` and `[engineer]` when it
+/// sets none.
+pub fn eval_plan(
+    plan: Option<&Path>,
+) -> Result<(crate::train::lm::LmSpec, TextRevision), SessionError> {
+    let Some(p) = plan else {
+        let revision = crate::plan::EngineerPlan::default().revision;
+        let text = TextRevision::of(revision).map_err(SessionError::Revision)?;
+        return Ok((Default::default(), text));
+    };
+    let plan = crate::plan::LedgerPlan::read(p)?;
+    let text = TextRevision::of_plan(&plan).map_err(|source| SessionError::PlanRevision {
+        path: p.to_path_buf(),
+        source,
+    })?;
+    Ok((plan.lm, text))
+}
+
+/// Where the `http` engineer of a run is (`engineer eval --url --served-model
+/// --api-key-env --tokenizer --max-context`).
+pub struct HttpEndpoint<'a> {
+    pub url: Option<&'a str>,
+    pub served_model: Option<&'a str>,
+    pub api_key_env: Option<&'a str>,
+    pub tokenizer: Option<&'a Path>,
+    pub max_context: Option<u32>,
+}
+
+/// The `http` engineer's registration: `endpoint`'s URL and served model (both needed),
+/// its key variable, context window and tokenizer.json (read, and checked to load).
+pub fn http_registration(endpoint: &HttpEndpoint<'_>) -> Result<LlmRegistration, SessionError> {
+    let (Some(url), Some(served)) = (endpoint.url, endpoint.served_model) else {
+        return Err(SessionError::HttpNeedsEndpoint);
+    };
+    let tokenizer = match endpoint.tokenizer {
+        Some(p) => Some(std::fs::read(p).map_err(|source| SessionError::Read {
+            path: p.to_path_buf(),
+            source,
+        })?),
+        None => None,
+    };
+    let reg = LlmRegistration {
+        name: "http".into(),
+        url: url.to_string(),
+        model: served.to_string(),
+        api_key_env: endpoint.api_key_env.map(str::to_string),
+        tokenizer,
+        max_context: endpoint.max_context,
+        context_modules: vec![],
+    };
+    crate::engineer::llm::TokenCounter::for_registration(&reg)
+        .map_err(SessionError::HttpTokenizer)?;
+    Ok(reg)
 }
 
 /// An engineer as `--engineer` names it: `NAME`, or `NAME=MODEL` with the model a
@@ -61,9 +141,12 @@ impl Named<'_> {
         let Some(b) = crate::engineer::builtin(self.name).filter(|b| b.reads_policy) else {
             return Ok(None);
         };
-        let m = self.model.or(default).ok_or_else(|| SessionError::NeedsModel {
-            name: self.name.to_string(),
-        })?;
+        let m = self
+            .model
+            .or(default)
+            .ok_or_else(|| SessionError::NeedsModel {
+                name: self.name.to_string(),
+            })?;
         Ok(Some((m.to_string(), b.lm_only)))
     }
 }
@@ -123,14 +206,48 @@ pub fn build(
     })
 }
 
+/// Engineers with their labels, in the order a run names them.
+pub type Labelled = Vec<(String, Box<dyn Engineer>)>;
+
+/// What makes a model of a name (and whether it must be an `lm` model).
+pub type LoadModel<'a, E> = dyn FnMut(&str, bool) -> Result<Box<dyn Policy>, E> + 'a;
+
+/// Every engineer of `specs` (each `NAME` or `NAME=MODEL`, see [`Named`]), labelled by
+/// its spec: a policy-reading one with the model `load` makes of its own or
+/// `default_model` (and whether it must be an `lm` model), `http` with `endpoint`'s
+/// registration, any other from `sources` ([`build`]). The first error ends it, so a
+/// bad name fails before any engineer runs.
+pub fn build_all<E: From<SessionError>>(
+    specs: &[String],
+    default_model: Option<&str>,
+    endpoint: &HttpEndpoint<'_>,
+    sources: &Sources<'_>,
+    load: &mut LoadModel<'_, E>,
+) -> Result<Labelled, E> {
+    let mut engineers = Vec::new();
+    for spec in specs {
+        let named = Named::parse(spec);
+        let model = match named.model(default_model)? {
+            Some((m, lm_only)) => Some(load(&m, lm_only)?),
+            None => None,
+        };
+        let http = (named.name == "http")
+            .then(|| http_registration(endpoint))
+            .transpose()?;
+        engineers.push((spec.clone(), build(&named, model, http, sources)?));
+    }
+    Ok(engineers)
+}
+
 /// The run's contexts and where they came from: `synthetic` drawn from `seed` under
-/// `rules`, then every recorded decision context of each ledger in `ledgers`.
+/// `rules`, then every recorded decision context of each ledger in `ledgers`. None at
+/// all is [`SessionError::NoContexts`].
 pub fn contexts(
     rules: Rules,
     seed: u64,
     synthetic: u32,
     ledgers: &[PathBuf],
-) -> Result<(Vec<EvalContext>, Vec<String>), LedgerError> {
+) -> Result<(Vec<EvalContext>, Vec<String>), SessionError> {
     let root = Seed::root(seed);
     let mut contexts = synthetic_for(rules, root.child("contexts", 0), synthetic as usize);
     let mut sources = vec![format!("{synthetic} synthetic (seed {seed})")];
@@ -139,6 +256,9 @@ pub fn contexts(
         let found = ledger_contexts(&ledger, &l.display().to_string())?;
         sources.push(format!("{} from {}", found.len(), l.display()));
         contexts.extend(found);
+    }
+    if contexts.is_empty() {
+        return Err(SessionError::NoContexts);
     }
     Ok((contexts, sources))
 }
@@ -169,7 +289,13 @@ pub fn run(
 ) -> Result<EvalReport, crate::engineer::Unanswered> {
     let root = Seed::root(seed);
     let mut probes: Vec<SizeProbe> = (0..contexts.len())
-        .map(|i| SizeProbe::new(root.child("reference", i as u64), PROBE_PER_SIZE, PROBE_SAMPLES))
+        .map(|i| {
+            SizeProbe::new(
+                root.child("reference", i as u64),
+                PROBE_PER_SIZE,
+                PROBE_SAMPLES,
+            )
+        })
         .collect();
     let mut evals = Vec::new();
     for (label, mut engineer) in engineers {

@@ -41,6 +41,62 @@ pub enum CompleteError {
     Decode(#[source] LmError),
 }
 
+/// A completion's failure naming what is at fault (`ledger lm generate`): the prompt
+/// file, or for a completion that does not decode the model; a length out of range
+/// names its flag.
+#[derive(Debug, thiserror::Error)]
+pub enum NamedCompleteError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Length(#[source] Box<CompleteError>),
+    #[error("{model}: {source}")]
+    Model {
+        model: String,
+        #[source]
+        source: Box<CompleteError>,
+    },
+    #[error("{}: {source}", path.display())]
+    Prompt {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<CompleteError>,
+    },
+}
+
+/// The prompt file at `path`.
+pub fn read_prompt(path: &std::path::Path) -> Result<String, NamedCompleteError> {
+    std::fs::read_to_string(path).map_err(|source| NamedCompleteError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// [`complete`], its error naming `model` (a completion that does not decode) or the
+/// `prompt` file it read (anything else but a length out of range).
+pub fn complete_named(
+    lm: &LmPolicy,
+    r: &Request<'_>,
+    model: &str,
+    prompt: &std::path::Path,
+) -> Result<Completion, NamedCompleteError> {
+    complete(lm, r).map_err(|e| match e {
+        CompleteError::Length { .. } => NamedCompleteError::Length(Box::new(e)),
+        CompleteError::Decode(_) => NamedCompleteError::Model {
+            model: model.to_string(),
+            source: Box::new(e),
+        },
+        _ => NamedCompleteError::Prompt {
+            path: prompt.to_path_buf(),
+            source: Box::new(e),
+        },
+    })
+}
+
 /// A completion and each of its tokens' own text (decoded alone).
 pub struct Completion {
     pub output: GenerateOutput,
@@ -69,7 +125,11 @@ pub fn complete(lm: &LmPolicy, r: &Request<'_>) -> Result<Completion, CompleteEr
         });
     }
     let sampling = Sampling {
-        temperature: if r.temperature > 0.0 { r.temperature } else { 1.0 },
+        temperature: if r.temperature > 0.0 {
+            r.temperature
+        } else {
+            1.0
+        },
         top_p: r.top_p,
         max_new_tokens: r.max_new_tokens,
     };

@@ -364,6 +364,26 @@ fn validation_markdown(s: &mut String, t: &StudyTables) {
     }
 }
 
+/// The line `ledger study` ends with: how many runs, how many ran now, were already
+/// finished or came from an earlier report, and the files written (a blank line first).
+pub fn runs_line(report: &StudyReport) -> String {
+    let count = |a: &str| report.runs.iter().filter(|r| r.action == a).count();
+    let reused = count(REUSED);
+    let done = count("skipped");
+    format!(
+        "\n{} runs ({} run now, {} already finished{}); wrote {}\n",
+        report.runs.len(),
+        report.runs.len() - done - reused,
+        done,
+        if reused > 0 {
+            format!(", {reused} from an earlier report")
+        } else {
+            String::new()
+        },
+        report.files.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::model::{report, StudyPower};
@@ -441,3 +461,4 @@ mod tests {
         );
     }
 }
+

@@ -27,7 +27,7 @@ mod tables;
 mod write;
 
 pub use self::csv::study_csv;
-pub use markdown::study_markdown;
+pub use markdown::{runs_line, study_markdown};
 pub use model::{
     ItemsMismatch, PowerPlan, RecordedOutcomes, StudyCell, StudyCurvePoint, StudyDesign,
     StudyItems, StudyPaired, StudyPairedMetric, StudyPower, StudyPowerObserved, StudyReport,
@@ -113,4 +113,33 @@ fn undecided(st: &crate::ledger::BranchState, at: u32) -> Vec<UndecidedStage> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_names_the_stages_its_engineer_did_not_decide_from_the_fork_on() {
+        let stage = |n: u32, status: &str| crate::ledger::StageState {
+            stage: n,
+            decision_status: Some(status.to_string()),
+            ..Default::default()
+        };
+        let st = crate::ledger::BranchState {
+            stages: vec![
+                stage(1, "fallback"), // before the fork: the source's, not the arm's
+                stage(2, "accepted"),
+                stage(3, "fallback"),
+                stage(4, "clipped"),
+                stage(5, "rejected"),
+            ],
+            ..Default::default()
+        };
+        let names: Vec<(u32, &str)> = undecided(&st, 2)
+            .iter()
+            .map(|u| (u.stage, if u.status == "fallback" { "fallback" } else { "rejected" }))
+            .collect();
+        assert_eq!(names, vec![(3, "fallback"), (5, "rejected")]);
+    }
 }

@@ -9,6 +9,8 @@ use crate::ledger::{BranchState, Event, Hash, RebuildReport, Report};
 use crate::views::branches::BranchListing;
 use crate::views::export::EventRecord;
 use crate::views::format::count;
+use crate::views::show::{render_stage, Shown};
+use crate::views::tensorboard::RunWritten;
 use ledger_store::aside::SetAside;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -23,6 +25,49 @@ pub fn set_aside_warning(a: &SetAside) -> String {
         a.bytes,
         a.offset,
         a.to.display()
+    )
+}
+
+/// What a writer's open says on standard error: each note of derived data it remade,
+/// and the warning of each set-aside with records in it ([`set_aside_warning`]).
+pub fn open_notes(l: &crate::ledger::Ledger) -> Vec<String> {
+    let notes = l.healed().iter().map(|note| format!("note: {note}"));
+    let aside = l.set_aside().iter().filter(|a| a.records > 0);
+    notes.chain(aside.map(set_aside_warning)).collect()
+}
+
+/// `init --plan`: the ledger created at `dir`, the plan file it came from, its genesis.
+pub fn created(dir: &Path, plan: &Path, genesis: &Hash) -> String {
+    format!(
+        "created ledger {} from {} (genesis {})\n",
+        dir.display(),
+        plan.display(),
+        genesis.short()
+    )
+}
+
+/// `branch delete`: the branch that went, where it was, and what removes its events.
+pub fn deleted(name: &str, head: &Hash) -> String {
+    format!(
+        "deleted branch {name} (was at {}); `ledger gc` removes what no branch reaches\n",
+        head.short()
+    )
+}
+
+/// `fork`: the new branch `name`, where it forked and with which engineer, its head.
+pub fn forked(name: &str, from: &str, at: u32, engineer: &str, head: &Hash) -> String {
+    format!(
+        "branch {name} forked from {from} before stage {at} (engineer {engineer}), head {}\n",
+        head.short()
+    )
+}
+
+/// `log --follow`'s warning when the followed branch moved to `head`, history that does
+/// not continue what was printed (the whole history follows).
+pub fn diverged(branch: &str, head: &Hash) -> String {
+    format!(
+        "ledger: branch {branch} moved to {}, which does not continue what was printed",
+        head.short()
     )
 }
 
@@ -52,6 +97,28 @@ pub fn event(rec: &EventRecord) -> Result<String, serde_json::Error> {
     let _ = writeln!(s, "{}", serde_json::to_string_pretty(&rec.body)?);
     let _ = writeln!(s, "meta    {}", serde_json::to_string(&rec.meta)?);
     Ok(s)
+}
+
+/// `show REF` as text: [`event`], [`branch`] or the stage's summary
+/// ([`crate::views::show::render_stage`]).
+pub fn shown(s: &Shown) -> Result<String, serde_json::Error> {
+    Ok(match s {
+        Shown::Event(rec) => event(rec)?,
+        Shown::Branch { name, head, state } => branch(name, head, state),
+        Shown::Stage { branch, stage } => render_stage(branch, stage),
+    })
+}
+
+/// `export --format tensorboard`: what was written under `dir` and how to view it.
+pub fn tensorboard(runs: &[RunWritten], dir: &Path) -> String {
+    let scalars: usize = runs.iter().map(|r| r.scalars).sum();
+    format!(
+        "wrote {} run{} ({scalars} scalars) under {}; view with: tensorboard --logdir {}\n",
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" },
+        dir.display(),
+        dir.display()
+    )
 }
 
 /// `show BRANCH`: its head, plan, size, fork point and one line per stage.
