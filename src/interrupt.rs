@@ -13,8 +13,8 @@
 //! `_exit(130)`: no destructors and no `atexit` handlers, so libtorch's static teardown
 //! never runs under a computation still live on the main thread (it crashed with
 //! SIGSEGV, or a torch panic inside a matmul, when `exit` ran it). Nothing recorded can
-//! be lost that way: every commit is crash-safe as it is for `kill -9` (a torn `REFS`
-//! record or pack tail is ignored), a scratch ref lives in the writer's memory only
+//! be lost that way: the commit under way finishes first and no new one starts
+//! (`ledger_store::commits`), a scratch ref lives in the writer's memory only
 //! (`ledger_store::Store::set_ref`), and the next writer removes temporary blobs.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -57,6 +57,10 @@ pub fn on_signal(work: Work, what: &'static str) -> Arc<AtomicBool> {
 /// End the process with [`EXIT_CODE`] without running any destructor or `atexit`
 /// handler (see the module doc).
 fn exit_now() -> ! {
+    // A commit under way finishes first, and no new one starts (a torn one is safe, but
+    // `verify` reports its tail until the next writer cuts it); a disk that stalls
+    // longer than this is cut as `kill -9` would cut it.
+    ledger_store::commits::hold_and_wait(std::time::Duration::from_secs(10));
     // SAFETY: `_exit` is async-signal-safe and takes no Rust state; whatever the main
     // thread was doing is cut as a `kill -9` would cut it, which the ledger survives.
     unsafe { libc::_exit(EXIT_CODE) }

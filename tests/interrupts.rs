@@ -87,8 +87,10 @@ fn run_stopped_by_sigint_sigterm_or_two_signals_resumes_to_the_uninterrupted_hea
                 body.kind()
             );
         } else {
+            // The second signal ends it at once, unless the first had already stopped it
+            // at the end of a short step.
             assert!(
-                err.contains("aborted: nothing recorded is lost"),
+                err.contains("aborted: nothing recorded is lost") || err.contains("interrupted"),
                 "{name}: {err}"
             );
         }

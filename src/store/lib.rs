@@ -22,6 +22,7 @@
 pub mod aside;
 pub mod blob;
 pub mod codec;
+pub mod commits;
 pub mod faults;
 pub mod hash;
 pub mod index;

@@ -514,6 +514,7 @@ impl Store {
 
     /// Write `next` as the new `REFS` (small blobs made durable first) and adopt it.
     fn write_refs(&mut self, mut next: Refs) -> Result<(), StoreError> {
+        let _commit = crate::commits::Commit::enter();
         next.blob_packs = self.blobs.sync()?;
         self.commit_refs(&next)?;
         self.blobs.commit(&next.blob_packs)?;
@@ -697,6 +698,7 @@ impl Store {
         parent: Option<Hash>,
         batch: Batch,
     ) -> Result<Vec<Hash>, StoreError> {
+        let _commit = crate::commits::Commit::enter();
         let Batch { base, buf, added } = batch;
         let head = added.last().expect("batch is not empty").0;
         let pack = self.packs.last_mut().expect("a pack exists");

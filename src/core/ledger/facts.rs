@@ -143,6 +143,8 @@ impl Ledger {
         if !self.store.is_writable() {
             return Err(LedgerError::Store(ledger_store::StoreError::ReadOnly));
         }
+        // The records and the projection cache's update, as one commit an exit waits for.
+        let _commit = ledger_store::commits::Commit::enter();
         let head = self.head(branch)?;
         let mut checked = std::collections::BTreeSet::new();
         for (body, _, _) in &items {
