@@ -82,7 +82,10 @@ mod tests {
         drop(inner);
         let t = std::thread::spawn(|| hold_and_wait(Duration::from_secs(5)));
         std::thread::sleep(Duration::from_millis(50));
-        assert!(!t.is_finished(), "the hold waits while a commit is in flight");
+        assert!(
+            !t.is_finished(),
+            "the hold waits while a commit is in flight"
+        );
         drop(outer);
         assert!(t.join().unwrap());
         assert_eq!(IN_FLIGHT.load(Ordering::SeqCst), 0);

@@ -871,13 +871,15 @@ pub fn agreement(a: &BranchSummary, b: &BranchSummary) -> Option<String> {
         .filter(|d| !a.decisions.iter().any(|x| x.event == d.event))
         .collect();
     let (first, last) = (own.first()?, own.last()?);
-    let mut engineers = Vec::new();
+    let mut ae = "";
     for d in &own {
         let x = a.decisions.iter().find(|x| x.stage == d.stage)?;
         if x.changes != d.changes || x.params.is_none() || x.params != d.params {
             return None;
         }
-        engineers.push((x.engineer.as_str(), d.engineer.as_str()));
+        if d.stage == first.stage {
+            ae = x.engineer.as_str();
+        }
     }
     if a.final_stage != b.final_stage {
         return None;
@@ -887,7 +889,7 @@ pub fn agreement(a: &BranchSummary, b: &BranchSummary) -> Option<String> {
     } else {
         format!("stages {}-{}", first.stage, last.stage)
     };
-    let (ae, be) = engineers[0];
+    let be = &first.engineer;
     Some(format!(
         "{} ({be}) agreed with {} ({ae}) at {stages}: the same configuration, hence the same \
          checkpoint ({}); every paired difference is 0",

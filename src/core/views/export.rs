@@ -195,7 +195,7 @@ fn outcome_rows(
             else {
                 continue;
             };
-            if o.outcomes.len() != items.items.len() || items.hashes.len() != items.items.len() {
+            if o.outcomes.len() != items.items.len() {
                 continue;
             }
             for (i, (&b, it)) in o.outcomes.iter().zip(&items.items).enumerate() {
