@@ -238,8 +238,11 @@ pub fn recorded_replies(
 ) -> Result<RecordedReplies, LedgerError> {
     let mut out = RecordedReplies::new();
     for (_, e) in history {
-        let EventBody::EngineerDecision(d) = &e.body else {
-            continue;
+        // The oracle's candidates decided too: a replay answers their LLM calls alike.
+        let d = match &e.body {
+            EventBody::EngineerDecision(d) => d,
+            EventBody::OracleCandidate(c) => &c.decision,
+            _ => continue,
         };
         let Some(prompt) = d.prompt else { continue };
         let reply = match &d.reply {

@@ -33,6 +33,7 @@ mod lm_bench;
 mod lm_bf16;
 mod lm_engineer;
 mod lm_policy;
+mod oracle;
 mod paired;
 mod pipeline;
 mod plan_check;

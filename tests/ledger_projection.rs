@@ -12,10 +12,23 @@ use proptest::prelude::*;
 
 const PLAN: &str = include_str!("../ledgers/demo.toml");
 
-/// One event of kind `kind % 19` (every kind but genesis, which every generated ledger
+/// One event of kind `kind % 20` (every kind but genesis, which every generated ledger
 /// starts with; gradient steps twice as often), its fields drawn from `x`.
 fn body(kind: u8, x: u32, blob: Hash) -> EventBody {
-    match kind % 19 {
+    match kind % 20 {
+        19 => EventBody::OracleCandidate(OracleCandidate {
+            index: x % 4,
+            source: format!("e{}", x % 3),
+            decision: match body(1, x, blob) {
+                EventBody::EngineerDecision(d) => d,
+                _ => unreachable!("kind 1 is a decision"),
+            },
+            same_as: (x % 3 == 0).then_some(0),
+            validation: vec![],
+            valid_sum: (x as f64 / 3.0).to_bits(),
+            optimal_sum: 0f64.to_bits(),
+            params: blob,
+        }),
         10 => EventBody::EngineerRegistered(EngineerRegistered {
             name: format!("llm{}", x % 3),
             kind: if x % 2 == 0 {

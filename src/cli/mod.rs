@@ -111,13 +111,6 @@ pub fn warn_set_aside(l: &mapf_ledger::ledger::Ledger) {
     }
 }
 
-/// A ledger error as a command's error (see [`diagnose`]).
-///
-/// [`diagnose`]: mapf_ledger::diagnosis::diagnose
-pub fn ledger_error(e: mapf_ledger::ledger::LedgerError) -> CliError {
-    e.into()
-}
-
 #[derive(Parser, Debug)]
 #[command(
     name = "ledger",

@@ -186,6 +186,7 @@ pub fn make(name: &str, mut r: Recipe<'_>) -> Result<Box<dyn Engineer>, BuildErr
             seed,
         })),
         "fixed" => Ok(Box::new(Fixed)),
+        super::ORACLE => Err(BuildError::Searches),
         // A built-in this factory does not know yet.
         _ => Err(BuildError::Name(EngineerNameError::Unknown {
             name: name.into(),

@@ -58,6 +58,9 @@ pub enum BuildError {
     /// An engineer that reads a policy was given none (`engineer eval` without --model).
     #[error("engineer {name}: needs a model")]
     NoModel { name: String },
+    /// The oracle asked to answer one context: it decides by training whole stages.
+    #[error("engineer oracle decides by training the stage on each candidate; it designs the stages of a run, fork or study, not a single context")]
+    Searches,
 }
 
 /// What an engineer answers.
@@ -145,7 +148,7 @@ pub struct Builtin {
 
 /// The built-in engineers: every list of names (help, errors, reserved names) reads
 /// this one.
-pub const BUILTINS: [Builtin; 7] = [
+pub const BUILTINS: [Builtin; 8] = [
     Builtin {
         name: "fixed",
         about: "keeps the configuration (the fixed-environment baseline)",
@@ -188,7 +191,18 @@ pub const BUILTINS: [Builtin; 7] = [
         lm_only: true,
         reads_policy: true,
     },
+    Builtin {
+        name: "oracle",
+        about: "trains the stage on each candidate of [engineer.oracle] (engineers' proposals, random draws) and keeps the best by validation: the hindsight upper bound",
+        lm_only: false,
+        // It trains from the stage's checkpoint, but reads no policy as an engineer does.
+        reads_policy: false,
+    },
 ];
+
+/// The engineer that searches by training ([`crate::stage::oracle`]): the stage
+/// pipeline runs its search; it is never built as an [`Engineer`].
+pub const ORACLE: &str = "oracle";
 
 /// The built-in engineer called `name`.
 pub fn builtin(name: &str) -> Option<&'static Builtin> {
@@ -453,7 +467,43 @@ pub fn check_spec(
     plan: &crate::plan::LedgerPlan,
     state: &BranchState,
 ) -> Result<(), EngineerNameError> {
-    spec.check(plan.policy.name(), &state.engineers)
+    spec.check(plan.policy.name(), &state.engineers)?;
+    if spec.name == ORACLE {
+        for c in oracle_candidates(plan)? {
+            c.check(plan.policy.name(), &state.engineers)?;
+        }
+    }
+    Ok(())
+}
+
+/// The oracle's candidate engineers, as the plan's `[engineer.oracle]` lists them
+/// (`random` stands for a fresh draw each time it is listed). None may be the oracle
+/// itself or train its engineer.
+pub fn oracle_candidates(
+    plan: &crate::plan::LedgerPlan,
+) -> Result<Vec<EngineerSpec>, EngineerNameError> {
+    let settings = plan.engineer.oracle.clone().unwrap_or_default();
+    settings
+        .candidates
+        .iter()
+        .map(|c| {
+            let spec: EngineerSpec = c.trim().parse()?;
+            let problem = if spec.name == ORACLE {
+                Some("the oracle cannot be its own candidate")
+            } else if spec.engineer_rl {
+                Some("a candidate does not train its engineer")
+            } else {
+                None
+            };
+            match problem {
+                Some(p) => Err(EngineerNameError::BadSpec {
+                    spec: format!("engineer.oracle.candidates: {c}"),
+                    problem: p.into(),
+                }),
+                None => Ok(spec),
+            }
+        })
+        .collect()
 }
 
 /// Build the engineer `spec` for stage `inputs.stage` of a branch.

@@ -12,9 +12,9 @@
 //!
 //! Files: this one holds the [`Pipeline`] and `run`; [`setup`] reads the plan (configs,
 //! suites, seeds); [`base`] is stage 0; [`training`] a GRPO stage; [`decision`] the
-//! engineer's part; [`end`] the end of every stage; [`corpus`] what a scratch model
-//! pretrains on; [`bench`] the workloads `ledger lm bench` times; [`progress`] how
-//! a run shows its progress.
+//! engineer's part; [`oracle`] the oracle engineer's search; [`end`] the end of every
+//! stage; [`corpus`] what a scratch model pretrains on; [`bench`] the workloads `ledger
+//! lm bench` times; [`progress`] how a run shows its progress.
 use crate::engineer::context::TrainingDetails;
 use crate::engineer::{
     BuildError, BuildInputs, Decision, Engineer, EngineerContext, EngineerSpec, HistoryEntry,
@@ -45,6 +45,7 @@ pub mod corpus;
 pub mod decision;
 pub mod end;
 pub mod load;
+pub mod oracle;
 pub mod progress;
 pub mod setup;
 pub mod steps;
@@ -118,6 +119,9 @@ pub enum StageError {
     /// An engineer that reads a policy was given none.
     #[error(transparent)]
     NoModel(BuildError),
+    /// The oracle was asked to be built as an engineer (it is the pipeline's search).
+    #[error(transparent)]
+    Searches(BuildError),
     /// Checkpoint reference `reference` names a checkpoint that does not load.
     #[error("{reference}: {source}")]
     Checkpoint {
@@ -271,6 +275,7 @@ impl From<BuildError> for StageError {
             BuildError::Registry(e) => StageError::Registry(e),
             e @ BuildError::NoModel { .. } => StageError::NoModel(e),
             BuildError::Text(e) => StageError::Text(e),
+            e @ BuildError::Searches => StageError::Searches(e),
         }
     }
 }

@@ -30,17 +30,36 @@ impl Pipeline<'_> {
             phases.set_resumed();
         }
 
-        // 1. Decide (or recover the recorded decision when resuming).
-        let applied: GeneratorConfig = if started {
+        // 1. Decide (or recover the recorded decision when resuming). The oracle's
+        //    choice is a model its search trained; the stage's must repeat it.
+        let mut oracle_params = None;
+        // A stopped oracle search has started the stage without a decision.
+        let searching = started
+            && this.is_some_and(|s| s.decision.is_none())
+            && spec.name == crate::engineer::ORACLE;
+        let applied: GeneratorConfig = if started && !searching {
             this.and_then(|s| s.config.clone())
                 .ok_or(StageError::Diverged(Divergence::NoConfiguration {
                     stage: n,
                 }))?
         } else {
-            let (applied, work) = phases.time(phase::ENGINEER, || {
-                let inputs = (state, &current, from, seed);
-                self.decide(branch, n, spec, engineer_name, inputs, engineers, progress)
+            let decided = phases.time(phase::ENGINEER, || {
+                let inputs = ((state, &current, from, seed), !searching);
+                self.decide(
+                    branch,
+                    n,
+                    spec,
+                    engineer_name,
+                    inputs,
+                    engineers,
+                    progress,
+                    stop,
+                )
             })?;
+            let Some((applied, work, chosen)) = decided else {
+                return Ok(false);
+            };
+            oracle_params = chosen;
             if let Some(work) = work {
                 phases.count(phase::ENGINEER, work);
             }
@@ -140,6 +159,11 @@ impl Pipeline<'_> {
             &mut phases,
             after,
         )?;
+        if let Some(p) = oracle_params {
+            if crate::train::checkpoint::param_hash(ts.policy.vars()) != p {
+                progress.note(&format!("stage {n}: the stage's model differs from the oracle candidate it trained on (parameters {} in the search): this machine did not repeat the candidate's training bit for bit", p.short()));
+            }
+        }
         progress.stage_end(n, &validation);
         Ok(true)
     }
@@ -150,36 +174,70 @@ impl Pipeline<'_> {
     /// proposes this stage's configuration. Records the stage's start and the decision
     /// in one flush; returns the configuration applied and the engineer's decoding work
     /// (for its phase).
-    #[allow(clippy::too_many_arguments)]
+    /// The oracle ([`super::oracle`]) searches instead: its candidates are durable one
+    /// by one between the two, and a stop during its search returns None. `open`: the
+    /// stage's start is not recorded yet (false: a stopped search goes on). The third
+    /// value is the oracle's chosen model's parameter hash.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn decide(
         &mut self,
         branch: &str,
         n: u32,
         spec: &EngineerSpec,
         engineer_name: &str,
-        (state, current, from, seed): (&BranchState, &GeneratorConfig, Hash, Seed),
+        ((state, current, from, seed), open): ((&BranchState, &GeneratorConfig, Hash, Seed), bool),
         engineers: &mut EngineerFactory<'_>,
         progress: &mut dyn Progress,
-    ) -> Result<(GeneratorConfig, Option<crate::train::timing::Work>), StageError> {
-        let ctx = self.context(state, n, current.clone(), spec)?;
-        let inputs = BuildInputs {
-            ledger: self.ledger,
-            plan: &self.plan,
-            device: self.device,
-            stage: n,
-            stage_seed: seed,
+        stop: &AtomicBool,
+    ) -> Result<
+        Option<(
+            GeneratorConfig,
+            Option<crate::train::timing::Work>,
+            Option<Hash>,
+        )>,
+        StageError,
+    > {
+        let started = StageStarted {
+            engineer: engineer_name.into(),
+            from_checkpoint: Some(from),
+            seed: Hash(*seed.bytes()),
         };
-        let mut engineer = engineers(spec, &inputs, state)?;
-        let decision = engineer.decide(&ctx);
-        let work = decision.work;
-        let event = decision_event(
-            engineer_name,
-            current,
-            &ctx,
-            self.plan.engineer.max_size as usize,
-            decision,
-            &mut self.recorder(branch),
-        )?;
+        let (event, work, start, chosen) = if spec.name == crate::engineer::ORACLE {
+            let mut inputs = super::oracle::SearchInputs {
+                branch,
+                n,
+                state,
+                current,
+                from,
+                seed,
+                start: open.then_some(started),
+            };
+            let Some(search) = self.oracle_search(&mut inputs, engineers, progress, stop)? else {
+                return Ok(None);
+            };
+            (search.decision, None, inputs.start, Some(search.params))
+        } else {
+            let ctx = self.context(state, n, current.clone(), spec)?;
+            let inputs = BuildInputs {
+                ledger: self.ledger,
+                plan: &self.plan,
+                device: self.device,
+                stage: n,
+                stage_seed: seed,
+            };
+            let mut engineer = engineers(spec, &inputs, state)?;
+            let decision = engineer.decide(&ctx);
+            let work = decision.work;
+            let event = decision_event(
+                engineer_name,
+                current,
+                &ctx,
+                self.plan.engineer.max_size as usize,
+                decision,
+                &mut self.recorder(branch),
+            )?;
+            (event, work, Some(started), None)
+        };
         let applied = event.applied.clone();
         if let DecisionStatus::Rejected { reason } | DecisionStatus::Fallback { reason } =
             &event.status
@@ -187,17 +245,12 @@ impl Pipeline<'_> {
             progress.note(&format!("stage {n}: engineer {engineer_name}'s proposal was not used ({reason}); keeping the previous configuration"));
         }
         let mut rec = self.recorder(branch);
-        rec.push(
-            n,
-            EventBody::StageStarted(StageStarted {
-                engineer: engineer_name.into(),
-                from_checkpoint: Some(from),
-                seed: Hash(*seed.bytes()),
-            }),
-        );
+        if let Some(start) = start {
+            rec.push(n, EventBody::StageStarted(start));
+        }
         rec.push(n, EventBody::EngineerDecision(event));
         rec.flush()?;
-        Ok((applied, work))
+        Ok(Some((applied, work, chosen)))
     }
 
     /// Part 2 of stage `n`: its training instances under `applied` and, with a
@@ -213,25 +266,7 @@ impl Pipeline<'_> {
         seed: Seed,
         record: bool,
     ) -> Result<(Vec<Solved>, Vec<Hash>, Vec<Solved>), StageError> {
-        let cfg = &self.plan.grpo;
-        let data = crate::env::generator::generate_excluding(
-            applied,
-            cfg.instances_per_stage as usize,
-            seed.child("instances", 0),
-            Budget::default(),
-            &self.suite_keys,
-        )
-        .map_err(StageError::Generate)?;
-        let rehearsal = if cfg.rehearsal_coef > 0.0 {
-            Some(super::base::warmup_data(
-                &self.plan.warmup,
-                cfg.rehearsal_instances as usize,
-                seed.child("rehearsal", 0),
-                &self.suite_keys,
-            )?)
-        } else {
-            None
-        };
+        let (data, rehearsal) = self.stage_instances(applied, seed)?;
         let mut rec = self.recorder(branch);
         let blobs = Self::instance_blobs(&mut rec, &data)?;
         if record {
@@ -260,6 +295,39 @@ impl Pipeline<'_> {
         }
         let rehearsal = rehearsal.map(|(items, _)| items).unwrap_or_default();
         Ok((data, blobs, rehearsal))
+    }
+}
+
+impl Pipeline<'_> {
+    /// A stage's training instances under `applied` from its seed, and with a rehearsal
+    /// term its solver plans and their mix (what [`Pipeline::training_instances`]
+    /// records, and what the oracle's candidates train on).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn stage_instances(
+        &self,
+        applied: &GeneratorConfig,
+        seed: Seed,
+    ) -> Result<(Vec<Solved>, Option<(Vec<Solved>, Vec<u8>)>), StageError> {
+        let cfg = &self.plan.grpo;
+        let data = crate::env::generator::generate_excluding(
+            applied,
+            cfg.instances_per_stage as usize,
+            seed.child("instances", 0),
+            Budget::default(),
+            &self.suite_keys,
+        )
+        .map_err(StageError::Generate)?;
+        let rehearsal = if cfg.rehearsal_coef > 0.0 {
+            Some(super::base::warmup_data(
+                &self.plan.warmup,
+                cfg.rehearsal_instances as usize,
+                seed.child("rehearsal", 0),
+                &self.suite_keys,
+            )?)
+        } else {
+            None
+        };
+        Ok((data, rehearsal))
     }
 }
 

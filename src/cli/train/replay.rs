@@ -69,12 +69,10 @@ fn replay_error(e: ReplayError) -> CliError {
     }
 }
 
-use crate::cli::ledger_error;
-
 pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     let stage = args.stage;
     setup::check_asked(args.keep.is_some(), args.engineer.is_some(), args.verify)?;
-    let mut ledger = crate::cli::open_writer(dir).map_err(ledger_error)?;
+    let mut ledger = crate::cli::open_writer(dir)?;
     let recorded = setup::recorded_setups(&ledger, &args.branch, stage)?;
     // A replay's work is scratch and ends at once; a kept counterfactual's branch stops
     // at its next durable point, as `run` does.

@@ -304,6 +304,35 @@ pub struct EngineerPlan {
     /// hashes as before the option existed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub train: Option<EngineerTrain>,
+    /// The `oracle` engineer's candidates (`[engineer.oracle]`; absent: the defaults
+    /// of [`OracleSettings`], and the plan hashes as before the option existed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<OracleSettings>,
+}
+
+/// The `oracle` engineer, a hindsight upper bound: at each stage it trains the whole
+/// stage once on every candidate configuration, from the stage's starting checkpoint
+/// with the stage's seed, scores each model on the validation suite (never the test
+/// suite), and keeps the best: the highest validation Sum of valid %, then of
+/// optimal %, then the earlier candidate. A stage it designs costs one stage per
+/// distinct candidate, plus the stage itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct OracleSettings {
+    /// The candidates, in order: engineer specs whose proposal for the stage is one
+    /// (`fixed`, `heuristic`, `blind`, `current`, a registered LLM engineer, ...), and
+    /// `random`, a fresh random draw each time it is listed. K = their number.
+    pub candidates: Vec<String>,
+}
+
+impl Default for OracleSettings {
+    fn default() -> Self {
+        OracleSettings {
+            candidates: ["fixed", "heuristic", "blind", "random", "random", "random"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
 }
 
 /// Engineer RL: after a stage's plan steps, `steps` GRPO steps on engineer prompts.
@@ -404,6 +433,7 @@ impl Default for EngineerPlan {
             context: ContextModules::default(),
             revision: 1,
             train: None,
+            oracle: None,
         }
     }
 }

@@ -318,6 +318,20 @@ fn check_engineer(e: &EngineerPlan, policy: PolicyKind) -> Result<(), PlanError>
         1,
         LATEST_ENGINEER_REVISION as u64,
     )?;
+    if let Some(o) = &e.oracle {
+        check_u(
+            "engineer.oracle.candidates",
+            o.candidates.len() as u64,
+            1,
+            64,
+        )?;
+        if o.candidates.iter().any(|c| c.trim().is_empty()) {
+            return Err(range(
+                "engineer.oracle.candidates",
+                "a candidate name is empty",
+            ));
+        }
+    }
     match &e.train {
         Some(t) => check_engineer_train(t, policy),
         None => Ok(()),

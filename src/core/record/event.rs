@@ -58,6 +58,40 @@ pub enum EventBody {
     /// Per engineer-RL step (`[engineer.train]`): the contexts shown, every reply with
     /// its reward terms, and the update.
     EngineerTraining(EngineerTraining),
+    /// Per candidate of the `oracle` engineer's search, between its stage's
+    /// `StageStarted` and `EngineerDecision`: the candidate's decision, and how the
+    /// stage trained on it scored on the validation suite.
+    OracleCandidate(OracleCandidate),
+}
+
+/// One candidate configuration of the `oracle` engineer at a stage: what a named
+/// engineer proposed (or a random draw), the whole stage trained on it from the stage's
+/// starting checkpoint, and its validation score. Its model is not kept: only its
+/// parameter hash, which the stage's own final checkpoint repeats when the candidate is
+/// the one chosen.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OracleCandidate {
+    /// Its place among the stage's candidates, from 0.
+    pub index: u32,
+    /// Where it came from: the engineer's name, or `random#K` for the K-th random draw.
+    pub source: String,
+    /// That engineer's decision as a stage would record it (context, proposal, applied
+    /// configuration, clips, rationale, status).
+    pub decision: EngineerDecision,
+    /// Some(j): the same applied configuration as candidate j, so the same training and
+    /// score, not trained again.
+    pub same_as: Option<u32>,
+    /// The validation table of the model the stage ends on under this configuration.
+    pub validation: Vec<EvalCell>,
+    /// Its score: the validation Sum (mean over sizes) of valid %, then of optimal %.
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
+    pub valid_sum: u64,
+    #[serde(with = "crate::record::readable::f64_bits")]
+    #[schemars(with = "crate::record::readable::JsonFloat")]
+    pub optimal_sum: u64,
+    /// Parameter hash of that model.
+    pub params: Hash,
 }
 
 /// One engineer-RL step: GRPO on engineer prompts, after the stage's plan steps.
@@ -223,6 +257,18 @@ pub enum DecisionStatus {
     Fallback { reason: String },
 }
 
+impl DecisionStatus {
+    /// The status's name, as the JSON form and `audit` write it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DecisionStatus::Accepted => "accepted",
+            DecisionStatus::Clipped => "clipped",
+            DecisionStatus::Rejected { .. } => "rejected",
+            DecisionStatus::Fallback { .. } => "fallback",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EngineerDecision {
     pub engineer: String,
@@ -241,6 +287,19 @@ pub struct EngineerDecision {
     pub refused: Vec<crate::env::RefusedField>,
     pub rationale: String,
     pub status: DecisionStatus,
+}
+
+impl EngineerDecision {
+    /// The blobs the decision references: its context, prompt, reply, a long proposal.
+    pub fn blobs(&self) -> Vec<Hash> {
+        let mut v = vec![self.context];
+        v.extend(self.prompt);
+        v.extend(self.reply);
+        if let ProposedConfig::Blob(h) = self.proposed {
+            v.push(h);
+        }
+        v
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -323,6 +382,7 @@ impl EventBody {
             EventBody::EvaluationPlans(_) => "evaluation_plans",
             EventBody::ReplayVerified(_) => "replay_verified",
             EventBody::EngineerTraining(_) => "engineer_training",
+            EventBody::OracleCandidate(_) => "oracle_candidate",
         }
     }
 
@@ -337,15 +397,8 @@ impl EventBody {
                 _ => vec![],
             },
             EventBody::StageStarted(s) => s.from_checkpoint.into_iter().collect(),
-            EventBody::EngineerDecision(d) => {
-                let mut v = vec![d.context];
-                v.extend(d.prompt);
-                v.extend(d.reply);
-                if let ProposedConfig::Blob(h) = d.proposed {
-                    v.push(h);
-                }
-                v
-            }
+            EventBody::EngineerDecision(d) => d.blobs(),
+            EventBody::OracleCandidate(c) => c.decision.blobs(),
             EventBody::InstancesGenerated(i) => i.instances.clone(),
             EventBody::Trajectories(t) => t.instances.clone(),
             EventBody::CheckpointSaved(c) => vec![c.blob],
@@ -473,6 +526,15 @@ impl EventBody {
                     t.contexts.len()
                 )
             }
+            EventBody::OracleCandidate(c) => format!(
+                "#{} {}: val Sum {:.2} valid, {:.2} optimal{}",
+                c.index,
+                c.source,
+                f(c.valid_sum),
+                f(c.optimal_sum),
+                c.same_as
+                    .map_or(String::new(), |j| format!(" (the configuration of #{j})"))
+            ),
             EventBody::ReplayVerified(r) => match &r.mismatch {
                 None => format!("stage {} matched {} events", r.replayed_stage, r.events),
                 Some(m) => format!("stage {} mismatch: {m}", r.replayed_stage),

@@ -271,6 +271,8 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
         }
         // Read by `show --samples --suite` from the history; nothing to project.
         EventBody::EvaluationPlans(_) => {}
+        // Read by `audit` from the history; the decision after them is what applies.
+        EventBody::OracleCandidate(_) => {}
         EventBody::FailureBreakdown(f) => s.stage_mut(n).failures = Some(f.clone()),
         EventBody::StageCompleted(_) => {
             s.stage_mut(n).completed = Some(*hash);

@@ -63,6 +63,79 @@ pub struct DecisionAudit {
     /// train its engineer).
     pub engineer_rl: Option<EngineerRlSummary>,
     pub outcome: Option<DecisionOutcome>,
+    /// The `oracle`'s search behind the decision, candidate by candidate (empty for
+    /// every other engineer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub search: Vec<SearchCandidate>,
+}
+
+/// One candidate of the oracle's search (an `oracle_candidate` event).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SearchCandidate {
+    pub index: u32,
+    /// The engineer that proposed it, or `random#K`.
+    pub source: String,
+    /// The candidate's own decision: its status and rationale.
+    pub status: String,
+    pub rationale: String,
+    pub applied_config: GeneratorConfig,
+    /// Some(j): candidate j's configuration, not trained again.
+    pub same_as: Option<u32>,
+    /// Its validation Sums (valid %, optimal %): the score the oracle ranks by.
+    pub valid_sum: f64,
+    pub optimal_sum: f64,
+    /// The candidate whose configuration the oracle applied.
+    pub chosen: bool,
+}
+
+/// The oracle candidates recorded just before decision `event` (none for other
+/// engineers), in order, each marked chosen when its configuration is `applied`
+/// (the first such, as the oracle chooses the earliest of equals).
+fn search_of(
+    ledger: &Ledger,
+    event: &crate::ledger::Event,
+    applied: &GeneratorConfig,
+) -> Result<Vec<SearchCandidate>, LedgerError> {
+    let mut found = Vec::new();
+    let mut parent = event.parent;
+    while let Some(p) = parent {
+        let e = ledger.event(&p)?;
+        let EventBody::OracleCandidate(c) = e.body else {
+            break;
+        };
+        found.push(c);
+        parent = e.parent;
+    }
+    found.reverse();
+    let f = f64::from_bits;
+    let best = found
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.decision.applied == *applied)
+        .max_by(|a, b| {
+            let key =
+                |c: &crate::record::event::OracleCandidate| (f(c.valid_sum), f(c.optimal_sum));
+            key(a.1)
+                .partial_cmp(&key(b.1))
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(b.0.cmp(&a.0))
+        })
+        .map(|(i, _)| i);
+    Ok(found
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| SearchCandidate {
+            index: c.index,
+            source: c.source,
+            status: c.decision.status.name().into(),
+            rationale: c.decision.rationale,
+            applied_config: c.decision.applied,
+            same_as: c.same_as,
+            valid_sum: f(c.valid_sum),
+            optimal_sum: f(c.optimal_sum),
+            chosen: Some(i) == best,
+        })
+        .collect())
 }
 
 /// A stage's engineer-RL steps in sum (`engineer_training` events).
@@ -484,9 +557,11 @@ pub fn audit(
         }
         let Some(h) = st.decision else { continue };
         let event = ledger.event(&h)?;
-        let EventBody::EngineerDecision(d) = event.body else {
+        let EventBody::EngineerDecision(d) = &event.body else {
             continue;
         };
+        let search = search_of(ledger, &event, &d.applied)?;
+        let d = d.clone();
         let context: EngineerContext =
             crate::record::codec::decode(&ledger.blob(&d.context)?, "engineer context").map_err(
                 |e| LedgerError::Corrupt {
@@ -551,6 +626,7 @@ pub fn audit(
             training: TrainingSummary::of(&st.grpo),
             engineer_rl: EngineerRlSummary::of(&st.engineer_rl),
             outcome,
+            search,
         });
     }
     Ok(AuditReport {

@@ -60,6 +60,7 @@ pub(super) fn study(s: &StudyReport) -> Result<Markup, crate::figures::FigureErr
             (subsets(&t))
             (transfer(&t))
             (paired(&t))
+            (regret(&t))
         }
     })
 }
@@ -233,6 +234,28 @@ fn summary_row(i: usize, e: &EngineerRuns) -> Markup {
                     @if j > 0 { br; }
                     (x.branch) " " (cite(&x.head.short(), &[x.head], &format!("head of {}", x.branch)))
                 }
+            }
+        }
+    }
+}
+
+/// Each arm's regret (valid %): the oracle against the arm, a row per arm, a column
+/// per Sum row, each citing the runs' heads.
+fn regret(t: &StudyTables) -> Markup {
+    let Some(d) = &t.regret else {
+        return html! {};
+    };
+    html! {
+        h3 { "Regret: oracle − arm, valid %" }
+        p.hint {
+            "Replicate r of the oracle arm (each stage trained on every candidate, the best by validation kept) "
+            "against replicate r of each arm: Δ in points, mean over seeds [95% t-interval of the per-seed "
+            "differences]; boot: paired bootstrap over items pooled over seeds; p: McNemar's exact test."
+        }
+        div.scroll {
+            table.study-regret {
+                thead { (delta_header(d)) }
+                (delta_body(d, |p| &p.valid, |e, suite, k| format!("oracle − {e}: {suite} {k} agents, valid %")))
             }
         }
     }

@@ -57,7 +57,9 @@ struct CsvRow {
 /// `optimal_rate`: the differences in points) and one `paired_mean` row per engineer and
 /// Sum row (the mean difference, its t half-width, the pooled bootstrap interval and
 /// McNemar's test); likewise `transfer` and `transfer_mean` rows of each engineer's
-/// change from stage 0 (`baseline` "stage 0"). A run's rows name the stages its engineer
+/// change from stage 0 (`baseline` "stage 0"), and with an `oracle` arm `regret` and
+/// `regret_mean` rows of each arm's regret (`engineer` oracle, `baseline` the arm: the
+/// differences are oracle − arm). A run's rows name the stages its engineer
 /// did not decide (`undecided`). Written with the `csv` crate: a field with a comma or quote (an
 /// engineer's or branch's name) is quoted.
 pub fn study_csv(r: &StudyReport) -> String {
@@ -85,7 +87,8 @@ pub fn study_csv(r: &StudyReport) -> String {
     // (`baseline` "stage 0").
     let compared = r.paired.iter().map(|p| (p, "paired", "paired_mean"));
     let transfer = r.transfer.iter().map(|p| (p, "transfer", "transfer_mean"));
-    for (p, per_seed_kind, mean_kind) in compared.chain(transfer) {
+    let regret = r.regret.iter().map(|p| (p, "regret", "regret_mean"));
+    for (p, per_seed_kind, mean_kind) in compared.chain(transfer).chain(regret) {
         paired_rows(r, p, (per_seed_kind, mean_kind), &mut rows);
     }
     csv_text(&rows)

@@ -2,7 +2,7 @@
 //! and sizes per agent count; columns: engineers), then the transfer, subset and paired
 //! tables, the orderings, the power line, the validation curve and the runs. Only
 //! formatting: every number and verdict comes from the tables.
-use super::model::{StudyCell, StudyPaired, StudyPairedMetric, StudyReport, BASELINE, REUSED};
+use super::model::{StudyCell, StudyPaired, StudyPairedMetric, StudyReport, BASELINE, ORACLE, REUSED};
 use super::tables::{paired_cell, CellRow, DeltaTable, StudyTables};
 use crate::views::format::{pm, rate};
 use crate::views::paired::RESAMPLES;
@@ -71,6 +71,9 @@ pub fn study_markdown(r: &StudyReport) -> String {
     subset_markdown(&mut s, &t);
     if let Some(d) = &t.paired {
         paired_markdown(&mut s, d);
+    }
+    if let Some(d) = &t.regret {
+        regret_markdown(&mut s, d);
     }
     orderings_markdown(&mut s, &t);
     power_markdown(&mut s, &t);
@@ -225,6 +228,30 @@ fn paired_markdown(s: &mut String, d: &DeltaTable) {
     delta_markdown(s, d, &format!("vs {BASELINE}"));
     for n in &d.notes {
         let _ = writeln!(s, "\nNo instance-level statistics: {n}.");
+    }
+}
+
+/// Each arm's regret: the oracle against the arm, a row per arm, a column per Sum row.
+fn regret_markdown(s: &mut String, d: &DeltaTable) {
+    let seeds = d.seeds;
+    let _ = writeln!(
+        s,
+        "\nRegret: replicate r of the {ORACLE} arm (each stage trained on every candidate, \
+         the best by validation kept) against replicate r of each arm. Δ = {ORACLE} − arm in \
+         percentage points, mean over {seeds} seed{}{}; boot: 95% paired bootstrap over items \
+         pooled over seeds ({} resamples); p: McNemar's exact test. A regret below 0 is an \
+         arm that beat the oracle, whose choice by validation did not carry to the row.",
+        plural(seeds),
+        if seeds > 1 {
+            " [95% t-interval of the per-seed differences]"
+        } else {
+            " (one seed: no t-interval)"
+        },
+        RESAMPLES
+    );
+    delta_markdown(s, d, &format!("{ORACLE} − arm"));
+    for n in &d.notes {
+        let _ = writeln!(s, "\nNo instance-level statistics of the regret: {n}.");
     }
 }
 

@@ -31,9 +31,10 @@ pub use markdown::{runs_line, study_markdown};
 pub use model::{
     ItemsMismatch, PowerPlan, RecordedOutcomes, StudyCell, StudyCurvePoint, StudyDesign,
     StudyItems, StudyPaired, StudyPairedMetric, StudyPower, StudyPowerObserved, StudyReport,
-    StudyRun, StudyRunRecord, UndecidedStage, BASELINE, ORDERINGS, REUSED, TRANSFER_BASELINE,
+    StudyRun, StudyRunRecord, UndecidedStage, BASELINE, ORACLE, ORDERINGS, REUSED,
+    TRANSFER_BASELINE,
 };
-pub use pairing::{orderings, paired_vs_baseline, transfers};
+pub use pairing::{orderings, paired_vs_baseline, regrets, transfers};
 pub use tables::{
     paired_cell, paired_cell_parts, study_series, CellRow, Claim, CurveRow, DeltaCell, DeltaRow,
     DeltaTable, EngineerRuns, Orderings, StudyTables, SubsetRow, TestTable, Verdict,
@@ -82,6 +83,7 @@ pub fn study_report(
     let paired = pairing::paired_vs_baseline(&spec.engineers, &runs);
     let orderings = pairing::orderings(&spec.engineers, &runs);
     let transfer = pairing::transfers(&spec.engineers, &runs);
+    let regret = pairing::regrets(&spec.engineers, &runs);
     let power = power::power(&runs, &paired, &orderings, plan);
     Ok(StudyReport {
         from: spec.from.clone(),
@@ -94,6 +96,7 @@ pub fn study_report(
         paired,
         orderings,
         transfer,
+        regret,
         power,
         files: vec![],
     })

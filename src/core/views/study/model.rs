@@ -8,6 +8,9 @@ use crate::views::paired::{Interval, McNemar};
 /// The engineer every other is paired against, when the study has it.
 pub const BASELINE: &str = "fixed";
 
+/// The hindsight upper bound, whose gap to each arm is that arm's regret.
+pub const ORACLE: &str = "oracle";
+
 /// The `action` of a run taken from an earlier report of the same study
 /// (`ledger study --reuse`) rather than from this ledger.
 pub const REUSED: &str = "reused";
@@ -131,6 +134,11 @@ pub struct StudyReport {
     /// [`TRANSFER_BASELINE`]). Trained on 2 agents, the 3-5-agent rows are the transfer.
     #[serde(default)]
     pub transfer: Vec<StudyPaired>,
+    /// Each arm's regret when the study has the [`ORACLE`] arm: the oracle against the
+    /// arm on every Sum row, paired seed by seed (`engineer` is the oracle and
+    /// `baseline` the arm, so Δ = oracle − arm). Empty without an oracle arm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regret: Vec<StudyPaired>,
     /// Seeds needed for 80% power on the study's target row (None: no target row).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power: Option<StudyPower>,
@@ -275,6 +283,7 @@ pub(super) fn report(cells: Vec<StudyCell>) -> StudyReport {
         paired: vec![],
         orderings: vec![],
         transfer: vec![],
+        regret: vec![],
         power: None,
         files: vec![],
     }

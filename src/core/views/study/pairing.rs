@@ -4,7 +4,8 @@
 //! their t-interval over seeds, and the instance-level paired bootstrap and McNemar's
 //! test pooled over the seeds' items.
 use super::model::{
-    StudyPaired, StudyPairedMetric, StudyRun, BASELINE, ORDERINGS, REUSED, TRANSFER_BASELINE,
+    StudyPaired, StudyPairedMetric, StudyRun, BASELINE, ORACLE, ORDERINGS, REUSED,
+    TRANSFER_BASELINE,
 };
 use crate::views::compare::{self, mean_ci, BranchSummary};
 use crate::views::paired;
@@ -34,6 +35,19 @@ pub fn paired_vs_baseline(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyP
         .iter()
         .filter(|e| *e != BASELINE)
         .flat_map(|e| paired_against(e, BASELINE, runs))
+        .collect()
+}
+
+/// Each arm's regret: [`ORACLE`] against every other engineer on every Sum row of the
+/// final stage, replicate by replicate (Δ = oracle − arm; empty without an oracle arm).
+pub fn regrets(engineers: &[String], runs: &[StudyRun]) -> Vec<StudyPaired> {
+    if !engineers.iter().any(|e| e == ORACLE) {
+        return Vec::new();
+    }
+    engineers
+        .iter()
+        .filter(|e| *e != ORACLE)
+        .flat_map(|e| paired_against(ORACLE, e, runs))
         .collect()
 }
 

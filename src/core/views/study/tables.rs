@@ -29,6 +29,9 @@ pub struct StudyTables<'a> {
     pub transfer: Option<DeltaTable<'a>>,
     /// Each engineer against [`BASELINE`] (None: the study has no baseline).
     pub paired: Option<DeltaTable<'a>>,
+    /// Each arm's regret, a row per arm (its `engineer` is the arm; each cell's pair is
+    /// the oracle against it, Δ = oracle − arm). None: the study has no oracle arm.
+    pub regret: Option<DeltaTable<'a>>,
     /// The paper's orderings stated plainly (None: no power line, or no ordering the
     /// study can state).
     pub orderings: Option<Orderings<'a>>,
@@ -151,6 +154,7 @@ impl<'a> StudyTables<'a> {
             subsets: subset_rows(study),
             transfer: transfer_table(study),
             paired: paired_table(study),
+            regret: regret_table(study),
             orderings: orderings(study),
             power: study.power.as_ref(),
             validation: curve_rows(study),
@@ -284,6 +288,17 @@ fn delta_table<'a>(
     rows: Vec<(&'a str, Option<&'a str>)>,
     runs_of: impl Fn(&StudyPaired) -> Vec<Hash>,
 ) -> DeltaTable<'a> {
+    delta_table_by(pairs, rows, |p| &p.engineer, runs_of)
+}
+
+/// [`delta_table`] whose rows are named by `row_of` of each pair (the regret table's
+/// rows are the arms, each pair's baseline).
+fn delta_table_by<'a>(
+    pairs: &'a [StudyPaired],
+    rows: Vec<(&'a str, Option<&'a str>)>,
+    row_of: fn(&StudyPaired) -> &str,
+    runs_of: impl Fn(&StudyPaired) -> Vec<Hash>,
+) -> DeltaTable<'a> {
     let cols = columns(pairs);
     let rows = rows
         .into_iter()
@@ -294,7 +309,7 @@ fn delta_table<'a>(
                 .iter()
                 .map(|&(suite, k)| {
                     let pair = pairs.iter().find(|p| {
-                        p.engineer == engineer
+                        row_of(p) == engineer
                             && p.suite == suite
                             && p.agents == k
                             && p.subset.as_deref() == subset
@@ -373,6 +388,44 @@ fn paired_table(study: &StudyReport) -> Option<DeltaTable<'_>> {
             .map(|x| x.head)
             .collect()
     }))
+}
+
+/// Each arm's regret, a row per arm in study order (its whole suite before its
+/// subsets), each cell the oracle against the arm.
+fn regret_table(study: &StudyReport) -> Option<DeltaTable<'_>> {
+    if study.regret.is_empty() {
+        return None;
+    }
+    let mut rows: Vec<(&str, Option<&str>)> = Vec::new();
+    for p in &study.regret {
+        let key = (p.baseline.as_str(), p.subset.as_deref());
+        if !rows.contains(&key) {
+            rows.push(key);
+        }
+    }
+    rows.sort_by_key(|&(e, sub)| {
+        (
+            study.engineers.iter().position(|x| x == e),
+            sub.is_some(),
+            sub,
+        )
+    });
+    Some(delta_table_by(
+        &study.regret,
+        rows,
+        |p| &p.baseline,
+        |p| {
+            study
+                .runs
+                .iter()
+                .filter(|x| {
+                    (x.engineer == p.engineer || x.engineer == p.baseline)
+                        && p.replicates.contains(&x.replicate)
+                })
+                .map(|x| x.head)
+                .collect()
+        },
+    ))
 }
 
 /// Every engineer over [`BASELINE`] ("engineered > fixed"), then each of [`ORDERINGS`]

@@ -1,0 +1,262 @@
+//! The `oracle` engineer on a tiny plan, through the real `ledger` binary: its search is
+//! recorded (every candidate's decision, validation table and score, between the stage's
+//! start and the oracle's decision), its choice is the candidate with the best
+//! validation score, the stage it designs repeats that candidate's training bit for
+//! bit, `replay --verify` recomputes the search, `audit` shows it, and a study with an
+//! oracle arm reports each arm's regret.
+use crate::common;
+
+use common::{ledger, ok};
+use mapf_ledger::ledger::event::{DecisionStatus, OracleCandidate};
+use mapf_ledger::ledger::{EventBody, Ledger};
+
+const TINY: &str = include_str!("plans/tiny.toml");
+
+/// The tiny plan with four oracle candidates: two named engineers and two random draws.
+fn plan() -> String {
+    format!(
+        "{TINY}\n[engineer.oracle]\ncandidates = [\"fixed\", \"heuristic\", \"random\", \"random\"]\n"
+    )
+}
+
+#[test]
+fn the_oracle_keeps_the_best_candidate_by_validation_records_its_search_and_replays() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("l");
+    let plan_file = t.path().join("oracle.toml");
+    std::fs::write(&plan_file, plan()).unwrap();
+    ok(&ledger(
+        &dir,
+        &["init", "--plan", plan_file.to_str().unwrap()],
+    ));
+    ok(&ledger(&dir, &["run", "--quiet", "--engineer", "oracle"]));
+
+    let l = Ledger::open_read_only(&dir).unwrap();
+    let history = l.history("main").unwrap();
+    let mut distinct_scores = std::collections::BTreeSet::new();
+    for n in 1..=2u32 {
+        let events: Vec<&EventBody> = history
+            .iter()
+            .filter(|(_, e)| e.stage == n)
+            .map(|(_, e)| &e.body)
+            .collect();
+        // StageStarted, the four candidates, then the oracle's decision.
+        assert!(matches!(events[0], EventBody::StageStarted(s) if s.engineer == "oracle"));
+        let candidates: Vec<&OracleCandidate> = events[1..5]
+            .iter()
+            .map(|b| match b {
+                EventBody::OracleCandidate(c) => c,
+                other => panic!("stage {n}: expected a candidate, got {}", other.kind()),
+            })
+            .collect();
+        let EventBody::EngineerDecision(d) = events[5] else {
+            panic!("stage {n}: no decision after the candidates");
+        };
+        let sources: Vec<&str> = candidates.iter().map(|c| c.source.as_str()).collect();
+        assert_eq!(sources, ["fixed", "heuristic", "random#1", "random#2"]);
+        assert_eq!(d.engineer, "oracle");
+        assert!(matches!(
+            d.status,
+            DecisionStatus::Accepted | DecisionStatus::Clipped
+        ));
+        // The two random draws are two configurations, and `fixed` keeps the one in force.
+        assert_ne!(
+            candidates[2].decision.applied,
+            candidates[3].decision.applied
+        );
+
+        // The choice: the highest validation valid Sum, then optimal Sum, then the
+        // earliest candidate.
+        let f = f64::from_bits;
+        let key = |c: &OracleCandidate| (f(c.valid_sum), f(c.optimal_sum));
+        let mut best = 0;
+        for (i, c) in candidates.iter().enumerate() {
+            if key(c) > key(candidates[best]) {
+                best = i;
+            }
+        }
+        assert_eq!(
+            d.applied, candidates[best].decision.applied,
+            "stage {n}: {}",
+            d.rationale
+        );
+        assert!(
+            d.rationale.contains(&format!("kept #{best} ")),
+            "{}",
+            d.rationale
+        );
+        for c in &candidates {
+            distinct_scores.insert((c.valid_sum, c.optimal_sum));
+            if let Some(j) = c.same_as {
+                assert_eq!(c.decision.applied, candidates[j as usize].decision.applied);
+            }
+        }
+
+        // The stage trained on the chosen configuration repeats the candidate: the
+        // same final model, and the same validation table.
+        let checkpoint = events.iter().rev().find_map(|b| match b {
+            EventBody::CheckpointSaved(c) => Some(c),
+            _ => None,
+        });
+        assert_eq!(
+            checkpoint.unwrap().params,
+            candidates[best].params,
+            "stage {n}"
+        );
+        let val = events.iter().find_map(|b| match b {
+            EventBody::Evaluation(e) if e.suite == "val" => Some(e),
+            _ => None,
+        });
+        assert_eq!(val.unwrap().cells, candidates[best].validation, "stage {n}");
+    }
+    // The candidates' models differ: a search whose candidates all score alike would
+    // test no choice.
+    assert!(distinct_scores.len() > 1, "{distinct_scores:?}");
+    drop(l);
+
+    // Replay recomputes the search with each stage, event by event.
+    let o = ok(&ledger(&dir, &["replay", "--verify"]));
+    assert!(o.contains("match"), "{o}");
+    ok(&ledger(&dir, &["verify"]));
+
+    // The audit shows the search, the chosen candidate marked.
+    let o = ok(&ledger(&dir, &["audit", "--json"]));
+    let audit: serde_json::Value = serde_json::from_str(&o).unwrap();
+    for d in audit["decisions"].as_array().unwrap() {
+        let search = d["search"].as_array().unwrap();
+        assert_eq!(search.len(), 4, "{d}");
+        assert_eq!(
+            search.iter().filter(|c| c["chosen"] == true).count(),
+            1,
+            "{d}"
+        );
+    }
+    let o = ok(&ledger(&dir, &["audit"]));
+    assert!(o.contains("random#2"), "{o}");
+}
+
+#[test]
+fn a_study_with_an_oracle_arm_reports_each_arms_regret() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("l");
+    let plan_file = t.path().join("oracle.toml");
+    std::fs::write(&plan_file, plan()).unwrap();
+    ok(&ledger(
+        &dir,
+        &["init", "--plan", plan_file.to_str().unwrap()],
+    ));
+    ok(&ledger(&dir, &["run", "--quiet", "--stages", "1"]));
+    let out = t.path().join("study");
+    let o = ok(&ledger(
+        &dir,
+        &[
+            "study",
+            "--quiet",
+            "--json",
+            "--at",
+            "stage1",
+            "--engineers",
+            "fixed,random,oracle",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ));
+    let report: serde_json::Value = serde_json::from_str(&o).unwrap();
+    let regret = report["regret"].as_array().unwrap();
+    let arms: std::collections::BTreeSet<&str> = regret
+        .iter()
+        .map(|p| {
+            assert_eq!(p["engineer"], "oracle");
+            p["baseline"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(arms, ["fixed", "random"].into_iter().collect());
+    // Regret is oracle − arm, from the two runs' recorded tables.
+    let runs = report["runs"].as_array().unwrap();
+    let sum = |engineer: &str| {
+        let run = runs.iter().find(|r| r["engineer"] == engineer).unwrap();
+        let rates = &run["summary"]["validation"];
+        rates.as_array().unwrap().last().unwrap()["valid"]
+            .as_f64()
+            .unwrap()
+    };
+    let val = regret
+        .iter()
+        .find(|p| p["baseline"] == "fixed" && p["suite"] == "val" && p["subset"].is_null())
+        .unwrap();
+    let d = val["valid"]["per_seed"][0].as_f64().unwrap();
+    assert!((d - (sum("oracle") - sum("fixed"))).abs() < 1e-9, "{val}");
+    let md = std::fs::read_to_string(out.join("study.md")).unwrap();
+    assert!(
+        md.contains("Regret:") && md.contains("oracle − arm"),
+        "{md}"
+    );
+    let csv = std::fs::read_to_string(out.join("study.csv")).unwrap();
+    assert!(
+        csv.lines().any(|l| l.starts_with("regret,oracle,")),
+        "{csv}"
+    );
+    assert!(
+        csv.lines().any(|l| l.starts_with("regret_mean,oracle,")),
+        "{csv}"
+    );
+}
+
+/// A search is as long as K stages, so its candidates are durable one by one: a run
+/// stopped inside the search keeps the candidates it finished, the next `run` trains only
+/// the others, and the branch ends on the head of a search that never stopped.
+#[test]
+fn a_stopped_search_keeps_its_candidates_and_resumes_to_the_uninterrupted_head() {
+    let t = tempfile::tempdir().unwrap();
+    let plan_file = t.path().join("oracle.toml");
+    // Stages long enough (150 steps, no checkpoint inside) for a stop to land inside a
+    // candidate's training.
+    let long = plan()
+        .replace("[grpo]\nsteps = 10", "[grpo]\nsteps = 150")
+        .replace("checkpoint_every = 4", "checkpoint_every = 1000");
+    assert!(long.contains("steps = 150"));
+    std::fs::write(&plan_file, long).unwrap();
+    let plan = plan_file.to_str().unwrap();
+    let reference = t.path().join("reference");
+    ok(&ledger(&reference, &["init", "--plan", plan]));
+    ok(&ledger(
+        &reference,
+        &["run", "--quiet", "--engineer", "oracle"],
+    ));
+    let expected = Ledger::open_read_only(&reference)
+        .unwrap()
+        .head("main")
+        .unwrap();
+
+    let dir = t.path().join("l");
+    ok(&ledger(&dir, &["init", "--plan", plan]));
+    let args = ["run", "--engineer", "oracle"];
+    let at = "stage 1: oracle candidate 3/4 (random#1): training";
+    let (status, _, _) = common::signalled_at(&dir, &args, at, &[libc::SIGINT])
+        .expect("the run reached its third candidate");
+    assert_eq!(status.code(), Some(130));
+    let l = Ledger::open_read_only(&dir).unwrap();
+    let kept = l
+        .history("main")
+        .unwrap()
+        .iter()
+        .filter(|(_, e)| matches!(e.body, EventBody::OracleCandidate(_)))
+        .count();
+    drop(l);
+    assert_eq!(
+        kept, 2,
+        "the two candidates before the stop are durable, the third was stopped"
+    );
+    ok(&ledger(&dir, &["verify"]));
+
+    let o = common::ledger(&dir, &["run", "--engineer", "oracle"]);
+    assert!(o.status.success(), "{o:?}");
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !said.contains("stage 1: oracle candidate 1/4 (fixed): training")
+            && said.contains("stage 1: oracle candidate 3/4 (random#1): training"),
+        "the resumed search trains the candidates it lacks, and only those:\n{said}"
+    );
+    let head = Ledger::open_read_only(&dir).unwrap().head("main").unwrap();
+    assert_eq!(head, expected);
+}
