@@ -63,7 +63,7 @@ pub(super) fn recorded_candidates(
 
 impl Pipeline<'_> {
     /// The oracle's search at stage `s.n` (see the module's doc). None when `stop` was
-    /// set before it ended: nothing is recorded then.
+    /// set before it ended: the candidates finished by then are recorded.
     pub(super) fn oracle_search(
         &mut self,
         s: &mut SearchInputs<'_>,
@@ -74,13 +74,13 @@ impl Pipeline<'_> {
         let specs = crate::engineer::oracle_candidates(&self.plan)?;
         let mut recorded = recorded_candidates(self.ledger, s.branch, s.n)?.into_iter();
         let k = specs.len();
-        // 1. Every candidate's decision, from the evidence the stage's engineer reads.
-        let mut decisions: Vec<(String, EngineerDecision)> = Vec::with_capacity(k);
+        let mut candidates: Vec<OracleCandidate> = Vec::with_capacity(k);
         let mut draws = 0u64;
-        for spec in &specs {
+        for (i, spec) in specs.iter().enumerate() {
+            // Where it comes from; the first random draw is the `random` engineer's own
+            // for this stage.
             let (source, stage_seed) = if spec.name == "random" {
                 draws += 1;
-                // The first draw is the `random` engineer's own for this stage.
                 let seed = match draws {
                     1 => s.seed,
                     d => s.seed.child("oracle-random", d - 1),
@@ -89,6 +89,13 @@ impl Pipeline<'_> {
             } else {
                 (spec.to_string(), s.seed)
             };
+            // A stopped search's candidate is taken as recorded (no engineer is asked
+            // again, nothing is trained again).
+            if let Some(c) = recorded.next() {
+                candidates.push(c);
+                continue;
+            }
+            // 1. The candidate's decision, from the evidence the stage's engineer reads.
             let ctx = self.context(s.state, s.n, s.current.clone(), spec)?;
             let inputs = BuildInputs {
                 ledger: self.ledger,
@@ -98,7 +105,7 @@ impl Pipeline<'_> {
                 stage_seed,
             };
             let decision = engineers(spec, &inputs, s.state)?.decide(&ctx);
-            let event = decision_event(
+            let decision = decision_event(
                 &spec.to_string(),
                 s.current,
                 &ctx,
@@ -106,16 +113,8 @@ impl Pipeline<'_> {
                 decision,
                 &mut self.recorder(s.branch),
             )?;
-            decisions.push((source, event));
-        }
-
-        // 2. The stage trained on each distinct configuration, scored on validation.
-        let mut candidates: Vec<OracleCandidate> = Vec::with_capacity(k);
-        for (i, (source, decision)) in decisions.into_iter().enumerate() {
-            if let Some(c) = recorded.next() {
-                candidates.push(c);
-                continue;
-            }
+            // 2. The stage trained on its configuration (once per distinct one), scored
+            //    on validation, and recorded.
             let same = candidates
                 .iter()
                 .find(|c| c.same_as.is_none() && c.decision.applied == decision.applied);
