@@ -25,45 +25,22 @@ impl Pipeline<'_> {
         let seed = stage_seed(&self.plan, n, state.replicate);
         let (from, current) = stage_inputs(state, n)?;
         let this = state.stage(n);
-        let started = this.is_some_and(|s| s.started.is_some());
         if this.is_some() {
             phases.set_resumed();
         }
 
-        // 1. Decide (or recover the recorded decision when resuming). The oracle's
-        //    choice is a model its search trained; the stage's must repeat it.
-        let mut oracle_params = None;
-        // A stopped oracle search has started the stage without a decision.
-        let searching = started
-            && this.is_some_and(|s| s.decision.is_none())
-            && spec.name == crate::engineer::ORACLE;
-        let applied: GeneratorConfig = if started && !searching {
-            this.and_then(|s| s.config.clone())
-                .ok_or(StageError::Diverged(Divergence::NoConfiguration {
-                    stage: n,
-                }))?
-        } else {
-            let decided = phases.time(phase::ENGINEER, || {
-                let inputs = ((state, &current, from, seed), !searching);
-                self.decide(
-                    branch,
-                    n,
-                    spec,
-                    engineer_name,
-                    inputs,
-                    engineers,
-                    progress,
-                    stop,
-                )
-            })?;
-            let Some((applied, work, chosen)) = decided else {
-                return Ok(false);
-            };
-            oracle_params = chosen;
-            if let Some(work) = work {
-                phases.count(phase::ENGINEER, work);
-            }
-            applied
+        // 1. Decide (or recover the recorded decision when resuming).
+        let inputs = (state, &current, from, seed);
+        let decided = self.stage_config(
+            (branch, n, spec, engineer_name),
+            inputs,
+            engineers,
+            progress,
+            stop,
+            &mut phases,
+        )?;
+        let Some((applied, oracle_params)) = decided else {
+            return Ok(false);
         };
 
         // 2. Generate the training instances (recomputed identically on resume), recorded
@@ -160,12 +137,60 @@ impl Pipeline<'_> {
             after,
         )?;
         if let Some(p) = oracle_params {
-            if crate::train::checkpoint::param_hash(ts.policy.vars()) != p {
-                progress.note(&format!("stage {n}: the stage's model differs from the oracle candidate it trained on (parameters {} in the search): this machine did not repeat the candidate's training bit for bit", p.short()));
-            }
+            repeated_candidate(n, &ts, p, progress);
         }
         progress.stage_end(n, &validation);
         Ok(true)
+    }
+
+    /// The configuration stage `n` trains on: the recorded decision's when the stage
+    /// has one (resuming), else the engineer's, decided now and timed as the
+    /// `engineer` phase (a stopped oracle search goes on). None when a stop ended the
+    /// decision. With it, the oracle's chosen model's parameter hash, which the stage
+    /// must repeat.
+    #[allow(clippy::type_complexity)]
+    fn stage_config(
+        &mut self,
+        (branch, n, spec, engineer_name): (&str, u32, &EngineerSpec, &str),
+        inputs: (&BranchState, &GeneratorConfig, Hash, Seed),
+        engineers: &mut EngineerFactory<'_>,
+        progress: &mut dyn Progress,
+        stop: &AtomicBool,
+        phases: &mut Phases,
+    ) -> Result<Option<(GeneratorConfig, Option<Hash>)>, StageError> {
+        let this = inputs.0.stage(n);
+        let started = this.is_some_and(|s| s.started.is_some());
+        // A stopped oracle search has started the stage without a decision.
+        let searching = started
+            && this.is_some_and(|s| s.decision.is_none())
+            && spec.name == crate::engineer::ORACLE;
+        if started && !searching {
+            let recorded = this
+                .and_then(|s| s.config.clone())
+                .ok_or(StageError::Diverged(Divergence::NoConfiguration {
+                    stage: n,
+                }))?;
+            return Ok(Some((recorded, None)));
+        }
+        let decided = phases.time(phase::ENGINEER, || {
+            self.decide(
+                branch,
+                n,
+                spec,
+                engineer_name,
+                (inputs, !searching),
+                engineers,
+                progress,
+                stop,
+            )
+        })?;
+        let Some((applied, work, chosen)) = decided else {
+            return Ok(None);
+        };
+        if let Some(work) = work {
+            phases.count(phase::ENGINEER, work);
+        }
+        Ok(Some((applied, chosen)))
     }
 
     /// Part 1 of stage `n`: the engineer `spec` (recorded as `engineer_name`) reads the
@@ -349,6 +374,20 @@ fn stage_inputs(state: &BranchState, n: u32) -> Result<(Hash, GeneratorConfig), 
         .or_else(|| state.initial_config.clone())
         .expect("genesis has a config");
     Ok((from, current))
+}
+
+/// Say so when stage `n`'s model `ts` is not the oracle candidate (parameters
+/// `chosen`) it trained on: the search and the stage ran the same training, so only
+/// another machine's kernels or a changed input can part them.
+fn repeated_candidate(n: u32, ts: &TrainState, chosen: Hash, progress: &mut dyn Progress) {
+    if crate::train::checkpoint::param_hash(ts.policy.vars()) != chosen {
+        progress.note(&format!(
+            "stage {n}: the stage's model differs from the oracle candidate it trained on \
+             (parameters {} in the search): this machine did not repeat the candidate's \
+             training bit for bit",
+            chosen.short()
+        ));
+    }
 }
 
 /// Engineer RL's steps on the context `own` its settings start from, timed as the
