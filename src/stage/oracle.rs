@@ -172,7 +172,8 @@ impl Pipeline<'_> {
         }
 
         // 3. The best by validation, recorded as the oracle's own decision.
-        let best = best(&candidates).expect("the plan lists at least one candidate");
+        let best =
+            OracleCandidate::best(&candidates).expect("the plan lists at least one candidate");
         let ctx = self.context(s.state, s.n, s.current.clone(), &ORACLE.parse()?)?;
         let context = self.recorder(s.branch).blob(&codec::encode(&ctx))?;
         let chosen = &candidates[best];
@@ -254,26 +255,6 @@ impl Pipeline<'_> {
     }
 }
 
-/// The candidate the oracle keeps: the highest validation valid Sum, then optimal Sum,
-/// then the earliest. None when there is none.
-pub fn best(candidates: &[OracleCandidate]) -> Option<usize> {
-    let f = f64::from_bits;
-    let mut best: Option<usize> = None;
-    for (i, c) in candidates.iter().enumerate() {
-        let better = match best {
-            None => true,
-            Some(b) => {
-                let b = &candidates[b];
-                (f(c.valid_sum), f(c.optimal_sum)) > (f(b.valid_sum), f(b.optimal_sum))
-            }
-        };
-        if better {
-            best = Some(i);
-        }
-    }
-    best
-}
-
 /// The oracle's rationale: the choice, then every candidate's score and edit.
 fn rationale(candidates: &[OracleCandidate], best: usize) -> String {
     let f = f64::from_bits;
@@ -295,8 +276,7 @@ fn rationale(candidates: &[OracleCandidate], best: usize) -> String {
             c.source,
             f(c.valid_sum),
             f(c.optimal_sum),
-            c.same_as
-                .map_or(String::new(), |j| format!(" (the configuration of #{j})"))
+            c.same_as_note()
         ));
     }
     out.pop();

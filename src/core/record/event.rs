@@ -289,6 +289,28 @@ pub struct EngineerDecision {
     pub status: DecisionStatus,
 }
 
+impl OracleCandidate {
+    /// The candidate the oracle keeps: the highest validation valid Sum, then optimal
+    /// Sum, then the earliest. None when there is none.
+    pub fn best(candidates: &[OracleCandidate]) -> Option<usize> {
+        let key =
+            |c: &OracleCandidate| (f64::from_bits(c.valid_sum), f64::from_bits(c.optimal_sum));
+        let mut best: Option<usize> = None;
+        for (i, c) in candidates.iter().enumerate() {
+            if best.is_none_or(|b| key(c) > key(&candidates[b])) {
+                best = Some(i);
+            }
+        }
+        best
+    }
+
+    /// ` (the configuration of #j)` for a candidate that repeats candidate j, else empty.
+    pub fn same_as_note(&self) -> String {
+        self.same_as
+            .map_or(String::new(), |j| format!(" (the configuration of #{j})"))
+    }
+}
+
 impl EngineerDecision {
     /// The blobs the decision references: its context, prompt, reply, a long proposal.
     pub fn blobs(&self) -> Vec<Hash> {
@@ -532,8 +554,7 @@ impl EventBody {
                 c.source,
                 f(c.valid_sum),
                 f(c.optimal_sum),
-                c.same_as
-                    .map_or(String::new(), |j| format!(" (the configuration of #{j})"))
+                c.same_as_note()
             ),
             EventBody::ReplayVerified(r) => match &r.mismatch {
                 None => format!("stage {} matched {} events", r.replayed_stage, r.events),

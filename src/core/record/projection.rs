@@ -223,15 +223,7 @@ pub fn apply_in_place(s: &mut BranchState, hash: &Hash, ev: &Event) {
         EventBody::EngineerDecision(d) => {
             let x = s.stage_mut(n);
             x.decision = Some(*hash);
-            x.decision_status = Some(
-                match &d.status {
-                    DecisionStatus::Accepted => "accepted",
-                    DecisionStatus::Clipped => "clipped",
-                    DecisionStatus::Rejected { .. } => "rejected",
-                    DecisionStatus::Fallback { .. } => "fallback",
-                }
-                .to_string(),
-            );
+            x.decision_status = Some(d.status.name().to_string());
             x.clipped_fields = d.clips.iter().map(|c| c.field.clone()).collect();
             if !matches!(d.status, DecisionStatus::Rejected { .. }) {
                 x.config = Some(d.applied.clone());

@@ -89,8 +89,10 @@ pub struct SearchCandidate {
 }
 
 /// The oracle candidates recorded just before decision `event` (none for other
-/// engineers), in order, each marked chosen when its configuration is `applied`
-/// (the first such, as the oracle chooses the earliest of equals).
+/// engineers), in order, the oracle's choice ([`OracleCandidate::best`], when the
+/// decision applied its configuration) marked.
+///
+/// [`OracleCandidate::best`]: crate::record::event::OracleCandidate::best
 fn search_of(
     ledger: &Ledger,
     event: &crate::ledger::Event,
@@ -108,19 +110,9 @@ fn search_of(
     }
     found.reverse();
     let f = f64::from_bits;
-    let best = found
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.decision.applied == *applied)
-        .max_by(|a, b| {
-            let key =
-                |c: &crate::record::event::OracleCandidate| (f(c.valid_sum), f(c.optimal_sum));
-            key(a.1)
-                .partial_cmp(&key(b.1))
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then(b.0.cmp(&a.0))
-        })
-        .map(|(i, _)| i);
+    // The oracle applies its best candidate's configuration.
+    let best = crate::record::event::OracleCandidate::best(&found)
+        .filter(|&i| found[i].decision.applied == *applied);
     Ok(found
         .into_iter()
         .enumerate()
@@ -589,11 +581,12 @@ pub fn audit(
             .or_else(|| state.initial_config.clone());
         let changes = diff(previous_config.as_ref(), proposal.as_ref(), &d.applied);
         let stated = stated_edits(&d.rationale, previous_config.as_ref(), &d.applied);
-        let (status, status_reason) = match &d.status {
-            DecisionStatus::Accepted => ("accepted", None),
-            DecisionStatus::Clipped => ("clipped", None),
-            DecisionStatus::Rejected { reason } => ("rejected", Some(reason.clone())),
-            DecisionStatus::Fallback { reason } => ("fallback", Some(reason.clone())),
+        let status = d.status.name();
+        let status_reason = match &d.status {
+            DecisionStatus::Rejected { reason } | DecisionStatus::Fallback { reason } => {
+                Some(reason.clone())
+            }
+            DecisionStatus::Accepted | DecisionStatus::Clipped => None,
         };
         let outcome = outcome(&state, st.stage, &changes);
         decisions.push(DecisionAudit {

@@ -360,12 +360,29 @@ fn transfer_table(study: &StudyReport) -> Option<DeltaTable<'_>> {
 /// Each engineer against [`BASELINE`]: rows (engineer, subset) in study order, each
 /// engineer's whole suite before its subsets.
 fn paired_table(study: &StudyReport) -> Option<DeltaTable<'_>> {
-    if study.paired.is_empty() {
+    pairs_table(study, &study.paired, |p| &p.engineer)
+}
+
+/// Each arm's regret, a row per arm in study order (its whole suite before its
+/// subsets), each cell the oracle against the arm.
+fn regret_table(study: &StudyReport) -> Option<DeltaTable<'_>> {
+    pairs_table(study, &study.regret, |p| &p.baseline)
+}
+
+/// A [`DeltaTable`] of `pairs`, a row per (`row_of`, subset) in study order (each
+/// row's whole suite before its subsets), each cell citing the heads of both sides'
+/// runs. None without pairs.
+fn pairs_table<'a>(
+    study: &'a StudyReport,
+    pairs: &'a [StudyPaired],
+    row_of: fn(&StudyPaired) -> &str,
+) -> Option<DeltaTable<'a>> {
+    if pairs.is_empty() {
         return None;
     }
     let mut rows: Vec<(&str, Option<&str>)> = Vec::new();
-    for p in &study.paired {
-        let key = (p.engineer.as_str(), p.subset.as_deref());
+    for p in pairs {
+        let key = (row_of(p), p.subset.as_deref());
         if !rows.contains(&key) {
             rows.push(key);
         }
@@ -377,7 +394,7 @@ fn paired_table(study: &StudyReport) -> Option<DeltaTable<'_>> {
             sub,
         )
     });
-    Some(delta_table(&study.paired, rows, |p| {
+    Some(delta_table_by(pairs, rows, row_of, |p| {
         study
             .runs
             .iter()
@@ -388,44 +405,6 @@ fn paired_table(study: &StudyReport) -> Option<DeltaTable<'_>> {
             .map(|x| x.head)
             .collect()
     }))
-}
-
-/// Each arm's regret, a row per arm in study order (its whole suite before its
-/// subsets), each cell the oracle against the arm.
-fn regret_table(study: &StudyReport) -> Option<DeltaTable<'_>> {
-    if study.regret.is_empty() {
-        return None;
-    }
-    let mut rows: Vec<(&str, Option<&str>)> = Vec::new();
-    for p in &study.regret {
-        let key = (p.baseline.as_str(), p.subset.as_deref());
-        if !rows.contains(&key) {
-            rows.push(key);
-        }
-    }
-    rows.sort_by_key(|&(e, sub)| {
-        (
-            study.engineers.iter().position(|x| x == e),
-            sub.is_some(),
-            sub,
-        )
-    });
-    Some(delta_table_by(
-        &study.regret,
-        rows,
-        |p| &p.baseline,
-        |p| {
-            study
-                .runs
-                .iter()
-                .filter(|x| {
-                    (x.engineer == p.engineer || x.engineer == p.baseline)
-                        && p.replicates.contains(&x.replicate)
-                })
-                .map(|x| x.head)
-                .collect()
-        },
-    ))
 }
 
 /// Every engineer over [`BASELINE`] ("engineered > fixed"), then each of [`ORDERINGS`]
