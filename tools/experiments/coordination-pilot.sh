@@ -18,7 +18,8 @@
 #   `grpo.kl_coef=0.1,lm.lora_rank=8`); `sizes.KEY=VALUE` sets KEY of every trained size
 #   (e.g. `sizes.hole_ratio=0.25`). A list value is written without spaces
 #   (`warmup.agents=[1,2,2,3,3,4,4,5,5]`). `size.N.KEY=VALUE` sets KEY of size N alone
-#   (e.g. `size.10.data_ratio=0`).
+#   (e.g. `size.10.data_ratio=0`). `engineer=NAME` runs the arm with engineer NAME
+#   instead of `fixed` (it designs stage 1 from stage 0's evidence; not a plan key).
 #
 #   PILOT_DIR   where the arms' ledgers go (default ledgers/coordination-pilot)
 #   PILOT_BASE  the base planner (default ledgers/models/mapf-base-indep)
@@ -37,7 +38,7 @@ JOBS=${PILOT_JOBS:-2}
 mkdir -p "$DIR"
 
 arm() {
-    local spec=$1 name wait steps lr epochs seed instances settings
+    local spec=$1 name wait steps lr epochs seed instances settings engineer=fixed
     IFS=: read -r name wait steps lr epochs seed instances settings <<<"$spec"
     [[ -n $seed ]] || { echo "arm $spec: expected NAME:WAIT:STEPS:LR:EPOCHS:SEED[:INSTANCES[:SETTINGS]]" >&2; return 2; }
     local plan="$DIR/$name.toml" ledger="$DIR/$name"
@@ -54,9 +55,13 @@ arm() {
     # (`warmup.agents=[1,2,2,3]`).
     local kvs=()
     [[ -n $settings ]] && mapfile -t kvs < <(python3 -c 'import re, sys
-for kv in re.split(r",(?=[a-z_]+\.[a-z0-9_.]+=)", sys.argv[1]):
+for kv in re.split(r",(?=[a-z_]+\.[a-z0-9_.]+=|engineer=)", sys.argv[1]):
     print(kv)' "$settings")
     for kv in "${kvs[@]}"; do
+        if [[ $kv =~ ^engineer=([a-z0-9+_-]+)$ ]]; then
+            engineer=${BASH_REMATCH[1]}
+            continue
+        fi
         if [[ $kv =~ ^size\.([0-9]+)\.(data_ratio|hole_ratio|wait_ratio)=(.+)$ ]]; then
             # One size's KEY: the line of that name inside [initial_config.sizes.N].
             local n=${BASH_REMATCH[1]} k=${BASH_REMATCH[2]} v=${BASH_REMATCH[3]}
@@ -99,7 +104,7 @@ for kv in re.split(r",(?=[a-z_]+\.[a-z0-9_.]+=)", sys.argv[1]):
     done_stages=$("$BIN" --ledger "$ledger" export --what branches --branch main |
         python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["completed_stages"])')
     if ((done_stages < 2)); then
-        "$BIN" --ledger "$ledger" run --stages $((2 - done_stages)) --engineer fixed --quiet \
+        "$BIN" --ledger "$ledger" run --stages $((2 - done_stages)) --engineer "$engineer" --quiet \
             >"$ledger.log" 2>&1
     fi
     "$BIN" --ledger "$ledger" compare main --json |

@@ -4,19 +4,22 @@ paired item by item across ledgers.
 
 Each arm is its own ledger (one plan each: the same suites, another training
 configuration), so `ledger compare` cannot pair them; `ledger export --what outcomes`
-writes every suite item's outcome with its instance hash and coordination flag, and the
-items pair by (suite, instance). Rates are valid %; a Sum row is the mean over sizes of
+writes every suite item's outcome with its suite's hash and coordination flag, and the
+items pair by (suite hash, item). Rates are valid %; a Sum row is the mean over sizes of
 the per-size rate (the paper's Sum). Intervals: 95% paired bootstrap over items,
 resampled within each size (a Sum row) or over the items themselves (a half), 4,000
 resamples, seeded, so the table is reproducible.
 
     tools/experiments/headroom-table.py DIR BASELINE ARM... > table.md
 
-DIR holds one ledger per arm (DIR/ARM); BASELINE is the `fixed` arm. The best arm by
+DIR holds one ledger per arm (DIR/ARM), or the outcomes headroom.sh kept of it
+(DIR/ARM.outcomes.jsonl.xz, so ledgers/results/headroom/sSEED pairs without the
+ledgers); BASELINE is the `fixed` arm. The best arm by
 the validation Sum is named, and its gain over the baseline on test beside it: the
 headroom (chosen on validation, confirmed on test).
 """
 import json
+import lzma
 import os
 import random
 import subprocess
@@ -27,15 +30,24 @@ RESAMPLES = 4000
 
 
 def outcomes(ledger):
-    """{(suite, instance): row} of the branch main's last evaluated stage."""
-    out = subprocess.run(
-        [LEDGER, "--ledger", ledger, "export", "--what", "outcomes", "--branch", "main"],
-        check=True, capture_output=True, text=True).stdout
+    """{(suite, instance): row} of the branch main's last evaluated stage: from the
+    ledger when it is there, else from its kept outcomes."""
+    if os.path.isdir(ledger):
+        out = subprocess.run(
+            [LEDGER, "--ledger", ledger, "export", "--what", "outcomes", "--branch", "main"],
+            check=True, capture_output=True, text=True).stdout
+    elif os.path.isfile(ledger + ".outcomes.jsonl.xz"):
+        with lzma.open(ledger + ".outcomes.jsonl.xz", "rt") as f:
+            out = f.read()
+    else:
+        sys.exit(f"{ledger}: neither a ledger nor {ledger}.outcomes.jsonl.xz")
     rows = [json.loads(l) for l in out.splitlines() if l.strip()]
     if not rows:
         sys.exit(f"{ledger}: no outcomes (is its stage 1 complete?)")
     last = max(r["stage"] for r in rows)
-    return {(r["suite"], r["instance"]): r for r in rows if r["stage"] == last}, last
+    # An item is its suite's hash and its place there: the same item in every ledger
+    # whose suites are the same (and no pair where they are not).
+    return {(r["suite_hash"], r["item"]): r for r in rows if r["stage"] == last}, last
 
 
 def paired(base, arm, keys, stratified, rng):
