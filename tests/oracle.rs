@@ -200,6 +200,26 @@ fn a_study_with_an_oracle_arm_reports_each_arms_regret() {
         csv.lines().any(|l| l.starts_with("regret_mean,oracle,")),
         "{csv}"
     );
+    // The report's study section shows the same regret: a table with a row per arm.
+    let page = t.path().join("report");
+    ok(&ledger(
+        &dir,
+        &[
+            "report",
+            "--study",
+            out.to_str().unwrap(),
+            "--out",
+            page.to_str().unwrap(),
+        ],
+    ));
+    let html = std::fs::read_to_string(page.join("index.html")).unwrap();
+    let at = html
+        .find("<table class=\"study-regret\"")
+        .unwrap_or_else(|| panic!("the report has no regret table"));
+    let table = &html[at..at + html[at..].find("</table>").unwrap()];
+    for arm in ["oracle − fixed", "oracle − random"] {
+        assert!(table.contains(arm), "no {arm} row: {table}");
+    }
 }
 
 /// A search is as long as K stages, so its candidates are durable one by one: a run
@@ -248,6 +268,22 @@ fn a_stopped_search_keeps_its_candidates_and_resumes_to_the_uninterrupted_head()
         "the two candidates before the stop are durable, the third was stopped"
     );
     ok(&ledger(&dir, &["verify"]));
+    // Another engineer cannot take over a stopped search (it would train the stage on
+    // a configuration no decision records): refused, naming the command that resumes
+    // it, and nothing is recorded.
+    let before = Ledger::open_read_only(&dir).unwrap().head("main").unwrap();
+    let o = common::ledger(&dir, &["run", "--quiet", "--engineer", "fixed"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("stage 1 is an oracle search that stopped before its choice")
+            && said.contains("--engineer oracle"),
+        "{said}"
+    );
+    assert_eq!(
+        Ledger::open_read_only(&dir).unwrap().head("main").unwrap(),
+        before
+    );
 
     let o = common::ledger(&dir, &["run", "--engineer", "oracle"]);
     assert!(o.status.success(), "{o:?}");

@@ -33,6 +33,12 @@ impl Pipeline<'_> {
         let state = self.ledger.projection(branch)?;
         let previous = self.branch_engineer(&state)?;
         let next = next_stage(&state);
+        if engineer.name != crate::engineer::ORACLE && super::stopped_search(&state, next) {
+            return Err(StageError::SearchUnderway {
+                branch: branch.to_string(),
+                stage: next,
+            });
+        }
         if previous == *engineer || next > self.plan.engineer.stages {
             return Ok(false);
         }

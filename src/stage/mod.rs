@@ -122,6 +122,15 @@ pub enum StageError {
     /// The oracle was asked to be built as an engineer (it is the pipeline's search).
     #[error(transparent)]
     Searches(BuildError),
+    /// Stage `stage` of `branch` began an oracle search that stopped before its choice,
+    /// and the run names another engineer. The search's candidates are recorded and
+    /// only the oracle goes on from them: another engineer would train the stage on a
+    /// configuration that no decision records. Nothing is recorded.
+    #[error(
+        "branch {branch}: stage {stage} is an oracle search that stopped before its choice; \
+         `ledger run --branch {branch} --engineer oracle` resumes it"
+    )]
+    SearchUnderway { branch: String, stage: u32 },
     /// Checkpoint reference `reference` names a checkpoint that does not load.
     #[error("{reference}: {source}")]
     Checkpoint {
@@ -508,6 +517,14 @@ impl<'a> Pipeline<'a> {
 }
 
 /// The next stage a branch has to run (an incomplete stage is resumed).
+/// Whether stage `n` of `state` began without a decision: an oracle search that stopped
+/// before its choice, the one way a stage's start is recorded before its decision.
+pub fn stopped_search(state: &BranchState, n: u32) -> bool {
+    state
+        .stage(n)
+        .is_some_and(|s| s.started.is_some() && s.decision.is_none())
+}
+
 pub fn next_stage(state: &BranchState) -> u32 {
     match state.stages.iter().max_by_key(|s| s.stage) {
         None => 0,
@@ -617,6 +634,15 @@ mod tests {
             (
                 StageError::Diverged(Divergence::NoCheckpoint { stage: 2 }),
                 "recorded history disagrees with recomputation: stage 2 has no checkpoint".into(),
+            ),
+            (
+                StageError::SearchUnderway {
+                    branch: "main".into(),
+                    stage: 2,
+                },
+                "branch main: stage 2 is an oracle search that stopped before its choice; \
+                 `ledger run --branch main --engineer oracle` resumes it"
+                    .into(),
             ),
             (
                 StageError::Diverged(Divergence::NoConfiguration { stage: 3 }),

@@ -160,10 +160,16 @@ impl Pipeline<'_> {
     ) -> Result<Option<(GeneratorConfig, Option<Hash>)>, StageError> {
         let this = inputs.0.stage(n);
         let started = this.is_some_and(|s| s.started.is_some());
-        // A stopped oracle search has started the stage without a decision.
-        let searching = started
-            && this.is_some_and(|s| s.decision.is_none())
-            && spec.name == crate::engineer::ORACLE;
+        // A stopped oracle search has started the stage without a decision; only the
+        // oracle goes on from its candidates.
+        let stopped = super::stopped_search(inputs.0, n);
+        let searching = stopped && spec.name == crate::engineer::ORACLE;
+        if stopped && !searching {
+            return Err(StageError::SearchUnderway {
+                branch: branch.to_string(),
+                stage: n,
+            });
+        }
         if started && !searching {
             let recorded = this
                 .and_then(|s| s.config.clone())
