@@ -516,7 +516,6 @@ impl<'a> Pipeline<'a> {
     }
 }
 
-/// The next stage a branch has to run (an incomplete stage is resumed).
 /// Whether stage `n` of `state` began without a decision: an oracle search that stopped
 /// before its choice, the one way a stage's start is recorded before its decision.
 pub fn stopped_search(state: &BranchState, n: u32) -> bool {
@@ -525,6 +524,7 @@ pub fn stopped_search(state: &BranchState, n: u32) -> bool {
         .is_some_and(|s| s.started.is_some() && s.decision.is_none())
 }
 
+/// The next stage a branch has to run (an incomplete stage is resumed).
 pub fn next_stage(state: &BranchState) -> u32 {
     match state.stages.iter().max_by_key(|s| s.stage) {
         None => 0,

@@ -162,9 +162,8 @@ impl Pipeline<'_> {
         let started = this.is_some_and(|s| s.started.is_some());
         // A stopped oracle search has started the stage without a decision; only the
         // oracle goes on from its candidates.
-        let stopped = super::stopped_search(inputs.0, n);
-        let searching = stopped && spec.name == crate::engineer::ORACLE;
-        if stopped && !searching {
+        let searching = super::stopped_search(inputs.0, n);
+        if searching && spec.name != crate::engineer::ORACLE {
             return Err(StageError::SearchUnderway {
                 branch: branch.to_string(),
                 stage: n,

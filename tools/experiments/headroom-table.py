@@ -30,7 +30,7 @@ RESAMPLES = 4000
 
 
 def outcomes(ledger):
-    """{(suite, instance): row} of the branch main's last evaluated stage: from the
+    """{(suite hash, item): row} of the branch main's last evaluated stage: from the
     ledger when it is there, else from its kept outcomes."""
     if os.path.isdir(ledger):
         out = subprocess.run(
