@@ -133,6 +133,71 @@ fn the_oracle_keeps_the_best_candidate_by_validation_records_its_search_and_repl
     }
     let o = ok(&ledger(&dir, &["audit"]));
     assert!(o.contains("random#2"), "{o}");
+
+    // The engineer benchmark reads the searches as contexts with the oracle's choice:
+    // `fixed` keeps the configuration in force, so the candidate nearest its decision is
+    // the `fixed` candidate, and it agrees exactly where the oracle kept that one's
+    // configuration.
+    let o = ok(&ledger(
+        &dir,
+        &[
+            "engineer",
+            "eval",
+            "--engineer",
+            "fixed,random",
+            "--contexts",
+            "0",
+            "--from-ledger",
+            dir.to_str().unwrap(),
+            "--json",
+        ],
+    ));
+    let eval: serde_json::Value = serde_json::from_str(&o).unwrap();
+    let l = Ledger::open_read_only(&dir).unwrap();
+    let history = l.history("main").unwrap();
+    let fixed = &eval["engineers"][0];
+    assert_eq!(fixed["summary"]["oracle_contexts"], 2, "{fixed}");
+    let mut agreed = 0;
+    for (n, row) in (1..=2u32).zip(fixed["rows"].as_array().unwrap()) {
+        let candidates: Vec<&OracleCandidate> = history
+            .iter()
+            .filter(|(_, e)| e.stage == n)
+            .filter_map(|(_, e)| match &e.body {
+                EventBody::OracleCandidate(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let owned: Vec<OracleCandidate> = candidates.iter().map(|c| (*c).clone()).collect();
+        let best = OracleCandidate::best(&owned).unwrap();
+        assert_eq!(row["oracle"]["nearest"], "fixed", "{row}");
+        assert_eq!(row["oracle"]["chosen"], candidates[best].source, "{row}");
+        let agrees = candidates[best].decision.applied == candidates[0].decision.applied;
+        assert_eq!(row["oracle"]["agrees"], agrees, "stage {n}: {row}");
+        agreed += agrees as u32;
+    }
+    assert_eq!(
+        fixed["summary"]["oracle_pct"].as_f64().unwrap(),
+        50.0 * agreed as f64
+    );
+    assert!(eval["paired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["metric"] == "oracle" && p["pairs"] == 2));
+    let o = ok(&ledger(
+        &dir,
+        &[
+            "engineer",
+            "eval",
+            "--engineer",
+            "fixed",
+            "--contexts",
+            "0",
+            "--from-ledger",
+            dir.to_str().unwrap(),
+        ],
+    ));
+    assert!(o.contains("Agreement with the oracle's choice"), "{o}");
 }
 
 #[test]

@@ -50,6 +50,30 @@ pub fn extract_proposal(reply: &str) -> Result<ConfigProposal, UnreadableReply> 
     extract(reply).map(|e| e.proposal)
 }
 
+/// The proposal keys a reply may use: `all` (every size at once) from
+/// [`TextRevision::whole_configuration`] on; before, it is a key no engineer may set,
+/// refused as it always was, so recorded replies read as they did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keys {
+    pub all: bool,
+}
+
+impl Keys {
+    /// The keys of text revision `text`.
+    pub fn of(text: TextRevision) -> Keys {
+        Keys {
+            all: text.whole_configuration,
+        }
+    }
+
+    /// The keys before `all`.
+    pub const FIRST: Keys = Keys { all: false };
+
+    fn is_proposal_key(self, k: &str) -> bool {
+        k == "agents" || k == "sizes" || (self.all && k == "all")
+    }
+}
+
 /// Drop `<think>…</think>` blocks: a `</think>` without an opening tag ends reasoning
 /// that started in the prompt (everything before it goes), and an unclosed `<think>`
 /// runs to the end of the reply.
@@ -150,6 +174,10 @@ pub enum NotAProposal {
     /// An object with neither proposal key; `found`: its keys, in its order.
     #[error("no \"sizes\" or \"agents\" key (found {})", found_keys(.found))]
     NoProposalKey { found: Vec<String> },
+    /// [`NotAProposal::NoProposalKey`] where `all` is a proposal key too (text revision
+    /// 7 on).
+    #[error("no \"sizes\", \"all\" or \"agents\" key (found {})", found_keys(.found))]
+    NoWholeProposalKey { found: Vec<String> },
     #[error("not a configuration proposal ({0})")]
     NotAConfiguration(serde_json::Error),
 }
@@ -170,6 +198,15 @@ fn found_keys(keys: &[String]) -> String {
 /// `{"config": {...}}` or `{"proposal": {...}}`, or a bare map of sizes
 /// (`{"5": {...}}`). Other keys make it not a proposal.
 pub fn parse_proposal(json: &str) -> Result<(ConfigProposal, Vec<RefusedField>), NotAProposal> {
+    parse_proposal_with(json, Keys::FIRST)
+}
+
+/// [`parse_proposal`] with the proposal keys `keys` (with `all`: `{"all": {...}}` sets
+/// its fields at every size).
+pub fn parse_proposal_with(
+    json: &str,
+    keys: Keys,
+) -> Result<(ConfigProposal, Vec<RefusedField>), NotAProposal> {
     let v: serde_json::Value = serde_json::from_str(json.trim()).map_err(NotAProposal::NotJson)?;
     let mut obj = match v {
         serde_json::Value::Object(o) => o,
@@ -192,15 +229,18 @@ pub fn parse_proposal(json: &str) -> Result<(ConfigProposal, Vec<RefusedField>),
     // taken out and returned as refused fields: recorded with the decision, never
     // applied and never silently dropped. An object with no proposal key at all is not
     // a proposal (prose may quote other JSON).
-    if !obj.is_empty() && !obj.contains_key("agents") && !obj.contains_key("sizes") {
-        return Err(NotAProposal::NoProposalKey {
-            found: obj.keys().cloned().collect(),
+    if !obj.is_empty() && !obj.keys().any(|k| keys.is_proposal_key(k)) {
+        let found = obj.keys().cloned().collect();
+        return Err(if keys.all {
+            NotAProposal::NoWholeProposalKey { found }
+        } else {
+            NotAProposal::NoProposalKey { found }
         });
     }
     let mut refused = Vec::new();
     let unknown: Vec<String> = obj
         .keys()
-        .filter(|k| *k != "agents" && *k != "sizes")
+        .filter(|k| !keys.is_proposal_key(k))
         .cloned()
         .collect();
     for k in unknown {
@@ -210,23 +250,31 @@ pub fn parse_proposal(json: &str) -> Result<(ConfigProposal, Vec<RefusedField>),
             value: v.to_string(),
         });
     }
+    let refuse_fields = |fields: &mut serde_json::Map<String, serde_json::Value>,
+                         at: &str,
+                         refused: &mut Vec<RefusedField>| {
+        let bad: Vec<String> = fields
+            .keys()
+            .filter(|f| !["data_ratio", "hole_ratio", "wait_ratio"].contains(&f.as_str()))
+            .cloned()
+            .collect();
+        for f in bad {
+            let v = fields.remove(&f).expect("listed above");
+            refused.push(RefusedField {
+                field: format!("{at}.{f}"),
+                value: v.to_string(),
+            });
+        }
+    };
     if let Some(serde_json::Value::Object(sizes)) = obj.get_mut("sizes") {
         for (n, v) in sizes.iter_mut() {
             if let serde_json::Value::Object(fields) = v {
-                let bad: Vec<String> = fields
-                    .keys()
-                    .filter(|f| !["data_ratio", "hole_ratio", "wait_ratio"].contains(&f.as_str()))
-                    .cloned()
-                    .collect();
-                for f in bad {
-                    let v = fields.remove(&f).expect("listed above");
-                    refused.push(RefusedField {
-                        field: format!("sizes.{n}.{f}"),
-                        value: v.to_string(),
-                    });
-                }
+                refuse_fields(fields, &format!("sizes.{n}"), &mut refused);
             }
         }
+    }
+    if let Some(serde_json::Value::Object(fields)) = obj.get_mut("all") {
+        refuse_fields(fields, "all", &mut refused);
     }
     let proposal = serde_json::from_value(serde_json::Value::Object(obj))
         .map_err(NotAProposal::NotAConfiguration)?;
@@ -247,6 +295,11 @@ fn prose(text: &str, cut: std::ops::Range<usize>) -> String {
 /// reads as a proposal. The rationale is the remaining prose. The error says why
 /// nothing usable was found, quoting the start of the reply.
 pub fn extract(reply: &str) -> Result<Extracted, UnreadableReply> {
+    extract_with(reply, Keys::FIRST)
+}
+
+/// [`extract`] with the proposal keys `keys`.
+pub fn extract_with(reply: &str, keys: Keys) -> Result<Extracted, UnreadableReply> {
     let text = strip_think(reply);
     let mut reasons: Vec<String> = Vec::new();
     let fenced = fences(&text);
@@ -254,7 +307,7 @@ pub fn extract(reply: &str) -> Result<Extracted, UnreadableReply> {
         fenced.iter().filter(|f| f.1 == "json").collect();
     ordered.extend(fenced.iter().filter(|f| f.1 != "json"));
     for (range, _, body) in ordered {
-        match parse_proposal(body) {
+        match parse_proposal_with(body, keys) {
             Ok((p, refused)) => {
                 return Ok(Extracted {
                     proposal: p,
@@ -279,7 +332,7 @@ pub fn extract(reply: &str) -> Result<Extracted, UnreadableReply> {
             break;
         }
         match balanced(&text, start) {
-            Some(r) => match parse_proposal(&text[r.clone()]) {
+            Some(r) => match parse_proposal_with(&text[r.clone()], keys) {
                 Ok((p, refused)) => {
                     return Ok(Extracted {
                         proposal: p,
@@ -409,8 +462,9 @@ pub fn duplicate_keys(json: &str) -> Vec<String> {
 /// recorded repair (the last value is used, as JSON readers do, and the rationale says
 /// so), never a silent last-wins.
 pub fn read_reply(d: &mut Decision, reply: &str, mut notes: Vec<String>, text: TextRevision) {
+    let keys = Keys::of(text);
     if text.repairs_duplicate_keys {
-        if let Ok(e) = extract(reply) {
+        if let Ok(e) = extract_with(reply, keys) {
             for path in duplicate_keys(&e.json) {
                 notes.push(format!(
                     "repaired: the reply names {path} more than once; its last value was used"
@@ -418,7 +472,7 @@ pub fn read_reply(d: &mut Decision, reply: &str, mut notes: Vec<String>, text: T
             }
         }
     }
-    match extract(reply) {
+    match extract_with(reply, keys) {
         Ok(e) => {
             d.proposal = Some(e.proposal);
             d.refused = e.refused;
@@ -467,6 +521,40 @@ mod tests {
              integer `5`, expected a map)); reply began \"x {\\\"sizes\\\": 5}\""
         );
         assert_eq!(found_keys(&[]), "an empty object");
+    }
+
+    /// `all` is a proposal key from text revision 7 on; before, it is refused as any
+    /// unknown key was, and alone it is no proposal, so recorded replies read as they did.
+    #[test]
+    fn all_is_read_from_revision_7_and_refused_before() {
+        use crate::engineer::text::TextRevision;
+        let rev = |n| Keys::of(TextRevision::of(n).unwrap());
+        let whole = r#"x ```json
+{"all": {"wait_ratio": 0.75, "reward": 1}, "sizes": {"4": {"hole_ratio": 0.1}}}
+```"#;
+        let e = extract_with(whole, rev(7)).unwrap();
+        assert_eq!(e.proposal.all.as_ref().unwrap().wait_ratio, Some(0.75));
+        assert_eq!(e.proposal.sizes["4"].hole_ratio, Some(0.1));
+        assert_eq!(e.refused.len(), 1);
+        assert_eq!(e.refused[0].field, "all.reward");
+        for n in 1..=6 {
+            let e = extract_with(whole, rev(n)).unwrap();
+            assert_eq!(e.proposal.all, None);
+            assert_eq!(e.refused[0].field, "all");
+            let alone = extract_with(r#"{"all": {"wait_ratio": 0.75}}"#, rev(n)).unwrap_err();
+            assert!(
+                alone
+                    .to_string()
+                    .contains(r#"no "sizes" or "agents" key (found "all")"#),
+                "{alone}"
+            );
+        }
+        let none = extract_with(r#"{"al": {"wait_ratio": 0.75}}"#, rev(7)).unwrap_err();
+        assert!(
+            none.to_string()
+                .contains(r#"no "sizes", "all" or "agents" key"#),
+            "{none}"
+        );
     }
 
     #[test]

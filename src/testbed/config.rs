@@ -43,6 +43,11 @@ pub struct GeneratorConfig {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ConfigProposal {
     pub agents: Option<f64>,
+    /// Fields set at every size of the configuration it edits (the paper's whole
+    /// configuration in one entry); a size's own entry in `sizes` overrides them. Read
+    /// from engineer replies from text revision 7 on (`engineer::reply`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all: Option<SizeProposal>,
     #[serde(default)]
     pub sizes: BTreeMap<String, SizeProposal>,
 }
@@ -53,6 +58,21 @@ pub struct SizeProposal {
     pub data_ratio: Option<f64>,
     pub hole_ratio: Option<f64>,
     pub wait_ratio: Option<f64>,
+}
+
+impl SizeProposal {
+    /// Write the fields it names into `c`, leaving the others.
+    pub fn set(&self, c: &mut SizeConfig) {
+        if let Some(v) = self.data_ratio {
+            c.data_ratio = v;
+        }
+        if let Some(v) = self.hole_ratio {
+            c.hole_ratio = v;
+        }
+        if let Some(v) = self.wait_ratio {
+            c.wait_ratio = v;
+        }
+    }
 }
 
 /// One field the projection changed.
@@ -269,6 +289,11 @@ pub fn project(
     }
 
     let mut merged: BTreeMap<usize, SizeConfig> = base.sizes.clone();
+    if let Some(p) = &proposal.all {
+        for e in merged.values_mut() {
+            p.set(e);
+        }
+    }
     for (key, p) in &proposal.sizes {
         let n = match key.trim().parse::<usize>() {
             Ok(n) if (MIN_SIZE..=MAX_SIZE).contains(&n) => n,
@@ -287,15 +312,7 @@ pub fn project(
             hole_ratio: 0.0,
             wait_ratio: 0.0,
         });
-        if let Some(v) = p.data_ratio {
-            e.data_ratio = v;
-        }
-        if let Some(v) = p.hole_ratio {
-            e.hole_ratio = v;
-        }
-        if let Some(v) = p.wait_ratio {
-            e.wait_ratio = v;
-        }
+        p.set(e);
     }
     if merged.is_empty() {
         return (Err(ConfigError::NoSizes), clips);
@@ -384,6 +401,50 @@ mod tests {
             ..Default::default()
         };
         assert!(project(&base, &same).1.is_empty());
+    }
+
+    /// `all` sets its fields at every size the configuration has (adding none), a
+    /// size's own entry overrides it, and its out-of-range values are clipped per size.
+    #[test]
+    fn all_sets_every_size_and_a_size_entry_overrides_it() {
+        let base = GeneratorConfig::uniform(2, 3..=5, 0.2, 0.2);
+        let mut p = ConfigProposal {
+            all: Some(SizeProposal {
+                wait_ratio: Some(0.75),
+                hole_ratio: Some(0.9),
+                data_ratio: None,
+            }),
+            ..Default::default()
+        };
+        p.sizes.insert(
+            "4".into(),
+            SizeProposal {
+                wait_ratio: Some(0.5),
+                ..Default::default()
+            },
+        );
+        let (cfg, clips) = project(&base, &p);
+        let cfg = cfg.unwrap();
+        assert_eq!(cfg.sizes.keys().copied().collect::<Vec<_>>(), [3, 4, 5]);
+        let waits: Vec<f64> = cfg.sizes.values().map(|c| c.wait_ratio).collect();
+        assert_eq!(waits, [0.75, 0.5, 0.75]);
+        assert!(cfg
+            .sizes
+            .values()
+            .all(|c| c.data_ratio == base.sizes[&3].data_ratio));
+        let fields: Vec<&str> = clips.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "sizes.3.hole_ratio",
+                "sizes.4.hole_ratio",
+                "sizes.5.hole_ratio"
+            ]
+        );
+        // Without `all` a proposal serialises as before (recorded proposals are text,
+        // and the JSON Schema names the field as optional).
+        let plain = serde_json::to_string(&ConfigProposal::default()).unwrap();
+        assert_eq!(plain, r#"{"agents":null,"sizes":{}}"#);
     }
 
     #[test]

@@ -39,7 +39,8 @@ pub enum EngineerCommand {
     /// Score engineers on held-out contexts without a training run: parse and legal
     /// rates, grounded rationales, edits on the weak sizes, working sizes left alone,
     /// acting at all, and moves their sizes' failures call for (rules: `engineer-eval
-    /// rules v4`; `--rules v3` scores as earlier reports did).
+    /// rules v4`; `--rules v3` scores as earlier reports did); on the oracle searches of
+    /// a `--from-ledger` ledger, agreement with the oracle's choice.
     Eval(EvalArgs),
     /// The LLM engineers registered on a branch.
     List {
@@ -124,7 +125,8 @@ pub struct EvalArgs {
     /// Synthetic contexts drawn from --seed (with known ground truth).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     pub contexts: u32,
-    /// Also every recorded decision context of this ledger (repeatable).
+    /// Also every recorded decision context of this ledger (repeatable); where its
+    /// oracle searched, each engineer is scored on agreeing with the oracle's choice.
     #[arg(long = "from-ledger", value_name = "DIR")]
     pub from_ledger: Vec<PathBuf>,
     /// Seed of the synthetic contexts and of sampling.

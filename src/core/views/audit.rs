@@ -317,12 +317,18 @@ pub fn flatten(c: &GeneratorConfig) -> BTreeMap<String, f64> {
     m
 }
 
-fn flatten_proposal(p: &ConfigProposal) -> BTreeMap<String, f64> {
+/// A proposal's fields by dotted path; its `all` entry stands at each of `sizes` (the
+/// sizes of the configuration it edits), under a size's own entry.
+fn flatten_proposal(p: &ConfigProposal, sizes: &[usize]) -> BTreeMap<String, f64> {
     let mut m = BTreeMap::new();
     if let Some(a) = p.agents {
         m.insert("agents".to_string(), a);
     }
-    for (n, s) in &p.sizes {
+    let all = p
+        .all
+        .iter()
+        .flat_map(|s| sizes.iter().map(move |n| (n.to_string(), s)));
+    for (n, s) in all.chain(p.sizes.iter().map(|(n, s)| (n.clone(), s))) {
         let n = n.trim();
         for (k, v) in [
             ("data_ratio", s.data_ratio),
@@ -352,7 +358,10 @@ pub fn diff(
     applied: &GeneratorConfig,
 ) -> Vec<FieldChange> {
     let prev = previous.map(flatten).unwrap_or_default();
-    let prop = proposed.map(flatten_proposal).unwrap_or_default();
+    let sizes: Vec<usize> = previous.unwrap_or(applied).sizes.keys().copied().collect();
+    let prop = proposed
+        .map(|p| flatten_proposal(p, &sizes))
+        .unwrap_or_default();
     let app = flatten(applied);
     let mut fields: Vec<&String> = prev
         .keys()
@@ -572,7 +581,14 @@ pub fn audit(
         };
         let proposal: Option<ConfigProposal> = proposed
             .as_deref()
-            .and_then(|t| serde_json::from_str(t).ok());
+            .and_then(|t| serde_json::from_str::<ConfigProposal>(t).ok())
+            .map(|mut p| {
+                // Before text revision 7 `all` was a refused key, never proposed.
+                if d.refused.iter().any(|r| r.field == "all") {
+                    p.all = None;
+                }
+                p
+            });
         let previous_config = st
             .stage
             .checked_sub(1)
@@ -863,6 +879,20 @@ mod tests {
             (d[0].previous, d[0].proposed, d[0].applied, d[0].changed),
             (Some(0.1), Some(0.9), Some(0.3), true)
         );
+        // `all` stands at every size of the configuration edited, under a size's own.
+        let whole: ConfigProposal = serde_json::from_str(
+            r#"{"all": {"hole_ratio": 0.3}, "sizes": {"10": {"hole_ratio": 0.9}}}"#,
+        )
+        .unwrap();
+        let d = diff(Some(&prev), Some(&whole), &applied);
+        let proposed: Vec<(&str, Option<f64>)> = d
+            .iter()
+            .filter(|c| c.field.ends_with("hole_ratio"))
+            .map(|c| (c.field.as_str(), c.proposed))
+            .collect();
+        assert_eq!(proposed.len(), prev.sizes.len());
+        assert_eq!(proposed[0], ("sizes.3.hole_ratio", Some(0.3)));
+        assert_eq!(proposed[1], ("sizes.10.hole_ratio", Some(0.9)));
         let all = diff(None, None, &applied);
         assert_eq!(all[0].field, "agents");
         assert_eq!(all[1].field, "sizes.3.data_ratio");

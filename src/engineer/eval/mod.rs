@@ -20,8 +20,8 @@ pub mod rubric;
 pub mod session;
 
 pub use rubric::{
-    answer, applied, claims, score, summarise, truth, Claim, ContextScore, Field, FieldMove, Rules,
-    Summary, Truth, UnknownRules, RULES_VERSION, WEAK_BELOW,
+    answer, applied, claims, score, summarise, truth, Claim, ContextScore, Field, FieldMove,
+    OracleAgreement, OracleChoice, Rules, Summary, Truth, UnknownRules, RULES_VERSION, WEAK_BELOW,
 };
 
 use super::{Decision, EngineerContext, Unanswered};
@@ -46,6 +46,8 @@ pub struct EvalContext {
     /// `synthetic/7`, or `LEDGER branch@stageN`.
     pub id: String,
     pub context: EngineerContext,
+    /// The oracle's search at this context, when a ledger recorded one.
+    pub oracle: Option<OracleChoice>,
 }
 
 // ---- contexts ----
@@ -140,6 +142,7 @@ pub fn synthetic(seed: Seed, n: usize) -> Vec<EvalContext> {
             let stage = rng.random_range(1..=4u32);
             EvalContext {
                 id: format!("synthetic/{i}"),
+                oracle: None,
                 context: EngineerContext {
                     stage,
                     current,
@@ -224,7 +227,9 @@ pub fn with_history(contexts: Vec<EvalContext>, seed: Seed) -> Vec<EvalContext> 
 }
 
 /// Every engineer decision's recorded context in a ledger (each context once, however
-/// many branches share it), named `LABEL branch@stageN`, in branch-name order.
+/// many branches share it), named `LABEL branch@stageN`, in branch-name order. A
+/// decision an oracle made brings its search ([`OracleChoice`]: the stage's recorded
+/// candidates and the one it kept).
 pub fn ledger_contexts(
     ledger: &crate::ledger::Ledger,
     label: &str,
@@ -232,10 +237,31 @@ pub fn ledger_contexts(
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for (branch, head) in ledger.branches()? {
+        let mut candidates: Vec<crate::record::event::OracleCandidate> = Vec::new();
         for (_, ev) in ledger.history_to(&head)? {
+            if let EventBody::OracleCandidate(c) = &ev.body {
+                if candidates.first().is_some_and(|_| c.index == 0) {
+                    candidates.clear();
+                }
+                candidates.push(c.clone());
+                continue;
+            }
             let EventBody::EngineerDecision(d) = ev.body else {
                 continue;
             };
+            let searched = std::mem::take(&mut candidates);
+            let oracle = (d.engineer == crate::engineer::ORACLE)
+                .then(|| {
+                    let chosen = crate::record::event::OracleCandidate::best(&searched)?;
+                    Some(OracleChoice {
+                        candidates: searched
+                            .iter()
+                            .map(|c| (c.source.clone(), c.decision.applied.clone()))
+                            .collect(),
+                        chosen,
+                    })
+                })
+                .flatten();
             if !seen.insert(d.context) {
                 continue;
             }
@@ -248,6 +274,7 @@ pub fn ledger_contexts(
             out.push(EvalContext {
                 id: format!("{label} {branch}@stage{}", ev.stage),
                 context: ctx,
+                oracle,
             });
         }
     }
@@ -314,6 +341,9 @@ pub fn evaluate(
             return Err(u);
         }
         let mut row = score(&c.id, &ctx, &d, rules);
+        if let Some(o) = &c.oracle {
+            row.oracle = o.agreement(&applied(&ctx, &d).0);
+        }
         if let Some(probe) = reference.as_mut() {
             if let Some((l, p)) = probe(i, &applied(&ctx, &d).0) {
                 row.learnability = Some(4.0 * l);
@@ -337,7 +367,7 @@ pub const BASELINES: [&str; 2] = ["blind", "random"];
 /// run, per metric.
 pub fn paired(evals: &[EngineerEval], seed: Seed) -> Vec<PairedScore> {
     type Get = fn(&ContextScore) -> Option<f64>;
-    let metrics: [(&str, Get); 8] = [
+    let metrics: [(&str, Get); 9] = [
         ("parse", |r| Some(r.parsed as u8 as f64)),
         ("legal", |r| Some(r.legal as u8 as f64)),
         ("grounded", |r| {
@@ -348,6 +378,7 @@ pub fn paired(evals: &[EngineerEval], seed: Seed) -> Vec<PairedScore> {
         ("acts", |r| r.acts.map(|a| a as u8 as f64)),
         ("direction", |r| r.direction),
         ("learnability", |r| r.learnability),
+        ("oracle", |r| r.oracle.as_ref().map(|o| o.agrees as u8 as f64)),
     ];
     let Some(first) = evals.first() else {
         return vec![];
@@ -443,6 +474,33 @@ pub fn render(r: &EvalReport) -> String {
             opt(m.direction_pct),
             opt(m.learnability_pct)
         );
+    }
+    if r.engineers.iter().any(|e| e.summary.oracle_contexts > 0) {
+        let _ = writeln!(
+            s,
+            "\nAgreement with the oracle's choice, on the contexts where an oracle searched \
+             (the candidate nearest the configuration a decision leads to is the one it kept):"
+        );
+        for e in &r.engineers {
+            let picks: Vec<String> = e
+                .rows
+                .iter()
+                .filter_map(|row| {
+                    let o = row.oracle.as_ref()?;
+                    Some(format!("{}: nearest {}, kept {}", row.context, o.nearest, o.chosen))
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "  {:<26} {:>7} of {} contexts ({})",
+                e.engineer,
+                e.summary
+                    .oracle_pct
+                    .map_or("–".to_string(), |v| format!("{v:.1}%")),
+                e.summary.oracle_contexts,
+                picks.join("; ")
+            );
+        }
     }
     let mut bases: Vec<&str> = Vec::new();
     for p in &r.paired {

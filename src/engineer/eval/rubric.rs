@@ -413,8 +413,71 @@ pub struct ContextScore {
     /// without `--reference`.
     pub learnability: Option<f64>,
     pub pass_rate: Option<f64>,
+    /// On a context where an oracle searched (read from a ledger), whether the decision
+    /// agrees with the oracle's choice (None: no oracle searched there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<OracleAgreement>,
     pub truth: Truth,
     pub rationale: String,
+}
+
+/// What an oracle searched at a context: its candidates' applied configurations (by
+/// source: `fixed`, `random#1`, ...) and the one it kept, by validation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OracleChoice {
+    pub candidates: Vec<(String, GeneratorConfig)>,
+    pub chosen: usize,
+}
+
+/// A decision against an oracle's search: the candidate nearest the configuration it
+/// leads to, and whether that is the one the oracle kept.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct OracleAgreement {
+    /// The nearest candidate's source (L1 distance over every size's three ratios, a
+    /// size one lacks counting as zeros; ties to the earlier candidate).
+    pub nearest: String,
+    /// The kept candidate's source.
+    pub chosen: String,
+    pub agrees: bool,
+}
+
+impl OracleChoice {
+    /// How `config` stands against the search.
+    pub fn agreement(&self, config: &GeneratorConfig) -> Option<OracleAgreement> {
+        let distance = |a: &GeneratorConfig, b: &GeneratorConfig| -> f64 {
+            let zero = SizeConfig {
+                data_ratio: 0.0,
+                hole_ratio: 0.0,
+                wait_ratio: 0.0,
+            };
+            let sizes: BTreeSet<usize> = a.sizes.keys().chain(b.sizes.keys()).copied().collect();
+            sizes
+                .into_iter()
+                .map(|n| {
+                    let (x, y) = (
+                        a.sizes.get(&n).unwrap_or(&zero),
+                        b.sizes.get(&n).unwrap_or(&zero),
+                    );
+                    (x.data_ratio - y.data_ratio).abs()
+                        + (x.hole_ratio - y.hole_ratio).abs()
+                        + (x.wait_ratio - y.wait_ratio).abs()
+                })
+                .sum()
+        };
+        let mut nearest: Option<(usize, f64)> = None;
+        for (i, (_, c)) in self.candidates.iter().enumerate() {
+            let d = distance(config, c);
+            if nearest.is_none_or(|(_, best)| d < best) {
+                nearest = Some((i, d));
+            }
+        }
+        let (i, _) = nearest?;
+        Some(OracleAgreement {
+            nearest: self.candidates[i].0.clone(),
+            chosen: self.candidates.get(self.chosen)?.0.clone(),
+            agrees: i == self.chosen || self.candidates[i].1 == self.candidates[self.chosen].1,
+        })
+    }
 }
 
 /// Rules v4: the share of a size's failures the failures a field answers must make for
@@ -572,6 +635,7 @@ pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision, rules: Rules)
         direction,
         learnability: None,
         pass_rate: None,
+        oracle: None,
         truth,
         rationale: decision.rationale.clone(),
     }
@@ -597,6 +661,10 @@ pub struct Summary {
     pub direction_pct: Option<f64>,
     /// Mean learnability score (%), with `--reference`.
     pub learnability_pct: Option<f64>,
+    /// Contexts where an oracle searched, and the share where the decision agrees with
+    /// its choice ([`OracleAgreement`]; None: none).
+    pub oracle_contexts: usize,
+    pub oracle_pct: Option<f64>,
 }
 
 fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
@@ -624,6 +692,11 @@ pub fn summarise(rows: &[ContextScore]) -> Summary {
         acts_pct: mean(rows.iter().filter_map(|r| r.acts.map(|a| a as u8 as f64))),
         direction_pct: mean(rows.iter().filter_map(|r| r.direction)),
         learnability_pct: mean(rows.iter().filter_map(|r| r.learnability)),
+        oracle_contexts: rows.iter().filter(|r| r.oracle.is_some()).count(),
+        oracle_pct: mean(
+            rows.iter()
+                .filter_map(|r| r.oracle.as_ref().map(|o| o.agrees as u8 as f64)),
+        ),
     }
 }
 
@@ -695,6 +768,40 @@ mod tests {
             rationale: rationale.into(),
             ..Decision::default()
         }
+    }
+
+    /// A decision agrees with an oracle when the candidate nearest its configuration is
+    /// the kept one, or repeats the kept one's configuration.
+    #[test]
+    fn oracle_agreement_is_the_nearest_candidate() {
+        let at = |w: f64| GeneratorConfig::uniform(2, 3..=5, 0.2, w);
+        let search = OracleChoice {
+            candidates: vec![
+                ("fixed".into(), at(0.2)),
+                ("random#1".into(), at(0.75)),
+                ("heuristic".into(), at(0.2)),
+            ],
+            chosen: 1,
+        };
+        let a = search.agreement(&at(0.6)).unwrap();
+        assert_eq!(
+            (a.nearest.as_str(), a.chosen.as_str(), a.agrees),
+            ("random#1", "random#1", true)
+        );
+        let a = search.agreement(&at(0.3)).unwrap();
+        assert_eq!((a.nearest.as_str(), a.agrees), ("fixed", false));
+        // The kept candidate repeats an earlier one's configuration: nearest either way.
+        let same = OracleChoice {
+            chosen: 2,
+            ..search.clone()
+        };
+        assert!(same.agreement(&at(0.2)).unwrap().agrees);
+        assert!(OracleChoice {
+            candidates: vec![],
+            chosen: 0
+        }
+        .agreement(&at(0.2))
+        .is_none());
     }
 
     fn score3(id: &str, c: &EngineerContext, d: &Decision) -> ContextScore {

@@ -83,7 +83,7 @@ pub fn answer(
     edits: Option<&[u32]>,
 ) -> String {
     if text.evidence_first {
-        return answer_evidence_first(ctx, seed, edits);
+        return answer_evidence_first(ctx, seed, edits, text.whole_configuration);
     }
     if !text.teacher_reads_evidence {
         return answer_v1(ctx, seed, edits);
@@ -148,7 +148,17 @@ pub const STEP_WAIT: f64 = 0.20;
 /// failure and states the change (`5: 7/20 failed, mostly hole: fewer holes, hole_ratio
 /// 0.10 -> 0.05`); then the JSON names only the changed values. Without a breakdown it
 /// reads the summary (weakest first), without either it edits sizes at random.
-fn answer_evidence_first(ctx: &EngineerContext, seed: Seed, edits: Option<&[u32]>) -> String {
+///
+/// With `whole` ([`TextRevision::whole_configuration`]) a line whose main failure the
+/// headroom pilot measured a whole-configuration edit for is answered with it, at every
+/// size ([`whole_edit`]), and that edit ends the reply; other failures get the one-size
+/// edit as before.
+fn answer_evidence_first(
+    ctx: &EngineerContext,
+    seed: Seed,
+    edits: Option<&[u32]>,
+    whole: bool,
+) -> String {
     use crate::engineer::text::{kinds_by_count, weakest_first};
     let mut rng = seed.rng();
     // (size, evidence as cited, main failure)
@@ -208,6 +218,27 @@ fn answer_evidence_first(ctx: &EngineerContext, seed: Seed, edits: Option<&[u32]
             continue;
         };
         let follow = main.filter(|_| !rng.random_bool(EVIDENCE_NOISE_V3));
+        if let Some((field, target)) = follow.filter(|_| whole).and_then(whole_edit) {
+            let old = match field {
+                "wait_ratio" => c.wait_ratio,
+                _ => c.hole_ratio,
+            };
+            lines.push(format!(
+                "{evidence}: every size to the measured best, {field} {} -> {}",
+                ratio(old),
+                ratio(target)
+            ));
+            return format!(
+                "{}\n```json\n{{\"all\": {{\"{field}\": {}}}{}}}\n```",
+                lines.join("\n"),
+                ratio(target),
+                if json.is_empty() {
+                    String::new()
+                } else {
+                    format!(", \"sizes\": {{{}}}", json.join(", "))
+                }
+            );
+        }
         let which = match follow.map(crate::engineer::eval::answer) {
             Some((crate::engineer::eval::Field::DataRatio, _)) => 0,
             Some((crate::engineer::eval::Field::HoleRatio, _)) => 1,
@@ -254,6 +285,29 @@ fn answer_evidence_first(ctx: &EngineerContext, seed: Seed, edits: Option<&[u32]
         lines.join("\n"),
         json.join(", ")
     )
+}
+
+/// Revision 7's whole-configuration edits, from the headroom pilot
+/// (`ledgers/results/headroom/README.md`): one stage from the paper's initial
+/// configuration (hole 0.2, wait 0.2 at every size) gained on the 2-agent coordination
+/// items with wait 0.75 at every size (+21.0 and +22.1 points on seeds 11 and 12) and
+/// with hole 0 (+11.0), and lost with wait 0 (-17.7) or hole 0.3 (-14.4); from the
+/// tuned configuration (hole 0.1, wait 0.75) every move lost, hole 0 included (-14.9).
+/// So conflicts set wait 0.75 at every size, and holes set hole 0.10 (the tuned
+/// start's value, between the measured gain and loss). The other failures have no
+/// measured whole edit (the data on the small or large sizes moved nothing or lost),
+/// so they keep revision 6's one-size edit.
+pub const WHOLE_WAIT: f64 = 0.75;
+pub const WHOLE_HOLES: f64 = 0.10;
+
+/// The whole-configuration edit that answers a failure kind (field and value), if the
+/// headroom pilot measured one (see [`WHOLE_WAIT`]).
+pub fn whole_edit(kind: FailureKind) -> Option<(&'static str, f64)> {
+    match crate::engineer::eval::answer(kind) {
+        (crate::engineer::eval::Field::WaitRatio, true) => Some(("wait_ratio", WHOLE_WAIT)),
+        (crate::engineer::eval::Field::HoleRatio, false) => Some(("hole_ratio", WHOLE_HOLES)),
+        _ => None,
+    }
 }
 
 /// A size at or above engineer eval's weak line in the context's summary (revisions 2

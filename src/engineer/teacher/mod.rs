@@ -26,7 +26,8 @@ mod answer;
 mod context;
 
 pub use answer::{
-    answer, Teacher, EVIDENCE_NOISE, EVIDENCE_NOISE_V3, STEP_DATA, STEP_HOLES, STEP_WAIT,
+    answer, whole_edit, Teacher, EVIDENCE_NOISE, EVIDENCE_NOISE_V3, STEP_DATA, STEP_HOLES,
+    STEP_WAIT, WHOLE_HOLES, WHOLE_WAIT,
 };
 pub use context::context;
 
@@ -284,7 +285,8 @@ mod tests {
                 "7257b1998bb420b6",
                 "4832c967fd5615fb",
                 "5084f8758325199a",
-                "905980c5d7fccf81"
+                "905980c5d7fccf81",
+                "aea7c8a0c9c787e8"
             ]
         );
     }
@@ -487,6 +489,69 @@ mod tests {
             copied_lines >= 70,
             "{copied_lines} of 100 open with the last line"
         );
+    }
+
+    /// Revision 7's teacher answers the weakest line's conflicts with wait 0.75 at every
+    /// size and its holes with hole 0.10 at every size (the headroom pilot's measured
+    /// edits), in a proposal that revision 7 reads and revision 6 refuses; other failures
+    /// keep the one-size edit.
+    #[test]
+    fn revision_7_answers_conflicts_and_holes_with_whole_configuration_edits() {
+        use crate::engineer::reply::{extract_with, Keys};
+        use crate::env::{project, FailureKind};
+        let spec = TeacherSpec {
+            text: rev(7),
+            context_sizes: [3, 8],
+            ..spec()
+        };
+        let (mut whole, mut one, mut followed) = (0, 0, 0);
+        for i in 0..150u64 {
+            let ctx = context(Seed::root(71).child("c", i), &spec, 1 + (i % 3) as u32);
+            let reply = answer(&ctx, Seed::root(72).child("a", i), rev(7), Some(&[1]));
+            let e = extract_with(&reply, Keys::of(rev(7))).unwrap_or_else(|e| panic!("{reply}: {e}"));
+            assert!(e.refused.is_empty(), "{reply}");
+            let main = crate::engineer::text::weakest_first(&ctx.failures)
+                .into_iter()
+                .filter(|s| ctx.current.sizes.contains_key(&(s.size as usize)))
+                .find(|s| {
+                    !ctx.validation
+                        .cells
+                        .get(&(ctx.current.agents, s.size as usize))
+                        .is_some_and(|c| c.total > 0 && c.valid_rate() >= crate::engineer::eval::WEAK_BELOW)
+                })
+                .and_then(|s| crate::engineer::text::kinds_by_count(s).first().map(|c| c.0));
+            let Some(all) = &e.proposal.all else {
+                one += !e.proposal.sizes.is_empty() as u32;
+                continue;
+            };
+            whole += 1;
+            let (applied, _) = project(&ctx.current, &e.proposal);
+            let applied = applied.unwrap();
+            assert_eq!(applied.sizes.len(), ctx.current.sizes.len(), "{reply}");
+            match (all.wait_ratio, all.hole_ratio) {
+                (Some(w), None) => {
+                    assert_eq!(w, WHOLE_WAIT);
+                    assert!(applied.sizes.values().all(|c| c.wait_ratio == w), "{reply}");
+                    followed += matches!(
+                        main,
+                        Some(FailureKind::VertexConflict | FailureKind::EdgeConflict)
+                    ) as u32;
+                }
+                (None, Some(h)) => {
+                    assert_eq!(h, WHOLE_HOLES);
+                    followed += (main == Some(FailureKind::Hole)) as u32;
+                }
+                other => panic!("{other:?}: {reply}"),
+            }
+            assert!(reply.contains("every size to the measured best"), "{reply}");
+            // Revision 6 finds no proposal key in the same reply.
+            let old = extract_with(&reply, Keys::of(rev(6))).unwrap_err().to_string();
+            assert!(old.contains(r#"(found "all")"#), "{old}");
+        }
+        assert!(whole >= 40 && one >= 20, "whole {whole}, one-size {one} of 150");
+        // Every whole edit answers its line's main failure (the teacher's noise draws
+        // one-size edits).
+        assert_eq!(followed, whole);
     }
 
     /// A plan can ask for replies that cite more lines (`warmup.engineer_edits`): with

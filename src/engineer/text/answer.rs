@@ -5,7 +5,9 @@ use super::TextRevision;
 /// The answer format of `text` for a context whose failure breakdown is shown or not
 /// (`breakdown`).
 pub fn format(text: TextRevision, breakdown: bool) -> &'static str {
-    if text.compact && breakdown {
+    if text.whole_configuration && breakdown {
+        whole()
+    } else if text.compact && breakdown {
         compact()
     } else if text.breakdown_last {
         evidence_last(breakdown)
@@ -54,4 +56,11 @@ taken from its breakdown line. Then a ```json block {\"sizes\": {\"N\": {\"FIELD
 fn compact() -> &'static str {
     "Answer: copy the line of each size you change as `N: failed/total failed, mostly KIND: change, FIELD old -> new`, \
 then ```json {\"sizes\": {\"N\": {\"FIELD\": new}}}.\n"
+}
+
+/// [`TextRevision::whole_configuration`]'s answer format: the compact answer, with the
+/// change either at every size (`all`) or at the size the line names.
+fn whole() -> &'static str {
+    "Answer: copy the line of the size you read as `N: failed/total failed, mostly KIND: change, FIELD old -> new`, \
+then ```json {\"all\": {\"FIELD\": new}}``` to change every size, or ```json {\"sizes\": {\"N\": {\"FIELD\": new}}}``` to change that size.\n"
 }

@@ -64,6 +64,12 @@ pub struct TextRevision {
     /// example plans. The teacher's contexts hold 2 to 4 sizes (short reading tasks:
     /// find the weakest line, copy it, name the edit).
     pub compact: bool,
+    /// Revision 7: the paper's whole configuration in one entry. A reply may set fields
+    /// at every size at once (`{"all": {"wait_ratio": 0.75}}`, read by
+    /// `engineer::reply`; a size's own entry overrides it), the compact answer format
+    /// says so, and the teacher answers conflicts and holes with the whole-configuration
+    /// edits the headroom pilot measured to help (`ledgers/results/headroom`).
+    pub whole_configuration: bool,
     /// The tokenizer corpus of a scratch model holds revision 1's untrimmed prompts
     /// (every revision so far: the tokenizers of the shipped and recorded scratch
     /// models were trained on them; a revision that renders its own prompts there
@@ -100,6 +106,7 @@ impl TextRevision {
             unranked_sizes: n >= 4,
             breakdown_last: n >= 5,
             compact: n >= 6,
+            whole_configuration: n >= 7,
             corpus_of_first_revision: true,
         })
     }
@@ -146,8 +153,10 @@ mod tests {
         assert_eq!(names, (1..=TextRevision::LATEST).collect::<Vec<_>>());
         let first = TextRevision::of(1).unwrap();
         assert!(!first.says_cuts && !first.weakest_first && !first.breakdown_last);
+        assert!(!first.whole_configuration);
         let last = TextRevision::of(TextRevision::LATEST).unwrap();
         assert!(last.says_cuts && last.weakest_first && last.breakdown_last);
+        assert!(last.whole_configuration);
         assert_eq!(last.corpus_text(), first);
         for bad in [0, TextRevision::LATEST + 1] {
             let e = TextRevision::of(bad).unwrap_err().to_string();
