@@ -1095,7 +1095,7 @@ fn engineer_eval_scores_an_http_engineer_in_one_command() {
         ],
     ));
     assert!(
-        text.contains("engineer-eval rules v4")
+        text.contains("engineer-eval rules v5")
             && text.contains("heuristic")
             && text.contains("direction"),
         "{text}"
@@ -1115,7 +1115,12 @@ fn engineer_eval_scores_an_http_engineer_in_one_command() {
         ],
     ));
     assert!(v3.contains("engineer-eval rules v3"), "{v3}");
-    // Rules v4's controls: every engineer is paired against blind and random too.
+    let v4 = ok(&common::ledger(
+        &l,
+        &["engineer", "eval", "--engineer", "fixed", "--contexts", "3", "--rules", "v4"],
+    ));
+    assert!(v4.contains("engineer-eval rules v4"), "{v4}");
+    // The default rules' controls: every engineer is paired against blind and random too.
     let both: serde_json::Value = serde_json::from_str(&ok(&common::ledger(
         &l,
         &[
@@ -1130,7 +1135,7 @@ fn engineer_eval_scores_an_http_engineer_in_one_command() {
     )))
     .unwrap();
     validates("engineer-eval", &both);
-    assert_eq!(both["rules"], "engineer-eval rules v4");
+    assert_eq!(both["rules"], "engineer-eval rules v5");
     let against = |base: &str, eng: &str| {
         both["paired"]
             .as_array()

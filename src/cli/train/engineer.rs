@@ -39,7 +39,7 @@ pub enum EngineerCommand {
     /// Score engineers on held-out contexts without a training run: parse and legal
     /// rates, grounded rationales, edits on the weak sizes, working sizes left alone,
     /// acting at all, and moves their sizes' failures call for (rules: `engineer-eval
-    /// rules v4`; `--rules v3` scores as earlier reports did); on the oracle searches of
+    /// rules v5`; `--rules v4` or `v3` scores as earlier reports did); on the oracle searches of
     /// a `--from-ledger` ledger, agreement with the oracle's choice.
     Eval(EvalArgs),
     /// The LLM engineers registered on a branch.
@@ -132,9 +132,10 @@ pub struct EvalArgs {
     /// Seed of the synthetic contexts and of sampling.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// The scoring rules (`v4`, the default; `v3` scores and draws contexts as the
-    /// reports before rules v4 did: see `engineer::eval::rubric`).
-    #[arg(long, default_value = "v4", value_name = "VERSION")]
+    /// The scoring rules (`v5`, the default: a whole-configuration edit judged as one;
+    /// `v4` as the reports before rules v5; `v3` scores and draws contexts as the reports
+    /// before rules v4 did: see `engineer::eval::rubric`).
+    #[arg(long, default_value = "v5", value_name = "VERSION")]
     pub rules: mapf_ledger::engineer::eval::Rules,
     /// Read the model engineer's prompt budget, sampling and attempts from this plan's
     /// [lm], and the engineers' text revision from its [engineer] (default: the

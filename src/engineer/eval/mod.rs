@@ -159,13 +159,13 @@ pub fn synthetic(seed: Seed, n: usize) -> Vec<EvalContext> {
 }
 
 /// The benchmark's synthetic contexts under `rules`: v3's as drawn ([`synthetic`], whose
-/// "Designing stage N" stands above "History: none"), v4's with their history
+/// "Designing stage N" stands above "History: none"), v4's and v5's with their history
 /// ([`with_history`]).
 pub fn synthetic_for(rules: Rules, seed: Seed, n: usize) -> Vec<EvalContext> {
     let contexts = synthetic(seed, n);
     match rules {
         Rules::V3 => contexts,
-        Rules::V4 => with_history(contexts, seed),
+        Rules::V4 | Rules::V5 => with_history(contexts, seed),
     }
 }
 

@@ -43,7 +43,7 @@
 //! raises waits on the sizes with the most failures (`blind`) moves every weak size's
 //! answering field the right way whatever its failure, and cites nothing.
 //!
-//! **Rules v4** (`engineer-eval rules v4`, the default):
+//! **Rules v4** (`engineer-eval rules v4`):
 //! - **direction** is judged field by field: every ratio a decision moves on a size
 //!   that stays in the configuration is one move ([`FieldMove`]), *justified* when the
 //!   size's own breakdown holds failures that this field answers, in the direction the
@@ -58,6 +58,22 @@
 //!   holds ([`ContextScore::uncited`] lists the sizes that were not).
 //! - **acts**: on a context with a weak size, whether the decision edits anything; it
 //!   stands beside preserve, so doing nothing does not win.
+//!
+//! **Rules v5** (`engineer-eval rules v5`, the default): v4, with a whole-configuration
+//! edit (engineer text revision 7's `all` entry) judged as one decision about the
+//! configuration rather than as an edit of every size. A size is **edited by its entry**
+//! when the proposal names it (or it is added or dropped); a size the `all` entry alone
+//! changes is **moved whole**. Then:
+//! - targeting and preserve count the sizes edited by their entry only (a whole edit
+//!   moves working sizes by design: the headroom pilot measured it to help, so it is
+//!   judged by direction);
+//! - a field the `all` entry moves is one move ([`FieldMove`] with `size` 0), justified
+//!   when the weak sizes' failures that this field answers in this direction make at
+//!   least [`MATERIAL_SHARE`] of the weak sizes' failures (pooled); moves of sizes
+//!   edited by their entry are judged as in v4;
+//! - grounding asks every size edited by its entry to be cited, as v4, and a whole edit
+//!   to cite at least one size's line (a clause with its failed/total and a kind its
+//!   line holds).
 use crate::context::EngineerContext;
 use crate::engineer::Decision;
 use crate::env::config::SizeConfig;
@@ -79,26 +95,28 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Rules {
     V3,
-    #[default]
     V4,
+    #[default]
+    V5,
 }
 
 impl Rules {
     /// Every version, oldest first.
-    pub const ALL: [Rules; 2] = [Rules::V3, Rules::V4];
+    pub const ALL: [Rules; 3] = [Rules::V3, Rules::V4, Rules::V5];
 
     /// The name every report carries (`engineer-eval rules v4`).
     pub fn name(self) -> &'static str {
         match self {
             Rules::V3 => "engineer-eval rules v3",
             Rules::V4 => "engineer-eval rules v4",
+            Rules::V5 => "engineer-eval rules v5",
         }
     }
 }
 
 /// A rules version no one wrote.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("no engineer-eval rules {0:?} (known: v3, v4)")]
+#[error("no engineer-eval rules {0:?} (known: v3, v4, v5)")]
 pub struct UnknownRules(pub String);
 
 impl Rules {
@@ -107,6 +125,7 @@ impl Rules {
         match n {
             3 => Ok(Rules::V3),
             4 => Ok(Rules::V4),
+            5 => Ok(Rules::V5),
             _ => Err(UnknownRules(n.to_string())),
         }
     }
@@ -114,7 +133,7 @@ impl Rules {
 
 impl std::str::FromStr for Rules {
     type Err = UnknownRules;
-    /// `v3`, `3`, `v4`, `4`, or the full name.
+    /// `v3`, `3`, `v4`, `4`, `v5`, `5`, or the full name.
     fn from_str(s: &str) -> Result<Rules, UnknownRules> {
         let t = s.trim();
         let t = t.strip_prefix("engineer-eval rules ").unwrap_or(t);
@@ -128,7 +147,7 @@ impl std::str::FromStr for Rules {
 }
 
 /// The name of the default rules (what `engineer eval` scores by).
-pub const RULES_VERSION: &str = "engineer-eval rules v4";
+pub const RULES_VERSION: &str = "engineer-eval rules v5";
 
 /// Validation valid % below which a size is weak.
 pub const WEAK_BELOW: f64 = 80.0;
@@ -500,11 +519,13 @@ fn answered(f: Option<&SizeFailures>, field: Field, up: bool) -> u32 {
 /// One ratio a decision moved on a size it kept.
 #[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 pub struct FieldMove {
+    /// The size, or 0 for a rules-v5 whole-configuration move (the `all` entry's).
     pub size: usize,
     pub field: Field,
     pub up: bool,
     /// The size's failures that this field answers in this direction are at least
-    /// [`MATERIAL_SHARE`] of its failures.
+    /// [`MATERIAL_SHARE`] of its failures (a whole move: the weak sizes' failures,
+    /// pooled).
     pub justified: bool,
 }
 
@@ -550,15 +571,76 @@ pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision, rules: Rules)
             _ => true,
         })
         .collect();
-    let targeting = (!edited.is_empty()).then(|| {
-        edited.iter().filter(|n| truth.weak.contains_key(n)).count() as f64 / edited.len() as f64
+    // Rules v5: the sizes that the `all` entry alone moves (see the module's doc).
+    let named: BTreeSet<usize> = decision
+        .proposal
+        .iter()
+        .flat_map(|p| p.sizes.keys())
+        .filter_map(|k| k.trim().parse().ok())
+        .collect();
+    let whole = rules >= Rules::V5
+        && decision.proposal.as_ref().is_some_and(|p| p.all.is_some());
+    let by_entry: Vec<usize> = edited
+        .iter()
+        .copied()
+        .filter(|n| {
+            !whole
+                || named.contains(n)
+                || !(ctx.current.sizes.contains_key(n) && applied.sizes.contains_key(n))
+        })
+        .collect();
+    let moved_whole = edited.len() > by_entry.len();
+    let targeting = (!by_entry.is_empty()).then(|| {
+        by_entry.iter().filter(|n| truth.weak.contains_key(n)).count() as f64
+            / by_entry.len() as f64
     });
     let preserve = (!truth.working.is_empty()).then(|| {
-        truth.working.iter().filter(|n| !edited.contains(n)).count() as f64
+        truth.working.iter().filter(|n| !by_entry.contains(n)).count() as f64
             / truth.working.len() as f64
     });
     let mut moves = Vec::new();
-    for &n in &edited {
+    if moved_whole {
+        // One move per field the `all` entry changes, judged on the weak sizes' failures.
+        let weak: Vec<&SizeFailures> = truth
+            .weak
+            .keys()
+            .filter_map(|&n| failures_of(ctx, n))
+            .collect();
+        let failed: u32 = weak.iter().flat_map(|f| f.counts.iter().map(|c| c.1)).sum();
+        let all = decision.proposal.as_ref().and_then(|p| p.all.as_ref());
+        for field in [Field::DataRatio, Field::HoleRatio, Field::WaitRatio] {
+            let set = all.and_then(|a| match field {
+                Field::DataRatio => a.data_ratio,
+                Field::HoleRatio => a.hole_ratio,
+                Field::WaitRatio => a.wait_ratio,
+            });
+            let Some(target) = set else { continue };
+            // Its direction: how most moved sizes' values went (the value is one for all).
+            let (mut ups, mut downs) = (0, 0);
+            for n in edited.iter().filter(|n| !by_entry.contains(n)) {
+                let x = field.of(&ctx.current.sizes[n]);
+                if changed(x, target) {
+                    if target > x {
+                        ups += 1
+                    } else {
+                        downs += 1
+                    }
+                }
+            }
+            if ups + downs == 0 {
+                continue;
+            }
+            let up = ups >= downs;
+            let answering: u32 = weak.iter().map(|f| answered(Some(f), field, up)).sum();
+            moves.push(FieldMove {
+                size: 0,
+                field,
+                up,
+                justified: answering > 0 && answering as f64 >= MATERIAL_SHARE * failed as f64,
+            });
+        }
+    }
+    for &n in &by_entry {
         let (Some(a), Some(b)) = (ctx.current.sizes.get(&n), applied.sizes.get(&n)) else {
             continue;
         };
@@ -603,28 +685,38 @@ pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision, rules: Rules)
                 right as f64 / answerable.len() as f64
             })
         }
-        Rules::V4 => (!moves.is_empty())
+        Rules::V4 | Rules::V5 => (!moves.is_empty())
             .then(|| moves.iter().filter(|m| m.justified).count() as f64 / moves.len() as f64),
     };
     let claims = claims(ctx, &decision.rationale, rules);
     let (grounding_judged, uncited) = match rules {
         Rules::V3 => (!claims.is_empty(), vec![]),
-        Rules::V4 => (
+        Rules::V4 | Rules::V5 => (
             !claims.is_empty() || !edited.is_empty(),
-            edited
+            by_entry
                 .iter()
                 .copied()
                 .filter(|&n| cited(ctx, &decision.rationale, n) == Some(false))
                 .collect(),
         ),
     };
+    // v5: a whole edit cites at least one size's line.
+    let whole_cites = !moved_whole
+        || ctx
+            .current
+            .sizes
+            .keys()
+            .any(|&n| cited(ctx, &decision.rationale, n) == Some(true));
     let acts = (!truth.weak.is_empty()).then_some(!edited.is_empty());
     ContextScore {
         context: id.to_string(),
         parsed,
         legal,
         grounding_judged,
-        grounded: grounding_judged && claims.iter().all(|c| c.holds) && uncited.is_empty(),
+        grounded: grounding_judged
+            && claims.iter().all(|c| c.holds)
+            && uncited.is_empty()
+            && whole_cites,
         claims,
         uncited,
         edited,
@@ -802,6 +894,43 @@ mod tests {
         }
         .agreement(&at(0.2))
         .is_none());
+    }
+
+    /// Rules v5 judge a whole-configuration edit as one decision: its field move by the
+    /// weak sizes' pooled failures, preserve and targeting by the sizes edited by their
+    /// own entry, and grounding by the line it cites; v4 scores the same reply as an
+    /// edit of every size.
+    #[test]
+    fn v5_judges_a_whole_edit_as_one_move_on_the_pooled_evidence() {
+        let c = ctx();
+        let cite = "10: 6/20 failed, mostly hole: every size to the measured best, wait_ratio 0.44 -> 0.75";
+        let wait = decision(r#"{"all": {"wait_ratio": 0.75}}"#, cite);
+        let v5 = score("v5", &c, &wait, Rules::V5);
+        assert_eq!(v5.edited, [8, 9, 10]);
+        assert_eq!((v5.targeting, v5.preserve), (None, Some(1.0)));
+        assert_eq!(v5.moves.len(), 1, "{:?}", v5.moves);
+        assert_eq!((v5.moves[0].size, v5.moves[0].field), (0, Field::WaitRatio));
+        assert!(v5.moves[0].up && v5.moves[0].justified);
+        assert_eq!(v5.direction, Some(1.0));
+        assert!(v5.grounded, "{v5:?}");
+        let v4 = score("v4", &c, &wait, Rules::V4);
+        assert_eq!(v4.preserve, Some(0.0));
+        assert!(!v4.grounded && v4.uncited == [8, 9]);
+        // A whole move no weak size's failures call for is not justified, and a whole
+        // edit citing no line is not grounded.
+        let data = decision(r#"{"all": {"data_ratio": 0.1}}"#, "every size: less data");
+        let d5 = score("v5", &c, &data, Rules::V5);
+        assert_eq!(d5.direction, Some(0.0));
+        assert!(d5.grounding_judged && !d5.grounded);
+        // A size's own entry beside `all` is judged as in v4.
+        let both = decision(
+            r#"{"all": {"wait_ratio": 0.75}, "sizes": {"8": {"hole_ratio": 0.05}}}"#,
+            cite,
+        );
+        let b5 = score("v5", &c, &both, Rules::V5);
+        assert_eq!((b5.targeting, b5.preserve), (Some(0.0), Some(0.0)));
+        assert_eq!(b5.uncited, [8]);
+        assert!(b5.moves.iter().any(|m| m.size == 8 && m.field == Field::HoleRatio));
     }
 
     fn score3(id: &str, c: &EngineerContext, d: &Decision) -> ContextScore {
