@@ -43,12 +43,14 @@ build-core:
 demo: build
 	tools/demo.sh
 
-# Models: three ship under ledgers/models/ (mapf-base, mapf-base-indep, mapf-reader-v2);
+# Models: three ship under ledgers/models/ (mapf-base-indep, mapf-reader-v2, the study's,
+# and mapf-reader-v3, the demo's);
 # the others are retired from the tree and keep their card (ledgers/cards/NAME.md, with
 # the file hashes and scores they had), their recipe (ledgers/*.toml) and the target
 # below that re-makes them.
 #
-# Re-make the shipped base planner (ledgers/models/mapf-base) from ledgers/base.toml:
+# Re-make the retired base planner (ledgers/models/mapf-base, card ledgers/cards/mapf-base.md)
+# from ledgers/base.toml:
 # about 75 minutes on 2 cores, resumable (run it again after a stop).
 base-model: build
 	tools/base-model.sh
@@ -94,9 +96,10 @@ base-model-indep-v4: build
 	BASE_EVAL_VAL="--per-cell 48 --wait-ratios 0.25,0.5,0.75" \
 	BASE_EVAL_TEST="--per-cell 15 --wait-ratios 0.25,0.5,0.75" tools/base-model.sh
 
-# The readers (ledgers/models/mapf-reader-v2, the demo's base, and the retired
-# mapf-reader): mapf-base-indep-v4 taught to read its failure evidence by the reading
-# pilot's rounds 1-4 and 6 (mapf-reader), then 8 (v2), each from the last. About 7 hours
+# The readers (ledgers/models/mapf-reader-v3, the demo's base, mapf-reader-v2, the
+# study's, and the retired mapf-reader): mapf-base-indep-v4 taught to read its failure
+# evidence by the reading pilot's rounds 1-4 and 6 (mapf-reader), then 8 (v2), then 9
+# (v3), each from the last. About 7.5 hours
 # on one core, resumable (tools/reader-model.sh). It starts from mapf-base-indep-v4,
 # which no longer ships: `make base-model-indep-v3 base-model-indep-v4` first.
 reader-model: build

@@ -1,4 +1,4 @@
-//! The shipped base planner (`ledgers/models/mapf-base`) and `ledger eval`: the
+//! The shipped base planner (`ledgers/models/mapf-reader-v3`, the demo's) and `ledger eval`: the
 //! directory loads as an HF model, its files hash to what its README states, it reads
 //! the cells prompt and writes a plan the cells parser accepts; `ledger eval` scores an
 //! HF directory and a ledger checkpoint in the paper's layout, with a schema'd `--json`
@@ -11,7 +11,7 @@ use mapf_ledger::train::lm::{hf, LmPolicy, PromptStyle, Sampling};
 use mapf_ledger::train::policy::Policy;
 use std::path::Path;
 
-const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/models/mapf-base");
+const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ledgers/models/mapf-reader-v3");
 
 /// `(file, blake3 hex)` rows of the README's file table: lines `| name | blake3 |`.
 fn stated_hashes(readme: &str) -> Vec<(String, String)> {
@@ -55,7 +55,8 @@ fn assert_files_match_readme(dir: &Path) {
 }
 
 /// The coordination miniature's shipped models (`ledgers/models/mapf-base-indep`, the
-/// CPU study's base planner, and `mapf-reader-v2`, the demo's base): their files are
+/// tests' base planner, and `mapf-reader-v2`, the study's reader; `mapf-reader-v3` is
+/// [`SHIPPED`]): their files are
 /// what their model cards state, and they read the cells prompt. Every retired model
 /// keeps its card under `ledgers/cards/`, and each card names a recipe that exists.
 #[test]

@@ -206,8 +206,15 @@ fn shipped_plans_parse_with_the_protocols_they_promise() {
     // coordination to RL (as the paper starts from Qwen3-4B) and reads its failure
     // evidence at the text revision it was taught (its card names the plans that made
     // it from ledgers/base-indep.toml's planner).
-    assert_eq!(demo.lm.hf_dir(), Some("ledgers/models/mapf-reader-v2"));
-    assert_eq!(demo.engineer.revision, 6);
+    assert_eq!(demo.lm.hf_dir(), Some("ledgers/models/mapf-reader-v3"));
+    assert_eq!(demo.engineer.revision, 7);
+    // From the paper's initial configuration (ledgers/paper.toml's ratios), where the
+    // headroom pilot measured room for an engineer to matter.
+    assert!(demo
+        .initial_config
+        .sizes
+        .values()
+        .all(|c| (c.hole_ratio, c.wait_ratio) == (0.2, 0.2)));
     assert_eq!(demo.lm.prompt, mapf_ledger::train::lm::PromptStyle::Cells);
     assert_eq!(demo.warmup.steps, 0);
     // Its suites mark coordination: about half their items need it.
@@ -220,9 +227,9 @@ fn shipped_plans_parse_with_the_protocols_they_promise() {
     counts.dedup();
     assert_eq!(counts, vec![1, 2, 3, 4, 5]);
     assert_eq!(base.suites.seed, demo.suites.seed);
-    // The demo's engineer reads the text the reader was taught: round 6's revision and
-    // prompt budget (the reader's last round, `make reader-model`).
-    let reader = LedgerPlan::parse(include_bytes!("../ledgers/reader-pilot-6.toml")).unwrap();
+    // The demo's engineer reads the text the reader was taught: round 9's revision and
+    // prompt budget (the round that made `mapf-reader-v3`, `make reader-model`).
+    let reader = LedgerPlan::parse(include_bytes!("../ledgers/reader-pilot-9.toml")).unwrap();
     assert_eq!(
         (reader.engineer.revision, reader.lm.engineer_prompt_tokens),
         (demo.engineer.revision, demo.lm.engineer_prompt_tokens)

@@ -27,7 +27,7 @@ Prints one JSON line: {"steps", "seconds_per_step", "steps_per_s",
 "completion_tokens_per_step", "mean_completion_length"}; the first step (warm-up) is not
 timed.
 
-    python tools/bench_trl.py --model ledgers/models/mapf-base --prompts target/bench-lm/base-grpo-prompts.jsonl
+    python tools/bench_trl.py --model ledgers/models/mapf-base-indep --prompts target/bench-lm/base-grpo-prompts.jsonl
 """
 import argparse
 import json

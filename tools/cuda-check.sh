@@ -31,14 +31,14 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 printf 'Say hello.\n' > "$TMP/hello.txt"
 
 if step 1 generate and parity, the shipped base planner; then
-"$L" lm generate --model ledgers/models/mapf-base --prompt-file "$TMP/hello.txt" --device cuda \
+"$L" lm generate --model ledgers/models/mapf-base-indep --prompt-file "$TMP/hello.txt" --device cuda \
     --max-new-tokens 48 --json > "$OUT/generate-base.json" &&
-    python3 tools/cuda_check.py parity ledgers/models/mapf-base "$OUT/generate-base.json" | tee "$OUT/parity-base.json"
+    python3 tools/cuda_check.py parity ledgers/models/mapf-base-indep "$OUT/generate-base.json" | tee "$OUT/parity-base.json"
 fi
 
 if step 2 eval on CUDA; then
 watch_memory "$OUT/memory-eval.txt"
-/usr/bin/time -f "%e s" "$L" eval --model ledgers/models/mapf-base --device cuda --per-cell 20 --json > "$OUT/eval-cuda.json"
+/usr/bin/time -f "%e s" "$L" eval --model ledgers/models/mapf-base-indep --device cuda --per-cell 20 --json > "$OUT/eval-cuda.json"
 unwatch "$OUT/memory-eval.txt"
 fi
 
@@ -53,7 +53,7 @@ unwatch "$OUT/memory-demo.txt"
 fi
 
 if step 4 "Qwen3-4B's shape, random weights"; then
-python3 tools/cuda_check.py shaped "$TMP/q4b" ledgers/models/shapes/qwen3-4b.config.json ledgers/models/mapf-base
+python3 tools/cuda_check.py shaped "$TMP/q4b" ledgers/models/shapes/qwen3-4b.config.json ledgers/models/mapf-base-indep
 "$L" lm generate --model "$TMP/q4b" --prompt-file "$TMP/hello.txt" --device cuda --max-new-tokens 64 \
     --json > "$OUT/generate-4b.json" &&
     python3 tools/cuda_check.py parity "$TMP/q4b" "$OUT/generate-4b.json" | tee "$OUT/parity-4b.json"

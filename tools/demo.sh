@@ -2,7 +2,7 @@
 # `make demo`: the paper's loop at demo scale on ledgers/demo.toml.
 #   1. init a ledger (ledgers/demo-run, recreated on every run);
 #   2. run it: stage 0 loads and evaluates the shipped base planner the plan names
-#      (ledgers/models/mapf-reader-v2, an HF directory; its README says how it was made), then
+#      (ledgers/models/mapf-reader-v3, an HF directory; its README says how it was made), then
 #      3 GRPO stages, each designed by the `current` engineer (the latest checkpoint
 #      reads the evidence and writes the next configuration itself);
 #   3. fork at stage 2 with the `base` engineer (the stage-0 model designs stages 2-3;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make reader-model`: re-make the shipped readers, ledgers/models/mapf-reader and
-# ledgers/models/mapf-reader-v2 (the demo's base), from
+# ledgers/models/mapf-reader-v2 (the study's base) and ledgers/models/mapf-reader-v3 (the
+# demo's), from
 # ledgers/models/mapf-base-indep-v4 by the reading pilot's rounds in order (issue 51;
 # ledgers/results/reader-pilot/README.md). Each round's plan starts from the HF
 # directory the round before exports, under the name that plan's `lm.init` reads:
@@ -12,9 +13,11 @@
 #            ledgers/models/mapf-reader (tools/base-model.sh, card ledgers/cards/mapf-reader.md)
 #   round 8  ledgers/reader-pilot-8.toml  -> ledgers/models/mapf-reader-v2 (tools/base-model.sh,
 #            card ledgers/cards/mapf-reader-v2.md)
+#   round 9  ledgers/reader-pilot-9.toml  -> ledgers/models/mapf-reader-v3 (tools/base-model.sh,
+#            card ledgers/cards/mapf-reader-v3.md)
 # Resumable at every level: a round whose ledger exists is resumed (`run --stages 1`
 # finishes an interrupted stage 0 from its last checkpoint), and a round whose export
-# exists is skipped. About 7 hours on one core in all (rounds of 35-95 minutes).
+# exists is skipped. About 7.5 hours on one core in all (rounds of 24-95 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
@@ -46,4 +49,7 @@ BASE_LEDGER=ledgers/reader-pilot-6 BASE_PLAN=ledgers/reader-pilot-6.toml \
     tools/base-model.sh
 BASE_LEDGER=ledgers/reader-pilot-8 BASE_PLAN=ledgers/reader-pilot-8.toml \
     BASE_MODEL_OUT=ledgers/models/mapf-reader-v2 BASE_CARD=ledgers/cards/mapf-reader-v2.md \
+    tools/base-model.sh
+BASE_LEDGER=ledgers/reader-pilot-9 BASE_PLAN=ledgers/reader-pilot-9.toml \
+    BASE_MODEL_OUT=ledgers/models/mapf-reader-v3 BASE_CARD=ledgers/cards/mapf-reader-v3.md \
     tools/base-model.sh

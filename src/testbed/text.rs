@@ -133,7 +133,7 @@ pub fn cell_text(inst: &Instance, cell: super::instance::Cell) -> String {
 /// The cells prompt: positions are never implicit. Holes are listed by coordinate and
 /// starts and goals are cells, so a small transformer matches cells by token instead of
 /// counting through a flattened grid (the representation experiments of the base
-/// planner chose this; see `ledgers/models/mapf-base/README.md`).
+/// planner chose this; see `ledgers/cards/mapf-base.md`).
 ///
 /// ```text
 /// 4x4 2 agents

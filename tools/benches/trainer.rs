@@ -12,7 +12,7 @@
 //!   at batch 1, 64 distinct prompts x 1 (evaluation's shape) and one prompt x 64
 //!   samples (a GRPO group's), and GRPO steps/s (16 instances x 8 samples). Both models
 //!   are also exported as HF directories under `target/bench-lm/`;
-//! - the shipped base planner (`ledgers/models/mapf-base`, 2.6M parameters, cells
+//! - the shipped base planner (`ledgers/models/mapf-base-indep`, 2.6M parameters, cells
 //!   prompts of the demo's sizes 3..10): decode as above, and GRPO steps/s (16
 //!   instances x 8 samples, temperature 1, plans up to the policy's budget, ending at
 //!   `<|im_end|>`, no KL reference).
@@ -491,7 +491,7 @@ fn main() {
         println!("lm {name}: {steps:.2} GRPO steps/s (16 instances x 8 samples)");
     }
 
-    let base_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ledgers/models/mapf-base");
+    let base_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ledgers/models/mapf-base-indep");
     if want("base") && base_dir.join("config.json").exists() {
         base_section(&base_dir, &out, py, threads, peak, &mut rows);
     }
@@ -537,11 +537,11 @@ fn base_section(
             sampling,
             Seed::root(4),
         )
-        .expect("ledgers/models/mapf-base")
+        .expect("ledgers/models/mapf-base-indep")
     };
     let p = load();
     println!(
-        "lm base (ledgers/models/mapf-base): {} parameters",
+        "lm base (ledgers/models/mapf-base-indep): {} parameters",
         p.model.cfg.parameter_count()
     );
     let f = Flops::of(&p.model.cfg);

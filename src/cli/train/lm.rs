@@ -83,7 +83,7 @@ pub struct BenchArgs {
     grpo_new_tokens: usize,
     /// The tokenizer.json the GRPO step's prompts are written with (its ids fit any
     /// vocabulary at least as large).
-    #[arg(long, default_value = "ledgers/models/mapf-base/tokenizer.json")]
+    #[arg(long, default_value = "ledgers/models/mapf-base-indep/tokenizer.json")]
     tokenizer: PathBuf,
     /// An HF model directory whose warm-up (imitation) steps to time on the engineer
     /// examples of --warmup-plan, as the base planner's pretraining runs them.

@@ -942,7 +942,7 @@ mod tests {
         let bad = DEMO.replace("group_size = 8", "group_size = 1");
         let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
         assert!(e.contains("grpo.group_size"), "{e}");
-        let bad = DEMO.replace("hole_ratio = 0.1", "hole_ratio = 0.9");
+        let bad = DEMO.replace("hole_ratio = 0.2", "hole_ratio = 0.9");
         let e = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
         assert!(
             e.contains("initial_config") && e.contains("hole_ratio"),
