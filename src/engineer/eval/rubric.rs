@@ -578,8 +578,7 @@ pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision, rules: Rules)
         .flat_map(|p| p.sizes.keys())
         .filter_map(|k| k.trim().parse().ok())
         .collect();
-    let whole = rules >= Rules::V5
-        && decision.proposal.as_ref().is_some_and(|p| p.all.is_some());
+    let whole = rules >= Rules::V5 && decision.proposal.as_ref().is_some_and(|p| p.all.is_some());
     let by_entry: Vec<usize> = edited
         .iter()
         .copied()
@@ -591,11 +590,18 @@ pub fn score(id: &str, ctx: &EngineerContext, decision: &Decision, rules: Rules)
         .collect();
     let moved_whole = edited.len() > by_entry.len();
     let targeting = (!by_entry.is_empty()).then(|| {
-        by_entry.iter().filter(|n| truth.weak.contains_key(n)).count() as f64
+        by_entry
+            .iter()
+            .filter(|n| truth.weak.contains_key(n))
+            .count() as f64
             / by_entry.len() as f64
     });
     let preserve = (!truth.working.is_empty()).then(|| {
-        truth.working.iter().filter(|n| !by_entry.contains(n)).count() as f64
+        truth
+            .working
+            .iter()
+            .filter(|n| !by_entry.contains(n))
+            .count() as f64
             / truth.working.len() as f64
     });
     let mut moves = Vec::new();
@@ -930,7 +936,10 @@ mod tests {
         let b5 = score("v5", &c, &both, Rules::V5);
         assert_eq!((b5.targeting, b5.preserve), (Some(0.0), Some(0.0)));
         assert_eq!(b5.uncited, [8]);
-        assert!(b5.moves.iter().any(|m| m.size == 8 && m.field == Field::HoleRatio));
+        assert!(b5
+            .moves
+            .iter()
+            .any(|m| m.size == 8 && m.field == Field::HoleRatio));
     }
 
     fn score3(id: &str, c: &EngineerContext, d: &Decision) -> ContextScore {
