@@ -99,7 +99,7 @@ base-model-indep-v4: build
 # The readers (ledgers/models/mapf-reader-v3, the demo's base, mapf-reader-v2, the
 # study's, and the retired mapf-reader): mapf-base-indep-v4 taught to read its failure
 # evidence by the reading pilot's rounds 1-4 and 6 (mapf-reader), then 8 (v2), then 9
-# (v3), each from the last. About 7.5 hours
+# and 10 (v3), each from the last. About 8 hours
 # on one core, resumable (tools/reader-model.sh). It starts from mapf-base-indep-v4,
 # which no longer ships: `make base-model-indep-v3 base-model-indep-v4` first.
 reader-model: build

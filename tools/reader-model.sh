@@ -13,11 +13,12 @@
 #            ledgers/models/mapf-reader (tools/base-model.sh, card ledgers/cards/mapf-reader.md)
 #   round 8  ledgers/reader-pilot-8.toml  -> ledgers/models/mapf-reader-v2 (tools/base-model.sh,
 #            card ledgers/cards/mapf-reader-v2.md)
-#   round 9  ledgers/reader-pilot-9.toml  -> ledgers/models/mapf-reader-v3 (tools/base-model.sh,
+#   round 9  ledgers/reader-pilot-9.toml  -> ledgers/reader-pilot-9-final
+#   round 10 ledgers/reader-pilot-10.toml -> ledgers/models/mapf-reader-v3 (tools/base-model.sh,
 #            card ledgers/cards/mapf-reader-v3.md)
 # Resumable at every level: a round whose ledger exists is resumed (`run --stages 1`
 # finishes an interrupted stage 0 from its last checkpoint), and a round whose export
-# exists is skipped. About 7.5 hours on one core in all (rounds of 24-95 minutes).
+# exists is skipped. About 8 hours on one core in all (rounds of 24-95 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LEDGER_BIN:-${CARGO_TARGET_DIR:-target}/release/ledger}
@@ -50,6 +51,7 @@ BASE_LEDGER=ledgers/reader-pilot-6 BASE_PLAN=ledgers/reader-pilot-6.toml \
 BASE_LEDGER=ledgers/reader-pilot-8 BASE_PLAN=ledgers/reader-pilot-8.toml \
     BASE_MODEL_OUT=ledgers/models/mapf-reader-v2 BASE_CARD=ledgers/cards/mapf-reader-v2.md \
     tools/base-model.sh
-BASE_LEDGER=ledgers/reader-pilot-9 BASE_PLAN=ledgers/reader-pilot-9.toml \
+round ledgers/reader-pilot-9.toml ledgers/reader-pilot-9 ledgers/reader-pilot-9-final
+BASE_LEDGER=ledgers/reader-pilot-10 BASE_PLAN=ledgers/reader-pilot-10.toml \
     BASE_MODEL_OUT=ledgers/models/mapf-reader-v3 BASE_CARD=ledgers/cards/mapf-reader-v3.md \
     tools/base-model.sh
