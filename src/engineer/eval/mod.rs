@@ -240,28 +240,25 @@ pub fn ledger_contexts(
         let mut candidates: Vec<crate::record::event::OracleCandidate> = Vec::new();
         for (_, ev) in ledger.history_to(&head)? {
             if let EventBody::OracleCandidate(c) = &ev.body {
-                if candidates.first().is_some_and(|_| c.index == 0) {
-                    candidates.clear();
-                }
                 candidates.push(c.clone());
                 continue;
             }
             let EventBody::EngineerDecision(d) = ev.body else {
                 continue;
             };
+            // A stage's candidates precede its decision; each decision ends the search.
             let searched = std::mem::take(&mut candidates);
-            let oracle = (d.engineer == crate::engineer::ORACLE)
-                .then(|| {
-                    let chosen = crate::record::event::OracleCandidate::best(&searched)?;
-                    Some(OracleChoice {
-                        candidates: searched
-                            .iter()
-                            .map(|c| (c.source.clone(), c.decision.applied.clone()))
-                            .collect(),
-                        chosen,
-                    })
+            let oracle = if d.engineer == crate::engineer::ORACLE {
+                crate::record::event::OracleCandidate::best(&searched).map(|chosen| OracleChoice {
+                    candidates: searched
+                        .into_iter()
+                        .map(|c| (c.source, c.decision.applied))
+                        .collect(),
+                    chosen,
                 })
-                .flatten();
+            } else {
+                None
+            };
             if !seen.insert(d.context) {
                 continue;
             }
@@ -341,11 +338,12 @@ pub fn evaluate(
             return Err(u);
         }
         let mut row = score(&c.id, &ctx, &d, rules);
+        let config = applied(&ctx, &d).0;
         if let Some(o) = &c.oracle {
-            row.oracle = o.agreement(&applied(&ctx, &d).0);
+            row.oracle = o.agreement(&config);
         }
         if let Some(probe) = reference.as_mut() {
-            if let Some((l, p)) = probe(i, &applied(&ctx, &d).0) {
+            if let Some((l, p)) = probe(i, &config) {
                 row.learnability = Some(4.0 * l);
                 row.pass_rate = Some(p);
             }

@@ -171,7 +171,17 @@ pub enum Field {
 }
 
 impl Field {
-    fn of(self, c: &SizeConfig) -> f64 {
+    /// Its key in a configuration and a proposal (`wait_ratio`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Field::DataRatio => "data_ratio",
+            Field::HoleRatio => "hole_ratio",
+            Field::WaitRatio => "wait_ratio",
+        }
+    }
+
+    /// Its value in `c`.
+    pub fn of(self, c: &SizeConfig) -> f64 {
         match self {
             Field::DataRatio => c.data_ratio,
             Field::HoleRatio => c.hole_ratio,

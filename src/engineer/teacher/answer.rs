@@ -219,18 +219,16 @@ fn answer_evidence_first(
         };
         let follow = main.filter(|_| !rng.random_bool(EVIDENCE_NOISE_V3));
         if let Some((field, target)) = follow.filter(|_| whole).and_then(whole_edit) {
-            let old = match field {
-                "wait_ratio" => c.wait_ratio,
-                _ => c.hole_ratio,
-            };
             lines.push(format!(
-                "{evidence}: every size to the measured best, {field} {} -> {}",
-                ratio(old),
+                "{evidence}: every size to the measured best, {} {} -> {}",
+                field.name(),
+                ratio(field.of(&c)),
                 ratio(target)
             ));
             return format!(
-                "{}\n```json\n{{\"all\": {{\"{field}\": {}}}{}}}\n```",
+                "{}\n```json\n{{\"all\": {{\"{}\": {}}}{}}}\n```",
                 lines.join("\n"),
+                field.name(),
                 ratio(target),
                 if json.is_empty() {
                     String::new()
@@ -302,10 +300,11 @@ pub const WHOLE_HOLES: f64 = 0.10;
 
 /// The whole-configuration edit that answers a failure kind (field and value), if the
 /// headroom pilot measured one (see [`WHOLE_WAIT`]).
-pub fn whole_edit(kind: FailureKind) -> Option<(&'static str, f64)> {
+pub fn whole_edit(kind: FailureKind) -> Option<(crate::engineer::eval::Field, f64)> {
+    use crate::engineer::eval::Field;
     match crate::engineer::eval::answer(kind) {
-        (crate::engineer::eval::Field::WaitRatio, true) => Some(("wait_ratio", WHOLE_WAIT)),
-        (crate::engineer::eval::Field::HoleRatio, false) => Some(("hole_ratio", WHOLE_HOLES)),
+        (Field::WaitRatio, true) => Some((Field::WaitRatio, WHOLE_WAIT)),
+        (Field::HoleRatio, false) => Some((Field::HoleRatio, WHOLE_HOLES)),
         _ => None,
     }
 }
