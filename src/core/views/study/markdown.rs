@@ -441,7 +441,12 @@ mod tests {
         };
         let mut r = report(vec![]);
         r.seeds = 3;
-        r.engineers = vec!["fixed".into(), "base".into(), "current".into()];
+        r.engineers = vec![
+            "fixed".into(),
+            "base".into(),
+            "blind".into(),
+            "current".into(),
+        ];
         // 11 ± 2.48: above 0; -1..2: spans 0; current below base: reversed.
         r.paired = vec![
             pair("base", "fixed", vec![-1.0, 2.0, 0.0]),
@@ -450,6 +455,7 @@ mod tests {
         r.orderings = vec![
             pair("current", "base", vec![-5.0, -6.0, -7.0]),
             pair("current+engineer-rl", "current", vec![5.0, 6.0, 7.0]),
+            pair("current", "blind", vec![-1.0, 4.0, 1.0]),
         ];
         r.power = Some(StudyPower {
             effect: 5.0,
@@ -481,6 +487,11 @@ mod tests {
             "- engineer RL > current: current+engineer-rl − current, test 3 agents: +6.00"
         )
         .ends_with("**holds**"));
+        // Whether reading the evidence helps: current over the rule that reads none.
+        assert!(
+            line("- reading > blind: current − blind, test 3 agents: +1.33")
+                .ends_with("**not resolved**")
+        );
         assert!(
             line("Power: to see 5 points on test 3-agent `coord` items")
                 .contains("3.59 points: **7 seeds**; observed: not yet"),

@@ -125,8 +125,9 @@ pub struct StudyReport {
     /// Each engineer against `fixed`, paired seed by seed (empty without `fixed`).
     #[serde(default)]
     pub paired: Vec<StudyPaired>,
-    /// The paper's second ordering, `current` against `base`, paired seed by seed the
-    /// same way (empty unless the study has both).
+    /// The orderings beyond engineered > fixed: `current` against `base`,
+    /// `current+engineer-rl` against `current`, `current` against `blind`, paired seed
+    /// by seed the same way (each only where the study has both arms).
     #[serde(default)]
     pub orderings: Vec<StudyPaired>,
     /// What training did per engineer: each run's final stage against its stage 0 on
@@ -240,11 +241,13 @@ pub struct StudyPairedMetric {
 pub const TRANSFER_BASELINE: &str = "stage 0";
 
 /// The orderings beyond engineered > fixed, as (claim, engineer, baseline): the paper's
-/// second, `current` over `base`, and the trained trainer's, engineer RL's `current`
-/// over the plain one.
-pub const ORDERINGS: [(&str, &str, &str); 2] = [
+/// second, `current` over `base`; the trained trainer's, engineer RL's `current` over
+/// the plain one; and whether reading the evidence is what helps, `current` over
+/// `blind` (the rule that edits without reading a failure kind).
+pub const ORDERINGS: [(&str, &str, &str); 3] = [
     ("current > base", "current", "base"),
     ("engineer RL > current", "current+engineer-rl", "current"),
+    ("reading > blind", "current", "blind"),
 ];
 
 /// What a study compares: engineer x seed forks of `from` before stage `at`.
