@@ -1,10 +1,11 @@
 //! Every option and argument of every subcommand has help text (issue 52, item 5): the
 //! tree is walked from `ledger -h` down, each subcommand's `-h` read, and each entry of
 //! its Options and Arguments must carry words after its name.
+use crate::common;
 use std::process::Command;
 
 fn help(path: &[String]) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
+    let o = Command::new(common::bin(path))
         .args(path)
         .arg("-h")
         .env_remove("LEDGER")

@@ -15,7 +15,7 @@ const BIG: &str = "1000000000000"; // fits, but no machine does it
 /// Run the binary with `args` (the first `--ledger DIR` included by the caller) and
 /// return (exit code, stderr).
 fn run(args: &[OsString]) -> (Option<i32>, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_ledger"))
+    let o = Command::new(common::bin(args))
         .args(args)
         .env_remove("LEDGER")
         .output()

@@ -9,7 +9,7 @@
 //! run while they run.
 use crate::common;
 
-use common::{fails, ledger, ok};
+use common::{fails, ok};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -54,6 +54,18 @@ fn core(bin: &Path, dir: &Path, args: &[&str]) -> Output {
         .expect("run the libtorch-free ledger")
 }
 
+/// Run the full `ledger` (the one with the trainer) on `dir`: never the core build
+/// `common::ledger` may pick for a read command, since this file compares the two.
+fn full(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ledger"))
+        .arg("--ledger")
+        .arg(dir)
+        .args(args)
+        .env_remove("LEDGER")
+        .output()
+        .expect("run the full ledger")
+}
+
 /// The shared libraries an ELF binary names (its DT_NEEDED entries, read by `ldd`'s
 /// loader-free cousin: the dynamic string table is plain text in the file).
 fn mentions(bin: &Path, needle: &str) -> bool {
@@ -81,17 +93,17 @@ fn reads_and_keeps_a_ledger_without_libtorch() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path().join("l");
     let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/lm-tiny.toml");
-    ok(&ledger(&d, &["init", "--plan", plan]));
-    ok(&ledger(&d, &["run", "--quiet"]));
+    ok(&full(&d, &["init", "--plan", plan]));
+    ok(&full(&d, &["run", "--quiet"]));
     common::fork(&d, "stage2", "heuristic", "h");
-    ok(&ledger(&d, &["branch", "delete", "h"]));
+    ok(&full(&d, &["branch", "delete", "h"]));
 
     // verify counts the same (its timing aside), and read commands print what the full
     // build prints, byte for byte.
     let counts = |o: &Output| ok(o).split(" in ").next().unwrap().to_string();
     assert_eq!(
         counts(&core(&bin, &d, &["verify"])),
-        counts(&ledger(&d, &["verify"]))
+        counts(&full(&d, &["verify"]))
     );
     for args in [
         &["log", "--branch", "main"][..],
@@ -103,7 +115,7 @@ fn reads_and_keeps_a_ledger_without_libtorch() {
         &["export", "--what", "metrics"],
         &["export", "--what", "decisions", "--format", "csv"],
     ] {
-        let full = ok(&ledger(&d, args));
+        let full = ok(&full(&d, args));
         let lean = ok(&core(&bin, &d, args));
         assert_eq!(lean, full, "ledger {args:?} differs without libtorch");
     }
@@ -130,13 +142,13 @@ fn reads_and_keeps_a_ledger_without_libtorch() {
     ));
     ok(&core(&bin, &copy, &["verify"]));
     assert_eq!(
-        ok(&ledger(&copy, &["show", "main", "--json"])),
-        ok(&ledger(&d, &["show", "main", "--json"]))
+        ok(&full(&copy, &["show", "main", "--json"])),
+        ok(&full(&d, &["show", "main", "--json"]))
     );
     ok(&core(&bin, &d, &["gc"]));
     ok(&core(&bin, &d, &["verify"]));
     // The full build still loads the stage-2 model after the lean gc.
-    ok(&ledger(
+    ok(&full(
         &d,
         &[
             "export-checkpoint",
@@ -161,10 +173,7 @@ fn reads_and_keeps_a_ledger_without_libtorch() {
         "env", "generate", "--size", "5", "--agents", "2", "--count", "2", "--seed", "3",
     ];
     let json = ok(&core(&bin, &d, &[&generate[..], &["--json"]].concat()));
-    assert_eq!(
-        json,
-        ok(&ledger(&d, &[&generate[..], &["--json"]].concat()))
-    );
+    assert_eq!(json, ok(&full(&d, &[&generate[..], &["--json"]].concat())));
     let inst = t.path().join("instances.json");
     std::fs::write(&inst, &json).unwrap();
     let inst = inst.to_str().unwrap();
@@ -177,7 +186,7 @@ fn reads_and_keeps_a_ledger_without_libtorch() {
         assert!(!lean.trim().is_empty(), "ledger {args:?} printed nothing");
         assert_eq!(
             lean,
-            ok(&ledger(&d, args)),
+            ok(&full(&d, args)),
             "ledger {args:?} differs without libtorch"
         );
     }
@@ -201,4 +210,59 @@ fn reads_and_keeps_a_ledger_without_libtorch() {
         2,
         "unknown command `frobnicate`",
     );
+}
+
+/// The commands the tests run on this build where `make test` names it
+/// (`common::CORE_COMMANDS`) are exactly this build's commands besides `init` and
+/// `help`, each one the full build has with the same `-h`: the same code, so a test of
+/// either build's command tests both.
+#[test]
+fn the_commands_tests_run_without_libtorch_are_the_full_builds_own() {
+    let core = core_bin();
+    let full = Path::new(env!("CARGO_BIN_EXE_ledger"));
+    let help = |bin: &Path, args: &[&str]| -> String {
+        let o = Command::new(bin)
+            .args(args)
+            .arg("-h")
+            .env_remove("LEDGER")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{} {args:?} -h: {o:?}", bin.display());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let commands = |bin: &Path| -> Vec<String> {
+        help(bin, &[])
+            .lines()
+            .skip_while(|l| *l != "Commands:")
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .collect()
+    };
+    let mut listed: Vec<String> = common::CORE_COMMANDS
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+    listed.sort();
+    let mut own: Vec<String> = commands(&core)
+        .into_iter()
+        .filter(|c| c != "init" && c != "help")
+        .collect();
+    own.sort();
+    assert_eq!(
+        listed, own,
+        "common::CORE_COMMANDS against the core build's commands"
+    );
+    let full_commands = commands(full);
+    for c in common::CORE_COMMANDS {
+        assert!(
+            full_commands.iter().any(|f| f == c),
+            "the full build lacks {c}"
+        );
+        assert_eq!(
+            help(&core, &[c]),
+            help(full, &[c]),
+            "`{c} -h` differs between the builds"
+        );
+    }
 }

@@ -294,12 +294,17 @@ fn a_study_with_an_oracle_arm_reports_each_arms_regret() {
 fn a_stopped_search_keeps_its_candidates_and_resumes_to_the_uninterrupted_head() {
     let t = tempfile::tempdir().unwrap();
     let plan_file = t.path().join("oracle.toml");
-    // Stages long enough (150 steps, no checkpoint inside) for a stop to land inside a
-    // candidate's training.
+    // One engineered stage (the search under test), long enough (75 steps, about 2 s
+    // on 2 idle cores, no checkpoint inside) for a stop sent as its third candidate
+    // starts to land inside that candidate's training.
     let long = plan()
-        .replace("[grpo]\nsteps = 10", "[grpo]\nsteps = 150")
-        .replace("checkpoint_every = 4", "checkpoint_every = 1000");
-    assert!(long.contains("steps = 150"));
+        .replace("[grpo]\nsteps = 10", "[grpo]\nsteps = 75")
+        .replace("checkpoint_every = 4", "checkpoint_every = 1000")
+        .replace(
+            "[engineer]\nname = \"fixed\"\nstages = 2",
+            "[engineer]\nname = \"fixed\"\nstages = 1",
+        );
+    assert!(long.contains("steps = 75") && long.contains("stages = 1"));
     std::fs::write(&plan_file, long).unwrap();
     let plan = plan_file.to_str().unwrap();
     let reference = t.path().join("reference");

@@ -7,13 +7,50 @@ pub mod append_loop;
 pub mod browser;
 pub mod schema;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+/// Commands of the `ledger` built without the trainer that the tests may run on it: the
+/// `train` feature adds the training commands and changes none of these (`src/cli/mod.rs`
+/// is the one place the CLI asks which build it is). `init` stays on the full build.
+/// `core_binary::` checks the list against both builds' `-h`.
+pub const CORE_COMMANDS: &[&str] = &[
+    "env", "compare", "audit", "report", "serve", "bundle", "fetch", "log", "cat", "show",
+    "branches", "verify", "recover", "export", "gc", "branch", "rebuild",
+];
+
+/// The binary to run `args` with. Where `make test` names the build without the
+/// trainer (`LEDGER_CORE_BIN`), a command of [`CORE_COMMANDS`] runs on it: it starts in
+/// about 5 ms, the full build in 0.3-0.5 s (libtorch registering its operators), and
+/// the tests start `ledger` about a thousand times. Anything else (a training command,
+/// the top-level `-h`, `--version`) runs on the full build, as does every command under
+/// a plain `cargo test`.
+pub fn bin(args: &[impl AsRef<OsStr>]) -> PathBuf {
+    let full = PathBuf::from(env!("CARGO_BIN_EXE_ledger"));
+    let Some(core) = std::env::var_os("LEDGER_CORE_BIN") else {
+        return full;
+    };
+    let mut words = args.iter().map(|a| a.as_ref());
+    let command = loop {
+        match words.next() {
+            Some(w) if w == "--ledger" => {
+                words.next();
+            }
+            Some(w) if w.to_str().is_some_and(|w| w.starts_with("--ledger=")) => {}
+            other => break other,
+        }
+    };
+    match command.and_then(OsStr::to_str) {
+        Some(c) if CORE_COMMANDS.contains(&c) => PathBuf::from(core),
+        _ => full,
+    }
+}
 
 /// The `ledger` command on the ledger `dir` (never the caller's `$LEDGER`), to add
 /// environment or stdio to before running it.
 pub fn ledger_cmd(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_ledger"));
+    let mut c = Command::new(bin(args));
     c.arg("--ledger").arg(dir).args(args).env_remove("LEDGER");
     c
 }
@@ -25,7 +62,7 @@ pub fn ledger(dir: &Path, args: &[&str]) -> Output {
 
 /// Run the `ledger` binary with no ledger (`env ...`, `eval`, `plan check`, ...).
 pub fn cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ledger"))
+    Command::new(bin(args))
         .args(args)
         .env_remove("LEDGER")
         .output()
