@@ -23,7 +23,7 @@ pub const CORE_COMMANDS: &[&str] = &[
 /// The binary to run `args` with. Where `make test` names the build without the
 /// trainer (`LEDGER_CORE_BIN`), a command of [`CORE_COMMANDS`] runs on it: it starts in
 /// about 5 ms, the full build in 0.3-0.5 s (libtorch registering its operators), and
-/// the tests start `ledger` about a thousand times. Anything else (a training command,
+/// the tests start `ledger` hundreds of times. Anything else (a training command,
 /// the top-level `-h`, `--version`) runs on the full build, as does every command under
 /// a plain `cargo test`.
 pub fn bin(args: &[impl AsRef<OsStr>]) -> PathBuf {
