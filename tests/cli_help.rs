@@ -2,52 +2,10 @@
 //! tree is walked from `ledger -h` down, each subcommand's `-h` read, and each entry of
 //! its Options and Arguments must carry words after its name.
 use crate::common;
-use std::process::Command;
+use common::help_section as section;
 
 fn help(path: &[String]) -> String {
-    let o = Command::new(common::bin(path))
-        .args(path)
-        .arg("-h")
-        .env_remove("LEDGER")
-        .output()
-        .expect("run ledger");
-    assert!(o.status.success(), "{path:?} -h: {o:?}");
-    String::from_utf8(o.stdout).unwrap()
-}
-
-/// The entries of a `-h` section (`Commands:`, `Options:`, `Arguments:`): (name, help).
-fn section(text: &str, title: &str) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    let mut inside = false;
-    for line in text.lines() {
-        let line = line.trim_end();
-        if line.ends_with(':') && !line.starts_with(' ') {
-            inside = line == title;
-            continue;
-        }
-        if !inside || line.trim().is_empty() {
-            continue;
-        }
-        // An entry starts at indent 2 (or 6: long options without a short one):
-        // "  NAME  help", the name (single spaces inside, as in `-h, --help` or
-        // `--out <DIR>`), then two or more spaces, then the help; no help, no gap.
-        // Where help is long clap puts it on the following lines, indented further.
-        let indent = line.len() - line.trim_start().len();
-        let rest = line.trim();
-        if indent > 6 {
-            if let Some((_, h)) = out.last_mut() {
-                h.push(' ');
-                h.push_str(rest);
-            }
-            continue;
-        }
-        let (name, help) = match rest.find("  ") {
-            Some(i) => (rest[..i].trim(), rest[i..].trim()),
-            None => (rest.trim(), ""),
-        };
-        out.push((name.to_string(), help.to_string()));
-    }
-    out
+    common::help(&common::bin(path), path)
 }
 
 #[test]

@@ -42,11 +42,7 @@ fn core_bin() -> PathBuf {
 /// Run the libtorch-free `ledger` on `dir`, with no libtorch anywhere in its
 /// environment (no `LIBTORCH`, no `LD_LIBRARY_PATH`).
 fn core(bin: &Path, dir: &Path, args: &[&str]) -> Output {
-    Command::new(bin)
-        .arg("--ledger")
-        .arg(dir)
-        .args(args)
-        .env_remove("LEDGER")
+    common::ledger_cmd_on(bin, dir, args)
         .env_remove("LIBTORCH")
         .env_remove("LD_LIBRARY_PATH")
         .env_remove("LIBTORCH_CUDA_LIB")
@@ -57,11 +53,7 @@ fn core(bin: &Path, dir: &Path, args: &[&str]) -> Output {
 /// Run the full `ledger` (the one with the trainer) on `dir`: never the core build
 /// `common::ledger` may pick for a read command, since this file compares the two.
 fn full(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ledger"))
-        .arg("--ledger")
-        .arg(dir)
-        .args(args)
-        .env_remove("LEDGER")
+    common::ledger_cmd_on(Path::new(env!("CARGO_BIN_EXE_ledger")), dir, args)
         .output()
         .expect("run the full ledger")
 }
@@ -220,23 +212,10 @@ fn reads_and_keeps_a_ledger_without_libtorch() {
 fn the_commands_tests_run_without_libtorch_are_the_full_builds_own() {
     let core = core_bin();
     let full = Path::new(env!("CARGO_BIN_EXE_ledger"));
-    let help = |bin: &Path, args: &[&str]| -> String {
-        let o = Command::new(bin)
-            .args(args)
-            .arg("-h")
-            .env_remove("LEDGER")
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{} {args:?} -h: {o:?}", bin.display());
-        String::from_utf8(o.stdout).unwrap()
-    };
     let commands = |bin: &Path| -> Vec<String> {
-        help(bin, &[])
-            .lines()
-            .skip_while(|l| *l != "Commands:")
-            .skip(1)
-            .take_while(|l| l.starts_with("  "))
-            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        common::help_section(&common::help(bin, &[] as &[&str]), "Commands:")
+            .into_iter()
+            .map(|(name, _)| name)
             .collect()
     };
     let mut listed: Vec<String> = common::CORE_COMMANDS
@@ -260,8 +239,8 @@ fn the_commands_tests_run_without_libtorch_are_the_full_builds_own() {
             "the full build lacks {c}"
         );
         assert_eq!(
-            help(&core, &[c]),
-            help(full, &[c]),
+            common::help(&core, &[c]),
+            common::help(full, &[c]),
             "`{c} -h` differs between the builds"
         );
     }

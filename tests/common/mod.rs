@@ -50,9 +50,61 @@ pub fn bin(args: &[impl AsRef<OsStr>]) -> PathBuf {
 /// The `ledger` command on the ledger `dir` (never the caller's `$LEDGER`), to add
 /// environment or stdio to before running it.
 pub fn ledger_cmd(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(bin(args));
+    ledger_cmd_on(&bin(args), dir, args)
+}
+
+/// [`ledger_cmd`] on a given build of `ledger` (`core_binary::` compares the two).
+pub fn ledger_cmd_on(bin: &Path, dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(bin);
     c.arg("--ledger").arg(dir).args(args).env_remove("LEDGER");
     c
+}
+
+/// `bin`'s `-h` for the subcommand `path` (the top level when empty); it must succeed.
+pub fn help(bin: &Path, path: &[impl AsRef<OsStr> + std::fmt::Debug]) -> String {
+    let o = Command::new(bin)
+        .args(path)
+        .arg("-h")
+        .env_remove("LEDGER")
+        .output()
+        .expect("run ledger");
+    assert!(o.status.success(), "{} {path:?} -h: {o:?}", bin.display());
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// The entries of a `-h` section (`Commands:`, `Options:`, `Arguments:`): (name, help).
+pub fn help_section(text: &str, title: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line.ends_with(':') && !line.starts_with(' ') {
+            inside = line == title;
+            continue;
+        }
+        if !inside || line.trim().is_empty() {
+            continue;
+        }
+        // An entry starts at indent 2 (or 6: long options without a short one):
+        // "  NAME  help", the name (single spaces inside, as in `-h, --help` or
+        // `--out <DIR>`), then two or more spaces, then the help; no help, no gap.
+        // Where help is long clap puts it on the following lines, indented further.
+        let indent = line.len() - line.trim_start().len();
+        let rest = line.trim();
+        if indent > 6 {
+            if let Some((_, h)) = out.last_mut() {
+                h.push(' ');
+                h.push_str(rest);
+            }
+            continue;
+        }
+        let (name, help) = match rest.find("  ") {
+            Some(i) => (rest[..i].trim(), rest[i..].trim()),
+            None => (rest.trim(), ""),
+        };
+        out.push((name.to_string(), help.to_string()));
+    }
+    out
 }
 
 /// Run the `ledger` binary on the ledger `dir` (never the caller's `$LEDGER`).
