@@ -89,7 +89,11 @@ fn shipped_coordination_base_matches_its_readme() {
             .collect();
         assert!(!recipes.is_empty(), "{} names no recipe", card.display());
         for r in recipes {
-            assert!(root.join(r).is_file(), "{} names {r}, which is gone", card.display());
+            assert!(
+                root.join(r).is_file(),
+                "{} names {r}, which is gone",
+                card.display()
+            );
         }
     }
 }

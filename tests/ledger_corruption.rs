@@ -187,7 +187,9 @@ fn a_corrupt_projection_cache_is_a_warning_and_the_writer_remakes_it() {
     let (code, out) = verify(&f.dir);
     assert_eq!(code, Some(0), "{out}");
     assert!(
-        out.contains("WARN") && out.contains("db (projection cache, sled)") && out.contains("corrupt")
+        out.contains("WARN")
+            && out.contains("db (projection cache, sled)")
+            && out.contains("corrupt")
             && out.contains("remakes it"),
         "{out}"
     );

@@ -237,16 +237,21 @@ fn decide_unanswered(eng: &mut LlmEngineer) -> mapf_ledger::engineer::Unanswered
     assert!(d.error.is_none() && d.proposal.is_none(), "{d:?}");
     let err = {
         let mut rec = Recorder::new(&mut ledger, "main", Meta::default());
-        mapf_ledger::stage::decision_event("myllm", &current(), &ctx, 10, d, &mut rec)
-            .unwrap_err()
+        mapf_ledger::stage::decision_event("myllm", &current(), &ctx, 10, d, &mut rec).unwrap_err()
     };
     assert!(
         matches!(&err, mapf_ledger::stage::StageError::Unanswered(e) if *e == u),
         "{err}"
     );
     let text = err.to_string();
-    assert!(text.contains("myllm") && text.contains(&eng.registration.endpoint()), "{text}");
-    assert!(text.contains("nothing of this stage was recorded"), "{text}");
+    assert!(
+        text.contains("myllm") && text.contains(&eng.registration.endpoint()),
+        "{text}"
+    );
+    assert!(
+        text.contains("nothing of this stage was recorded"),
+        "{text}"
+    );
     assert_eq!(ledger.head("main").unwrap(), head);
     assert_eq!(files_under(&path.join("blobs")).len(), blobs);
     u
@@ -511,7 +516,11 @@ fn the_api_key_is_sent_as_a_bearer_token_and_never_recorded() {
     let mut eng = engineer(&server.url);
     eng.registration.api_key_env = Some("MAPF_LEDGER_TEST_KEY_NEVER_SET".into());
     let u = decide_unanswered(&mut eng);
-    assert!(u.cause.contains("MAPF_LEDGER_TEST_KEY_NEVER_SET is not set"), "{u}");
+    assert!(
+        u.cause
+            .contains("MAPF_LEDGER_TEST_KEY_NEVER_SET is not set"),
+        "{u}"
+    );
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -895,7 +904,10 @@ fn a_dead_endpoint_stops_the_run_and_fails_engineer_eval() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("engineer dead did not answer"), "{err}");
-    assert!(err.contains(&dead) && err.contains("connection failed"), "{err}");
+    assert!(
+        err.contains(&dead) && err.contains("connection failed"),
+        "{err}"
+    );
     ok(&ledger_cmd(&dir, &["verify"]));
     // Stage 0 (the base model's evaluation, no engineer) is recorded; nothing of stage 1.
     let export = ok(&ledger_cmd(&dir, &["export", "--format", "jsonl"]));
@@ -929,13 +941,25 @@ fn a_dead_endpoint_stops_the_run_and_fails_engineer_eval() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("engineer http did not answer"), "{err}");
     assert!(err.contains("no engineer eval was written"), "{err}");
-    assert!(o.stdout.is_empty(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     // Once the endpoint answers, the same run resumes and the stage completes.
     let served = "```json\n{\"sizes\": {}}\n```\nKeep it.";
     let server = FakeServer::start(vec![Script::Chat(served.into())]);
     ok(&ledger_cmd(
         &dir,
-        &["engineer", "add", "alive", "--url", &server.url, "--model", "fake"],
+        &[
+            "engineer",
+            "add",
+            "alive",
+            "--url",
+            &server.url,
+            "--model",
+            "fake",
+        ],
     ));
     ok(&ledger_cmd(
         &dir,
@@ -958,22 +982,44 @@ fn an_engineer_registered_after_the_fork_point_is_the_forks_to_use() {
     ok(&ledger_cmd(&dir, &["run", "--quiet", "--device", "cpu"]));
     ok(&ledger_cmd(
         &dir,
-        &["engineer", "add", "myllm", "--url", &server.url, "--model", "fake"],
+        &[
+            "engineer",
+            "add",
+            "myllm",
+            "--url",
+            &server.url,
+            "--model",
+            "fake",
+        ],
     ));
     // A misspelled name: refused, nothing forked, the nearest name offered.
     let o = ledger_cmd(&dir, &["fork", "--at", "stage1", "--engineer", "mylm"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("unknown engineer \"mylm\"") && err.contains("did you mean `myllm`?"), "{err}");
+    assert!(
+        err.contains("unknown engineer \"mylm\"") && err.contains("did you mean `myllm`?"),
+        "{err}"
+    );
     let branches = ok(&ledger_cmd(&dir, &["branches"]));
     assert!(!branches.contains("mylm"), "{branches}");
     ok(&ledger_cmd(
         &dir,
-        &["fork", "--at", "stage1", "--engineer", "myllm", "--name", "f"],
+        &[
+            "fork",
+            "--at",
+            "stage1",
+            "--engineer",
+            "myllm",
+            "--name",
+            "f",
+        ],
     ));
     let list = ok(&ledger_cmd(&dir, &["engineer", "list", "--branch", "f"]));
     assert!(list.contains("myllm"), "{list}");
-    ok(&ledger_cmd(&dir, &["run", "--branch", "f", "--quiet", "--device", "cpu"]));
+    ok(&ledger_cmd(
+        &dir,
+        &["run", "--branch", "f", "--quiet", "--device", "cpu"],
+    ));
     assert_eq!(server.requests().len(), 1, "the fork's stage asked myllm");
     let audit = ok(&ledger_cmd(&dir, &["audit", "--branch", "f"]));
     assert!(audit.contains("myllm"), "{audit}");
@@ -1117,7 +1163,16 @@ fn engineer_eval_scores_an_http_engineer_in_one_command() {
     assert!(v3.contains("engineer-eval rules v3"), "{v3}");
     let v4 = ok(&common::ledger(
         &l,
-        &["engineer", "eval", "--engineer", "fixed", "--contexts", "3", "--rules", "v4"],
+        &[
+            "engineer",
+            "eval",
+            "--engineer",
+            "fixed",
+            "--contexts",
+            "3",
+            "--rules",
+            "v4",
+        ],
     ));
     assert!(v4.contains("engineer-eval rules v4"), "{v4}");
     // The default rules' controls: every engineer is paired against blind and random too.

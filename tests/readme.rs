@@ -31,10 +31,14 @@ fn the_readmes_loop_runs_as_written() {
     let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
     let lines = block_after(&readme, "## The loop");
     assert!(lines.len() >= 8, "{lines:?}");
-    let needed = ["init", "run", "show", "audit", "fork", "compare", "verify", "report"];
+    let needed = [
+        "init", "run", "show", "audit", "fork", "compare", "verify", "report",
+    ];
     for cmd in needed {
         assert!(
-            lines.iter().any(|l| l.split_whitespace().nth(1) == Some(cmd)),
+            lines
+                .iter()
+                .any(|l| l.split_whitespace().nth(1) == Some(cmd)),
             "the loop has no `ledger {cmd}`: {lines:?}"
         );
     }
@@ -75,7 +79,11 @@ fn the_readmes_loop_runs_as_written() {
 /// files over 8 KB are compressed, so their names end in `.xz`).
 #[test]
 fn every_path_the_readme_and_findings_cite_exists() {
-    for doc in ["README.md", "ledgers/results/FINDINGS.md", "ledgers/README.md"] {
+    for doc in [
+        "README.md",
+        "ledgers/results/FINDINGS.md",
+        "ledgers/README.md",
+    ] {
         let text = std::fs::read_to_string(format!("{ROOT}/{doc}")).unwrap();
         let base = Path::new(doc).parent().unwrap();
         let mut missing = Vec::new();
@@ -98,13 +106,23 @@ fn every_path_the_readme_and_findings_cite_exists() {
                 missing.push(p.to_string());
             }
         }
-        assert!(missing.is_empty(), "{doc} cites paths that do not exist: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "{doc} cites paths that do not exist: {missing:?}"
+        );
     }
 }
 
 /// Paths a command writes (ledger stores, reports, exported models), not tracked files.
 fn generated(p: &str) -> bool {
-    let first = p.trim_start_matches("ledgers/").split('/').next().unwrap_or("");
+    let first = p
+        .trim_start_matches("ledgers/")
+        .split('/')
+        .next()
+        .unwrap_or("");
     let tracked_dirs = ["models", "results", "cards", "pilots"];
-    p.starts_with("ledgers/") && !p.ends_with(".toml") && !p.ends_with(".md") && !tracked_dirs.contains(&first)
+    p.starts_with("ledgers/")
+        && !p.ends_with(".toml")
+        && !p.ends_with(".md")
+        && !tracked_dirs.contains(&first)
 }

@@ -106,10 +106,12 @@ pub fn run(
     let cfg = match &spec.shape {
         Some(p) => {
             let text = String::from_utf8_lossy(&read(p)?).into_owned();
-            Some(LmConfig::from_hf_json(&text).map_err(|e| BenchError::Shape {
-                path: p.clone(),
-                error: e.to_string(),
-            })?)
+            Some(
+                LmConfig::from_hf_json(&text).map_err(|e| BenchError::Shape {
+                    path: p.clone(),
+                    error: e.to_string(),
+                })?,
+            )
         }
         None => None,
     };
@@ -264,7 +266,8 @@ fn warmup(
 ) -> Result<WarmupFigure, BenchError> {
     use super::corpus;
     let name = format!("{}", model_dir.display());
-    let lm = super::load_language_model(Path::new("."), &name, device).map_err(BenchError::Model)?;
+    let lm =
+        super::load_language_model(Path::new("."), &name, device).map_err(BenchError::Model)?;
     let batch = spec
         .warmup_batch
         .unwrap_or(plan.warmup.engineer_batch_size as usize)

@@ -64,7 +64,8 @@ pub fn score(
             seed: suites.seed,
             wait_ratios: suites.wait_ratios.clone(),
         };
-        let s = suite::build(&spec, Budget::default()).map_err(|error| SuiteError { name, error })?;
+        let s =
+            suite::build(&spec, Budget::default()).map_err(|error| SuiteError { name, error })?;
         progress(Progress::Suite(name, s.len()));
         let scored = score_suite_with(policy, &s, metric, batch, &mut |n| {
             progress(Progress::Scored(n))

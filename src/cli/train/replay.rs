@@ -114,12 +114,12 @@ fn verify(
         Said::Matched(_) => {}
     };
     let what = (branch.as_str(), stage, args.live);
-    let v = verify_branch(pipeline, what, recorded, &mut bars, stop, &mut say).map_err(|e| {
-        match e {
+    let v = verify_branch(pipeline, what, recorded, &mut bars, stop, &mut say).map_err(
+        |e| match e {
             VerifyError::Replay(e) => replay_error(e),
             e => CliError::input(e.to_string()),
-        }
-    })?;
+        },
+    )?;
     let report = |matched, mismatch, ids: Option<&[mapf_ledger::ledger::Hash]>| {
         let r = mapf_ledger::views::show::ReplayReport::new(branch, matched, mismatch, ids);
         println!("{}", serde_json::to_string(&r).expect("serialises"));

@@ -98,7 +98,10 @@ impl CheckReport {
 
 impl SuiteReport {
     /// The report of suite `s`, with the baseline's table when it was scored.
-    pub fn of(s: &crate::env::Suite, baseline: Option<&crate::env::table::ResultTable>) -> SuiteReport {
+    pub fn of(
+        s: &crate::env::Suite,
+        baseline: Option<&crate::env::table::ResultTable>,
+    ) -> SuiteReport {
         SuiteReport {
             name: s.name,
             hash: s.hash.clone(),

@@ -376,7 +376,9 @@ pub fn paired(evals: &[EngineerEval], seed: Seed) -> Vec<PairedScore> {
         ("acts", |r| r.acts.map(|a| a as u8 as f64)),
         ("direction", |r| r.direction),
         ("learnability", |r| r.learnability),
-        ("oracle", |r| r.oracle.as_ref().map(|o| o.agrees as u8 as f64)),
+        ("oracle", |r| {
+            r.oracle.as_ref().map(|o| o.agrees as u8 as f64)
+        }),
     ];
     let Some(first) = evals.first() else {
         return vec![];
@@ -485,7 +487,10 @@ pub fn render(r: &EvalReport) -> String {
                 .iter()
                 .filter_map(|row| {
                     let o = row.oracle.as_ref()?;
-                    Some(format!("{}: nearest {}, kept {}", row.context, o.nearest, o.chosen))
+                    Some(format!(
+                        "{}: nearest {}, kept {}",
+                        row.context, o.nearest, o.chosen
+                    ))
                 })
                 .collect();
             let _ = writeln!(
@@ -645,7 +650,8 @@ mod tests {
         };
         let direction = |rules: Rules, decide: &mut dyn FnMut(&EngineerContext) -> Decision| {
             let contexts = synthetic_for(rules, Seed::root(0).child("contexts", 0), 200);
-            evaluate("x", &contexts, rules, &mut |_, c| decide(c), None).unwrap()
+            evaluate("x", &contexts, rules, &mut |_, c| decide(c), None)
+                .unwrap()
                 .summary
                 .direction_pct
                 .unwrap()

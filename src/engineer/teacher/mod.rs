@@ -508,7 +508,8 @@ mod tests {
         for i in 0..150u64 {
             let ctx = context(Seed::root(71).child("c", i), &spec, 1 + (i % 3) as u32);
             let reply = answer(&ctx, Seed::root(72).child("a", i), rev(7), Some(&[1]));
-            let e = extract_with(&reply, Keys::of(rev(7))).unwrap_or_else(|e| panic!("{reply}: {e}"));
+            let e =
+                extract_with(&reply, Keys::of(rev(7))).unwrap_or_else(|e| panic!("{reply}: {e}"));
             assert!(e.refused.is_empty(), "{reply}");
             let main = crate::engineer::text::weakest_first(&ctx.failures)
                 .into_iter()
@@ -517,9 +518,15 @@ mod tests {
                     !ctx.validation
                         .cells
                         .get(&(ctx.current.agents, s.size as usize))
-                        .is_some_and(|c| c.total > 0 && c.valid_rate() >= crate::engineer::eval::WEAK_BELOW)
+                        .is_some_and(|c| {
+                            c.total > 0 && c.valid_rate() >= crate::engineer::eval::WEAK_BELOW
+                        })
                 })
-                .and_then(|s| crate::engineer::text::kinds_by_count(s).first().map(|c| c.0));
+                .and_then(|s| {
+                    crate::engineer::text::kinds_by_count(s)
+                        .first()
+                        .map(|c| c.0)
+                });
             let Some(all) = &e.proposal.all else {
                 one += !e.proposal.sizes.is_empty() as u32;
                 continue;
@@ -545,10 +552,15 @@ mod tests {
             }
             assert!(reply.contains("every size to the measured best"), "{reply}");
             // Revision 6 finds no proposal key in the same reply.
-            let old = extract_with(&reply, Keys::of(rev(6))).unwrap_err().to_string();
+            let old = extract_with(&reply, Keys::of(rev(6)))
+                .unwrap_err()
+                .to_string();
             assert!(old.contains(r#"(found "all")"#), "{old}");
         }
-        assert!(whole >= 40 && one >= 20, "whole {whole}, one-size {one} of 150");
+        assert!(
+            whole >= 40 && one >= 20,
+            "whole {whole}, one-size {one} of 150"
+        );
         // Every whole edit answers its line's main failure (the teacher's noise draws
         // one-size edits).
         assert_eq!(followed, whole);

@@ -18,9 +18,7 @@ pub mod answer;
 pub mod prompt;
 pub mod render;
 
-pub use prompt::{
-    build, corpus_prompt, system_message, Prompt, TokenCounter, CHARS_PER_TOKEN,
-};
+pub use prompt::{build, corpus_prompt, system_message, Prompt, TokenCounter, CHARS_PER_TOKEN};
 pub use render::{
     config_changes, config_table, kinds_by_count, ratio, render, weakest_first, Trimmed,
 };

@@ -6,8 +6,8 @@
 //! window when one is given: first the example failing plans, then history entries
 //! (oldest first), then the training details. What was cut is noted in the decision's
 //! rationale.
-use super::{answer, render, TextRevision};
 use super::render::Trimmed;
+use super::{answer, render, TextRevision};
 use crate::context::EngineerContext;
 use tokenizers::Tokenizer;
 

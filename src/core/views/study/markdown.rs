@@ -2,7 +2,9 @@
 //! and sizes per agent count; columns: engineers), then the transfer, subset and paired
 //! tables, the orderings, the power line, the validation curve and the runs. Only
 //! formatting: every number and verdict comes from the tables.
-use super::model::{StudyCell, StudyPaired, StudyPairedMetric, StudyReport, BASELINE, ORACLE, REUSED};
+use super::model::{
+    StudyCell, StudyPaired, StudyPairedMetric, StudyReport, BASELINE, ORACLE, REUSED,
+};
 use super::tables::{paired_cell, CellRow, DeltaTable, StudyTables};
 use crate::views::format::{pm, rate};
 use crate::views::paired::RESAMPLES;
@@ -499,4 +501,3 @@ mod tests {
         );
     }
 }
-

@@ -141,7 +141,16 @@ mod tests {
         };
         let names: Vec<(u32, &str)> = undecided(&st, 2)
             .iter()
-            .map(|u| (u.stage, if u.status == "fallback" { "fallback" } else { "rejected" }))
+            .map(|u| {
+                (
+                    u.stage,
+                    if u.status == "fallback" {
+                        "fallback"
+                    } else {
+                        "rejected"
+                    },
+                )
+            })
             .collect();
         assert_eq!(names, vec![(3, "fallback"), (5, "rejected")]);
     }

@@ -11,7 +11,8 @@ use std::fmt::Write as _;
 pub fn generated(items: &[Solved]) -> String {
     let mut s = String::new();
     for (i, it) in items.iter().enumerate() {
-        let _ = writeln!(
+        let _ =
+            writeln!(
             s,
             "# instance {i}: {n}x{n}, {} agents, {} holes, optimal makespan {}, sum-of-costs {}{}",
             it.instance.agents(),
