@@ -412,6 +412,9 @@ pub fn verify_stage(
     let scratch = format!("_replay-{n}-{}", head.short());
     pipeline.ledger.fork_scratch(&scratch, &parent)?;
     let t = Instant::now();
+    // A verification recomputes: an oracle search trains every candidate itself rather
+    // than take the stage it verifies (or a sibling's) as trained.
+    let reuse = std::mem::replace(&mut pipeline.reuse_trained_stages, false);
     let run = run_one(
         pipeline,
         &scratch,
@@ -431,6 +434,7 @@ pub fn verify_stage(
             .map_or(0, |i| i + 1);
         Ok(h[from..].to_vec())
     });
+    pipeline.reuse_trained_stages = reuse;
     let seconds = t.elapsed().as_secs_f64();
     let deleted = pipeline.ledger.delete_branch(&scratch);
     let recomputed = recomputed?;

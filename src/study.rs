@@ -120,9 +120,17 @@ pub fn run_study(
         }
     }
     // Pass 2: run the unfinished branches, here (one pipeline: the suites are shared)
-    // or in worker ledgers fetched back.
-    let pending: Vec<&(String, u32, String, &str)> =
+    // or in worker ledgers fetched back. The oracle arms run last: their searches take
+    // each candidate another arm of their replicate trained (the same stage from the
+    // same checkpoint and seed) from that arm's branch instead of training it again.
+    let is_oracle = |written: &str| {
+        written
+            .parse::<crate::engineer::EngineerSpec>()
+            .is_ok_and(|e| e.name == crate::engineer::ORACLE)
+    };
+    let mut pending: Vec<&(String, u32, String, &str)> =
         plan.iter().filter(|p| p.3 != "skipped").collect();
+    pending.sort_by_key(|p| is_oracle(&p.0));
     match &spec.executor {
         _ if pending.is_empty() => {}
         crate::executor::Executor::Local(1) => {
@@ -150,8 +158,36 @@ pub fn run_study(
             }
         }
         executor => {
-            let names: Vec<&str> = pending.iter().map(|p| p.2.as_str()).collect();
-            run_elsewhere(ledger, spec, executor, &names, progress, stop)?;
+            let (searches, arms): (Vec<_>, Vec<_>) =
+                pending.into_iter().partition(|p| is_oracle(&p.0));
+            let names = |runs: &[&(String, u32, String, &str)]| -> Vec<String> {
+                runs.iter().map(|p| p.2.clone()).collect()
+            };
+            if !arms.is_empty() {
+                let wave = Wave {
+                    bundle: "pending.bundle",
+                    branches: names(&arms),
+                    siblings: vec![],
+                };
+                run_elsewhere(ledger, spec, executor, &wave, progress, stop)?;
+            }
+            if !searches.is_empty() {
+                // Each search's worker ledger also holds the finished arms of its
+                // replicate, the stages its candidates may be.
+                let replicates: BTreeSet<u32> = searches.iter().map(|p| p.1).collect();
+                let siblings = plan
+                    .iter()
+                    .filter(|p| replicates.contains(&p.1) && !is_oracle(&p.0))
+                    .filter(|p| ledger.head(&p.2).is_ok())
+                    .map(|p| p.2.clone())
+                    .collect();
+                let wave = Wave {
+                    bundle: "pending-oracle.bundle",
+                    branches: names(&searches),
+                    siblings,
+                };
+                run_elsewhere(ledger, spec, executor, &wave, progress, stop)?;
+            }
         }
     }
     Ok(plan
@@ -294,11 +330,20 @@ pub fn reusable_runs(
 /// Run `branches` (forks in `ledger`, maybe partly run) in worker ledgers with
 /// `executor`, then fetch every finished one back; errors name the tasks that did not
 /// finish, with their logs, after fetching the others.
+/// Branches run out of process together: their bundle's file name in the work
+/// directory, and finished branches the bundle carries beside them (read by the runs,
+/// not run or fetched back).
+struct Wave {
+    bundle: &'static str,
+    branches: Vec<String>,
+    siblings: Vec<String>,
+}
+
 fn run_elsewhere(
     ledger: &mut Ledger,
     spec: &StudySpec,
     executor: &crate::executor::Executor,
-    branches: &[&str],
+    wave: &Wave,
     progress: &mut dyn crate::stage::Progress,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<(), StudyError> {
@@ -307,11 +352,17 @@ fn run_elsewhere(
     let workdir = &spec.workdir;
     std::fs::create_dir_all(workdir)
         .map_err(|e| StudyError::Output(format!("{}: {e}", workdir.display())))?;
-    let tasks: Vec<Task> = branches.iter().map(|b| Task::new(workdir, b)).collect();
-    let bundle = workdir.join("pending.bundle");
+    let tasks: Vec<Task> = wave
+        .branches
+        .iter()
+        .map(|b| Task::new(workdir, b))
+        .collect();
+    let bundle = workdir.join(wave.bundle);
     if tasks.iter().any(|t| !t.is_done()) {
-        let refs = branches
+        let refs = wave
+            .branches
             .iter()
+            .chain(&wave.siblings)
             .map(|b| Ok((b.to_string(), ledger.head(b)?)))
             .collect::<Result<Vec<_>, LedgerError>>()?;
         Bundle::collect(

@@ -2,8 +2,9 @@
 //! recorded (every candidate's decision, validation table and score, between the stage's
 //! start and the oracle's decision), its choice is the candidate with the best
 //! validation score, the stage it designs repeats that candidate's training bit for
-//! bit, `replay --verify` recomputes the search, `audit` shows it, and a study with an
-//! oracle arm reports each arm's regret.
+//! bit, `replay --verify` recomputes the search, `audit` shows it, a study with an
+//! oracle arm reports each arm's regret, and its search takes the stages the study's
+//! other arms trained.
 use crate::common;
 
 use common::{ledger, ok};
@@ -284,6 +285,103 @@ fn a_study_with_an_oracle_arm_reports_each_arms_regret() {
     let table = &html[at..at + html[at..].find("</table>").unwrap()];
     for arm in ["oracle − fixed", "oracle − random"] {
         assert!(table.contains(arm), "no {arm} row: {table}");
+    }
+}
+
+/// A study's oracle arm runs after its other arms, and its search takes each candidate
+/// an arm of its replicate trained (the same stage from the same checkpoint and seed,
+/// on the same configuration) from that arm's branch instead of training it again. What
+/// it records is what training every candidate records: the same head as an oracle
+/// study with no other arm, here and through worker processes; `replay --verify`
+/// trains every candidate itself.
+#[test]
+fn an_oracle_arm_takes_the_stages_its_study_trained_and_records_the_same_search() {
+    let t = tempfile::tempdir().unwrap();
+    let plan_file = t.path().join("oracle.toml");
+    std::fs::write(&plan_file, plan()).unwrap();
+    let forked = |name: &str| {
+        let dir = t.path().join(name);
+        ok(&ledger(
+            &dir,
+            &["init", "--plan", plan_file.to_str().unwrap()],
+        ));
+        ok(&ledger(&dir, &["run", "--quiet", "--stages", "1"]));
+        dir
+    };
+    let study = |dir: &std::path::Path, extra: &[&str]| {
+        let mut args = vec!["study", "--at", "stage1"];
+        args.extend(extra);
+        let o = ledger(dir, &args);
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let head = |dir: &std::path::Path, branch: &str| {
+        Ledger::open_read_only(dir).unwrap().head(branch).unwrap()
+    };
+    let branch = "study-at1-oracle-s0";
+
+    // The reference: an oracle arm alone trains all four candidates.
+    let alone = forked("alone");
+    let said = study(&alone, &["--engineers", "oracle"]);
+    assert!(!said.contains("not trained again"), "{said}");
+    let expected = head(&alone, branch);
+
+    // Listed first, the oracle still runs after `fixed` and `random`, and takes their
+    // stages as its `fixed` and first random candidates (the first random draw is the
+    // `random` engineer's own); it trains `heuristic` and the second draw.
+    let here = forked("here");
+    let said = study(&here, &["--engineers", "oracle,fixed,random"]);
+    let at = |needle: &str| {
+        said.find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in:\n{said}"))
+    };
+    assert!(at("study-at1-fixed-s0: engineer fixed") < at("study-at1-oracle-s0: engineer oracle"));
+    for (k, source, from) in [(1, "fixed", "fixed"), (3, "random#1", "random")] {
+        at(&format!(
+            "oracle candidate {k}/4 ({source}): branch study-at1-{from}-s0 trained this stage"
+        ));
+    }
+    for (k, source) in [(2, "heuristic"), (4, "random#2")] {
+        at(&format!(
+            "oracle candidate {k}/4 ({source}): training the stage"
+        ));
+    }
+    assert_eq!(head(&here, branch), expected);
+
+    // Replay recomputes: it trains every candidate, and matches.
+    let o = ledger(&here, &["replay", "--verify", "--branch", branch]);
+    assert!(o.status.success(), "{o:?}");
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("oracle candidate 1/4 (fixed): training the stage")
+            && !said.contains("not trained again"),
+        "{said}"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("match"),
+        "{o:?}"
+    );
+
+    // Through two worker processes: the oracle's worker ledger holds the finished arms
+    // of its replicate, and the branch fetched back is the same.
+    let workers = forked("workers");
+    study(
+        &workers,
+        &[
+            "--quiet",
+            "--engineers",
+            "oracle,fixed,random",
+            "--executor",
+            "local:2",
+        ],
+    );
+    assert_eq!(head(&workers, branch), expected);
+    let worker = workers
+        .join("study-at1/work/tasks")
+        .join(branch)
+        .join("ledger");
+    for arm in ["study-at1-fixed-s0", "study-at1-random-s0"] {
+        assert_eq!(head(&worker, arm), head(&workers, arm), "{arm}");
     }
 }
 

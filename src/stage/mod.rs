@@ -301,6 +301,10 @@ pub struct Pipeline<'a> {
     /// Canonical keys of every suite instance: training data never includes them.
     suite_keys: std::collections::BTreeSet<[u8; 32]>,
     base_meta: Meta,
+    /// Whether the oracle's search may take a candidate's training from another branch
+    /// of this ledger that trained the same stage ([`oracle`]); off while `replay
+    /// --verify` recomputes a stage, so a verification trains every candidate itself.
+    pub reuse_trained_stages: bool,
 }
 
 impl<'a> Pipeline<'a> {
@@ -370,6 +374,7 @@ impl<'a> Pipeline<'a> {
             test,
             suite_keys,
             base_meta,
+            reuse_trained_stages: true,
         })
     }
 
