@@ -201,33 +201,66 @@ fn the_oracle_keeps_the_best_candidate_by_validation_records_its_search_and_repl
     assert!(o.contains("Agreement with the oracle's choice"), "{o}");
 }
 
+/// A study with an oracle arm reports each arm's regret. The oracle arm runs after the
+/// others, and its search takes each candidate an arm of its replicate trained (the
+/// same stage from the same checkpoint and seed, on the same configuration) from that
+/// arm's branch instead of training it again; a stage the ledger already holds on the
+/// same inputs is copied. What either records is what training records: `replay
+/// --verify` trains every candidate and stage itself and matches, and the oracle arm
+/// run through worker processes ends on the same head.
 #[test]
-fn a_study_with_an_oracle_arm_reports_each_arms_regret() {
+fn a_study_with_an_oracle_arm_reports_regret_and_trains_nothing_twice() {
     let t = tempfile::tempdir().unwrap();
-    let dir = t.path().join("l");
     let plan_file = t.path().join("oracle.toml");
     std::fs::write(&plan_file, plan()).unwrap();
-    ok(&ledger(
-        &dir,
-        &["init", "--plan", plan_file.to_str().unwrap()],
-    ));
-    ok(&ledger(&dir, &["run", "--quiet", "--stages", "1"]));
+    let forked = |name: &str| {
+        let dir = t.path().join(name);
+        ok(&ledger(
+            &dir,
+            &["init", "--plan", plan_file.to_str().unwrap()],
+        ));
+        ok(&ledger(&dir, &["run", "--quiet", "--stages", "1"]));
+        dir
+    };
+    let head = |dir: &std::path::Path, branch: &str| {
+        Ledger::open_read_only(dir).unwrap().head(branch).unwrap()
+    };
+    let branch = "study-at1-oracle-s0";
+    let dir = forked("l");
     let out = t.path().join("study");
-    let o = ok(&ledger(
+    // Listed first, the oracle still runs after `fixed` and `random`.
+    let o = ledger(
         &dir,
         &[
             "study",
-            "--quiet",
             "--json",
             "--at",
             "stage1",
             "--engineers",
-            "fixed,random,oracle",
+            "oracle,fixed,random",
             "--out",
             out.to_str().unwrap(),
         ],
-    ));
-    let report: serde_json::Value = serde_json::from_str(&o).unwrap();
+    );
+    assert!(o.status.success(), "{o:?}");
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    let at = |needle: &str| {
+        said.find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in:\n{said}"))
+    };
+    assert!(at("study-at1-fixed-s0: engineer fixed") < at("study-at1-oracle-s0: engineer oracle"));
+    // It takes the arms' stages as its `fixed` and first random candidates (the first
+    // random draw is the `random` engineer's own; `main` trained stage 1 with `fixed`
+    // too, and comes first by name), and trains `heuristic` and the second draw.
+    at("oracle candidate 1/4 (fixed): branch ");
+    at("oracle candidate 3/4 (random#1): branch study-at1-random-s0 trained this stage");
+    for (k, source) in [(2, "heuristic"), (4, "random#2")] {
+        at(&format!(
+            "oracle candidate {k}/4 ({source}): training the stage"
+        ));
+    }
+
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let regret = report["regret"].as_array().unwrap();
     let arms: std::collections::BTreeSet<&str> = regret
         .iter()
@@ -286,70 +319,9 @@ fn a_study_with_an_oracle_arm_reports_each_arms_regret() {
     for arm in ["oracle − fixed", "oracle − random"] {
         assert!(table.contains(arm), "no {arm} row: {table}");
     }
-}
 
-/// A study's oracle arm runs after its other arms, and its search takes each candidate
-/// an arm of its replicate trained (the same stage from the same checkpoint and seed,
-/// on the same configuration) from that arm's branch instead of training it again. What
-/// it records is what training every candidate records: the same head as an oracle
-/// study with no other arm, here and through worker processes; `replay --verify`
-/// trains every candidate itself.
-#[test]
-fn an_oracle_arm_takes_the_stages_its_study_trained_and_records_the_same_search() {
-    let t = tempfile::tempdir().unwrap();
-    let plan_file = t.path().join("oracle.toml");
-    std::fs::write(&plan_file, plan()).unwrap();
-    let forked = |name: &str| {
-        let dir = t.path().join(name);
-        ok(&ledger(
-            &dir,
-            &["init", "--plan", plan_file.to_str().unwrap()],
-        ));
-        ok(&ledger(&dir, &["run", "--quiet", "--stages", "1"]));
-        dir
-    };
-    let study = |dir: &std::path::Path, extra: &[&str]| {
-        let mut args = vec!["study", "--at", "stage1"];
-        args.extend(extra);
-        let o = ledger(dir, &args);
-        assert!(o.status.success(), "{o:?}");
-        String::from_utf8_lossy(&o.stderr).into_owned()
-    };
-    let head = |dir: &std::path::Path, branch: &str| {
-        Ledger::open_read_only(dir).unwrap().head(branch).unwrap()
-    };
-    let branch = "study-at1-oracle-s0";
-
-    // The reference: an oracle arm alone trains all four candidates.
-    let alone = forked("alone");
-    let said = study(&alone, &["--engineers", "oracle"]);
-    assert!(!said.contains("not trained again"), "{said}");
-    let expected = head(&alone, branch);
-
-    // Listed first, the oracle still runs after `fixed` and `random`, and takes their
-    // stages as its `fixed` and first random candidates (the first random draw is the
-    // `random` engineer's own); it trains `heuristic` and the second draw.
-    let here = forked("here");
-    let said = study(&here, &["--engineers", "oracle,fixed,random"]);
-    let at = |needle: &str| {
-        said.find(needle)
-            .unwrap_or_else(|| panic!("no {needle:?} in:\n{said}"))
-    };
-    assert!(at("study-at1-fixed-s0: engineer fixed") < at("study-at1-oracle-s0: engineer oracle"));
-    for (k, source, from) in [(1, "fixed", "fixed"), (3, "random#1", "random")] {
-        at(&format!(
-            "oracle candidate {k}/4 ({source}): branch study-at1-{from}-s0 trained this stage"
-        ));
-    }
-    for (k, source) in [(2, "heuristic"), (4, "random#2")] {
-        at(&format!(
-            "oracle candidate {k}/4 ({source}): training the stage"
-        ));
-    }
-    assert_eq!(head(&here, branch), expected);
-
-    // Replay recomputes: it trains every candidate, and matches.
-    let o = ledger(&here, &["replay", "--verify", "--branch", branch]);
+    // Replay recomputes: it trains every candidate, and matches event by event.
+    let o = ledger(&dir, &["replay", "--verify", "--branch", branch]);
     assert!(o.status.success(), "{o:?}");
     let said = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -362,20 +334,55 @@ fn an_oracle_arm_takes_the_stages_its_study_trained_and_records_the_same_search(
         "{o:?}"
     );
 
+    // A stage the ledger holds on the same inputs is copied, not trained: a second
+    // `fixed` fork ends on the study's `fixed` arm's head (the same events, fork
+    // included), and `replay --verify` trains it again and matches.
+    ok(&ledger(
+        &dir,
+        &[
+            "fork",
+            "--at",
+            "stage1",
+            "--engineer",
+            "fixed",
+            "--name",
+            "again",
+        ],
+    ));
+    let o = ledger(&dir, &["run", "--branch", "again"]);
+    assert!(o.status.success(), "{o:?}");
+    let said = String::from_utf8_lossy(&o.stderr);
+    for n in [1, 2] {
+        assert!(
+            said.contains(&format!("stage {n}: branch "))
+                && said.contains("copied, not trained again"),
+            "stage {n}: {said}"
+        );
+    }
+    assert_eq!(head(&dir, "again"), head(&dir, "study-at1-fixed-s0"));
+    let o = ledger(&dir, &["replay", "--verify", "--branch", "again"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("copied"),
+        "{o:?}"
+    );
+
     // Through two worker processes: the oracle's worker ledger holds the finished arms
     // of its replicate, and the branch fetched back is the same.
     let workers = forked("workers");
-    study(
+    let args = [
+        "study",
+        "--quiet",
+        "--at",
+        "stage1",
+        "--engineers",
+        "oracle,fixed,random",
+    ];
+    ok(&ledger(
         &workers,
-        &[
-            "--quiet",
-            "--engineers",
-            "oracle,fixed,random",
-            "--executor",
-            "local:2",
-        ],
-    );
-    assert_eq!(head(&workers, branch), expected);
+        &[&args[..], &["--executor", "local:2"]].concat(),
+    ));
+    assert_eq!(head(&workers, branch), head(&dir, branch));
     let worker = workers
         .join("study-at1/work/tasks")
         .join(branch)

@@ -12,8 +12,8 @@
 //!
 //! Files: this one holds the [`Pipeline`] and `run`; [`setup`] reads the plan (configs,
 //! suites, seeds); [`base`] is stage 0; [`training`] a GRPO stage; [`decision`] the
-//! engineer's part; [`oracle`] the oracle engineer's search; [`end`] the end of every
-//! stage; [`corpus`] what a scratch model pretrains on; [`bench`] the workloads `ledger
+//! engineer's part; [`oracle`] the oracle engineer's search; [`reuse`] stages another
+//! branch already trained on the same inputs; [`end`] the end of every stage; [`corpus`] what a scratch model pretrains on; [`bench`] the workloads `ledger
 //! lm bench` times; [`progress`] how a run shows its progress.
 use crate::engineer::context::TrainingDetails;
 use crate::engineer::{
@@ -47,6 +47,7 @@ pub mod end;
 pub mod load;
 pub mod oracle;
 pub mod progress;
+pub mod reuse;
 pub mod setup;
 pub mod steps;
 pub mod training;
@@ -301,9 +302,9 @@ pub struct Pipeline<'a> {
     /// Canonical keys of every suite instance: training data never includes them.
     suite_keys: std::collections::BTreeSet<[u8; 32]>,
     base_meta: Meta,
-    /// Whether the oracle's search may take a candidate's training from another branch
-    /// of this ledger that trained the same stage ([`oracle`]); off while `replay
-    /// --verify` recomputes a stage, so a verification trains every candidate itself.
+    /// Whether a stage (or an oracle's candidate) another branch of this ledger trained
+    /// on the same inputs is taken from it instead of trained again ([`reuse`]); off
+    /// while `replay --verify` recomputes a stage, so a verification trains everything.
     pub reuse_trained_stages: bool,
 }
 

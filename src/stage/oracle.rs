@@ -15,11 +15,9 @@
 //! checkpoint has the candidate's parameter hash. `replay --verify` recomputes the
 //! search with the stage.
 //!
-//! A candidate another branch of the ledger already trained (the same stage from the
-//! same checkpoint and seed, on the same configuration: a study's `fixed` arm beside
-//! its oracle arm) is taken from that branch instead of trained again. The events are
-//! the same either way, since training is a function of those inputs; `replay
-//! --verify` turns this off and trains every candidate.
+//! A candidate another branch of the ledger already trained (a study's `fixed` arm
+//! beside its oracle arm, [`super::reuse`]) is taken from that branch instead of
+//! trained again, and so is the chosen candidate's stage; the events are the same.
 //!
 //! A search is as long as K stages, so each candidate is durable as it ends: the first
 //! one's batch opens the stage (`StageStarted`), each later one is its own. A stopped
@@ -35,13 +33,6 @@ pub(super) struct Search {
     pub decision: EngineerDecision,
     /// The chosen candidate's model (the stage's own final checkpoint repeats it).
     pub params: Hash,
-}
-
-/// A candidate's training as another branch recorded it ([`Pipeline::trained_elsewhere`]).
-struct TrainedElsewhere {
-    branch: String,
-    validation: ResultTable,
-    params: Hash,
 }
 
 /// Stage `n`'s search, as one set of arguments.
@@ -143,10 +134,14 @@ impl Pipeline<'_> {
                     decision,
                 },
                 None => {
-                    let elsewhere = match self.reuse_trained_stages {
-                        true => self.trained_elsewhere(s, &decision.applied)?,
-                        false => None,
-                    };
+                    let elsewhere = self.trained_elsewhere(&super::reuse::StageInputs {
+                        branch: s.branch,
+                        n: s.n,
+                        state: s.state,
+                        from: s.from,
+                        seed: s.seed,
+                        applied: &decision.applied,
+                    })?;
                     let (table, params) = match elsewhere {
                         Some(t) => {
                             progress.note(&format!(
@@ -228,70 +223,6 @@ impl Pipeline<'_> {
             params: chosen.params,
             decision,
         }))
-    }
-
-    /// A stage another branch of this ledger completed that is the candidate's training:
-    /// the same stage number, starting checkpoint, KL reference (stage 0's model) and
-    /// seed, trained on `applied` on this device with this thread count (the plan, and
-    /// with it the training settings, is the ledger's), with nothing trained after its
-    /// validation evaluation (no engineer RL). Training is a function of those inputs,
-    /// so its validation table and model are the candidate's: a study's oracle arm then
-    /// trains only what no other arm of its replicate did. The first such branch by
-    /// name; None when there is none.
-    fn trained_elsewhere(
-        &self,
-        s: &SearchInputs<'_>,
-        applied: &GeneratorConfig,
-    ) -> Result<Option<TrainedElsewhere>, StageError> {
-        let reference = |st: &BranchState| st.stage(0).and_then(|x| x.checkpoint).map(|c| c.0);
-        let ours = reference(s.state);
-        let seed = Hash(*s.seed.bytes());
-        for (name, head) in self.ledger.branches()? {
-            if name == s.branch {
-                continue;
-            }
-            let state = self.ledger.state_at(&head)?;
-            let Some(st) = state.stage(s.n) else { continue };
-            let (Some(started), Some(completed), Some((blob, params, _))) =
-                (st.started, st.completed, st.checkpoint)
-            else {
-                continue;
-            };
-            if st.config.as_ref() != Some(applied)
-                || st.engineer_rl.steps > 0
-                || reference(&state) != ours
-            {
-                continue;
-            }
-            match self.ledger.event(&started)?.body {
-                EventBody::StageStarted(x)
-                    if x.from_checkpoint == Some(s.from) && x.seed == seed => {}
-                _ => continue,
-            }
-            let (_, meta) = self.ledger.event_with_meta(&completed)?;
-            if meta.device != Some(self.device_name())
-                || meta.threads != Some(self.plan.train.torch_threads)
-            {
-                continue;
-            }
-            // The validation evaluated the stage's final checkpoint.
-            let Some(eval) = st.evaluation_events.get("val") else {
-                continue;
-            };
-            match self.ledger.event(eval)?.body {
-                EventBody::Evaluation(e) if e.checkpoint == Some(blob) => {}
-                _ => continue,
-            }
-            let Some(validation) = crate::views::compare::table(st, "val") else {
-                continue;
-            };
-            return Ok(Some(TrainedElsewhere {
-                branch: name,
-                validation,
-                params,
-            }));
-        }
-        Ok(None)
     }
 
     /// The stage trained on `applied` from its starting checkpoint with its seed, as

@@ -43,6 +43,33 @@ impl Pipeline<'_> {
             return Ok(false);
         };
 
+        // A stage another branch trained on the same inputs (the chosen candidate of an
+        // oracle's search, most often) is copied from it, not trained again
+        // ([`super::reuse`]): only before anything of the training is recorded.
+        let fresh = this.is_none_or(|s| s.instances() == 0 && s.checkpoint.is_none());
+        if fresh && self.engineer_rl(spec)?.is_none() {
+            let inputs = super::reuse::StageInputs {
+                branch,
+                n,
+                state,
+                from,
+                seed,
+                applied: &applied,
+            };
+            if let Some(source) = self.trained_elsewhere(&inputs)? {
+                if let Some(events) = self.copy_stage(branch, n, &source)? {
+                    progress.note(&format!(
+                        "stage {n}: branch {} trained this stage from the same checkpoint and \
+                         seed on the same configuration; its {events} events copied, not \
+                         trained again",
+                        source.branch
+                    ));
+                    progress.stage_end(n, &source.validation);
+                    return Ok(true);
+                }
+            }
+        }
+
         // 2. Generate the training instances (recomputed identically on resume), recorded
         //    once, with the rehearsal set in the same flush (a resumed stage that has one
         //    has both).
