@@ -1,8 +1,9 @@
 //! Stages another branch of the ledger already trained. A GRPO stage's training is a
 //! function of its inputs: the stage number, the checkpoint it starts from, the KL
-//! reference (stage 0's model), the stage's seed, the configuration it trains on, and
-//! the plan, device and torch thread count (the plan, with every training setting, is
-//! the ledger's). Where another branch completed a stage on the same inputs, what it
+//! reference (stage 0's model), the stage's seed, the configuration it trains on, the
+//! plan (with every training setting, the ledger's), and where it runs: the device,
+//! torch thread count and kernels (libtorch, ATen's CPU capability, the processor),
+//! since GRPO rounds per processor. Where another branch completed a stage on the same inputs, what it
 //! recorded after its decision is what this stage would record: an oracle's search takes
 //! a candidate's validation table and model from it ([`super::oracle`]), and a stage
 //! about to train copies those events instead ([`Pipeline::copy_stage`]). So a study's
@@ -15,6 +16,12 @@
 //! the stage it checks as given. Stages with engineer RL are never reused (their
 //! evaluated model is not the plain stage's).
 use super::*;
+
+/// The kernel facts a stage's bits depend on, as metadata records them.
+fn kernels(meta: &Meta) -> [Option<&String>; 4] {
+    use crate::train::kernels::{CAPABILITY_KEY, CPU_KEY};
+    ["libtorch", CAPABILITY_KEY, CPU_KEY, "compute_dtype"].map(|k| meta.versions.get(k))
+}
 
 /// A stage's inputs, as the pipeline is about to train it.
 pub(super) struct StageInputs<'s> {
@@ -77,9 +84,13 @@ impl Pipeline<'_> {
                     if x.from_checkpoint == Some(s.from) && x.seed == seed => {}
                 _ => continue,
             }
+            // Trained where this run would compute the same bits: the same device,
+            // thread count and kernels (libtorch, ATen's CPU capability, processor,
+            // compute dtype), as the stage's metadata records them.
             let (_, meta) = self.ledger.event_with_meta(&completed)?;
             if meta.device != Some(self.device_name())
                 || meta.threads != Some(self.plan.train.torch_threads)
+                || kernels(&meta) != kernels(&self.base_meta)
             {
                 continue;
             }
