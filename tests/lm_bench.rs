@@ -72,3 +72,90 @@ fn bad_bench_input_names_the_flag() {
         "--grpo-plan needs --shape",
     );
 }
+
+/// `--grpo-as-committed` times the plan's own step: its thinking mode (Qwen3's open
+/// assistant turn, so no empty think block in the prompt) and its max_new_tokens, not
+/// thinking off at `--grpo-new-tokens`. A tokenizer with ids past the shape's vocabulary,
+/// or thinking on a template without it, is refused naming the flag.
+#[test]
+fn the_grpo_step_as_committed_takes_the_plans_thinking_and_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plan = tmp.path().join("thinking.toml");
+    let tiny = include_str!("plans/lm-tiny.toml");
+    assert!(tiny.contains("\nmax_new_tokens = 40\n"));
+    std::fs::write(
+        &plan,
+        tiny.replace(
+            "\nmax_new_tokens = 40\n",
+            "\nmax_new_tokens = 6\nthinking = true\n",
+        ),
+    )
+    .unwrap();
+    let plan = plan.to_str().unwrap();
+    let tokenizer = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/hf/tiny-qwen3/tokenizer.json"
+    );
+    let step = |extra: &[&str]| {
+        let mut args = vec![
+            "lm",
+            "bench",
+            "--shape",
+            SHAPE,
+            "--batch",
+            "--grpo-plan",
+            plan,
+            "--tokenizer",
+            tokenizer,
+        ];
+        args.extend(extra);
+        json(&cli(&args))["grpo"].clone()
+    };
+    // The plan's 4 prompts x 4 samples.
+    let committed = step(&["--grpo-as-committed"]);
+    let plain = step(&["--grpo-new-tokens", "2"]);
+    let sampled = |g: &serde_json::Value| g["sampled_tokens"].as_u64().unwrap();
+    assert!(sampled(&plain) <= 16 * 2, "{plain}");
+    assert!(
+        sampled(&committed) > 16 * 2 && sampled(&committed) <= 16 * 6,
+        "{committed}"
+    );
+    let prompts = |g: &serde_json::Value| g["prompt_tokens"].as_u64().unwrap();
+    let block = prompts(&plain) - prompts(&committed);
+    assert!(block > 0 && block % 4 == 0, "{plain} {committed}");
+
+    let llama = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/hf/tiny-llama3/config.json"
+    );
+    fails(
+        &cli(&[
+            "lm",
+            "bench",
+            "--shape",
+            llama,
+            "--batch",
+            "--grpo-plan",
+            plan,
+            "--tokenizer",
+            tokenizer,
+            "--grpo-as-committed",
+        ]),
+        2,
+        "--grpo-as-committed",
+    );
+    // The default tokenizer (1,024 ids) does not fit the tiny shape's 400.
+    fails(
+        &cli(&[
+            "lm",
+            "bench",
+            "--shape",
+            SHAPE,
+            "--batch",
+            "--grpo-plan",
+            plan,
+        ]),
+        2,
+        "--tokenizer",
+    );
+}

@@ -28,7 +28,9 @@ pub struct BenchSpec {
     pub lora_rank: i64,
     /// The plan whose GRPO step to time at the shape.
     pub grpo_plan: Option<PathBuf>,
-    pub grpo_new_tokens: usize,
+    /// New tokens per completion, thinking off; None: the plan's own thinking mode and
+    /// max_new_tokens (the step as committed).
+    pub grpo_new_tokens: Option<usize>,
     /// The tokenizer.json the GRPO step's prompts are written with.
     pub tokenizer: PathBuf,
     /// A model directory whose warm-up steps to time on `warmup_plan`'s examples.
@@ -58,6 +60,8 @@ pub enum BenchError {
     NewTokens,
     #[error("--grpo-plan needs --shape")]
     GrpoWithoutShape,
+    #[error("--grpo-as-committed: the plan sets lm.thinking = true, and --shape's {chat} chat template has no thinking mode (Qwen3's has)")]
+    Thinking { chat: String },
     #[error("{flag} {}: {error}", path.display())]
     Plan {
         flag: &'static str,
@@ -218,14 +222,25 @@ fn grpo(
     })?;
     let lm = &plan.lm;
     let lora = lm.lora();
+    let plain = ChatFormat::for_family(cfg.family);
+    let (chat, max_new_tokens) = match spec.grpo_new_tokens {
+        Some(n) => (plain, n),
+        None if lm.thinking => (
+            plain.thinking().ok_or_else(|| BenchError::Thinking {
+                chat: format!("{plain:?}"),
+            })?,
+            lm.sampling().max_new_tokens,
+        ),
+        None => (plain, lm.sampling().max_new_tokens),
+    };
     let model = bench::random_model(cfg, device, dtype, lora.clone(), Seed::root(2));
     let arch = LmArch {
         config: cfg.clone(),
         tokenizer: Hash::of_blob(&tokenizer_json),
-        chat: ChatFormat::for_family(cfg.family),
+        chat,
         prompt: lm.prompt,
         sampling: Sampling {
-            max_new_tokens: spec.grpo_new_tokens,
+            max_new_tokens,
             ..lm.sampling()
         },
         origin: Origin::Scratch,

@@ -75,12 +75,18 @@ pub struct BenchArgs {
     lora_rank: i64,
     /// A plan whose GRPO step to time at --shape: its [grpo] batch, group, micro-batch
     /// and KL, its [lm] prompt style, sampling and LoRA, and its initial_config's
-    /// instances; thinking off, --grpo-new-tokens new tokens.
+    /// instances; thinking off, --grpo-new-tokens new tokens (--grpo-as-committed: the
+    /// plan's own).
     #[arg(long)]
     grpo_plan: Option<PathBuf>,
     /// New tokens per completion in the timed GRPO step.
     #[arg(long, default_value_t = 512)]
     grpo_new_tokens: usize,
+    /// Time the --grpo-plan step as the plan is committed: its thinking mode and its
+    /// max_new_tokens, instead of thinking off and --grpo-new-tokens (random weights run
+    /// every lane to that budget, the worst case).
+    #[arg(long, requires = "grpo_plan", conflicts_with = "grpo_new_tokens")]
+    grpo_as_committed: bool,
     /// The tokenizer.json the GRPO step's prompts are written with (its ids fit any
     /// vocabulary at least as large).
     #[arg(long, default_value = "ledgers/models/mapf-base-indep/tokenizer.json")]
@@ -153,7 +159,7 @@ fn bench(a: BenchArgs) -> CliResult {
         new_tokens: a.new_tokens,
         lora_rank: a.lora_rank,
         grpo_plan: a.grpo_plan,
-        grpo_new_tokens: a.grpo_new_tokens,
+        grpo_new_tokens: (!a.grpo_as_committed).then_some(a.grpo_new_tokens),
         tokenizer: a.tokenizer,
         warmup: a.warmup_model.zip(a.warmup_plan),
         warmup_steps: a.warmup_steps,

@@ -70,6 +70,8 @@ pub enum LmError {
     /// The tokenizer failed on text or ids.
     #[error("tokenizer: {0}")]
     Codec(#[source] tokenizers::Error),
+    #[error("the tokenizer has {tokenizer} ids and the model's vocabulary {model}: an id past the embedding table cannot be embedded")]
+    Vocabulary { tokenizer: i64, model: i64 },
     #[error("model directory {dir}: {file} has changed since the ledger recorded it (blake3 {found}, recorded {expected})")]
     Changed {
         dir: String,
@@ -130,6 +132,14 @@ impl LmPolicy {
                 path: "tokenizer.json".into(),
                 source: m,
             })?;
+        // An id past the embedding table would index out of range at the first forward.
+        let ids = tokenizer.get_vocab_size(true) as i64;
+        if ids > arch.config.vocab_size {
+            return Err(LmError::Vocabulary {
+                tokenizer: ids,
+                model: arch.config.vocab_size,
+            });
+        }
         let mut stop: Vec<u32> = arch
             .config
             .eos_token_ids
