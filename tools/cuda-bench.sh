@@ -17,11 +17,15 @@
 #      their phase split, then again with the allocator's expandable segments;
 #   4. tests/plans/lm-tiny.toml run for 2 stages on the GPU and replayed there
 #      (`replay --verify`), bundled as the CUDA fixture's candidate; and the committed
-#      fixture (tests/fixtures/lm-tiny-cuda.bundle) replayed too.
+#      fixture (tests/fixtures/lm-tiny-cuda.bundle) replayed too;
+#   5. (only when asked: CUDA_BENCH_PARTS=5, a second call) one GRPO step of
+#      ledgers/paper.toml as committed (`lm bench --grpo-as-committed`: thinking on,
+#      8,192 new tokens), its memory peak beside `plan check`'s estimate.
 # The tracked tree fits the device tool's 64 MiB transfer as it is (`git ls-files -z |
 # xargs -0 du -cb`); carry only the stripped binary.
 # Environment: LEDGER_BIN (default target/release/ledger, under $CARGO_TARGET_DIR when set), CUDA_BENCH_OUT (default
-# target/cuda-bench), CUDA_BENCH_PARTS (default "1 2 3 4"), CUDA_BENCH_COMMIT (the
+# target/cuda-bench), CUDA_BENCH_PARTS (default "1 2 3 4"; "5" alone for the paper's
+# step), CUDA_BENCH_PAPER_TIMEOUT (part 5's limit, default 420 s), CUDA_BENCH_COMMIT (the
 # commit the binary was built from; the device copy has no .git).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -133,5 +137,19 @@ timeout 100 "$L" --ledger "$F" replay --verify --branch main 2>&1 | tail -3 | te
 O=$TMP/old
 "$L" --ledger "$O" init --from-bundle tests/fixtures/lm-tiny-cuda.bundle > /dev/null &&
     timeout 100 "$L" --ledger "$O" replay --verify 2>&1 | tail -3 | tee "$OUT/old-fixture-replay.log"
+fi
+if part 5 "paper.toml's own GRPO step, as committed (thinking on, 8,192 new tokens)"; then
+# Issue 78 item 4, not in the default parts: at today's speed the step alone may take
+# most of a lease, so it runs as a second call (CUDA_BENCH_PARTS=5). Random weights run
+# every lane to the budget, the worst case. Its memory peak (nvidia-smi, CUDA context
+# and allocator cache included) beside plan check's estimate for this GPU's memory.
+GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1 / 1024}')
+"$L" plan check ledgers/paper.toml --gpu-memory "${GIB}GiB" --model-config "$S4" > "$OUT/paper-plan-check.txt" 2>&1
+echo "plan check at ${GIB}GiB rc=$?"; cat "$OUT/paper-plan-check.txt"
+sample "$OUT/util-paper.txt"
+timeout "${CUDA_BENCH_PAPER_TIMEOUT:-420}" "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan ledgers/paper.toml \
+    --grpo-as-committed "${FLAGS[@]}" > "$OUT/grpo-paper.json" 2> "$OUT/grpo-paper.log"
+echo "rc=$? (124: past the timeout)"; cat "$OUT/grpo-paper.log"
+unsample "$OUT/util-paper.txt" "$OUT/grpo-paper.json" grpo | tee -a "$OUT/grpo-paper.log"
 fi
 echo "cuda-bench: results in $OUT"
