@@ -49,8 +49,18 @@ AT=${CPU_STUDY_AT:-2}
 REUSE=()
 FIRST=1
 if [[ -n ${CPU_STUDY_REUSE:-} ]]; then
-    REUSE=(--reuse "$CPU_STUDY_REUSE")
-    FIRST=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seeds"] + 1)' "$CPU_STUDY_REUSE")
+    [[ -f $CPU_STUDY_REUSE ]] || { echo "cpu-study: CPU_STUDY_REUSE=$CPU_STUDY_REUSE is not a file" >&2; exit 2; }
+    reuse=$CPU_STUDY_REUSE
+    # The committed reports are xz-compressed (ledgers/results/*/study.json.xz); `ledger
+    # study --reuse` reads plain JSON, so a compressed one is unpacked beside this run
+    # and removed when the script ends, however it ends.
+    if [[ $reuse == *.xz ]]; then
+        reuse=$(mktemp --suffix=.study.json)
+        trap 'rm -f "$reuse"' EXIT
+        xz -dc "$CPU_STUDY_REUSE" > "$reuse"
+    fi
+    REUSE=(--reuse "$reuse")
+    FIRST=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["seeds"] + 1)' "$reuse")
 fi
 start=$SECONDS
 [[ -d $DIR ]] || "$BIN" --ledger "$DIR" init --plan "$PLAN"
