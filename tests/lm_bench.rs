@@ -48,6 +48,59 @@ fn decode_figures_carry_their_rate_and_roofline_share() {
     assert!(v.get("decode").is_none(), "{v}");
 }
 
+/// Without the CUDA graph shim (on the CPU there are no graphs at all) a graphed
+/// decode falls back to the windowed loop and says so once, however many batches it
+/// decodes, and its figures say it replayed nothing; the fixed-shape step run eagerly
+/// and the device's own loop are named as what they are.
+#[test]
+fn a_graphed_decode_without_graphs_says_so_once_and_decodes_windowed() {
+    let bench = |how: &str| {
+        cli(&[
+            "lm",
+            "bench",
+            "--shape",
+            SHAPE,
+            "--batch",
+            "1,3",
+            "--prompt-tokens",
+            "5",
+            "--new-tokens",
+            "6",
+            "--decode-loop",
+            how,
+        ])
+    };
+    let o = bench("graphed");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        stderr.matches("decode: no CUDA graphs (").count(),
+        1,
+        "said once: {stderr}"
+    );
+    assert!(
+        stderr.contains("decoding with the windowed loop instead"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("tools/cuda-graph.sh"), "{stderr}");
+    for f in json(&o)["decode"].as_array().expect("decode figures") {
+        assert_eq!(f["decode_loop"], "graphed", "{f}");
+        assert_eq!(f["graphs_replayed"], false, "{f}");
+        assert!(f["tokens_equal_eager"].is_null(), "{f}");
+        assert_eq!(f["new_tokens"], 6);
+    }
+    for (how, name) in [("fixed", "fixed"), ("device", "per_token")] {
+        let o = bench(how);
+        assert!(
+            !String::from_utf8_lossy(&o.stderr).contains("no CUDA graphs"),
+            "{how}: no graphs asked for, none missed"
+        );
+        for f in json(&o)["decode"].as_array().expect("decode figures") {
+            assert_eq!(f["decode_loop"], name, "{f}");
+            assert!(f["graphs_replayed"].is_null(), "{f}");
+        }
+    }
+}
+
 #[test]
 fn bad_bench_input_names_the_flag() {
     fails(

@@ -23,8 +23,13 @@
 #      8,192 new tokens), its memory peak beside `plan check`'s estimate.
 # The tracked tree fits the device tool's 64 MiB transfer as it is (`git ls-files -z |
 # xargs -0 du -cb`); carry only the stripped binary.
+#   6. (after part 1) decode with the step captured as CUDA graphs (`lm bench
+#      --decode-loop graphed`, the shim of tools/cuda-graph.sh, built here or carried in
+#      target/cuda-graph/) at the 4B shape, and the same fixed-shape step run eagerly;
+#      each graphed figure says whether its tokens equal the eager step's.
+# Carry the stripped binary and target/cuda-graph (built here by tools/cuda-graph.sh).
 # Environment: LEDGER_BIN (default target/release/ledger, under $CARGO_TARGET_DIR when set), CUDA_BENCH_OUT (default
-# target/cuda-bench), CUDA_BENCH_PARTS (default "1 2 3 4"; "5" alone for the paper's
+# target/cuda-bench), CUDA_BENCH_PARTS (default "1 6 2 3 4"; "5" alone for the paper's
 # step), CUDA_BENCH_PAPER_TIMEOUT (part 5's limit, default 420 s), CUDA_BENCH_COMMIT (the
 # commit the binary was built from; the device copy has no .git).
 set -uo pipefail
@@ -36,7 +41,7 @@ trap 'rm -rf "$TMP"; [[ -n "${SAMPLER:-}" ]] && kill "$SAMPLER" 2>/dev/null' EXI
 TORCH_LIB=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__) + "/lib")') ||
     { echo "cuda-bench: python3 has no torch" >&2; exit 2; }
 export LIBTORCH_CUDA_LIB=$TORCH_LIB LD_LIBRARY_PATH=$TORCH_LIB:${LD_LIBRARY_PATH:-}
-PARTS=" ${CUDA_BENCH_PARTS:-1 2 3 4} "
+PARTS=" ${CUDA_BENCH_PARTS:-1 6 2 3 4} "
 part() { [[ $PARTS == *" $1 "* ]] && { echo; echo "== $* ($(date -u +%T))"; }; }
 GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)
 echo "gpu: $GPU" | tee "$OUT/gpu.txt"
@@ -94,6 +99,21 @@ for s in 0.6b 4b; do
     timeout 150 python3 tools/bench_decode_hf.py "$shape" 1,64,256 128 128 cuda \
         > "$OUT/generate-$s.json" 2> "$OUT/generate-$s.log"
     echo "generate() $s rc=$?"; grep 'generate()' "$OUT/generate-$s.log" || tail -5 "$OUT/generate-$s.log"
+done
+fi
+
+if part 6 "decode as captured CUDA graphs (--decode-loop graphed) against the fixed-shape step run eagerly"; then
+# Issue 78 item 1. The shim: built here against this machine's torch (tools/cuda-graph.sh),
+# else the one built beside the binary and carried (target/cuda-graph/). Each graphed
+# figure carries tokens_equal_eager: the same lanes from the same step run eagerly.
+SHIM=$(CUDA_GRAPH_OUT="$OUT/cuda-graph" tools/cuda-graph.sh 2> "$OUT/cuda-graph-build.log") ||
+    SHIM=$(realpath target/cuda-graph/libmapf_cuda_graph.so 2>/dev/null)
+echo "shim: ${SHIM:-none}" | tee -a "$OUT/cuda-graph-build.log"
+for how in graphed fixed; do
+    MAPF_CUDA_GRAPH=${SHIM:-/nonexistent} timeout 100 "$L" lm bench --shape "$S4" --device cuda \
+        --batch 1,64,256 --prompt-tokens 128 --new-tokens 128 --decode-loop "$how" "${FLAGS[@]}" \
+        > "$OUT/decode-4b-$how.json" 2> "$OUT/decode-4b-$how.log"
+    echo "ledger 4b $how rc=$?"; cat "$OUT/decode-4b-$how.log"
 done
 fi
 

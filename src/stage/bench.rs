@@ -24,6 +24,8 @@ pub struct BenchSpec {
     pub batch: Vec<usize>,
     pub prompt_tokens: usize,
     pub new_tokens: usize,
+    /// The decode loop (None: the device's own, as training decodes).
+    pub decode_loop: Option<crate::train::lm::generate::DecodeLoop>,
     /// LoRA adapters of this rank on every projection while decoding (0: none).
     pub lora_rank: i64,
     /// The plan whose GRPO step to time at the shape.
@@ -185,7 +187,7 @@ fn decode(
     });
     let model = bench::random_model(cfg, device, dtype, lora, Seed::root(1));
     // Untimed: the first call pays for kernels' first use.
-    let _ = bench::decode(&model, 1, 8, 2, None);
+    let _ = bench::decode(&model, 1, 8, 2, None, spec.decode_loop);
     let mut figures = Vec::new();
     for &b in &spec.batch {
         let f = bench::decode(
@@ -194,9 +196,16 @@ fn decode(
             spec.prompt_tokens,
             spec.new_tokens,
             spec.memory_bandwidth,
+            spec.decode_loop,
         );
         say(&format!(
-            "decode batch {b}: {:.0} tokens/s, {:.2} ms a step{}",
+            "decode batch {b} ({}{}): {:.0} tokens/s, {:.2} ms a step{}",
+            f.decode_loop,
+            match (f.graphs_replayed, f.tokens_equal_eager) {
+                (Some(false), _) => ", no graphs: decoded windowed".to_string(),
+                (_, Some(same)) => format!(", tokens equal eager: {same}"),
+                _ => String::new(),
+            },
             f.decode_tokens_per_s,
             f.step_ms,
             f.roofline_share

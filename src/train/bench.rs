@@ -89,6 +89,26 @@ pub struct DecodeFigure {
     pub roofline_step_ms: Option<f64>,
     /// `roofline_step_ms / step_ms`.
     pub roofline_share: Option<f64>,
+    /// The decode loop ([`loop_name`]).
+    pub decode_loop: &'static str,
+    /// For the graphed loop: whether graphs were captured and replayed (false: the
+    /// shim was not at hand and the loop ran windowed, as its notice said).
+    pub graphs_replayed: Option<bool>,
+    /// When graphs were replayed: whether every lane's tokens equal those of the same
+    /// fixed-shape step run eagerly on the same device (the same kernels, so they must).
+    pub tokens_equal_eager: Option<bool>,
+}
+
+/// The name a decode loop goes by in the figures: `per_token`, `windowed`, `fixed`
+/// (the fixed-shape step run eagerly) or `graphed` (that step replayed as CUDA graphs).
+pub fn loop_name(host: generate::DecodeLoop) -> &'static str {
+    use generate::DecodeLoop::*;
+    match host {
+        PerToken => "per_token",
+        Windowed { .. } => "windowed",
+        Fixed { graphs: false, .. } => "fixed",
+        Fixed { graphs: true, .. } => "graphed",
+    }
 }
 
 fn unix_ms() -> u64 {
@@ -117,18 +137,25 @@ pub fn prompts(batch: usize, len: usize, vocab: i64) -> Vec<Vec<u32>> {
 
 /// Decode `batch` distinct prompts of `prompt_tokens` for exactly `new_tokens` each,
 /// sampled at temperature 1 as GRPO samples, with the adapters (merged on a GPU) when
-/// the model has them. `bandwidth`: the device's memory bandwidth in bytes/s.
+/// the model has them, in the decode loop `host` (None: the device's own, as training
+/// decodes). `bandwidth`: the device's memory bandwidth in bytes/s.
 pub fn decode(
     model: &Model,
     batch: usize,
     prompt_tokens: usize,
     new_tokens: usize,
     bandwidth: Option<f64>,
+    host: Option<generate::DecodeLoop>,
 ) -> DecodeFigure {
     let device = model.device();
     let ps = prompts(batch, prompt_tokens, model.cfg.vocab_size);
     let use_lora = model.lora.is_some();
-    let time = |n: usize| {
+    let own = generate::Decoding::for_model(model, use_lora, prompt_tokens, new_tokens);
+    let how = generate::Decoding {
+        host: host.unwrap_or(own.host),
+        ..own
+    };
+    let call = |n: usize, how: generate::Decoding| {
         let s = Sampling {
             temperature: 1.0,
             top_p: 1.0,
@@ -136,7 +163,7 @@ pub fn decode(
         };
         sync(device);
         let t = Instant::now();
-        let g = generate::generate(
+        let g = generate::generate_as(
             model,
             &ps,
             1,
@@ -146,13 +173,33 @@ pub fn decode(
             &[],
             Seed::root(11),
             use_lora,
+            how,
         );
         sync(device);
         assert!(g.iter().all(|g| g.tokens.len() == n), "no stop tokens");
-        t.elapsed().as_secs_f64()
+        (t.elapsed().as_secs_f64(), g)
     };
+    let time = |n: usize| call(n, how).0;
     let prefill = time(1);
-    let call = time(new_tokens);
+    let (call_s, lanes) = call(new_tokens, how);
+    let graphs_replayed = match how.host {
+        generate::DecodeLoop::Fixed { graphs: true, .. } => {
+            Some(super::lm::graph::shim(device).is_ok())
+        }
+        _ => None,
+    };
+    let tokens_equal_eager = match (graphs_replayed, how.host) {
+        (Some(true), generate::DecodeLoop::Fixed { steps, .. }) => {
+            let eager = generate::DecodeLoop::Fixed {
+                steps,
+                graphs: false,
+            };
+            let (_, want) = call(new_tokens, generate::Decoding { host: eager, ..how });
+            Some(lanes.iter().zip(&want).all(|(a, b)| a.tokens == b.tokens))
+        }
+        _ => None,
+    };
+    let call = call_s;
     let steps = new_tokens.saturating_sub(1).max(1) as f64;
     let decode_s = (call - prefill).max(1e-9);
     let c = &model.cfg;
@@ -173,6 +220,9 @@ pub fn decode(
         step_ms,
         roofline_step_ms: roofline,
         roofline_share: roofline.map(|r| r / step_ms),
+        decode_loop: loop_name(how.host),
+        graphs_replayed,
+        tokens_equal_eager,
     }
 }
 

@@ -69,6 +69,13 @@ pub struct BenchArgs {
     /// New tokens every decode lane generates (no stop token ends one early).
     #[arg(long, default_value_t = 128)]
     new_tokens: usize,
+    /// How decode steps meet the host: `device` (the device's own loop, as training
+    /// decodes: per token on the CPU, windowed on a GPU), `windowed`, `fixed` (the
+    /// fixed-shape step a CUDA graph captures, run eagerly) or `graphed` (that step
+    /// captured once per wave and replayed a token at a time; without the shim of
+    /// tools/cuda-graph.sh it says so once and decodes windowed).
+    #[arg(long, value_enum, default_value = "device")]
+    decode_loop: DecodeLoopArg,
     /// Decode with LoRA adapters of this rank on every projection (0: none), as a
     /// GRPO stage's rollouts do (merged into the weights on a GPU).
     #[arg(long, default_value_t = 0)]
@@ -114,6 +121,33 @@ pub struct BenchArgs {
     peak_flops: Option<f64>,
 }
 
+/// `--decode-loop`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum DecodeLoopArg {
+    Device,
+    Windowed,
+    Fixed,
+    Graphed,
+}
+
+impl DecodeLoopArg {
+    fn decode_loop(self) -> Option<mapf_ledger::train::lm::generate::DecodeLoop> {
+        use mapf_ledger::train::lm::generate::{DecodeLoop, GPU_WINDOW};
+        match self {
+            DecodeLoopArg::Device => None,
+            DecodeLoopArg::Windowed => Some(DecodeLoop::Windowed { steps: GPU_WINDOW }),
+            DecodeLoopArg::Fixed => Some(DecodeLoop::Fixed {
+                steps: GPU_WINDOW,
+                graphs: false,
+            }),
+            DecodeLoopArg::Graphed => Some(DecodeLoop::Fixed {
+                steps: GPU_WINDOW,
+                graphs: true,
+            }),
+        }
+    }
+}
+
 pub fn run(dir: &Path, cmd: LmCommand) -> CliResult {
     match cmd {
         LmCommand::Generate(args) => generate(dir, args),
@@ -157,6 +191,7 @@ fn bench(a: BenchArgs) -> CliResult {
         batch: a.batch,
         prompt_tokens: a.prompt_tokens,
         new_tokens: a.new_tokens,
+        decode_loop: a.decode_loop.decode_loop(),
         lora_rank: a.lora_rank,
         grpo_plan: a.grpo_plan,
         grpo_new_tokens: (!a.grpo_as_committed).then_some(a.grpo_new_tokens),

@@ -130,6 +130,16 @@ pub enum DecodeLoop {
     /// it (discarding what they generated after), and drops them from the batch. A
     /// row generates at most `steps - 1` tokens nobody reads.
     Windowed { steps: usize },
+    /// One decode step of fixed shapes ([`Model::decode_fixed`]: the whole cache
+    /// attended under a mask, cache writes and positions at a device-side index, the
+    /// sampler on the device), read every `steps` steps like the windowed loop; rows
+    /// stay in the batch until every row has ended. With `graphs`, on a GPU with the
+    /// shim ([`super::graph`]), the step is captured once per wave as a CUDA graph and
+    /// replayed once a token, so the host issues one launch a token instead of every
+    /// kernel; where graphs are not at hand it says why once and decodes windowed.
+    /// Without `graphs` the same step runs eagerly (what a graph's replay is checked
+    /// against on a GPU, and the CPU's tests against the other loops).
+    Fixed { steps: usize, graphs: bool },
 }
 
 /// Steps a GPU decodes between two reads of its tokens.
@@ -272,6 +282,18 @@ pub fn generate_as(
             DecodeLoop::Windowed { steps } => {
                 decode_windowed(model, &w, steps.max(1), &mut rngs, &mut out)
             }
+            DecodeLoop::Fixed { steps, graphs } => {
+                let shim = match graphs.then(|| super::graph::shim(model.device())) {
+                    None => None,
+                    Some(Ok(shim)) => Some(shim),
+                    Some(Err(why)) => {
+                        super::graph::say_fallback_once(&why);
+                        decode_windowed(model, &w, steps.max(1), &mut rngs, &mut out);
+                        continue;
+                    }
+                };
+                decode_fixed_shape(model, &w, steps.max(1), shim, &mut rngs, &mut out)
+            }
         }
     }
     out
@@ -281,7 +303,7 @@ pub fn generate_as(
 /// then expanded to their lanes. Returns the cache (room for every new token), the
 /// last position's logits per lane row, the lanes in row order, and each row's left
 /// padding.
-fn prefill(model: &Model, w: &Wave) -> (KvCache, Tensor, Vec<usize>, Vec<i64>, i64) {
+fn prefill(model: &Model, w: &Wave, fixed: bool) -> (KvCache, Tensor, Vec<usize>, Vec<i64>, i64) {
     let device = model.device();
     let live = w.live;
     let t0 = live.iter().map(|&p| w.prompts[p].len()).max().unwrap_or(0) as i64;
@@ -298,7 +320,11 @@ fn prefill(model: &Model, w: &Wave) -> (KvCache, Tensor, Vec<usize>, Vec<i64>, i
     }
     let max_new = live.iter().map(|&p| (w.budget)(p)).max().unwrap_or(0) as i64;
     let n = live.len() as i64;
-    let mut cache = KvCache::new(&model.cfg, n, t0 + max_new, model.dtype, device);
+    let mut cache = if fixed {
+        KvCache::untransposed(&model.cfg, n, t0 + max_new, model.dtype, device)
+    } else {
+        KvCache::new(&model.cfg, n, t0 + max_new, model.dtype, device)
+    };
     let hid = model.hidden(
         &Tensor::from_slice(&toks).view([n, t0]).to(device),
         &Tensor::from_slice(&pos).view([n, t0]).to(device),
@@ -331,7 +357,7 @@ fn prefill(model: &Model, w: &Wave) -> (KvCache, Tensor, Vec<usize>, Vec<i64>, i
 fn decode_per_token(model: &Model, w: &Wave, rngs: &mut [impl rand::Rng], out: &mut [Generated]) {
     let device = model.device();
     let lane_prompt = |l: usize| l / w.per_prompt;
-    let (mut cache, mut logits, mut rows, mut row_pads, capacity) = prefill(model, w);
+    let (mut cache, mut logits, mut rows, mut row_pads, capacity) = prefill(model, w, false);
     // The decode steps' attention bias, made once: a step's query sits at the last key,
     // so its row of `attention_bias` masks exactly the row's left padding, and each
     // step reads the first `len + 1` keys of this [B, 1, 1, capacity] bias.
@@ -390,25 +416,13 @@ fn decode_windowed(
 ) {
     let device = model.device();
     let lane_prompt = |l: usize| l / w.per_prompt;
-    let (mut cache, mut logits, mut rows, row_pads, capacity) = prefill(model, w);
+    let (mut cache, mut logits, mut rows, row_pads, capacity) = prefill(model, w, false);
     let max_new = w.live.iter().map(|&p| (w.budget)(p)).max().unwrap_or(0);
     let mut bias = attention_bias(&row_pads, 1, capacity, device);
     // A row's position is `len - pad`: the negated pads, plus `len` at each step.
     let mut neg_pads =
         Tensor::from_slice(&row_pads.iter().map(|p| -p).collect::<Vec<_>>()).to(device);
-    // Every lane's uniforms for its whole budget, in the order the CPU loop draws them
-    // (one per token it emits), `[B, max_new]` with zeros past a lane's budget.
-    let mut uniforms = (!w.greedy).then(|| {
-        let mut u = vec![0f32; rows.len() * max_new];
-        for (r, &l) in rows.iter().enumerate() {
-            for k in 0..(w.budget)(lane_prompt(l)) {
-                u[r * max_new + k] = rngs[l].random::<f32>();
-            }
-        }
-        Tensor::from_slice(&u)
-            .view([rows.len() as i64, max_new as i64])
-            .to(device)
-    });
+    let mut uniforms = lane_uniforms(w, &rows, max_new, rngs, device);
     let (mut toks, mut lps): (Vec<Tensor>, Vec<Tensor>) = (vec![], vec![]);
     let mut emitted = 0usize;
     loop {
@@ -481,6 +495,189 @@ fn decode_windowed(
             w.use_lora,
         );
         logits = model.logits(&hid.select(1, 0));
+    }
+}
+
+/// Every lane's uniforms for its whole budget, in the order the CPU loop draws them
+/// (one per token it emits), `[B, max_new]` on `device` with zeros past a lane's
+/// budget; None when decoding greedily.
+fn lane_uniforms(
+    w: &Wave,
+    rows: &[usize],
+    max_new: usize,
+    rngs: &mut [impl rand::Rng],
+    device: Device,
+) -> Option<Tensor> {
+    (!w.greedy).then(|| {
+        let mut u = vec![0f32; rows.len() * max_new];
+        for (r, &l) in rows.iter().enumerate() {
+            for k in 0..(w.budget)(l / w.per_prompt) {
+                u[r * max_new + k] = rngs[l].random::<f32>();
+            }
+        }
+        Tensor::from_slice(&u)
+            .view([rows.len() as i64, max_new as i64])
+            .to(device)
+    })
+}
+
+/// What one fixed-shape decode step reads and writes ([`DecodeLoop::Fixed`]): made
+/// before the first step, alive as long as a graph captured from it.
+struct FixedStep {
+    /// The logits the next pick reads, `[B, V]` f32: the prefill's, then each step's.
+    logits: Tensor,
+    /// The token each step feeds the model, `[B, 1]`.
+    feed: Tensor,
+    /// Each row's negated left padding, `[B, 1]`: a row's position is `at - pad`.
+    neg_pads: Tensor,
+    /// The padding mask of a query that sees the whole cache, `[B, 1, 1, capacity]`.
+    pad_bias: Tensor,
+    /// Key indices `0..capacity`, `[1, 1, 1, capacity]`.
+    keys: Tensor,
+    /// The cache index this step writes, `[1]` (the cache's length before it).
+    at: Tensor,
+    /// Tokens emitted so far, `[1]`: the column this step's pick fills.
+    step: Tensor,
+    uniforms: Option<Tensor>,
+    /// Every row's tokens and log-probs, `[B, max_new]`, filled a column a step.
+    tokens: Tensor,
+    logprobs: Tensor,
+    cache: KvCache,
+}
+
+impl FixedStep {
+    /// Pick each row's next token from `logits`, record it, and run the model on it:
+    /// tensor ops only, the same shapes every step, nothing read back.
+    fn run(&self, model: &Model, w: &Wave) {
+        let u = self
+            .uniforms
+            .as_ref()
+            .map(|u| u.index_select(1, &self.step));
+        let (tok, lp) = pick_on_device(&self.logits, w.sampling, u.as_ref());
+        let _ = self
+            .tokens
+            .shallow_clone()
+            .index_copy_(1, &self.step, &tok.unsqueeze(1));
+        let _ = self
+            .logprobs
+            .shallow_clone()
+            .index_copy_(1, &self.step, &lp.unsqueeze(1));
+        self.feed.shallow_clone().copy_(&tok.unsqueeze(1));
+        let mask = self
+            .pad_bias
+            .masked_fill(&self.keys.gt_tensor(&self.at), f32::MIN as f64);
+        let positions = &self.neg_pads + &self.at;
+        let hid = model.decode_fixed(
+            &self.feed,
+            &positions,
+            &mask,
+            &self.cache,
+            &self.at,
+            w.use_lora,
+        );
+        self.logits
+            .shallow_clone()
+            .copy_(&model.logits(&hid.select(1, 0)));
+        let _ = self.at.shallow_clone().g_add_scalar_(1);
+        let _ = self.step.shallow_clone().g_add_scalar_(1);
+    }
+}
+
+/// The fixed-shape loop ([`DecodeLoop::Fixed`]). With `shim` (a GPU), the first step
+/// runs eagerly, which also initialises what libtorch sets up lazily and a capture
+/// must not see; the second is captured and every step from then on replays it.
+fn decode_fixed_shape(
+    model: &Model,
+    w: &Wave,
+    window: usize,
+    shim: Option<&'static super::graph::Shim>,
+    rngs: &mut [impl rand::Rng],
+    out: &mut [Generated],
+) {
+    let device = model.device();
+    let (cache, logits, rows, row_pads, capacity) = prefill(model, w, true);
+    let max_new = w.live.iter().map(|&p| (w.budget)(p)).max().unwrap_or(0);
+    let b = rows.len() as i64;
+    let neg_pads: Vec<i64> = row_pads.iter().map(|p| -p).collect();
+    let s = FixedStep {
+        logits,
+        feed: Tensor::zeros([b, 1], (Kind::Int64, device)),
+        neg_pads: Tensor::from_slice(&neg_pads).to(device).view([b, 1]),
+        pad_bias: attention_bias(&row_pads, 1, capacity, device),
+        keys: Tensor::arange(capacity, (Kind::Int64, device)).view([1, 1, 1, capacity]),
+        at: Tensor::from_slice(&[cache.len]).to(device),
+        step: Tensor::zeros([1], (Kind::Int64, device)),
+        uniforms: lane_uniforms(w, &rows, max_new, rngs, device),
+        tokens: Tensor::zeros([b, max_new as i64], (Kind::Int64, device)),
+        logprobs: Tensor::zeros([b, max_new as i64], (Kind::Float, device)),
+        cache,
+    };
+    let index = match device {
+        Device::Cuda(i) => i,
+        _ => 0,
+    };
+    // Declared after `s`, so it drops first: a graph never outlives the buffers it
+    // replays on.
+    let mut graph: Option<super::graph::Graph> = None;
+    let mut open = vec![true; rows.len()];
+    let (mut emitted, mut read) = (0usize, 0usize);
+    while emitted < max_new {
+        match &graph {
+            Some(g) => g
+                .replay()
+                .unwrap_or_else(|e| panic!("decode: the captured step's {e}")),
+            None => s.run(model, w),
+        }
+        emitted += 1;
+        if let (Some(shim), None, true) = (shim, &graph, emitted == 1 && max_new > 1) {
+            match super::graph::Graph::capture(shim, index, || s.run(model, w)) {
+                Ok(g) => graph = Some(g),
+                Err(why) => eprintln!("decode: {why}; this wave decodes without a graph"),
+            }
+        }
+        if emitted - read == window || emitted == max_new {
+            let span = (emitted - read) as i64;
+            let t = Vec::<i64>::try_from(
+                s.tokens
+                    .narrow(1, read as i64, span)
+                    .reshape([-1])
+                    .to_device(Device::Cpu),
+            )
+            .expect("i64 tokens");
+            let p = Vec::<f32>::try_from(
+                s.logprobs
+                    .narrow(1, read as i64, span)
+                    .reshape([-1])
+                    .to_device(Device::Cpu),
+            )
+            .expect("f32 log-probs");
+            let span = span as usize;
+            for (r, &l) in rows.iter().enumerate() {
+                if !open[r] {
+                    continue;
+                }
+                let g = &mut out[l];
+                let cap = (w.budget)(l / w.per_prompt);
+                for k in 0..span {
+                    let tok = t[r * span + k] as u32;
+                    g.tokens.push(tok);
+                    g.logprobs.push(p[r * span + k]);
+                    if w.stop.contains(&tok) {
+                        g.stopped = true;
+                        open[r] = false;
+                        break;
+                    }
+                    if g.tokens.len() >= cap {
+                        open[r] = false;
+                        break;
+                    }
+                }
+            }
+            read = emitted;
+            if !open.contains(&true) {
+                break;
+            }
+        }
     }
 }
 
@@ -610,6 +807,65 @@ mod tests {
                     assert_same(&want, &got, 1e-5, &format!("{how:?} greedy={greedy}"));
                 }
             }
+        }
+    }
+
+    /// The fixed-shape step a CUDA graph captures (the whole cache attended under a
+    /// mask, writes at a device-side index, rows kept until all have ended) gives every
+    /// lane the per-token loop's tokens and log-probs, sampled and greedy, with stops,
+    /// budgets, windows and waves; asked for graphs on the CPU, it decodes windowed and
+    /// gives them too.
+    #[test]
+    fn the_fixed_shape_step_gives_the_per_token_loops_lanes() {
+        let m = model(false);
+        let per_token = Decoding {
+            host: DecodeLoop::PerToken,
+            max_lanes: usize::MAX,
+            ..Decoding::for_model(&m, false, 0, 0)
+        };
+        for greedy in [false, true] {
+            let stop = frequent_tokens(&run(&m, per_token, greedy, &[], false));
+            let want = run(&m, per_token, greedy, &stop, false);
+            assert!(want.iter().filter(|g| g.stopped).count() >= 2);
+            for (steps, max_lanes, graphs) in [
+                (1, usize::MAX, false),
+                (3, 5, false),
+                (16, usize::MAX, false),
+                (4, 3, true),
+            ] {
+                let how = Decoding {
+                    host: DecodeLoop::Fixed { steps, graphs },
+                    max_lanes,
+                    ..per_token
+                };
+                let got = run(&m, how, greedy, &stop, false);
+                assert_same(&want, &got, 1e-5, &format!("{how:?} greedy={greedy}"));
+            }
+        }
+    }
+
+    /// The fixed-shape step under LoRA: with the adapters apart (unfused weights) and
+    /// merged into fused ones (a GPU's layout), it samples what the per-token loop does.
+    #[test]
+    fn the_fixed_shape_step_applies_adapters_apart_and_merged() {
+        let m = model(true);
+        let apart = Decoding::for_model(&m, true, 0, 0);
+        let want = run(&m, apart, false, &[], true);
+        for layout in [apart.layout, GenerationLayout::gpu(true)] {
+            let how = Decoding {
+                layout,
+                host: DecodeLoop::Fixed {
+                    steps: 8,
+                    graphs: false,
+                },
+                ..apart
+            };
+            assert_same(
+                &want,
+                &run(&m, how, false, &[], true),
+                1e-4,
+                &format!("{layout:?}"),
+            );
         }
     }
 

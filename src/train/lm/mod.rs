@@ -23,6 +23,7 @@ pub mod complete;
 pub use crate::plan::lm_config as config;
 pub mod decode;
 pub mod generate;
+pub mod graph;
 pub mod hf;
 pub mod model;
 mod recompute;

@@ -149,8 +149,31 @@ pub struct KvCache {
 
 impl KvCache {
     pub fn new(cfg: &LmConfig, batch: i64, capacity: i64, kind: Kind, device: Device) -> KvCache {
+        let transposed = super::decode::applies(kind, device);
+        KvCache::with_layout(cfg, batch, capacity, kind, device, transposed)
+    }
+
+    /// A cache whose keys are `[B, Hkv, capacity, D]` on every device: what
+    /// [`Model::decode_fixed`] writes and reads.
+    pub fn untransposed(
+        cfg: &LmConfig,
+        batch: i64,
+        capacity: i64,
+        kind: Kind,
+        device: Device,
+    ) -> KvCache {
+        KvCache::with_layout(cfg, batch, capacity, kind, device, false)
+    }
+
+    fn with_layout(
+        cfg: &LmConfig,
+        batch: i64,
+        capacity: i64,
+        kind: Kind,
+        device: Device,
+        keys_transposed: bool,
+    ) -> KvCache {
         let (kvh, d) = (cfg.num_key_value_heads, cfg.head_dim);
-        let keys_transposed = super::decode::applies(kind, device);
         let kshape = if keys_transposed {
             [batch, kvh, d, capacity]
         } else {
@@ -670,8 +693,7 @@ impl Model {
             }
         }
         let c = &self.cfg;
-        let (h, kvh, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-        let rep = h / kvh;
+        let (h, d) = (c.num_attention_heads, c.head_dim);
         let scale = 1.0 / (d as f64).sqrt();
         let (cos, sin) = self.rope(positions);
         let mut x = self.embed(tokens);
@@ -680,18 +702,10 @@ impl Model {
         // attention. Its scores are only [B, H, 1, Tk], and on the CPU two batched
         // matmuls and a softmax beat the fused kernel, whose blocking is built for long
         // queries (+10-13% decode tokens/s at batch 64; at batch 1 the single fused call
-        // is ~5-9% faster). The `rep` query heads sharing a KV head are stacked along
-        // the query axis (a view: for t = 1 the [B, H, 1, D] queries are contiguous),
-        // so keys and values are never copied.
+        // is ~5-9% faster): [`Model::one_query_attention`].
         let plain = |q: &Tensor, k: &Tensor, v: &Tensor| {
             let tk = k.size()[2];
-            let qg = q.reshape([b, kvh, rep, d]);
-            let scores = qg.matmul(&k.transpose(-2, -1)) * scale + bias.view([b, 1, 1, tk]);
-            scores
-                .softmax(-1, Kind::Float)
-                .to_kind(self.dtype)
-                .matmul(v)
-                .reshape([b, 1, h * d])
+            self.one_query_attention(q, k, v, &bias.view([b, 1, 1, tk]))
         };
         // Fused attention (torch's scaled_dot_product_attention): on the CPU its flash
         // kernel never materialises the [T, T] score matrix, which decides whether long
@@ -744,6 +758,62 @@ impl Model {
         }
         if let Some(cache) = cache {
             cache.len = start + t;
+        }
+        self.final_norm(&x)
+    }
+
+    /// Attention of one query per row, `q` `[B, H, 1, D]`, over keys and values `[B,
+    /// Hkv, Tk, D]` under the f32 additive `bias` `[B, 1, 1, Tk]`, as `[B, 1, H D]`:
+    /// two batched matmuls and a softmax (see [`Model::hidden`] for why not the fused
+    /// kernel). The `rep` query heads sharing a KV head are stacked along the query
+    /// axis (a view: the `[B, H, 1, D]` queries are contiguous), so keys and values are
+    /// never copied.
+    fn one_query_attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor) -> Tensor {
+        let c = &self.cfg;
+        let (h, kvh, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let b = q.size()[0];
+        let scale = 1.0 / (d as f64).sqrt();
+        let qg = q.reshape([b, kvh, h / kvh, d]);
+        let scores = qg.matmul(&k.transpose(-2, -1)) * scale + bias;
+        scores
+            .softmax(-1, Kind::Float)
+            .to_kind(self.dtype)
+            .matmul(v)
+            .reshape([b, 1, h * d])
+    }
+
+    /// One decode step whose shapes never change, for a step captured once and
+    /// replayed ([`super::graph`]): `tokens` `[B, 1]` at `positions` `[B, 1]` write
+    /// their keys and values at cache index `at` (`[1]`, i64, on the device) and attend
+    /// over the whole cache under `mask` `[B, 1, 1, capacity]` (f32 additive; the
+    /// caller masks every key past `at`). Nothing depends on how many tokens were
+    /// decoded and nothing is read back to the host; the cache's `len` is not moved.
+    /// Needs a cache from [`KvCache::untransposed`]. Returns the final hidden states
+    /// `[B, 1, hidden]`.
+    // `x = x + f(x)`: see `hidden`.
+    #[allow(clippy::assign_op_pattern)]
+    pub fn decode_fixed(
+        &self,
+        tokens: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        cache: &KvCache,
+        at: &Tensor,
+        use_lora: bool,
+    ) -> Tensor {
+        assert!(
+            !cache.keys_transposed,
+            "decode_fixed reads [B, Hkv, capacity, D] keys"
+        );
+        let (cos, sin) = self.rope(positions);
+        let mut x = self.embed(tokens);
+        for (layer, (ck, cv)) in self.layers.iter().zip(&cache.layers) {
+            let xin = self.rms_norm(&x, &layer.in_norm);
+            let (q, k, v) = self.queries_keys_values(layer, &xin, &cos, &sin, use_lora);
+            let _ = ck.shallow_clone().index_copy_(2, at, &k);
+            let _ = cv.shallow_clone().index_copy_(2, at, &v);
+            let y = self.one_query_attention(&q, ck, cv, mask);
+            x = self.output_and_mlp(layer, &x, &y, use_lora);
         }
         self.final_norm(&x)
     }
