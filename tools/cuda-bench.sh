@@ -21,13 +21,18 @@
 #   5. (only when asked: CUDA_BENCH_PARTS=5, a second call) one GRPO step of
 #      ledgers/paper.toml as committed (`lm bench --grpo-as-committed`: thinking on,
 #      8,192 new tokens), its memory peak beside `plan check`'s estimate.
-# The tracked tree fits the device tool's 64 MiB transfer as it is (`git ls-files -z |
-# xargs -0 du -cb`); carry only the stripped binary.
 #   6. (after part 1) decode with the step captured as CUDA graphs (`lm bench
-#      --decode-loop graphed`, the shim of tools/cuda-graph.sh, built here or carried in
-#      target/cuda-graph/) at the 4B shape, and the same fixed-shape step run eagerly;
+#      --decode-loop graphed`, the shim of tools/cuda-graph.sh, built here or carried
+#      beside the binary) at the 4B shape, and the same fixed-shape step run eagerly;
 #      each graphed figure says whether its tokens equal the eager step's.
-# Carry the stripped binary and target/cuda-graph (built here by tools/cuda-graph.sh).
+# The tracked tree fits the device tool's 64 MiB transfer as it is (`git ls-files -z |
+# xargs -0 du -cb`: 41.0 MiB at deb4577, beside a 6.7 MiB xz of the stripped binary).
+# Prepared on the CPU machine (`.carry` listed in .git/info/exclude):
+#   mkdir -p .carry && strip -o .carry/ledger target/release/ledger && xz -f .carry/ledger &&
+#   cp "$(tools/cuda-graph.sh)" .carry/
+# then on the device, with carry [".carry"]:
+#   xz -dc .carry/ledger.xz > /tmp/ledger && chmod +x /tmp/ledger && cp .carry/*.so /tmp/ &&
+#   LEDGER_BIN=/tmp/ledger CUDA_BENCH_OUT=/tmp/cb CUDA_BENCH_COMMIT=<commit> tools/cuda-bench.sh
 # Environment: LEDGER_BIN (default target/release/ledger, under $CARGO_TARGET_DIR when set), CUDA_BENCH_OUT (default
 # target/cuda-bench), CUDA_BENCH_PARTS (default "1 6 2 3 4"; "5" alone for the paper's
 # step), CUDA_BENCH_PAPER_TIMEOUT (part 5's limit, default 420 s), CUDA_BENCH_COMMIT (the
@@ -104,10 +109,11 @@ fi
 
 if part 6 "decode as captured CUDA graphs (--decode-loop graphed) against the fixed-shape step run eagerly"; then
 # Issue 78 item 1. The shim: built here against this machine's torch (tools/cuda-graph.sh),
-# else the one built beside the binary and carried (target/cuda-graph/). Each graphed
-# figure carries tokens_equal_eager: the same lanes from the same step run eagerly.
-SHIM=$(CUDA_GRAPH_OUT="$OUT/cuda-graph" tools/cuda-graph.sh 2> "$OUT/cuda-graph-build.log") ||
-    SHIM=$(realpath target/cuda-graph/libmapf_cuda_graph.so 2>/dev/null)
+# else the one carried beside the binary. Each graphed figure carries tokens_equal_eager:
+# the same lanes from the same step run eagerly.
+SHIM=$(CUDA_GRAPH_NATIVE=1 CUDA_GRAPH_OUT="$OUT/cuda-graph" tools/cuda-graph.sh 2> "$OUT/cuda-graph-build.log") ||
+    SHIM=$(dirname "$L")/libmapf_cuda_graph.so
+[[ -f $SHIM ]] || SHIM=
 echo "shim: ${SHIM:-none}" | tee -a "$OUT/cuda-graph-build.log"
 for how in graphed fixed; do
     MAPF_CUDA_GRAPH=${SHIM:-/nonexistent} timeout 100 "$L" lm bench --shape "$S4" --device cuda \

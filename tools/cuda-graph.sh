@@ -11,6 +11,8 @@
 #     the CUDA runtime's headers from the nvidia-cuda-runtime and nvidia-cuda-crt wheels
 #     (downloaded into the same cache); the library then leaves torch's symbols to the
 #     process, which has them once `--device cuda` has loaded libtorch_cuda.so.
+#   CUDA_GRAPH_NATIVE=1  only the first: fail at once where python3 has no CUDA torch with
+#                        the runtime's headers (a GPU machine without network access)
 #   CUDA_GRAPH_OUT   where the library goes (default target/cuda-graph)
 #   CXX              the C++ compiler (default g++)
 set -euo pipefail
@@ -40,6 +42,8 @@ if [[ -n $facts ]]; then
     read -r root abi cuda_inc <<< "$facts"
     link=(-L"$root/lib" -Wl,-rpath,"$root/lib" -ltorch_cuda -lc10_cuda -ltorch_cpu -lc10)
     say "building against python3's CUDA torch at $root"
+elif [[ ${CUDA_GRAPH_NATIVE:-} == 1 ]]; then
+    die "python3 has no CUDA torch 2.11.0 with the CUDA runtime's headers (CUDA_GRAPH_NATIVE=1)"
 else
     root=$(tools/libtorch.sh)
     [[ -n $root && -d $root/include/ATen/cuda ]] || die "no CUDA torch in python3 and no libtorch headers from tools/libtorch.sh"
