@@ -9,9 +9,10 @@ const SHAPE: &str = concat!(
     "/tests/fixtures/hf/tiny-qwen3/config.json"
 );
 
-#[test]
-fn decode_figures_carry_their_rate_and_roofline_share() {
-    let o = cli(&[
+/// `lm bench` decoding the tiny shape at batches 1 and 3, 5 prompt and 6 new tokens,
+/// with `extra` flags.
+fn decode_bench(extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
         "lm",
         "bench",
         "--shape",
@@ -22,9 +23,14 @@ fn decode_figures_carry_their_rate_and_roofline_share() {
         "5",
         "--new-tokens",
         "6",
-        "--memory-bandwidth",
-        "1e10",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    cli(&args)
+}
+
+#[test]
+fn decode_figures_carry_their_rate_and_roofline_share() {
+    let o = decode_bench(&["--memory-bandwidth", "1e10"]);
     let v = json(&o);
     let decode = v["decode"].as_array().expect("decode figures");
     assert_eq!(decode.len(), 2);
@@ -54,22 +60,7 @@ fn decode_figures_carry_their_rate_and_roofline_share() {
 /// and the device's own loop are named as what they are.
 #[test]
 fn a_graphed_decode_without_graphs_says_so_once_and_decodes_windowed() {
-    let bench = |how: &str| {
-        cli(&[
-            "lm",
-            "bench",
-            "--shape",
-            SHAPE,
-            "--batch",
-            "1,3",
-            "--prompt-tokens",
-            "5",
-            "--new-tokens",
-            "6",
-            "--decode-loop",
-            how,
-        ])
-    };
+    let bench = |how: &str| decode_bench(&["--decode-loop", how]);
     let o = bench("graphed");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(

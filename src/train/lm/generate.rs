@@ -447,24 +447,9 @@ fn decode_windowed(
             lps.clear();
             let mut keep = Vec::with_capacity(rows.len());
             for (r, &l) in rows.iter().enumerate() {
-                let g = &mut out[l];
+                let row = r * span..(r + 1) * span;
                 let cap = (w.budget)(lane_prompt(l));
-                let mut open = true;
-                for k in 0..span {
-                    let tok = t[r * span + k] as u32;
-                    g.tokens.push(tok);
-                    g.logprobs.push(p[r * span + k]);
-                    if w.stop.contains(&tok) {
-                        g.stopped = true;
-                        open = false;
-                        break;
-                    }
-                    if g.tokens.len() >= cap {
-                        open = false;
-                        break;
-                    }
-                }
-                if open {
+                if extend_lane(&mut out[l], &t[row.clone()], &p[row], w.stop, cap) {
                     keep.push(r);
                 }
             }
@@ -496,6 +481,31 @@ fn decode_windowed(
         );
         logits = model.logits(&hid.select(1, 0));
     }
+}
+
+/// Append one lane's window of `tokens` and their `logprobs` to `g`, up to a token in
+/// `stop` (kept, and the lane marked stopped) or the lane's budget `cap`; what it
+/// generated after either is discarded. Returns whether the lane is still open.
+fn extend_lane(
+    g: &mut Generated,
+    tokens: &[i64],
+    logprobs: &[f32],
+    stop: &[u32],
+    cap: usize,
+) -> bool {
+    for (&tok, &lp) in tokens.iter().zip(logprobs) {
+        let tok = tok as u32;
+        g.tokens.push(tok);
+        g.logprobs.push(lp);
+        if stop.contains(&tok) {
+            g.stopped = true;
+            return false;
+        }
+        if g.tokens.len() >= cap {
+            return false;
+        }
+    }
+    true
 }
 
 /// Every lane's uniforms for its whole budget, in the order the CPU loop draws them
@@ -636,41 +646,20 @@ fn decode_fixed_shape(
             }
         }
         if emitted - read == window || emitted == max_new {
-            let span = (emitted - read) as i64;
-            let t = Vec::<i64>::try_from(
-                s.tokens
-                    .narrow(1, read as i64, span)
+            let span = emitted - read;
+            // The window's columns, row-major, on the host.
+            let window_of = |x: &Tensor| {
+                x.narrow(1, read as i64, span as i64)
                     .reshape([-1])
-                    .to_device(Device::Cpu),
-            )
-            .expect("i64 tokens");
-            let p = Vec::<f32>::try_from(
-                s.logprobs
-                    .narrow(1, read as i64, span)
-                    .reshape([-1])
-                    .to_device(Device::Cpu),
-            )
-            .expect("f32 log-probs");
-            let span = span as usize;
+                    .to_device(Device::Cpu)
+            };
+            let t = Vec::<i64>::try_from(window_of(&s.tokens)).expect("i64 tokens");
+            let p = Vec::<f32>::try_from(window_of(&s.logprobs)).expect("f32 log-probs");
             for (r, &l) in rows.iter().enumerate() {
-                if !open[r] {
-                    continue;
-                }
-                let g = &mut out[l];
-                let cap = (w.budget)(l / w.per_prompt);
-                for k in 0..span {
-                    let tok = t[r * span + k] as u32;
-                    g.tokens.push(tok);
-                    g.logprobs.push(p[r * span + k]);
-                    if w.stop.contains(&tok) {
-                        g.stopped = true;
-                        open[r] = false;
-                        break;
-                    }
-                    if g.tokens.len() >= cap {
-                        open[r] = false;
-                        break;
-                    }
+                if open[r] {
+                    let row = r * span..(r + 1) * span;
+                    let cap = (w.budget)(l / w.per_prompt);
+                    open[r] = extend_lane(&mut out[l], &t[row.clone()], &p[row], w.stop, cap);
                 }
             }
             read = emitted;
@@ -776,18 +765,34 @@ mod tests {
         }
     }
 
-    /// The GPU's windowed loop, and waves of one prompt, give every lane the tokens and
-    /// log-probs of the CPU's per-token loop, sampled and greedy, with stop tokens that
-    /// end lanes at different steps inside a window, budgets that end others, and a
-    /// prompt with no budget.
+    /// The GPU's windowed loop, the fixed-shape step a CUDA graph captures (the whole
+    /// cache attended under a mask, writes at a device-side index, rows kept until all
+    /// have ended), and waves of one prompt, give every lane the tokens and log-probs of
+    /// the CPU's per-token loop, sampled and greedy, with stop tokens that end lanes at
+    /// different steps inside a window, budgets that end others, and a prompt with no
+    /// budget. Asked for graphs on the CPU, the fixed loop decodes windowed: the same.
     #[test]
-    fn windowed_loop_and_waves_give_the_per_token_loops_lanes() {
+    fn every_loop_and_wave_gives_the_per_token_loops_lanes() {
         let m = model(false);
         let per_token = Decoding {
             host: DecodeLoop::PerToken,
             max_lanes: usize::MAX,
             ..Decoding::for_model(&m, false, 0, 0)
         };
+        let mut loops = vec![];
+        for steps in [1, 3, 16] {
+            for max_lanes in [usize::MAX, 3, 5] {
+                loops.push((DecodeLoop::Windowed { steps }, max_lanes));
+            }
+        }
+        for (steps, max_lanes, graphs) in [
+            (1, usize::MAX, false),
+            (3, 5, false),
+            (16, usize::MAX, false),
+            (4, 3, true),
+        ] {
+            loops.push((DecodeLoop::Fixed { steps, graphs }, max_lanes));
+        }
         for greedy in [false, true] {
             let stop = frequent_tokens(&run(&m, per_token, greedy, &[], false));
             let want = run(&m, per_token, greedy, &stop, false);
@@ -796,45 +801,9 @@ mod tests {
                 "the stop tokens end some lanes early"
             );
             assert!(want[9..].iter().all(|g| g.tokens.is_empty()), "no budget");
-            for steps in [1, 3, 16] {
-                for max_lanes in [usize::MAX, 3, 5] {
-                    let how = Decoding {
-                        host: DecodeLoop::Windowed { steps },
-                        max_lanes,
-                        ..per_token
-                    };
-                    let got = run(&m, how, greedy, &stop, false);
-                    assert_same(&want, &got, 1e-5, &format!("{how:?} greedy={greedy}"));
-                }
-            }
-        }
-    }
-
-    /// The fixed-shape step a CUDA graph captures (the whole cache attended under a
-    /// mask, writes at a device-side index, rows kept until all have ended) gives every
-    /// lane the per-token loop's tokens and log-probs, sampled and greedy, with stops,
-    /// budgets, windows and waves; asked for graphs on the CPU, it decodes windowed and
-    /// gives them too.
-    #[test]
-    fn the_fixed_shape_step_gives_the_per_token_loops_lanes() {
-        let m = model(false);
-        let per_token = Decoding {
-            host: DecodeLoop::PerToken,
-            max_lanes: usize::MAX,
-            ..Decoding::for_model(&m, false, 0, 0)
-        };
-        for greedy in [false, true] {
-            let stop = frequent_tokens(&run(&m, per_token, greedy, &[], false));
-            let want = run(&m, per_token, greedy, &stop, false);
-            assert!(want.iter().filter(|g| g.stopped).count() >= 2);
-            for (steps, max_lanes, graphs) in [
-                (1, usize::MAX, false),
-                (3, 5, false),
-                (16, usize::MAX, false),
-                (4, 3, true),
-            ] {
+            for &(host, max_lanes) in &loops {
                 let how = Decoding {
-                    host: DecodeLoop::Fixed { steps, graphs },
+                    host,
                     max_lanes,
                     ..per_token
                 };
