@@ -282,18 +282,22 @@ pub fn generate_as(
             DecodeLoop::Windowed { steps } => {
                 decode_windowed(model, &w, steps.max(1), &mut rngs, &mut out)
             }
-            DecodeLoop::Fixed { steps, graphs } => {
-                let shim = match graphs.then(|| super::graph::shim(model.device())) {
-                    None => None,
-                    Some(Ok(shim)) => Some(shim),
-                    Some(Err(why)) => {
-                        super::graph::say_fallback_once(&why);
-                        decode_windowed(model, &w, steps.max(1), &mut rngs, &mut out);
-                        continue;
-                    }
-                };
-                decode_fixed_shape(model, &w, steps.max(1), shim, &mut rngs, &mut out)
-            }
+            DecodeLoop::Fixed {
+                steps,
+                graphs: false,
+            } => decode_fixed_shape(model, &w, steps.max(1), None, &mut rngs, &mut out),
+            DecodeLoop::Fixed {
+                steps,
+                graphs: true,
+            } => match super::graph::shim(model.device()) {
+                Ok(shim) => {
+                    decode_fixed_shape(model, &w, steps.max(1), Some(shim), &mut rngs, &mut out)
+                }
+                Err(why) => {
+                    super::graph::say_fallback_once(&why);
+                    decode_windowed(model, &w, steps.max(1), &mut rngs, &mut out)
+                }
+            },
         }
     }
     out
@@ -368,13 +372,8 @@ fn decode_per_token(model: &Model, w: &Wave, rngs: &mut [impl rand::Rng], out: &
         let (next, lps) = pick(&logits, w.sampling, uniforms.as_deref());
         let mut keep = Vec::with_capacity(rows.len());
         for (r, &l) in rows.iter().enumerate() {
-            let tok = next[r] as u32;
-            let g = &mut out[l];
-            g.tokens.push(tok);
-            g.logprobs.push(lps[r]);
-            if w.stop.contains(&tok) {
-                g.stopped = true;
-            } else if g.tokens.len() < (w.budget)(lane_prompt(l)) {
+            let cap = (w.budget)(lane_prompt(l));
+            if extend_lane(&mut out[l], &next[r..=r], &lps[r..=r], w.stop, cap) {
                 keep.push(r);
             }
         }
@@ -546,8 +545,9 @@ struct FixedStep {
     keys: Tensor,
     /// The cache index this step writes, `[1]` (the cache's length before it).
     at: Tensor,
-    /// Tokens emitted so far, `[1]`: the column this step's pick fills.
-    step: Tensor,
+    /// The prefilled length: `at - prompt_len` tokens have been emitted, the column
+    /// this step's pick fills.
+    prompt_len: i64,
     uniforms: Option<Tensor>,
     /// Every row's tokens and log-probs, `[B, max_new]`, filled a column a step.
     tokens: Tensor,
@@ -559,19 +559,17 @@ impl FixedStep {
     /// Pick each row's next token from `logits`, record it, and run the model on it:
     /// tensor ops only, the same shapes every step, nothing read back.
     fn run(&self, model: &Model, w: &Wave) {
-        let u = self
-            .uniforms
-            .as_ref()
-            .map(|u| u.index_select(1, &self.step));
+        let column = &self.at - self.prompt_len;
+        let u = self.uniforms.as_ref().map(|u| u.index_select(1, &column));
         let (tok, lp) = pick_on_device(&self.logits, w.sampling, u.as_ref());
         let _ = self
             .tokens
             .shallow_clone()
-            .index_copy_(1, &self.step, &tok.unsqueeze(1));
+            .index_copy_(1, &column, &tok.unsqueeze(1));
         let _ = self
             .logprobs
             .shallow_clone()
-            .index_copy_(1, &self.step, &lp.unsqueeze(1));
+            .index_copy_(1, &column, &lp.unsqueeze(1));
         self.feed.shallow_clone().copy_(&tok.unsqueeze(1));
         let mask = self
             .pad_bias
@@ -589,7 +587,6 @@ impl FixedStep {
             .shallow_clone()
             .copy_(&model.logits(&hid.select(1, 0)));
         let _ = self.at.shallow_clone().g_add_scalar_(1);
-        let _ = self.step.shallow_clone().g_add_scalar_(1);
     }
 }
 
@@ -616,7 +613,7 @@ fn decode_fixed_shape(
         pad_bias: attention_bias(&row_pads, 1, capacity, device),
         keys: Tensor::arange(capacity, (Kind::Int64, device)).view([1, 1, 1, capacity]),
         at: Tensor::from_slice(&[cache.len]).to(device),
-        step: Tensor::zeros([1], (Kind::Int64, device)),
+        prompt_len: cache.len,
         uniforms: lane_uniforms(w, &rows, max_new, rngs, device),
         tokens: Tensor::zeros([b, max_new as i64], (Kind::Int64, device)),
         logprobs: Tensor::zeros([b, max_new as i64], (Kind::Float, device)),
