@@ -497,6 +497,12 @@ impl Sizing<'_> {
         (resident_parts, phases, facts)
     }
 
+    /// Whether training and scoring forwards attend under a mask (the plan's `[lm]
+    /// training_attention`).
+    fn masked(&self) -> bool {
+        self.plan.lm.training_attention == crate::plan::trainer::TrainingAttention::Masked
+    }
+
     /// GRPO's phases under knobs `k`: a group's generation, the training micro-batch
     /// and, with a KL term under LoRA, the KL reference's scoring (its generation
     /// phase's name left open for the waves).
@@ -517,6 +523,7 @@ impl Sizing<'_> {
             recompute: split && k.recompute,
             log_prob_chunk: if split { k.chunk } else { 0 },
             attention,
+            mask: self.masked(),
         };
         let train = Training {
             rows,
@@ -559,6 +566,7 @@ impl Sizing<'_> {
                 recompute: false,
                 log_prob_chunk: k.chunk,
                 attention,
+                mask: self.masked(),
             };
             phases.push(Part {
                 name: format!("KL reference ({rows} rows, no gradients)"),
@@ -590,6 +598,7 @@ impl Sizing<'_> {
         };
         let whole = TrainingLayout {
             attention,
+            mask: self.masked(),
             ..TrainingLayout::WHOLE
         };
         let tokens = prompt + new - 1;
@@ -656,6 +665,7 @@ impl Sizing<'_> {
         let new = self.tokens.train_new;
         let whole = TrainingLayout {
             attention,
+            mask: self.masked(),
             ..TrainingLayout::WHOLE
         };
         Some(Part {

@@ -11,10 +11,13 @@
 #   2. one 4B LoRA GRPO step of ledgers/paper.toml's shape (32 prompts x 8 samples,
 #      its micro-batches of at most 65,536 tokens, recomputed layers, KL to the base) at
 #      512 new tokens, thinking off: its phase split and MFU, GPU utilisation sampled
-#      every 200 ms; then with the adapters' products in f32 and as is again;
+#      every 200 ms; then with each training kernel of issue 78 item 2 (`[lm]
+#      training_attention = "causal"`, `training_norms = "fused"`), both, and as is
+#      again, on the same machine;
 #   3. the base planner's warm-up steps of 64 rows (ledgers/models/mapf-base-indep, the
 #      retired mapf-base-indep-v4's shape, on the engineer examples of ledgers/base-indep-v4.toml) with the GPU's utilisation and
-#      their phase split, then again with the allocator's expandable segments;
+#      their phase split, then again with the allocator's expandable segments, and with
+#      both training kernels;
 #   4. tests/plans/lm-tiny.toml run for 2 stages on the GPU and replayed there
 #      (`replay --verify`), bundled as the CUDA fixture's candidate; and the committed
 #      fixture (tests/fixtures/lm-tiny-cuda.bundle) replayed too;
@@ -94,6 +97,8 @@ PY
 }
 S06=ledgers/models/shapes/qwen3-0.6b.config.json
 S4=ledgers/models/shapes/qwen3-4b.config.json
+# Plan $1 with the line(s) $2 added to its [lm] section (the training kernels' variants).
+kernels() { sed "s/^\[lm\]\$/[lm]\n$2/" "$1"; }
 
 if part 1 decode, ledger against generate; then
 for s in 0.6b 4b; do
@@ -128,13 +133,17 @@ sample "$OUT/util-grpo.txt"
 timeout 200 "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan ledgers/paper.toml \
     --grpo-new-tokens 512 "${FLAGS[@]}" > "$OUT/grpo-4b.json" 2> "$OUT/grpo-4b.log"
 echo "rc=$?"; cat "$OUT/grpo-4b.log"; unsample "$OUT/util-grpo.txt" "$OUT/grpo-4b.json" grpo | tee -a "$OUT/grpo-4b.log"
-# The same step with the adapters' products in f32, then paper.toml again: a same-machine
-# comparison (the first call on a machine is slower in every phase; run 8).
-sed 's/^lora_in_compute_dtype = true$/lora_in_compute_dtype = false/' ledgers/paper.toml > "$TMP/paper-f32-lora.toml"
-for v in f32-lora:"$TMP/paper-f32-lora.toml" again:ledgers/paper.toml; do
-    timeout 120 "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan "${v#*:}" \
-        --grpo-new-tokens 512 "${FLAGS[@]}" > "$OUT/grpo-4b-${v%%:*}.json" 2> "$OUT/grpo-4b-${v%%:*}.log"
-    echo "${v%%:*} rc=$?"; cat "$OUT/grpo-4b-${v%%:*}.log"
+# The same step with each training kernel (issue 78 item 2), both, then paper.toml again:
+# a same-machine comparison (the first call on a machine is slower in every phase; run 8).
+# (The adapters' products in f32 against bf16 were measured in cuda-bench-h100/run8.)
+kernels ledgers/paper.toml 'training_attention = "causal"' > "$TMP/paper-causal.toml"
+kernels ledgers/paper.toml 'training_norms = "fused"' > "$TMP/paper-fused-norms.toml"
+kernels ledgers/paper.toml 'training_attention = "causal"\ntraining_norms = "fused"' > "$TMP/paper-both.toml"
+for v in causal fused-norms both again; do
+    plan=$TMP/paper-$v.toml; [[ $v == again ]] && plan=ledgers/paper.toml
+    timeout 100 "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan "$plan" \
+        --grpo-new-tokens 512 "${FLAGS[@]}" > "$OUT/grpo-4b-$v.json" 2> "$OUT/grpo-4b-$v.log"
+    echo "$v rc=$?"; cat "$OUT/grpo-4b-$v.log"
 done
 fi
 
@@ -151,6 +160,13 @@ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 90 "$L" lm bench --devi
     --warmup-steps 20 --warmup-batch 64 > "$OUT/warmup-expandable.json" 2> "$OUT/warmup-expandable.log"
 echo "expandable segments rc=$?"; cat "$OUT/warmup-expandable.log"
 unsample "$OUT/util-warmup-expandable.txt" "$OUT/warmup-expandable.json" warmup | tee -a "$OUT/warmup-expandable.log"
+# Both training kernels (issue 78 item 2) on the warm-up's forward and backward.
+kernels ledgers/base-indep-v4.toml 'training_attention = "causal"\ntraining_norms = "fused"' > "$TMP/warmup-kernels.toml"
+sample "$OUT/util-warmup-kernels.txt"
+timeout 90 "$L" lm bench --device cuda --batch --warmup-model ledgers/models/mapf-base-indep \
+    --warmup-plan "$TMP/warmup-kernels.toml" --warmup-steps 20 --warmup-batch 64 > "$OUT/warmup-kernels.json" 2> "$OUT/warmup-kernels.log"
+echo "training kernels rc=$?"; cat "$OUT/warmup-kernels.log"
+unsample "$OUT/util-warmup-kernels.txt" "$OUT/warmup-kernels.json" warmup | tee -a "$OUT/warmup-kernels.log"
 fi
 
 if part 4 "a CUDA record and its replay"; then

@@ -290,8 +290,10 @@ fn warmup(
 ) -> Result<WarmupFigure, BenchError> {
     use super::corpus;
     let name = format!("{}", model_dir.display());
-    let lm =
+    let mut lm =
         super::load_language_model(Path::new("."), &name, device).map_err(BenchError::Model)?;
+    // The plan's memory settings and training kernels, as a run applies them.
+    crate::train::policy::Policy::set_memory(&mut lm, plan.memory());
     let batch = spec
         .warmup_batch
         .unwrap_or(plan.warmup.engineer_batch_size as usize)

@@ -87,14 +87,31 @@ impl AttentionKernel {
 }
 
 /// How a training micro-batch bounds its memory: the plan's `[grpo] recompute` and
-/// `log_prob_chunk` (which `grpo` applies to micro-batches only), and the device's
-/// attention kernel.
+/// `log_prob_chunk` (which `grpo` applies to micro-batches only), the device's
+/// attention kernel, and whether rows attend under a mask (the plan's `[lm]
+/// training_attention`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrainingLayout {
     pub recompute: bool,
     /// Target tokens per loss-head chunk; 0: every target at once.
     pub log_prob_chunk: u64,
     pub attention: AttentionKernel,
+    /// Left-padded rows under an additive mask (`masked`); false: right-padded rows
+    /// under the causal kernel (`causal`), which makes no mask and, on the CPU too,
+    /// runs the flash kernel that never materialises the probabilities.
+    pub mask: bool,
+}
+
+impl TrainingLayout {
+    /// Where the probabilities go under this layout: with no mask, streamed on every
+    /// device.
+    fn kernel(&self) -> AttentionKernel {
+        if self.mask {
+            self.attention
+        } else {
+            AttentionKernel::Streamed
+        }
+    }
 }
 
 impl TrainingLayout {
@@ -104,6 +121,7 @@ impl TrainingLayout {
         recompute: false,
         log_prob_chunk: 0,
         attention: AttentionKernel::Materialised,
+        mask: true,
     };
 }
 
@@ -382,9 +400,12 @@ impl Estimator<'_> {
         norms + qk_norm + rope + attention + o_input + mlp + lora
     }
 
-    /// The attention mask of a forward of `rows` x `tokens`: the f32 bias and, in bf16,
-    /// its one cast for every layer.
-    fn mask(&self, rows: u64, tokens: u64) -> u64 {
+    /// The attention mask of a forward of `rows` x `tokens` under `how`: the f32 bias
+    /// and, in bf16, its one cast for every layer; nothing without a mask.
+    fn mask(&self, rows: u64, tokens: u64, how: TrainingLayout) -> u64 {
+        if !how.mask {
+            return 0;
+        }
         let cast = if self.bf16() { self.bytes } else { 0 };
         rows * tokens * tokens * (4 + cast)
     }
@@ -413,7 +434,7 @@ impl Estimator<'_> {
         let (h, i, qd, kd, layers, _) = self.dims();
         let b = self.bytes;
         let tokens = t.rows * t.tokens;
-        let scores = match how.attention {
+        let scores = match how.kernel() {
             AttentionKernel::Materialised => self.scores(t.rows, t.tokens, b),
             AttentionKernel::Streamed => 0,
         };
@@ -433,7 +454,7 @@ impl Estimator<'_> {
                 2 * hidden
             };
             return layers * per_layer
-                + self.mask(t.rows, t.tokens)
+                + self.mask(t.rows, t.tokens, how)
                 + cut
                 + self.head_forward(chunk)
                 + self.head_backward(chunk).max(per_layer)
@@ -441,10 +462,14 @@ impl Estimator<'_> {
         }
         // Recomputed layers: the mask is cast once and the f32 bias dropped (made
         // before anything else of the micro-batch lives); the boundaries stay.
-        let mask = t.rows * t.tokens * t.tokens * b;
+        let mask = if how.mask {
+            t.rows * t.tokens * t.tokens * b
+        } else {
+            0
+        };
         let boundaries = (layers + 1) * hidden;
         let forward = tokens * (3 * i * b + 4 * h * 4 + 3 * qd * b + 2 * kd * b)
-            + match how.attention {
+            + match how.kernel() {
                 AttentionKernel::Materialised => self.scores(t.rows, t.tokens, 4),
                 AttentionKernel::Streamed => 0,
             };
@@ -471,7 +496,8 @@ impl Estimator<'_> {
         } else {
             0
         };
-        (self.mask(t.rows, t.tokens)).max(mask + boundaries + forward.max(head).max(layer_backward))
+        (self.mask(t.rows, t.tokens, how))
+            .max(mask + boundaries + forward.max(head).max(layer_backward))
             + cast
     }
 
@@ -490,12 +516,12 @@ impl Estimator<'_> {
             0 => t.targets,
             c => c.min(t.targets),
         };
-        let scores = match how.attention {
+        let scores = match how.kernel() {
             AttentionKernel::Materialised => self.scores(t.rows, t.tokens, 4),
             AttentionKernel::Streamed => 0,
         };
         tokens * (3 * i * b + 4 * h * 4 + 3 * qd * b + 2 * kd * b)
-            + self.mask(t.rows, t.tokens)
+            + self.mask(t.rows, t.tokens, how)
             + scores
             + chunk * v * 4 * 3
             + self.cast_copy()
@@ -732,6 +758,7 @@ mod tests {
                     recompute,
                     log_prob_chunk,
                     attention,
+                    mask: true,
                 },
             )
         };
@@ -759,9 +786,37 @@ mod tests {
                     recompute: false,
                     log_prob_chunk: c,
                     attention: Streamed,
+                    mask: true,
                 },
             )
         };
         assert_eq!(s(0) - s(1024), (t.targets - 1024) * 151_936 * 4 * 3);
+        // Causal rows make no mask: its f32 bias and bf16 cast are gone from every
+        // layout, and on the CPU the probabilities are not kept either.
+        let mask = 8 * 8417 * 8417 * (4 + 2);
+        for recompute in [false, true] {
+            let masked = at(recompute, 1024, Streamed);
+            let causal = e.training_with(
+                &t,
+                TrainingLayout {
+                    recompute,
+                    log_prob_chunk: 1024,
+                    attention: Streamed,
+                    mask: false,
+                },
+            );
+            assert!(
+                causal + mask / 3 <= masked,
+                "{recompute}: {causal} vs {masked}"
+            );
+        }
+        let causal_cpu = TrainingLayout {
+            mask: false,
+            ..TrainingLayout::WHOLE
+        };
+        assert_eq!(
+            e.training_with(&t, causal_cpu),
+            at(false, 0, Streamed) - mask
+        );
     }
 }

@@ -555,6 +555,8 @@ impl LedgerPlan {
             log_prob_chunk: self.grpo.log_prob_chunk,
             recompute: self.grpo.recompute,
             lora_in_compute_dtype: self.lm.lora_in_compute_dtype,
+            training_attention: self.lm.training_attention,
+            training_norms: self.lm.training_norms,
         }
     }
 
@@ -849,7 +851,7 @@ mod tests {
                 generation_memory: Some(24 << 30),
                 log_prob_chunk: 512,
                 recompute: true,
-                lora_in_compute_dtype: false,
+                ..trainer::MemorySettings::default()
             }
         );
         assert_ne!(set.hash(), demo.hash());
@@ -862,6 +864,43 @@ mod tests {
         let on = LedgerPlan::parse(on.as_bytes()).unwrap();
         assert!(on.memory().lora_in_compute_dtype);
         assert_ne!(on.hash(), demo.hash());
+        // The training kernels: the recorded ones by default, named or not, and either
+        // lever a different plan.
+        let named = DEMO.replace(
+            "[lm]",
+            "[lm]\ntraining_attention = \"masked\"\ntraining_norms = \"eager\"",
+        );
+        assert_eq!(
+            LedgerPlan::parse(named.as_bytes()).unwrap().hash(),
+            demo.hash()
+        );
+        for (line, memory) in [
+            (
+                "training_attention = \"causal\"",
+                trainer::MemorySettings {
+                    training_attention: trainer::TrainingAttention::Causal,
+                    ..demo.memory()
+                },
+            ),
+            (
+                "training_norms = \"fused\"",
+                trainer::MemorySettings {
+                    training_norms: trainer::TrainingNorms::Fused,
+                    ..demo.memory()
+                },
+            ),
+        ] {
+            let plan = DEMO.replace("[lm]", &format!("[lm]\n{line}"));
+            let plan = LedgerPlan::parse(plan.as_bytes()).unwrap();
+            assert_eq!(plan.memory(), memory, "{line}");
+            assert_ne!(plan.hash(), demo.hash(), "{line}");
+        }
+        let bad = DEMO.replace("[lm]", "[lm]\ntraining_attention = \"flash\"");
+        let err = LedgerPlan::parse(bad.as_bytes()).unwrap_err().to_string();
+        assert!(
+            err.contains("training_attention") || err.contains("flash"),
+            "{err}"
+        );
         // The same size in another unit is the same plan.
         let gib = DEMO.replace("[lm]", "[lm]\ngeneration_memory = \"24GiB\"");
         let mib = DEMO.replace("[lm]", "[lm]\ngeneration_memory = \"24576MiB\"");

@@ -229,6 +229,8 @@ impl GrpoConfig {
 /// (`train::policy::Policy::set_memory`). None of it changes what is computed, only in
 /// how many pieces, except `lora_in_compute_dtype`, the one numeric setting a loaded
 /// policy takes from its plan; not recorded in checkpoints (the plan records them).
+/// The training kernels ride along: like `lora_in_compute_dtype` they change what is
+/// computed by a rounding and are set on a loaded policy from its plan.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemorySettings {
     /// Bytes a generation call's lanes may hold (None: derived on CUDA, one wave on the
@@ -240,6 +242,10 @@ pub struct MemorySettings {
     pub recompute: bool,
     /// `[lm] lora_in_compute_dtype`.
     pub lora_in_compute_dtype: bool,
+    /// `[lm] training_attention`.
+    pub training_attention: TrainingAttention,
+    /// `[lm] training_norms`.
+    pub training_norms: TrainingNorms,
 }
 
 /// Optimiser hyper-parameters (named in the plan file, recorded in checkpoints).
@@ -470,6 +476,43 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+fn is_default<T: Default + PartialEq>(t: &T) -> bool {
+    *t == T::default()
+}
+
+/// How a training or scoring forward (GRPO's loss, its old and reference log-probs,
+/// the warm-up's imitation) lays out its rows and attends: the plan's `[lm]
+/// training_attention`. Both give every target token the same log-probability up to
+/// the kernels' rounding (`train::lm` tests them against each other).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainingAttention {
+    /// Rows left-padded under an additive `[B, 1, T, T]` mask that hides the padding:
+    /// what every recorded run computed.
+    #[default]
+    Masked,
+    /// Rows right-padded, attending with torch's causal kernel and no mask: a real
+    /// token's keys are all real, and the padding after it is never read. No mask is
+    /// made (a 64 x 1,100-token micro-batch's is 310 MB in f32 plus its bf16 cast), and
+    /// a GPU may run its flash kernel, which takes no mask.
+    Causal,
+}
+
+/// How a training or scoring forward computes RMSNorm: the plan's `[lm]
+/// training_norms`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainingNorms {
+    /// transformers' eager order: a cast to f32, the mean of squares, the reciprocal
+    /// root, the product, a cast back (eight kernels forward), then the weight.
+    #[default]
+    Eager,
+    /// torch's `rms_norm` (statistics in f32, rounded once) and the weight: two
+    /// kernels forward, as a GPU's generation copy already runs them. Agrees with the
+    /// eager order to the rounding of the mean.
+    Fused,
+}
+
 /// The plan's `[lm]` section.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -535,6 +578,17 @@ pub struct LmSpec {
     /// canonical encoding while false, so plans without it keep their hash.
     #[serde(skip_serializing_if = "is_false")]
     pub lora_in_compute_dtype: bool,
+    /// Training and scoring forwards on left-padded rows under a mask (`masked`) or on
+    /// right-padded rows with the causal kernel (`causal`); see [`TrainingAttention`].
+    /// Changes what is computed (by a rounding), so it is a plan field; left out of the
+    /// canonical encoding while `masked`, so plans without it keep their hash.
+    #[serde(skip_serializing_if = "is_default")]
+    pub training_attention: TrainingAttention,
+    /// RMSNorm of the trained model in transformers' eager order (`eager`) or as one
+    /// fused kernel (`fused`); see [`TrainingNorms`]. Left out of the canonical
+    /// encoding while `eager`.
+    #[serde(skip_serializing_if = "is_default")]
+    pub training_norms: TrainingNorms,
 }
 
 impl Default for LmSpec {
@@ -566,6 +620,8 @@ impl Default for LmSpec {
             engineer_attempts: 1,
             generation_memory: None,
             lora_in_compute_dtype: false,
+            training_attention: TrainingAttention::Masked,
+            training_norms: TrainingNorms::Eager,
         }
     }
 }

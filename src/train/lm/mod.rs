@@ -103,7 +103,7 @@ pub enum LmError {
     Plan(#[from] crate::plan::PlanError),
 }
 
-pub use crate::plan::trainer::{LmSpec, PromptStyle};
+pub use crate::plan::trainer::{LmSpec, PromptStyle, TrainingAttention, TrainingNorms};
 
 pub use crate::record::checkpoint::{Frozen, LmArch, Origin};
 
@@ -403,7 +403,7 @@ impl LmPolicy {
         }
     }
 
-    /// [`Self::token_log_probs`] of the given rows (ascending), left-padded to one length.
+    /// [`Self::token_log_probs`] of the given rows (ascending), padded to one length.
     fn score_rows(
         &self,
         prompts: &[&[u32]],
@@ -421,14 +421,10 @@ impl LmPolicy {
                 rollout_of: Tensor::zeros([0], (Kind::Int64, d)),
             };
         }
-        let batch = RowBatch::new(prompts, targets, rows, d);
-        let hid = self.model.hidden(
-            &batch.tokens,
-            &batch.positions,
-            &batch.bias(d),
-            None,
-            use_lora,
-        );
+        let batch = RowBatch::new(prompts, targets, rows, d, self.memory.training_attention);
+        let hid = self
+            .model
+            .uncached(&batch.tokens, &batch.layer_inputs(&self.model), use_lora);
         let (per_action, entropy) =
             self.target_log_probs(&batch.flat(&hid), &batch.pick, &batch.target, temperature);
         LogProbs {
@@ -604,6 +600,8 @@ impl Policy for LmPolicy {
         self.memory = memory;
         self.model.generation_memory = memory.generation_memory;
         self.model.lora_in_compute_dtype = memory.lora_in_compute_dtype;
+        self.model
+            .set_fused_norms(memory.training_norms == TrainingNorms::Fused);
     }
 
     fn reference_log_probs(
@@ -770,13 +768,21 @@ pub fn downcast(policy: Box<dyn Policy>) -> Option<LmPolicy> {
 }
 
 /// Rows of [`LmPolicy::token_log_probs`] laid out for one forward: prompt and target
-/// (all but its last token) left-padded to one length, and for every target token its
-/// flat position in `[B T]`, its id and its row.
+/// (all but its last token) padded to one length, and for every target token its flat
+/// position in `[B T]`, its id and its row.
+///
+/// Under [`TrainingAttention::Masked`] rows are left-padded and attend under an
+/// additive bias that hides the padding; under [`TrainingAttention::Causal`] they are
+/// right-padded and attend causally with no mask: a real token sees only the tokens
+/// before it, all real, and the padding after the row is never read (its outputs are
+/// picked by no target, so no gradient flows from them). Real tokens sit at positions
+/// `0..len` either way.
 struct RowBatch {
     /// `[B, T]` token ids and positions.
     tokens: Tensor,
     positions: Tensor,
-    /// Each row's left padding.
+    attention: TrainingAttention,
+    /// Each row's left padding (all 0 when right-padded).
     pads: Vec<i64>,
     len: i64,
     /// Per target token, in row order: where its hidden state is in `[B T]` (the
@@ -787,8 +793,15 @@ struct RowBatch {
 }
 
 impl RowBatch {
-    /// `rows` (ascending, not empty) of `prompts` and `targets`, on `device`.
-    fn new(prompts: &[&[u32]], targets: &[&[u32]], rows: &[usize], device: Device) -> RowBatch {
+    /// `rows` (ascending, not empty) of `prompts` and `targets`, on `device`, laid out
+    /// for `attention`.
+    fn new(
+        prompts: &[&[u32]],
+        targets: &[&[u32]],
+        rows: &[usize],
+        device: Device,
+        attention: TrainingAttention,
+    ) -> RowBatch {
         let len = |i: usize| prompts[i].len() + targets[i].len() - 1;
         let t = rows.iter().map(|&i| len(i)).max().unwrap_or(0) as i64;
         let b = rows.len() as i64;
@@ -797,11 +810,16 @@ impl RowBatch {
         let mut pads = Vec::with_capacity(rows.len());
         let (mut pick, mut target, mut row_of) = (Vec::new(), Vec::new(), Vec::new());
         for (row, &i) in rows.iter().enumerate() {
-            let pad = t - len(i) as i64;
+            let fill = t - len(i) as i64;
+            let pad = match attention {
+                TrainingAttention::Masked => fill,
+                TrainingAttention::Causal => 0,
+            };
             pads.push(pad);
             toks.extend(std::iter::repeat_n(0i64, pad as usize));
             toks.extend(prompts[i].iter().map(|&x| x as i64));
             toks.extend(targets[i][..targets[i].len() - 1].iter().map(|&x| x as i64));
+            toks.extend(std::iter::repeat_n(0i64, (fill - pad) as usize));
             pos.extend((0..t).map(|j| (j - pad).max(0)));
             for (k, &token) in targets[i].iter().enumerate() {
                 pick.push(row as i64 * t + pad + (prompts[i].len() - 1 + k) as i64);
@@ -812,6 +830,7 @@ impl RowBatch {
         RowBatch {
             tokens: Tensor::from_slice(&toks).view([b, t]).to(device),
             positions: Tensor::from_slice(&pos).view([b, t]).to(device),
+            attention,
             pads,
             len: t,
             pick,
@@ -820,9 +839,17 @@ impl RowBatch {
         }
     }
 
-    /// The additive attention bias `[B, 1, T, T]` (f32), made when a forward needs it.
-    fn bias(&self, device: Device) -> Tensor {
-        generate::attention_bias(&self.pads, self.len, self.len, device)
+    /// What every layer of `model`'s forward of these rows shares: RoPE of the
+    /// positions and, for left-padded rows, the mask (its f32 bias made on the model's
+    /// device and cast at once, so it lives no longer than that).
+    fn layer_inputs(&self, model: &model::Model) -> model::LayerInputs {
+        match self.attention {
+            TrainingAttention::Masked => {
+                let bias = generate::attention_bias(&self.pads, self.len, self.len, model.device());
+                model.layer_inputs(&self.positions, Some(&bias))
+            }
+            TrainingAttention::Causal => model.layer_inputs(&self.positions, None),
+        }
     }
 
     /// Hidden states `[B, T, hidden]` as `[B T, hidden]`, the rows `pick` indexes.

@@ -203,11 +203,12 @@ impl KvCache {
 }
 
 /// What every layer of one uncached forward shares ([`Model::layer_inputs`]): RoPE's
-/// cos and sin for the positions, and the attention mask in the compute dtype.
+/// cos and sin for the positions, and the attention mask in the compute dtype (None:
+/// causal attention with no mask, for right-padded rows).
 pub struct LayerInputs {
     cos: Tensor,
     sin: Tensor,
-    mask: Tensor,
+    mask: Option<Tensor>,
 }
 
 /// The model: parameters and the forward pass.
@@ -233,7 +234,8 @@ pub struct Model {
     /// `[lm] lora_in_compute_dtype`, set with the policy's memory settings).
     pub lora_in_compute_dtype: bool,
     /// RMSNorm as one fused `rms_norm` call (a GPU's generation copy,
-    /// [`GenerationLayout::fused_norms`]) rather than transformers' eager eight ops.
+    /// [`GenerationLayout::fused_norms`], or every forward under the plan's `[lm]
+    /// training_norms = "fused"`) rather than transformers' eager eight ops.
     fused_norms: bool,
 }
 
@@ -613,7 +615,7 @@ impl Model {
             inv_freq: self.inv_freq.shallow_clone(),
             generation_memory: self.generation_memory,
             lora_in_compute_dtype: self.lora_in_compute_dtype,
-            fused_norms: layout.fused_norms,
+            fused_norms: layout.fused_norms || self.fused_norms,
         })
     }
 
@@ -714,7 +716,7 @@ impl Model {
         // The mask in the compute dtype, cast once for every layer (a decode step on a
         // GPU is kernel launches: one cast per layer was 36 more for a 4B model).
         let mask = bias.to_kind(self.dtype);
-        let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor| self.attention(q, k, v, &mask);
+        let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor| self.attention(q, k, v, Some(&mask));
         // The decode kernel's bias rows `[B, Tk]`, made once for all layers.
         let decode_bias = (t == 1 && cache.as_ref().is_some_and(|c| c.keys_transposed))
             .then(|| bias.reshape([b, -1]).contiguous());
@@ -868,18 +870,19 @@ impl Model {
 
     /// Fused attention (torch's `scaled_dot_product_attention`) of queries `[B, H, Tq,
     /// D]` over keys and values `[B, Hkv, Tk, D]` under `mask` (the additive bias in the
-    /// compute dtype), as `[B, Tq, H D]`. Grouped-query heads are handled by the kernel
-    /// (`enable_gqa`), so keys and values are not copied. On the CPU its flash kernel
-    /// never materialises the `[Tq, Tk]` scores without a mask; with one it does (what
-    /// `train::memory` counts there). On an H100 with torch 2.11 a bf16 call with a
-    /// mask and grouped heads runs cuDNN's kernel, which does not.
-    fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Tensor {
+    /// compute dtype; None: causal, `Tq == Tk`), as `[B, Tq, H D]`. Grouped-query heads
+    /// are handled by the kernel (`enable_gqa`), so keys and values are not copied. On
+    /// the CPU its flash kernel never materialises the `[Tq, Tk]` scores without a mask;
+    /// with one it does (what `train::memory` counts there). On an H100 with torch 2.11
+    /// a bf16 call with a mask and grouped heads runs cuDNN's kernel, which does not.
+    fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Tensor {
         let c = &self.cfg;
         let (h, kvh, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let scale = 1.0 / (d as f64).sqrt();
         let size = q.size();
         let (b, t) = (size[0], size[2]);
-        Tensor::scaled_dot_product_attention(q, k, v, Some(mask), 0.0, false, scale, h > kvh)
+        let causal = mask.is_none();
+        Tensor::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale, h > kvh)
             .transpose(1, 2)
             .reshape([b, t, h * d])
     }
@@ -916,13 +919,34 @@ impl Model {
     }
 
     /// What every layer of one uncached forward shares (see [`Model::layer`]).
-    pub fn layer_inputs(&self, positions: &Tensor, bias: &Tensor) -> LayerInputs {
+    /// `bias`: the additive f32 bias `[B, 1, T, T]` of left-padded rows, or None for
+    /// right-padded rows under causal attention.
+    pub fn layer_inputs(&self, positions: &Tensor, bias: Option<&Tensor>) -> LayerInputs {
         let (cos, sin) = self.rope(positions);
         LayerInputs {
             cos,
             sin,
-            mask: bias.to_kind(self.dtype),
+            mask: bias.map(|b| b.to_kind(self.dtype)),
         }
+    }
+
+    /// Final hidden states `[B, T, hidden]` of an uncached forward (a training or
+    /// scoring forward) of `tokens` `[B, T]` under `inputs`: embedding, every
+    /// [`Model::layer`], the final norm. With a mask, the ops (and bits) of
+    /// [`Model::hidden`] without a cache.
+    pub fn uncached(&self, tokens: &Tensor, inputs: &LayerInputs, use_lora: bool) -> Tensor {
+        let mut x = self.embed(tokens);
+        for l in 0..self.layers.len() {
+            x = self.layer(l, &x, inputs, use_lora);
+        }
+        self.final_norm(&x)
+    }
+
+    /// RMSNorm as torch's one fused kernel (`true`) or in transformers' eager order:
+    /// the plan's `[lm] training_norms`, set on a loaded policy. Generation copies made
+    /// afterwards inherit it.
+    pub fn set_fused_norms(&mut self, fused: bool) {
+        self.fused_norms = fused;
     }
 
     /// Decoder layer `l` of an uncached forward (a training or scoring forward) on the
@@ -932,7 +956,7 @@ impl Model {
         let layer = &self.layers[l];
         let xin = self.rms_norm(x, &layer.in_norm);
         let (q, k, v) = self.queries_keys_values(layer, &xin, &inputs.cos, &inputs.sin, use_lora);
-        let y = self.attention(&q, &k, &v, &inputs.mask);
+        let y = self.attention(&q, &k, &v, inputs.mask.as_ref());
         self.output_and_mlp(layer, x, &y, use_lora)
     }
 

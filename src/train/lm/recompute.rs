@@ -67,10 +67,8 @@ fn backward_from(output: &Tensor, gradient: &Tensor) {
 /// without them, keeping each layer's input.
 fn forward(policy: &LmPolicy, batch: RowBatch, temperature: f64) -> Forward {
     let model = &policy.model;
-    let device = model.device();
+    let shared = batch.layer_inputs(model);
     let (hidden, layers) = if policy.memory.recompute {
-        // The f32 bias lives only until it is cast for the layers.
-        let shared = model.layer_inputs(&batch.positions, &batch.bias(device));
         let mut inputs = Vec::with_capacity(model.cfg.num_hidden_layers as usize);
         let top = tch::no_grad(|| {
             let mut x = model.embed(&batch.tokens);
@@ -92,14 +90,7 @@ fn forward(policy: &LmPolicy, batch: RowBatch, temperature: f64) -> Forward {
             }),
         )
     } else {
-        let hidden = model.hidden(
-            &batch.tokens,
-            &batch.positions,
-            &batch.bias(device),
-            None,
-            true,
-        );
-        (hidden, None)
+        (model.uncached(&batch.tokens, &shared, true), None)
     };
     let leaf = hidden.detach().set_requires_grad(true);
     let (per_action, entropy) = tch::no_grad(|| {
@@ -195,7 +186,13 @@ pub(super) fn backward_loss(
         .map(|part| {
             forward(
                 policy,
-                RowBatch::new(prompts, targets, part, device),
+                RowBatch::new(
+                    prompts,
+                    targets,
+                    part,
+                    device,
+                    policy.memory.training_attention,
+                ),
                 temperature,
             )
         })
@@ -474,6 +471,99 @@ mod tests {
             let d = relative_difference(&g, &plain);
             assert!(d <= 1e-2, "{m:?}: relative gradient difference {d}");
         }
+    }
+
+    /// The training kernels (`[lm] training_attention = "causal"`, `training_norms =
+    /// "fused"`, each alone and both) against the recorded ones (masked, eager), with
+    /// the whole backward, recomputed layers and chunked log-probs: the loss within
+    /// `loss_tol` relative, every gradient within `grad_tol` of the largest, and the
+    /// policy's and the KL reference's log-probs and entropies within `lp_tol`.
+    fn kernels_agree(mut p: LmPolicy, inst: &[Instance], rollouts: &[Rollout], tol: [f64; 3]) {
+        use crate::plan::trainer::{TrainingAttention as A, TrainingNorms as N};
+        let [loss_tol, grad_tol, lp_tol] = tol;
+        let lens: Vec<usize> = p.row_tokens(inst, rollouts);
+        assert!(
+            length_buckets(&lens)
+                .iter()
+                .any(|b| b.iter().any(|&k| lens[k] != lens[b[0]])),
+            "a bucket pads a row: {lens:?}"
+        );
+        let scored = |p: &LmPolicy| {
+            tch::no_grad(|| {
+                let lp = p.log_probs(inst, rollouts);
+                let reference = p.reference_log_probs(inst, rollouts);
+                (lp, reference)
+            })
+        };
+        for (recompute, chunk) in [(false, 0), (true, 5)] {
+            let memory = MemorySettings {
+                recompute,
+                log_prob_chunk: chunk,
+                ..MemorySettings::default()
+            };
+            let (want_loss, want) = gradients(&mut p, inst, rollouts, memory);
+            let (want_lp, want_ref) = scored(&p);
+            for (attention, norms) in [
+                (A::Causal, N::Eager),
+                (A::Masked, N::Fused),
+                (A::Causal, N::Fused),
+            ] {
+                let m = MemorySettings {
+                    training_attention: attention,
+                    training_norms: norms,
+                    ..memory
+                };
+                let (l, g) = gradients(&mut p, inst, rollouts, m);
+                assert!(
+                    (l - want_loss).abs() <= loss_tol * want_loss.abs().max(0.1),
+                    "{m:?}: loss {l} vs {want_loss}"
+                );
+                let d = relative_difference(&g, &want);
+                assert!(d <= grad_tol, "{m:?}: relative gradient difference {d}");
+                let (lp, reference) = scored(&p);
+                let d = |a: &Tensor, b: &Tensor| f64::try_from((a - b).abs().max()).unwrap();
+                assert!(d(&lp.per_action, &want_lp.per_action) <= lp_tol, "{m:?}");
+                assert!(d(&lp.entropy, &want_lp.entropy) <= lp_tol, "{m:?}");
+                assert!(lp.rollout_of.equal(&want_lp.rollout_of), "{m:?}");
+                if let (Some(r), Some(w)) = (&reference, &want_ref) {
+                    assert!(d(&r.per_action, &w.per_action) <= lp_tol, "{m:?} reference");
+                }
+                assert_eq!(reference.is_some(), want_ref.is_some());
+            }
+        }
+        p.set_memory(MemorySettings::default());
+    }
+
+    /// The training kernels in f32, full fine-tuning and under LoRA: within the f32
+    /// tolerances of the bounded backward (1e-6 loss, [`F32_GRADIENT_TOL`]) and of
+    /// sampled against trained log-probs (1e-5).
+    #[test]
+    fn the_training_kernels_give_the_recorded_kernels_log_probs_and_gradients() {
+        let spec = LmSpec::default();
+        let (full, inst, rollouts) = setup(&spec);
+        let tol = [1e-6, F32_GRADIENT_TOL, 1e-5];
+        kernels_agree(full, &inst, &rollouts, tol);
+        let (p, _, _) = setup(&spec);
+        kernels_agree(with_adapters(p), &inst, &rollouts, tol);
+    }
+
+    /// The same in bf16 under LoRA (the CUDA dtype path, on the CPU), within the bf16
+    /// tolerance of `tests/lm_bf16.rs` (1e-2 relative; log-probs within 5e-2).
+    #[test]
+    fn in_bf16_the_training_kernels_agree_within_bf16_tolerance() {
+        let spec = LmSpec::default();
+        let (_, inst, rollouts) = setup(&spec);
+        let cfg = GeneratorConfig::uniform(2, [3, 4], 0.1, 0.2);
+        let data = instances(&cfg, 16, Seed::root(1), Budget::default()).unwrap();
+        let compute = crate::train::compute::Compute {
+            device: Device::Cpu,
+            dtype: Kind::BFloat16,
+        };
+        let p = init(&spec, compute, Seed::root(2), || {
+            pretraining_corpus(&spec, &data)
+        })
+        .unwrap();
+        kernels_agree(with_adapters(p), &inst, &rollouts, [1e-2, 1e-2, 5e-2]);
     }
 
     /// Scoring in chunks gives every target's log-prob and entropy within the f32
