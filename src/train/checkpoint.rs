@@ -13,14 +13,18 @@ use tch::{nn, Device, Kind, Tensor};
 
 const PARAMS_CONTEXT: &str = "mapf-ledger 2026 params v1";
 
+/// Append `t`'s values as f32 little-endian bytes to `out`: copied from the host
+/// tensor's storage in one call (a float's native bytes are its little-endian bytes
+/// on a little-endian host), not a float at a time.
 fn tensor_bytes(t: &Tensor, out: &mut Vec<u8>) {
     let t = t.to_kind(Kind::Float).to_device(Device::Cpu).contiguous();
     let n = t.numel();
-    let mut buf = vec![0f32; n];
-    t.copy_data(&mut buf, n);
-    out.reserve(n * 4);
-    for x in buf {
-        out.extend_from_slice(&x.to_le_bytes());
+    let start = out.len();
+    out.resize(start + n * 4, 0);
+    t.copy_data_u8(&mut out[start..], n);
+    #[cfg(target_endian = "big")]
+    for c in out[start..].chunks_exact_mut(4) {
+        c.reverse();
     }
 }
 

@@ -1,7 +1,7 @@
 //! Trainer throughput (`cargo bench --bench trainer`), torch on 1 thread
 //! (`BENCH_THREADS=N` for another count; the Python peers get the same). Prints figures
 //! and a closing table; asserts nothing. `cargo bench --bench trainer -- base` runs only
-//! the sections whose name contains `base` (sections: grid, tiny, large, base).
+//! the sections whose name contains `base` (sections: hash, grid, tiny, large, base).
 //!
 //! - the machine's f32 matmul peak on the bench's thread count (best of square matmuls
 //!   of 512, 1024, 2048), the yardstick of every "share of peak" below;
@@ -12,6 +12,10 @@
 //!   at batch 1, 64 distinct prompts x 1 (evaluation's shape) and one prompt x 64
 //!   samples (a GRPO group's), and GRPO steps/s (16 instances x 8 samples). Both models
 //!   are also exported as HF directories under `target/bench-lm/`;
+//! - the parameter hash every gradient step records (`train::checkpoint::param_hash`),
+//!   best of 5, of tensors shaped as Qwen3-4B's rank-32 LoRA adapters on all seven
+//!   projections (66.1M f32, what a 4B GRPO step hashes) and as the shipped base
+//!   planner's weights (2.6M); section `hash`;
 //! - the shipped base planner (`ledgers/models/mapf-base-indep`, 2.6M parameters, cells
 //!   prompts of the demo's sizes 3..10): decode as above, and GRPO steps/s (16
 //!   instances x 8 samples, temperature 1, plans up to the policy's budget, ending at
@@ -432,6 +436,10 @@ fn main() {
     let peak = matmul_peak();
     println!("f32 matmul peak: {peak:.1} GFLOP/s on {threads} torch thread(s)");
 
+    if want("hash") {
+        hash_section();
+    }
+
     let cfg = GeneratorConfig::uniform(2, 3..=6, 0.1, 0.2);
     let data = generate(&cfg, 256, Seed::root(1), Budget::default()).expect("generate");
     let instances: Vec<_> = data.iter().map(|d| d.instance.clone()).collect();
@@ -646,4 +654,84 @@ fn base_section(
         r.steps_per_s,
         share,
     ));
+}
+
+/// Best of 5 [`mapf_ledger::train::checkpoint::param_hash`] calls on `vs`, in seconds.
+fn hash_time(vs: &tch::nn::VarStore) -> f64 {
+    (0..5)
+        .map(|_| {
+            let t0 = Instant::now();
+            std::hint::black_box(mapf_ledger::train::checkpoint::param_hash(vs));
+            t0.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The parameter hash of a 4B GRPO step's adapters and of the base planner's weights.
+fn hash_section() {
+    let _rng = mapf_ledger::train::seeded_torch_rng(Seed::root(9));
+    // Qwen3-4B: hidden 2560, 32 query and 8 key/value heads of 128, MLP 9728, 36 layers.
+    let (h, q, kv, i, r) = (2560, 4096, 1024, 9728, 32);
+    let adapters = tch::nn::VarStore::new(Device::Cpu);
+    for l in 0..36 {
+        for (name, inp, out) in [
+            ("q_proj", h, q),
+            ("k_proj", h, kv),
+            ("v_proj", h, kv),
+            ("o_proj", q, h),
+            ("gate_proj", h, i),
+            ("up_proj", h, i),
+            ("down_proj", i, h),
+        ] {
+            let root = adapters.root();
+            let _ = root.var(
+                &format!("l{l}_{name}_lora_A"),
+                &[r, inp],
+                tch::nn::Init::Randn {
+                    mean: 0.0,
+                    stdev: 0.02,
+                },
+            );
+            let _ = root.var(
+                &format!("l{l}_{name}_lora_B"),
+                &[out, r],
+                tch::nn::Init::Randn {
+                    mean: 0.0,
+                    stdev: 0.02,
+                },
+            );
+        }
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ledgers/models/mapf-base-indep");
+    let sampling = Sampling {
+        temperature: 1.0,
+        top_p: 1.0,
+        max_new_tokens: 1,
+    };
+    let base = lm::LmPolicy::from_hf_dir(
+        &dir,
+        Device::Cpu,
+        None,
+        lm::PromptStyle::Cells,
+        sampling,
+        Seed::root(4),
+    )
+    .expect("ledgers/models/mapf-base-indep");
+    for (what, vs) in [
+        ("4B LoRA adapters", &adapters),
+        ("base planner", base.vars()),
+    ] {
+        let n: i64 = vs
+            .trainable_variables()
+            .iter()
+            .map(|t| t.numel() as i64)
+            .sum();
+        let s = hash_time(vs);
+        println!(
+            "parameter hash, {what} ({:.1}M f32): {:.1} ms ({:.2} GB/s)",
+            n as f64 / 1e6,
+            s * 1e3,
+            n as f64 * 4.0 / s / 1e9
+        );
+    }
 }
