@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The GPU bench sized for a short lease (issue 50 item 5): about 5 minutes on one H100,
-# every figure written to files. On a machine with an NVIDIA GPU and a CUDA torch 2.11.0
+# The GPU bench sized for a short lease (issue 50 item 5; issue 78 item 5): parts 1-4
+# took about 5 minutes on one H100 (cuda-bench-h100); parts 6 and the training-kernel
+# variants of parts 2 and 3 add an estimated 2-3 (CUDA untested), every figure written to
+# files. On a machine with an NVIDIA GPU and a CUDA torch 2.11.0
 # with transformers in python3 (the device machine's own), with the release `ledger`
 # built elsewhere against the CPU libtorch and pointed at that torch's libraries
 # (README, "Using a GPU"):
@@ -16,8 +18,9 @@
 #      again, on the same machine;
 #   3. the base planner's warm-up steps of 64 rows (ledgers/models/mapf-base-indep, the
 #      retired mapf-base-indep-v4's shape, on the engineer examples of ledgers/base-indep-v4.toml) with the GPU's utilisation and
-#      their phase split, then again with the allocator's expandable segments, and with
-#      both training kernels;
+#      their phase split (warmup-committed.*), then again with the allocator's expandable
+#      segments, with both training kernels, with them and cuDNN's
+#      TORCH_CUDNN_SDPA_AVOID_RECOMPILE, and the committed plan with cuDNN's cache debug;
 #   4. tests/plans/lm-tiny.toml run for 2 stages on the GPU and replayed there
 #      (`replay --verify`), bundled as the CUDA fixture's candidate; and the committed
 #      fixture (tests/fixtures/lm-tiny-cuda.bundle) replayed too;
@@ -148,25 +151,30 @@ done
 fi
 
 if part 3 the base planner\'s warm-up steps; then
-sample "$OUT/util-warmup.txt"
-timeout 90 "$L" lm bench --device cuda --batch --warmup-model ledgers/models/mapf-base-indep \
-    --warmup-plan ledgers/base-indep-v4.toml --warmup-steps 20 --warmup-batch 64 > "$OUT/warmup.json" 2> "$OUT/warmup.log"
-echo "rc=$?"; cat "$OUT/warmup.log"; unsample "$OUT/util-warmup.txt" "$OUT/warmup.json" warmup | tee -a "$OUT/warmup.log"
-# The same steps with the caching allocator's expandable segments: the warm-up pads each
-# step to another length, and a trace (run 8) saw steps stall 1-2 s issuing their forward.
-sample "$OUT/util-warmup-expandable.txt"
-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 90 "$L" lm bench --device cuda --batch \
-    --warmup-model ledgers/models/mapf-base-indep --warmup-plan ledgers/base-indep-v4.toml \
-    --warmup-steps 20 --warmup-batch 64 > "$OUT/warmup-expandable.json" 2> "$OUT/warmup-expandable.log"
-echo "expandable segments rc=$?"; cat "$OUT/warmup-expandable.log"
-unsample "$OUT/util-warmup-expandable.txt" "$OUT/warmup-expandable.json" warmup | tee -a "$OUT/warmup-expandable.log"
+# warmup NAME PLAN [VAR=VALUE ...]: 16 steps of 64 rows of PLAN's engineer examples under
+# the environment given, GPU utilisation sampled, into $OUT/warmup-NAME.{json,log}.
+warmup() {
+    local name=$1 plan=$2; shift 2
+    sample "$OUT/util-warmup-$name.txt"
+    env "$@" timeout 90 "$L" lm bench --device cuda --batch --warmup-model ledgers/models/mapf-base-indep \
+        --warmup-plan "$plan" --warmup-steps 16 --warmup-batch 64 > "$OUT/warmup-$name.json" 2> "$OUT/warmup-$name.log"
+    echo "$name rc=$?"; cat "$OUT/warmup-$name.log"
+    unsample "$OUT/util-warmup-$name.txt" "$OUT/warmup-$name.json" warmup | tee -a "$OUT/warmup-$name.log"
+}
+warmup committed ledgers/base-indep-v4.toml
+# The caching allocator's expandable segments: the warm-up pads each step to another
+# length, and a trace (run 8) saw steps stall 1-2 s issuing their forward.
+warmup expandable ledgers/base-indep-v4.toml PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 # Both training kernels (issue 78 item 2) on the warm-up's forward and backward.
 kernels ledgers/base-indep-v4.toml 'training_attention = "causal"\ntraining_norms = "fused"' > "$TMP/warmup-kernels.toml"
-sample "$OUT/util-warmup-kernels.txt"
-timeout 90 "$L" lm bench --device cuda --batch --warmup-model ledgers/models/mapf-base-indep \
-    --warmup-plan "$TMP/warmup-kernels.toml" --warmup-steps 20 --warmup-batch 64 > "$OUT/warmup-kernels.json" 2> "$OUT/warmup-kernels.log"
-echo "training kernels rc=$?"; cat "$OUT/warmup-kernels.log"
-unsample "$OUT/util-warmup-kernels.txt" "$OUT/warmup-kernels.json" warmup | tee -a "$OUT/warmup-kernels.log"
+warmup kernels "$TMP/warmup-kernels.toml"
+# The suspect of the fixed cost (issue 78 item 3): on sm90 torch 2.11 gives a masked bf16
+# call to cuDNN's attention, which builds an execution graph for every new shape (batch
+# and length; the warm-up's change every step). torch's TORCH_CUDNN_SDPA_AVOID_RECOMPILE
+# works only without a bias, which the causal rows provide; CACHE_DEBUG says what misses.
+warmup kernels-avoid-recompile "$TMP/warmup-kernels.toml" TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1
+warmup cache-debug ledgers/base-indep-v4.toml TORCH_CUDNN_SDPA_CACHE_DEBUG=1
+echo "cuDNN cache lines: $(grep -ci cache "$OUT/warmup-cache-debug.log")" | tee -a "$OUT/warmup-cache-debug.log"
 fi
 
 if part 4 "a CUDA record and its replay"; then
