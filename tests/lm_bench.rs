@@ -157,6 +157,29 @@ fn the_grpo_step_as_committed_takes_the_plans_thinking_and_budget() {
     };
     // The plan's 4 prompts x 4 samples.
     let committed = step(&["--grpo-as-committed"]);
+    // Each phase's end is on stderr as it happens, so a step its time limit cuts short
+    // still says how far it got.
+    let out = cli(&[
+        "lm",
+        "bench",
+        "--shape",
+        SHAPE,
+        "--batch",
+        "--grpo-plan",
+        plan,
+        "--tokenizer",
+        tokenizer,
+        "--grpo-new-tokens",
+        "2",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    for phase in ["generation", "training", "optimiser"] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&format!("phase {phase}: ")) && l.ends_with(" s in")),
+            "no line for {phase}: {err}"
+        );
+    }
     let plain = step(&["--grpo-new-tokens", "2"]);
     let sampled = |g: &serde_json::Value| g["sampled_tokens"].as_u64().unwrap();
     assert!(sampled(&plain) <= 16 * 2, "{plain}");

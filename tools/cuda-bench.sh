@@ -191,7 +191,9 @@ fi
 if part 5 "paper.toml's own GRPO step, as committed (thinking on, 8,192 new tokens)"; then
 # Issue 78 item 4, not in the default parts: at today's speed the step alone may take
 # most of a lease, so it runs as a second call (CUDA_BENCH_PARTS=5). Random weights run
-# every lane to the budget, the worst case. Its memory peak (nvidia-smi, CUDA context
+# every lane to the budget, the worst case. At the decode speed of cuda-bench-h200 its
+# generation alone (8,192 steps a wave) would outlast the limit; each phase's end is in
+# grpo-paper.log as it happens ("phase NAME: ..."), so a step cut short says how far it got. Its memory peak (nvidia-smi, CUDA context
 # and allocator cache included) beside plan check's estimate for this GPU's memory.
 GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1 / 1024}')
 "$L" plan check ledgers/paper.toml --gpu-memory "${GIB}GiB" --model-config "$S4" > "$OUT/paper-plan-check.txt" 2>&1

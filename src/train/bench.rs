@@ -268,7 +268,9 @@ pub fn grpo_step(
     let prompt_tokens: u64 = idx.iter().map(|&i| prompt_of(&data[i])).sum();
     let mut state = TrainState::new(Box::new(policy), cfg.adam());
     let blobs = vec![Hash([0; 32]); data.len()];
-    let mut phases = Phases::new(device);
+    // Each phase's end on stderr as it happens: a step cut short by a time limit (the
+    // paper's own, cuda-bench part 5) still says how far it got.
+    let mut phases = Phases::new(device).echoing();
     sync(device);
     let t = Instant::now();
     let begun = unix_ms();

@@ -28,12 +28,20 @@
 //! device (`tch::Cuda::synchronize`) before reading the clock, and only there: at most
 //! two synchronisations per phase run, never one per token. [`Phases::off`] times
 //! nothing and never synchronises (what [`super::grpo::step`] passes).
+//! [`Phases::echoing`] also writes a line to stderr as each phase run ends, so a bench
+//! killed by its time limit still says which phases finished and what they took.
 use super::lm::model::Model;
 use super::policy::{Policy, Rollout};
 use crate::env::Instance;
 use crate::record::timing::{Phase, StageTiming};
 use std::time::Instant;
 use tch::Device;
+
+/// The line [`Phases::echoing`] writes when a run of phase `name` ends: the run's
+/// seconds, the phase's so far, and the wall time since the timers started.
+pub fn echo_line(name: &str, run: f64, total: f64, wall: f64) -> String {
+    format!("phase {name}: {run:.2} s ({total:.2} s in all), {wall:.1} s in")
+}
 
 /// Work a phase did besides taking time (each `None` when not counted).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,6 +79,8 @@ pub struct Phases {
     /// Open phases, innermost last: the index of each and when its running segment began.
     open: Vec<(usize, Instant)>,
     resumed: bool,
+    /// Write each phase run's end to stderr ([`Phases::echoing`]).
+    echo: bool,
 }
 
 impl Phases {
@@ -83,7 +93,14 @@ impl Phases {
             phases: Vec::new(),
             open: Vec::new(),
             resumed: false,
+            echo: false,
         }
+    }
+
+    /// These timers, also writing to stderr, as each phase run ends, the line
+    /// [`echo_line`] makes (for benches whose time limit may cut them short).
+    pub fn echoing(self) -> Phases {
+        Phases { echo: true, ..self }
     }
 
     /// Timers that record nothing and never synchronise a device.
@@ -159,7 +176,13 @@ impl Phases {
         self.sync();
         let now = Instant::now();
         if let Some((i, since)) = self.open.pop() {
-            self.phases[i].seconds += (now - since).as_secs_f64();
+            let run = (now - since).as_secs_f64();
+            self.phases[i].seconds += run;
+            if self.echo {
+                let p = &self.phases[i];
+                let wall = (now - self.started).as_secs_f64();
+                eprintln!("{}", echo_line(&p.name, run, p.seconds, wall));
+            }
         }
         if let Some(outer) = self.open.last_mut() {
             outer.1 = now;
