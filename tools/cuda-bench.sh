@@ -30,7 +30,8 @@
 #   6. (after part 1) decode with the step captured as CUDA graphs (`lm bench
 #      --decode-loop graphed`, the shim of tools/cuda-graph.sh, built here or carried
 #      beside the binary) at the 4B shape, and the same fixed-shape step run eagerly;
-#      each graphed figure says whether its tokens equal the eager step's.
+#      each graphed figure says whether its tokens equal the eager step's; then 1,024
+#      new tokens at batch 64, graphed against windowed (the key span grows once).
 # The tracked tree fits the device tool's 64 MiB transfer as it is (`git ls-files -z |
 # xargs -0 du -cb`: 41.0 MiB at deb4577, beside a 6.7 MiB xz of the stripped binary).
 # Prepared on the CPU machine (`.carry` listed in .git/info/exclude):
@@ -128,6 +129,14 @@ for how in graphed fixed; do
         --batch 1,64,256 --prompt-tokens 128 --new-tokens 128 --decode-loop "$how" "${FLAGS[@]}" \
         > "$OUT/decode-4b-$how.json" 2> "$OUT/decode-4b-$how.log"
     echo "ledger 4b $how rc=$?"; cat "$OUT/decode-4b-$how.log"
+done
+# A longer reply at batch 64 (1,024 new tokens: the step's span grows past 1,024 keys),
+# graphed against the windowed loop the trainer runs today.
+for how in graphed windowed; do
+    MAPF_CUDA_GRAPH=${SHIM:-/nonexistent} timeout 90 "$L" lm bench --shape "$S4" --device cuda \
+        --batch 64 --prompt-tokens 128 --new-tokens 1024 --decode-loop "$how" "${FLAGS[@]}" \
+        > "$OUT/decode-4b-long-$how.json" 2> "$OUT/decode-4b-long-$how.log"
+    echo "ledger 4b long $how rc=$?"; cat "$OUT/decode-4b-long-$how.log"
 done
 fi
 

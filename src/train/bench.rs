@@ -189,10 +189,16 @@ pub fn decode(
         _ => None,
     };
     let tokens_equal_eager = match (graphs_replayed, how.host) {
-        (Some(true), generate::DecodeLoop::Fixed { steps, .. }) => {
+        (
+            Some(true),
+            generate::DecodeLoop::Fixed {
+                steps, key_span, ..
+            },
+        ) => {
             let eager = generate::DecodeLoop::Fixed {
                 steps,
                 graphs: false,
+                key_span,
             };
             let (_, want) = call(new_tokens, generate::Decoding { host: eager, ..how });
             Some(lanes.iter().zip(&want).all(|(a, b)| a.tokens == b.tokens))

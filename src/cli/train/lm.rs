@@ -132,17 +132,19 @@ enum DecodeLoopArg {
 
 impl DecodeLoopArg {
     fn decode_loop(self) -> Option<mapf_ledger::train::lm::generate::DecodeLoop> {
-        use mapf_ledger::train::lm::generate::{DecodeLoop, GPU_WINDOW};
+        use mapf_ledger::train::lm::generate::{DecodeLoop, GPU_WINDOW, KEY_SPAN};
         match self {
             DecodeLoopArg::Device => None,
             DecodeLoopArg::Windowed => Some(DecodeLoop::Windowed { steps: GPU_WINDOW }),
             DecodeLoopArg::Fixed => Some(DecodeLoop::Fixed {
                 steps: GPU_WINDOW,
                 graphs: false,
+                key_span: KEY_SPAN,
             }),
             DecodeLoopArg::Graphed => Some(DecodeLoop::Fixed {
                 steps: GPU_WINDOW,
                 graphs: true,
+                key_span: KEY_SPAN,
             }),
         }
     }

@@ -130,17 +130,29 @@ pub enum DecodeLoop {
     /// it (discarding what they generated after), and drops them from the batch. A
     /// row generates at most `steps - 1` tokens nobody reads.
     Windowed { steps: usize },
-    /// One decode step of fixed shapes ([`Model::decode_fixed`]: the whole cache
-    /// attended under a mask, cache writes and positions at a device-side index, the
-    /// sampler on the device), read every `steps` steps like the windowed loop; rows
-    /// stay in the batch until every row has ended. With `graphs`, on a GPU with the
-    /// shim ([`super::graph`]), the step is captured once per wave as a CUDA graph and
-    /// replayed once a token, so the host issues one launch a token instead of every
-    /// kernel; where graphs are not at hand it says why once and decodes windowed.
-    /// Without `graphs` the same step runs eagerly (what a graph's replay is checked
-    /// against on a GPU, and the CPU's tests against the other loops).
-    Fixed { steps: usize, graphs: bool },
+    /// One decode step of fixed shapes ([`Model::decode_fixed`]: the cache's first
+    /// `span` keys attended under a mask, cache writes and positions at a device-side
+    /// index, the sampler on the device), read every `steps` steps like the windowed
+    /// loop; rows stay in the batch until every row has ended. The span is the step's
+    /// position rounded up to a multiple of `key_span` keys (at most the cache's
+    /// capacity), so a step never reads more than `key_span - 1` keys past its own,
+    /// where attending over the whole capacity would read all of a long budget's cache
+    /// from the first token. With `graphs`, on a GPU with the shim ([`super::graph`]),
+    /// the step is captured as a CUDA graph once per span and wave and replayed once a
+    /// token, so the host issues one launch a token instead of every kernel; where
+    /// graphs are not at hand it says why once and decodes windowed. Without `graphs`
+    /// the same step runs eagerly (what a graph's replay is checked against on a GPU,
+    /// and the CPU's tests against the other loops).
+    Fixed {
+        steps: usize,
+        graphs: bool,
+        key_span: usize,
+    },
 }
+
+/// Keys a fixed-shape step's span grows by ([`DecodeLoop::Fixed`]): a paper-length
+/// budget (8,192 new tokens) takes 9 spans, each captured once a wave.
+pub const KEY_SPAN: usize = 1024;
 
 /// Steps a GPU decodes between two reads of its tokens.
 pub const GPU_WINDOW: usize = 16;
@@ -285,13 +297,19 @@ pub fn generate_as(
             DecodeLoop::Fixed {
                 steps,
                 graphs: false,
-            } => decode_fixed_shape(model, &w, steps.max(1), None, &mut rngs, &mut out),
+                key_span,
+            } => {
+                let every = (steps.max(1), key_span.max(1));
+                decode_fixed_shape(model, &w, every, None, &mut rngs, &mut out)
+            }
             DecodeLoop::Fixed {
                 steps,
                 graphs: true,
+                key_span,
             } => match super::graph::shim(model.device()) {
                 Ok(shim) => {
-                    decode_fixed_shape(model, &w, steps.max(1), Some(shim), &mut rngs, &mut out)
+                    let every = (steps.max(1), key_span.max(1));
+                    decode_fixed_shape(model, &w, every, Some(shim), &mut rngs, &mut out)
                 }
                 Err(why) => {
                     super::graph::say_fallback_once(&why);
@@ -539,7 +557,8 @@ struct FixedStep {
     feed: Tensor,
     /// Each row's negated left padding, `[B, 1]`: a row's position is `at - pad`.
     neg_pads: Tensor,
-    /// The padding mask of a query that sees the whole cache, `[B, 1, 1, capacity]`.
+    /// The padding mask of a query that sees the whole cache, `[B, 1, 1, capacity]`
+    /// (a step narrows it to its span).
     pad_bias: Tensor,
     /// Key indices `0..capacity`, `[1, 1, 1, capacity]`.
     keys: Tensor,
@@ -556,9 +575,10 @@ struct FixedStep {
 }
 
 impl FixedStep {
-    /// Pick each row's next token from `logits`, record it, and run the model on it:
-    /// tensor ops only, the same shapes every step, nothing read back.
-    fn run(&self, model: &Model, w: &Wave) {
+    /// Pick each row's next token from `logits`, record it, and run the model on it
+    /// attending over the cache's first `span` keys: tensor ops only, the same shapes
+    /// every step of a span, nothing read back.
+    fn run(&self, model: &Model, w: &Wave, span: i64) {
         let column = &self.at - self.prompt_len;
         let u = self.uniforms.as_ref().map(|u| u.index_select(1, &column));
         let (tok, lp) = pick_on_device(&self.logits, w.sampling, u.as_ref());
@@ -571,9 +591,10 @@ impl FixedStep {
             .shallow_clone()
             .index_copy_(1, &column, &lp.unsqueeze(1));
         self.feed.shallow_clone().copy_(&tok.unsqueeze(1));
-        let mask = self
-            .pad_bias
-            .masked_fill(&self.keys.gt_tensor(&self.at), f32::MIN as f64);
+        let mask = self.pad_bias.narrow(3, 0, span).masked_fill(
+            &self.keys.narrow(3, 0, span).gt_tensor(&self.at),
+            f32::MIN as f64,
+        );
         let positions = &self.neg_pads + &self.at;
         let hid = model.decode_fixed(
             &self.feed,
@@ -590,13 +611,15 @@ impl FixedStep {
     }
 }
 
-/// The fixed-shape loop ([`DecodeLoop::Fixed`]). With `shim` (a GPU), the first step
-/// runs eagerly, which also initialises what libtorch sets up lazily and a capture
-/// must not see; the second is captured and every step from then on replays it.
+/// The fixed-shape loop ([`DecodeLoop::Fixed`]), reading the tokens every `window`
+/// steps and growing the keys attended by `key_span`. With `shim` (a GPU), the first
+/// step of each span runs eagerly, which also initialises what libtorch sets up lazily
+/// for its shapes and a capture must not see; the next is captured and every step of
+/// the span from then on replays it. Spans only grow, so one graph lives at a time.
 fn decode_fixed_shape(
     model: &Model,
     w: &Wave,
-    window: usize,
+    (window, key_span): (usize, usize),
     shim: Option<&'static super::graph::Shim>,
     rngs: &mut [impl rand::Rng],
     out: &mut [Generated],
@@ -623,23 +646,40 @@ fn decode_fixed_shape(
         Device::Cuda(i) => i,
         _ => 0,
     };
+    // The keys step `emitted` attends: its position rounded up to the span, at most
+    // the capacity (the host knows `at` without reading it: prompt + steps run).
+    let span_of = |emitted: usize| {
+        let keys = s.prompt_len as usize + emitted + 1;
+        (keys.div_ceil(key_span) * key_span).min(capacity as usize) as i64
+    };
     // Declared after `s`, so it drops first: a graph never outlives the buffers it
-    // replays on.
-    let mut graph: Option<super::graph::Graph> = None;
+    // replays on. The span it replays is beside it.
+    let mut graph: Option<(i64, super::graph::Graph)> = None;
+    let mut uncaptured = false;
     let mut open = vec![true; rows.len()];
     let (mut emitted, mut read) = (0usize, 0usize);
     while emitted < max_new {
+        let span = span_of(emitted);
         match &graph {
-            Some(g) => g
+            Some((at, g)) if *at == span => g
                 .replay()
                 .unwrap_or_else(|e| panic!("decode: the captured step's {e}")),
-            None => s.run(model, w),
+            _ => {
+                // A new span: its first step eagerly (a smaller span's graph is never
+                // replayed again).
+                graph = None;
+                s.run(model, w, span);
+            }
         }
         emitted += 1;
-        if let (Some(shim), None, true) = (shim, &graph, emitted == 1 && max_new > 1) {
-            match super::graph::Graph::capture(shim, index, || s.run(model, w)) {
-                Ok(g) => graph = Some(g),
-                Err(why) => eprintln!("decode: {why}; this wave decodes without a graph"),
+        let capture = emitted < max_new && span_of(emitted) == span && !uncaptured;
+        if let (Some(shim), None, true) = (shim, &graph, capture) {
+            match super::graph::Graph::capture(shim, index, || s.run(model, w, span)) {
+                Ok(g) => graph = Some((span, g)),
+                Err(why) => {
+                    eprintln!("decode: {why}; this wave decodes without a graph");
+                    uncaptured = true;
+                }
             }
         }
         if emitted - read == window || emitted == max_new {
@@ -782,13 +822,23 @@ mod tests {
                 loops.push((DecodeLoop::Windowed { steps }, max_lanes));
             }
         }
-        for (steps, max_lanes, graphs) in [
-            (1, usize::MAX, false),
-            (3, 5, false),
-            (16, usize::MAX, false),
-            (4, 3, true),
+        // Key spans of 4 and 9 grow the keys attended every few steps (prompts of up to
+        // 7 tokens and 30 new ones); KEY_SPAN attends over the whole (short) capacity.
+        for (steps, max_lanes, graphs, key_span) in [
+            (1, usize::MAX, false, KEY_SPAN),
+            (3, 5, false, 4),
+            (16, usize::MAX, false, 9),
+            (5, 3, false, 1),
+            (4, 3, true, 4),
         ] {
-            loops.push((DecodeLoop::Fixed { steps, graphs }, max_lanes));
+            loops.push((
+                DecodeLoop::Fixed {
+                    steps,
+                    graphs,
+                    key_span,
+                },
+                max_lanes,
+            ));
         }
         for greedy in [false, true] {
             let stop = frequent_tokens(&run(&m, per_token, greedy, &[], false));
@@ -823,6 +873,7 @@ mod tests {
                 host: DecodeLoop::Fixed {
                     steps: 8,
                     graphs: false,
+                    key_span: 6,
                 },
                 ..apart
             };

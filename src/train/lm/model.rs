@@ -787,9 +787,10 @@ impl Model {
     /// One decode step whose shapes never change, for a step captured once and
     /// replayed ([`super::graph`]): `tokens` `[B, 1]` at `positions` `[B, 1]` write
     /// their keys and values at cache index `at` (`[1]`, i64, on the device) and attend
-    /// over the whole cache under `mask` `[B, 1, 1, capacity]` (f32 additive; the
-    /// caller masks every key past `at`). Nothing depends on how many tokens were
-    /// decoded and nothing is read back to the host; the cache's `len` is not moved.
+    /// over the cache's first `span` keys under `mask` `[B, 1, 1, span]` (f32 additive;
+    /// `at < span <= capacity`, and the caller masks every key past `at`). Nothing
+    /// depends on how many tokens were decoded within a span and nothing is read back
+    /// to the host; the cache's `len` is not moved.
     /// Needs a cache from [`KvCache::untransposed`]. Returns the final hidden states
     /// `[B, 1, hidden]`.
     // `x = x + f(x)`: see `hidden`.
@@ -807,6 +808,7 @@ impl Model {
             !cache.keys_transposed,
             "decode_fixed reads [B, Hkv, capacity, D] keys"
         );
+        let span = mask.size().last().copied().expect("a key dim");
         let (cos, sin) = self.rope(positions);
         let mut x = self.embed(tokens);
         for (layer, (ck, cv)) in self.layers.iter().zip(&cache.layers) {
@@ -814,7 +816,8 @@ impl Model {
             let (q, k, v) = self.queries_keys_values(layer, &xin, &cos, &sin, use_lora);
             let _ = ck.shallow_clone().index_copy_(2, at, &k);
             let _ = cv.shallow_clone().index_copy_(2, at, &v);
-            let y = self.one_query_attention(&q, ck, cv, mask);
+            let (k, v) = (ck.narrow(2, 0, span), cv.narrow(2, 0, span));
+            let y = self.one_query_attention(&q, &k, &v, mask);
             x = self.output_and_mlp(layer, &x, &y, use_lora);
         }
         self.final_norm(&x)
