@@ -190,6 +190,23 @@ fn the_grpo_step_as_committed_takes_the_plans_thinking_and_budget() {
     let prompts = |g: &serde_json::Value| g["prompt_tokens"].as_u64().unwrap();
     let block = prompts(&plain) - prompts(&committed);
     assert!(block > 0 && block % 4 == 0, "{plain} {committed}");
+    // Part of the step: 2 of the plan's 4 prompts, each with its 4 samples.
+    let part = step(&["--grpo-new-tokens", "2", "--grpo-prompts", "2"]);
+    assert!(sampled(&part) <= 8 * 2, "{part}");
+    assert!(prompts(&part) < prompts(&plain), "{part} {plain}");
+    let zero = cli(&[
+        "lm",
+        "bench",
+        "--shape",
+        SHAPE,
+        "--batch",
+        "--grpo-plan",
+        plan,
+        "--grpo-prompts",
+        "0",
+    ]);
+    assert_eq!(zero.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("--grpo-prompts"));
 
     let llama = concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -33,6 +33,10 @@ pub struct BenchSpec {
     /// New tokens per completion, thinking off; None: the plan's own thinking mode and
     /// max_new_tokens (the step as committed).
     pub grpo_new_tokens: Option<usize>,
+    /// Prompts of the timed step (None: the plan's `[grpo] batch_size`): fewer time the
+    /// plan's step on part of its batch, each prompt's samples, budget and memory
+    /// settings as the plan says (a step too long for one lease, measured by its part).
+    pub grpo_prompts: Option<u32>,
     /// The tokenizer.json the GRPO step's prompts are written with.
     pub tokenizer: PathBuf,
     /// A model directory whose warm-up steps to time on `warmup_plan`'s examples.
@@ -130,7 +134,10 @@ pub fn run(
     }
     if let Some(plan_path) = &spec.grpo_plan {
         let cfg = cfg.as_ref().ok_or(BenchError::GrpoWithoutShape)?;
-        let plan = read_plan("--grpo-plan", plan_path)?;
+        let mut plan = read_plan("--grpo-plan", plan_path)?;
+        if let Some(n) = spec.grpo_prompts {
+            plan.grpo.batch_size = n;
+        }
         let figure = grpo(spec, cfg, &plan, device, dtype)?;
         say(&format!(
             "GRPO step: {:.1} s, {:.1} TFLOP/s{}",

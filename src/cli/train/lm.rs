@@ -94,6 +94,11 @@ pub struct BenchArgs {
     /// every lane to that budget, the worst case).
     #[arg(long, requires = "grpo_plan", conflicts_with = "grpo_new_tokens")]
     grpo_as_committed: bool,
+    /// Prompts of the timed GRPO step, each with the plan's group of samples (default:
+    /// the plan's batch_size): part of a step too long to time whole, its budget,
+    /// thinking and memory settings otherwise as --grpo-plan says.
+    #[arg(long, requires = "grpo_plan", value_parser = clap::value_parser!(u32).range(1..))]
+    grpo_prompts: Option<u32>,
     /// The tokenizer.json the GRPO step's prompts are written with (its ids fit any
     /// vocabulary at least as large).
     #[arg(long, default_value = "ledgers/models/mapf-base-indep/tokenizer.json")]
@@ -197,6 +202,7 @@ fn bench(a: BenchArgs) -> CliResult {
         lora_rank: a.lora_rank,
         grpo_plan: a.grpo_plan,
         grpo_new_tokens: (!a.grpo_as_committed).then_some(a.grpo_new_tokens),
+        grpo_prompts: a.grpo_prompts,
         tokenizer: a.tokenizer,
         warmup: a.warmup_model.zip(a.warmup_plan),
         warmup_steps: a.warmup_steps,
