@@ -537,6 +537,9 @@ impl Sizing<'_> {
         if layout.log_prob_chunk > 0 {
             how.push(format!("log-probs by {}", layout.log_prob_chunk));
         }
+        if !layout.mask {
+            how.push("causal, no mask".to_string());
+        }
         let how = if how.is_empty() {
             String::new()
         } else {

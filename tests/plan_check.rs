@@ -303,6 +303,44 @@ fn the_paper_plan_fits_80_gib_at_its_thinking_length() {
         w.split(' ').next().unwrap().parse().unwrap()
     };
     assert!(waves(&n) > waves(&v), "{n}");
+    // Causal training rows make no [B, 1, T, T] mask: the training and KL reference
+    // phases say so and hold less (7 rows x 8,417^2 x 2 bytes of bf16 cast at least).
+    let causal = paper_variant(
+        t.path(),
+        "causal.toml",
+        &[(
+            "[lm]\n",
+            "[lm]\ntraining_attention = \"causal\"\n".to_string(),
+        )],
+    );
+    let (code, c) = json(&causal);
+    assert_eq!(code, Some(0), "{c}");
+    let bytes = |v: &serde_json::Value, prefix: &str| -> u64 {
+        let p = v["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"].as_str().unwrap().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no phase {prefix}: {v}"));
+        p["bytes"].as_u64().unwrap()
+    };
+    let trained = c["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"].as_str().unwrap().starts_with("GRPO training"))
+        .unwrap()["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(trained.ends_with("causal, no mask)"), "{trained}");
+    let mask: u64 = 7 * 8417 * 8417 * 2;
+    for prefix in ["GRPO training", "KL reference"] {
+        assert!(
+            bytes(&c, prefix) + mask <= bytes(&v, prefix),
+            "{prefix}: {c} {v}"
+        );
+    }
 }
 
 #[test]
