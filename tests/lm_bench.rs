@@ -140,7 +140,7 @@ fn the_grpo_step_as_committed_takes_the_plans_thinking_and_budget() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/hf/tiny-qwen3/tokenizer.json"
     );
-    let step = |extra: &[&str]| {
+    let bench = |extra: &[&str]| {
         let mut args = vec![
             "lm",
             "bench",
@@ -153,25 +153,14 @@ fn the_grpo_step_as_committed_takes_the_plans_thinking_and_budget() {
             tokenizer,
         ];
         args.extend(extra);
-        json(&cli(&args))["grpo"].clone()
+        cli(&args)
     };
+    let step = |extra: &[&str]| json(&bench(extra))["grpo"].clone();
     // The plan's 4 prompts x 4 samples.
     let committed = step(&["--grpo-as-committed"]);
     // Each phase's end is on stderr as it happens, so a step its time limit cuts short
     // still says how far it got.
-    let out = cli(&[
-        "lm",
-        "bench",
-        "--shape",
-        SHAPE,
-        "--batch",
-        "--grpo-plan",
-        plan,
-        "--tokenizer",
-        tokenizer,
-        "--grpo-new-tokens",
-        "2",
-    ]);
+    let out = bench(&["--grpo-new-tokens", "2"]);
     let err = String::from_utf8_lossy(&out.stderr);
     for phase in ["generation", "training", "optimiser"] {
         assert!(
@@ -194,17 +183,7 @@ fn the_grpo_step_as_committed_takes_the_plans_thinking_and_budget() {
     let part = step(&["--grpo-new-tokens", "2", "--grpo-prompts", "2"]);
     assert!(sampled(&part) <= 8 * 2, "{part}");
     assert!(prompts(&part) < prompts(&plain), "{part} {plain}");
-    let zero = cli(&[
-        "lm",
-        "bench",
-        "--shape",
-        SHAPE,
-        "--batch",
-        "--grpo-plan",
-        plan,
-        "--grpo-prompts",
-        "0",
-    ]);
+    let zero = bench(&["--grpo-prompts", "0"]);
     assert_eq!(zero.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&zero.stderr).contains("--grpo-prompts"));
 

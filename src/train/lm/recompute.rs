@@ -436,11 +436,9 @@ mod tests {
         }
     }
 
-    /// In bf16 (the CUDA dtype path, on the CPU) under LoRA, chunks and recomputed
-    /// layers give the plain loss and gradients within bf16's tolerance of
-    /// `tests/lm_bf16.rs` (1e-2 relative).
-    #[test]
-    fn in_bf16_the_bounded_backward_gives_the_plain_gradients_within_bf16_tolerance() {
+    /// The scratch policy of [`setup`] in bf16 (the CUDA dtype path, on the CPU) with
+    /// adapters ([`with_adapters`]), and the instances it was pretrained on.
+    fn bf16_with_adapters() -> (LmPolicy, Vec<crate::env::Solved>) {
         let spec = LmSpec::default();
         let cfg = GeneratorConfig::uniform(2, [3, 4], 0.1, 0.2);
         let data = instances(&cfg, 16, Seed::root(1), Budget::default()).unwrap();
@@ -452,8 +450,17 @@ mod tests {
             pretraining_corpus(&spec, &data)
         })
         .unwrap();
-        let mut p = with_adapters(p);
+        let p = with_adapters(p);
         assert_eq!(p.model.dtype, Kind::BFloat16);
+        (p, data)
+    }
+
+    /// In bf16 (the CUDA dtype path, on the CPU) under LoRA, chunks and recomputed
+    /// layers give the plain loss and gradients within bf16's tolerance of
+    /// `tests/lm_bf16.rs` (1e-2 relative).
+    #[test]
+    fn in_bf16_the_bounded_backward_gives_the_plain_gradients_within_bf16_tolerance() {
+        let (mut p, data) = bf16_with_adapters();
         let inst: Vec<Instance> = data.iter().take(3).map(|d| d.instance.clone()).collect();
         let rollouts = p.sample(&inst, 2, false, Seed::root(3));
         let (plain_loss, plain) = gradients(&mut p, &inst, &rollouts, MemorySettings::default());
@@ -551,19 +558,9 @@ mod tests {
     /// tolerance of `tests/lm_bf16.rs` (1e-2 relative; log-probs within 5e-2).
     #[test]
     fn in_bf16_the_training_kernels_agree_within_bf16_tolerance() {
-        let spec = LmSpec::default();
-        let (_, inst, rollouts) = setup(&spec);
-        let cfg = GeneratorConfig::uniform(2, [3, 4], 0.1, 0.2);
-        let data = instances(&cfg, 16, Seed::root(1), Budget::default()).unwrap();
-        let compute = crate::train::compute::Compute {
-            device: Device::Cpu,
-            dtype: Kind::BFloat16,
-        };
-        let p = init(&spec, compute, Seed::root(2), || {
-            pretraining_corpus(&spec, &data)
-        })
-        .unwrap();
-        kernels_agree(with_adapters(p), &inst, &rollouts, [1e-2, 1e-2, 5e-2]);
+        let (_, inst, rollouts) = setup(&LmSpec::default());
+        let (p, _) = bf16_with_adapters();
+        kernels_agree(p, &inst, &rollouts, [1e-2, 1e-2, 5e-2]);
     }
 
     /// Scoring in chunks gives every target's log-prob and entropy within the f32
