@@ -231,9 +231,9 @@ fn a_bf16_lora_grpo_step_trains_the_f32_adapters_whole_or_in_micro_batches() {
 fn lora_products_in_bf16_train_the_f32_adapters_to_the_f32_paths_loss() {
     let step = |in_bf16: bool| {
         let mut p = lora_policy(3);
-        mapf_ledger::train::policy::Policy::set_memory(
+        mapf_ledger::train::policy::Policy::apply_settings(
             &mut p,
-            mapf_ledger::plan::trainer::MemorySettings {
+            mapf_ledger::plan::trainer::PolicySettings {
                 lora_in_compute_dtype: in_bf16,
                 ..Default::default()
             },

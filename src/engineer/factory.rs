@@ -115,7 +115,7 @@ fn checkpoint_state(
     let fetch = |h: &Hash| inputs.ledger.blob(h);
     let compute = crate::train::compute::Compute::new(inputs.device, inputs.plan.train.dtype);
     let mut state = TrainState::load(&bytes, compute, &fetch)?;
-    state.policy.set_memory(inputs.plan.memory());
+    state.policy.apply_settings(inputs.plan.policy_settings());
     Ok(state)
 }
 

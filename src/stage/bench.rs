@@ -268,9 +268,9 @@ fn grpo(
             path: spec.tokenizer.clone(),
             error: e.to_string(),
         })?;
-    // The plan's memory settings, as a run applies them (recomputed layers, log-probs
+    // The plan's settings, as a run applies them (recomputed layers, log-probs
     // in chunks, a generation budget).
-    crate::train::policy::Policy::set_memory(&mut policy, plan.memory());
+    crate::train::policy::Policy::apply_settings(&mut policy, plan.policy_settings());
     let data = crate::env::generate(
         &plan.initial_config,
         plan.grpo.batch_size as usize,
@@ -299,8 +299,8 @@ fn warmup(
     let name = format!("{}", model_dir.display());
     let mut lm =
         super::load_language_model(Path::new("."), &name, device).map_err(BenchError::Model)?;
-    // The plan's memory settings and training kernels, as a run applies them.
-    crate::train::policy::Policy::set_memory(&mut lm, plan.memory());
+    // The plan's memory bounds and training kernels, as a run applies them.
+    crate::train::policy::Policy::apply_settings(&mut lm, plan.policy_settings());
     let batch = spec
         .warmup_batch
         .unwrap_or(plan.warmup.engineer_batch_size as usize)

@@ -395,11 +395,11 @@ impl<'a> Pipeline<'a> {
             .collect()
     }
 
-    /// A checkpoint as this plan's runs use it: on the device, bounding memory as the
-    /// plan says (`LedgerPlan::memory`).
+    /// A checkpoint as this plan's runs use it: on the device, with the memory bounds
+    /// and kernels the plan says (`LedgerPlan::policy_settings`).
     fn load_state(&self, blob: &Hash) -> Result<TrainState, StageError> {
         let mut state = load_state(self.ledger, blob, self.compute())?;
-        state.policy.set_memory(self.plan.memory());
+        state.policy.apply_settings(self.plan.policy_settings());
         Ok(state)
     }
 
@@ -428,7 +428,7 @@ impl<'a> Pipeline<'a> {
                         })
                     })
                     .map_err(crate::train::TrainError::from)?;
-                crate::train::policy::Policy::set_memory(&mut lm, self.plan.memory());
+                crate::train::policy::Policy::apply_settings(&mut lm, self.plan.policy_settings());
                 Ok(Box::new(lm))
             }
             kind => Ok(crate::train::new_policy(

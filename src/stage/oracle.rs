@@ -248,7 +248,7 @@ impl Pipeline<'_> {
         let mut host = Unrecorded {
             ledger: self.ledger,
             compute: self.compute(),
-            memory: self.plan.memory(),
+            settings: self.plan.policy_settings(),
             stop,
         };
         // Its time is the engineer phase's (the caller's); this one is dropped.
@@ -315,7 +315,7 @@ fn rationale(candidates: &[OracleCandidate], best: usize) -> String {
 struct Unrecorded<'l> {
     ledger: &'l Ledger,
     compute: crate::train::compute::Compute,
-    memory: crate::plan::trainer::MemorySettings,
+    settings: crate::plan::trainer::PolicySettings,
     stop: &'l AtomicBool,
 }
 
@@ -324,7 +324,7 @@ impl grpo::StageHost for Unrecorded<'_> {
 
     fn load(&self, checkpoint: &Hash) -> Result<TrainState, StageError> {
         let mut state = load_state(self.ledger, checkpoint, self.compute)?;
-        state.policy.set_memory(self.memory);
+        state.policy.apply_settings(self.settings);
         Ok(state)
     }
 

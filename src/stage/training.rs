@@ -102,7 +102,7 @@ impl Pipeline<'_> {
             steps,
             rec: Recorder::new(self.ledger, branch, self.base_meta.clone()),
             compute,
-            memory: self.plan.memory(),
+            settings: self.plan.policy_settings(),
             stage: n,
             progress,
             stop,
@@ -515,8 +515,9 @@ struct Host<'r, 'p> {
     steps: super::steps::StepLog,
     rec: Recorder<'r>,
     compute: crate::train::compute::Compute,
-    /// How the plan bounds memory, given to every state loaded.
-    memory: crate::plan::trainer::MemorySettings,
+    /// How the plan bounds memory and which kernels it runs, given to every state
+    /// loaded.
+    settings: crate::plan::trainer::PolicySettings,
     stage: u32,
     progress: &'p mut dyn Progress,
     stop: &'p AtomicBool,
@@ -527,7 +528,7 @@ impl grpo::StageHost for Host<'_, '_> {
 
     fn load(&self, checkpoint: &Hash) -> Result<TrainState, StageError> {
         let mut state = load_state(self.rec.ledger(), checkpoint, self.compute)?;
-        state.policy.set_memory(self.memory);
+        state.policy.apply_settings(self.settings);
         Ok(state)
     }
 

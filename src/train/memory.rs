@@ -568,7 +568,7 @@ pub fn lanes_per_wave(
 }
 
 /// The generation budget of a model as a run sets it: `model.generation_memory` (the
-/// plan's `[lm] generation_memory`, given to the policy by `Policy::set_memory`), else
+/// plan's `[lm] generation_memory`, given to the policy by `Policy::apply_settings`), else
 /// on a CUDA device its total memory less the CUDA reserve, the model's resident parts
 /// and its generation copy ([`Estimator::derived_generation_budget`]); None on the CPU
 /// without a plan budget (one wave), or when the device's memory cannot be read.

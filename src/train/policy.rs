@@ -8,7 +8,7 @@
 //! project's seed tree, never from torch's global generator, so it is bit-reproducible.
 use crate::env::text::ParseError;
 use crate::env::{Instance, Plan};
-pub use crate::plan::trainer::MemorySettings;
+pub use crate::plan::trainer::PolicySettings;
 use crate::seed::Seed;
 use tch::{nn, Device, Tensor};
 
@@ -74,7 +74,7 @@ pub trait Policy {
     /// the closure builds from the rollouts' log-probabilities (which carry gradients).
     /// The default is one forward ([`Policy::log_probs`]) and one backward, skipped
     /// when the rollouts have no actions. A policy may bound its memory here as
-    /// [`Policy::set_memory`] asked (log-probs in chunks, recomputed activations), with
+    /// [`Policy::apply_settings`] asked (log-probs in chunks, recomputed activations), with
     /// the same gradients.
     fn backward_loss(
         &self,
@@ -93,9 +93,10 @@ pub trait Policy {
     fn row_tokens(&self, _instances: &[Instance], rollouts: &[Rollout]) -> Vec<usize> {
         rollouts.iter().map(|r| r.actions.len()).collect()
     }
-    /// How a run bounds device memory (the plan's settings, see [`MemorySettings`]);
-    /// a policy without such paths (the `grid` network) ignores it.
-    fn set_memory(&mut self, _memory: MemorySettings) {}
+    /// How a run bounds device memory and which kernels it runs (the plan's settings,
+    /// see [`PolicySettings`]); a policy without such paths (the `grid` network)
+    /// ignores them.
+    fn apply_settings(&mut self, _settings: PolicySettings) {}
     /// The action ids that produce `plan` on `inst` (for supervised warm-up).
     fn encode_plan(&self, inst: &Instance, plan: &Plan) -> Vec<u32>;
     /// The architecture, codec-encoded, as checkpoints record it.

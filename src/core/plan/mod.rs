@@ -548,9 +548,10 @@ impl LedgerPlan {
         Ok(plan)
     }
 
-    /// How a run of this plan bounds device memory (see [`trainer::MemorySettings`]).
-    pub fn memory(&self) -> trainer::MemorySettings {
-        trainer::MemorySettings {
+    /// How a run of this plan bounds device memory and which kernels it runs (see
+    /// [`trainer::PolicySettings`]).
+    pub fn policy_settings(&self) -> trainer::PolicySettings {
+        trainer::PolicySettings {
             generation_memory: self.lm.generation_memory.map(|s| s.0),
             log_prob_chunk: self.grpo.log_prob_chunk,
             recompute: self.grpo.recompute,
@@ -830,12 +831,12 @@ mod tests {
     }
 
     #[test]
-    fn memory_settings_are_plan_fields_that_leave_old_hashes_alone() {
+    fn policy_settings_are_plan_fields_that_leave_old_hashes_alone() {
         // At their defaults (no recompute, no chunking, no generation budget) the three
         // add nothing to the canonical encoding: every committed plan but the paper's
         // hashes as it did.
         let demo = LedgerPlan::parse(DEMO.as_bytes()).unwrap();
-        assert_eq!(demo.memory(), trainer::MemorySettings::default());
+        assert_eq!(demo.policy_settings(), trainer::PolicySettings::default());
         let explicit = DEMO.replace("[grpo]", "[grpo]\nrecompute = false\nlog_prob_chunk = 0");
         assert_eq!(
             LedgerPlan::parse(explicit.as_bytes()).unwrap().hash(),
@@ -846,12 +847,12 @@ mod tests {
             .replace("[lm]", "[lm]\ngeneration_memory = \"24576MiB\"");
         let set = LedgerPlan::parse(set.as_bytes()).unwrap();
         assert_eq!(
-            set.memory(),
-            trainer::MemorySettings {
+            set.policy_settings(),
+            trainer::PolicySettings {
                 generation_memory: Some(24 << 30),
                 log_prob_chunk: 512,
                 recompute: true,
-                ..trainer::MemorySettings::default()
+                ..trainer::PolicySettings::default()
             }
         );
         assert_ne!(set.hash(), demo.hash());
@@ -862,7 +863,7 @@ mod tests {
         );
         let on = DEMO.replace("[lm]", "[lm]\nlora_in_compute_dtype = true");
         let on = LedgerPlan::parse(on.as_bytes()).unwrap();
-        assert!(on.memory().lora_in_compute_dtype);
+        assert!(on.policy_settings().lora_in_compute_dtype);
         assert_ne!(on.hash(), demo.hash());
         // The training kernels: the recorded ones by default, named or not, and either
         // lever a different plan.
@@ -877,22 +878,22 @@ mod tests {
         for (line, memory) in [
             (
                 "training_attention = \"causal\"",
-                trainer::MemorySettings {
+                trainer::PolicySettings {
                     training_attention: trainer::TrainingAttention::Causal,
-                    ..demo.memory()
+                    ..demo.policy_settings()
                 },
             ),
             (
                 "training_norms = \"fused\"",
-                trainer::MemorySettings {
+                trainer::PolicySettings {
                     training_norms: trainer::TrainingNorms::Fused,
-                    ..demo.memory()
+                    ..demo.policy_settings()
                 },
             ),
         ] {
             let plan = DEMO.replace("[lm]", &format!("[lm]\n{line}"));
             let plan = LedgerPlan::parse(plan.as_bytes()).unwrap();
-            assert_eq!(plan.memory(), memory, "{line}");
+            assert_eq!(plan.policy_settings(), memory, "{line}");
             assert_ne!(plan.hash(), demo.hash(), "{line}");
         }
         let bad = DEMO.replace("[lm]", "[lm]\ntraining_attention = \"flash\"");

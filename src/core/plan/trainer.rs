@@ -224,15 +224,15 @@ impl GrpoConfig {
     }
 }
 
-/// How the trainer bounds device memory (the plan's `[lm] generation_memory`, `[grpo]
-/// recompute` and `log_prob_chunk`): what a policy is told once it is loaded for a run
-/// (`train::policy::Policy::set_memory`). None of it changes what is computed, only in
-/// how many pieces, except `lora_in_compute_dtype`, the one numeric setting a loaded
-/// policy takes from its plan; not recorded in checkpoints (the plan records them).
-/// The training kernels ride along: like `lora_in_compute_dtype` they change what is
-/// computed by a rounding and are set on a loaded policy from its plan.
+/// What a policy is told from its plan once it is loaded for a run
+/// (`train::policy::Policy::apply_settings`); not recorded in checkpoints (the plan
+/// records them). Two kinds:
+/// - **memory bounds** (`[lm] generation_memory`, `[grpo] recompute` and
+///   `log_prob_chunk`): they change in how many pieces things are computed, not what;
+/// - **kernels** (`[lm] lora_in_compute_dtype`, `training_attention`,
+///   `training_norms`): they change what is computed by a rounding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MemorySettings {
+pub struct PolicySettings {
     /// Bytes a generation call's lanes may hold (None: derived on CUDA, one wave on the
     /// CPU).
     pub generation_memory: Option<u64>,

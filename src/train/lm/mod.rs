@@ -29,7 +29,7 @@ pub mod model;
 mod recompute;
 
 use super::compute::Compute;
-use super::policy::{LogProbs, MemorySettings, Policy, Rollout};
+use super::policy::{LogProbs, Policy, PolicySettings, Rollout};
 use crate::env::text::parse_plan_in;
 use crate::env::{Instance, Plan};
 use crate::record::Hash;
@@ -120,9 +120,10 @@ pub struct LmPolicy {
     pub arch: LmArch,
     /// Tokens that end a generation: the chat turn's end and the config's EOS ids.
     pub stop: Vec<u32>,
-    /// How scoring and training bound memory ([`Policy::set_memory`]); the default
-    /// scores every target at once and keeps every activation.
-    memory: MemorySettings,
+    /// How scoring and training bound memory and which kernels they run
+    /// ([`Policy::apply_settings`]); the default scores every target at once, keeps
+    /// every activation and runs the recorded kernels.
+    settings: PolicySettings,
 }
 
 impl LmPolicy {
@@ -160,7 +161,7 @@ impl LmPolicy {
             tokenizer_json,
             arch,
             stop,
-            memory: MemorySettings::default(),
+            settings: PolicySettings::default(),
         })
     }
 
@@ -286,7 +287,7 @@ impl LmPolicy {
             ..self.arch
         };
         let mut p = LmPolicy::new(model, self.tokenizer_json, arch)?;
-        p.set_memory(self.memory);
+        p.apply_settings(self.settings);
         Ok(p)
     }
 
@@ -421,7 +422,7 @@ impl LmPolicy {
                 rollout_of: Tensor::zeros([0], (Kind::Int64, d)),
             };
         }
-        let batch = RowBatch::new(prompts, targets, rows, d, self.memory.training_attention);
+        let batch = RowBatch::new(prompts, targets, rows, d, self.settings.training_attention);
         let hid = self
             .model
             .uncached(&batch.tokens, &batch.layer_inputs(&self.model), use_lora);
@@ -437,7 +438,7 @@ impl LmPolicy {
     /// The ranges of `n` target tokens scored together: chunks of the plan's
     /// `log_prob_chunk` tokens, or all of them.
     fn target_chunks(&self, n: usize) -> Vec<std::ops::Range<usize>> {
-        let chunk = match self.memory.log_prob_chunk as usize {
+        let chunk = match self.settings.log_prob_chunk as usize {
             0 => n.max(1),
             c => c,
         };
@@ -570,7 +571,7 @@ impl Policy for LmPolicy {
         rollouts: &[Rollout],
         loss: &mut dyn FnMut(&LogProbs) -> Tensor,
     ) {
-        if self.memory.log_prob_chunk == 0 && !self.memory.recompute {
+        if self.settings.log_prob_chunk == 0 && !self.settings.recompute {
             let lp = self.log_probs(instances, rollouts);
             let l = loss(&lp);
             if lp.per_action.numel() > 0 {
@@ -596,12 +597,12 @@ impl Policy for LmPolicy {
             .collect()
     }
 
-    fn set_memory(&mut self, memory: MemorySettings) {
-        self.memory = memory;
-        self.model.generation_memory = memory.generation_memory;
-        self.model.lora_in_compute_dtype = memory.lora_in_compute_dtype;
+    fn apply_settings(&mut self, settings: PolicySettings) {
+        self.settings = settings;
+        self.model.generation_memory = settings.generation_memory;
+        self.model.lora_in_compute_dtype = settings.lora_in_compute_dtype;
         self.model
-            .set_fused_norms(memory.training_norms == TrainingNorms::Fused);
+            .set_fused_norms(settings.training_norms == TrainingNorms::Fused);
     }
 
     fn reference_log_probs(

@@ -231,7 +231,7 @@ pub struct Model {
     /// A resource setting of the machine, like the device: never hashed.
     pub generation_memory: Option<u64>,
     /// LoRA adapters' products in the compute dtype rather than f32 (the plan's
-    /// `[lm] lora_in_compute_dtype`, set with the policy's memory settings).
+    /// `[lm] lora_in_compute_dtype`, set with the policy's settings).
     pub lora_in_compute_dtype: bool,
     /// RMSNorm as one fused `rms_norm` call (a GPU's generation copy,
     /// [`GenerationLayout::fused_norms`], or every forward under the plan's `[lm]

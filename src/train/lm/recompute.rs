@@ -68,7 +68,7 @@ fn backward_from(output: &Tensor, gradient: &Tensor) {
 fn forward(policy: &LmPolicy, batch: RowBatch, temperature: f64) -> Forward {
     let model = &policy.model;
     let shared = batch.layer_inputs(model);
-    let (hidden, layers) = if policy.memory.recompute {
+    let (hidden, layers) = if policy.settings.recompute {
         let mut inputs = Vec::with_capacity(model.cfg.num_hidden_layers as usize);
         let top = tch::no_grad(|| {
             let mut x = model.embed(&batch.tokens);
@@ -191,7 +191,7 @@ pub(super) fn backward_loss(
                     targets,
                     part,
                     device,
-                    policy.memory.training_attention,
+                    policy.settings.training_attention,
                 ),
                 temperature,
             )
@@ -256,7 +256,7 @@ pub(super) fn backward_loss(
 mod tests {
     use super::*;
     use crate::env::{generate as instances, Budget, GeneratorConfig, Instance};
-    use crate::plan::trainer::MemorySettings;
+    use crate::plan::trainer::PolicySettings;
     use crate::seed::Seed;
     use crate::train::lm::{init, pretraining_corpus, LmSpec};
     use crate::train::policy::{Policy, Rollout};
@@ -287,14 +287,14 @@ mod tests {
     }
 
     /// Gradients of every trainable variable and the loss after `backward_loss` under
-    /// `memory`.
+    /// `settings`.
     fn gradients(
         p: &mut LmPolicy,
         inst: &[Instance],
         rollouts: &[Rollout],
-        memory: MemorySettings,
+        settings: PolicySettings,
     ) -> (f64, Vec<(String, Tensor)>) {
-        p.set_memory(memory);
+        p.apply_settings(settings);
         crate::train::adam::Adam::zero_grad(p.vars());
         let mut value = 0.0;
         p.backward_loss(inst, rollouts, &mut |lp| {
@@ -346,21 +346,21 @@ mod tests {
         let (mut p, inst, rollouts) = setup(&spec);
         let lens: Vec<usize> = rollouts.iter().map(|r| r.actions.len()).collect();
         assert!(lens.iter().min() < lens.iter().max(), "{lens:?}");
-        let (plain_loss, plain) = gradients(&mut p, &inst, &rollouts, MemorySettings::default());
+        let (plain_loss, plain) = gradients(&mut p, &inst, &rollouts, PolicySettings::default());
         assert!(plain.iter().all(|(_, g)| g.defined()));
-        let layers = MemorySettings {
+        let layers = PolicySettings {
             recompute: true,
-            ..MemorySettings::default()
+            ..PolicySettings::default()
         };
         let (l, g) = gradients(&mut p, &inst, &rollouts, layers);
         assert_eq!(l.to_bits(), plain_loss.to_bits());
         assert_eq!(max_difference(&g, &plain), 0.0, "recomputed layers");
         for chunk in [1, 7, 64] {
             for recompute in [false, true] {
-                let m = MemorySettings {
+                let m = PolicySettings {
                     log_prob_chunk: chunk,
                     recompute,
-                    ..MemorySettings::default()
+                    ..PolicySettings::default()
                 };
                 let (l, g) = gradients(&mut p, &inst, &rollouts, m);
                 assert!(
@@ -407,7 +407,7 @@ mod tests {
         let spec = LmSpec::default();
         let (p, inst, rollouts) = setup(&spec);
         let mut p = with_adapters(p);
-        let (plain_loss, plain) = gradients(&mut p, &inst, &rollouts, MemorySettings::default());
+        let (plain_loss, plain) = gradients(&mut p, &inst, &rollouts, PolicySettings::default());
         for (chunk, recompute) in [
             (0, true),
             (100_000, false),
@@ -415,10 +415,10 @@ mod tests {
             (5, true),
             (1, true),
         ] {
-            let m = MemorySettings {
+            let m = PolicySettings {
                 log_prob_chunk: chunk,
                 recompute,
-                ..MemorySettings::default()
+                ..PolicySettings::default()
             };
             let (l, g) = gradients(&mut p, &inst, &rollouts, m);
             if chunk == 0 || chunk >= 100_000 {
@@ -463,12 +463,12 @@ mod tests {
         let (mut p, data) = bf16_with_adapters();
         let inst: Vec<Instance> = data.iter().take(3).map(|d| d.instance.clone()).collect();
         let rollouts = p.sample(&inst, 2, false, Seed::root(3));
-        let (plain_loss, plain) = gradients(&mut p, &inst, &rollouts, MemorySettings::default());
+        let (plain_loss, plain) = gradients(&mut p, &inst, &rollouts, PolicySettings::default());
         for (chunk, recompute) in [(0, true), (3, false), (3, true)] {
-            let m = MemorySettings {
+            let m = PolicySettings {
                 log_prob_chunk: chunk,
                 recompute,
-                ..MemorySettings::default()
+                ..PolicySettings::default()
             };
             let (l, g) = gradients(&mut p, &inst, &rollouts, m);
             assert!(
@@ -503,10 +503,10 @@ mod tests {
             })
         };
         for (recompute, chunk) in [(false, 0), (true, 5)] {
-            let memory = MemorySettings {
+            let memory = PolicySettings {
                 recompute,
                 log_prob_chunk: chunk,
-                ..MemorySettings::default()
+                ..PolicySettings::default()
             };
             let (want_loss, want) = gradients(&mut p, inst, rollouts, memory);
             let (want_lp, want_ref) = scored(&p);
@@ -515,7 +515,7 @@ mod tests {
                 (A::Masked, N::Fused),
                 (A::Causal, N::Fused),
             ] {
-                let m = MemorySettings {
+                let m = PolicySettings {
                     training_attention: attention,
                     training_norms: norms,
                     ..memory
@@ -538,7 +538,7 @@ mod tests {
                 assert_eq!(reference.is_some(), want_ref.is_some());
             }
         }
-        p.set_memory(MemorySettings::default());
+        p.apply_settings(PolicySettings::default());
     }
 
     /// The training kernels in f32, full fine-tuning and under LoRA: within the f32
@@ -571,9 +571,9 @@ mod tests {
         let (mut p, inst, rollouts) = setup(&spec);
         let whole = tch::no_grad(|| p.log_probs(&inst, &rollouts));
         for chunk in [1, 3, 1000] {
-            p.set_memory(MemorySettings {
+            p.apply_settings(PolicySettings {
                 log_prob_chunk: chunk,
-                ..MemorySettings::default()
+                ..PolicySettings::default()
             });
             let part = tch::no_grad(|| p.log_probs(&inst, &rollouts));
             let d = |a: &Tensor, b: &Tensor| f64::try_from((a - b).abs().max()).unwrap();
