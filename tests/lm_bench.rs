@@ -222,3 +222,60 @@ fn the_grpo_step_as_committed_takes_the_plans_thinking_and_budget() {
         "--tokenizer",
     );
 }
+
+/// Under `[grpo] zero_variance = "drop"` the timed step trains only the groups with
+/// signal, and random weights write no plan that parses, so no group has any: the
+/// figure says so and counts no trained token. `--grpo-every-row` times the worst case
+/// instead, every row trained as `skip` trains them, and counts their tokens.
+#[test]
+fn a_drop_plan_on_random_weights_trains_nothing_unless_every_row_is_asked_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plan = tmp.path().join("drop.toml");
+    let tiny = include_str!("plans/lm-tiny.toml");
+    std::fs::write(
+        &plan,
+        tiny.replace("[grpo]\n", "[grpo]\nzero_variance = \"drop\"\n"),
+    )
+    .unwrap();
+    let tokenizer = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/hf/tiny-qwen3/tokenizer.json"
+    );
+    let step = |extra: &[&str]| {
+        let mut args = vec![
+            "lm",
+            "bench",
+            "--shape",
+            SHAPE,
+            "--batch",
+            "--grpo-plan",
+            plan.to_str().unwrap(),
+            "--tokenizer",
+            tokenizer,
+            "--grpo-new-tokens",
+            "3",
+        ];
+        args.extend(extra);
+        let out = cli(&args);
+        (
+            json(&out)["grpo"].clone(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (dropped, said) = step(&[]);
+    assert_eq!(dropped["signal_groups"], 0, "{dropped}");
+    assert_eq!(dropped["groups"], 4, "{dropped}");
+    assert_eq!(dropped["trained_tokens"], 0, "{dropped}");
+    assert!(
+        said.contains("0 of 4 groups with signal, 0 tokens trained (zero_variance drop)"),
+        "{said}"
+    );
+    let (every, said) = step(&["--grpo-every-row"]);
+    let u = |g: &serde_json::Value, k: &str| g[k].as_u64().unwrap();
+    assert_eq!(
+        u(&every, "trained_tokens"),
+        4 * u(&every, "prompt_tokens") + u(&every, "sampled_tokens"),
+        "{every}"
+    );
+    assert!(said.contains("(zero_variance skip)"), "{said}");
+}

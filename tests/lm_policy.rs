@@ -678,3 +678,190 @@ fn a_text_plan_is_refused_with_a_pointer_to_lm() {
         "{e}"
     );
 }
+
+/// `[grpo] zero_variance = "drop"`: the groups without signal leave the batch before the
+/// KL reference and the training forward, and the update is `skip`'s. On a LoRA policy
+/// (its KL reference the frozen base, the adapters moved off zero so the KL term
+/// counts) that half-learned one-agent 3x3 plans, one step's batch has groups with and
+/// without signal; whole and in micro-batches, `drop` records the same rollouts and
+/// statistics as `skip`, and the same loss terms and gradients to f32 rounding. A batch
+/// without signal trains nothing under either: the parameters stay where they were.
+#[test]
+fn dropping_silent_groups_trains_as_skipping_them() {
+    let sp = LmSpec {
+        temperature: 1.0,
+        ..spec()
+    };
+    let cfg = GeneratorConfig::uniform(1, [3], 0.2, 0.0);
+    let data = generate(&cfg, 64, Seed::root(2), Budget::default()).unwrap();
+    let blobs = vec![mapf_ledger::ledger::Hash([0; 32]); data.len()];
+    let mut warm = TrainState::new(
+        Box::new(scratch(&sp, 6)),
+        AdamConfig {
+            lr: 3e-3,
+            ..AdamConfig::default()
+        },
+    );
+    let w = WarmupConfig {
+        steps: 40,
+        lr: 3e-3,
+        batch_size: 32,
+        instances: 64,
+        agent_names: 0,
+    };
+    for s in 0..w.steps {
+        warmup::step(&mut warm, &w, &data, Seed::root(3), s);
+    }
+    let warmed = lm::downcast(warm.policy).unwrap();
+    let weights = warmed.model.merged_weights();
+    // The same LoRA policy each time: the warmed weights frozen, adapters moved off zero.
+    let policy = |trained: bool| {
+        let model = Model::from_weights(
+            warmed.model.cfg.clone(),
+            weights.iter().map(|(k, v)| (k.clone(), v.copy())).collect(),
+            Device::Cpu,
+            None,
+            Seed::root(0),
+        )
+        .unwrap();
+        let p = LmPolicy::new(model, warmed.tokenizer_json.clone(), warmed.arch.clone()).unwrap();
+        let p = p
+            .into_lora(
+                LoraSpec {
+                    rank: 4,
+                    alpha: 8.0,
+                    targets: vec!["q_proj".into(), "v_proj".into(), "down_proj".into()],
+                },
+                mapf_ledger::ledger::Hash([0; 32]),
+                Seed::root(7),
+            )
+            .unwrap();
+        if trained {
+            // Fixed values (torch's global generator is shared by the tests' threads).
+            tch::no_grad(|| {
+                for (name, mut v) in p.model.vs.variables() {
+                    if name.contains("lora_B") {
+                        let n = v.numel() as i64;
+                        let g = Tensor::arange(n, (Kind::Float, Device::Cpu)).sin();
+                        v.copy_(&(g.view(v.size().as_slice()) * 0.02));
+                    }
+                }
+            });
+        }
+        p
+    };
+    let g = GrpoConfig {
+        lr: 1e-3,
+        group_size: 4,
+        batch_size: 12,
+        kl_coef: 0.05,
+        entropy_coef: 0.001,
+        format_reward: 0.1,
+        agent_reward: 0.5,
+        ..GrpoConfig::default()
+    };
+    // One step: its records, and every variable's gradient after it.
+    let step = |p: LmPolicy, cfg: &GrpoConfig| {
+        let mut ts = TrainState::new(Box::new(p), cfg.adam());
+        let (records, _) = grpo::step(
+            &mut ts,
+            None,
+            cfg,
+            mapf_ledger::env::CostMetric::Makespan,
+            &data,
+            &blobs,
+            &[],
+            Seed::root(4),
+            0,
+        );
+        let grads: BTreeMap<String, Tensor> = ts
+            .policy
+            .vars()
+            .variables()
+            .into_iter()
+            .map(|(n, v)| (n, v.grad()))
+            .collect();
+        let params = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
+        (records, grads, params)
+    };
+    let parts = |records: &[StepRecord]| {
+        let stats = records.iter().find_map(|r| match r {
+            StepRecord::GrpoStats(s) => Some(s.clone()),
+            _ => None,
+        });
+        let update = records.iter().find_map(|r| match r {
+            StepRecord::GradientStep(s) => Some(s.clone()),
+            _ => None,
+        });
+        (records[0].clone(), stats.unwrap(), update.unwrap())
+    };
+    let close = |what: &str, a: u64, b: u64| {
+        let (a, b) = (f64::from_bits(a), f64::from_bits(b));
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs().max(1e-4),
+            "{what}: skip {a} vs drop {b}"
+        );
+    };
+    for micro_batch_tokens in [0, 150] {
+        let with = |zero_variance| GrpoConfig {
+            zero_variance,
+            micro_batch_tokens,
+            ..g.clone()
+        };
+        let (skip, skip_grads, _) = step(policy(true), &with(grpo::ZeroVariance::Skip));
+        let (drop, drop_grads, _) = step(policy(true), &with(grpo::ZeroVariance::Drop));
+        let (skip_rollouts, skip_stats, skip_update) = parts(&skip);
+        let (drop_rollouts, drop_stats, drop_update) = parts(&drop);
+        assert!(
+            0 < skip_stats.signal_groups && skip_stats.signal_groups < skip_stats.groups,
+            "the batch needs groups with and without signal: {skip_stats:?}"
+        );
+        assert_eq!(skip_rollouts, drop_rollouts);
+        assert_eq!(
+            (skip_stats.signal_groups, skip_stats.skipped_groups),
+            (drop_stats.signal_groups, drop_stats.skipped_groups)
+        );
+        let what = format!("micro_batch_tokens {micro_batch_tokens}");
+        assert!(f64::from_bits(skip_update.kl) > 1e-6, "{what}: no KL term");
+        close(&format!("{what}: loss"), skip_update.loss, drop_update.loss);
+        close(&format!("{what}: kl"), skip_update.kl, drop_update.kl);
+        close(
+            &format!("{what}: entropy"),
+            skip_update.entropy,
+            drop_update.entropy,
+        );
+        close(
+            &format!("{what}: grad norm"),
+            skip_update.grad_norm,
+            drop_update.grad_norm,
+        );
+        close(
+            &format!("{what}: clip fraction"),
+            skip_stats.clip_fraction,
+            drop_stats.clip_fraction,
+        );
+        let norm = f64::from_bits(skip_update.grad_norm);
+        for (name, a) in &skip_grads {
+            let d = (a - &drop_grads[name]).abs().max().double_value(&[]);
+            assert!(d <= 1e-5 * norm, "{what}: {name} gradient differs by {d}");
+        }
+    }
+    // Random adapters on an untrained base: no plan parses, no group has signal.
+    let silent = |zero_variance| {
+        let p = lm::init(&sp, Device::Cpu, Seed::root(9), corpus).unwrap();
+        let start = mapf_ledger::train::checkpoint::param_hash(&p.model.vs);
+        let (records, _, params) = step(
+            p,
+            &GrpoConfig {
+                zero_variance,
+                ..g.clone()
+            },
+        );
+        let (_, stats, update) = parts(&records);
+        assert_eq!(stats.signal_groups, 0, "{stats:?}");
+        assert_eq!(params, start, "{zero_variance:?} moved the parameters");
+        f64::from_bits(update.loss)
+    };
+    assert_eq!(silent(grpo::ZeroVariance::Skip).abs(), 0.0);
+    assert_eq!(silent(grpo::ZeroVariance::Drop), 0.0);
+}

@@ -13,7 +13,9 @@
 #   2. one 4B LoRA GRPO step of ledgers/paper.toml's shape (32 prompts x 8 samples,
 #      its micro-batches of at most 65,536 tokens, recomputed layers, KL to the base) at
 #      512 new tokens, thinking off: its phase split and MFU, GPU utilisation sampled
-#      every 200 ms; then with each training kernel of issue 78 item 2 (`[lm]
+#      every 200 ms, every row trained (`--grpo-every-row`: paper.toml drops the groups
+#      without signal, and random weights give no group signal, so this times drop's
+#      worst case, every group with signal); then with each training kernel of issue 78 item 2 (`[lm]
 #      training_attention = "causal"`, `training_norms = "fused"`), both, and as is
 #      again, on the same machine;
 #   3. the base planner's warm-up steps of 64 rows (ledgers/models/mapf-base-indep, the
@@ -26,7 +28,7 @@
 #      fixture (tests/fixtures/lm-tiny-cuda.bundle) replayed too;
 #   5. (only when asked: CUDA_BENCH_PARTS=5, a second call) ledgers/paper.toml's GRPO
 #      step as committed (`lm bench --grpo-as-committed`: thinking on, 8,192 new
-#      tokens): one prompt's part of it (`--grpo-prompts 1`), then the step for as long
+#      tokens; every row trained, its worst case, as in part 2): one prompt's part of it (`--grpo-prompts 1`), then the step for as long
 #      as its limit allows, memory peaks beside `plan check`'s estimate;
 #   6. (after part 1) decode with the step captured as CUDA graphs (`lm bench
 #      --decode-loop graphed`, the shim of tools/cuda-graph.sh, built here or carried
@@ -145,7 +147,7 @@ fi
 if part 2 one 4B LoRA GRPO step of paper.toml at 512 new tokens; then
 sample "$OUT/util-grpo.txt"
 timeout 200 "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan ledgers/paper.toml \
-    --grpo-new-tokens 512 "${FLAGS[@]}" > "$OUT/grpo-4b.json" 2> "$OUT/grpo-4b.log"
+    --grpo-new-tokens 512 --grpo-every-row "${FLAGS[@]}" > "$OUT/grpo-4b.json" 2> "$OUT/grpo-4b.log"
 echo "rc=$?"; cat "$OUT/grpo-4b.log"; unsample "$OUT/util-grpo.txt" "$OUT/grpo-4b.json" grpo | tee -a "$OUT/grpo-4b.log"
 # The same step with each training kernel (issue 78 item 2), both, then paper.toml again:
 # a same-machine comparison (the first call on a machine is slower in every phase; run 8).
@@ -156,7 +158,7 @@ kernels ledgers/paper.toml 'training_attention = "causal"\ntraining_norms = "fus
 for v in causal fused-norms both again; do
     plan=$TMP/paper-$v.toml; [[ $v == again ]] && plan=ledgers/paper.toml
     timeout 100 "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan "$plan" \
-        --grpo-new-tokens 512 "${FLAGS[@]}" > "$OUT/grpo-4b-$v.json" 2> "$OUT/grpo-4b-$v.log"
+        --grpo-new-tokens 512 --grpo-every-row "${FLAGS[@]}" > "$OUT/grpo-4b-$v.json" 2> "$OUT/grpo-4b-$v.log"
     echo "$v rc=$?"; cat "$OUT/grpo-4b-$v.log"
 done
 fi
@@ -214,12 +216,12 @@ GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -
 echo "plan check at ${GIB}GiB rc=$?"; cat "$OUT/paper-plan-check.txt"
 sample "$OUT/util-paper-1.txt"
 timeout 200 "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan ledgers/paper.toml \
-    --grpo-as-committed --grpo-prompts 1 "${FLAGS[@]}" > "$OUT/grpo-paper-1.json" 2> "$OUT/grpo-paper-1.log"
+    --grpo-as-committed --grpo-every-row --grpo-prompts 1 "${FLAGS[@]}" > "$OUT/grpo-paper-1.json" 2> "$OUT/grpo-paper-1.log"
 echo "one prompt rc=$? (124: past the timeout)"; cat "$OUT/grpo-paper-1.log"
 unsample "$OUT/util-paper-1.txt" "$OUT/grpo-paper-1.json" grpo | tee -a "$OUT/grpo-paper-1.log"
 sample "$OUT/util-paper.txt"
 timeout "${CUDA_BENCH_PAPER_TIMEOUT:-330}" "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan ledgers/paper.toml \
-    --grpo-as-committed "${FLAGS[@]}" > "$OUT/grpo-paper.json" 2> "$OUT/grpo-paper.log"
+    --grpo-as-committed --grpo-every-row "${FLAGS[@]}" > "$OUT/grpo-paper.json" 2> "$OUT/grpo-paper.log"
 echo "the step rc=$? (124: past the timeout)"; cat "$OUT/grpo-paper.log"
 unsample "$OUT/util-paper.txt" "$OUT/grpo-paper.json" grpo | tee -a "$OUT/grpo-paper.log"
 fi

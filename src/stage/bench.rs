@@ -5,6 +5,7 @@
 //! makes what it times (models, prompts, data), reads the inputs it names, says each
 //! figure as a line, and gathers them into one JSON object.
 use crate::engineer::text::TextRevision;
+use crate::plan::trainer::ZeroVariance;
 use crate::plan::LedgerPlan;
 use crate::record::Hash;
 use crate::seed::Seed;
@@ -37,6 +38,9 @@ pub struct BenchSpec {
     /// plan's step on part of its batch, each prompt's samples, budget and memory
     /// settings as the plan says (a step too long for one lease, measured by its part).
     pub grpo_prompts: Option<u32>,
+    /// Every row of the step trains (a `drop` plan runs as `skip`: its worst case,
+    /// which random weights, whose groups have no signal, would not time).
+    pub grpo_every_row: bool,
     /// The tokenizer.json the GRPO step's prompts are written with.
     pub tokenizer: PathBuf,
     /// A model directory whose warm-up steps to time on `warmup_plan`'s examples.
@@ -138,15 +142,26 @@ pub fn run(
         if let Some(n) = spec.grpo_prompts {
             plan.grpo.batch_size = n;
         }
+        if spec.grpo_every_row && plan.grpo.zero_variance == ZeroVariance::Drop {
+            plan.grpo.zero_variance = ZeroVariance::Skip;
+        }
         let figure = grpo(spec, cfg, &plan, device, dtype)?;
         say(&format!(
-            "GRPO step: {:.1} s, {:.1} TFLOP/s{}",
+            "GRPO step: {:.1} s, {:.1} TFLOP/s{}; {} of {} groups with signal, {} tokens trained (zero_variance {})",
             figure.seconds,
             figure.tflops_per_s,
             figure
                 .mfu
                 .map(|m| format!(", MFU {:.1}%", 100.0 * m))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            figure.signal_groups,
+            figure.groups,
+            figure.trained_tokens,
+            match plan.grpo.zero_variance {
+                ZeroVariance::Keep => "keep",
+                ZeroVariance::Skip => "skip",
+                ZeroVariance::Drop => "drop",
+            },
         ));
         for p in &figure.timing.phases {
             say(&format!("  {:<16} {:>8.2} s", p.name, p.seconds));

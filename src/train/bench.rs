@@ -239,7 +239,13 @@ pub struct GrpoFigure {
     pub timing: StageTiming,
     pub sampled_tokens: u64,
     pub prompt_tokens: u64,
-    /// Tokens the training forward runs (prompt and sample of every row).
+    /// Groups of the batch, and those with signal (rewards that differ). Random
+    /// weights write no plan that parses, so every reward is 0 and no group has signal:
+    /// under `zero_variance = "drop"` such a step trains no row, and only `keep` or
+    /// `skip` time the training of every row.
+    pub groups: u32,
+    pub signal_groups: u32,
+    /// Tokens the training forward runs (prompt and sample of every row it trains).
     pub trained_tokens: u64,
     /// Model FLOPs of the step (matrix products only, attention not counted):
     /// generation 2P per prompt and sampled token, the KL reference's forward 2P and
@@ -294,24 +300,35 @@ pub fn grpo_step(
     );
     sync(device);
     let seconds = t.elapsed().as_secs_f64();
-    let sampled: u64 = records
+    let stats = records
         .iter()
-        .filter_map(|r| match r {
-            crate::record::trainer::StepRecord::GrpoStats(s) => Some(s.tokens),
+        .find_map(|r| match r {
+            crate::record::trainer::StepRecord::GrpoStats(s) => Some(s.clone()),
             _ => None,
         })
-        .sum();
-    let group = cfg.group_size as u64;
-    let trained = prompt_tokens * group + sampled;
+        .expect("a GRPO step records its statistics");
+    let sampled = stats.tokens;
+    let timing = phases.timing();
+    // The training phase counts the rows it trained (every row but under `drop`).
+    let trained = timing
+        .phases
+        .iter()
+        .find(|p| p.name == crate::record::timing::phase::TRAINING)
+        .map_or(0, |p| {
+            p.sampled_tokens.unwrap_or(0) + p.prefilled_tokens.unwrap_or(0)
+        })
+        / cfg.epochs.max(1) as u64;
     let train_factor = if lora { 4.0 } else { 6.0 };
     let kl = if cfg.kl_coef > 0.0 { 2.0 } else { 0.0 };
     let flops =
         2.0 * p * (prompt_tokens + sampled) as f64 + (kl + train_factor) * p * trained as f64;
     GrpoFigure {
         seconds,
-        timing: phases.timing(),
+        timing,
         sampled_tokens: sampled,
         prompt_tokens,
+        groups: stats.groups,
+        signal_groups: stats.signal_groups,
         trained_tokens: trained,
         model_flops: flops,
         tflops_per_s: flops / seconds / 1e12,

@@ -10,9 +10,11 @@
 //! KL penalty to the base model and an entropy bonus; with `rehearsal_coef`, each update
 //! also takes that weight times the imitation loss of a batch of solver plans from the
 //! pretraining mix ([`super::warmup::rehearse`], PPO-ptx). Groups whose rewards are all equal
-//! carry no gradient: they are counted, and with `zero_variance = skip` left out of the
-//! loss. Each step ends with a [`GrpoStats`] record (reward spread, groups with signal,
-//! KL, clip fraction, tokens).
+//! carry no gradient: they are counted, with `zero_variance = skip` left out of the
+//! loss, and with `drop` out of the batch before the KL reference and the training
+//! forward ([`training_rows`]: the same objective, fewer rows computed). Each step
+//! ends with a [`GrpoStats`] record (reward spread, groups with signal, KL, clip
+//! fraction, tokens).
 //!
 //! Loss normalisation is token-level: every term is the mean over all actions (tokens)
 //! of the whole batch, so long and short answers weigh per token, not per answer (DAPO's
@@ -32,6 +34,7 @@ use crate::record::timing::phase;
 use crate::record::trainer::{GradientStep, GrpoStats, StepRecord, Trajectory, TrajectoryBatch};
 use crate::record::Hash;
 use crate::seed::Seed;
+use std::borrow::Cow;
 use tch::{Kind, Tensor};
 
 pub use crate::plan::trainer::{GrpoConfig, ZeroVariance};
@@ -208,35 +211,45 @@ pub fn step_timed(
         (scores, vec![StepRecord::Trajectories(trajectories)])
     });
 
-    // 4. The clipped-ratio objective's inputs. Old log-probs are the sampling policy's.
-    let old = if recorded(&batch.rollouts) {
+    // 4. The rows the update trains on (every rollout, or under `drop` those of the
+    //    groups with signal) and the clipped-ratio objective's inputs over them. Old
+    //    log-probs are the sampling policy's.
+    let rows = training_rows(cfg, &batch.rollouts, &scores);
+    let trained = if rows.len() == batch.rollouts.len() {
+        scored
+    } else {
+        scoring_work(prompts.as_deref(), &rows)
+    };
+    let old = if recorded(&rows) {
         // Putting recorded log-probs on the device is part of training.
         phases.time_resumed(phase::TRAINING, || {
-            recorded_log_probs(&batch.rollouts, state.policy.device())
+            recorded_log_probs(&rows, state.policy.device())
         })
     } else {
-        let old = phases.time(phase::OLD_LOG_PROBS, || old_log_probs(state, &batch));
-        phases.count(phase::OLD_LOG_PROBS, scored);
+        let old = phases.time(phase::OLD_LOG_PROBS, || {
+            old_log_probs(state, &batch.instances, &rows)
+        });
+        phases.count(phase::OLD_LOG_PROBS, trained);
         old
     };
     let micro = micro_batches(
         cfg,
-        batch.rollouts.len(),
+        rows.len(),
         (cfg.micro_batch_tokens > 0)
-            .then(|| state.policy.row_tokens(&batch.instances, &batch.rollouts))
+            .then(|| state.policy.row_tokens(&batch.instances, &rows))
             .as_deref(),
     );
-    let base_lp = if cfg.kl_coef > 0.0 {
+    let base_lp = if cfg.kl_coef > 0.0 && !rows.is_empty() {
         let lp = phases.time(phase::KL_REFERENCE, || {
-            kl_reference(state, base, &batch, micro.as_deref())
+            kl_reference(state, base, &batch.instances, &rows, micro.as_deref())
         });
-        phases.count(phase::KL_REFERENCE, scored);
+        phases.count(phase::KL_REFERENCE, trained);
         lp
     } else {
         None
     };
     let (objective, mut grpo_stats, mut stats) = phases.time_resumed(phase::TRAINING, || {
-        let (adv, keep) = update_weights(cfg, &scores, state.policy.device());
+        let (adv, keep) = update_weights(cfg, &scores, &rows, state.policy.device());
         let (grpo_stats, stats) = step_stats(state.global_step, cfg, metric, data, &batch, &scores);
         let objective = Objective {
             old,
@@ -254,7 +267,7 @@ pub fn step_timed(
     for epoch in 0..cfg.epochs {
         let update = step * cfg.epochs as u64 + epoch as u64;
         let pending = phases.time(phase::TRAINING, || {
-            backward(state, cfg, &batch, &objective, || {
+            backward(state, cfg, &batch.instances, &rows, &objective, || {
                 rehearse(state, cfg, rehearsal, stage_seed, update)
             })
         });
@@ -267,7 +280,7 @@ pub fn step_timed(
                 phases.time_resumed(phase::TRAINING, || terms.read(rehearsed))
             }
         };
-        phases.count(phase::TRAINING, scored);
+        phases.count(phase::TRAINING, trained);
         let params = phases.time(phase::PARAMETER_HASH, || {
             super::checkpoint::param_hash(state.policy.vars())
         });
@@ -426,11 +439,11 @@ fn recorded_log_probs(rollouts: &[Rollout], device: tch::Device) -> Tensor {
 }
 
 /// Part 4, old log-probs the policy did not record: one no-grad forward.
-fn old_log_probs(state: &TrainState, batch: &Batch) -> Tensor {
+fn old_log_probs(state: &TrainState, instances: &[Instance], rollouts: &[Rollout]) -> Tensor {
     tch::no_grad(|| {
         state
             .policy
-            .log_probs(&batch.instances, &batch.rollouts)
+            .log_probs(instances, rollouts)
             .per_action
             .detach()
     })
@@ -442,10 +455,10 @@ fn old_log_probs(state: &TrainState, batch: &Batch) -> Tensor {
 fn kl_reference(
     state: &TrainState,
     base: Option<&dyn Policy>,
-    batch: &Batch,
+    instances: &[Instance],
+    rollouts: &[Rollout],
     micro: Option<&[std::ops::Range<usize>]>,
 ) -> Option<Tensor> {
-    let (instances, rollouts) = (&batch.instances, &batch.rollouts);
     tch::no_grad(|| {
         let reference = |part: &[Rollout]| {
             state
@@ -465,26 +478,64 @@ fn kl_reference(
     })
 }
 
-/// Part 4, the per-rollout weights of the objective on `device`: the advantages, and
-/// under `skip` a 0/1 weight per rollout (1 in groups with signal), so the loss is a
-/// mean over the tokens of groups with signal only; `keep` (None) takes the plain
-/// mean over every token, as before the option.
+/// Part 4, the rows an update trains on, in rollout order: every rollout, or under
+/// `drop` the rollouts of the groups with signal (the others weigh nothing in `skip`'s
+/// objective, so they are neither scored by the KL reference nor trained).
+/// Dereferences to the rows' rollouts.
+struct Rows<'b> {
+    rollouts: Cow<'b, [Rollout]>,
+    /// Each row's place in the batch's rollouts.
+    index: Vec<usize>,
+}
+
+impl std::ops::Deref for Rows<'_> {
+    type Target = [Rollout];
+    fn deref(&self) -> &[Rollout] {
+        &self.rollouts
+    }
+}
+
+/// The rows of `rollouts` an update trains on under `cfg` (see [`Rows`]).
+fn training_rows<'b>(cfg: &GrpoConfig, rollouts: &'b [Rollout], scores: &Scores) -> Rows<'b> {
+    if cfg.zero_variance != ZeroVariance::Drop {
+        return Rows {
+            rollouts: Cow::Borrowed(rollouts),
+            index: (0..rollouts.len()).collect(),
+        };
+    }
+    let group = cfg.group_size as usize;
+    let index: Vec<usize> = (0..rollouts.len())
+        .filter(|&i| scores.signal[i / group])
+        .collect();
+    Rows {
+        rollouts: Cow::Owned(index.iter().map(|&i| rollouts[i].clone()).collect()),
+        index,
+    }
+}
+
+/// Part 4, the per-row weights of the objective on `device`: each row's advantage, and
+/// under `skip` a 0/1 weight per row (1 in groups with signal), so the loss is a mean
+/// over the tokens of groups with signal only; `keep` and `drop` (None) take the plain
+/// mean over every row's tokens (under `drop` every row has signal).
 fn update_weights(
     cfg: &GrpoConfig,
     scores: &Scores,
+    rows: &Rows,
     device: tch::Device,
 ) -> (Tensor, Option<Tensor>) {
     let group = cfg.group_size as usize;
-    let adv =
-        Tensor::from_slice(&scores.adv.iter().map(|&a| a as f32).collect::<Vec<_>>()).to(device);
+    let adv: Vec<f32> = rows.index.iter().map(|&i| scores.adv[i] as f32).collect();
+    let adv = Tensor::from_slice(&adv).to(device);
     let keep = match cfg.zero_variance {
         ZeroVariance::Skip => {
-            let w: Vec<f32> = (0..scores.rewards.len())
-                .map(|i| scores.signal[i / group] as u8 as f32)
+            let w: Vec<f32> = rows
+                .index
+                .iter()
+                .map(|&i| scores.signal[i / group] as u8 as f32)
                 .collect();
             Some(Tensor::from_slice(&w).to(device))
         }
-        ZeroVariance::Keep => None,
+        ZeroVariance::Keep | ZeroVariance::Drop => None,
     };
     (adv, keep)
 }
@@ -524,7 +575,7 @@ fn step_stats(
         tokens: batch.rollouts.iter().map(|r| r.actions.len() as u64).sum(),
         ..Default::default()
     };
-    if matches!(cfg.zero_variance, ZeroVariance::Skip) {
+    if cfg.zero_variance.leaves_the_loss() {
         grpo_stats.skipped_groups = grpo_stats.groups - grpo_stats.signal_groups;
     }
     let stats = StepStats {
@@ -582,20 +633,32 @@ enum Pending {
     OnDevice { terms: LossTerms, rehearsed: f64 },
 }
 
-/// Part 5, one update's gradients: the objective's backward over the whole batch or
-/// its micro-batches, then the rehearsal term's (`rehearse`), in that order.
+/// Part 5, one update's gradients: the objective's backward over the rows (`rows`, see
+/// [`training_rows`]) whole or in micro-batches, then the rehearsal term's
+/// (`rehearse`), in that order.
 fn backward(
     state: &TrainState,
     cfg: &GrpoConfig,
-    batch: &Batch,
+    instances: &[Instance],
+    rows: &[Rollout],
     objective: &Objective,
     rehearse: impl FnOnce() -> f64,
 ) -> Pending {
+    if rows.is_empty() {
+        // Under `drop`, a batch without signal trains nothing: zero gradients, as
+        // `skip`'s weights give them, and no forward.
+        super::adam::Adam::zero_grad(state.policy.vars());
+        let rehearsed = rehearse();
+        return Pending::Read(Terms {
+            loss: rehearsed,
+            ..Terms::default()
+        });
+    }
     if let Some(parts) = &objective.micro {
         let mut terms = accumulate_micro_batches(
             state,
-            &batch.instances,
-            &batch.rollouts,
+            instances,
+            rows,
             parts,
             &objective.old,
             objective.base.as_ref(),
@@ -606,7 +669,7 @@ fn backward(
         terms.loss += rehearse();
         return Pending::Read(terms);
     }
-    let lp = state.policy.log_probs(&batch.instances, &batch.rollouts);
+    let lp = state.policy.log_probs(instances, rows);
     let adv_a = objective.adv.index_select(0, &lp.rollout_of);
     let weight = objective
         .keep
@@ -704,6 +767,7 @@ pub fn clipped_loss(
 }
 
 /// The loss terms of one update, each a token mean over the whole batch.
+#[derive(Default)]
 struct Terms {
     loss: f64,
     policy_loss: f64,
@@ -779,13 +843,7 @@ fn accumulate_micro_batches(
         None => lens.iter().sum::<i64>().max(1) as f64,
     };
     super::adam::Adam::zero_grad(state.policy.vars());
-    let mut t = Terms {
-        loss: 0.0,
-        policy_loss: 0.0,
-        kl: 0.0,
-        entropy: 0.0,
-        clip_fraction: 0.0,
-    };
+    let mut t = Terms::default();
     let mut action = 0i64;
     for range in parts {
         let part = &rollouts[range.clone()];

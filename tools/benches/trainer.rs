@@ -1,7 +1,8 @@
 //! Trainer throughput (`cargo bench --bench trainer`), torch on 1 thread
 //! (`BENCH_THREADS=N` for another count; the Python peers get the same). Prints figures
 //! and a closing table; asserts nothing. `cargo bench --bench trainer -- base` runs only
-//! the sections whose name contains `base` (sections: hash, grid, tiny, large, base).
+//! the sections whose name contains `base` (sections: hash, grid, tiny, large, base,
+//! silent).
 //!
 //! - the machine's f32 matmul peak on the bench's thread count (best of square matmuls
 //!   of 512, 1024, 2048), the yardstick of every "share of peak" below;
@@ -20,6 +21,12 @@
 //!   prompts of the demo's sizes 3..10): decode as above, and GRPO steps/s (16
 //!   instances x 8 samples, temperature 1, plans up to the policy's budget, ending at
 //!   `<|im_end|>`, no KL reference).
+//! - `[grpo] zero_variance`, `skip` against `drop`, on study v4's own GRPO steps
+//!   (`ledgers/study-v4.toml`: `ledgers/models/mapf-reader-v3`, 16 instances x 8 samples
+//!   of its initial configuration, the KL reference a second copy of the model, full
+//!   fine-tuning): the first steps of its stage 1, each step's seconds, its KL
+//!   reference and training phases and its groups with signal, the two settings
+//!   alternating step by step from the same start; section `silent`.
 //!
 //! With `HF_PYTHON=/path/to/python` (a Python with torch 2.11, transformers and trl:
 //! `HF_PYTHON=$(tools/hf-venv.sh) cargo bench --bench trainer`), the same checkpoints,
@@ -499,6 +506,10 @@ fn main() {
         println!("lm {name}: {steps:.2} GRPO steps/s (16 instances x 8 samples)");
     }
 
+    if want("silent") {
+        silent_section();
+    }
+
     let base_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ledgers/models/mapf-base-indep");
     if want("base") && base_dir.join("config.json").exists() {
         base_section(&base_dir, &out, py, threads, peak, &mut rows);
@@ -654,6 +665,108 @@ fn base_section(
         r.steps_per_s,
         share,
     ));
+}
+
+/// `zero_variance = "skip"` against `"drop"` on study v4's GRPO steps (see the module
+/// doc): both start from the same model and take the same steps, alternating, so the
+/// machine's drift falls on both; each step's rows (the same samples under both until
+/// the updates' rounding parts them) and what it cost.
+fn silent_section() {
+    use mapf_ledger::record::timing::phase;
+    use mapf_ledger::train::timing::Phases;
+    const STEPS: u64 = 6;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let plan = mapf_ledger::plan::LedgerPlan::read(&root.join("ledgers/study-v4.toml"))
+        .expect("ledgers/study-v4.toml");
+    let data = generate(
+        &plan.initial_config,
+        plan.grpo.instances_per_stage as usize,
+        Seed::root(plan.seed).child("bench-silent", 0),
+        Budget::default(),
+    )
+    .expect("generate");
+    let blobs = vec![Hash([0; 32]); data.len()];
+    let load = || {
+        let mut p = lm::init(&plan.lm, Device::Cpu, Seed::root(plan.seed), Vec::new)
+            .expect("ledgers/models/mapf-reader-v3 (the study's [lm] init)");
+        p.apply_settings(plan.policy_settings());
+        p
+    };
+    let base = load();
+    let mut states: Vec<(grpo::ZeroVariance, TrainState)> =
+        [grpo::ZeroVariance::Skip, grpo::ZeroVariance::Drop]
+            .into_iter()
+            .map(|z| (z, TrainState::new(Box::new(load()), plan.grpo.adam())))
+            .collect();
+    println!(
+        "zero_variance on study v4's GRPO steps ({} x {} samples, KL {}, full fine-tuning):",
+        plan.grpo.batch_size, plan.grpo.group_size, plan.grpo.kl_coef
+    );
+    let mut total = [(0.0f64, 0.0f64); 2];
+    for step in 0..STEPS {
+        for (k, (z, state)) in states.iter_mut().enumerate() {
+            let cfg = GrpoConfig {
+                zero_variance: *z,
+                ..plan.grpo.clone()
+            };
+            let mut phases = Phases::new(Device::Cpu);
+            let t = Instant::now();
+            let (records, _) = grpo::step_timed(
+                state,
+                Some(&base),
+                &cfg,
+                CostMetric::Makespan,
+                &data,
+                &blobs,
+                &[],
+                Seed::root(plan.seed).child("bench-silent-stage", 1),
+                step,
+                &mut phases,
+            );
+            let seconds = t.elapsed().as_secs_f64();
+            let timing = phases.timing();
+            let of = |name: &str| {
+                timing
+                    .phases
+                    .iter()
+                    .find(|p| p.name == name)
+                    .map_or(0.0, |p| p.seconds)
+            };
+            let trained = of(phase::KL_REFERENCE) + of(phase::TRAINING);
+            let stats = records
+                .iter()
+                .find_map(|r| match r {
+                    StepRecord::GrpoStats(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .expect("stats");
+            println!(
+                "  step {step} {:<4}: {seconds:6.2} s (generation {:5.2} s, KL reference {:5.2} s, training {:5.2} s), {:>2} of {} groups with signal, {} tokens sampled",
+                format!("{z:?}").to_lowercase(),
+                of(phase::GENERATION),
+                of(phase::KL_REFERENCE),
+                of(phase::TRAINING),
+                stats.signal_groups,
+                stats.groups,
+                stats.tokens
+            );
+            if step > 0 {
+                total[k].0 += seconds;
+                total[k].1 += trained;
+            }
+        }
+    }
+    let n = (STEPS - 1) as f64;
+    println!(
+        "  steps 1..{}: skip {:.2} s a step (KL reference + training {:.2} s), drop {:.2} s ({:.2} s): drop / skip = {:.2} a step, {:.2} for KL reference + training",
+        STEPS - 1,
+        total[0].0 / n,
+        total[0].1 / n,
+        total[1].0 / n,
+        total[1].1 / n,
+        total[1].0 / total[0].0,
+        total[1].1 / total[0].1
+    );
 }
 
 /// Best of 5 [`mapf_ledger::train::checkpoint::param_hash`] calls on `vs`, in seconds.

@@ -99,6 +99,13 @@ pub struct BenchArgs {
     /// thinking and memory settings otherwise as --grpo-plan says.
     #[arg(long, requires = "grpo_plan", value_parser = clap::value_parser!(u32).range(1..))]
     grpo_prompts: Option<u32>,
+    /// Train every row of the timed GRPO step: a plan with `[grpo] zero_variance =
+    /// "drop"` trains only the groups with signal, and random weights give none (no
+    /// plan parses), so its step would time no training; this runs it as `skip`, the
+    /// same objective with every row through the KL reference and the training forward:
+    /// `drop`'s worst case, every group with signal.
+    #[arg(long, requires = "grpo_plan")]
+    grpo_every_row: bool,
     /// The tokenizer.json the GRPO step's prompts are written with (its ids fit any
     /// vocabulary at least as large).
     #[arg(long, default_value = "ledgers/models/mapf-base-indep/tokenizer.json")]
@@ -203,6 +210,7 @@ fn bench(a: BenchArgs) -> CliResult {
         grpo_plan: a.grpo_plan,
         grpo_new_tokens: (!a.grpo_as_committed).then_some(a.grpo_new_tokens),
         grpo_prompts: a.grpo_prompts,
+        grpo_every_row: a.grpo_every_row,
         tokenizer: a.tokenizer,
         warmup: a.warmup_model.zip(a.warmup_plan),
         warmup_steps: a.warmup_steps,

@@ -20,9 +20,24 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ZeroVariance {
+    /// It stays in the loss's token mean with advantage 0, diluting the step.
     #[default]
     Keep,
+    /// Its tokens leave the loss (DAPO's filter): they are still scored by the KL
+    /// reference and run through the training forward and backward, with weight 0.
     Skip,
+    /// `skip`'s objective on fewer rows: the group leaves the batch before the KL
+    /// reference and the training forward, so neither runs on rows that weigh nothing.
+    /// The same loss and gradients as `skip` up to float rounding (the rows are batched
+    /// differently), so a plan that names it is a different plan.
+    Drop,
+}
+
+impl ZeroVariance {
+    /// Whether a group without signal leaves the loss (`skip`, `drop`).
+    pub fn leaves_the_loss(self) -> bool {
+        matches!(self, ZeroVariance::Skip | ZeroVariance::Drop)
+    }
 }
 
 /// GRPO hyper-parameters: the plan file's `[grpo]` section itself, one type from the
@@ -59,8 +74,10 @@ pub struct GrpoConfig {
     pub agent_reward: f64,
     pub cost_reward: f64,
     /// What a group whose rewards are all equal (no signal) does: `keep` (it stays in the
-    /// loss's token mean with advantage 0, diluting the step) or `skip` (its tokens leave
-    /// the loss, DAPO's filter). Counted in every step's `grpo_stats` either way.
+    /// loss's token mean with advantage 0, diluting the step), `skip` (its tokens leave
+    /// the loss, DAPO's filter) or `drop` (it leaves the batch before the KL reference
+    /// and the training forward: `skip`'s objective without computing the rows that
+    /// weigh nothing). Counted in every step's `grpo_stats` either way.
     pub zero_variance: ZeroVariance,
     /// A checkpoint (durable point) every this many steps.
     pub checkpoint_every: u64,

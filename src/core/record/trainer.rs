@@ -130,7 +130,8 @@ pub struct GrpoStats {
     pub groups: u32,
     /// Groups whose rewards differ: the ones that carry a policy gradient.
     pub signal_groups: u32,
-    /// Zero-variance groups left out of the loss (`grpo.zero_variance = "skip"`).
+    /// Zero-variance groups left out of the loss (`grpo.zero_variance = "skip"` or
+    /// `"drop"`).
     pub skipped_groups: u32,
     pub valid: u32,
     pub optimal: u32,
