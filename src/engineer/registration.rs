@@ -140,7 +140,7 @@ pub fn register(
     modules: &ContextModules,
 ) -> Result<Hash, RegistrationError> {
     let state = ledger.projection(branch)?;
-    if state.engineers.iter().any(|e| *e == llm.name) {
+    if state.engineers.contains(&llm.name) {
         return Err(RegistrationError::Registered {
             name: llm.name,
             branch: branch.to_string(),

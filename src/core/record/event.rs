@@ -593,6 +593,16 @@ pub fn decode_event(bytes: &[u8]) -> Result<Event, CodecError> {
     codec::decode_event_fields(bytes)
 }
 
+/// A loss or a norm for a summary line: 4 decimals, or 4 significant digits in
+/// scientific notation when 4 decimals would hide it (`0.1235`, `3.142e-6`).
+fn short(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || (1e-3..1e6).contains(&x.abs()) {
+        format!("{x:.4}")
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
 #[cfg(test)]
 mod codec_tests {
     //! Events through the store's codec: round trips, version and length checks, and
@@ -676,15 +686,5 @@ mod codec_tests {
             b[pos % n] = byte;
             let _ = decode_event(&b);
         }
-    }
-}
-
-/// A loss or a norm for a summary line: 4 decimals, or 4 significant digits in
-/// scientific notation when 4 decimals would hide it (`0.1235`, `3.142e-6`).
-fn short(x: f64) -> String {
-    if x == 0.0 || !x.is_finite() || (1e-3..1e6).contains(&x.abs()) {
-        format!("{x:.4}")
-    } else {
-        format!("{x:.3e}")
     }
 }

@@ -164,7 +164,7 @@ pub fn branches(rows: &[BranchListing]) -> String {
             "{:<20} {}  {}  {}{fork}",
             r.name,
             r.head.short(),
-            count(r.events as u64, "event", "events"),
+            count(r.events, "event", "events"),
             count(r.stages as u64, "stage", "stages"),
         );
     }
@@ -182,9 +182,9 @@ pub fn verify(dir: &Path, r: &Report) -> String {
             out,
             "ledger {} verified: {} ({:.1} MB), {} ({:.1} MB), {} in {:.3}s ({:.0} MB/s)",
             dir.display(),
-            count(r.events as u64, "event", "events"),
+            count(r.events, "event", "events"),
             r.event_bytes as f64 / 1e6,
-            count(r.blobs as u64, "blob", "blobs"),
+            count(r.blobs, "blob", "blobs"),
             r.blob_bytes as f64 / 1e6,
             count(r.branches as u64, "branch", "branches"),
             r.seconds,
@@ -328,7 +328,7 @@ pub fn rebuild(r: &RebuildReport) -> String {
         "rescanned the packs into the index in {:.3}s; rebuilt projections of {} from {} in {:.3}s\n",
         r.index_seconds,
         count(r.branches as u64, "branch", "branches"),
-        count(r.events as u64, "event", "events"),
+        count(r.events, "event", "events"),
         r.seconds
     )
 }
