@@ -28,6 +28,38 @@ fn decode_bench(extra: &[&str]) -> std::process::Output {
     cli(&args)
 }
 
+/// The tiny Qwen3 fixture's tokenizer (its ids fit the tiny shape's vocabulary).
+const TINY_TOKENIZER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/hf/tiny-qwen3/tokenizer.json"
+);
+
+/// `lm bench` timing `plan`'s GRPO step at the tiny shape, with `extra` flags.
+fn grpo_bench(plan: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "lm",
+        "bench",
+        "--shape",
+        SHAPE,
+        "--batch",
+        "--grpo-plan",
+        plan,
+        "--tokenizer",
+        TINY_TOKENIZER,
+    ];
+    args.extend_from_slice(extra);
+    cli(&args)
+}
+
+/// `lm-tiny.toml` with `from` replaced by `to`, written into `dir` as `name`.
+fn tiny_plan(dir: &std::path::Path, name: &str, from: &str, to: &str) -> String {
+    let tiny = include_str!("plans/lm-tiny.toml");
+    assert!(tiny.contains(from), "lm-tiny.toml has no {from:?}");
+    let path = dir.join(name);
+    std::fs::write(&path, tiny.replace(from, to)).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
 #[test]
 fn decode_figures_carry_their_rate_and_roofline_share() {
     let o = decode_bench(&["--memory-bandwidth", "1e10"]);
@@ -124,37 +156,14 @@ fn bad_bench_input_names_the_flag() {
 #[test]
 fn the_grpo_step_as_committed_takes_the_plans_thinking_and_budget() {
     let tmp = tempfile::tempdir().unwrap();
-    let plan = tmp.path().join("thinking.toml");
-    let tiny = include_str!("plans/lm-tiny.toml");
-    assert!(tiny.contains("\nmax_new_tokens = 40\n"));
-    std::fs::write(
-        &plan,
-        tiny.replace(
-            "\nmax_new_tokens = 40\n",
-            "\nmax_new_tokens = 6\nthinking = true\n",
-        ),
-    )
-    .unwrap();
-    let plan = plan.to_str().unwrap();
-    let tokenizer = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/hf/tiny-qwen3/tokenizer.json"
+    let plan = tiny_plan(
+        tmp.path(),
+        "thinking.toml",
+        "\nmax_new_tokens = 40\n",
+        "\nmax_new_tokens = 6\nthinking = true\n",
     );
-    let bench = |extra: &[&str]| {
-        let mut args = vec![
-            "lm",
-            "bench",
-            "--shape",
-            SHAPE,
-            "--batch",
-            "--grpo-plan",
-            plan,
-            "--tokenizer",
-            tokenizer,
-        ];
-        args.extend(extra);
-        cli(&args)
-    };
+    let plan = plan.as_str();
+    let bench = |extra: &[&str]| grpo_bench(plan, extra);
     let step = |extra: &[&str]| json(&bench(extra))["grpo"].clone();
     // The plan's 4 prompts x 4 samples.
     let committed = step(&["--grpo-as-committed"]);
@@ -201,7 +210,7 @@ fn the_grpo_step_as_committed_takes_the_plans_thinking_and_budget() {
             "--grpo-plan",
             plan,
             "--tokenizer",
-            tokenizer,
+            TINY_TOKENIZER,
             "--grpo-as-committed",
         ]),
         2,
@@ -230,37 +239,18 @@ fn the_grpo_step_as_committed_takes_the_plans_thinking_and_budget() {
 #[test]
 fn a_drop_plan_on_random_weights_trains_nothing_unless_every_row_is_asked_for() {
     let tmp = tempfile::tempdir().unwrap();
-    let plan = tmp.path().join("drop.toml");
-    let tiny = include_str!("plans/lm-tiny.toml");
-    std::fs::write(
-        &plan,
-        tiny.replace("[grpo]\n", "[grpo]\nzero_variance = \"drop\"\n"),
-    )
-    .unwrap();
-    let tokenizer = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/hf/tiny-qwen3/tokenizer.json"
+    let plan = tiny_plan(
+        tmp.path(),
+        "drop.toml",
+        "[grpo]\n",
+        "[grpo]\nzero_variance = \"drop\"\n",
     );
     let step = |extra: &[&str]| {
-        let mut args = vec![
-            "lm",
-            "bench",
-            "--shape",
-            SHAPE,
-            "--batch",
-            "--grpo-plan",
-            plan.to_str().unwrap(),
-            "--tokenizer",
-            tokenizer,
-            "--grpo-new-tokens",
-            "3",
-        ];
+        let mut args = vec!["--grpo-new-tokens", "3"];
         args.extend(extra);
-        let out = cli(&args);
-        (
-            json(&out)["grpo"].clone(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let out = grpo_bench(&plan, &args);
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        (json(&out)["grpo"].clone(), said)
     };
     let (dropped, said) = step(&[]);
     assert_eq!(dropped["signal_groups"], 0, "{dropped}");
