@@ -32,6 +32,34 @@ fn scratch(spec: &LmSpec, seed: u64) -> LmPolicy {
     lm::init(spec, Device::Cpu, Seed::root(seed), corpus).unwrap()
 }
 
+/// `scratch(sp, 6)` after `steps` imitation steps of `batch_size` plans of `data` (lr
+/// 3e-3): a base that half-learns small maps, the same bits each time it is made.
+fn warmed_up(
+    sp: &LmSpec,
+    data: &[mapf_ledger::env::Solved],
+    steps: u64,
+    batch_size: usize,
+) -> TrainState {
+    let mut ts = TrainState::new(
+        Box::new(scratch(sp, 6)),
+        AdamConfig {
+            lr: 3e-3,
+            ..AdamConfig::default()
+        },
+    );
+    let w = WarmupConfig {
+        steps,
+        lr: 3e-3,
+        batch_size,
+        instances: data.len(),
+        agent_names: 0,
+    };
+    for s in 0..w.steps {
+        warmup::step(&mut ts, &w, data, Seed::root(3), s);
+    }
+    ts
+}
+
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
@@ -352,27 +380,10 @@ fn grpo_raises_the_mean_reward_on_small_maps() {
         temperature: 1.0,
         ..spec()
     };
-    let policy = scratch(&sp, 6);
-    let mut ts = TrainState::new(
-        Box::new(policy),
-        AdamConfig {
-            lr: 3e-3,
-            ..AdamConfig::default()
-        },
-    );
     // One agent on 3x3 maps: a task a tiny model half-learns in a short warm-up.
     let cfg = GeneratorConfig::uniform(1, [3], 0.2, 0.0);
     let data = generate(&cfg, 256, Seed::root(2), Budget::default()).unwrap();
-    let w = WarmupConfig {
-        steps: 100,
-        lr: 3e-3,
-        batch_size: 32,
-        instances: 256,
-        agent_names: 0,
-    };
-    for s in 0..w.steps {
-        warmup::step(&mut ts, &w, &data, Seed::root(3), s);
-    }
+    let mut ts = warmed_up(&sp, &data, 100, 32);
     let g = GrpoConfig {
         steps: 40,
         lr: 2e-3,
@@ -478,26 +489,7 @@ fn rehearsal_keeps_the_pretraining_mix_that_grpo_does_not_train() {
     let held = generate(&two, 32, Seed::root(6), Budget::default()).unwrap();
     // The base, the same bits each time it is made: warmed up on both.
     let both: Vec<_> = data.iter().chain(&mix).cloned().collect();
-    let base = || {
-        let mut ts = TrainState::new(
-            Box::new(scratch(&sp, 6)),
-            AdamConfig {
-                lr: 3e-3,
-                ..AdamConfig::default()
-            },
-        );
-        let w = WarmupConfig {
-            steps: 20,
-            lr: 3e-3,
-            batch_size: 16,
-            instances: 128,
-            agent_names: 0,
-        };
-        for s in 0..w.steps {
-            warmup::step(&mut ts, &w, &both, Seed::root(3), s);
-        }
-        ts
-    };
+    let base = || warmed_up(&sp, &both, 20, 16);
     // The mean negative log-likelihood of the held-out two-agent plans.
     let nll = |ts: &TrainState| -> f64 {
         tch::no_grad(|| {
@@ -695,27 +687,10 @@ fn dropping_silent_groups_trains_as_skipping_them() {
     let cfg = GeneratorConfig::uniform(1, [3], 0.2, 0.0);
     let data = generate(&cfg, 64, Seed::root(2), Budget::default()).unwrap();
     let blobs = vec![mapf_ledger::ledger::Hash([0; 32]); data.len()];
-    let mut warm = TrainState::new(
-        Box::new(scratch(&sp, 6)),
-        AdamConfig {
-            lr: 3e-3,
-            ..AdamConfig::default()
-        },
-    );
-    let w = WarmupConfig {
-        steps: 40,
-        lr: 3e-3,
-        batch_size: 32,
-        instances: 64,
-        agent_names: 0,
-    };
-    for s in 0..w.steps {
-        warmup::step(&mut warm, &w, &data, Seed::root(3), s);
-    }
-    let warmed = lm::downcast(warm.policy).unwrap();
+    let warmed = lm::downcast(warmed_up(&sp, &data, 40, 32).policy).unwrap();
     let weights = warmed.model.merged_weights();
     // The same LoRA policy each time: the warmed weights frozen, adapters moved off zero.
-    let policy = |trained: bool| {
+    let policy = || {
         let model = Model::from_weights(
             warmed.model.cfg.clone(),
             weights.iter().map(|(k, v)| (k.clone(), v.copy())).collect(),
@@ -736,18 +711,16 @@ fn dropping_silent_groups_trains_as_skipping_them() {
                 Seed::root(7),
             )
             .unwrap();
-        if trained {
-            // Fixed values (torch's global generator is shared by the tests' threads).
-            tch::no_grad(|| {
-                for (name, mut v) in p.model.vs.variables() {
-                    if name.contains("lora_B") {
-                        let n = v.numel() as i64;
-                        let g = Tensor::arange(n, (Kind::Float, Device::Cpu)).sin();
-                        v.copy_(&(g.view(v.size().as_slice()) * 0.02));
-                    }
+        // Fixed values (torch's global generator is shared by the tests' threads).
+        tch::no_grad(|| {
+            for (name, mut v) in p.model.vs.variables() {
+                if name.contains("lora_B") {
+                    let n = v.numel() as i64;
+                    let g = Tensor::arange(n, (Kind::Float, Device::Cpu)).sin();
+                    v.copy_(&(g.view(v.size().as_slice()) * 0.02));
                 }
-            });
-        }
+            }
+        });
         p
     };
     let g = GrpoConfig {
@@ -785,15 +758,12 @@ fn dropping_silent_groups_trains_as_skipping_them() {
         (records, grads, params)
     };
     let parts = |records: &[StepRecord]| {
-        let stats = records.iter().find_map(|r| match r {
-            StepRecord::GrpoStats(s) => Some(s.clone()),
-            _ => None,
-        });
         let update = records.iter().find_map(|r| match r {
             StepRecord::GradientStep(s) => Some(s.clone()),
             _ => None,
         });
-        (records[0].clone(), stats.unwrap(), update.unwrap())
+        let stats = grpo::recorded_stats(records).clone();
+        (records[0].clone(), stats, update.unwrap())
     };
     let close = |what: &str, a: u64, b: u64| {
         let (a, b) = (f64::from_bits(a), f64::from_bits(b));
@@ -808,8 +778,8 @@ fn dropping_silent_groups_trains_as_skipping_them() {
             micro_batch_tokens,
             ..g.clone()
         };
-        let (skip, skip_grads, _) = step(policy(true), &with(grpo::ZeroVariance::Skip));
-        let (drop, drop_grads, _) = step(policy(true), &with(grpo::ZeroVariance::Drop));
+        let (skip, skip_grads, _) = step(policy(), &with(grpo::ZeroVariance::Skip));
+        let (drop, drop_grads, _) = step(policy(), &with(grpo::ZeroVariance::Drop));
         let (skip_rollouts, skip_stats, skip_update) = parts(&skip);
         let (drop_rollouts, drop_stats, drop_update) = parts(&drop);
         assert!(
@@ -846,7 +816,7 @@ fn dropping_silent_groups_trains_as_skipping_them() {
             assert!(d <= 1e-5 * norm, "{what}: {name} gradient differs by {d}");
         }
     }
-    // Random adapters on an untrained base: no plan parses, no group has signal.
+    // An untrained scratch model: no plan parses, no group has signal.
     let silent = |zero_variance| {
         let p = lm::init(&sp, Device::Cpu, Seed::root(9), corpus).unwrap();
         let start = mapf_ledger::train::checkpoint::param_hash(&p.model.vs);

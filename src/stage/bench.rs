@@ -157,11 +157,7 @@ pub fn run(
             figure.signal_groups,
             figure.groups,
             figure.trained_tokens,
-            match plan.grpo.zero_variance {
-                ZeroVariance::Keep => "keep",
-                ZeroVariance::Skip => "skip",
-                ZeroVariance::Drop => "drop",
-            },
+            plan.grpo.zero_variance.name(),
         ));
         for p in &figure.timing.phases {
             say(&format!("  {:<16} {:>8.2} s", p.name, p.seconds));

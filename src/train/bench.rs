@@ -300,13 +300,7 @@ pub fn grpo_step(
     );
     sync(device);
     let seconds = t.elapsed().as_secs_f64();
-    let stats = records
-        .iter()
-        .find_map(|r| match r {
-            crate::record::trainer::StepRecord::GrpoStats(s) => Some(s.clone()),
-            _ => None,
-        })
-        .expect("a GRPO step records its statistics");
+    let stats = grpo::recorded_stats(&records);
     let sampled = stats.tokens;
     let timing = phases.timing();
     // The training phase counts the rows it trained (every row but under `drop`).

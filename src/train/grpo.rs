@@ -200,8 +200,6 @@ pub fn step_timed(
         let work = sampling_work(state.policy.as_ref(), prompts.as_deref(), &batch.rollouts);
         phases.count(phase::GENERATION, work);
     }
-    let scored = scoring_work(prompts.as_deref(), &batch.rollouts);
-
     // 2. Rewards from the testbed, advantages within each group; 3. the trajectories,
     //    recorded before the update they feed.
     let (scores, mut events) = phases.time(phase::REWARD, || {
@@ -215,11 +213,7 @@ pub fn step_timed(
     //    groups with signal) and the clipped-ratio objective's inputs over them. Old
     //    log-probs are the sampling policy's.
     let rows = training_rows(cfg, &batch.rollouts, &scores);
-    let trained = if rows.len() == batch.rollouts.len() {
-        scored
-    } else {
-        scoring_work(prompts.as_deref(), &rows)
-    };
+    let trained = scoring_work(prompts.as_deref(), &rows);
     let old = if recorded(&rows) {
         // Putting recorded log-probs on the device is part of training.
         phases.time_resumed(phase::TRAINING, || {
@@ -302,6 +296,14 @@ pub fn step_timed(
     }
     events.push(StepRecord::GrpoStats(grpo_stats));
     (events, stats)
+}
+
+/// The statistics a step's records end with (see [`step`]).
+pub fn recorded_stats(records: &[StepRecord]) -> &GrpoStats {
+    match records.last() {
+        Some(StepRecord::GrpoStats(s)) => s,
+        _ => panic!("a GRPO step's records end with its statistics"),
+    }
 }
 
 /// A step's batch: the indices of its instances in the stage's set, the instances as

@@ -733,16 +733,10 @@ fn silent_section() {
                     .map_or(0.0, |p| p.seconds)
             };
             let trained = of(phase::KL_REFERENCE) + of(phase::TRAINING);
-            let stats = records
-                .iter()
-                .find_map(|r| match r {
-                    StepRecord::GrpoStats(s) => Some(s.clone()),
-                    _ => None,
-                })
-                .expect("stats");
+            let stats = grpo::recorded_stats(&records);
             println!(
                 "  step {step} {:<4}: {seconds:6.2} s (generation {:5.2} s, KL reference {:5.2} s, training {:5.2} s), {:>2} of {} groups with signal, {} tokens sampled",
-                format!("{z:?}").to_lowercase(),
+                z.name(),
                 of(phase::GENERATION),
                 of(phase::KL_REFERENCE),
                 of(phase::TRAINING),

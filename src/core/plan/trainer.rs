@@ -34,6 +34,15 @@ pub enum ZeroVariance {
 }
 
 impl ZeroVariance {
+    /// The name a plan uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            ZeroVariance::Keep => "keep",
+            ZeroVariance::Skip => "skip",
+            ZeroVariance::Drop => "drop",
+        }
+    }
+
     /// Whether a group without signal leaves the loss (`skip`, `drop`).
     pub fn leaves_the_loss(self) -> bool {
         matches!(self, ZeroVariance::Skip | ZeroVariance::Drop)
