@@ -60,6 +60,33 @@ fn warmed_up(
     ts
 }
 
+/// `p` with its weights frozen under LoRA adapters whose B matrices are moved off zero
+/// (fixed values: torch's global generator is shared by the tests' threads), so the
+/// policy differs from its frozen base and a KL term counts.
+fn lora_off_zero(p: LmPolicy) -> LmPolicy {
+    let p = p
+        .into_lora(
+            LoraSpec {
+                rank: 4,
+                alpha: 8.0,
+                targets: vec!["q_proj".into(), "v_proj".into(), "down_proj".into()],
+            },
+            mapf_ledger::ledger::Hash([0; 32]),
+            Seed::root(7),
+        )
+        .unwrap();
+    tch::no_grad(|| {
+        for (name, mut v) in p.model.vs.variables() {
+            if name.contains("lora_B") {
+                let n = v.numel() as i64;
+                let g = Tensor::arange(n, (Kind::Float, Device::Cpu)).sin();
+                v.copy_(&(g.view(v.size().as_slice()) * 0.02));
+            }
+        }
+    });
+    p
+}
+
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
@@ -699,29 +726,9 @@ fn dropping_silent_groups_trains_as_skipping_them() {
             Seed::root(0),
         )
         .unwrap();
-        let p = LmPolicy::new(model, warmed.tokenizer_json.clone(), warmed.arch.clone()).unwrap();
-        let p = p
-            .into_lora(
-                LoraSpec {
-                    rank: 4,
-                    alpha: 8.0,
-                    targets: vec!["q_proj".into(), "v_proj".into(), "down_proj".into()],
-                },
-                mapf_ledger::ledger::Hash([0; 32]),
-                Seed::root(7),
-            )
-            .unwrap();
-        // Fixed values (torch's global generator is shared by the tests' threads).
-        tch::no_grad(|| {
-            for (name, mut v) in p.model.vs.variables() {
-                if name.contains("lora_B") {
-                    let n = v.numel() as i64;
-                    let g = Tensor::arange(n, (Kind::Float, Device::Cpu)).sin();
-                    v.copy_(&(g.view(v.size().as_slice()) * 0.02));
-                }
-            }
-        });
-        p
+        lora_off_zero(
+            LmPolicy::new(model, warmed.tokenizer_json.clone(), warmed.arch.clone()).unwrap(),
+        )
     };
     let g = GrpoConfig {
         lr: 1e-3,
@@ -834,4 +841,91 @@ fn dropping_silent_groups_trains_as_skipping_them() {
     };
     assert_eq!(silent(grpo::ZeroVariance::Skip).abs(), 0.0);
     assert_eq!(silent(grpo::ZeroVariance::Drop), 0.0);
+}
+
+/// Engineer RL's update under `zero_variance = "drop"` scores only the replies of groups
+/// whose rewards differ, and gives what scoring every reply with the others weighted
+/// away gives (`skip`, and engineer RL's own objective under `keep`): the loss, KL, clip
+/// fraction and gradient norm to f32 rounding, every gradient too. A batch without
+/// signal changes nothing under either.
+#[test]
+fn engineer_rl_dropping_silent_groups_updates_as_weighting_them_away() {
+    use mapf_ledger::engineer::rl;
+    let policy = || lora_off_zero(scratch(&spec(), 6));
+    let p = policy();
+    let prompts: Vec<Vec<u32>> = ["3x3 2 agents", "4x4 2 agents\nF F F F", "agent 1:"]
+        .iter()
+        .map(|t| p.chat_ids(t))
+        .collect();
+    let sampling = Sampling {
+        max_new_tokens: 10,
+        temperature: 1.0,
+        ..Sampling::default()
+    };
+    let gens = lm_generate(
+        &p.model,
+        &prompts,
+        4,
+        &[10, 10, 10],
+        &sampling,
+        false,
+        &p.stop,
+        Seed::root(11),
+        true,
+    );
+    // Groups 1 and 3 differ, group 2 does not.
+    let rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.0, 1.0, 2.0, 3.0];
+    let g = GrpoConfig {
+        group_size: 4,
+        kl_coef: 0.05,
+        entropy_coef: 0.001,
+        ..GrpoConfig::default()
+    };
+    let update = |zero_variance, rewards: &[f64]| {
+        let cfg = GrpoConfig {
+            zero_variance,
+            ..g.clone()
+        };
+        let mut ts = TrainState::new(Box::new(policy()), cfg.adam());
+        let u = rl::update(&mut ts, &prompts, &gens, rewards, &cfg, 1.0).unwrap();
+        let grads: BTreeMap<String, Tensor> = ts
+            .policy
+            .vars()
+            .variables()
+            .into_iter()
+            .map(|(n, v)| (n, v.grad()))
+            .collect();
+        let params = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
+        (u, grads, params)
+    };
+    let start = mapf_ledger::train::checkpoint::param_hash(&policy().model.vs);
+    let (skip, skip_grads, _) = update(grpo::ZeroVariance::Skip, &rewards);
+    let (keep, _, keep_params) = update(grpo::ZeroVariance::Keep, &rewards);
+    let (drop, drop_grads, drop_params) = update(grpo::ZeroVariance::Drop, &rewards);
+    let (skip, drop) = (skip.unwrap(), drop.unwrap());
+    assert_eq!(keep, Some(skip), "keep and skip score every reply alike");
+    assert!(skip.kl > 1e-6, "no KL term: {skip:?}");
+    let close = |what: &str, a: f64, b: f64| {
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs().max(1e-4),
+            "{what}: skip {a} vs drop {b}"
+        );
+    };
+    close("loss", skip.loss, drop.loss);
+    close("kl", skip.kl, drop.kl);
+    close("clip fraction", skip.clip_fraction, drop.clip_fraction);
+    close("grad norm", skip.grad_norm, drop.grad_norm);
+    for (name, a) in &skip_grads {
+        let d = (a - &drop_grads[name]).abs().max().double_value(&[]);
+        assert!(d <= 1e-5 * skip.grad_norm, "{name} gradient differs by {d}");
+    }
+    assert!(
+        keep_params != start && drop_params != start,
+        "no update moved anything"
+    );
+    for zero_variance in [grpo::ZeroVariance::Skip, grpo::ZeroVariance::Drop] {
+        let (u, _, params) = update(zero_variance, &[0.5; 12]);
+        assert_eq!(u, None, "{zero_variance:?}");
+        assert_eq!(params, start, "{zero_variance:?} moved the parameters");
+    }
 }

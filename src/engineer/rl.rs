@@ -23,17 +23,20 @@
 //! 4. group-normalised advantages and the plan steps' clipped objective
 //!    ([`grpo::clipped_loss`]: the plan's clip, entropy and KL settings; the KL
 //!    reference is the frozen base under LoRA and none otherwise), a token mean over
-//!    the groups whose rewards differ, and one update of the stage's optimiser. A step
-//!    where no group differs changes nothing (no update, so Adam's momentum from the
-//!    plan steps does not move the weights in the engineer's name).
+//!    the groups whose rewards differ, and one update of the stage's optimiser
+//!    ([`update`]: under `[grpo] zero_variance = "drop"` the other groups' replies are
+//!    not scored at all; otherwise they are, with weight 0). A step where no group
+//!    differs changes nothing (no update, so Adam's momentum from the plan steps does
+//!    not move the weights in the engineer's name).
 //!
 //! Everything is drawn from the seed tree, so a replay recomputes every reply, reward
 //! and update bit for bit; the stage records each step as an `engineer_training` event.
 use super::{eval, model, probe, prompt, reply, Decision, EngineerContext};
-use crate::plan::trainer::{GrpoConfig, Sampling};
+use crate::plan::trainer::{GrpoConfig, Sampling, ZeroVariance};
 use crate::plan::EngineerTrain;
 use crate::record::Hash;
 use crate::seed::Seed;
+use crate::train::lm::generate::Generated;
 use crate::train::{grpo, TrainState};
 use tch::{Kind, Tensor};
 
@@ -200,7 +203,6 @@ pub fn step(
         ..s.grpo.clone()
     };
     let rewards: Vec<f64> = replies.iter().map(|r| r.reward).collect();
-    let adv = grpo::advantages(&rewards, &cfg);
     let signal = grpo::signal_groups(&rewards, &cfg);
     let signal_groups = signal.iter().filter(|&&x| x).count() as u32;
     let tokens = gens
@@ -219,20 +221,69 @@ pub fn step(
         clip_fraction: 0.0,
         grad_norm: 0.0,
     };
-    if signal_groups == 0 || tokens == 0 {
-        return Ok(out);
+    if let Some(u) = update(
+        state,
+        &prompts,
+        &gens,
+        &rewards,
+        &cfg,
+        s.sampling.temperature,
+    )? {
+        out.loss = u.loss;
+        out.kl = u.kl;
+        out.clip_fraction = u.clip_fraction;
+        out.grad_norm = u.grad_norm;
+        out.params = crate::train::checkpoint::param_hash(state.policy.vars());
+    }
+    Ok(out)
+}
+
+/// What an engineer-RL update measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Update {
+    pub loss: f64,
+    pub kl: f64,
+    pub clip_fraction: f64,
+    pub grad_norm: f64,
+}
+
+/// Step 4 of the module doc: one optimiser update of `state` from the replies `gens`
+/// (lanes in groups of `cfg.group_size`, lane `l` answering `prompts[l / group]`) and
+/// their `rewards`, sampled at `temperature`: the clipped objective's token mean over
+/// the groups whose rewards differ. None, and nothing changed, when no group differs or
+/// their replies are empty. Under the plan's `zero_variance = "drop"` only those groups'
+/// lanes are scored, by the KL reference and the training forward alike: the same
+/// objective (the others weigh nothing in it), batched without them.
+pub fn update(
+    state: &mut TrainState,
+    prompts: &[Vec<u32>],
+    gens: &[Generated],
+    rewards: &[f64],
+    cfg: &GrpoConfig,
+    temperature: f64,
+) -> Result<Option<Update>, RlError> {
+    let group = cfg.group_size as usize;
+    let lm = state.policy.as_lm().ok_or(RlError::NotLm)?;
+    let adv = grpo::advantages(rewards, cfg);
+    let signal = grpo::signal_groups(rewards, cfg);
+    let lanes: Vec<usize> = (0..gens.len())
+        .filter(|&l| cfg.zero_variance != ZeroVariance::Drop || signal[l / group])
+        .collect();
+    let trained = |l: &&usize| signal[**l / group] && !gens[**l].tokens.is_empty();
+    if !lanes.iter().any(|l| trained(&l)) {
+        return Ok(None);
     }
     let device = lm.model.device();
-    let lane_prompts: Vec<&[u32]> = (0..gens.len())
-        .map(|l| prompts[l / group].as_slice())
-        .collect();
-    let targets: Vec<&[u32]> = gens.iter().map(|g| g.tokens.as_slice()).collect();
-    let old: Vec<f32> = gens
+    let lane_prompts: Vec<&[u32]> = lanes
         .iter()
-        .flat_map(|g| g.logprobs.iter().copied())
+        .map(|&l| prompts[l / group].as_slice())
+        .collect();
+    let targets: Vec<&[u32]> = lanes.iter().map(|&l| gens[l].tokens.as_slice()).collect();
+    let old: Vec<f32> = lanes
+        .iter()
+        .flat_map(|&l| gens[l].logprobs.iter().copied())
         .collect();
     let old = Tensor::from_slice(&old).to(device);
-    let temperature = s.sampling.temperature;
     let lp = lm.token_log_probs(&lane_prompts, &targets, temperature, true);
     let base = (cfg.kl_coef > 0.0 && lm.model.lora.is_some()).then(|| {
         tch::no_grad(|| {
@@ -241,25 +292,26 @@ pub fn step(
                 .detach()
         })
     });
-    let adv_t = Tensor::from_slice(&adv.iter().map(|&a| a as f32).collect::<Vec<_>>()).to(device);
-    let adv_a = adv_t.index_select(0, &lp.rollout_of);
-    let w: Vec<f32> = (0..gens.len())
-        .map(|l| signal[l / group] as u8 as f32)
-        .collect();
-    let w = Tensor::from_slice(&w)
-        .to(device)
-        .index_select(0, &lp.rollout_of);
+    let lane_values = |f: &dyn Fn(usize) -> f32| {
+        let v: Vec<f32> = lanes.iter().map(|&l| f(l)).collect();
+        Tensor::from_slice(&v)
+            .to(device)
+            .index_select(0, &lp.rollout_of)
+    };
+    let adv_a = lane_values(&|l| adv[l] as f32);
+    let w = lane_values(&|l| signal[l / group] as u8 as f32);
     let token_mean = |t: &Tensor| (t * &w).sum(Kind::Float) / w.sum(Kind::Float).clamp_min(1.0);
-    let terms = grpo::clipped_loss(&lp, &old, &adv_a, base.as_ref(), &cfg, token_mean);
+    let terms = grpo::clipped_loss(&lp, &old, &adv_a, base.as_ref(), cfg, token_mean);
     crate::train::adam::Adam::zero_grad(state.policy.vars());
     terms.loss.backward();
-    out.grad_norm = state.adam.update(state.policy.vars());
+    let grad_norm = state.adam.update(state.policy.vars());
     state.global_step += 1;
-    out.loss = terms.loss.double_value(&[]);
-    out.kl = terms.kl.double_value(&[]);
-    out.clip_fraction = terms.clip_fraction.double_value(&[]);
-    out.params = crate::train::checkpoint::param_hash(state.policy.vars());
-    Ok(out)
+    Ok(Some(Update {
+        loss: terms.loss.double_value(&[]),
+        kl: terms.kl.double_value(&[]),
+        clip_fraction: terms.clip_fraction.double_value(&[]),
+        grad_norm,
+    }))
 }
 
 #[cfg(test)]
