@@ -929,3 +929,33 @@ fn engineer_rl_dropping_silent_groups_updates_as_weighting_them_away() {
         assert_eq!(params, start, "{zero_variance:?} moved the parameters");
     }
 }
+
+/// In Qwen3's thinking mode (the paper's setting) a reply reasons before it writes its
+/// plan, so a lane may spend the plan's whole `max_new_tokens`, as `plan check` counts
+/// it; cut at the plan's own length it would stop inside its `<think>` block and never
+/// answer. Without thinking a lane stops at the longest sensible plan.
+#[test]
+fn a_thinking_reply_may_take_the_whole_budget() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/tiny-qwen3");
+    let sampling = Sampling {
+        max_new_tokens: 500,
+        ..Sampling::default()
+    };
+    let mut p = LmPolicy::from_hf_dir(
+        &dir,
+        Device::Cpu,
+        None,
+        lm::PromptStyle::Paper,
+        sampling,
+        Seed::root(0),
+    )
+    .unwrap();
+    let cfg = GeneratorConfig::uniform(2, [4], 0.1, 0.2);
+    let inst = generate(&cfg, 1, Seed::root(1), Budget::default()).unwrap()[0]
+        .instance
+        .clone();
+    let plain = p.plan_budget(&inst);
+    assert!(plain > 0 && plain < 500, "{plain}");
+    p.arch.chat = lm::ChatFormat::Qwen3Thinking;
+    assert_eq!(p.plan_budget(&inst), 500);
+}

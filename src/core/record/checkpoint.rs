@@ -123,6 +123,12 @@ impl ChatFormat {
         }
     }
 
+    /// Whether a reply thinks before it answers (Qwen3's thinking mode): its reasoning,
+    /// not its answer, decides how many tokens it takes.
+    pub fn thinks(self) -> bool {
+        self == ChatFormat::Qwen3Thinking
+    }
+
     /// The answer in a reply: in thinking mode what follows the last `</think>` (empty
     /// when the reasoning never ended: the budget ran out before an answer), else all.
     pub fn answer<'a>(&self, reply: &'a str) -> &'a str {

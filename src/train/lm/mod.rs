@@ -486,7 +486,14 @@ impl LmPolicy {
 
     /// New-token budget for an instance's plan: the prompt style's tokens for the
     /// longest sensible plan (`max_steps` moves an agent), capped by the plan's budget.
+    /// A thinking reply reasons before it writes the plan, so it may take the whole
+    /// budget (`max_new_tokens`, as `plan check` counts it): cut at the plan's own
+    /// length it would stop inside its `<think>` block and never answer.
     pub fn plan_budget(&self, inst: &Instance) -> usize {
+        let max_new = self.arch.sampling.max_new_tokens;
+        if self.arch.chat.thinks() {
+            return max_new;
+        }
         let steps = super::policy::max_steps(inst);
         self.arch
             .prompt
