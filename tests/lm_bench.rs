@@ -269,3 +269,114 @@ fn a_drop_plan_on_random_weights_trains_nothing_unless_every_row_is_asked_for() 
     );
     assert!(said.contains("(zero_variance skip)"), "{said}");
 }
+
+/// `lm bench --warmup-model`: imitation steps of a model on a plan's engineer examples,
+/// as the base planner's warm-up runs them, with the steps' phases and the attention
+/// kernel torch picks for their forward. On the CPU that is torch's flash kernel under
+/// either layout (left-padded rows under a mask, or causal rows): the kernel that never
+/// materialises a causal row's `[T, T]` scores, as `plan check` counts them. A GPU run
+/// says which kernel its steps ran (tools/cuda-bench.sh part 3).
+#[test]
+fn warmup_steps_say_their_phases_and_attention_kernel() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = std::path::Path::new(TINY_TOKENIZER).parent().unwrap();
+    let causal = tiny_plan(
+        tmp.path(),
+        "causal.toml",
+        "[lm]\n",
+        "[lm]\ntraining_attention = \"causal\"\n",
+    );
+    let masked = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/lm-tiny.toml");
+    for (plan, layout) in [(masked, "masked"), (causal.as_str(), "causal")] {
+        let out = cli(&[
+            "lm",
+            "bench",
+            "--batch",
+            "--warmup-model",
+            model.to_str().unwrap(),
+            "--warmup-plan",
+            plan,
+            "--warmup-steps",
+            "2",
+            "--warmup-batch",
+            "4",
+        ]);
+        let figure = json(&out)["warmup"].clone();
+        assert_eq!(figure["steps"], 2, "{layout}: {figure}");
+        assert_eq!(figure["batch"], 4, "{layout}: {figure}");
+        assert!(
+            figure["seconds_per_step"].as_f64().unwrap() > 0.0,
+            "{figure}"
+        );
+        let phases: Vec<&str> = figure["timing"]["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        for phase in ["training", "optimiser", "parameter_hash"] {
+            assert!(
+                phases.contains(&phase),
+                "{layout}: no {phase} in {phases:?}"
+            );
+        }
+        assert_eq!(figure["attention_kernel"], "flash", "{layout}: {figure}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains("rows of") && said.contains("; attention kernel flash"),
+            "{layout}: {said}"
+        );
+    }
+}
+
+/// `--grpo-at-budget`: the timed step does not decode its samples; every lane is its
+/// whole token budget of drawn tokens (what random weights decode to anyway), so the
+/// step times the KL reference and the training of that worst case alone, the part of
+/// a step too long to decode in one lease. The figure says which it timed.
+#[test]
+fn a_step_at_budget_trains_every_lane_at_its_whole_budget_without_decoding() {
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/lm-tiny.toml");
+    let step = |extra: &[&str]| {
+        let mut args = vec!["--grpo-new-tokens", "7"];
+        args.extend(extra);
+        let out = grpo_bench(plan, &args);
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        (json(&out)["grpo"].clone(), said)
+    };
+    let u = |g: &serde_json::Value, k: &str| g[k].as_u64().unwrap();
+    let (at_budget, said) = step(&["--grpo-at-budget"]);
+    assert_eq!(at_budget["rollouts"], "at_budget", "{at_budget}");
+    // The plan's 4 prompts x 4 samples, every one 7 tokens, every row trained.
+    assert_eq!(u(&at_budget, "sampled_tokens"), 16 * 7, "{at_budget}");
+    assert_eq!(
+        u(&at_budget, "trained_tokens"),
+        4 * u(&at_budget, "prompt_tokens") + 16 * 7,
+        "{at_budget}"
+    );
+    assert!(
+        said.contains("GRPO step (samples at their budget, not decoded): "),
+        "{said}"
+    );
+    let (decoded, said) = step(&[]);
+    assert_eq!(decoded["rollouts"], "decoded", "{decoded}");
+    assert_eq!(decoded["prompt_tokens"], at_budget["prompt_tokens"]);
+    assert!(said.contains("GRPO step: "), "{said}");
+    // As committed with thinking on, every lane is the plan's whole budget: a thinking
+    // reply is not cut at its plan's length (here at most 82 tokens).
+    let tmp = tempfile::tempdir().unwrap();
+    let thinking = tiny_plan(
+        tmp.path(),
+        "thinking.toml",
+        "\nmax_new_tokens = 40\n",
+        "\nmax_new_tokens = 120\nthinking = true\n",
+    );
+    let out = grpo_bench(&thinking, &["--grpo-as-committed", "--grpo-at-budget"]);
+    assert_eq!(u(&json(&out)["grpo"], "sampled_tokens"), 16 * 120);
+    // Only the decoded step counts generation's FLOPs (2 per parameter and token).
+    let per_trained =
+        |g: &serde_json::Value| g["model_flops"].as_f64().unwrap() / u(g, "trained_tokens") as f64;
+    assert!(
+        per_trained(&decoded) > per_trained(&at_budget),
+        "{decoded} {at_budget}"
+    );
+}

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The GPU bench sized for a short lease (issue 50 item 5; issue 78 item 5): parts 1-4
-# took about 5 minutes on one H100 (cuda-bench-h100); parts 6 and the training-kernel
-# variants of parts 2 and 3 add an estimated 2-3 (CUDA untested), every figure written to
-# files. On a machine with an NVIDIA GPU and a CUDA torch 2.11.0
+# The GPU bench sized for a short lease (issue 50 item 5; issue 78 item 5). A lent GPU
+# gives a session 15 minutes of device time, the machine's start included. On one H200
+# (cuda-bench-h200 run 1) part 1 with generate() took 2 min 42 s, part 2's three steps
+# 78 s and part 3's two warm-ups 21 s; from those, the default parts (1 6 2 3 4) come to
+# an estimated 7 minutes and part 5, a second call, to 3-4 (CUDA untested). Every
+# figure is written to files. On a machine with an NVIDIA GPU and a CUDA torch 2.11.0
 # with transformers in python3 (the device machine's own), with the release `ledger`
 # built elsewhere against the CPU libtorch and pointed at that torch's libraries
 # (README, "Using a GPU"):
 #   1. decode tokens/s of `ledger lm bench` at the Qwen3-0.6B and Qwen3-4B shapes (random
-#      bf16 weights), batch 1, 64 and 256, 128 prompt + 128 new tokens, beside
-#      transformers' generate() (sdpa) on the same prompts and lengths
-#      (tools/bench_decode_hf.py), with the share of the memory roofline;
+#      bf16 weights), batch 1, 64 and 256, 128 prompt + 128 new tokens, with the share of
+#      the memory roofline (CUDA_BENCH_GENERATE=1: beside transformers' generate() (sdpa)
+#      on the same prompts and lengths, tools/bench_decode_hf.py);
 #   2. one 4B LoRA GRPO step of ledgers/paper.toml's shape (32 prompts x 8 samples,
 #      its micro-batches of at most 65,536 tokens, recomputed layers, KL to the base) at
 #      512 new tokens, thinking off: its phase split and MFU, GPU utilisation sampled
@@ -20,16 +22,19 @@
 #      again, on the same machine;
 #   3. the base planner's warm-up steps of 64 rows (ledgers/models/mapf-base-indep, the
 #      retired mapf-base-indep-v4's shape, on the engineer examples of ledgers/base-indep-v4.toml) with the GPU's utilisation and
-#      their phase split (warmup-committed.*), then again with the allocator's expandable
-#      segments, with both training kernels, with them and cuDNN's
+#      their phase split and the attention kernel torch picked (warmup-committed.*), then
+#      again with cuDNN's attention last (TORCH_CUDNN_SDPA_DEPRIORITIZED), with both
+#      training kernels, with them and cuDNN last, with them and cuDNN's
 #      TORCH_CUDNN_SDPA_AVOID_RECOMPILE, and the committed plan with cuDNN's cache debug;
 #   4. tests/plans/lm-tiny.toml run for 2 stages on the GPU and replayed there
 #      (`replay --verify`), bundled as the CUDA fixture's candidate; and the committed
 #      fixture (tests/fixtures/lm-tiny-cuda.bundle) replayed too;
 #   5. (only when asked: CUDA_BENCH_PARTS=5, a second call) ledgers/paper.toml's GRPO
 #      step as committed (`lm bench --grpo-as-committed`: thinking on, 8,192 new
-#      tokens; every row trained, its worst case, as in part 2): one prompt's part of it (`--grpo-prompts 1`), then the step for as long
-#      as its limit allows, memory peaks beside `plan check`'s estimate;
+#      tokens; every row trained, its worst case, as in part 2), by parts: one prompt's
+#      rows at their whole budget without the decode (`--grpo-at-budget --grpo-prompts
+#      1`: its KL reference and training), then the step for as long as its limit
+#      allows (its generation), memory peaks beside `plan check`'s estimate;
 #   6. (after part 1) decode with the step captured as CUDA graphs (`lm bench
 #      --decode-loop graphed`, the shim of tools/cuda-graph.sh, built here or carried
 #      beside the binary) at the 4B shape, and the same fixed-shape step run eagerly;
@@ -45,8 +50,10 @@
 #   LEDGER_BIN=/tmp/ledger CUDA_BENCH_OUT=/tmp/cb CUDA_BENCH_COMMIT=<commit> tools/cuda-bench.sh
 # Environment: LEDGER_BIN (default target/release/ledger, under $CARGO_TARGET_DIR when set), CUDA_BENCH_OUT (default
 # target/cuda-bench), CUDA_BENCH_PARTS (default "1 6 2 3 4"; "5" alone for the paper's
-# step), CUDA_BENCH_PAPER_TIMEOUT (the limit of part 5's whole step, default 330 s, after
-# its one-prompt part's 200), CUDA_BENCH_COMMIT (the
+# step), CUDA_BENCH_PAPER_TIMEOUT (the limit of part 5's whole step, default 120 s, after
+# its one-prompt part's 200), CUDA_BENCH_PAPER_FULL (1: part 5 also trains the whole batch
+# at budget), CUDA_BENCH_GENERATE (1: part 1 also times transformers' generate()),
+# CUDA_BENCH_COMMIT (the
 # commit the binary was built from; the device copy has no .git).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -114,6 +121,9 @@ for s in 0.6b 4b; do
     timeout 90 "$L" lm bench --shape "$shape" --device cuda --batch 1,64,256 \
         --prompt-tokens 128 --new-tokens 128 "${FLAGS[@]}" > "$OUT/decode-$s.json" 2> "$OUT/decode-$s.log"
     echo "ledger $s rc=$?"; cat "$OUT/decode-$s.log"
+    # transformers' generate() was measured on both GPUs (cuda-bench-h100 run 4,
+    # cuda-bench-h200 run 1); it takes a minute or more of a 15-minute lease.
+    [[ ${CUDA_BENCH_GENERATE:-0} == 1 ]] || continue
     timeout 150 python3 tools/bench_decode_hf.py "$shape" 1,64,256 128 128 cuda \
         > "$OUT/generate-$s.json" 2> "$OUT/generate-$s.log"
     echo "generate() $s rc=$?"; grep 'generate()' "$OUT/generate-$s.log" || tail -5 "$OUT/generate-$s.log"
@@ -175,16 +185,19 @@ warmup() {
     unsample "$OUT/util-warmup-$name.txt" "$OUT/warmup-$name.json" warmup | tee -a "$OUT/warmup-$name.log"
 }
 warmup committed ledgers/base-indep-v4.toml
-# The caching allocator's expandable segments: the warm-up pads each step to another
-# length, and a trace (run 8) saw steps stall 1-2 s issuing their forward.
-warmup expandable ledgers/base-indep-v4.toml PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+# The suspect of the fixed cost (issue 78 item 3): on sm90 torch 2.11 puts cuDNN's
+# attention first, which builds an execution graph for every new shape (batch and length;
+# the warm-up's change every step). TORCH_CUDNN_SDPA_DEPRIORITIZED=1 (a string of the
+# 2.11 wheel's libtorch_cuda.so) moves it last: flash for causal rows, the memory-efficient
+# kernel under a mask. Each figure says the kernel torch picked (attention_kernel).
+warmup deprioritized ledgers/base-indep-v4.toml TORCH_CUDNN_SDPA_DEPRIORITIZED=1
 # Both training kernels (issue 78 item 2) on the warm-up's forward and backward.
 kernels ledgers/base-indep-v4.toml 'training_attention = "causal"\ntraining_norms = "fused"' > "$TMP/warmup-kernels.toml"
 warmup kernels "$TMP/warmup-kernels.toml"
-# The suspect of the fixed cost (issue 78 item 3): on sm90 torch 2.11 gives a masked bf16
-# call to cuDNN's attention, which builds an execution graph for every new shape (batch
-# and length; the warm-up's change every step). torch's TORCH_CUDNN_SDPA_AVOID_RECOMPILE
-# works only without a bias, which the causal rows provide; CACHE_DEBUG says what misses.
+warmup kernels-deprioritized "$TMP/warmup-kernels.toml" TORCH_CUDNN_SDPA_DEPRIORITIZED=1
+# Keeping cuDNN: TORCH_CUDNN_SDPA_AVOID_RECOMPILE works only without a bias, which the
+# causal rows provide; CACHE_DEBUG says what misses. (The allocator's expandable
+# segments changed nothing on a warm H200: cuda-bench-h200 run 2.)
 warmup kernels-avoid-recompile "$TMP/warmup-kernels.toml" TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1
 warmup cache-debug ledgers/base-indep-v4.toml TORCH_CUDNN_SDPA_CACHE_DEBUG=1
 echo "cuDNN cache lines: $(grep -ci cache "$OUT/warmup-cache-debug.log")" | tee -a "$OUT/warmup-cache-debug.log"
@@ -204,25 +217,32 @@ fi
 if part 5 "paper.toml's own GRPO step, as committed (thinking on, 8,192 new tokens)"; then
 # Issue 78 item 4, not in the default parts (CUDA_BENCH_PARTS=5, a second call). Random
 # weights run every lane to the budget, the worst case. By arithmetic the whole step does
-# not fit one call: its generation reads every lane's cache at every step (3 waves of 96
-# lanes, 8,192 steps each: about 320 s at the full memory roofline of an H200, several
-# times that at today's 9-26% of it) and trains 256 rows of 8,418 tokens (about 50 PFLOP).
-# So: first one prompt's part of the step (its 8 samples, everything else as committed),
-# whose phases scale to the step; then the step itself, each phase's end written as it
-# happens, for what its limit lets it reach. Memory peaks (nvidia-smi, CUDA context and
-# allocator cache included) beside plan check's estimate for this GPU's memory.
+# not fit one call: its generation reads every lane's cache at every step (about 320 s
+# at the full memory roofline of an H200, several times that at today's 9-26% of it) and
+# it trains 256 rows of 8,418 tokens (about 50 PFLOP). So the step is measured by parts,
+# memory peaks (nvidia-smi: CUDA context and allocator cache included) beside plan
+# check's estimate for this GPU's memory:
+#   a. its KL reference and training on one prompt's 8 rows, each at the whole budget
+#      without the decode (`--grpo-at-budget --grpo-prompts 1`): the training phase's
+#      peak against plan check's training line, and a 32nd of the step's training;
+#   b. the step itself for CUDA_BENCH_PAPER_TIMEOUT seconds (default 120): its first
+#      generation wave's peak against plan check's generation line, and how far it gets
+#      (each phase's end is written as it happens);
+#   c. with CUDA_BENCH_PAPER_FULL=1, the whole batch at budget (256 rows, about 5 min).
 GIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1 / 1024}')
 "$L" plan check ledgers/paper.toml --gpu-memory "${GIB}GiB" --model-config "$S4" > "$OUT/paper-plan-check.txt" 2>&1
 echo "plan check at ${GIB}GiB rc=$?"; cat "$OUT/paper-plan-check.txt"
-sample "$OUT/util-paper-1.txt"
-timeout 200 "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan ledgers/paper.toml \
-    --grpo-as-committed --grpo-every-row --grpo-prompts 1 "${FLAGS[@]}" > "$OUT/grpo-paper-1.json" 2> "$OUT/grpo-paper-1.log"
-echo "one prompt rc=$? (124: past the timeout)"; cat "$OUT/grpo-paper-1.log"
-unsample "$OUT/util-paper-1.txt" "$OUT/grpo-paper-1.json" grpo | tee -a "$OUT/grpo-paper-1.log"
-sample "$OUT/util-paper.txt"
-timeout "${CUDA_BENCH_PAPER_TIMEOUT:-330}" "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan ledgers/paper.toml \
-    --grpo-as-committed --grpo-every-row "${FLAGS[@]}" > "$OUT/grpo-paper.json" 2> "$OUT/grpo-paper.log"
-echo "the step rc=$? (124: past the timeout)"; cat "$OUT/grpo-paper.log"
-unsample "$OUT/util-paper.txt" "$OUT/grpo-paper.json" grpo | tee -a "$OUT/grpo-paper.log"
+# paper NAME LIMIT [FLAG ...]: paper.toml's step as committed, every row trained.
+paper() {
+    local name=$1 limit=$2; shift 2
+    sample "$OUT/util-paper-$name.txt"
+    timeout "$limit" "$L" lm bench --shape "$S4" --device cuda --batch --grpo-plan ledgers/paper.toml \
+        --grpo-as-committed --grpo-every-row "$@" "${FLAGS[@]}" > "$OUT/grpo-paper-$name.json" 2> "$OUT/grpo-paper-$name.log"
+    echo "$name rc=$? (124: past the timeout)"; cat "$OUT/grpo-paper-$name.log"
+    unsample "$OUT/util-paper-$name.txt" "$OUT/grpo-paper-$name.json" grpo | tee -a "$OUT/grpo-paper-$name.log"
+}
+paper at-budget-1 200 --grpo-at-budget --grpo-prompts 1
+paper step "${CUDA_BENCH_PAPER_TIMEOUT:-120}"
+[[ ${CUDA_BENCH_PAPER_FULL:-0} == 1 ]] && paper at-budget 420 --grpo-at-budget
 fi
 echo "cuda-bench: results in $OUT"

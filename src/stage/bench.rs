@@ -41,6 +41,9 @@ pub struct BenchSpec {
     /// Every row of the step trains (a `drop` plan runs as `skip`: its worst case,
     /// which random weights, whose groups have no signal, would not time).
     pub grpo_every_row: bool,
+    /// Where the step's samples come from: decoded, or every lane its budget of drawn
+    /// tokens (the KL reference and training of the worst case, without the decode).
+    pub grpo_rollouts: crate::train::bench::Rollouts,
     /// The tokenizer.json the GRPO step's prompts are written with.
     pub tokenizer: PathBuf,
     /// A model directory whose warm-up steps to time on `warmup_plan`'s examples.
@@ -147,7 +150,11 @@ pub fn run(
         }
         let figure = grpo(spec, cfg, &plan, device, dtype)?;
         say(&format!(
-            "GRPO step: {:.1} s, {:.1} TFLOP/s{}; {} of {} groups with signal, {} tokens trained (zero_variance {})",
+            "GRPO step{}: {:.1} s, {:.1} TFLOP/s{}; {} of {} groups with signal, {} tokens trained (zero_variance {}); attention kernel {}",
+            match figure.rollouts {
+                crate::train::bench::Rollouts::Decoded => "",
+                crate::train::bench::Rollouts::AtBudget => " (samples at their budget, not decoded)",
+            },
             figure.seconds,
             figure.tflops_per_s,
             figure
@@ -158,6 +165,7 @@ pub fn run(
             figure.groups,
             figure.trained_tokens,
             plan.grpo.zero_variance.name(),
+            figure.attention_kernel.name(),
         ));
         for p in &figure.timing.phases {
             say(&format!("  {:<16} {:>8.2} s", p.name, p.seconds));
@@ -168,8 +176,11 @@ pub fn run(
         let plan = read_plan("--warmup-plan", plan_path)?;
         let figure = warmup(spec, model_dir, &plan, device)?;
         say(&format!(
-            "warm-up: {:.3} s a step ({} rows of {:.0} tokens)",
-            figure.seconds_per_step, figure.batch, figure.mean_tokens
+            "warm-up: {:.3} s a step ({} rows of {:.0} tokens); attention kernel {}",
+            figure.seconds_per_step,
+            figure.batch,
+            figure.mean_tokens,
+            figure.attention_kernel.name()
         ));
         for p in &figure.timing.phases {
             say(&format!(
@@ -291,6 +302,7 @@ fn grpo(
     .map_err(BenchError::Data)?;
     Ok(bench::grpo_step(
         policy,
+        spec.grpo_rollouts,
         &plan.grpo,
         &data,
         Seed::root(plan.seed).child("bench-step", 0),

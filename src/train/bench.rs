@@ -12,11 +12,12 @@
 use super::batches;
 use super::grpo::{self, GrpoConfig};
 use super::lm::generate::{self, Sampling};
-use super::lm::model::{param_shapes, LoraSpec, Model};
+use super::lm::model::{param_shapes, AttentionKernel, LoraSpec, Model};
 use super::lm::{LmConfig, LmPolicy};
+use super::policy::{LogProbs, Policy, PolicySettings, Rollout};
 use super::timing::Phases;
 use super::TrainState;
-use crate::env::{CostMetric, Solved};
+use crate::env::{CostMetric, Instance, Plan, Solved};
 use crate::record::timing::StageTiming;
 use crate::record::Hash;
 use crate::seed::Seed;
@@ -232,6 +233,74 @@ pub fn decode(
     }
 }
 
+/// A language-model policy whose samples are its lanes' whole token budgets of drawn
+/// tokens, not decoded ([`LmPolicy::rollouts_at_budget`]); everything else is the
+/// policy's own, and `as_lm` still finds it. A GRPO step of it runs the KL reference and
+/// the training forward on the rows of random weights' worst case, every lane at its
+/// budget, in the time those phases take alone.
+pub struct AtBudget(pub LmPolicy);
+
+impl Policy for AtBudget {
+    fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
+    fn vars(&self) -> &tch::nn::VarStore {
+        self.0.vars()
+    }
+    fn vars_mut(&mut self) -> &mut tch::nn::VarStore {
+        self.0.vars_mut()
+    }
+    fn sample(
+        &self,
+        instances: &[Instance],
+        per_instance: usize,
+        greedy: bool,
+        seed: Seed,
+    ) -> Vec<Rollout> {
+        let per = if greedy { 1 } else { per_instance };
+        self.0.rollouts_at_budget(instances, per, seed)
+    }
+    fn log_probs(&self, instances: &[Instance], rollouts: &[Rollout]) -> LogProbs {
+        self.0.log_probs(instances, rollouts)
+    }
+    fn backward_loss(
+        &self,
+        instances: &[Instance],
+        rollouts: &[Rollout],
+        loss: &mut dyn FnMut(&LogProbs) -> Tensor,
+    ) {
+        self.0.backward_loss(instances, rollouts, loss)
+    }
+    fn row_tokens(&self, instances: &[Instance], rollouts: &[Rollout]) -> Vec<usize> {
+        self.0.row_tokens(instances, rollouts)
+    }
+    fn apply_settings(&mut self, settings: PolicySettings) {
+        self.0.apply_settings(settings)
+    }
+    fn encode_plan(&self, inst: &Instance, plan: &Plan) -> Vec<u32> {
+        self.0.encode_plan(inst, plan)
+    }
+    fn arch(&self) -> Vec<u8> {
+        self.0.arch()
+    }
+    fn reference_log_probs(
+        &self,
+        instances: &[Instance],
+        rollouts: &[Rollout],
+    ) -> Option<LogProbs> {
+        self.0.reference_log_probs(instances, rollouts)
+    }
+    fn side_blobs(&self) -> Vec<Vec<u8>> {
+        self.0.side_blobs()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self.0.as_any()
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        Box::new(self.0)
+    }
+}
+
 /// One GRPO step of a plan's shape.
 #[derive(Clone, Debug, Serialize)]
 pub struct GrpoFigure {
@@ -247,8 +316,11 @@ pub struct GrpoFigure {
     pub signal_groups: u32,
     /// Tokens the training forward runs (prompt and sample of every row it trains).
     pub trained_tokens: u64,
+    /// Where the samples came from (decoded, or drawn at their budget without a decode).
+    pub rollouts: Rollouts,
     /// Model FLOPs of the step (matrix products only, attention not counted):
-    /// generation 2P per prompt and sampled token, the KL reference's forward 2P and
+    /// generation 2P per prompt and sampled token (none for samples not decoded), the
+    /// KL reference's forward 2P and
     /// the training forward and backward 4P (LoRA: no weight gradients) or 6P per
     /// trained token. Recomputation is not counted, as MFU does not count it.
     pub model_flops: f64,
@@ -256,12 +328,28 @@ pub struct GrpoFigure {
     pub mfu: Option<f64>,
     /// When the step began and ended (ms since the Unix epoch).
     pub window_unix_ms: (u64, u64),
+    /// The attention kernel torch picks for the training forward of a row of the
+    /// step's mean length (prompt and sample).
+    pub attention_kernel: AttentionKernel,
+}
+
+/// Where a timed GRPO step's samples come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rollouts {
+    /// Decoded by the policy, as a run samples them.
+    Decoded,
+    /// Every lane its whole budget of drawn tokens, not decoded ([`AtBudget`]): the step
+    /// times its KL reference and training alone, and its FLOPs count no generation.
+    AtBudget,
 }
 
 /// One GRPO step (`cfg`'s batch and group, step 0) of `policy` on `data` with its
-/// phases timed; `peak_flops`: the device's dense bf16 peak, for MFU.
+/// phases timed, its samples as `rollouts` says; `peak_flops`: the device's dense bf16
+/// peak, for MFU.
 pub fn grpo_step(
     policy: LmPolicy,
+    rollouts: Rollouts,
     cfg: &GrpoConfig,
     data: &[Solved],
     seed: Seed,
@@ -278,7 +366,11 @@ pub fn grpo_step(
         0,
     );
     let prompt_tokens: u64 = idx.iter().map(|&i| prompt_of(&data[i])).sum();
-    let mut state = TrainState::new(Box::new(policy), cfg.adam());
+    let policy: Box<dyn Policy> = match rollouts {
+        Rollouts::Decoded => Box::new(policy),
+        Rollouts::AtBudget => Box::new(AtBudget(policy)),
+    };
+    let mut state = TrainState::new(policy, cfg.adam());
     let blobs = vec![Hash([0; 32]); data.len()];
     // Each phase's end on stderr as it happens: a step cut short by a time limit (the
     // paper's own, cuda-bench part 5) still says how far it got.
@@ -314,13 +406,24 @@ pub fn grpo_step(
         / cfg.epochs.max(1) as u64;
     let train_factor = if lora { 4.0 } else { 6.0 };
     let kl = if cfg.kl_coef > 0.0 { 2.0 } else { 0.0 };
-    let flops =
-        2.0 * p * (prompt_tokens + sampled) as f64 + (kl + train_factor) * p * trained as f64;
+    let generated = match rollouts {
+        Rollouts::Decoded => 2.0 * p * (prompt_tokens + sampled) as f64,
+        Rollouts::AtBudget => 0.0,
+    };
+    let flops = generated + (kl + train_factor) * p * trained as f64;
+    let rows = (idx.len() as u64 * cfg.group_size as u64).max(1);
+    let mean_row = (prompt_tokens * cfg.group_size as u64 + sampled) / rows;
+    let attention_kernel = state
+        .policy
+        .as_lm()
+        .expect("the bench times an lm policy")
+        .attention_kernel(mean_row as i64);
     GrpoFigure {
         seconds,
         timing,
         sampled_tokens: sampled,
         prompt_tokens,
+        rollouts,
         groups: stats.groups,
         signal_groups: stats.signal_groups,
         trained_tokens: trained,
@@ -328,6 +431,7 @@ pub fn grpo_step(
         tflops_per_s: flops / seconds / 1e12,
         mfu: peak_flops.map(|peak| flops / seconds / peak),
         window_unix_ms: (begun, unix_ms()),
+        attention_kernel,
     }
 }
 
@@ -346,6 +450,8 @@ pub struct WarmupFigure {
     /// The timed steps' phases (example building, training, optimiser, parameter
     /// hash), the device synchronised at each boundary.
     pub timing: StageTiming,
+    /// The attention kernel torch picks for the forward of a row of the mean length.
+    pub attention_kernel: AttentionKernel,
 }
 
 /// `steps + 1` warm-up steps of `batch` pairs; the first is not timed.
@@ -357,12 +463,13 @@ pub fn warmup_steps(
     seed: Seed,
 ) -> WarmupFigure {
     let device = policy.model.device();
-    let mut state = TrainState::new(Box::new(policy), super::adam::AdamConfig::default());
     let mean_tokens = pairs
         .iter()
         .map(|(p, t)| (p.len() + t.len()) as f64)
         .sum::<f64>()
         / pairs.len().max(1) as f64;
+    let attention_kernel = policy.attention_kernel(mean_tokens.round() as i64);
+    let mut state = TrainState::new(Box::new(policy), super::adam::AdamConfig::default());
     let _ = super::warmup::text_step(&mut state, pairs, batch, seed, 0);
     sync(device);
     let mut phases = Phases::new(device);
@@ -381,6 +488,7 @@ pub fn warmup_steps(
         tokens_per_s: batch as f64 * mean_tokens / dt,
         window_unix_ms: (begun, unix_ms()),
         timing: phases.timing(),
+        attention_kernel,
     }
 }
 

@@ -106,6 +106,12 @@ pub struct BenchArgs {
     /// `drop`'s worst case, every group with signal.
     #[arg(long, requires = "grpo_plan")]
     grpo_every_row: bool,
+    /// Do not decode the timed GRPO step's samples: make each one its lane's whole token
+    /// budget of drawn tokens, which random weights would decode to anyway, and time the
+    /// KL reference and the training on those rows (a step whose decode outlasts a
+    /// lease, measured without it; its FLOPs count no generation).
+    #[arg(long, requires = "grpo_plan")]
+    grpo_at_budget: bool,
     /// The tokenizer.json the GRPO step's prompts are written with (its ids fit any
     /// vocabulary at least as large).
     #[arg(long, default_value = "ledgers/models/mapf-base-indep/tokenizer.json")]
@@ -211,6 +217,11 @@ fn bench(a: BenchArgs) -> CliResult {
         grpo_new_tokens: (!a.grpo_as_committed).then_some(a.grpo_new_tokens),
         grpo_prompts: a.grpo_prompts,
         grpo_every_row: a.grpo_every_row,
+        grpo_rollouts: if a.grpo_at_budget {
+            mapf_ledger::train::bench::Rollouts::AtBudget
+        } else {
+            mapf_ledger::train::bench::Rollouts::Decoded
+        },
         tokenizer: a.tokenizer,
         warmup: a.warmup_model.zip(a.warmup_plan),
         warmup_steps: a.warmup_steps,

@@ -498,7 +498,47 @@ impl LmPolicy {
         self.arch
             .prompt
             .plan_tokens(inst.agents(), steps)
-            .min(self.arch.sampling.max_new_tokens)
+            .min(max_new)
+    }
+
+    /// `per_instance` rollouts of every instance that a decode did not write: each is its
+    /// whole token budget ([`Self::plan_budget`]) of tokens drawn uniformly from `seed`
+    /// (no stop token among them), recorded at the log-probability of a uniform draw.
+    /// The rows a GRPO step of random weights trains, whose every lane runs to its
+    /// budget, without the decode (`lm bench --grpo-at-budget`: the training and KL
+    /// reference phases of a step too long to decode in one lease).
+    pub fn rollouts_at_budget(
+        &self,
+        instances: &[Instance],
+        per_instance: usize,
+        seed: Seed,
+    ) -> Vec<Rollout> {
+        use rand::Rng as _;
+        let ids = (self.tokenizer.get_vocab_size(true) as i64).min(self.arch.config.vocab_size);
+        let ids = ids.max(1) as u32;
+        let logprob = -(ids as f32).ln();
+        let mut rng = seed.rng();
+        let gens = instances
+            .iter()
+            .flat_map(|i| std::iter::repeat_n(self.plan_budget(i), per_instance))
+            .map(|budget| {
+                let tokens: Vec<u32> = (0..budget)
+                    .map(|_| {
+                        let mut t = rng.random_range(0..ids);
+                        while self.stop.contains(&t) && ids > self.stop.len() as u32 {
+                            t = (t + 1) % ids;
+                        }
+                        t
+                    })
+                    .collect();
+                Generated {
+                    logprobs: vec![logprob; tokens.len()],
+                    tokens,
+                    stopped: false,
+                }
+            })
+            .collect();
+        self.rollouts_of(instances, gens, per_instance)
     }
 
     fn rollouts_of(
@@ -649,6 +689,13 @@ impl Policy for LmPolicy {
 }
 
 impl LmPolicy {
+    /// The attention kernel torch picks for this policy's training forward of a row of
+    /// `len` tokens, as its settings lay the rows out ([`Model::attention_kernel`]).
+    pub fn attention_kernel(&self, len: i64) -> model::AttentionKernel {
+        let masked = self.settings.training_attention == TrainingAttention::Masked;
+        self.model.attention_kernel(len.max(1), masked)
+    }
+
     /// The chat-formatted prompt of every instance the rollouts answer.
     fn prompts_of(
         &self,

@@ -211,6 +211,44 @@ pub struct LayerInputs {
     mask: Option<Tensor>,
 }
 
+/// A kernel of torch's `scaled_dot_product_attention` (its `SDPBackend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionKernel {
+    /// The unfused composition (scores materialised).
+    Math,
+    Flash,
+    /// The memory-efficient kernel (xFormers').
+    Efficient,
+    Cudnn,
+    /// A backend a device extension registers, or none that fits (torch's `error`).
+    Other,
+}
+
+impl AttentionKernel {
+    /// torch's `SDPBackend` number (`math` 0, `flash_attention` 1,
+    /// `efficient_attention` 2, `cudnn_attention` 3).
+    fn from_torch(n: i64) -> AttentionKernel {
+        match n {
+            0 => AttentionKernel::Math,
+            1 => AttentionKernel::Flash,
+            2 => AttentionKernel::Efficient,
+            3 => AttentionKernel::Cudnn,
+            _ => AttentionKernel::Other,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionKernel::Math => "math",
+            AttentionKernel::Flash => "flash",
+            AttentionKernel::Efficient => "efficient",
+            AttentionKernel::Cudnn => "cudnn",
+            AttentionKernel::Other => "other",
+        }
+    }
+}
+
 /// The model: parameters and the forward pass.
 pub struct Model {
     pub cfg: LmConfig,
@@ -888,6 +926,38 @@ impl Model {
         Tensor::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale, h > kvh)
             .transpose(1, 2)
             .reshape([b, t, h * d])
+    }
+
+    /// The kernel torch's `scaled_dot_product_attention` picks for a training forward's
+    /// attention (queries with gradients, in the layout [`Model::attention`] gets them)
+    /// of one row of `len` tokens on this model's device and compute dtype, under a mask
+    /// (`masked`: left-padded rows) or causal. torch chooses by device, dtype, layout,
+    /// mask and head shapes, not by the number of rows. Asked of torch
+    /// (`_fused_sdp_choice`), so a GPU run can say which kernel its steps ran: on sm90
+    /// torch 2.11 puts cuDNN's first, which builds an execution graph for every new
+    /// shape, and `TORCH_CUDNN_SDPA_DEPRIORITIZED=1` moves it last.
+    pub fn attention_kernel(&self, len: i64, masked: bool) -> AttentionKernel {
+        let c = &self.cfg;
+        let (h, kvh, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let opts = (self.dtype, self.device());
+        let heads = |n: i64| {
+            Tensor::empty([1, len, n, d], opts)
+                .set_requires_grad(true)
+                .transpose(1, 2)
+        };
+        let (q, k, v) = (heads(h), heads(kvh), heads(kvh));
+        let mask = masked.then(|| Tensor::zeros([1, 1, len, len], opts));
+        let scale = 1.0 / (d as f64).sqrt();
+        AttentionKernel::from_torch(Tensor::internal_fused_sdp_choice(
+            &q,
+            &k,
+            &v,
+            mask.as_ref(),
+            0.0,
+            !masked,
+            scale,
+            h > kvh,
+        ))
     }
 
     /// The rest of a layer after attention: the output projection of `y` added to the
