@@ -87,6 +87,34 @@ fn lora_off_zero(p: LmPolicy) -> LmPolicy {
     p
 }
 
+/// Every variable's gradient after a step, and the parameters' hash.
+fn gradients_and_params(ts: &TrainState) -> (BTreeMap<String, Tensor>, mapf_ledger::ledger::Hash) {
+    let grads = ts
+        .policy
+        .vars()
+        .variables()
+        .into_iter()
+        .map(|(n, v)| (n, v.grad()))
+        .collect();
+    (
+        grads,
+        mapf_ledger::train::checkpoint::param_hash(ts.policy.vars()),
+    )
+}
+
+/// Each variable's gradient in `a` and `b` agrees to 1e-5 of the gradient norm.
+fn assert_gradients_agree(
+    a: &BTreeMap<String, Tensor>,
+    b: &BTreeMap<String, Tensor>,
+    norm: f64,
+    what: &str,
+) {
+    for (name, x) in a {
+        let d = (x - &b[name]).abs().max().double_value(&[]);
+        assert!(d <= 1e-5 * norm, "{what}: {name} gradient differs by {d}");
+    }
+}
+
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
@@ -754,14 +782,7 @@ fn dropping_silent_groups_trains_as_skipping_them() {
             Seed::root(4),
             0,
         );
-        let grads: BTreeMap<String, Tensor> = ts
-            .policy
-            .vars()
-            .variables()
-            .into_iter()
-            .map(|(n, v)| (n, v.grad()))
-            .collect();
-        let params = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
+        let (grads, params) = gradients_and_params(&ts);
         (records, grads, params)
     };
     let parts = |records: &[StepRecord]| {
@@ -818,10 +839,7 @@ fn dropping_silent_groups_trains_as_skipping_them() {
             drop_stats.clip_fraction,
         );
         let norm = f64::from_bits(skip_update.grad_norm);
-        for (name, a) in &skip_grads {
-            let d = (a - &drop_grads[name]).abs().max().double_value(&[]);
-            assert!(d <= 1e-5 * norm, "{what}: {name} gradient differs by {d}");
-        }
+        assert_gradients_agree(&skip_grads, &drop_grads, norm, &what);
     }
     // An untrained scratch model: no plan parses, no group has signal.
     let silent = |zero_variance| {
@@ -888,14 +906,7 @@ fn engineer_rl_dropping_silent_groups_updates_as_weighting_them_away() {
         };
         let mut ts = TrainState::new(Box::new(policy()), cfg.adam());
         let u = rl::update(&mut ts, &prompts, &gens, rewards, &cfg, 1.0).unwrap();
-        let grads: BTreeMap<String, Tensor> = ts
-            .policy
-            .vars()
-            .variables()
-            .into_iter()
-            .map(|(n, v)| (n, v.grad()))
-            .collect();
-        let params = mapf_ledger::train::checkpoint::param_hash(ts.policy.vars());
+        let (grads, params) = gradients_and_params(&ts);
         (u, grads, params)
     };
     let start = mapf_ledger::train::checkpoint::param_hash(&policy().model.vs);
@@ -915,10 +926,7 @@ fn engineer_rl_dropping_silent_groups_updates_as_weighting_them_away() {
     close("kl", skip.kl, drop.kl);
     close("clip fraction", skip.clip_fraction, drop.clip_fraction);
     close("grad norm", skip.grad_norm, drop.grad_norm);
-    for (name, a) in &skip_grads {
-        let d = (a - &drop_grads[name]).abs().max().double_value(&[]);
-        assert!(d <= 1e-5 * skip.grad_norm, "{name} gradient differs by {d}");
-    }
+    assert_gradients_agree(&skip_grads, &drop_grads, skip.grad_norm, "engineer RL");
     assert!(
         keep_params != start && drop_params != start,
         "no update moved anything"

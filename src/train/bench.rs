@@ -238,7 +238,7 @@ pub fn decode(
 /// policy's own, and `as_lm` still finds it. A GRPO step of it runs the KL reference and
 /// the training forward on the rows of random weights' worst case, every lane at its
 /// budget, in the time those phases take alone.
-pub struct AtBudget(pub LmPolicy);
+struct AtBudget(LmPolicy);
 
 impl Policy for AtBudget {
     fn kind(&self) -> &'static str {
@@ -320,9 +320,9 @@ pub struct GrpoFigure {
     pub rollouts: Rollouts,
     /// Model FLOPs of the step (matrix products only, attention not counted):
     /// generation 2P per prompt and sampled token (none for samples not decoded), the
-    /// KL reference's forward 2P and
-    /// the training forward and backward 4P (LoRA: no weight gradients) or 6P per
-    /// trained token. Recomputation is not counted, as MFU does not count it.
+    /// KL reference's forward 2P and the training forward and backward 4P (LoRA: no
+    /// weight gradients) or 6P per trained token. Recomputation is not counted, as MFU
+    /// does not count it.
     pub model_flops: f64,
     pub tflops_per_s: f64,
     pub mfu: Option<f64>,
@@ -339,8 +339,9 @@ pub struct GrpoFigure {
 pub enum Rollouts {
     /// Decoded by the policy, as a run samples them.
     Decoded,
-    /// Every lane its whole budget of drawn tokens, not decoded ([`AtBudget`]): the step
-    /// times its KL reference and training alone, and its FLOPs count no generation.
+    /// Every lane its whole budget of drawn tokens, not decoded
+    /// ([`LmPolicy::rollouts_at_budget`]): the step times its KL reference and training
+    /// alone, and its FLOPs count no generation.
     AtBudget,
 }
 
