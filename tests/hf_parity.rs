@@ -207,18 +207,7 @@ fn thinking_mode_needs_a_qwen3_checkpoint() {
     // The fixture's template is plain ChatML; a real Qwen3 checkpoint's has the think
     // block, which is what marks it as Qwen3's: a copy with that template.
     let tmp = tempfile::tempdir().unwrap();
-    let q3 = tmp.path().join("qwen3");
-    std::fs::create_dir(&q3).unwrap();
-    for e in std::fs::read_dir(fixture("tiny-qwen3")).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), q3.join(e.file_name())).unwrap();
-    }
-    let cfg_path = q3.join("tokenizer_config.json");
-    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
-    cfg["chat_template"] = Value::String(
-        "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}".into(),
-    );
-    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let q3 = crate::common::qwen3_thinking_copy(tmp.path());
     let q3_spec = LmSpec {
         init: format!("hf:{}", q3.display()),
         thinking: true,

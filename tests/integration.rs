@@ -35,6 +35,7 @@ mod lm_engineer;
 mod lm_policy;
 mod oracle;
 mod paired;
+mod paper;
 mod pipeline;
 mod plan_check;
 mod readme;

@@ -68,7 +68,7 @@ for old, new in [('init = "hf:/models/Qwen3-4B"', f'init = "hf:{sys.argv[1]}"'),
                  ("test_per_cell = 150", "test_per_cell = 3"),
                  ("steps = 500", "steps = 4"), ("instances_per_stage = 8000", "instances_per_stage = 128"),
                  ("checkpoint_every = 50", "checkpoint_every = 2"), ("stages = 3", "stages = 1"),
-                 ('zero_variance = "skip"', 'zero_variance = "keep"'),
+                 ('zero_variance = "drop"', 'zero_variance = "keep"'),
                  ("entropy_coef = 0.0", "entropy_coef = 0.01")]:
     assert old in s, f"ledgers/paper.toml no longer says {old!r}"
     s = s.replace(old, new)

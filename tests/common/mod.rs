@@ -356,3 +356,25 @@ pub fn signalled_at(
     let took = signalled.elapsed();
     Some((status, reader.join().expect("stderr reader"), took))
 }
+
+/// A copy in `dir` of the tiny Qwen3 fixture (`tests/fixtures/hf/tiny-qwen3`) whose
+/// tokenizer_config carries a Qwen3 chat template with the think block, which is what
+/// marks a checkpoint as Qwen3's (the fixture's own template is plain ChatML): a model
+/// `lm.thinking = true` accepts.
+pub fn qwen3_thinking_copy(dir: &Path) -> PathBuf {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/tiny-qwen3");
+    let q3 = dir.join("qwen3");
+    std::fs::create_dir(&q3).unwrap();
+    for e in std::fs::read_dir(fixture).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), q3.join(e.file_name())).unwrap();
+    }
+    let cfg_path = q3.join("tokenizer_config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+    cfg["chat_template"] = serde_json::Value::String(
+        "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}".into(),
+    );
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    q3
+}
