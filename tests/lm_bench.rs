@@ -51,6 +51,16 @@ fn grpo_bench(plan: &str, extra: &[&str]) -> std::process::Output {
     cli(&args)
 }
 
+/// The GRPO figure and what was said on stderr of `plan`'s step at the tiny shape with
+/// `new_tokens` new tokens and `extra` flags.
+fn grpo_figure(plan: &str, new_tokens: &str, extra: &[&str]) -> (serde_json::Value, String) {
+    let mut args = vec!["--grpo-new-tokens", new_tokens];
+    args.extend_from_slice(extra);
+    let out = grpo_bench(plan, &args);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    (json(&out)["grpo"].clone(), said)
+}
+
 /// `lm-tiny.toml` with `from` replaced by `to`, written into `dir` as `name`.
 fn tiny_plan(dir: &std::path::Path, name: &str, from: &str, to: &str) -> String {
     let tiny = include_str!("plans/lm-tiny.toml");
@@ -245,13 +255,7 @@ fn a_drop_plan_on_random_weights_trains_nothing_unless_every_row_is_asked_for() 
         "[grpo]\n",
         "[grpo]\nzero_variance = \"drop\"\n",
     );
-    let step = |extra: &[&str]| {
-        let mut args = vec!["--grpo-new-tokens", "3"];
-        args.extend(extra);
-        let out = grpo_bench(&plan, &args);
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        (json(&out)["grpo"].clone(), said)
-    };
+    let step = |extra: &[&str]| grpo_figure(&plan, "3", extra);
     let (dropped, said) = step(&[]);
     assert_eq!(dropped["signal_groups"], 0, "{dropped}");
     assert_eq!(dropped["groups"], 4, "{dropped}");
@@ -336,13 +340,7 @@ fn warmup_steps_say_their_phases_and_attention_kernel() {
 #[test]
 fn a_step_at_budget_trains_every_lane_at_its_whole_budget_without_decoding() {
     let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/lm-tiny.toml");
-    let step = |extra: &[&str]| {
-        let mut args = vec!["--grpo-new-tokens", "7"];
-        args.extend(extra);
-        let out = grpo_bench(plan, &args);
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        (json(&out)["grpo"].clone(), said)
-    };
+    let step = |extra: &[&str]| grpo_figure(plan, "7", extra);
     let u = |g: &serde_json::Value, k: &str| g[k].as_u64().unwrap();
     let (at_budget, said) = step(&["--grpo-at-budget"]);
     assert_eq!(at_budget["rollouts"], "at_budget", "{at_budget}");

@@ -269,8 +269,10 @@ pub fn update(
     let lanes: Vec<usize> = (0..gens.len())
         .filter(|&l| cfg.zero_variance != ZeroVariance::Drop || signal[l / group])
         .collect();
-    let trained = |l: &&usize| signal[**l / group] && !gens[**l].tokens.is_empty();
-    if !lanes.iter().any(|l| trained(&l)) {
+    if !lanes
+        .iter()
+        .any(|&l| signal[l / group] && !gens[l].tokens.is_empty())
+    {
         return Ok(None);
     }
     let device = lm.model.device();

@@ -41,8 +41,14 @@ fn flat_device(params: &[(String, Tensor)]) -> Option<Device> {
 
 impl Adam {
     pub fn new(vs: &nn::VarStore, config: AdamConfig) -> Adam {
+        Adam::laid_out(vs, config, true)
+    }
+
+    /// Zeroed moments in flat buffers where `flat` allows it and the parameters do (see
+    /// the module doc), else one tensor each.
+    fn laid_out(vs: &nn::VarStore, config: AdamConfig, flat: bool) -> Adam {
         let params = named_params(vs);
-        let Some(device) = flat_device(&params) else {
+        let Some(device) = flat_device(&params).filter(|_| flat) else {
             let moments = params
                 .into_iter()
                 .map(|(n, p)| (n, p.zeros_like(), p.zeros_like()))
@@ -227,13 +233,8 @@ mod tests {
         };
         let (a, b) = (store(), store());
         let mut flat = Adam::new(&a, config);
-        let mut alone = Adam::new(&b, config);
-        assert!(flat.flat.is_some());
-        alone.flat = None;
-        alone.moments = named_params(&b)
-            .into_iter()
-            .map(|(n, p)| (n, p.zeros_like(), p.zeros_like()))
-            .collect();
+        let mut alone = Adam::laid_out(&b, config, false);
+        assert!(flat.flat.is_some() && alone.flat.is_none());
         let mut clipped = 0;
         for step in 0..4 {
             set_grads(&a, step);
