@@ -309,6 +309,48 @@ fn a_branch_keeps_the_engineer_run_gave_it() {
     assert!(log.contains("engineer random (was fixed)"), "{log}");
 }
 
+/// A kernel variable the run was made under (here one that picks cuDNN's attention
+/// order, so that it changes nothing on a CPU) is recorded with the stage; a replay that
+/// leaves it unset runs under the recorded value and says nothing, and one that sets
+/// another value names both before comparing.
+#[test]
+fn replay_sets_the_recorded_kernel_variables_and_names_a_difference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("l");
+    ok(&ledger(&d, &["init", "--plan", TINY]));
+    let o = ledger_cmd(&d, &["run", "--stages", "2", "--quiet"])
+        .env("TORCH_CUDNN_SDPA_DEPRIORITIZED", "1")
+        .output()
+        .unwrap();
+    ok(&o);
+    let log: serde_json::Value =
+        serde_json::from_str(&ok(&ledger(&d, &["log", "--json"]))).unwrap();
+    let started = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["body"].get("stage_started").is_some() && e["stage"] == 1)
+        .expect("stage 1 started");
+    assert_eq!(
+        started["meta"]["versions"]["env:TORCH_CUDNN_SDPA_DEPRIORITIZED"],
+        "1"
+    );
+    let o = ledger(&d, &["replay", "--stage", "1", "--verify"]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("TORCH_CUDNN_SDPA_DEPRIORITIZED"), "{err}");
+    let o = ledger_cmd(&d, &["replay", "--stage", "1", "--verify"])
+        .env("TORCH_CUDNN_SDPA_DEPRIORITIZED", "0")
+        .output()
+        .unwrap();
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("stage 1 was recorded with TORCH_CUDNN_SDPA_DEPRIORITIZED=1 and this process runs with TORCH_CUDNN_SDPA_DEPRIORITIZED=0"),
+        "{err}"
+    );
+}
+
 #[test]
 fn replay_pins_the_recorded_cpu_capability_and_explains_a_difference() {
     let tmp = tempfile::tempdir().unwrap();

@@ -91,9 +91,22 @@ fn decode_figures_carry_their_rate_and_roofline_share() {
         let roof = f["roofline_step_ms"].as_f64().unwrap();
         assert!((share - roof / step).abs() < 1e-9, "{f}");
     }
-    // `--batch` alone measures no decode.
-    let v = json(&cli(&["lm", "bench", "--shape", SHAPE, "--batch"]));
+    // `--batch` alone measures no decode. The figures say which kernels ran, as a
+    // ledger's metadata does: the kernel variables set among them (a bench under
+    // cuDNN's attention moved last names it).
+    let o = std::process::Command::new(common::bin(&["lm"]))
+        .args(["lm", "bench", "--shape", SHAPE, "--batch"])
+        .env_remove("LEDGER")
+        .env("TORCH_CUDNN_SDPA_DEPRIORITIZED", "1")
+        .output()
+        .unwrap();
+    let v = json(&o);
     assert!(v.get("decode").is_none(), "{v}");
+    assert_eq!(v["kernels"]["libtorch"], "2.11.0", "{v}");
+    assert_eq!(
+        v["kernels"]["env:TORCH_CUDNN_SDPA_DEPRIORITIZED"], "1",
+        "{v}"
+    );
 }
 
 /// Without the CUDA graph shim (on the CPU there are no graphs at all) a graphed

@@ -7,7 +7,7 @@
 //! other arms trained.
 use crate::common;
 
-use common::{ledger, ok};
+use common::{ledger, ledger_cmd, ok};
 use mapf_ledger::ledger::event::{DecisionStatus, OracleCandidate};
 use mapf_ledger::ledger::{EventBody, Ledger};
 
@@ -366,6 +366,28 @@ fn a_study_with_an_oracle_arm_reports_regret_and_trains_nothing_twice() {
         !String::from_utf8_lossy(&o.stderr).contains("copied"),
         "{o:?}"
     );
+    // Under a kernel variable the study's arms were not trained with (one that changes
+    // nothing on a CPU), the same fork trains its stage: where kernels may differ, a
+    // copy would not be what training records.
+    ok(&ledger(
+        &dir,
+        &[
+            "fork",
+            "--at",
+            "stage1",
+            "--engineer",
+            "fixed",
+            "--name",
+            "elsewhere",
+        ],
+    ));
+    let o = ledger_cmd(&dir, &["run", "--branch", "elsewhere"])
+        .env("TORCH_CUDNN_SDPA_DEPRIORITIZED", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(!said.contains("copied, not trained again"), "{said}");
 
     // Through two worker processes: the oracle's worker ledger holds the finished arms
     // of its replicate, and the branch fetched back is the same.

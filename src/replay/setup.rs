@@ -1,12 +1,14 @@
 //! Where the stages a replay recomputes ran, read from the metadata of their
 //! `StageStarted`, and what a replay does with it: it pins ATen to the recorded CPU
-//! capability where this CPU can run it, recomputes on the recorded device unless told
-//! otherwise, and notes a device, capability or processor that differs (hashes may then
-//! differ with no fault in the record).
+//! capability where this CPU can run it and sets the recorded kernel variables this
+//! process leaves unset, recomputes on the recorded device unless told otherwise, and
+//! notes a device, GPU, capability, kernel variable or processor that differs (hashes
+//! may then differ with no fault in the record).
 use crate::ledger::{Ledger, LedgerError};
 use crate::plan::PlanError;
 use crate::stage::{Pipeline, StageError};
 use crate::train::{kernels, DeviceSpec};
+use std::collections::BTreeMap;
 
 /// What `ledger replay` was asked that does not go together.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +116,11 @@ pub struct RecordedSetup {
     device: Option<String>,
     /// The processor (absent in stages recorded before it was).
     cpu: Option<String>,
+    /// The GPU's model (CUDA stages recorded since it was).
+    gpu: Option<String>,
+    /// The kernel variables set ([`kernels::KERNEL_ENV`]; empty in stages recorded
+    /// before they were).
+    env: BTreeMap<String, String>,
 }
 
 /// The recorded setup of each stage of `branch` to replay (`stage`, else every one).
@@ -137,6 +144,8 @@ pub fn recorded_setups(
                 capability: m.versions.get(kernels::CAPABILITY_KEY).cloned(),
                 device: m.device,
                 cpu: m.versions.get(kernels::CPU_KEY).cloned(),
+                gpu: m.versions.get(kernels::GPU_KEY).cloned(),
+                env: kernels::recorded_env(&m.versions),
             });
         }
     }
@@ -159,35 +168,54 @@ pub fn recorded_device(recorded: &[RecordedSetup]) -> Result<Option<DeviceSpec>,
         .transpose()
 }
 
-/// Pin ATen to the recorded CPU capability (when every replayed stage recorded the same
-/// one, this CPU can run it, and `ATEN_CPU_CAPABILITY` is not set already): kernels of
-/// another capability may round differently, which would fail a bit-exact replay for no
-/// fault of the record. A capability this CPU lacks (AVX512 recorded, an AVX2-only
-/// replay machine) is left to ATen's own choice, and the stage's note names both.
-/// Call it before libtorch runs anything.
-pub fn pin_capability(recorded: &[RecordedSetup]) {
+/// Run the recorded kernels where this machine can, before libtorch runs anything:
+/// pin ATen to the recorded CPU capability (when every replayed stage recorded the same
+/// one, this CPU can run it, and `ATEN_CPU_CAPABILITY` is not set already), and set each
+/// kernel variable every replayed stage recorded ([`kernels::KERNEL_ENV`]) that this
+/// process leaves unset. Kernels of another capability or setting may round
+/// differently, which would fail a bit-exact replay for no fault of the record. A
+/// capability this CPU lacks (AVX512 recorded, an AVX2-only replay machine) is left to
+/// ATen's own choice, a variable set here keeps its value, and the stage's note names
+/// both sides.
+pub fn pin_kernels(recorded: &[RecordedSetup]) {
+    // ATen, MKL and the CUDA libraries read these once, when they first run a kernel;
+    // nothing has run yet in this process (the ledger is opened, no tensor made).
+    if let Some(env) = common(recorded.iter().map(|r| &r.env)) {
+        for (name, value) in env {
+            if std::env::var_os(name).is_none() {
+                std::env::set_var(name, value);
+            }
+        }
+    }
     let Some(Some(capability)) = common(recorded.iter().map(|r| r.capability.as_ref())) else {
         return;
     };
     if std::env::var_os(kernels::CAPABILITY_ENV).is_some() || !kernels::cpu_supports(capability) {
         return;
     }
-    // ATen reads the variable once, when it first dispatches a kernel; nothing has run
-    // yet in this process (the ledger is opened, no tensor made).
     std::env::set_var(kernels::CAPABILITY_ENV, capability.to_ascii_lowercase());
 }
 
-/// A note when stage `n` was recorded on another device than this replay runs on, or
-/// with another ATen CPU capability than this process runs (the CPU lacks it, or
-/// `ATEN_CPU_CAPABILITY` says otherwise), or on another processor: hashes may then
-/// differ with no fault in the record.
+/// A note when stage `n` was recorded on another device than this replay runs on, on
+/// another GPU, with another ATen CPU capability than this process runs (the CPU lacks
+/// it, or `ATEN_CPU_CAPABILITY` says otherwise), with other kernel variables, or on
+/// another processor (the first of these that differs): hashes may then differ with no
+/// fault in the record.
 pub fn setup_note(recorded: &[RecordedSetup], n: u32, device: &DeviceSpec) -> Option<String> {
+    let gpu = device.cuda_index().and_then(crate::train::timing::gpu_name);
     let device = device.to_string();
     let r = recorded.iter().find(|r| r.stage == n)?;
     if let Some(was) = r.device.as_deref().filter(|was| *was != device) {
         return Some(format!(
             "stage {n} was recorded on {was} and this replay runs on {device}: other kernels and dtypes round differently, so hashes may differ without any fault in the record"
         ));
+    }
+    if let (Some(was), Some(here)) = (&r.gpu, &gpu) {
+        if was != here {
+            return Some(format!(
+                "stage {n} was recorded on GPU {was} and this replay runs on {here}: each GPU model runs its own kernels, so hashes may differ without any fault in the record"
+            ));
+        }
     }
     let now = kernels::cpu_capability();
     if let Some(was) = r.capability.as_ref().filter(|was| **was != now) {
@@ -197,6 +225,14 @@ pub fn setup_note(recorded: &[RecordedSetup], n: u32, device: &DeviceSpec) -> Op
                 Ok(v) => format!(" ({}={v})", kernels::CAPABILITY_ENV),
                 Err(_) => String::new(),
             }
+        ));
+    }
+    let env = kernels::kernel_env();
+    if r.env != env {
+        return Some(format!(
+            "stage {n} was recorded with {} and this process runs with {}: these variables choose the kernels or how they round, so hashes may differ without any fault in the record",
+            kernels::describe_env(&r.env),
+            kernels::describe_env(&env)
         ));
     }
     let was = r.cpu.as_ref()?;

@@ -120,6 +120,12 @@ pub fn run(
     let mut out = serde_json::Map::new();
     out.insert("device".into(), format!("{device:?}").into());
     out.insert("dtype".into(), format!("{dtype:?}").into());
+    // What a ledger's metadata records of the kernels (the GPU's model and the kernel
+    // variables set among them), so that figures taken under different settings say so.
+    out.insert(
+        "kernels".into(),
+        to_value(&crate::train::kernels::facts(device)),
+    );
     let cfg = match &spec.shape {
         Some(p) => {
             let text = String::from_utf8_lossy(&read(p)?).into_owned();

@@ -2,12 +2,13 @@
 //! function of its inputs: the stage number, the checkpoint it starts from, the KL
 //! reference (stage 0's model), the stage's seed, the configuration it trains on, the
 //! plan (with every training setting, the ledger's), and where it runs: the device,
-//! torch thread count and kernels (libtorch, ATen's CPU capability, the processor),
-//! since GRPO rounds per processor. Where another branch completed a stage on the same inputs, what it
-//! recorded after its decision is what this stage would record: an oracle's search takes
-//! a candidate's validation table and model from it ([`super::oracle`]), and a stage
-//! about to train copies those events instead ([`Pipeline::copy_stage`]). So a study's
-//! oracle arm trains nothing its replicate's other arms trained.
+//! torch thread count and kernels (libtorch, ATen's CPU capability, the processor, the
+//! GPU, the kernel variables set), since GRPO rounds per processor. Where another branch
+//! completed a stage on the same inputs, what it recorded after its decision is what
+//! this stage would record: an oracle's search takes a candidate's validation table and
+//! model from it ([`super::oracle`]), and a stage about to train copies those events
+//! instead ([`Pipeline::copy_stage`]). So a study's oracle arm trains nothing its
+//! replicate's other arms trained.
 //!
 //! Either way the branch records what training would: the same event bodies in the
 //! same order, so the same head. Only the unhashed metadata differs (wall times, and no
@@ -16,11 +17,24 @@
 //! the stage it checks as given. Stages with engineer RL are never reused (their
 //! evaluated model is not the plain stage's).
 use super::*;
+use std::collections::BTreeMap;
 
-/// The kernel facts a stage's bits depend on, as metadata records them.
-fn kernels(meta: &Meta) -> [Option<&String>; 4] {
-    use crate::train::kernels::{CAPABILITY_KEY, CPU_KEY};
-    ["libtorch", CAPABILITY_KEY, CPU_KEY, "compute_dtype"].map(|k| meta.versions.get(k))
+/// The kernel facts a stage's bits depend on, as metadata records them: libtorch, ATen's
+/// CPU capability, the processor, the GPU, the compute dtype and the kernel variables
+/// set.
+fn kernels(meta: &Meta) -> ([Option<&String>; 5], BTreeMap<String, String>) {
+    use crate::train::kernels::{recorded_env, CAPABILITY_KEY, CPU_KEY, GPU_KEY};
+    (
+        [
+            "libtorch",
+            CAPABILITY_KEY,
+            CPU_KEY,
+            GPU_KEY,
+            "compute_dtype",
+        ]
+        .map(|k| meta.versions.get(k)),
+        recorded_env(&meta.versions),
+    )
 }
 
 /// A stage's inputs, as the pipeline is about to train it.
@@ -86,7 +100,8 @@ impl Pipeline<'_> {
             }
             // Trained where this run would compute the same bits: the same device,
             // thread count and kernels (libtorch, ATen's CPU capability, processor,
-            // compute dtype), as the stage's metadata records them.
+            // GPU, compute dtype, kernel variables), as the stage's metadata records
+            // them.
             let (_, meta) = self.ledger.event_with_meta(&completed)?;
             if meta.device != Some(self.device_name())
                 || meta.threads != Some(self.plan.train.torch_threads)

@@ -5,7 +5,11 @@
 //! Different capabilities may round differently, so bit-exact replay needs the same one.
 //! The processor is recorded too: libtorch's BLAS (MKL, linked into libtorch_cpu) picks
 //! its code path per processor, so two machines with the same capability can still train
-//! to different bits (study v3's stage 1 did, on two AVX-512 machines).
+//! to different bits (study v3's stage 1 did, on two AVX-512 machines). On CUDA the
+//! GPU's model is recorded, and everywhere the environment variables that choose or
+//! round kernels ([`KERNEL_ENV`]: cuDNN's attention order, cuBLAS's workspace, TF32,
+//! TunableOp, MKL's code path) where they are set: none of them is in the plan, and
+//! each can move a run's bits.
 use std::collections::BTreeMap;
 
 /// The libtorch version `tch` is built against (tools/libtorch.sh provisions it).
@@ -108,9 +112,69 @@ fn processor(cpuinfo: &str) -> Option<String> {
     })
 }
 
+/// Metadata key of the GPU's model, as the driver names it (CUDA devices only).
+pub const GPU_KEY: &str = "gpu";
+
+/// The environment variables that choose which kernels libtorch and the libraries under
+/// it run, or how those round, read from the process's environment and not from the
+/// plan. `ATEN_CPU_CAPABILITY` is recorded as the capability it pins ([`CAPABILITY_KEY`]).
+/// Thread counts are not here: torch runs with the plan's.
+pub const KERNEL_ENV: &[&str] = &[
+    // cuBLAS: workspace sizes pick among algorithms, TF32 rounds matmuls' inputs.
+    "CUBLASLT_WORKSPACE_SIZE",
+    "CUBLAS_WORKSPACE_CONFIG",
+    // MKL (linked into libtorch_cpu): its code path per processor, or a pinned one.
+    "MKL_CBWR",
+    "MKL_DEBUG_CPU_TYPE",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "NVIDIA_TF32_OVERRIDE",
+    // oneDNN's instruction set.
+    "ONEDNN_MAX_CPU_ISA",
+    // TunableOp chooses GEMM kernels by timing them, or from a file of earlier choices.
+    "PYTORCH_TUNABLEOP_ENABLED",
+    "PYTORCH_TUNABLEOP_FILENAME",
+    "PYTORCH_TUNABLEOP_TUNING",
+    "TORCH_CUBLASLT_UNIFIED_WORKSPACE",
+    // cuDNN's attention: moved last among torch's kernels, or its graph cache kept.
+    "TORCH_CUDNN_SDPA_AVOID_RECOMPILE",
+    "TORCH_CUDNN_SDPA_DEPRIORITIZED",
+    "TORCH_CUDNN_USE_HEURISTIC_MODE_B",
+];
+
+/// Prefix of the metadata key of each [`KERNEL_ENV`] variable set ("env:MKL_CBWR").
+pub const ENV_PREFIX: &str = "env:";
+
+/// The [`KERNEL_ENV`] variables set in this process, by name.
+pub fn kernel_env() -> BTreeMap<String, String> {
+    KERNEL_ENV
+        .iter()
+        .filter_map(|name| {
+            let value = std::env::var_os(name)?;
+            Some((name.to_string(), value.to_string_lossy().into_owned()))
+        })
+        .collect()
+}
+
+/// The kernel variables metadata `versions` record (see [`ENV_PREFIX`]), by name.
+pub fn recorded_env(versions: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    versions
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(ENV_PREFIX)?.to_string(), v.clone())))
+        .collect()
+}
+
+/// Kernel variables as a reader sees them: "A=1 B=2", or "none set".
+pub fn describe_env(env: &BTreeMap<String, String>) -> String {
+    if env.is_empty() {
+        return "no kernel variables set".into();
+    }
+    let pairs: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(" ")
+}
+
 /// The metadata entries that say which kernels ran on `device`: the libtorch build,
-/// the ATen CPU capability (CPU kernels also run for a CUDA device's host side) and
-/// the processor.
+/// the ATen CPU capability (CPU kernels also run for a CUDA device's host side), the
+/// processor, the GPU's model on CUDA, and the kernel variables set ([`KERNEL_ENV`]).
 pub fn facts(device: tch::Device) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
     m.insert("libtorch".into(), LIBTORCH.into());
@@ -118,6 +182,12 @@ pub fn facts(device: tch::Device) -> BTreeMap<String, String> {
     m.insert(CPU_KEY.into(), cpu_model());
     if let tch::Device::Cuda(i) = device {
         m.insert("cuda_device".into(), format!("cuda:{i}"));
+        if let Some(gpu) = crate::train::timing::gpu_name(i) {
+            m.insert(GPU_KEY.into(), gpu);
+        }
+    }
+    for (name, value) in kernel_env() {
+        m.insert(format!("{ENV_PREFIX}{name}"), value);
     }
     m
 }
@@ -156,6 +226,29 @@ mod tests {
         }
         assert!(super::cpu_supports("default"));
         assert!(!super::cpu_supports("AVX1024"));
+    }
+
+    /// What `replay` names: the kernel variables a stage recorded, read back by name
+    /// from its metadata (nothing else there is one), as `NAME=VALUE` pairs.
+    #[test]
+    fn recorded_kernel_variables_are_read_back_by_name() {
+        let versions: std::collections::BTreeMap<String, String> = [
+            ("libtorch", "2.11.0"),
+            ("env:NVIDIA_TF32_OVERRIDE", "0"),
+            ("env:MKL_CBWR", "AVX2"),
+            ("cpu", "env:not one"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+        let env = super::recorded_env(&versions);
+        assert_eq!(
+            super::describe_env(&env),
+            "MKL_CBWR=AVX2 NVIDIA_TF32_OVERRIDE=0"
+        );
+        assert_eq!(
+            super::describe_env(&Default::default()),
+            "no kernel variables set"
+        );
     }
 
     #[test]

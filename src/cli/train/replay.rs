@@ -85,7 +85,7 @@ pub fn run(dir: &Path, args: ReplayArgs) -> CliResult {
     };
     if args.engineer.is_none() {
         // Before libtorch picks its kernels: run the recorded ones where this CPU can.
-        setup::pin_capability(&recorded);
+        setup::pin_kernels(&recorded);
     }
     let other_engineer = args.engineer.is_some();
     let mut pipeline = setup::pipeline(&mut ledger, args.device, other_engineer, &recorded, stage)?;
