@@ -47,10 +47,14 @@
 #   cp "$(tools/cuda-graph.sh)" .carry/
 # then on the device, with carry [".carry"]:
 #   xz -dc .carry/ledger.xz > /tmp/ledger && chmod +x /tmp/ledger && cp .carry/*.so /tmp/ &&
-#   LEDGER_BIN=/tmp/ledger CUDA_BENCH_OUT=/tmp/cb CUDA_BENCH_COMMIT=<commit> tools/cuda-bench.sh;
+#   LEDGER_BIN=/tmp/ledger CUDA_BENCH_OUT=/tmp/cb CUDA_BENCH_COMMIT=<commit> timeout -k 10 560 tools/cuda-bench.sh;
 #   tar -C /tmp -czf "$OUT/cuda-bench.tgz" cb
 # (the device tool brings back at most 8 files from $OUT, so the results travel as one
-# archive), with a timeout_s of 600 for the default parts and 300 for part 5.
+# archive), with a timeout_s of 600 for the default parts; for part 5, CUDA_BENCH_PARTS=5
+# and `timeout -k 10 300` under a timeout_s of 330. The inner timeout is what brings the
+# figures back: the tool kills a command at its timeout_s, tar included, and every
+# figure a part finished is on disk when the inner one stops the script (the parts'
+# own limits add up to more than one call, should anything hang).
 # Environment: LEDGER_BIN (default target/release/ledger, under $CARGO_TARGET_DIR when set), CUDA_BENCH_OUT (default
 # target/cuda-bench), CUDA_BENCH_PARTS (default "1 6 2 3 4"; "5" alone for the paper's
 # step), CUDA_BENCH_PAPER_TIMEOUT (the limit of part 5's whole step, default 120 s, after

@@ -6,6 +6,7 @@
 //! may then differ with no fault in the record).
 use crate::ledger::{Ledger, LedgerError};
 use crate::plan::PlanError;
+use crate::record::meta::describe_kernel_env;
 use crate::stage::{Pipeline, StageError};
 use crate::train::{kernels, DeviceSpec};
 use std::collections::BTreeMap;
@@ -142,10 +143,10 @@ pub fn recorded_setups(
             out.push(RecordedSetup {
                 stage: s.stage,
                 capability: m.versions.get(kernels::CAPABILITY_KEY).cloned(),
-                device: m.device,
                 cpu: m.versions.get(kernels::CPU_KEY).cloned(),
                 gpu: m.versions.get(kernels::GPU_KEY).cloned(),
-                env: kernels::recorded_env(&m.versions),
+                env: m.kernel_env(),
+                device: m.device,
             });
         }
     }
@@ -231,8 +232,8 @@ pub fn setup_note(recorded: &[RecordedSetup], n: u32, device: &DeviceSpec) -> Op
     if r.env != env {
         return Some(format!(
             "stage {n} was recorded with {} and this process runs with {}: these variables choose the kernels or how they round, so hashes may differ without any fault in the record",
-            kernels::describe_env(&r.env),
-            kernels::describe_env(&env)
+            describe_kernel_env(&r.env),
+            describe_kernel_env(&env)
         ));
     }
     let was = r.cpu.as_ref()?;

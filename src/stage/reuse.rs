@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 /// CPU capability, the processor, the GPU, the compute dtype and the kernel variables
 /// set.
 fn kernels(meta: &Meta) -> ([Option<&String>; 5], BTreeMap<String, String>) {
-    use crate::train::kernels::{recorded_env, CAPABILITY_KEY, CPU_KEY, GPU_KEY};
+    use crate::train::kernels::{CAPABILITY_KEY, CPU_KEY, GPU_KEY};
     (
         [
             "libtorch",
@@ -33,7 +33,7 @@ fn kernels(meta: &Meta) -> ([Option<&String>; 5], BTreeMap<String, String>) {
             "compute_dtype",
         ]
         .map(|k| meta.versions.get(k)),
-        recorded_env(&meta.versions),
+        meta.kernel_env(),
     )
 }
 

@@ -10,6 +10,7 @@
 //! round kernels ([`KERNEL_ENV`]: cuDNN's attention order, cuBLAS's workspace, TF32,
 //! TunableOp, MKL's code path) where they are set: none of them is in the plan, and
 //! each can move a run's bits.
+use crate::record::meta::KERNEL_ENV_PREFIX;
 use std::collections::BTreeMap;
 
 /// The libtorch version `tch` is built against (tools/libtorch.sh provisions it).
@@ -141,10 +142,8 @@ pub const KERNEL_ENV: &[&str] = &[
     "TORCH_CUDNN_USE_HEURISTIC_MODE_B",
 ];
 
-/// Prefix of the metadata key of each [`KERNEL_ENV`] variable set ("env:MKL_CBWR").
-pub const ENV_PREFIX: &str = "env:";
-
-/// The [`KERNEL_ENV`] variables set in this process, by name.
+/// The [`KERNEL_ENV`] variables set in this process, by name (recorded under
+/// [`KERNEL_ENV_PREFIX`]).
 pub fn kernel_env() -> BTreeMap<String, String> {
     KERNEL_ENV
         .iter()
@@ -153,23 +152,6 @@ pub fn kernel_env() -> BTreeMap<String, String> {
             Some((name.to_string(), value.to_string_lossy().into_owned()))
         })
         .collect()
-}
-
-/// The kernel variables metadata `versions` record (see [`ENV_PREFIX`]), by name.
-pub fn recorded_env(versions: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    versions
-        .iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix(ENV_PREFIX)?.to_string(), v.clone())))
-        .collect()
-}
-
-/// Kernel variables as a reader sees them: "A=1 B=2", or "none set".
-pub fn describe_env(env: &BTreeMap<String, String>) -> String {
-    if env.is_empty() {
-        return "no kernel variables set".into();
-    }
-    let pairs: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    pairs.join(" ")
 }
 
 /// The metadata entries that say which kernels ran on `device`: the libtorch build,
@@ -187,7 +169,7 @@ pub fn facts(device: tch::Device) -> BTreeMap<String, String> {
         }
     }
     for (name, value) in kernel_env() {
-        m.insert(format!("{ENV_PREFIX}{name}"), value);
+        m.insert(format!("{KERNEL_ENV_PREFIX}{name}"), value);
     }
     m
 }
@@ -226,29 +208,6 @@ mod tests {
         }
         assert!(super::cpu_supports("default"));
         assert!(!super::cpu_supports("AVX1024"));
-    }
-
-    /// What `replay` names: the kernel variables a stage recorded, read back by name
-    /// from its metadata (nothing else there is one), as `NAME=VALUE` pairs.
-    #[test]
-    fn recorded_kernel_variables_are_read_back_by_name() {
-        let versions: std::collections::BTreeMap<String, String> = [
-            ("libtorch", "2.11.0"),
-            ("env:NVIDIA_TF32_OVERRIDE", "0"),
-            ("env:MKL_CBWR", "AVX2"),
-            ("cpu", "env:not one"),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .into();
-        let env = super::recorded_env(&versions);
-        assert_eq!(
-            super::describe_env(&env),
-            "MKL_CBWR=AVX2 NVIDIA_TF32_OVERRIDE=0"
-        );
-        assert_eq!(
-            super::describe_env(&Default::default()),
-            "no kernel variables set"
-        );
     }
 
     #[test]

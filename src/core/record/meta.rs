@@ -21,6 +21,27 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Prefix of the `versions` key of each environment variable that chose kernels and
+/// was set where the event was produced (the trainer's `train::kernels::KERNEL_ENV`).
+pub const KERNEL_ENV_PREFIX: &str = "env:";
+
+/// The kernel variables `versions` records (see [`KERNEL_ENV_PREFIX`]), by name.
+pub fn kernel_env(versions: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    versions
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(KERNEL_ENV_PREFIX)?.to_string(), v.clone())))
+        .collect()
+}
+
+/// Kernel variables as a reader sees them: "A=1 B=2", or "no kernel variables set".
+pub fn describe_kernel_env(env: &BTreeMap<String, String>) -> String {
+    if env.is_empty() {
+        return "no kernel variables set".into();
+    }
+    let pairs: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(" ")
+}
+
 /// Facts about how and when an event was produced; not part of its identity.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Meta {
@@ -80,6 +101,13 @@ impl Meta {
         }
     }
 
+    /// The environment variables that chose kernels, as `versions` records them under
+    /// [`KERNEL_ENV_PREFIX`] ("env:MKL_CBWR"), by name; empty where none was set or the
+    /// event was recorded before they were.
+    pub fn kernel_env(&self) -> BTreeMap<String, String> {
+        kernel_env(&self.versions)
+    }
+
     /// Metadata stamped with the current wall time, host and crate version.
     pub fn now() -> Meta {
         let ms = std::time::SystemTime::now()
@@ -123,6 +151,29 @@ mod tests {
         m.device = Some("cpu".into());
         m.duration_us = Some(17);
         m
+    }
+
+    /// What `replay` and `show --timing` name: the kernel variables a stage recorded, read back by name
+    /// from its metadata (nothing else there is one), as `NAME=VALUE` pairs.
+    #[test]
+    fn recorded_kernel_variables_are_read_back_by_name() {
+        let versions: std::collections::BTreeMap<String, String> = [
+            ("libtorch", "2.11.0"),
+            ("env:NVIDIA_TF32_OVERRIDE", "0"),
+            ("env:MKL_CBWR", "AVX2"),
+            ("cpu", "env:not one"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+        let env = kernel_env(&versions);
+        assert_eq!(
+            describe_kernel_env(&env),
+            "MKL_CBWR=AVX2 NVIDIA_TF32_OVERRIDE=0"
+        );
+        assert_eq!(
+            describe_kernel_env(&Default::default()),
+            "no kernel variables set"
+        );
     }
 
     /// The six fields as builds before stage timings encoded them.

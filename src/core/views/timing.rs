@@ -8,6 +8,7 @@ use crate::record::meta::Meta;
 use crate::record::timing::{gpu_bandwidth, StageTiming};
 use schemars::JsonSchema;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// A stage's timing with shares, rates and roofline figures.
 #[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
@@ -22,6 +23,10 @@ pub struct TimingReport {
     pub compute_dtype: Option<String>,
     /// The GPU's model name, when it ran on CUDA and the driver named it.
     pub gpu: Option<String>,
+    /// The environment variables set that chose kernels (cuDNN's attention order,
+    /// TF32, ...: see `record::meta::KERNEL_ENV_PREFIX`), by name: they move timings as
+    /// well as bits.
+    pub kernel_env: BTreeMap<String, String>,
     /// The GPU's peak memory bandwidth in bytes/s, when the GPU is in the table
     /// ([`gpu_bandwidth`]); None on the CPU or for an unknown GPU.
     pub bandwidth_bytes_per_second: Option<f64>,
@@ -140,6 +145,7 @@ pub fn report(
         device: meta.device.clone(),
         compute_dtype: meta.versions.get("compute_dtype").cloned(),
         gpu: timing.gpu.clone(),
+        kernel_env: meta.kernel_env(),
         bandwidth_bytes_per_second: bandwidth,
         resumed: timing.resumed,
         wall_seconds: timing.wall_seconds,
@@ -221,6 +227,13 @@ pub fn render(r: &TimingReport) -> String {
                 Some(b) => format!("{:.2} TB/s", b / 1e12),
                 None => "n/a (not in the table)".into(),
             }
+        );
+    }
+    if !r.kernel_env.is_empty() {
+        let _ = writeln!(
+            out,
+            "kernel variables: {}",
+            crate::record::meta::describe_kernel_env(&r.kernel_env)
         );
     }
     let _ = writeln!(
@@ -379,6 +392,16 @@ mod tests {
         );
         assert!(text.contains("20.0%"), "{text}");
         assert!(text.contains("8,000") && text.contains("2,000"), "{text}");
+        assert!(!text.contains("kernel variables"), "{text}");
+        // A stage timed under a kernel variable says so: it moves timings.
+        let mut m = meta("cuda");
+        m.versions
+            .insert("env:TORCH_CUDNN_SDPA_DEPRIORITIZED".into(), "1".into());
+        let text = render(&report("main", 1, Hash([7; 32]), &m, &t));
+        assert!(
+            text.contains("kernel variables: TORCH_CUDNN_SDPA_DEPRIORITIZED=1"),
+            "{text}"
+        );
     }
 
     #[test]
