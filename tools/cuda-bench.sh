@@ -40,6 +40,8 @@
 #      beside the binary) at the 4B shape, and the same fixed-shape step run eagerly;
 #      each graphed figure says whether its tokens equal the eager step's; then 1,024
 #      new tokens at batch 64, graphed against windowed (the key span grows once).
+# Last, SUMMARY.md: every figure against issue 78's targets, each naming its file
+# (tools/cuda_bench_summary.py; what a results README starts from).
 # The tracked tree fits the device tool's 64 MiB transfer as it is (`git ls-files -z |
 # xargs -0 du -cb`: 41.0 MiB at deb4577, beside a 6.7 MiB xz of the stripped binary).
 # Prepared on the CPU machine (`.carry` listed in .git/info/exclude):
@@ -252,4 +254,6 @@ paper at-budget-1 200 --grpo-at-budget --grpo-prompts 1
 paper step "${CUDA_BENCH_PAPER_TIMEOUT:-120}"
 [[ ${CUDA_BENCH_PAPER_FULL:-0} == 1 ]] && paper at-budget 420 --grpo-at-budget
 fi
+# Every figure above against issue 78's targets, each naming its file (SUMMARY.md).
+python3 tools/cuda_bench_summary.py "$OUT" > "$OUT/SUMMARY.md" && sed -n '/^## Against/,/^$/p' "$OUT/SUMMARY.md"
 echo "cuda-bench: results in $OUT"
