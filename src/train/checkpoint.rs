@@ -6,9 +6,15 @@
 //! every first moment, then every second moment. The *parameter hash* is blake3 over the
 //! parameters alone (name, shape, raw bytes, in name order), so it does not depend on the
 //! container and equals the hash the trainer records at every gradient step.
+//!
+//! Off the CPU, tensors come back to the host in groups of up to [`TRANSFER_VALUES`]
+//! values, each group one device-side concatenation and one copy: one host round trip
+//! where there was one a tensor (the base planner's 68, the 4B adapters' 504). The bytes,
+//! and so the hash, are the same.
 use super::adam::{named_params, Adam};
 use crate::record::codec;
 use crate::record::Hash;
+use std::ops::Range;
 use tch::{nn, Device, Kind, Tensor};
 
 const PARAMS_CONTEXT: &str = "mapf-ledger 2026 params v1";
@@ -28,21 +34,92 @@ fn tensor_bytes(t: &Tensor, out: &mut Vec<u8>) {
     }
 }
 
+/// The most values read back in one transfer off the CPU (128 MiB of f32): a group's
+/// concatenation is a transient copy on the device, so it stays small beside any model.
+const TRANSFER_VALUES: usize = 32 << 20;
+
+/// `tensors` cut into runs read back together: consecutive tensors on one device
+/// totalling at most `limit` values; a tensor over `limit` is a run of its own, and
+/// `limit` 0 makes every tensor one.
+fn transfer_runs(tensors: &[&Tensor], limit: usize) -> Vec<Range<usize>> {
+    let mut runs: Vec<Range<usize>> = Vec::new();
+    let mut values = 0;
+    for (i, t) in tensors.iter().enumerate() {
+        let n = t.numel();
+        let joins = runs
+            .last()
+            .is_some_and(|r| t.device() == tensors[r.start].device() && values + n <= limit);
+        if joins {
+            runs.last_mut().expect("a run").end = i + 1;
+            values += n;
+        } else {
+            runs.push(i..i + 1);
+            values = n;
+        }
+    }
+    runs
+}
+
+/// How many values to read back in one transfer from where `tensors` are: one tensor
+/// at a time on the CPU, where each is already in host memory, else [`TRANSFER_VALUES`].
+fn transfer_limit(tensors: &[&Tensor]) -> usize {
+    match tensors.first() {
+        Some(t) if t.device() != Device::Cpu => TRANSFER_VALUES,
+        _ => 0,
+    }
+}
+
+/// Append the f32 little-endian bytes of every tensor of `tensors`, in order, to `out`
+/// in one transfer: one tensor as it is, several concatenated on their device first.
+fn run_bytes(tensors: &[&Tensor], out: &mut Vec<u8>) {
+    if let [t] = tensors {
+        return tensor_bytes(t, out);
+    }
+    let flat: Vec<Tensor> = tensors
+        .iter()
+        .map(|t| t.to_kind(Kind::Float).reshape([-1]))
+        .collect();
+    tensor_bytes(&Tensor::cat(&flat, 0), out);
+}
+
+/// Append the f32 little-endian bytes of every tensor of `tensors`, in order, to `out`,
+/// in as few transfers as [`transfer_limit`] allows.
+fn tensors_bytes<'a>(tensors: impl IntoIterator<Item = &'a Tensor>, out: &mut Vec<u8>) {
+    let tensors: Vec<&Tensor> = tensors.into_iter().collect();
+    for run in transfer_runs(&tensors, transfer_limit(&tensors)) {
+        run_bytes(&tensors[run], out);
+    }
+}
+
 /// blake3 over the parameters in name order (name, shape, raw f32 LE bytes).
 pub fn param_hash(vs: &nn::VarStore) -> Hash {
+    let params = named_params(vs);
+    let tensors: Vec<&Tensor> = params.iter().map(|(_, p)| p).collect();
+    let limit = transfer_limit(&tensors);
+    hash_params(&params, limit)
+}
+
+/// [`param_hash`] of `params`, read back in runs of at most `limit` values.
+fn hash_params(params: &[(String, Tensor)], limit: usize) -> Hash {
     let mut h = blake3::Hasher::new_derive_key(PARAMS_CONTEXT);
+    let tensors: Vec<&Tensor> = params.iter().map(|(_, p)| p).collect();
     let mut buf = Vec::new();
-    for (name, p) in named_params(vs) {
-        h.update(&(name.len() as u64).to_le_bytes());
-        h.update(name.as_bytes());
-        let shape = p.size();
-        h.update(&(shape.len() as u64).to_le_bytes());
-        for d in shape {
-            h.update(&d.to_le_bytes());
-        }
+    for run in transfer_runs(&tensors, limit) {
         buf.clear();
-        tensor_bytes(&p, &mut buf);
-        h.update(&buf);
+        run_bytes(&tensors[run.clone()], &mut buf);
+        let mut at = 0;
+        for (name, p) in &params[run] {
+            h.update(&(name.len() as u64).to_le_bytes());
+            h.update(name.as_bytes());
+            let shape = p.size();
+            h.update(&(shape.len() as u64).to_le_bytes());
+            for d in shape {
+                h.update(&d.to_le_bytes());
+            }
+            let len = p.numel() * 4;
+            h.update(&buf[at..at + len]);
+            at += len;
+        }
     }
     Hash(*h.finalize().as_bytes())
 }
@@ -71,15 +148,9 @@ pub fn save(
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(head.len() as u64).to_le_bytes());
     out.extend_from_slice(&head);
-    for (_, p) in &params {
-        tensor_bytes(p, &mut out);
-    }
-    for (_, m, _) in &adam.moments {
-        tensor_bytes(m, &mut out);
-    }
-    for (_, _, v) in &adam.moments {
-        tensor_bytes(v, &mut out);
-    }
+    tensors_bytes(params.iter().map(|(_, p)| p), &mut out);
+    tensors_bytes(adam.moments.iter().map(|(_, m, _)| m), &mut out);
+    tensors_bytes(adam.moments.iter().map(|(_, _, v)| v), &mut out);
     out
 }
 
@@ -145,4 +216,60 @@ pub fn export_safetensors(vs: &nn::VarStore, path: &std::path::Path) -> Result<(
         .map(|(n, p)| (n.as_str(), p.to_device(Device::Cpu)))
         .collect();
     Tensor::write_safetensors(&named, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parameters of several shapes and two kinds, names out of insertion order.
+    fn params() -> Vec<(String, Tensor)> {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let root = vs.root();
+        tch::manual_seed(11);
+        let _ = (&root / "z").randn("weight", &[3, 5], 0.0, 1.0);
+        let _ = (&root / "a").randn("bias", &[7], 0.0, 1.0);
+        let _ = (&root / "m").randn("w", &[2, 3, 4], 0.0, 1.0);
+        let _ = (&root / "k").randn("norm", &[1], 0.0, 1.0);
+        let mut params = named_params(&vs);
+        // A bf16 tensor is hashed by its f32 values, gathered or alone.
+        let half = params[3].1.to_kind(Kind::BFloat16);
+        params.push(("q.half".into(), half));
+        params
+    }
+
+    /// The hash as written before transfers were gathered: each tensor read alone.
+    fn hash_each_alone(params: &[(String, Tensor)]) -> Hash {
+        let mut h = blake3::Hasher::new_derive_key(PARAMS_CONTEXT);
+        for (name, p) in params {
+            h.update(&(name.len() as u64).to_le_bytes());
+            h.update(name.as_bytes());
+            let shape = p.size();
+            h.update(&(shape.len() as u64).to_le_bytes());
+            for d in shape {
+                h.update(&d.to_le_bytes());
+            }
+            let values = Vec::<f32>::try_from(p.to_kind(Kind::Float).reshape([-1])).unwrap();
+            for v in values {
+                h.update(&v.to_le_bytes());
+            }
+        }
+        Hash(*h.finalize().as_bytes())
+    }
+
+    #[test]
+    fn gathered_transfers_hash_what_each_tensor_alone_hashes() {
+        let params = params();
+        let tensors: Vec<&Tensor> = params.iter().map(|(_, p)| p).collect();
+        // a.bias 7, k.norm 1, m.w 24, z.weight 15, q.half 15 values.
+        assert_eq!(transfer_runs(&tensors, 8), [0..2, 2..3, 3..4, 4..5]);
+        assert_eq!(transfer_runs(&tensors, 40), [0..3, 3..5]);
+        assert_eq!(transfer_runs(&tensors, 0).len(), 5);
+        assert_eq!(transfer_limit(&tensors), 0, "the CPU reads each tensor alone");
+        // Gathering is what a device does; forced here on the CPU's tensors.
+        let alone = hash_each_alone(&params);
+        for limit in [0, 8, 40, 1 << 20] {
+            assert_eq!(hash_params(&params, limit), alone, "runs of at most {limit} values");
+        }
+    }
 }
