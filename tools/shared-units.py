@@ -66,15 +66,16 @@ def main():
     core, test = unit_graph(CORE), unit_graph(TEST)
     core_ids = set(identities(core))
     core_slots = {slot(u): u for u in core}
+    test_ids = identities(test)
     twice = []
-    for u, ident in zip(test, identities(test)):
+    for u, ident in zip(test, test_ids):
         if ident in core_ids or slot(u) not in core_slots or name(u).startswith("mapf-ledger@"):
             continue
         theirs = core_slots[slot(u)]
         why = ("features " + ",".join(theirs["features"]) + " then " + ",".join(u["features"])
                if theirs["features"] != u["features"] else "a dependency differs")
         twice.append(f"  {name(u)} {u['target']['name']} ({u['mode']}): {why}")
-    shared = sum(1 for i in identities(test) if i in core_ids)
+    shared = sum(1 for i in test_ids if i in core_ids)
     print(f"shared-units: the test build reuses {shared} of the first build's {len(core)} units")
     if twice:
         print("shared-units: compiled twice (turn the differing features on in the root "

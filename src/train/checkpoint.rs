@@ -60,12 +60,13 @@ fn transfer_runs(tensors: &[&Tensor], limit: usize) -> Vec<Range<usize>> {
     runs
 }
 
-/// How many values to read back in one transfer from where `tensors` are: one tensor
-/// at a time on the CPU, where each is already in host memory, else [`TRANSFER_VALUES`].
-fn transfer_limit(tensors: &[&Tensor]) -> usize {
-    match tensors.first() {
-        Some(t) if t.device() != Device::Cpu => TRANSFER_VALUES,
-        _ => 0,
+/// How many values to read back in one transfer from `device`: one tensor at a time on
+/// the CPU, where each is already in host memory, else [`TRANSFER_VALUES`].
+fn transfer_limit(device: Device) -> usize {
+    if device == Device::Cpu {
+        0
+    } else {
+        TRANSFER_VALUES
     }
 }
 
@@ -86,17 +87,25 @@ fn run_bytes(tensors: &[&Tensor], out: &mut Vec<u8>) {
 /// in as few transfers as [`transfer_limit`] allows.
 fn tensors_bytes<'a>(tensors: impl IntoIterator<Item = &'a Tensor>, out: &mut Vec<u8>) {
     let tensors: Vec<&Tensor> = tensors.into_iter().collect();
-    for run in transfer_runs(&tensors, transfer_limit(&tensors)) {
+    let device = tensors.first().map_or(Device::Cpu, |t| t.device());
+    for run in transfer_runs(&tensors, transfer_limit(device)) {
         run_bytes(&tensors[run], out);
     }
 }
 
 /// blake3 over the parameters in name order (name, shape, raw f32 LE bytes).
 pub fn param_hash(vs: &nn::VarStore) -> Hash {
-    let params = named_params(vs);
-    let tensors: Vec<&Tensor> = params.iter().map(|(_, p)| p).collect();
-    let limit = transfer_limit(&tensors);
-    hash_params(&params, limit)
+    hash_params(&named_params(vs), transfer_limit(vs.device()))
+}
+
+/// Add a tensor's name and shape to the parameter hash (its values follow).
+fn hash_head(h: &mut blake3::Hasher, name: &str, shape: &[i64]) {
+    h.update(&(name.len() as u64).to_le_bytes());
+    h.update(name.as_bytes());
+    h.update(&(shape.len() as u64).to_le_bytes());
+    for d in shape {
+        h.update(&d.to_le_bytes());
+    }
 }
 
 /// [`param_hash`] of `params`, read back in runs of at most `limit` values.
@@ -109,13 +118,7 @@ fn hash_params(params: &[(String, Tensor)], limit: usize) -> Hash {
         run_bytes(&tensors[run.clone()], &mut buf);
         let mut at = 0;
         for (name, p) in &params[run] {
-            h.update(&(name.len() as u64).to_le_bytes());
-            h.update(name.as_bytes());
-            let shape = p.size();
-            h.update(&(shape.len() as u64).to_le_bytes());
-            for d in shape {
-                h.update(&d.to_le_bytes());
-            }
+            hash_head(&mut h, name, &p.size());
             let len = p.numel() * 4;
             h.update(&buf[at..at + len]);
             at += len;
@@ -242,13 +245,7 @@ mod tests {
     fn hash_each_alone(params: &[(String, Tensor)]) -> Hash {
         let mut h = blake3::Hasher::new_derive_key(PARAMS_CONTEXT);
         for (name, p) in params {
-            h.update(&(name.len() as u64).to_le_bytes());
-            h.update(name.as_bytes());
-            let shape = p.size();
-            h.update(&(shape.len() as u64).to_le_bytes());
-            for d in shape {
-                h.update(&d.to_le_bytes());
-            }
+            hash_head(&mut h, name, &p.size());
             let values = Vec::<f32>::try_from(p.to_kind(Kind::Float).reshape([-1])).unwrap();
             for v in values {
                 h.update(&v.to_le_bytes());
@@ -265,11 +262,19 @@ mod tests {
         assert_eq!(transfer_runs(&tensors, 8), [0..2, 2..3, 3..4, 4..5]);
         assert_eq!(transfer_runs(&tensors, 40), [0..3, 3..5]);
         assert_eq!(transfer_runs(&tensors, 0).len(), 5);
-        assert_eq!(transfer_limit(&tensors), 0, "the CPU reads each tensor alone");
+        assert_eq!(
+            transfer_limit(tensors[0].device()),
+            0,
+            "the CPU reads each tensor alone"
+        );
         // Gathering is what a device does; forced here on the CPU's tensors.
         let alone = hash_each_alone(&params);
         for limit in [0, 8, 40, 1 << 20] {
-            assert_eq!(hash_params(&params, limit), alone, "runs of at most {limit} values");
+            assert_eq!(
+                hash_params(&params, limit),
+                alone,
+                "runs of at most {limit} values"
+            );
         }
     }
 }

@@ -15,8 +15,8 @@
 //! is finite; with a makespan cap the time is bounded by the cap instead.
 use super::{at, Table, MAX_GROUP, NONE};
 use crate::instance::Cell;
-use std::cmp::Reverse;
 use foldhash::fast::FixedState;
+use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Instant;
 
